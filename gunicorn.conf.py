@@ -1,0 +1,18 @@
+"""Gunicorn settings for `web`. gevent patches the standard library here, before the app (and
+with it ssl, socket, redis and pymysql) is imported by any worker."""
+from gevent import monkey
+
+monkey.patch_all()
+
+import os  # noqa: E402
+
+bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+worker_class = "gevent"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "1000"))
+timeout = 30
+graceful_timeout = 10
+keepalive = 5
+accesslog = os.environ.get("ACCESS_LOG") or None
+errorlog = "-"
+loglevel = os.environ.get("LOG_LEVEL", "info")

@@ -1,0 +1,22 @@
+"""Floodgate's Lua scripts, one per file, registered once per Redis client.
+
+redis-py's Script object calls EVALSHA and falls back to EVAL by itself after a Redis
+restart has emptied the script cache (the way alisaifee/limits loads its scripts).
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+
+def source(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.lua").read_text()
+
+
+class Scripts:
+    """Attribute access to every script of this folder, registered on `client`."""
+
+    def __init__(self, client):
+        for entry in resources.files(__package__).iterdir():
+            if entry.name.endswith(".lua"):
+                name = entry.name[: -len(".lua")]
+                setattr(self, name, client.register_script(entry.read_text()))

@@ -1,0 +1,41 @@
+-- Finish a lease after the delivery: confirm it (accepted) or refund it (anything else), and
+-- feed the buyer's circuit breaker. A lease is refunded at most once, only by the counters it
+-- recorded, and never after it was confirmed, even when its window has rolled over.
+-- KEYS[1]   lease     fg:{b:<id>}:lease:<lease>
+-- KEYS[2]   breaker   fg:{b:<id>}:breaker
+-- KEYS[3]   leases    fg:{b:<id>}:leases
+-- KEYS[4..] the counters the lease incremented
+-- ARGV[1]   outcome: accepted | rejected | error | timeout
+-- ARGV[2]   failures that open the breaker
+-- ARGV[3]   breaker cool-down (ms)
+-- ARGV[4]   ttl of a confirmed lease until its settlement deletes it (ms)
+-- ARGV[5]   lease id
+-- Returns 1 when the lease changed state, 0 when it was already finished or has expired
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local outcome = ARGV[1]
+if outcome == 'accepted' or outcome == 'rejected' then
+  redis.call('DEL', KEYS[2])  -- the buyer answered: close the breaker
+else
+  local failures = redis.call('HINCRBY', KEYS[2], 'failures', 1)
+  if redis.call('HGET', KEYS[1], 'probe') == '1' or failures >= tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[2], 'open_until', now + tonumber(ARGV[3]))
+    redis.call('HDEL', KEYS[2], 'probe_until')
+  end
+end
+if redis.call('HGET', KEYS[1], 'state') ~= 'held' then return 0 end
+if outcome == 'accepted' then
+  redis.call('HSET', KEYS[1], 'state', 'confirmed')
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[5])
+  return 1
+end
+for i = 4, #KEYS do
+  local amount = tonumber(redis.call('HGET', KEYS[1], KEYS[i]) or '0')
+  if amount > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+    if redis.call('DECRBY', KEYS[i], amount) < 0 then redis.call('SET', KEYS[i], 0, 'KEEPTTL') end
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[5])
+return 1

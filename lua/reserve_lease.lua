@@ -1,0 +1,40 @@
+-- Reserve one lead under every cap of a buyer, all or nothing, and open a lease recording
+-- exactly what was incremented. Also gates on the buyer's circuit breaker (one probe when
+-- half-open) and on the counters being trustworthy (the ready key; absent after data loss).
+-- KEYS[1]   ready     fg:{b:<id>}:ready
+-- KEYS[2]   breaker   fg:{b:<id>}:breaker       hash: failures, open_until, probe_until (ms)
+-- KEYS[3]   lease     fg:{b:<id>}:lease:<lease> hash: <counter key> -> amount, state, probe
+-- KEYS[4]   leases    fg:{b:<id>}:leases        zset: lease id -> expiry (ms)
+-- KEYS[5..] counters  fg:{b:<id>}:cap:<cap>:<window>
+-- ARGV[1]   lease id
+-- ARGV[2]   lease ttl (ms)
+-- ARGV[3]   half-open probe ttl (ms)
+-- ARGV[4..] per counter: limit, amount, expire-at (unix s)
+-- Returns {"ok", probe 0|1} | {"full", counter index} | {"circuit_open"} | {"not_ready"}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_ready'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #KEYS - 4
+for i = 1, n do
+  local limit, amount = tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i])
+  if tonumber(redis.call('GET', KEYS[4 + i]) or '0') + amount > limit then return {'full', i} end
+end
+local probe = 0
+local open_until = tonumber(redis.call('HGET', KEYS[2], 'open_until') or '0')
+if open_until > 0 then
+  if now < open_until then return {'circuit_open'} end
+  if tonumber(redis.call('HGET', KEYS[2], 'probe_until') or '0') > now then return {'circuit_open'} end
+  redis.call('HSET', KEYS[2], 'probe_until', now + tonumber(ARGV[3]))
+  probe = 1
+end
+local ttl = tonumber(ARGV[2])
+for i = 1, n do
+  local amount = tonumber(ARGV[2 + 3 * i])
+  redis.call('INCRBY', KEYS[4 + i], amount)
+  redis.call('EXPIREAT', KEYS[4 + i], ARGV[3 + 3 * i])
+  redis.call('HSET', KEYS[3], KEYS[4 + i], amount)
+end
+redis.call('HSET', KEYS[3], 'state', 'held', 'probe', probe)
+redis.call('PEXPIRE', KEYS[3], ttl)
+redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
+return {'ok', probe}

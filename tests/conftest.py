@@ -1,0 +1,162 @@
+"""Real servers for the whole run, clean state for each test. No mocks of Redis, MySQL or HTTP."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.servers import (BuyerServer, Proc, RedisServer, WebServer, create_mysql_db,
+                           mysql_admin_url, venv_bin, wait_until)
+from webhooks import keys
+from webhooks.db import db, init_db
+from webhooks.migrate import upgrade
+from webhooks.models import ALL_MODELS, SchemaMigration
+
+ADMIN_TOKEN = "test-admin-token-0123456789"
+SECRETS = {
+    "PAYSTACK_SECRET_KEY": "sk_test_paystack_secret",
+    "FLUTTERWAVE_SECRET_HASH": "flw-secret-hash",
+    "MONNIFY_CLIENT_SECRET": "monnify-client-secret",
+    "INTERSWITCH_SECRET": "interswitch-secret",
+    "STRIPE_WEBHOOK_SECRET": "whsec_stripe_test_secret",
+    "STANDARD_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+}
+CONFIG_SETTLE_S = 0.35  # > CONFIG_CHECK_INTERVAL_MS below: every web process has the change
+
+
+@pytest.fixture(scope="session")
+def tmp_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("floodgate")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_root):
+    server = RedisServer(tmp_root / "redis")
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_root):
+    admin = mysql_admin_url()
+    if admin:
+        url, drop = create_mysql_db(admin)
+    else:
+        url, drop = f"sqlite:///{tmp_root / 'ledger.sqlite3'}", (lambda: None)
+    init_db(url, pool_size=4)
+    upgrade(echo=lambda _m: None)
+    yield url
+    db.close()
+    drop()
+
+
+@pytest.fixture(scope="session")
+def base_env(redis_server, database_url) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY"))}
+    env.update(SECRETS)
+    env.update({
+        "REDIS_URL": redis_server.url,
+        "DATABASE_URL": database_url,
+        "ADMIN_TOKEN": ADMIN_TOKEN,
+        "CONFIG_CHECK_INTERVAL_MS": "100",
+        "BREAKER_FAILURES": "3",
+        "BREAKER_COOLDOWN_MS": "1500",
+        "DB_POOL_SIZE": "8",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+@pytest.fixture(scope="session")
+def web(base_env, tmp_root):
+    """The app under gunicorn + gevent, two worker processes."""
+    server = WebServer(base_env, tmp_root / "web.log", workers=2)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def worker(base_env, tmp_root):
+    """An RQ worker (non-forking) with the scheduler for retries, on the settlement queue."""
+    proc = Proc([venv_bin("rq"), "worker", "--url", base_env["REDIS_URL"], "--with-scheduler",
+                 "-w", "rq.worker.SimpleWorker", "floodgate"], base_env, tmp_root / "worker.log")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def buyer_server():
+    server = BuyerServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def clean(request):
+    """Each test starts with an empty ledger and no Floodgate keys in Redis."""
+    if "redis_server" in request.fixturenames or "web" in request.fixturenames:
+        r = request.getfixturevalue("redis_server")
+        if r.proc is None or r.proc.poll() is not None:
+            r.start()
+        client = r.client()
+        for key in client.scan_iter(match=keys.PREFIX + "*", count=1000):
+            client.delete(key)
+    if "database_url" in request.fixturenames or "web" in request.fixturenames:
+        request.getfixturevalue("database_url")
+        with db.connection_context():
+            for model in ALL_MODELS:
+                if model is not SchemaMigration:
+                    model.delete().execute()
+    if "buyer_server" in request.fixturenames:
+        request.getfixturevalue("buyer_server").reset()
+    yield
+
+
+class Api:
+    """A thin client of the HTTP contract, for tests."""
+
+    def __init__(self, base_url: str):
+        self.base = base_url
+        self.http = requests.Session()
+        self.admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+    def put_publisher(self, pid: str, api_key: str | None = None, **fields) -> str:
+        api_key = api_key or f"pk_test_{pid}_0123456789"
+        body = {"name": pid.title(), "api_key": api_key, **fields}
+        resp = self.http.put(f"{self.base}/v1/admin/publishers/{pid}", json=body, headers=self.admin)
+        assert resp.status_code == 200, resp.text
+        return api_key
+
+    def put_buyer(self, bid: str, endpoint_url: str, **fields) -> dict:
+        body = {"name": bid.title(), "endpoint_url": endpoint_url, "priority": 1, "price": "10.00",
+                "timezone": "UTC", **fields}
+        resp = self.http.put(f"{self.base}/v1/admin/buyers/{bid}", json=body, headers=self.admin)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return self.http.get(self.base + path, headers=self.admin, **kw)
+
+    def post_lead(self, api_key: str, body: dict, session: requests.Session | None = None):
+        return (session or self.http).post(f"{self.base}/v1/leads", json=body,
+                                           headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+
+    def settle_config(self) -> None:
+        """Let every web process pick up the admin changes just made."""
+        time.sleep(CONFIG_SETTLE_S)
+
+    def wait_settled(self, lead_id: str, publisher_id: str, timeout: float = 15) -> dict:
+        def settled():
+            resp = self.get(f"/v1/admin/leads/{lead_id}", params={"publisher_id": publisher_id})
+            return resp.json() if resp.status_code == 200 else None
+
+        return wait_until(settled, timeout=timeout, what=f"lead {lead_id} settled")
+
+
+@pytest.fixture
+def api(web) -> Api:
+    return Api(web.url)

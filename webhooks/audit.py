@@ -1,0 +1,13 @@
+"""The audit log: one row per admin change, settlement, conflict or repair."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .models import AuditLog
+
+
+def record(actor: str, action: str, entity: str, entity_id: str, detail: Any = None) -> None:
+    """Add an audit row (inside the caller's transaction, so it commits with the change)."""
+    AuditLog.create(actor=actor, action=action, entity=entity, entity_id=entity_id,
+                    detail=None if detail is None else json.dumps(detail, default=str, sort_keys=True))

@@ -1,0 +1,106 @@
+"""Cap leases: reserve a slot under every cap of a buyer in one Lua call, then confirm or
+refund exactly what was reserved. Shared by the lead path, settlement and reconciliation."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+from . import keys
+from .buyers import BuyerRule
+from .windows import Window, window
+
+# Counters outlive their window a little so a late refund still finds them; the key name
+# carries the window, so a new window always starts from a new key at 0.
+EXPIRY_GRACE = timedelta(hours=1)
+CONFIRMED_TTL_MS = 48 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Lease:
+    buyer_id: str
+    lease_id: str
+    counters: tuple[str, ...]
+    probe: bool = False
+
+    @property
+    def key(self) -> str:
+        return keys.lease(self.buyer_id, self.lease_id)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    status: str  # ok | full | circuit_open | not_ready
+    lease: Lease | None = None
+    cap: str | None = None  # the full cap, when status == "full"
+
+
+def windows(buyer: BuyerRule, now: datetime) -> list[tuple[str, int, Window]]:
+    """(cap, limit, window) of every cap the buyer has, at `now` (aware)."""
+    return [(cap, limit, window(cap, buyer.tz, now)) for cap, limit in buyer.limits]
+
+
+def counter_key(buyer_id: str, w: Window) -> str:
+    return keys.cap_counter(buyer_id, w.cap, w.label)
+
+
+def expire_at(w: Window) -> int:
+    return int((w.end + EXPIRY_GRACE).timestamp())
+
+
+def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int) -> Reservation:
+    caps = windows(buyer, now)
+    counters = [counter_key(buyer.id, w) for _, _, w in caps]
+    lease_id = uuid.uuid4().hex
+    args: list = [lease_id, lease_ttl_ms, probe_ttl_ms]
+    for cap, limit, w in caps:
+        args += [limit, buyer.price_minor if cap == "daily_budget" else 1, expire_at(w)]
+    result = r.scripts.reserve_lease(
+        keys=[keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
+              keys.leases(buyer.id), *counters],
+        args=args,
+    )
+    status = result[0]
+    if status == "ok":
+        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1])))
+    if status == "full":
+        return Reservation("full", cap=caps[int(result[1]) - 1][0])
+    return Reservation(status)
+
+
+def finish(r, lease: Lease, outcome: str, *, breaker_failures: int, breaker_cooldown_ms: int) -> bool:
+    """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
+    return bool(r.scripts.finish_lease(
+        keys=[lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters],
+        args=[outcome, breaker_failures, breaker_cooldown_ms, CONFIRMED_TTL_MS, lease.lease_id],
+    ))
+
+
+def release_settled(r, buyer_id: str, lease_id: str) -> None:
+    """The sale is in the ledger now: the confirmed lease no longer needs counting."""
+    pipe = r.pipeline(transaction=False)
+    pipe.delete(keys.lease(buyer_id, lease_id))
+    pipe.zrem(keys.leases(buyer_id), lease_id)
+    pipe.execute()
+
+
+def mark_ready(r, buyer_id: str) -> None:
+    """A buyer with no history yet: its counters (all zero) can be trusted as they are."""
+    r.set(keys.ready(buyer_id), "1", nx=True)
+
+
+def usage(r, buyer: BuyerRule, now: datetime | None = None) -> dict:
+    """Live use of each cap in its current window, for the admin API and the ops page."""
+    now = now or datetime.now(timezone.utc)
+    caps = windows(buyer, now)
+    values = r.mget([counter_key(buyer.id, w) for _, _, w in caps]) if caps else []
+    out = {}
+    for (cap, limit, w), raw in zip(caps, values):
+        used = int(raw or 0)
+        if cap == "daily_budget":
+            out[cap] = {"used": f"{Decimal(used) / 100:.2f}", "limit": f"{Decimal(limit) / 100:.2f}"}
+        else:
+            out[cap] = {"used": used, "limit": limit}
+        out[cap]["window_start"] = w.start.isoformat()
+    return out

@@ -1,0 +1,65 @@
+"""Every error Floodgate raises on purpose, each mapped to the JSON error shape of API.md."""
+from __future__ import annotations
+
+
+class FloodgateError(Exception):
+    """Base class: `status` and `code` are what the HTTP layer answers."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str = "", *, status: int | None = None, code: str | None = None):
+        super().__init__(message or self.code)
+        self.message = message or self.code.replace("_", " ")
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(FloodgateError):
+    code = "config_error"
+
+
+class BadRequest(FloodgateError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidJSON(BadRequest):
+    code = "invalid_json"
+
+
+class ValidationError(BadRequest):
+    """Bad field in a request body; `code` names the resource (invalid_buyer, invalid_lead...)."""
+
+    def __init__(self, code: str, field: str, problem: str):
+        super().__init__(f"{field}: {problem}", code=code)
+        self.field = field
+
+
+class Unauthorized(FloodgateError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(FloodgateError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(FloodgateError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(FloodgateError):
+    status = 409
+    code = "conflict"
+
+
+class Unavailable(FloodgateError):
+    """A backing service (Redis, the database) cannot be reached: nothing was done."""
+
+    status = 503
+    code = "unavailable"

@@ -1,0 +1,53 @@
+"""Every Redis key name, from one prefix. Keys of one entity share a hash tag so that each
+Lua script touches a single Redis Cluster slot: `{b:<buyer>}`, `{p:<publisher>}`,
+`{pay:<provider>:<reference>}`."""
+from __future__ import annotations
+
+PREFIX = "fg:"
+
+
+def buyer(buyer_id: str, *parts: str) -> str:
+    return PREFIX + "{b:" + buyer_id + "}:" + ":".join(parts)
+
+
+def cap_counter(buyer_id: str, cap: str, window: str) -> str:
+    return buyer(buyer_id, "cap", cap, window)
+
+
+def lease(buyer_id: str, lease_id: str) -> str:
+    return buyer(buyer_id, "lease", lease_id)
+
+
+def leases(buyer_id: str) -> str:
+    """Sorted set of the buyer's live leases (score: expiry in ms)."""
+    return buyer(buyer_id, "leases")
+
+
+def ready(buyer_id: str) -> str:
+    """Present while the buyer's counters can be trusted (absent after Redis lost data)."""
+    return buyer(buyer_id, "ready")
+
+
+def rebuild_lock(buyer_id: str) -> str:
+    return buyer(buyer_id, "rebuild")
+
+
+def breaker(buyer_id: str) -> str:
+    return buyer(buyer_id, "breaker")
+
+
+def lead_claim(publisher_id: str, lead_id: str) -> str:
+    return PREFIX + "{p:" + publisher_id + "}:lead:" + lead_id
+
+
+def payment(provider: str, reference: str, what: str) -> str:
+    return PREFIX + "{pay:" + provider + ":" + reference + "}:" + what
+
+
+CONFIG_VERSION = PREFIX + "config:version"
+SETTLE_PENDING = PREFIX + "settle:pending"
+SETTLE_SCHEDULED = PREFIX + "settle:scheduled"
+
+
+def settle_processing(job_id: str) -> str:
+    return PREFIX + "settle:processing:" + job_id

@@ -1,0 +1,81 @@
+"""Fail closed after Redis lost data: a buyer whose `ready` key is gone sells nothing until its
+counters of the current windows are rebuilt from the ledger plus the unsettled sales.
+
+The rebuild waits one delivery deadline first, so every lease taken before the loss has
+finished and its sale (if any) is in the ledger or in the settlement queue when we count.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from . import caps, keys, settlement
+from .buyers import BuyerRule
+from .db import db
+from .ledger import sold_since
+
+log = logging.getLogger(__name__)
+
+LOCK_TTL_MS = 60_000
+SETTLE_MARGIN_S = 1.0
+
+
+def request(r, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
+    """Start a rebuild of `buyer` in the background unless one is running; True if started."""
+    token = uuid.uuid4().hex
+    if not r.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
+        return False
+    log.warning("counters of buyer %s are not trusted (Redis lost data?): rebuilding", buyer.id)
+    delay = buyer_timeout_ms / 1000 + SETTLE_MARGIN_S
+    threading.Thread(target=_run, args=(r, settle_r, buyer, token, delay), daemon=True).start()
+    return True
+
+
+def _run(r, settle_r, buyer: BuyerRule, token: str, delay: float) -> None:
+    time.sleep(delay)
+    try:
+        rebuild(r, settle_r, buyer, token)
+    except Exception:
+        # The lock expires and the next lead for this buyer starts another try.
+        log.exception("rebuild of buyer %s failed", buyer.id)
+
+
+def sold_counts(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
+    """Sold leads (and cents for daily_budget) of each current window: ledger + unsettled."""
+    windows = caps.windows(buyer, now)
+    if not windows:
+        return {}
+    since = min(w.start for _, _, w in windows).astimezone(timezone.utc)
+    sales: dict[tuple[str, str], tuple[datetime, int]] = {}
+    with db.connection_context():
+        for pub, lead_id, sold_at, price in sold_since(buyer.id, since):
+            sales[(pub, lead_id)] = (sold_at.replace(tzinfo=timezone.utc), int(price * 100))
+    for item in settlement.unsettled(settle_r):
+        if item["status"] == "sold" and item["buyer_id"] == buyer.id:
+            at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
+            sales[(item["publisher_id"], item["lead_id"])] = (at, int(Decimal(item["price"]) * 100))
+    counts = {}
+    for cap, _, w in windows:
+        inside = [cents for at, cents in sales.values() if w.start <= at < w.end]
+        counts[cap] = sum(inside) if cap == "daily_budget" else len(inside)
+    return counts
+
+
+def rebuild(r, settle_r, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
+    now = now or datetime.now(timezone.utc)
+    counts = sold_counts(settle_r, buyer, now)
+    windows = caps.windows(buyer, now)
+    args: list = [token]
+    for cap, _, w in windows:
+        args += [counts[cap], caps.expire_at(w)]
+    done = bool(r.scripts.rebuild_counters(
+        keys=[keys.ready(buyer.id), keys.rebuild_lock(buyer.id),
+              *[caps.counter_key(buyer.id, w) for _, _, w in windows]],
+        args=args,
+    ))
+    log.warning("buyer %s counters rebuilt from the ledger: %s", buyer.id, counts)
+    return done

@@ -1,0 +1,50 @@
+"""Small field validators shared by the admin, lead and payment bodies."""
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from .errors import ValidationError
+
+ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+CENTS = Decimal("0.01")
+
+
+def is_id(value: Any) -> bool:
+    return isinstance(value, str) and bool(ID_RE.match(value))
+
+
+def money(code: str, field: str, value: Any, *, max_value: Decimal = Decimal("9999999999")) -> Decimal:
+    """A non-negative decimal with at most two places, from a string (or a JSON number)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValidationError(code, field, "must be a decimal string such as \"12.50\"")
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ValidationError(code, field, f"{value!r} is not a decimal number") from None
+    if not amount.is_finite() or amount < 0 or amount > max_value:
+        raise ValidationError(code, field, f"must be between 0 and {max_value}")
+    if amount != amount.quantize(CENTS):
+        raise ValidationError(code, field, "must have at most two decimal places")
+    return amount.quantize(CENTS)
+
+
+def integer(code: str, field: str, value: Any, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(code, field, "must be an integer")
+    if not low <= value <= high:
+        raise ValidationError(code, field, f"must be between {low} and {high}")
+    return value
+
+
+def text(code: str, field: str, value: Any, *, max_len: int, min_len: int = 1) -> str:
+    if not isinstance(value, str) or not min_len <= len(value) <= max_len:
+        raise ValidationError(code, field, f"must be a string of {min_len} to {max_len} characters")
+    return value
+
+
+def boolean(code: str, field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(code, field, "must be true or false")
+    return value

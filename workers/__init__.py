@@ -1,0 +1,1 @@
+"""RQ jobs: module-level functions of primitive arguments, safe to run twice."""

@@ -1,0 +1,55 @@
+"""Settlement: drain the pending list into the ledger in batches (one job, many leads)."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+
+from rq import get_current_job
+
+from webhooks import caps, keys, ledger
+from webhooks.db import close_db
+from workers.context import backends
+from workers.queues import enqueue_drain, queue
+
+log = logging.getLogger(__name__)
+
+BATCH = 200
+TIME_BUDGET_S = 30.0
+
+
+def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
+    """Write pending settlements until none are left; return how many leads were new.
+
+    A job killed mid-batch is run again by RQ under the same id and takes back the batch
+    it held (see lua/take_batch.lua); the ledger's unique keys make the rewrite harmless."""
+    b = backends()
+    r = b.settle_redis
+    job = get_current_job()
+    job_id = job.id if job else "inline-" + uuid.uuid4().hex
+    processing = keys.settle_processing(job_id)
+    written, started = 0, time.monotonic()
+    try:
+        while True:
+            batch = r.scripts.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
+            if not batch:
+                # Clear the flag, then look once more: a lead pushed in between either sees
+                # the flag gone (and enqueues a job) or is picked up here.
+                r.delete(keys.SETTLE_SCHEDULED)
+                if r.llen(keys.SETTLE_PENDING) and r.set(keys.SETTLE_SCHEDULED, "1", nx=True,
+                                                         px=60_000):
+                    continue
+                return written
+            items = [json.loads(x) for x in batch]
+            written += ledger.settle(items)
+            for item in items:
+                if item.get("lease"):
+                    caps.release_settled(b.redis, *item["lease"])
+            r.delete(processing)
+            if time.monotonic() - started > time_budget_s:
+                # Hand over to a fresh job (the flag stays set) so no job runs for ever.
+                enqueue_drain(queue(job.connection) if job else queue(r))
+                return written
+    finally:
+        close_db()
