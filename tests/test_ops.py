@@ -1,0 +1,85 @@
+"""Health, readiness, gevent concurrency and config propagation across real processes."""
+from __future__ import annotations
+
+import threading
+import time
+
+import requests
+
+from tests.conftest import ADMIN_TOKEN
+from tests.servers import WebServer, free_port
+
+
+def test_healthz_and_readyz(api):
+    assert api.http.get(api.base + "/healthz").status_code == 200
+    resp = api.http.get(api.base + "/readyz")
+    assert resp.status_code == 200 and resp.json() == {"status": "ready"}
+
+
+def test_readyz_names_what_is_down(base_env, tmp_path):
+    env = {**base_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+           "DATABASE_URL": f"mysql://root@127.0.0.1:{free_port()}/nothing"}
+    server = WebServer(env, tmp_path / "web.log", workers=1)
+    try:
+        resp = requests.get(server.url + "/readyz", timeout=10)
+        assert resp.status_code == 503
+        assert resp.json()["down"] == ["redis", "database"]
+        assert resp.json()["error"]["code"] == "unavailable"
+        # The lead path refuses to sell while Redis is down.
+        lead = requests.post(server.url + "/v1/leads", json={"state": "TX"},
+                             headers={"Authorization": "Bearer pk_whatever_0123456789"}, timeout=10)
+        assert lead.status_code == 503 and lead.json()["error"]["code"] == "unavailable"
+    finally:
+        server.stop()
+
+
+def test_one_web_process_serves_a_fast_request_while_a_slow_one_waits(base_env, tmp_path, buyer_server):
+    """gevent is patched: a lead stuck on a slow buyer does not block /healthz in the same
+    (single) worker process."""
+    server = WebServer(base_env, tmp_path / "web.log", workers=1)
+    try:
+        from tests.conftest import Api
+
+        api = Api(server.url)
+        buyer_server.add("slow", mode="sleep", delay=1.2)
+        key = api.put_publisher("pub")
+        api.put_buyer("slow", buyer_server.url("slow"))
+        api.settle_config()
+        slow_result = {}
+        t = threading.Thread(target=lambda: slow_result.update(r=api.post_lead(key, {"lead_id": "s1"})))
+        t.start()
+        time.sleep(0.3)  # the slow lead is now waiting on the buyer
+        fast = requests.get(server.url + "/healthz", timeout=5)
+        slow_still_running = t.is_alive()
+        t.join()
+        assert fast.status_code == 200
+        assert slow_still_running, "the fast request should finish while the slow one is in flight"
+        assert slow_result["r"].json()["status"] == "sold"
+    finally:
+        server.stop()
+
+
+def test_buyer_change_reaches_two_separate_web_processes_within_a_second(base_env, tmp_path, buyer_server):
+    env = {**base_env, "CONFIG_CHECK_INTERVAL_MS": "500"}  # the production default
+    a = WebServer(env, tmp_path / "a.log", workers=1)
+    b = WebServer(env, tmp_path / "b.log", workers=1)
+    try:
+        from tests.conftest import Api
+
+        api_a, api_b = Api(a.url), Api(b.url)
+        buyer_server.add("acme")
+        key = api_a.put_publisher("pub")
+        api_a.put_buyer("acme", buyer_server.url("acme"), price="5.00")
+        time.sleep(1.0)
+        assert api_a.post_lead(key, {"lead_id": "a1"}).json()["price"] == "5.00"
+        assert api_b.post_lead(key, {"lead_id": "b1"}).json()["price"] == "5.00"
+        api_a.put_buyer("acme", buyer_server.url("acme"), price="7.25")
+        time.sleep(1.0)
+        assert api_a.post_lead(key, {"lead_id": "a2"}).json()["price"] == "7.25"
+        assert api_b.post_lead(key, {"lead_id": "b2"}).json()["price"] == "7.25"
+        requests.delete(f"{a.url}/v1/admin/buyers/acme", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        time.sleep(1.0)
+        assert api_b.post_lead(key, {"lead_id": "b3"}).json()["status"] == "unsold"
+    finally:
+        a.stop()
+        b.stop()

@@ -1,0 +1,58 @@
+"""Periodic jobs, declared as data and scheduled idempotently: a job's id is a hash of its
+definition, so starting the scheduler twice (or restarting it) never schedules a job twice,
+and a changed definition replaces the old one. `python -m workers.schedule` runs the
+scheduler (the Procfile's `scheduler`)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from datetime import datetime, timezone
+
+from redis import Redis
+from rq_scheduler import Scheduler
+
+from workers.queues import JOB_TIMEOUT, SETTLE
+
+log = logging.getLogger(__name__)
+
+ID_PREFIX = "fg-periodic-"
+PERIODIC = [
+    {"func": "workers.reconcile.reconcile_all", "interval": 3600, "description": "reconcile caps"},
+    {"func": "workers.settle.drain", "interval": 60, "description": "drain settlements (safety net)"},
+]
+
+
+def job_id(definition: dict) -> str:
+    digest = hashlib.sha1(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
+    return ID_PREFIX + digest
+
+
+def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[str]:
+    """Make the scheduled periodic jobs exactly `definitions`; return their ids."""
+    wanted = {job_id(d): d for d in definitions}
+    existing = {job.id: job for job in scheduler.get_jobs() if job.id.startswith(ID_PREFIX)}
+    for jid, job in existing.items():
+        if jid not in wanted:
+            log.info("cancelling old periodic job %s", jid)
+            scheduler.cancel(job)
+    for jid, d in wanted.items():
+        if jid not in existing:
+            log.info("scheduling %s every %ss", d["func"], d["interval"])
+            scheduler.schedule(scheduled_time=datetime.now(timezone.utc), func=d["func"],
+                               interval=d["interval"], repeat=None, id=jid, queue_name=SETTLE,
+                               timeout=JOB_TIMEOUT, description=d["description"])
+    return list(wanted)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    url = os.environ.get("RQ_REDIS_URL") or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    scheduler = Scheduler(queue_name=SETTLE, connection=Redis.from_url(url), interval=5)
+    register(scheduler)
+    scheduler.run()
+
+
+if __name__ == "__main__":
+    main()
