@@ -1,0 +1,194 @@
+"""Provider deliveries for the payment tests: the providers' documented sample payloads, signed
+the way each provider signs (Stripe and Standard Webhooks by their own client libraries)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import requests
+import stripe
+from standardwebhooks.webhooks import Webhook
+
+from tests.conftest import SECRETS
+from webhooks.db import db
+from webhooks.models import Payment, Wallet, WebhookDelivery
+
+PROVIDERS = ("paystack", "flutterwave", "monnify", "interswitch", "stripe", "standard")
+SECRET = {
+    "paystack": SECRETS["PAYSTACK_SECRET_KEY"],
+    "flutterwave": SECRETS["FLUTTERWAVE_SECRET_HASH"],
+    "monnify": SECRETS["MONNIFY_CLIENT_SECRET"],
+    "interswitch": SECRETS["INTERSWITCH_SECRET"],
+    "stripe": SECRETS["STRIPE_WEBHOOK_SECRET"],
+    "standard": SECRETS["STANDARD_WEBHOOK_SECRET"],
+}
+EXPONENT = {"JPY": 0, "UGX": 0}
+
+# Documented samples (trimmed of fields nobody reads); amount, reference, currency and e-mail
+# are replaced per test.
+PAYSTACK = {"event": "charge.success", "data": {
+    "id": 302961, "domain": "live", "status": "success", "reference": "qTPrJoy9Bx", "amount": 10000,
+    "message": None, "gateway_response": "Approved by Financial Institution",
+    "paid_at": "2016-09-30T21:10:19.000Z", "created_at": "2016-09-30T21:09:56.000Z", "channel": "card",
+    "currency": "NGN", "ip_address": "41.242.49.37", "metadata": 0, "fees": None,
+    "customer": {"id": 68324, "first_name": "BoJack", "last_name": "Horseman",
+                 "email": "bojack@horseman.com", "customer_code": "CUS_qo38as2hpsgk2r0", "phone": None},
+    "authorization": {"authorization_code": "AUTH_f5rnfq9p", "bin": "539999", "last4": "8877",
+                      "exp_month": "08", "exp_year": "2020", "card_type": "mastercard DEBIT",
+                      "bank": "Guaranty Trust Bank", "country_code": "NG", "brand": "mastercard"},
+    "plan": {}}}
+FLUTTERWAVE = {"event": "charge.completed", "data": {
+    "id": 285959875, "tx_ref": "Links-616626414629", "flw_ref": "PeterEkene/FLW270177170",
+    "device_fingerprint": "a42937f4a73ce8bb8b8df14e63a2df31", "amount": 100, "currency": "NGN",
+    "charged_amount": 100, "app_fee": 1.4, "merchant_fee": 0,
+    "processor_response": "Approved by Financial Institution", "auth_model": "PIN",
+    "ip": "197.210.64.96", "narration": "CARD Transaction ", "status": "successful",
+    "payment_type": "card", "created_at": "2020-07-06T19:17:04.000Z", "account_id": 17321,
+    "customer": {"id": 215604089, "name": "Yemi Desola", "phone_number": None,
+                 "email": "user@gmail.com", "created_at": "2020-07-06T19:17:04.000Z"},
+    "card": {"first_6digits": "123456", "last_4digits": "7889", "issuer": "VERVE FIRST CITY MONUMENT BANK PLC",
+             "country": "NG", "type": "VERVE", "expiry": "02/23"}}}
+MONNIFY = {"eventType": "SUCCESSFUL_TRANSACTION", "eventData": {
+    "product": {"reference": "111222333", "type": "OFFLINE_PAYMENT_AGENT"},
+    "transactionReference": "MNFY|76|20211117154810|000001", "paymentReference": "0.01462001097368737",
+    "paidOn": "17/11/2021 3:48:10 PM", "paymentDescription": "Mockaroo Jon", "metaData": {},
+    "destinationAccountInformation": {}, "paymentSourceInformation": {}, "amountPaid": 78000,
+    "totalPayable": 78000, "cardDetails": {}, "paymentMethod": "CASH", "currency": "NGN",
+    "settlementAmount": 77600, "paymentStatus": "PAID",
+    "customer": {"name": "Mockaroo Jon", "email": "ofuzor@mailinator.com"}}}
+INTERSWITCH = {"event": "TRANSACTION.COMPLETED", "uuid": "c1b3a1f2-8f5b-4c8e-9d51-7a0e2f0a9b11",
+               "timestamp": 1700000000000, "data": {
+                   "paymentId": 5129305, "transactionRef": "ISW-0001", "merchantReference": "ORD-0001",
+                   "amount": 100000, "currency": "NGN", "responseCode": "00",
+                   "responseDescription": "Approved by Financial Institution", "channel": "WEB",
+                   "customer": {"email": "ada@example.com", "name": "Ada"}}}
+STRIPE = {"id": "evt_3OXYZ", "object": "event", "api_version": "2024-06-20", "created": 1700000000,
+          "livemode": False, "pending_webhooks": 1, "type": "payment_intent.succeeded",
+          "request": {"id": None, "idempotency_key": None},
+          "data": {"object": {"id": "pi_3OXYZ", "object": "payment_intent", "amount": 2000,
+                              "amount_received": 2000, "currency": "usd", "status": "succeeded",
+                              "receipt_email": "jenny.rosen@example.com", "livemode": False,
+                              "payment_method_types": ["card"]}}}
+STANDARD = {"type": "payment.succeeded", "timestamp": "2026-11-29T10:00:00Z",
+            "data": {"reference": "std-0001", "amount_minor": 2500, "currency": "GHS",
+                     "customer": {"email": "kofi@example.com"}}}
+
+
+def _major(amount_minor: int, currency: str) -> float | int:
+    exp = EXPONENT.get(currency, 2)
+    return amount_minor if exp == 0 else float(Decimal(amount_minor).scaleb(-exp))
+
+
+def payload(provider: str, reference: str, amount_minor: int, currency: str = "NGN",
+            email: str = "ada@example.com", success: bool = True) -> dict:
+    """The provider's sample event carrying this payment (a failed one when not `success`)."""
+    if provider == "paystack":
+        body = copy.deepcopy(PAYSTACK)
+        body["data"].update(reference=reference, amount=amount_minor, currency=currency)
+        body["data"]["customer"]["email"] = email
+        if not success:
+            body["event"], body["data"]["status"] = "charge.failed", "failed"
+    elif provider == "flutterwave":
+        body = copy.deepcopy(FLUTTERWAVE)
+        body["data"].update(tx_ref=reference, amount=_major(amount_minor, currency), currency=currency)
+        body["data"]["customer"]["email"] = email
+        if not success:
+            body["data"]["status"] = "failed"
+    elif provider == "monnify":
+        body = copy.deepcopy(MONNIFY)
+        body["eventData"].update(transactionReference=reference, amountPaid=_major(amount_minor, currency),
+                                 currency=currency)
+        body["eventData"]["customer"]["email"] = email
+        if not success:
+            body["eventData"]["paymentStatus"] = "FAILED"
+    elif provider == "interswitch":
+        body = copy.deepcopy(INTERSWITCH)
+        body["data"].update(transactionRef=reference, amount=amount_minor, currency=currency)
+        body["data"]["customer"]["email"] = email
+        if not success:
+            body["data"]["responseCode"] = "Z1"
+    elif provider == "stripe":
+        body = copy.deepcopy(STRIPE)
+        body["data"]["object"].update(id=reference, amount=amount_minor, amount_received=amount_minor,
+                                      currency=currency.lower(), receipt_email=email)
+        if not success:
+            body["type"] = "payment_intent.payment_failed"
+    else:
+        body = copy.deepcopy(STANDARD)
+        body["data"].update(reference=reference, amount_minor=amount_minor, currency=currency)
+        body["data"]["customer"]["email"] = email
+        if not success:
+            body["type"] = "payment.failed"
+    return body
+
+
+def signed_headers(provider: str, raw: bytes, secret: str | None = None, at: float | None = None) -> dict:
+    """The headers the provider would send with `raw`, signed with `secret` at time `at`."""
+    secret = SECRET[provider] if secret is None else secret
+    at = time.time() if at is None else at
+    if provider == "stripe":
+        return {"Stripe-Signature": stripe.WebhookSignature.generate_signature_header(
+            raw.decode(), secret, timestamp=int(at))}
+    if provider == "standard":
+        msg_id = "msg_" + uuid.uuid4().hex
+        stamp = datetime.fromtimestamp(int(at), tz=timezone.utc)
+        return {"webhook-id": msg_id, "webhook-timestamp": str(int(at)),
+                "webhook-signature": Webhook(secret).sign(msg_id, stamp, raw.decode())}
+    if provider == "flutterwave":
+        return {"verif-hash": secret}
+    name = {"paystack": "x-paystack-signature", "monnify": "monnify-signature",
+            "interswitch": "X-Interswitch-Signature"}[provider]
+    return {name: hmac.new(secret.encode(), raw, hashlib.sha512).hexdigest()}
+
+
+def encode(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def deliver(base: str, provider: str, raw: bytes, headers: dict | None = None,
+            session: requests.Session | None = None, timeout: float = 30) -> requests.Response:
+    """POST one delivery as the provider would (signed unless `headers` are given)."""
+    headers = signed_headers(provider, raw) if headers is None else headers
+    return (session or requests).post(f"{base}/v1/webhooks/{provider}", data=raw, timeout=timeout,
+                                      headers={"Content-Type": "application/json", **headers})
+
+
+def balance(customer: str, currency: str) -> int | None:
+    with db.connection_context():
+        row = Wallet.get_or_none(Wallet.customer == customer, Wallet.currency == currency)
+        return None if row is None else row.balance_minor
+
+
+def counts() -> dict[str, int]:
+    with db.connection_context():
+        return {"payments": Payment.select().count(), "wallets": Wallet.select().count(),
+                "deliveries": WebhookDelivery.select().count()}
+
+
+def verdicts(provider: str, reference: str | None = None) -> list[str]:
+    with db.connection_context():
+        query = WebhookDelivery.select().where(WebhookDelivery.provider == provider)
+        if reference is not None:
+            query = query.where(WebhookDelivery.reference == reference)
+        return [d.verdict for d in query.order_by(WebhookDelivery.id)]
+
+
+def child_pids(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (the workers of a gunicorn master), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
