@@ -34,6 +34,7 @@ class Config:
     db_pool_size: int = 10
     redis_max_connections: int = 64
     lead_replay_ttl_s: int = 7 * 24 * 3600
+    payment_claim_ttl_ms: int = 30_000
     config_check_interval_ms: int = 500
     max_body_bytes: int = 256 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict)
@@ -51,6 +52,7 @@ _INTS = {
     "DB_POOL_SIZE": "db_pool_size",
     "REDIS_MAX_CONNECTIONS": "redis_max_connections",
     "LEAD_REPLAY_TTL_S": "lead_replay_ttl_s",
+    "PAYMENT_CLAIM_TTL_MS": "payment_claim_ttl_ms",
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
 }
 _STRS = {

@@ -24,4 +24,4 @@ def check_admin_token() -> None:
 
 bp.before_request(check_admin_token)
 
-from . import catalog, ledger  # noqa: E402,F401  (routes)
+from . import catalog, ledger, money  # noqa: E402,F401  (routes)
