@@ -1,0 +1,78 @@
+"""Exactly-once under real concurrency: many threads, several gunicorn processes, one ledger."""
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.payments_helpers import PROVIDERS, balance, counts, deliver, encode, payload
+from tests.servers import WebServer
+from webhooks.db import db
+from webhooks.models import Payment, Wallet
+
+
+@pytest.fixture(scope="module")
+def second_web(base_env, tmp_root):
+    """Another gunicorn (2 more worker processes) on the same Redis and database."""
+    server = WebServer(base_env, tmp_root / "web-payments-2.log", workers=2)
+    yield server
+    server.stop()
+
+
+def test_same_payment_50_times_at_once_across_processes_credits_once(api, second_web):
+    raw = encode(payload("paystack", "ps-burst", 777700, "NGN", "burst@example.com"))
+    bases = [api.base, second_web.url]
+    start = threading.Barrier(50)
+
+    def one(i: int) -> tuple[int, dict]:
+        start.wait()
+        resp = deliver(bases[i % 2], "paystack", raw)
+        return resp.status_code, resp.json()
+
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(one, range(50)))
+    statuses = Counter(body["status"] for _code, body in answers)
+    assert all(code in (200, 409) for code, _ in answers), answers
+    assert statuses["credited"] == 1
+    assert set(statuses) <= {"credited", "duplicate", "in_flight"}
+    assert all(code == 409 for code, body in answers if body["status"] == "in_flight")
+    assert balance("burst@example.com", "NGN") == 777700
+    assert counts() == {"payments": 1, "wallets": 1, "deliveries": 50}
+
+
+def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_once(api, second_web):
+    rng = random.Random(4)
+    customers = [f"payer{i}@example.com" for i in range(40)]
+    payments, expected = [], defaultdict(int)
+    for n in range(1000):
+        provider = PROVIDERS[n % len(PROVIDERS)]
+        currency = rng.choice(["NGN", "USD", "GHS", "JPY"])
+        customer, amount = rng.choice(customers), rng.randint(1, 5_000_000)
+        payments.append((provider, encode(payload(provider, f"bulk-{n}", amount, currency, customer))))
+        expected[(customer, currency)] += amount
+    deliveries = [(i, p) for i, p in enumerate(payments) for _ in range(5)]
+    rng.shuffle(deliveries)
+    bases = [api.base, second_web.url]
+    local = threading.local()
+
+    def one(item) -> tuple[int, int, str]:
+        i, (provider, raw) = item
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        resp = deliver(bases[i % 2], provider, raw, session=local.session)
+        return i, resp.status_code, resp.json().get("status", resp.text)
+
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(one, deliveries))
+
+    assert [a for a in answers if a[1] not in (200, 409)] == []
+    credited = Counter(i for i, _code, status in answers if status == "credited")
+    assert len(credited) == 1000 and set(credited.values()) == {1}
+    with db.connection_context():
+        assert Payment.select().count() == 1000
+        wallets = {(w.customer, w.currency): w.balance_minor for w in Wallet.select()}
+    assert wallets == dict(expected)

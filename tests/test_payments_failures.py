@@ -1,0 +1,147 @@
+"""Failures that must not lose or double a payment: Redis down, the database refusing the
+transaction, the claim holder killed mid-request. All real: no mocks."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from urllib.parse import urlparse
+
+import peewee
+import pymysql
+import pytest
+import requests
+
+from tests.payments_helpers import balance, child_pids, counts, deliver, encode, payload, verdicts
+from tests.servers import WebServer, wait_until
+from webhooks import keys
+from webhooks.db import db
+from webhooks.payments_ledger import _is_deadlock
+
+
+@pytest.fixture
+def mysql(database_url):
+    if not database_url.startswith("mysql://"):
+        pytest.skip("needs MySQL/MariaDB (locks, triggers)")
+    p = urlparse(database_url)
+    return dict(host=p.hostname, port=p.port or 3306, user=p.username or "root",
+                password=p.password or "", database=p.path.lstrip("/"), autocommit=True)
+
+
+def test_redis_down_answers_503_records_nothing_and_the_retry_credits(api, redis_server):
+    raw = encode(payload("stripe", "pi_redis_down", 4200, "USD", "ada@example.com"))
+    redis_server.kill()
+    try:
+        resp = deliver(api.base, "stripe", raw)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable"
+        assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
+    finally:
+        redis_server.start()
+    answers = []
+    for _ in range(5):  # the provider retries; the first may meet a pooled connection to the old Redis
+        answers.append(deliver(api.base, "stripe", raw))
+        if answers[-1].status_code != 503:
+            break
+    assert answers[-1].json() == {"status": "credited"}
+    assert balance("ada@example.com", "USD") == 4200
+    assert deliver(api.base, "stripe", raw).json() == {"status": "duplicate"}
+
+
+def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(api, mysql, redis_server):
+    raw = encode(payload("monnify", "MNFY|refused|1", 150000, "NGN", "refused@example.com"))
+    conn = pymysql.connect(**mysql)
+    with conn.cursor() as c:  # the wallet write fails after the payment row went in
+        c.execute("CREATE TRIGGER fg_test_refuse_wallet BEFORE INSERT ON wallets FOR EACH ROW "
+                  "BEGIN IF NEW.customer = 'refused@example.com' THEN "
+                  "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'wallet writes refused'; END IF; END")
+    try:
+        resp = deliver(api.base, "monnify", raw)
+        assert resp.status_code >= 500 and resp.json()["error"]["code"] == "unavailable"
+        assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
+        r = redis_server.client()
+        assert r.exists(keys.payment("monnify", "MNFY|refused|1", "claim")) == 0  # released
+        assert r.exists(keys.payment("monnify", "MNFY|refused|1", "processed")) == 0
+    finally:
+        with conn.cursor() as c:
+            c.execute("DROP TRIGGER IF EXISTS fg_test_refuse_wallet")
+        conn.close()
+    assert deliver(api.base, "monnify", raw).json() == {"status": "credited"}
+    assert deliver(api.base, "monnify", raw).json() == {"status": "duplicate"}
+    assert balance("refused@example.com", "NGN") == 150000
+    assert counts()["payments"] == 1
+
+
+def _lock_waits(mysql: dict) -> int:
+    conn = pymysql.connect(**mysql)
+    try:
+        with conn.cursor() as c:
+            c.execute("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+            return c.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_claim_of_a_killed_worker_expires_and_the_retry_credits_once(base_env, tmp_root, mysql, redis_server):
+    server = WebServer({**base_env, "PAYMENT_CLAIM_TTL_MS": "3000"}, tmp_root / "web-kill.log", workers=1)
+    holder = pymysql.connect(**{**mysql, "autocommit": False})
+    try:
+        customer = "victim@example.com"
+        seed = encode(payload("paystack", "ps-seed", 100, "NGN", customer))
+        assert deliver(server.url, "paystack", seed).json() == {"status": "credited"}
+        raw = encode(payload("paystack", "ps-killed", 5000, "NGN", customer))
+
+        with holder.cursor() as c:  # hold the wallet row: the request hangs inside its transaction
+            c.execute("SELECT balance_minor FROM wallets WHERE customer = %s FOR UPDATE", (customer,))
+        outcome = {}
+
+        def first_delivery():
+            try:
+                outcome["response"] = deliver(server.url, "paystack", raw)
+            except requests.RequestException as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=first_delivery)
+        thread.start()
+        wait_until(lambda: _lock_waits(mysql) > 0, timeout=10, what="the delivery to wait on the wallet lock")
+        [worker] = child_pids(server.pid)
+        os.kill(worker, signal.SIGKILL)
+        thread.join(10)
+        assert "error" in outcome, outcome  # the provider got no answer
+
+        claim = keys.payment("paystack", "ps-killed", "claim")
+        assert redis_server.client().pttl(claim) > 0  # still held by the dead worker...
+        assert deliver(server.url, "paystack", raw).status_code == 409  # ...so a retry must wait
+        holder.rollback()
+        wait_until(lambda: redis_server.client().exists(claim) == 0, timeout=10, what="the claim to expire")
+
+        assert deliver(server.url, "paystack", raw).json() == {"status": "credited"}
+        assert deliver(server.url, "paystack", raw).json() == {"status": "duplicate"}
+        assert balance(customer, "NGN") == 5100
+        assert verdicts("paystack", "ps-killed") == ["in_flight", "credited", "duplicate"]
+    finally:
+        holder.close()
+        server.stop()
+
+
+def test_innodb_deadlock_is_recognised_for_retry(mysql):
+    """credit() retries deadlocks; check the error peewee raises for a real one is recognised."""
+    with db.connection_context():
+        db.execute_sql("INSERT INTO wallets (customer, currency, balance_minor, updated_at) VALUES "
+                       "('a@x.io', 'NGN', 0, NOW(6)), ('b@x.io', 'NGN', 0, NOW(6))")
+    barrier, errors = threading.Barrier(2), []
+
+    def cross(first: str, second: str) -> None:
+        try:
+            with db.connection_context(), db.atomic():
+                db.execute_sql("UPDATE wallets SET balance_minor = 1 WHERE customer = %s", (first,))
+                barrier.wait()
+                db.execute_sql("UPDATE wallets SET balance_minor = 2 WHERE customer = %s", (second,))
+        except peewee.OperationalError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=cross, args=pair) for pair in (("a@x.io", "b@x.io"), ("b@x.io", "a@x.io"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(errors) == 1 and _is_deadlock(errors[0])
