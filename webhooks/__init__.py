@@ -15,6 +15,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     from .db import close_db, init_db
     from .delivery import Deliverer
     from .routing import Router
+    from .settlement import Journal
     from workers.queues import queue
     from .store import make_queue_redis, make_redis
 
@@ -33,6 +34,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     settle_redis = redis if same else make_redis(cfg.queue_redis_url, cfg.redis_max_connections)
     app.extensions["settle_redis"] = settle_redis
     app.extensions["queue"] = queue(make_queue_redis(cfg.queue_redis_url))
+    app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"])
     app.extensions["catalog"] = Catalog(redis, cfg.config_check_interval_ms / 1000)
     app.extensions["router"] = Router(redis, settle_redis, Deliverer(cfg.buyer_timeout_ms),
                                       cfg.buyer_timeout_ms, cfg.breaker_failures, cfg.breaker_cooldown_ms)

@@ -59,18 +59,19 @@ class Catalog:
 
     def snapshot(self) -> Snapshot:
         """The current config; raises a redis error when the version cannot be read."""
-        now = time.monotonic()
         current = self._snapshot
-        if current is not None and now - self._checked < self.check_interval:
+        if current is not None and time.monotonic() - self._checked < self.check_interval:
             return current
-        if not self._lock.acquire(blocking=current is None):
-            return current  # another greenlet is refreshing; the old config is < 1 s stale
-        try:
+        with self._lock:  # one greenlet refreshes; the others wait for its result
+            now = time.monotonic()
+            if self._snapshot is not None and now - self._checked < self.check_interval:
+                return self._snapshot
             version = self.redis.get(keys.CONFIG_VERSION)
             if version is None:
                 # Redis lost the key (restart, flush): make one so processes agree again.
                 self.redis.set(keys.CONFIG_VERSION, uuid.uuid4().hex, nx=True)
                 version = self.redis.get(keys.CONFIG_VERSION)
+            current = self._snapshot
             if current is None or version != current.version or now - self._loaded > MAX_AGE:
                 self._snapshot = load_snapshot(version)
                 self._loaded = now
@@ -78,5 +79,3 @@ class Catalog:
                          len(self._snapshot.buyers), len(self._snapshot.publishers_by_key))
             self._checked = now
             return self._snapshot
-        finally:
-            self._lock.release()

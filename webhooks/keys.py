@@ -45,6 +45,7 @@ def payment(provider: str, reference: str, what: str) -> str:
 
 
 CONFIG_VERSION = PREFIX + "config:version"
+EPOCH = PREFIX + "epoch"  # random, made anew when the settlement Redis starts empty
 SETTLE_PENDING = PREFIX + "settle:pending"
 SETTLE_SCHEDULED = PREFIX + "settle:scheduled"
 

@@ -77,5 +77,6 @@ def rebuild(r, settle_r, buyer: BuyerRule, token: str, now: datetime | None = No
               *[caps.counter_key(buyer.id, w) for _, _, w in windows]],
         args=args,
     ))
-    log.warning("buyer %s counters rebuilt from the ledger: %s", buyer.id, counts)
+    if done:
+        log.warning("buyer %s counters rebuilt from the ledger: %s", buyer.id, counts)
     return done

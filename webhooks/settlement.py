@@ -2,19 +2,27 @@
 
 Settlements go to one Redis list that a single RQ job drains in batches, so intake at
 hundreds of leads a second costs one LPUSH each, not one forked job each.
+
+If that Redis loses its data, the settlements queued in it are gone with it. Each web
+process therefore keeps a journal of what it pushed in the last minutes and pushes it again
+when the Redis epoch changes; the ledger's unique keys make the repeats harmless, and the
+counter rebuild (rebuild.py) waits long enough to count them.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import threading
+import time
+import uuid
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING
 
 from workers.queues import enqueue_drain
 
 from . import keys
-from typing import TYPE_CHECKING
-
 from .publishers import PublisherRule
 
 if TYPE_CHECKING:
@@ -49,17 +57,64 @@ def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload:
     }
 
 
-def push(settle_r, queue, item: dict, pipe=None) -> None:
-    """Queue `item` for the ledger; start a drain job unless one is already scheduled.
-
-    `pipe` lets the caller send its own commands in the same round trip."""
-    own = pipe is None
-    pipe = settle_r.pipeline(transaction=False) if own else pipe
-    pipe.lpush(keys.SETTLE_PENDING, json.dumps(item, separators=(",", ":")))
+def _push_raw(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None) -> None:
+    pipe = settle_r.pipeline(transaction=False) if pipe is None else pipe
+    pipe.lpush(keys.SETTLE_PENDING, *raws)
     pipe.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
-    scheduled = pipe.execute()[-1]
-    if scheduled:
-        enqueue_drain(queue, request_id=item.get("request_id"))
+    if pipe.execute()[-1]:
+        enqueue_drain(queue, request_id=request_id)
+
+
+class Journal:
+    """What this process pushed lately, to push again if the settlement Redis loses it."""
+
+    CHECK_INTERVAL_S = 0.5  # well under rebuild's wait, so a rebuild counts the re-pushes
+
+    def __init__(self, settle_r, queue, keep_s: float = 600, max_items: int = 100_000):
+        self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
+        self.entries: collections.deque[tuple[float, str]] = collections.deque(maxlen=max_items)
+        self.epoch: str | None = None
+        self._watcher: threading.Thread | None = None
+
+    def push(self, item: dict, pipe=None) -> None:
+        """Queue `item` for the ledger; start a drain job unless one is already scheduled.
+        `pipe` lets the caller send its own commands in the same round trip."""
+        raw = json.dumps(item, separators=(",", ":"))
+        self.entries.append((time.monotonic(), raw))
+        _push_raw(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
+        self.start_watching()
+
+    def check_epoch(self) -> int:
+        """Push the journal again if Redis lost its data since we last looked; return how many."""
+        fresh = uuid.uuid4().hex
+        if self.settle_r.set(keys.EPOCH, fresh, nx=True):
+            current = fresh
+        else:
+            current = self.settle_r.get(keys.EPOCH)
+        previous, self.epoch = self.epoch, current
+        cutoff = time.monotonic() - self.keep_s
+        while self.entries and self.entries[0][0] < cutoff:
+            self.entries.popleft()
+        if previous is None or previous == current or not self.entries:
+            return 0
+        raws = [raw for _, raw in list(self.entries)]
+        for i in range(0, len(raws), 1000):
+            _push_raw(self.settle_r, self.queue, raws[i:i + 1000])
+        log.warning("settlement Redis lost its data: pushed %d recent settlements again", len(raws))
+        return len(raws)
+
+    def start_watching(self) -> None:
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True, name="journal")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                self.check_epoch()
+            except Exception as exc:  # Redis down: try again next round
+                log.debug("epoch check failed: %s", exc)
+            time.sleep(self.CHECK_INTERVAL_S)
 
 
 def unsettled(settle_r) -> list[dict]:

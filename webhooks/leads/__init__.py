@@ -87,7 +87,7 @@ def post_lead():
             pipe.set(claim.key, json.dumps(answer), ex=cfg.lead_replay_ttl_s)
         else:
             r.set(claim.key, json.dumps(answer), ex=cfg.lead_replay_ttl_s)
-        settlement.push(settle_r, ext["queue"], item, pipe)
+        ext["journal"].push(item, pipe)
     except REDIS_DOWN:
         # The buyer has the lead: the answer stands, and the ledger gets it the slow way.
         settlement.settle_directly(item)

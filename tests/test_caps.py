@@ -1,0 +1,157 @@
+"""Cap leases against a real redis-server: all-or-nothing, exact refunds, breaker states."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from webhooks import caps, keys
+from webhooks.buyers import BuyerRule
+from webhooks.store import make_redis
+
+BREAKER = {"breaker_failures": 3, "breaker_cooldown_ms": 400}
+TTL = {"lease_ttl_ms": 10_000, "probe_ttl_ms": 10_000}
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+def rule(buyer_id="acme", price="10.00", tz="UTC", **limits) -> BuyerRule:
+    from zoneinfo import ZoneInfo
+
+    minor = {k: (int(Decimal(v) * 100) if k == "daily_budget" else v) for k, v in limits.items()}
+    return BuyerRule(buyer_id, "http://x", 1, Decimal(price), int(Decimal(price) * 100), ZoneInfo(tz),
+                     tuple(minor.items()), frozenset(), frozenset(), None)
+
+
+@pytest.fixture
+def r(redis_server):
+    client = make_redis(redis_server.url)
+    yield client
+    client.close()
+
+
+def ready(r, *buyers):
+    for b in buyers:
+        caps.mark_ready(r, b.id)
+
+
+def test_reserve_checks_every_cap_all_or_nothing_and_names_the_full_one(r):
+    b = rule(hourly=5, daily=2, daily_budget="100.00")
+    ready(r, b)
+    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
+    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
+    refused = caps.reserve(r, b, NOW, **TTL)
+    assert (refused.status, refused.cap) == ("full", "daily")
+    # nothing was incremented by the refusal: the hourly counter still reads 2
+    assert caps.usage(r, b, NOW)["hourly"]["used"] == 2
+    assert caps.usage(r, b, NOW)["daily_budget"]["used"] == "20.00"
+
+
+def test_budget_cap_counts_price_not_leads(r):
+    b = rule(price="12.50", daily_budget="30.00")
+    ready(r, b)
+    assert [caps.reserve(r, b, NOW, **TTL).status for _ in range(3)] == ["ok", "ok", "full"]
+
+
+def test_double_refund_of_one_lease_changes_nothing(r):
+    b = rule(daily=1)
+    ready(r, b)
+    lease = caps.reserve(r, b, NOW, **TTL).lease
+    assert caps.finish(r, lease, "error", **BREAKER) is True
+    assert caps.finish(r, lease, "error", **BREAKER) is False
+    assert caps.usage(r, b, NOW)["daily"]["used"] == 0
+    other = caps.reserve(r, b, NOW, **TTL).lease
+    assert caps.finish(r, lease, "rejected", **BREAKER) is False  # the old lease cannot refund it
+    assert caps.usage(r, b, NOW)["daily"]["used"] == 1 and other
+
+
+def test_confirmed_lease_cannot_be_refunded(r):
+    b = rule(daily=1)
+    ready(r, b)
+    lease = caps.reserve(r, b, NOW, **TTL).lease
+    assert caps.finish(r, lease, "accepted", **BREAKER) is True
+    assert caps.finish(r, lease, "timeout", **BREAKER) is False
+    assert caps.usage(r, b, NOW)["daily"]["used"] == 1
+
+
+def test_refund_after_rollover_decrements_only_the_old_windows(r):
+    b = rule(hourly=1, daily=5)
+    ready(r, b)
+    before = datetime(2026, 11, 29, 10, 59, 59, tzinfo=timezone.utc)
+    after = before + timedelta(seconds=2)
+    lease = caps.reserve(r, b, before, **TTL).lease
+    assert caps.reserve(r, b, after, **TTL).status == "ok"  # new hour: a fresh hourly window
+    assert caps.finish(r, lease, "error", **BREAKER)
+    assert caps.usage(r, b, before)["hourly"]["used"] == 0
+    assert caps.usage(r, b, after)["hourly"]["used"] == 1
+    assert caps.usage(r, b, after)["daily"]["used"] == 1
+
+
+def test_counters_expire_after_their_window(r):
+    b = rule(hourly=3)
+    ready(r, b)
+    now = datetime.now(timezone.utc)
+    caps.reserve(r, b, now, **TTL)
+    (key,) = [k for k in r.keys("fg:{b:acme}:cap:*")]
+    ttl = r.ttl(key)
+    window_end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    assert 0 < ttl <= (window_end - now).total_seconds() + caps.EXPIRY_GRACE.total_seconds() + 1
+
+
+def test_unready_buyer_sells_nothing(r):
+    b = rule(daily=10)
+    assert caps.reserve(r, b, NOW, **TTL).status == "not_ready"
+    assert r.keys("fg:{b:acme}:cap:*") == []
+
+
+def test_concurrent_reservations_never_pass_the_cap(r, redis_server):
+    b = rule(hourly=50, daily=40, daily_budget="10000.00")
+    ready(r, b)
+    results = []
+    lock = threading.Lock()
+
+    def worker():
+        mine = make_redis(redis_server.url)
+        for _ in range(20):
+            res = caps.reserve(mine, b, NOW, **TTL)
+            with lock:
+                results.append(res.status)
+
+    threads = [threading.Thread(target=worker) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("ok") == 40 and len(results) == 800
+    assert caps.usage(r, b, NOW)["daily"]["used"] == 40
+
+
+def test_breaker_opens_half_opens_with_one_probe_and_closes(r):
+    import time
+
+    b = rule()
+    ready(r, b)
+    for _ in range(3):
+        lease = caps.reserve(r, b, NOW, **TTL).lease
+        caps.finish(r, lease, "timeout", **BREAKER)
+    assert caps.reserve(r, b, NOW, **TTL).status == "circuit_open"
+    time.sleep(0.5)  # the cool-down (400 ms) is over: half-open
+    probe = caps.reserve(r, b, NOW, **TTL)
+    assert probe.status == "ok" and probe.lease.probe
+    assert caps.reserve(r, b, NOW, **TTL).status == "circuit_open"  # one probe at a time
+    caps.finish(r, probe.lease, "error", **BREAKER)  # a failed probe opens it again
+    assert caps.reserve(r, b, NOW, **TTL).status == "circuit_open"
+    time.sleep(0.5)
+    probe = caps.reserve(r, b, NOW, **TTL)
+    caps.finish(r, probe.lease, "rejected", **BREAKER)  # the buyer answered: closed
+    assert r.exists(keys.breaker("acme")) == 0
+    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
+
+
+def test_rejections_do_not_count_as_failures(r):
+    b = rule()
+    ready(r, b)
+    for outcome in ("error", "error", "rejected", "error", "error"):
+        caps.finish(r, caps.reserve(r, b, NOW, **TTL).lease, outcome, **BREAKER)
+    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
