@@ -53,8 +53,9 @@ FLUTTERWAVE = {"event": "charge.completed", "data": {
     "payment_type": "card", "created_at": "2020-07-06T19:17:04.000Z", "account_id": 17321,
     "customer": {"id": 215604089, "name": "Yemi Desola", "phone_number": None,
                  "email": "user@gmail.com", "created_at": "2020-07-06T19:17:04.000Z"},
-    "card": {"first_6digits": "123456", "last_4digits": "7889", "issuer": "VERVE FIRST CITY MONUMENT BANK PLC",
-             "country": "NG", "type": "VERVE", "expiry": "02/23"}}}
+    "card": {"first_6digits": "123456", "last_4digits": "7889",
+             "issuer": "VERVE FIRST CITY MONUMENT BANK PLC", "country": "NG", "type": "VERVE",
+             "expiry": "02/23"}}}
 MONNIFY = {"eventType": "SUCCESSFUL_TRANSACTION", "eventData": {
     "product": {"reference": "111222333", "type": "OFFLINE_PAYMENT_AGENT"},
     "transactionReference": "MNFY|76|20211117154810|000001", "paymentReference": "0.01462001097368737",

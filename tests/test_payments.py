@@ -35,7 +35,7 @@ def forgeries(provider: str, raw: bytes) -> dict[str, tuple[bytes, dict]]:
     genuine = signed_headers(provider, raw)
     cases = {
         "tampered body": (raw.replace(b"ada@", b"eve@"), genuine),
-        "wrong secret": (raw, signed_headers(provider, raw, secret="whsec_" + "c2VjcmV0LW9mLXNvbWVvbmUtZWxzZQ==")),
+        "wrong secret": (raw, signed_headers(provider, raw, secret="whsec_c2VjcmV0LW9mLXNvbWVvbmUtZWxzZQ==")),
         "missing header": (raw, {}),
     }
     if provider == "flutterwave":

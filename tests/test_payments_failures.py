@@ -139,7 +139,8 @@ def test_innodb_deadlock_is_recognised_for_retry(mysql):
         except peewee.OperationalError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=cross, args=pair) for pair in (("a@x.io", "b@x.io"), ("b@x.io", "a@x.io"))]
+    pairs = (("a@x.io", "b@x.io"), ("b@x.io", "a@x.io"))
+    threads = [threading.Thread(target=cross, args=pair) for pair in pairs]
     for t in threads:
         t.start()
     for t in threads:

@@ -51,6 +51,7 @@ class Delivery:
 
 
 def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
+    """Capture a delivery as it arrived; `headers` is case-insensitive (Flask's request.headers)."""
     kept = {}
     for name in HEADERS[provider] + _KEPT_HEADERS:
         value = headers.get(name)
@@ -106,6 +107,7 @@ def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
 
 
 def _is_deadlock(exc: pw.OperationalError) -> bool:
+    """peewee re-raises PyMySQL's error as (original, errno, message): look for errno 1213."""
     codes = [a for a in exc.args if isinstance(a, int)]
     codes += [a.args[0] for a in exc.args if isinstance(a, Exception) and a.args]
     return MYSQL_DEADLOCK in codes
@@ -117,7 +119,8 @@ def credit(event: PaymentEvent, d: Delivery) -> str:
     Returns "credited", or "duplicate" when the reference is already in the ledger with the
     same amount, currency and payer; raises ReferenceConflict when it is there with others.
     An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
-    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         try:
             with db.atomic():
                 now = utcnow()
@@ -131,11 +134,11 @@ def credit(event: PaymentEvent, d: Delivery) -> str:
         except pw.IntegrityError as exc:
             return _already_known(event, d, exc)
         except pw.OperationalError as exc:
-            if attempt == DEADLOCK_ATTEMPTS or not _is_deadlock(exc):
+            if attempt >= DEADLOCK_ATTEMPTS or not _is_deadlock(exc):
                 raise
             log.info("deadlock crediting %s:%s, retrying", event.provider, event.reference)
             time.sleep(random.uniform(0.005, 0.02) * attempt)
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def _already_known(event: PaymentEvent, d: Delivery, exc: pw.IntegrityError) -> str:
