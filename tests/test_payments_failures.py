@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.payments_helpers import balance, child_pids, counts, deliver, encode, payload, verdicts
-from tests.servers import WebServer, wait_until
+from tests.servers import WebServer, free_port, wait_until
 from webhooks import keys
 from webhooks.db import db
 from webhooks.payments_ledger import _is_deadlock
@@ -69,6 +69,23 @@ def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(
     assert deliver(api.base, "monnify", raw).json() == {"status": "duplicate"}
     assert balance("refused@example.com", "NGN") == 150000
     assert counts()["payments"] == 1
+
+
+def test_database_unreachable_answers_503_releases_the_claim_and_the_retry_credits(
+        api, base_env, tmp_root, redis_server):
+    dead = f"mysql://root@127.0.0.1:{free_port()}/floodgate"  # nothing listens there
+    server = WebServer({**base_env, "DATABASE_URL": dead}, tmp_root / "web-nodb.log", workers=1)
+    raw = encode(payload("interswitch", "ISW-nodb", 990000, "NGN", "ada@example.com"))
+    try:
+        resp = deliver(server.url, "interswitch", raw)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable"
+    finally:
+        server.stop()
+    r = redis_server.client()
+    assert r.exists(keys.payment("interswitch", "ISW-nodb", "claim")) == 0
+    assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
+    assert deliver(api.base, "interswitch", raw).json() == {"status": "credited"}
+    assert balance("ada@example.com", "NGN") == 990000
 
 
 def _lock_waits(mysql: dict) -> int:
