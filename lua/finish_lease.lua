@@ -27,7 +27,6 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'held' then return 0 end
 if outcome == 'accepted' then
   redis.call('HSET', KEYS[1], 'state', 'confirmed')
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[5])
   return 1
 end
 for i = 4, #KEYS do

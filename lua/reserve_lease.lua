@@ -4,16 +4,18 @@
 -- KEYS[1]   ready     fg:{b:<id>}:ready
 -- KEYS[2]   breaker   fg:{b:<id>}:breaker       hash: failures, open_until, probe_until (ms)
 -- KEYS[3]   lease     fg:{b:<id>}:lease:<lease> hash: <counter key> -> amount, state, probe
--- KEYS[4]   leases    fg:{b:<id>}:leases        zset: lease id -> expiry (ms)
+-- KEYS[4]   leases    fg:{b:<id>}:leases        zset: lease id -> reserved at (unix us)
 -- KEYS[5..] counters  fg:{b:<id>}:cap:<cap>:<window>
 -- ARGV[1]   lease id
 -- ARGV[2]   lease ttl (ms)
 -- ARGV[3]   half-open probe ttl (ms)
 -- ARGV[4..] per counter: limit, amount, expire-at (unix s)
--- Returns {"ok", probe 0|1} | {"full", counter index} | {"circuit_open"} | {"not_ready"}
+-- Returns {"ok", probe 0|1, reserved at (unix us)} | {"full", counter index} | {"circuit_open"}
+--         | {"not_ready"}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_ready'} end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
 local n = #KEYS - 4
 for i = 1, n do
   local limit, amount = tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i])
@@ -36,5 +38,5 @@ for i = 1, n do
 end
 redis.call('HSET', KEYS[3], 'state', 'held', 'probe', probe)
 redis.call('PEXPIRE', KEYS[3], ttl)
-redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
-return {'ok', probe}
+redis.call('ZADD', KEYS[4], now_us, ARGV[1])
+return {'ok', probe, string.format('%s%06d', t[1], tonumber(t[2]))}

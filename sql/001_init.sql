@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS leads (
   sold_at      DATETIME(6)   NULL,
   settled_at   DATETIME(6)   NOT NULL,
   request_id   VARCHAR(64)   NULL,
+  lease_id     VARCHAR(32)   NULL,
+  reserved_us  BIGINT        NULL,
   UNIQUE KEY lead_publisher_id_lead_id (publisher_id, lead_id),
   KEY lead_buyer_id_sold_at (buyer_id, sold_at),
   KEY lead_lead_id (lead_id)

@@ -281,3 +281,79 @@ def create_mysql_db(admin_url: str) -> tuple[str, callable]:
         conn.close()
 
     return f"{admin_url}/{name}", drop
+
+
+class TcpProxy:
+    """A real TCP forwarder that a test can cut (every connection dropped, new ones refused)
+    and restore on the same port: the database "goes away" for one process only."""
+
+    def __init__(self, target_host: str, target_port: int):
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.start()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(128)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        if self._listener:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+                c.close()
+            except OSError:
+                pass
+
+    def url_for(self, database_url: str) -> str:
+        """`database_url` with host and port replaced by this proxy's."""
+        from urllib.parse import urlparse
+
+        p = urlparse(database_url)
+        auth = p.netloc.rsplit("@", 1)[0] + "@" if "@" in p.netloc else ""
+        return f"{p.scheme}://{auth}127.0.0.1:{self.port}{p.path}"

@@ -34,7 +34,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     settle_redis = redis if same else make_redis(cfg.queue_redis_url, cfg.redis_max_connections)
     app.extensions["settle_redis"] = settle_redis
     app.extensions["queue"] = queue(make_queue_redis(cfg.queue_redis_url))
-    app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"])
+    app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"], cfg.journal_keep_s)
     app.extensions["catalog"] = Catalog(redis, cfg.config_check_interval_ms / 1000)
     app.extensions["router"] = Router(redis, settle_redis, Deliverer(cfg.buyer_timeout_ms),
                                       cfg.buyer_timeout_ms, cfg.breaker_failures, cfg.breaker_cooldown_ms)

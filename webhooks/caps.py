@@ -23,6 +23,7 @@ class Lease:
     lease_id: str
     counters: tuple[str, ...]
     probe: bool = False
+    reserved_us: int = 0  # Redis time of the reservation; reconciliation orders sales by it
 
     @property
     def key(self) -> str:
@@ -63,7 +64,7 @@ def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_
     )
     status = result[0]
     if status == "ok":
-        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1])))
+        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2])))
     if status == "full":
         return Reservation("full", cap=caps[int(result[1]) - 1][0])
     return Reservation(status)

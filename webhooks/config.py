@@ -36,6 +36,7 @@ class Config:
     lead_replay_ttl_s: int = 7 * 24 * 3600
     payment_claim_ttl_ms: int = 30_000
     config_check_interval_ms: int = 500
+    journal_keep_s: int = 600
     max_body_bytes: int = 256 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict)
 
@@ -54,6 +55,7 @@ _INTS = {
     "LEAD_REPLAY_TTL_S": "lead_replay_ttl_s",
     "PAYMENT_CLAIM_TTL_MS": "payment_claim_ttl_ms",
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
+    "JOURNAL_KEEP_S": "journal_keep_s",
 }
 _STRS = {
     "REDIS_URL": "redis_url",

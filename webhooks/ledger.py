@@ -30,6 +30,7 @@ def settle(items: list[dict]) -> int:
                 buyer_id=item["buyer_id"], price=item["price"], commission=item["commission"],
                 payload=item["payload"], received_at=_naive_utc(item["received_at"]),
                 sold_at=_naive_utc(item["sold_at"]), settled_at=utcnow(), request_id=item.get("request_id"),
+                lease_id=item["lease"][1] if item.get("lease") else None, reserved_us=item.get("reserved_us"),
             ).on_conflict_ignore()
             if db.execute(query).rowcount != 1:
                 continue  # settled before: nothing is written twice
@@ -50,9 +51,11 @@ def settle(items: list[dict]) -> int:
     return written
 
 
-def sold_since(buyer_id: str, since: datetime) -> list[tuple[str, str, datetime, Decimal]]:
-    """(publisher_id, lead_id, sold_at naive UTC, price) of the buyer's sales since `since`."""
-    rows = (Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price)
+def sold_since(buyer_id: str, since: datetime) -> list[tuple]:
+    """(publisher_id, lead_id, sold_at naive UTC, price, lease_id, reserved_us) of the buyer's
+    sales since `since`."""
+    rows = (Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id,
+                        Lead.reserved_us)
             .where(Lead.buyer_id == buyer_id, Lead.status == "sold",
                    Lead.sold_at >= since.replace(tzinfo=None)).tuples())
     return list(rows)

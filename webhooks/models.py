@@ -91,6 +91,8 @@ class Lead(BaseModel):
     sold_at = DateTime6Field(null=True)
     settled_at = DateTime6Field(default=utcnow)
     request_id = pw.CharField(max_length=64, null=True)
+    lease_id = pw.CharField(max_length=32, null=True)  # the cap lease of the sale
+    reserved_us = pw.BigIntegerField(null=True)  # Redis time of that lease, for reconciliation
 
     class Meta:
         table_name = "leads"

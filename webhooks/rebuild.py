@@ -11,12 +11,10 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from decimal import Decimal
 
-from . import caps, keys, settlement
+from . import caps, keys
 from .buyers import BuyerRule
-from .db import db
-from .ledger import sold_since
+from .sales import sales_since, total
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +47,9 @@ def sold_counts(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
     windows = caps.windows(buyer, now)
     if not windows:
         return {}
-    since = min(w.start for _, _, w in windows).astimezone(timezone.utc)
-    sales: dict[tuple[str, str], tuple[datetime, int]] = {}
-    with db.connection_context():
-        for pub, lead_id, sold_at, price in sold_since(buyer.id, since):
-            sales[(pub, lead_id)] = (sold_at.replace(tzinfo=timezone.utc), int(price * 100))
-    for item in settlement.unsettled(settle_r):
-        if item["status"] == "sold" and item["buyer_id"] == buyer.id:
-            at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
-            sales[(item["publisher_id"], item["lead_id"])] = (at, int(Decimal(item["price"]) * 100))
-    counts = {}
-    for cap, _, w in windows:
-        inside = [cents for at, cents in sales.values() if w.start <= at < w.end]
-        counts[cap] = sum(inside) if cap == "daily_budget" else len(inside)
-    return counts
+    since = min(w.start for _, _, w in windows)
+    found = sales_since(settle_r, buyer.id, since).values()
+    return {cap: total(found, cap, w) for cap, _, w in windows}
 
 
 def rebuild(r, settle_r, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:

@@ -53,11 +53,14 @@ def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload:
         "received_at": received_at.isoformat(),
         "sold_at": outcome.sold_at.isoformat() if sold else None,
         "lease": [outcome.lease.buyer_id, outcome.lease.lease_id] if sold else None,
+        "reserved_us": outcome.lease.reserved_us if sold else None,
         "request_id": request_id,
     }
 
 
-def _push_raw(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None) -> None:
+def push(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None) -> None:
+    """Queue serialised settlements; start a drain job unless one is already scheduled.
+    `pipe` lets the caller send its own commands in the same round trip."""
     pipe = settle_r.pipeline(transaction=False) if pipe is None else pipe
     pipe.lpush(keys.SETTLE_PENDING, *raws)
     pipe.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
@@ -77,11 +80,10 @@ class Journal:
         self._watcher: threading.Thread | None = None
 
     def push(self, item: dict, pipe=None) -> None:
-        """Queue `item` for the ledger; start a drain job unless one is already scheduled.
-        `pipe` lets the caller send its own commands in the same round trip."""
+        """Queue `item` for the ledger (see `push`) and remember it."""
         raw = json.dumps(item, separators=(",", ":"))
         self.entries.append((time.monotonic(), raw))
-        _push_raw(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
+        push(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
         self.start_watching()
 
     def check_epoch(self) -> int:
@@ -99,7 +101,7 @@ class Journal:
             return 0
         raws = [raw for _, raw in list(self.entries)]
         for i in range(0, len(raws), 1000):
-            _push_raw(self.settle_r, self.queue, raws[i:i + 1000])
+            push(self.settle_r, self.queue, raws[i:i + 1000])
         log.warning("settlement Redis lost its data: pushed %d recent settlements again", len(raws))
         return len(raws)
 

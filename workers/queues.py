@@ -4,7 +4,8 @@ from __future__ import annotations
 from rq import Queue, Retry
 
 SETTLE = "floodgate"  # the one queue the `worker` process listens on
-RETRY = Retry(max=8, interval=[1, 2, 5, 10, 30, 60, 120, 300])
+# The first retry is immediate (a blip, or a job abandoned by a killed worker), then back-off.
+RETRY = Retry(max=9, interval=[0, 1, 2, 5, 10, 30, 60, 120, 300])
 JOB_TIMEOUT = 120
 
 

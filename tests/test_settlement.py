@@ -1,0 +1,198 @@
+"""Settlement jobs against real processes: idempotent, retried through a database outage,
+run again after a kill -9, requeued from RQ's failed registry."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from datetime import datetime, timezone
+from decimal import Decimal
+from urllib.parse import urlparse
+
+import pytest
+from redis import Redis
+from rq import Queue
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+
+from tests.servers import Proc, TcpProxy, venv_bin, wait_until
+from webhooks import caps, keys, ledger, settlement
+from webhooks.db import db, is_mysql
+from webhooks.models import AuditLog, Lead, LeadAttempt, Publisher
+from webhooks.publishers import PublisherRule
+from webhooks.routing import Outcome
+from workers.queues import SETTLE, enqueue_drain
+
+PUB = PublisherRule("pub", True, Decimal("10"))
+
+
+def sold_item(lead_id: str, price: str = "20.00") -> dict:
+    out = Outcome(status="sold", buyer_id="acme", price=Decimal(price),
+                  sold_at=datetime.now(timezone.utc),
+                  lease=caps.Lease("acme", "lease" + lead_id, (), False, 1),
+                  attempts=[{"buyer_id": "zen", "outcome": "timeout", "ms": 1500},
+                            {"buyer_id": "acme", "outcome": "accepted", "ms": 41}])
+    return settlement.make_item(PUB, lead_id, out, '{"lead_id": "%s"}' % lead_id,
+                                datetime.now(timezone.utc), "req-1")
+
+
+@pytest.fixture
+def publisher(database_url):
+    with db.connection_context():
+        Publisher.create(id="pub", name="Pub", api_key_hash="h" * 64, api_key_hint="abcd",
+                         commission_pct=Decimal("10"))
+
+
+def ledger_state():
+    with db.connection_context():
+        # only this module's publisher: other tests' settlements may still be draining
+        return (Lead.select().where(Lead.publisher_id == "pub").count(),
+                LeadAttempt.select().where(LeadAttempt.publisher_id == "pub").count(),
+                Publisher.get_by_id("pub").balance,
+                AuditLog.select().where(AuditLog.entity_id.startswith("pub:")).count())
+
+
+def test_settling_the_same_item_twice_writes_it_once(publisher):
+    item = sold_item("L1")
+    with db.connection_context():
+        assert ledger.settle([item]) == 1
+        assert ledger.settle([item, item]) == 0
+    assert ledger_state() == (1, 2, Decimal("2.00"), 1)
+
+
+class IsolatedQueue:
+    """A Redis database of the private server that no other worker of the run listens to."""
+
+    def __init__(self, redis_server, db_index: int, env: dict, database_url: str, tmp_path):
+        self.url = f"redis://127.0.0.1:{redis_server.port}/{db_index}"
+        self.raw = Redis.from_url(self.url)
+        self.raw.flushdb()
+        self.client = redis_server.client(db=db_index)
+        self.queue = Queue(SETTLE, connection=self.raw)
+        self.env = {**env, "REDIS_URL": self.url, "DATABASE_URL": database_url}
+        self.tmp = tmp_path
+        self.workers: list[Proc] = []
+
+    def start_worker(self) -> Proc:
+        proc = Proc([venv_bin("rq"), "worker", "--url", self.url, "--with-scheduler", "-w",
+                     "rq.worker.SimpleWorker", SETTLE], self.env, self.tmp / f"worker{len(self.workers)}.log")
+        self.workers.append(proc)
+        return proc
+
+    def push(self, *items: dict) -> None:
+        settlement.push(self.client, self.queue, [json.dumps(i) for i in items])
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.raw.flushdb()
+
+
+@pytest.fixture
+def isolated(redis_server, base_env, database_url, tmp_path, request):
+    made = []
+
+    def make(db_index: int, database=None):
+        q = IsolatedQueue(redis_server, db_index, base_env, database or database_url, tmp_path)
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        q.close()
+
+
+def test_a_drain_job_run_twice_settles_once(publisher, isolated):
+    q = isolated(3)
+    q.push(sold_item("L1"), sold_item("L2"))
+    enqueue_drain(q.queue)  # a second job for the same work
+    q.start_worker()
+    wait_until(lambda: ledger_state()[0] == 2 and q.queue.count == 0 and
+               q.client.llen(keys.SETTLE_PENDING) == 0, what="settlement")
+    # the same items queued again (a re-push after a Redis loss, say) change nothing
+    q.push(sold_item("L1"), sold_item("L2"))
+    wait_until(lambda: q.client.llen(keys.SETTLE_PENDING) == 0, what="second drain")
+    time.sleep(0.3)
+    assert ledger_state() == (2, 4, Decimal("4.00"), 2)
+
+
+def test_database_outage_is_retried_and_settles_after_it_returns(publisher, isolated, database_url):
+    parts = urlparse(database_url)
+    if parts.scheme != "mysql":
+        pytest.skip("the outage is simulated on the MySQL connection")
+    proxy = TcpProxy(parts.hostname, parts.port or 3306)
+    try:
+        q = isolated(4, proxy.url_for(database_url))
+        proxy.stop()  # the worker's database is gone
+        q.push(sold_item("L1"))
+        q.start_worker()
+        failed_once = lambda: any("OperationalError" in w.output() for w in q.workers)  # noqa: E731
+        wait_until(failed_once, timeout=20, what="a failed attempt")
+        assert ledger_state()[0] == 0
+        proxy.start()
+        wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="settlement after the outage")
+        assert ledger_state() == (1, 2, Decimal("2.00"), 1)
+    finally:
+        proxy.stop()
+
+
+def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publisher, isolated):
+    q = isolated(5)
+    blocker_ready, release = threading.Event(), threading.Event()
+
+    def hold_publisher_row():
+        # Another transaction holds the publisher row: the job blocks on the commission update.
+        with db.connection_context():
+            with db.atomic():
+                if is_mysql():
+                    list(Publisher.select().where(Publisher.id == "pub").for_update())
+                else:
+                    Publisher.update(name="Pub").where(Publisher.id == "pub").execute()
+                blocker_ready.set()
+                release.wait(60)
+
+    holder = threading.Thread(target=hold_publisher_row)
+    holder.start()
+    blocker_ready.wait(10)
+    q.push(sold_item("L1"), sold_item("L2"))
+    worker = q.start_worker()
+    started = StartedJobRegistry(queue=q.queue)
+    wait_until(lambda: started.get_job_ids(), what="the job to start")
+    time.sleep(0.5)  # it is now blocked inside its transaction
+    worker.stop(sig=signal.SIGKILL)
+    release.set()
+    holder.join()
+    assert ledger_state()[0] == 0  # the killed transaction was rolled back
+    # RQ's abandoned-job handling (normally a minute after the worker's heartbeat stops):
+    started.cleanup(timestamp=time.time() + 3600)
+    q.start_worker()
+    wait_until(lambda: ledger_state()[0] == 2, timeout=30, what="the job to run again")
+    time.sleep(0.5)
+    assert ledger_state() == (2, 4, Decimal("4.00"), 2)
+    assert q.client.llen(keys.SETTLE_PENDING) == 0
+    assert not list(q.client.scan_iter(match=keys.settle_processing("*")))
+
+
+def test_failed_settlement_job_is_requeued_by_the_cli(publisher, isolated, database_url, tmp_path):
+    parts = urlparse(database_url)
+    if parts.scheme != "mysql":
+        pytest.skip("the outage is simulated on the MySQL connection")
+    proxy = TcpProxy(parts.hostname, parts.port or 3306)
+    try:
+        q = isolated(6, proxy.url_for(database_url))
+        proxy.stop()
+        q.client.lpush(keys.SETTLE_PENDING, json.dumps(sold_item("L1")))
+        q.queue.enqueue("workers.settle.drain")  # no retries: straight to the failed registry
+        q.start_worker()
+        failed = FailedJobRegistry(queue=q.queue)
+        wait_until(lambda: failed.count == 1, timeout=20, what="the job to fail")
+        proxy.start()
+        env = {**q.env, "DATABASE_URL": database_url}
+        out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "settlements", "requeue"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "requeued 1 job(s)" in out.stdout
+        wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="the requeued job")
+    finally:
+        proxy.stop()
