@@ -16,3 +16,4 @@ keepalive = 5
 accesslog = os.environ.get("ACCESS_LOG") or None
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info")
+control_socket_disable = True  # unused; several instances on one host would share its path
