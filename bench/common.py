@@ -1,0 +1,151 @@
+"""Helpers shared by the benchmarks: percentiles, a description of the machine, a paced
+multi-threaded runner, and writers for the reports under bench/out/ (git-ignored)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float | None]:
+    """p50/p95/p99 of `samples_ms` by nearest rank (an observed value, never interpolated);
+    None for each when there are no samples."""
+    ordered = sorted(samples_ms)
+
+    def rank(q: float) -> float | None:
+        if not ordered:
+            return None
+        return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 3)
+
+    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (Linux), else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(**server_versions: str) -> dict[str, Any]:
+    """What a reader needs to weigh the numbers: CPUs usable by this process (as `nproc`
+    counts them), CPU model, OS, Python, the UTC date, the load average (other work on the
+    machine skews timings), and any server versions passed in."""
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "loadavg_1m_5m_15m": [round(x, 2) for x in os.getloadavg()],
+        **server_versions,
+    }
+
+
+def redis_version(client) -> str:
+    """The version a live redis-py client's server reports."""
+    return str(client.info("server")["redis_version"])
+
+
+def mysql_version(conn) -> str:
+    """The version string a live PyMySQL connection's server reports (e.g. MariaDB's)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        return str(cur.fetchone()[0])
+
+
+def write_json(name: str, data: Any) -> Path:
+    """Write `data` to bench/out/<name> as indented JSON; return the path."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / name
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
+
+
+def write_md(name: str, text: str) -> Path:
+    """Write markdown `text` to bench/out/<name>; return the path."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / name
+    path.write_text(text if text.endswith("\n") else text + "\n")
+    return path
+
+
+def markdown_table(rows: list[dict], columns: tuple[tuple[str, str], ...]) -> str:
+    """`rows` as a markdown table; `columns` are (heading, row key) pairs, in order."""
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[k]) for _, k in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class PacedRun:
+    """What `paced_threads` observed."""
+
+    results: list[Any]  # fn(i) for item i (the exception if it raised); None if never started
+    late_ms: list[float]  # how long after its scheduled time each started item began
+    elapsed_s: float  # from the first scheduled start to the last item's end
+    stuck_threads: int  # threads still busy when the deadline (plus grace) had passed
+
+    @property
+    def started(self) -> int:
+        return sum(r is not None for r in self.results)
+
+
+def paced_threads(n_threads: int, n_items: int, duration_s: float, fn: Callable[[int], Any], *,
+                  deadline_s: float = 60.0) -> PacedRun:
+    """Run fn(0) .. fn(n_items - 1) from `n_threads` threads, item i due at
+    start + i * duration_s / n_items (duration_s=0: all due at once, as fast as possible).
+
+    Items are handed out in order from one shared cursor, so a thread held up by a slow call
+    does not delay items that an idle thread could take; an item is never started early.
+    No item starts after `deadline_s`; fn must return something other than None.
+    """
+    interval = duration_s / n_items if n_items else 0.0
+    results: list[Any] = [None] * n_items
+    late_ms = [0.0] * n_items
+    ends: list[float] = []
+    cursor = iter(range(n_items))
+    lock = threading.Lock()
+    go = threading.Barrier(n_threads + 1)
+    t0 = 0.0
+
+    def worker() -> None:
+        go.wait()
+        while True:
+            with lock:
+                i = next(cursor, None)
+            if i is None or time.perf_counter() > t0 + deadline_s:
+                return
+            due = t0 + i * interval
+            if (wait := due - time.perf_counter()) > 0:
+                time.sleep(wait)
+            late_ms[i] = (time.perf_counter() - due) * 1000
+            try:
+                results[i] = fn(i)
+            except Exception as exc:  # recorded, so one failing call cannot end a thread
+                results[i] = exc
+            ends.append(time.perf_counter())
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter() + 0.05  # after every thread exists, so start-up is not measured
+    go.wait()
+    for t in threads:
+        t.join(max(0.0, t0 + deadline_s + 5.0 - time.perf_counter()))
+    started = [late_ms[i] for i, r in enumerate(results) if r is not None]
+    return PacedRun(results, started, (max(ends) - t0) if ends else 0.0,
+                    sum(t.is_alive() for t in threads))
