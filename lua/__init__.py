@@ -16,7 +16,14 @@ class Scripts:
     """Attribute access to every script of this folder, registered on `client`."""
 
     def __init__(self, client):
+        self._sources = {}
         for entry in resources.files(__package__).iterdir():
             if entry.name.endswith(".lua"):
                 name = entry.name[: -len(".lua")]
-                setattr(self, name, client.register_script(entry.read_text()))
+                self._sources[name] = entry.read_text()
+                setattr(self, name, client.register_script(self._sources[name]))
+
+    def queue(self, pipe, name: str, keys: list, args: list) -> None:
+        """Add a script call to a pipeline. EVAL, not EVALSHA: redis-py would otherwise check
+        SCRIPT EXISTS in an extra round trip on every pipeline (Redis caches the script)."""
+        pipe.eval(self._sources[name], len(keys), *keys, *args)

@@ -80,13 +80,42 @@ def web(base_env, tmp_root):
     server.stop()
 
 
+class Worker:
+    """The run's RQ worker (non-forking, with the scheduler for retries). An RQ worker quits
+    when Redis disappears under a running job, as some tests make it do: `ensure` starts a
+    new one after a Redis restart, as a process manager would."""
+
+    def __init__(self, env: dict, log_dir: Path, redis_server: RedisServer):
+        self.env, self.log_dir, self.redis = env, log_dir, redis_server
+        self.proc, self.starts, self.generation = None, 0, None
+
+    def ensure(self) -> Proc:
+        if self.proc is not None and (not self.proc.alive() or self.generation != self.redis.generation):
+            self.proc.stop()
+            self.proc = None
+        if self.proc is None:
+            self.starts += 1
+            self.generation = self.redis.generation
+            self.proc = Proc([venv_bin("rq"), "worker", "--url", self.env["REDIS_URL"], "--with-scheduler",
+                              "-w", "rq.worker.SimpleWorker", "floodgate"], self.env,
+                             self.log_dir / f"worker{self.starts}.log")
+        return self.proc
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+
 @pytest.fixture(scope="session")
-def worker(base_env, tmp_root):
-    """An RQ worker (non-forking) with the scheduler for retries, on the settlement queue."""
-    proc = Proc([venv_bin("rq"), "worker", "--url", base_env["REDIS_URL"], "--with-scheduler",
-                 "-w", "rq.worker.SimpleWorker", "floodgate"], base_env, tmp_root / "worker.log")
-    yield proc
-    proc.stop()
+def worker_manager(base_env, tmp_root, redis_server):
+    manager = Worker(base_env, tmp_root, redis_server)
+    yield manager
+    manager.stop()
+
+
+@pytest.fixture
+def worker(worker_manager):
+    return worker_manager.ensure()
 
 
 @pytest.fixture(scope="session")

@@ -53,12 +53,14 @@ class RedisServer:
         self.dir = workdir
         self.appendonly = appendonly
         self.proc: subprocess.Popen | None = None
+        self.generation = 0  # counts starts, so clients of a restarted server can tell
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        self.generation += 1
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",

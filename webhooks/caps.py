@@ -2,7 +2,7 @@
 refund exactly what was reserved. Shared by the lead path, settlement and reconciliation."""
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -53,7 +53,7 @@ def expire_at(w: Window) -> int:
 def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int) -> Reservation:
     caps = windows(buyer, now)
     counters = [counter_key(buyer.id, w) for _, _, w in caps]
-    lease_id = uuid.uuid4().hex
+    lease_id = os.urandom(12).hex()
     args: list = [lease_id, lease_ttl_ms, probe_ttl_ms]
     for cap, limit, w in caps:
         args += [limit, buyer.price_minor if cap == "daily_budget" else 1, expire_at(w)]
@@ -70,19 +70,32 @@ def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_
     return Reservation(status)
 
 
+def _finish_call(lease: Lease, outcome: str, breaker_failures: int, breaker_cooldown_ms: int):
+    return ([lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters],
+            [outcome, breaker_failures, breaker_cooldown_ms, CONFIRMED_TTL_MS, lease.lease_id])
+
+
 def finish(r, lease: Lease, outcome: str, *, breaker_failures: int, breaker_cooldown_ms: int) -> bool:
     """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
-    return bool(r.scripts.finish_lease(
-        keys=[lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters],
-        args=[outcome, breaker_failures, breaker_cooldown_ms, CONFIRMED_TTL_MS, lease.lease_id],
-    ))
+    k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
+    return bool(r.scripts.finish_lease(keys=k, args=a))
 
 
-def release_settled(r, buyer_id: str, lease_id: str) -> None:
-    """The sale is in the ledger now: the confirmed lease no longer needs counting."""
+def finish_in(r, pipe, lease: Lease, outcome: str, *, breaker_failures: int, breaker_cooldown_ms: int) -> None:
+    """`finish`, queued on `pipe` (a pipeline of `r`) to share a round trip."""
+    k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
+    r.scripts.queue(pipe, "finish_lease", k, a)
+
+
+def release_settled(r, leases: list[tuple[str, str]]) -> None:
+    """These sales are in the ledger now: their confirmed leases (buyer id, lease id) no
+    longer need counting. One round trip for the lot."""
+    if not leases:
+        return
     pipe = r.pipeline(transaction=False)
-    pipe.delete(keys.lease(buyer_id, lease_id))
-    pipe.zrem(keys.leases(buyer_id), lease_id)
+    for buyer_id, lease_id in leases:
+        pipe.delete(keys.lease(buyer_id, lease_id))
+        pipe.zrem(keys.leases(buyer_id), lease_id)
     pipe.execute()
 
 

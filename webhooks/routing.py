@@ -12,7 +12,6 @@ from . import caps, rebuild
 from .buyers import BuyerRule
 from .delivery import ACCEPTED, CIRCUIT_OPEN, Deliverer
 from .publishers import PublisherRule
-from .store import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +69,14 @@ class Router:
             outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
                                                  f"{publisher.id}:{lead_id}:{buyer.id}")
             out.attempts.append({"buyer_id": buyer.id, "outcome": outcome, "ms": ms})
-            try:
-                caps.finish(self.r, reservation.lease, outcome, breaker_failures=self.breaker_failures,
-                            breaker_cooldown_ms=self.breaker_cooldown_ms)
-            except REDIS_DOWN:
-                # The slot stays taken (incremented, not refunded): safe for the cap, and
-                # reconciliation gives it back. A sale stands whatever Redis says now.
-                log.warning("could not finish lease %s of %s", reservation.lease.lease_id, buyer.id)
-                if outcome != ACCEPTED:
-                    raise
             if outcome == ACCEPTED:
+                # Confirmed by the caller, in the same round trip that records the answer.
                 out.status, out.buyer_id, out.price = "sold", buyer.id, buyer.price
                 out.sold_at, out.lease = now, reservation.lease
                 return out
+            # A refund that cannot reach Redis leaves the slot taken (safe for the cap; the
+            # reconciliation gives it back) and the publisher gets a 503 to retry.
+            caps.finish(self.r, reservation.lease, outcome, breaker_failures=self.breaker_failures,
+                        breaker_cooldown_ms=self.breaker_cooldown_ms)
+        return out
         return out

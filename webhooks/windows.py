@@ -5,6 +5,7 @@ expires with its window rather than an hour after its first lead (the seed's rol
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -26,8 +27,16 @@ def _local_midnight(day: date, tz: ZoneInfo) -> datetime:
 
 
 def window(cap: str, tz: ZoneInfo, now: datetime) -> Window:
-    """The window of `cap` that contains `now` (aware) in time zone `tz`."""
-    local = now.astimezone(tz)
+    """The window of `cap` that contains `now` (aware) in time zone `tz`.
+
+    Windows start and end on whole minutes (UTC offsets and DST changes are whole minutes),
+    so the window of `now` is the window of its minute, computed once per minute."""
+    return _window_of_minute(cap, tz, int(now.timestamp()) // 60)
+
+
+@functools.lru_cache(maxsize=8192)
+def _window_of_minute(cap: str, tz: ZoneInfo, minute: int) -> Window:
+    local = datetime.fromtimestamp(minute * 60, timezone.utc).astimezone(tz)
     if cap == "hourly":
         # Whole-hour steps in UTC from the local hour start: correct for the repeated hour of a
         # DST fall-back (two distinct windows, told apart by their offset) and for :30 zones.

@@ -9,6 +9,7 @@ import uuid
 from rq import get_current_job
 
 from webhooks import caps, keys, ledger
+from webhooks.settlement import SCHEDULED_TTL_MS
 from webhooks.db import close_db
 from workers.context import backends
 from workers.queues import enqueue_drain, queue
@@ -17,6 +18,8 @@ log = logging.getLogger(__name__)
 
 BATCH = 200
 TIME_BUDGET_S = 30.0
+LINGER_S = 1.0
+GATHER_S = 0.1
 
 
 def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
@@ -34,19 +37,26 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
         while True:
             batch = r.scripts.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
             if not batch:
+                # Wait a moment for more (blocking in Redis), so that one job serves a steady
+                # stream of leads instead of one job being enqueued every few leads.
+                if r.blmove(keys.SETTLE_PENDING, processing, LINGER_S, "RIGHT", "LEFT") is not None:
+                    continue
                 # Clear the flag, then look once more: a lead pushed in between either sees
                 # the flag gone (and enqueues a job) or is picked up here.
                 r.delete(keys.SETTLE_SCHEDULED)
                 if r.llen(keys.SETTLE_PENDING) and r.set(keys.SETTLE_SCHEDULED, "1", nx=True,
-                                                         px=60_000):
+                                                         px=SCHEDULED_TTL_MS):
                     continue
                 return written
+            r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
             items = [json.loads(x) for x in batch]
             written += ledger.settle(items)
-            for item in items:
-                if item.get("lease"):
-                    caps.release_settled(b.redis, *item["lease"])
+            caps.release_settled(b.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
             r.delete(processing)
+            if len(batch) < batch_size:
+                # A small batch means the queue is keeping up: let a few more leads gather
+                # before the next transaction (settlement is asynchronous anyway).
+                time.sleep(GATHER_S)
             if time.monotonic() - started > time_budget_s:
                 # Hand over to a fresh job (the flag stays set) so no job runs for ever.
                 enqueue_drain(queue(job.connection) if job else queue(r))

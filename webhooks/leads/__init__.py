@@ -5,9 +5,10 @@ import json
 import uuid
 from datetime import datetime, timezone
 
-from flask import Blueprint, current_app, g, jsonify, request
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from .. import claims, keys, settlement
+from .. import caps, claims, keys, settlement
+from ..delivery import ACCEPTED
 from ..errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from ..http import json_body
 from ..publishers import key_hash
@@ -75,20 +76,24 @@ def post_lead():
         claims.release(r, claim)
         raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
 
-    answer = {"lead_id": lead_id, "status": outcome.status, "buyer_id": outcome.buyer_id,
-              "price": None if outcome.price is None else f"{outcome.price:.2f}",
-              "attempts": outcome.attempts}
+    answer = json.dumps({"lead_id": lead_id, "status": outcome.status, "buyer_id": outcome.buyer_id,
+                         "price": None if outcome.price is None else f"{outcome.price:.2f}",
+                         "attempts": outcome.attempts})
     item = settlement.make_item(publisher, lead_id, outcome, request.get_data(as_text=True),
                                 received_at, g.request_id)
     try:
-        settle_r = ext["settle_redis"]
-        pipe = settle_r.pipeline(transaction=False)
-        if settle_r is r:
-            pipe.set(claim.key, json.dumps(answer), ex=cfg.lead_replay_ttl_s)
-        else:
-            r.set(claim.key, json.dumps(answer), ex=cfg.lead_replay_ttl_s)
+        # One round trip: confirm the lease, remember the answer, queue the settlement.
+        pipe = r.pipeline(transaction=False)
+        if outcome.lease is not None:
+            caps.finish_in(r, pipe, outcome.lease, ACCEPTED, breaker_failures=cfg.breaker_failures,
+                           breaker_cooldown_ms=cfg.breaker_cooldown_ms)
+        pipe.set(claim.key, answer, ex=cfg.lead_replay_ttl_s)
+        if ext["settle_redis"] is not r:
+            pipe.execute()
+            pipe = None
         ext["journal"].push(item, pipe)
     except REDIS_DOWN:
-        # The buyer has the lead: the answer stands, and the ledger gets it the slow way.
+        # The buyer has the lead: the answer stands, and the ledger gets it the slow way. An
+        # unconfirmed lease just expires; its slot stays counted, as the sale is.
         settlement.settle_directly(item)
-    return jsonify(answer)
+    return Response(answer, mimetype="application/json")
