@@ -6,14 +6,13 @@ Starts a private redis-server, a throw-away MariaDB database and the app under g
 fires them) and "shuffled" (the 10,000 deliveries in random order). Client-side latency is
 measured around each request; server-side latency comes from the Server-Timing header the
 view sets (verify + parse + dedupe = the "verification and dedupe" the seed article quotes).
-Results go to bench/out/payments.json.
+Results go to bench/out/payments.{json,md,png}.
 
     python bench/bench_payments.py [--payments 2000] [--repeats 5] [--concurrency 50]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -29,6 +28,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md  # noqa: E402
 from tests.conftest import SECRETS  # noqa: E402
 from tests.payments_helpers import PROVIDERS, deliver, encode, payload  # noqa: E402
 from tests.servers import RedisServer, WebServer, create_mysql_db, mysql_admin_url  # noqa: E402
@@ -36,18 +36,12 @@ from webhooks.db import db, init_db  # noqa: E402
 from webhooks.migrate import upgrade  # noqa: E402
 from webhooks.models import Payment, Wallet  # noqa: E402
 
-OUT = ROOT / "bench" / "out" / "payments.json"
 
 
-def percentiles(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {"n": len(ordered), "p50_ms": at(0.50), "p99_ms": at(0.99), "max_ms": round(ordered[-1], 2)}
+def latency(values: list[float]) -> dict:
+    """Count, p50/p95/p99 (bench.common, nearest rank) and max of `values` in ms."""
+    return {"n": len(values), **{k + "_ms": v for k, v in percentiles(values).items()},
+            "max_ms": round(max(values), 2) if values else None}
 
 
 def server_timing(header: str) -> dict[str, float]:
@@ -103,9 +97,9 @@ def summarise(results: list[dict], seconds: float) -> dict:
         decide = [sum(r["server"].get(k, 0.0) for k in ("verify", "parse", "dedupe"))
                   for r in rows if r["server"]]
         summary[label] = {
-            "client": percentiles([r["client_ms"] for r in rows]),
-            "server_verify_dedupe": percentiles(decide),
-            "server_total": percentiles([r["server"]["total"] for r in rows if "total" in r["server"]]),
+            "client": latency([r["client_ms"] for r in rows]),
+            "server_verify_dedupe": latency(decide),
+            "server_total": latency([r["server"]["total"] for r in rows if "total" in r["server"]]),
         }
     return summary
 
@@ -148,9 +142,9 @@ def main() -> int:
                "ADMIN_TOKEN": "bench-admin-token-0123456789"}
         web = WebServer(env, work / "web.log", workers=args.workers)
         rng = random.Random(7)
-        report = {"setup": {"payments": args.payments, "repeats": args.repeats,
-                            "concurrency": args.concurrency, "gunicorn_workers": args.workers,
-                            "cpus": os.cpu_count(), "database": "MariaDB", "redis": "private redis-server"}}
+        report = {"machine": machine_info(), "setup": {
+            "payments": args.payments, "repeats": args.repeats, "concurrency": args.concurrency,
+            "gunicorn_workers": args.workers, "database": "MariaDB", "redis": "private redis-server"}}
         for phase in ("burst", "shuffled"):
             payments, expected = make_payments(args.payments, phase, rng)
             deliveries = [p for p in payments for _ in range(args.repeats)]
@@ -160,9 +154,10 @@ def main() -> int:
             results = run_phase(web.url, deliveries, args.concurrency)
             report[phase] = {**summarise(results, time.perf_counter() - started),
                              **check_ledger(payments, expected, results)}
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(report, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
+        write_json("payments.json", report)
+        write_md("payments.md", render(report))
+        plot(report, OUT / "payments.png")
+        print(render(report))
         ok = all(report[p]["double_credits"] == 0 and report[p]["lost_payments"] == 0
                  for p in ("burst", "shuffled"))
         return 0 if ok else 1
@@ -172,6 +167,58 @@ def main() -> int:
         db.close()
         drop()
         redis_server.kill()
+
+
+def render(report: dict) -> str:
+    rows = []
+    for phase in ("burst", "shuffled"):
+        p = report[phase]
+        for label in ("first_deliveries", "duplicates"):
+            q = p[label]
+            rows.append({"phase": phase, "kind": label.replace("_", " "), "n": q["client"]["n"],
+                         "s50": q["server_verify_dedupe"]["p50_ms"], "s99": q["server_verify_dedupe"]["p99_ms"],
+                         "t50": q["server_total"]["p50_ms"], "t99": q["server_total"]["p99_ms"],
+                         "c50": q["client"]["p50_ms"], "c99": q["client"]["p99_ms"]})
+    table = markdown_table(rows, (("phase", "phase"), ("deliveries", "kind"), ("n", "n"),
+                                  ("server verify+dedupe p50 ms", "s50"), ("p99 ms", "s99"),
+                                  ("server total p50 ms", "t50"), ("p99 ms", "t99"),
+                                  ("client p50 ms", "c50"), ("p99 ms", "c99")))
+    s = report["setup"]
+    lines = [f"{s['payments']} distinct payments × {s['repeats']} deliveries each, concurrency "
+             f"{s['concurrency']}, {s['gunicorn_workers']} gunicorn workers, {s['database']}.", "", table, ""]
+    for phase in ("burst", "shuffled"):
+        p = report[phase]
+        lines.append(f"- {phase}: {p['deliveries_per_s']} deliveries/s, outcomes {p['statuses']}; "
+                     f"double credits **{p['double_credits']}**, lost payments **{p['lost_payments']}**, "
+                     f"wallets off {p['wallets_off']}.")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, phase in zip(axes, ("burst", "shuffled")):
+        labels, p50, p99 = [], [], []
+        for label in ("first_deliveries", "duplicates"):
+            for part in ("server_verify_dedupe", "server_total", "client"):
+                q = report[phase][label][part]
+                labels.append(f"{label.split('_')[0]}\n{part.replace('server_', '').replace('_', '+')}")
+                p50.append(q["p50_ms"] or 0)
+                p99.append(q["p99_ms"] or 0)
+        x = range(len(labels))
+        ax.bar([i - 0.2 for i in x], p50, 0.4, label="p50")
+        ax.bar([i + 0.2 for i in x], p99, 0.4, label="p99")
+        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(f"{phase}: double credits {report[phase]['double_credits']}, "
+                     f"lost {report[phase]['lost_payments']}")
+    axes[0].set_ylabel("ms (log)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

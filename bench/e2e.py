@@ -185,8 +185,7 @@ def main() -> int:
             [venv_bin("python"), "bench/openloop.py", stack.web.url, API_KEY, str(args.rate), str(args.rate_seconds)],
             cwd=ROOT, capture_output=True, text=True, check=True, timeout=args.rate_seconds + 120).stdout),
             f"open loop {args.rate}/s")
-        with requests.Session() as s:
-            versions = {"redis": redis_version(stack.redis.client())}
+        versions = {"redis": redis_version(stack.redis.client())}
         if stack.db_url.startswith("mysql://"):
             import pymysql
             conn = pymysql.connect(host="127.0.0.1", user="root")

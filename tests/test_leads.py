@@ -162,7 +162,7 @@ def test_chaos_across_four_web_processes_sharing_one_redis(api, base_env, tmp_pa
 def test_hourly_and_daily_caps_both_bind_and_a_full_cap_skips_without_a_call(api, buyer_server):
     hourly = buyer_server.add("hourly")
     daily = buyer_server.add("daily")
-    spill = buyer_server.add("spill")
+    buyer_server.add("spill")
     key = api.put_publisher("surge")
     api.put_buyer("hourly", buyer_server.url("hourly"), priority=1, caps={"hourly": 2, "daily": 10})
     api.put_buyer("daily", buyer_server.url("daily"), priority=2, caps={"hourly": 10, "daily": 3})

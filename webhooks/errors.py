@@ -38,9 +38,19 @@ class ValidationError(BadRequest):
         self.field = field
 
 
+class InvalidPayload(BadRequest):
+    """A verified payment delivery without a usable event, reference, amount or payer."""
+
+    code = "invalid_payload"
+
+
 class Unauthorized(FloodgateError):
     status = 401
     code = "unauthorized"
+
+
+class InvalidSignature(Unauthorized):
+    code = "invalid_signature"
 
 
 class Forbidden(FloodgateError):
@@ -56,6 +66,13 @@ class NotFound(FloodgateError):
 class Conflict(FloodgateError):
     status = 409
     code = "conflict"
+
+
+class ReferenceConflict(FloodgateError):
+    """A known payment reference delivered with another amount, currency or payer."""
+
+    status = 422
+    code = "reference_conflict"
 
 
 class Unavailable(FloodgateError):

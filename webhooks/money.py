@@ -10,7 +10,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .errors import BadRequest
+from .errors import InvalidPayload
 
 # ISO 4217 minor-unit exponents that differ from the usual 2 (NGN, USD, GHS, KES, ZAR, EUR, GBP...).
 EXPONENTS: dict[str, int] = {
@@ -22,10 +22,6 @@ EXPONENTS: dict[str, int] = {
 DEFAULT_EXPONENT = 2
 MAX_MINOR = 10**15  # far above any single payment, far below BIGINT: wallet sums cannot overflow
 _CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
-
-
-class InvalidPayload(BadRequest):
-    code = "invalid_payload"
 
 
 def currency(value: Any) -> str:

@@ -19,7 +19,7 @@ import peewee as pw
 
 from . import audit, keys
 from .db import UNAVAILABLE_ERRORS, db, is_mysql
-from .errors import FloodgateError
+from .errors import ReferenceConflict
 from .models import Payment, Wallet, WebhookDelivery, utcnow
 from .providers import PaymentEvent
 from .signatures import HEADERS, SECRET_HEADERS
@@ -32,11 +32,6 @@ BODY_CAP = 64 * 1024  # bytes of each delivery body kept for audit and replay
 DEADLOCK_ATTEMPTS = 4
 MYSQL_DEADLOCK = 1213
 _KEPT_HEADERS = ("content-type", "user-agent")
-
-
-class ReferenceConflict(FloodgateError):
-    status = 422
-    code = "reference_conflict"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 from typing import Callable, Mapping
 
-from .errors import Unauthorized
+from .errors import InvalidSignature
 
 TOLERANCE_S = 300  # Stripe and Standard Webhooks: signed timestamps older (or newer) than this fail
 
@@ -26,10 +26,6 @@ HEADERS: dict[str, tuple[str, ...]] = {
 }
 # Headers whose value is the shared secret itself: never stored.
 SECRET_HEADERS = frozenset({"verif-hash"})
-
-
-class InvalidSignature(Unauthorized):
-    code = "invalid_signature"
 
 
 Verifier = Callable[[bytes, Mapping[str, str], str, float], None]
