@@ -117,24 +117,28 @@ def test_a_drain_job_run_twice_settles_once(publisher, isolated):
     assert ledger_state() == (2, 4, Decimal("4.00"), 2)
 
 
-def test_database_outage_is_retried_and_settles_after_it_returns(publisher, isolated, database_url):
+@pytest.fixture
+def db_proxy(database_url):
+    """A TCP proxy in front of the database that a test can cut, for one worker's outage."""
     parts = urlparse(database_url)
     if parts.scheme != "mysql":
         pytest.skip("the outage is simulated on the MySQL connection")
     proxy = TcpProxy(parts.hostname, parts.port or 3306)
-    try:
-        q = isolated(4, proxy.url_for(database_url))
-        proxy.stop()  # the worker's database is gone
-        q.push(sold_item("L1"))
-        q.start_worker()
-        failed_once = lambda: any("OperationalError" in w.output() for w in q.workers)  # noqa: E731
-        wait_until(failed_once, timeout=20, what="a failed attempt")
-        assert ledger_state()[0] == 0
-        proxy.start()
-        wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="settlement after the outage")
-        assert ledger_state() == (1, 2, Decimal("2.00"), 1)
-    finally:
-        proxy.stop()
+    yield proxy
+    proxy.stop()
+
+
+def test_database_outage_is_retried_and_settles_after_it_returns(publisher, isolated, database_url, db_proxy):
+    q = isolated(4, db_proxy.url_for(database_url))
+    db_proxy.stop()  # the worker's database is gone
+    q.push(sold_item("L1"))
+    q.start_worker()
+    failed_once = lambda: any("OperationalError" in w.output() for w in q.workers)  # noqa: E731
+    wait_until(failed_once, timeout=20, what="a failed attempt")
+    assert ledger_state()[0] == 0
+    db_proxy.start()
+    wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="settlement after the outage")
+    assert ledger_state() == (1, 2, Decimal("2.00"), 1)
 
 
 def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publisher, isolated):
@@ -174,25 +178,18 @@ def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publ
     assert not list(q.client.scan_iter(match=keys.settle_processing("*")))
 
 
-def test_failed_settlement_job_is_requeued_by_the_cli(publisher, isolated, database_url, tmp_path):
-    parts = urlparse(database_url)
-    if parts.scheme != "mysql":
-        pytest.skip("the outage is simulated on the MySQL connection")
-    proxy = TcpProxy(parts.hostname, parts.port or 3306)
-    try:
-        q = isolated(6, proxy.url_for(database_url))
-        proxy.stop()
-        q.client.lpush(keys.SETTLE_PENDING, json.dumps(sold_item("L1")))
-        q.queue.enqueue("workers.settle.drain")  # no retries: straight to the failed registry
-        q.start_worker()
-        failed = FailedJobRegistry(queue=q.queue)
-        wait_until(lambda: failed.count == 1, timeout=20, what="the job to fail")
-        proxy.start()
-        env = {**q.env, "DATABASE_URL": database_url}
-        out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "settlements", "requeue"], env=env,
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        assert "requeued 1 job(s)" in out.stdout
-        wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="the requeued job")
-    finally:
-        proxy.stop()
+def test_failed_settlement_job_is_requeued_by_the_cli(publisher, isolated, database_url, db_proxy):
+    q = isolated(6, db_proxy.url_for(database_url))
+    db_proxy.stop()
+    q.client.lpush(keys.SETTLE_PENDING, json.dumps(sold_item("L1")))
+    q.queue.enqueue("workers.settle.drain")  # no retries: straight to the failed registry
+    q.start_worker()
+    failed = FailedJobRegistry(queue=q.queue)
+    wait_until(lambda: failed.count == 1, timeout=20, what="the job to fail")
+    db_proxy.start()
+    env = {**q.env, "DATABASE_URL": database_url}
+    out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "settlements", "requeue"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "requeued 1 job(s)" in out.stdout
+    wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="the requeued job")

@@ -102,14 +102,7 @@ def _list(field: str, value: Any, ok) -> list[str]:
 
 def parse(body: Any) -> dict:
     """Validate an admin PUT body; return the column values of the Buyer row."""
-    if not isinstance(body, dict):
-        raise ValidationError(CODE, "body", "must be a JSON object")
-    for key in body:
-        if key not in _FIELDS and key not in _READ_ONLY:
-            raise ValidationError(CODE, key, "unknown field")
-    for required in ("name", "endpoint_url", "price"):
-        if required not in body:
-            raise ValidationError(CODE, required, "is required")
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
     caps = _caps(body.get("caps"))
     states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.match(s))
     blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)

@@ -21,14 +21,8 @@ def key_hash(api_key: str) -> str:
 
 
 def parse(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise ValidationError(CODE, "body", "must be a JSON object")
-    for key in body:
-        if key not in _FIELDS and key not in _READ_ONLY:
-            raise ValidationError(CODE, key, "unknown field")
-    for required in ("name", "api_key"):
-        if required not in body:
-            raise ValidationError(CODE, required, "is required")
+    """Validate an admin PUT body; return the column values of the Publisher row."""
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "api_key"))
     api_key = v.text(CODE, "api_key", body["api_key"], min_len=16, max_len=200)
     pct = v.money(CODE, "commission_pct", body.get("commission_pct", "0"), max_value=Decimal(100))
     return {

@@ -15,6 +15,21 @@ def is_id(value: Any) -> bool:
     return isinstance(value, str) and bool(ID_RE.match(value))
 
 
+def fields(code: str, body: Any, known: set[str], read_only: set[str], required: tuple[str, ...]) -> dict:
+    """Check the shape of an admin PUT body: an object, no unknown field (a typo must not
+    silently mean a default), every required field present. Read-only fields (what a GET
+    adds) are allowed so that a fetched resource can be put back."""
+    if not isinstance(body, dict):
+        raise ValidationError(code, "body", "must be a JSON object")
+    for key in body:
+        if key not in known and key not in read_only:
+            raise ValidationError(code, key, "unknown field")
+    for name in required:
+        if name not in body:
+            raise ValidationError(code, name, "is required")
+    return body
+
+
 def money(code: str, field: str, value: Any, *, max_value: Decimal = Decimal("9999999999")) -> Decimal:
     """A non-negative decimal with at most two places, from a string (or a JSON number)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
