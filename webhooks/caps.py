@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from . import keys
+from . import keys, metrics
 from .buyers import BuyerRule
 from .windows import Window, window
 
@@ -66,6 +66,7 @@ def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_
     if status == "ok":
         return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2])))
     if status == "full":
+        metrics.cap_refused(buyer.id, caps[int(result[1]) - 1][0])
         return Reservation("full", cap=caps[int(result[1]) - 1][0])
     return Reservation(status)
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-from . import audit, caps, keys
+from . import audit, caps, keys, metrics
 from .buyers import BuyerRule
 from .catalog import load_snapshot
 from .db import db
@@ -55,6 +55,7 @@ def reconcile_buyer(r, settle_r, buyer: BuyerRule, now: datetime | None = None) 
     findings = []
     for i, (cap, _, w) in enumerate(windows):
         expected = total(sold, cap, w) + in_flight[i]
+        metrics.drift(buyer.id, cap, expected - values[i])
         corrected = None
         if values[i] != expected:
             corrected = r.scripts.adjust_counter(keys=[counters[i]],
@@ -76,5 +77,6 @@ def reconcile_all(r, settle_r) -> list[dict]:
         with db.atomic():
             for d in drifts:
                 audit.record("reconcile", "cap.drift", "buyer", d["buyer_id"], d)
+    metrics.reconciled()
     log.info("reconciliation done: %d drift(s) corrected", len(drifts))
     return drifts

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from . import caps, rebuild
+from . import caps, metrics, rebuild
 from .buyers import BuyerRule
 from .delivery import ACCEPTED, CIRCUIT_OPEN, Deliverer
 from .publishers import PublisherRule
@@ -63,12 +63,14 @@ class Router:
                 continue
             if reservation.status == "circuit_open":
                 out.attempts.append({"buyer_id": buyer.id, "outcome": CIRCUIT_OPEN, "ms": 0})
+                metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
             body = ('{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}' % (
                 json.dumps(lead_id), json.dumps(publisher.id), buyer.price, lead_json)).encode()
             outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
                                                  f"{publisher.id}:{lead_id}:{buyer.id}")
             out.attempts.append({"buyer_id": buyer.id, "outcome": outcome, "ms": ms})
+            metrics.attempt(buyer.id, outcome, ms)
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
                 out.status, out.buyer_id, out.price = "sold", buyer.id, buyer.price

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from .. import caps, claims, keys, settlement
+from .. import caps, claims, keys, metrics, settlement
 from ..delivery import ACCEPTED
 from ..errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from ..http import json_body
@@ -17,6 +17,8 @@ from ..store import REDIS_DOWN
 from ..validate import is_id
 
 bp = Blueprint("leads", __name__)
+bp.before_request(metrics.start_timer)
+bp.after_request(metrics.lead_answered)
 
 CODE = "invalid_lead"
 CLAIM_MARGIN_MS = 10_000

@@ -1,8 +1,9 @@
-"""Operations endpoints: liveness and readiness."""
+"""Operations endpoints: liveness, readiness and metrics."""
 from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify
 
+from .. import metrics
 from ..db import UNAVAILABLE_ERRORS, db
 from ..store import REDIS_DOWN
 
@@ -31,3 +32,19 @@ def readyz():
                 "down": down}
         return jsonify(body), 503
     return jsonify(status="ready")
+
+
+@bp.get("/metrics")
+def prometheus_metrics():
+    ext = current_app.extensions
+    buyer_ids = [b.id for b in _buyers()]
+    return metrics.scrape(metrics.LiveCollector(ext["redis"], ext["settle_redis"], ext["queue"], buyer_ids))
+
+
+def _buyers():
+    """Active buyers from the per-process config cache; none when it cannot be refreshed (the
+    scrape still answers, with floodgate_redis_up telling whether Redis could be read)."""
+    try:
+        return current_app.extensions["catalog"].snapshot().buyers
+    except (*REDIS_DOWN, *UNAVAILABLE_ERRORS):
+        return ()

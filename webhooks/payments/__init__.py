@@ -10,7 +10,7 @@ import time
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from .. import claims, keys, payments_ledger, providers, signatures
+from .. import claims, keys, metrics, payments_ledger, providers, signatures
 from ..errors import FloodgateError, NotFound
 from ..money import InvalidPayload
 from ..store import REDIS_DOWN
@@ -18,6 +18,7 @@ from ..store import REDIS_DOWN
 log = logging.getLogger(__name__)
 
 bp = Blueprint("payments", __name__)
+bp.after_request(metrics.payment_answered)
 
 
 class _Stopwatch:
