@@ -1,11 +1,10 @@
 """Floodgate: webhook intake for lead routing under caps and exactly-once payment webhooks."""
 from __future__ import annotations
 
-import logging
-
 from flask import Flask
 
 from . import config as config_mod
+from . import logs
 
 
 def create_app(config: config_mod.Config | None = None) -> Flask:
@@ -20,7 +19,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     from .store import make_queue_redis, make_redis
 
     cfg = config or config_mod.load()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.config["FLOODGATE"] = cfg

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from redis import Redis
 from rq_scheduler import Scheduler
 
+from webhooks import logs
 from workers.queues import JOB_TIMEOUT, SETTLE
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()
     url = os.environ.get("RQ_REDIS_URL") or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     scheduler = Scheduler(queue_name=SETTLE, connection=Redis.from_url(url), interval=5)
     register(scheduler)

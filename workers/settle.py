@@ -32,6 +32,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     job = get_current_job()
     job_id = job.id if job else "inline-" + uuid.uuid4().hex
     processing = keys.settle_processing(job_id)
+    log.info("draining settlements", extra={"job_id": job_id})
     written, started = 0, time.monotonic()
     try:
         while True:

@@ -1,0 +1,67 @@
+"""Structured logs: one JSON object per line, carrying the request id of the HTTP request
+(flask.g.request_id, also returned as X-Request-Id) or, inside an RQ job, the request id the
+job was enqueued with (job.meta["request_id"]), so a lead can be followed from intake to ledger.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import datetime, timezone
+
+_RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
+
+
+def current_request_id() -> str | None:
+    """The request id of the HTTP request or RQ job this code runs for, if any."""
+    from flask import g, has_request_context
+
+    if has_request_context():
+        return g.get("request_id")
+    from rq import get_current_job
+
+    job = get_current_job()
+    return job.meta.get("request_id") if job is not None else None
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` to every record (None outside requests and jobs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = current_request_id()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """ts, level, logger, message, request_id, any `extra=` fields, and the exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None),
+            "pid": record.process,
+        }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED})
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class _JsonHandler(logging.StreamHandler):
+    """Our stderr handler, told apart from others (pytest's, a host app's) by its class."""
+
+
+def configure(level: str | None = None) -> None:
+    """Send the root logger's records to stderr as JSON lines. Idempotent: calling it again
+    (once per app in tests) replaces our handler instead of duplicating lines."""
+    handler = _JsonHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(RequestIdFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if not isinstance(h, _JsonHandler)] + [handler]
+    root.setLevel((level or os.environ.get("LOG_LEVEL", "info")).upper())
