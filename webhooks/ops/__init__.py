@@ -1,4 +1,5 @@
-"""Operations endpoints: liveness, readiness and metrics."""
+"""Operations endpoints: liveness, readiness, metrics, the /ops page and the RQ dashboard at
+/ops/rq (both behind the admin token, see auth.py)."""
 from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify
@@ -7,7 +8,7 @@ from .. import metrics
 from ..db import UNAVAILABLE_ERRORS, db
 from ..store import REDIS_DOWN
 
-bp = Blueprint("ops", __name__)
+bp = Blueprint("ops", __name__, template_folder="templates")
 
 
 @bp.get("/healthz")
@@ -48,3 +49,6 @@ def _buyers():
         return current_app.extensions["catalog"].snapshot().buyers
     except (*REDIS_DOWN, *UNAVAILABLE_ERRORS):
         return ()
+
+
+from . import page, rq  # noqa: E402,F401  (routes, and the dashboard mounted at registration)
