@@ -1,8 +1,13 @@
-"""Operations endpoints: liveness, readiness, metrics, the /ops page and the RQ dashboard at
-/ops/rq (both behind the admin token, see auth.py)."""
+"""Operations endpoints: liveness, readiness, metrics, the OpenAPI description, the /ops page
+and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py)."""
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify
+import functools
+import json
+from importlib import resources
+
+import yaml
+from flask import Blueprint, Response, current_app, jsonify
 
 from .. import metrics
 from ..db import UNAVAILABLE_ERRORS, db
@@ -33,6 +38,18 @@ def readyz():
                 "down": down}
         return jsonify(body), 503
     return jsonify(status="ready")
+
+
+@functools.lru_cache(maxsize=1)
+def openapi_spec() -> str:
+    """webhooks/openapi.yaml as JSON text, read once per process."""
+    text = resources.files("webhooks").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    return json.dumps(yaml.safe_load(text), separators=(",", ":"))
+
+
+@bp.get("/openapi.json")
+def openapi():
+    return Response(openapi_spec(), mimetype="application/json")
 
 
 @bp.get("/metrics")
