@@ -1,16 +1,55 @@
-"""Operator commands: `flask --app wsgi <group> <command>`; each has --help."""
+"""Operator commands: `flask --app wsgi <group> <command>`; each has --help.
+
+Every command exits 0 on success and non-zero with one "Error: ..." line on bad input (2 for
+a malformed command line, 1 for anything else), including a database or Redis that does not
+answer. Imports validate with the admin API's own parse functions and are all or nothing.
+"""
 from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
 
 import click
 from flask import Flask, current_app
 from flask.cli import AppGroup
 
-db_cli = AppGroup("db", help="Ledger schema.")
-caps_cli = AppGroup("caps", help="Cap counters in Redis.")
-settle_cli = AppGroup("settlements", help="The queue of lead settlements.")
+from .db import UNAVAILABLE_ERRORS
+from .errors import ValidationError
+from .store import REDIS_DOWN
+from .validate import is_id
+
+
+class _Group(AppGroup):
+    """A command group whose commands turn an unreachable backend into a clear error."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UNAVAILABLE_ERRORS as exc:
+            raise click.ClickException(f"the database is unavailable: {exc}") from None
+        except REDIS_DOWN as exc:
+            raise click.ClickException(f"Redis is unavailable: {exc}") from None
+
+
+db_cli = _Group("db", help="Ledger schema.")
+caps_cli = _Group("caps", help="Cap counters in Redis.")
+settle_cli = _Group("settlements", help="The queue of lead settlements.")
+buyers_cli = _Group("buyers", help="Buyers: export, import, caps and usage, recent leads.")
+publishers_cli = _Group("publishers", help="Publishers: export and import.")
+
+
+def _id_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """click callback: an id argument must look like one (usage error, exit 2, otherwise)."""
+    if not is_id(value):
+        raise click.BadParameter("must match [A-Za-z0-9._-]{1,64}")
+    return value
+
+
+def _progress(items: list, label: str) -> Any:
+    """A progress bar on stderr (stdout may be carrying JSON)."""
+    return click.progressbar(items, label=label, file=sys.stderr, show_pos=True)
 
 
 @db_cli.command("upgrade", help="Apply the numbered sql/ migrations not applied yet (idempotent).")
@@ -41,8 +80,9 @@ def requeue_command() -> None:
     q = current_app.extensions["queue"]
     registry = FailedJobRegistry(queue=q)
     ids = registry.get_job_ids()
-    for job_id in ids:
-        registry.requeue(job_id)
+    with _progress(ids, "requeueing") as bar:
+        for job_id in bar:
+            registry.requeue(job_id)
     click.echo(f"requeued {len(ids)} job(s) on {q.name}")
 
 
@@ -63,6 +103,188 @@ def status_command() -> None:
     click.echo()
 
 
+# --- import / export -------------------------------------------------------------------------
+
+def _write(entries: list[dict], output: Any) -> None:
+    json.dump(entries, output, indent=2)
+    output.write("\n")
+
+
+def _read_entries(file: Any, what: str) -> list[dict]:
+    """The JSON list an export wrote: objects with a valid, unique `id` each."""
+    try:
+        entries = json.load(file)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"{file.name} is not valid JSON: {exc}") from None
+    if not isinstance(entries, list):
+        raise click.ClickException(f"{file.name} must hold a JSON list of {what} (as `{what} export` writes)")
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not is_id(entry.get("id")):
+            raise click.ClickException(f"{what}[{i}]: must be an object with an \"id\" matching "
+                                       "[A-Za-z0-9._-]{1,64}")
+        if entry["id"] in seen:
+            raise click.ClickException(f"{what}[{i}]: id {entry['id']!r} appears twice")
+        seen.add(entry["id"])
+    return entries
+
+
+def _import(entries: list[dict], what: str, parse: Callable[[Any], dict],
+            save: Callable[[str, dict], Any], hint: Callable[[ValidationError], str] = lambda e: "") -> list:
+    """Validate every entry, then save them all in one transaction (all or nothing); return
+    what `save` returned for each."""
+    from .db import db
+
+    def checked(i: int, entry: dict, action: Callable) -> Any:
+        try:
+            return action()
+        except ValidationError as exc:
+            raise click.ClickException(f"{what}[{i}] ({entry['id']}): {exc.message}{hint(exc)}") from None
+
+    parsed = [checked(i, e, lambda e=e: parse(e)) for i, e in enumerate(entries)]
+    results = []
+    with db.atomic(), _progress(list(enumerate(zip(entries, parsed))), f"importing {what}") as bar:
+        for i, (entry, fields) in bar:
+            results.append(checked(i, entry, lambda: save(entry["id"], fields)))
+    return results
+
+
+@buyers_cli.command("export", help="Write every buyer (deleted ones excepted) as a JSON list, in "
+                                   "the admin API's form; `buyers import` reads it back.")
+@click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
+def export_buyers(output: Any) -> None:
+    from .buyers import to_json
+    from .models import Buyer
+
+    rows = list(Buyer.select().where(Buyer.deleted_at.is_null()).order_by(Buyer.id))
+    with _progress(rows, "exporting buyers") as bar:
+        entries = [to_json(row) for row in bar]
+    _write(entries, output)
+    click.echo(f"exported {len(entries)} buyer(s)", err=True)
+
+
+@buyers_cli.command("import", help="Create or replace the buyers of FILE (a JSON list as `buyers "
+                                   "export` writes; each needs an \"id\"). Every buyer is validated "
+                                   "as the admin API does first; nothing is saved if one is invalid.")
+@click.argument("file", type=click.File("r"))
+def import_buyers(file: Any) -> None:
+    from . import buyers, caps
+    from .catalog import bump_version
+
+    saved = _import(_read_entries(file, "buyers"), "buyers", buyers.parse, buyers.save)
+    r = current_app.extensions["redis"]
+    for row, created in saved:
+        if created:
+            caps.mark_ready(r, row.id)
+    bump_version(r)
+    click.echo(f"imported {len(saved)} buyer(s) ({sum(c for _, c in saved)} new)")
+
+
+def _publisher_key_hint(exc: ValidationError) -> str:
+    if exc.field == "api_key":
+        return (" (exports carry no API keys: only their hash is stored; add each publisher's "
+                "\"api_key\" before importing)")
+    return ""
+
+
+@publishers_cli.command("export", help="Write every publisher as a JSON list. API keys are not "
+                                       "exported: only a hash of each is stored.")
+@click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
+def export_publishers(output: Any) -> None:
+    from .models import Publisher
+    from .publishers import to_json
+
+    rows = list(Publisher.select().order_by(Publisher.id))
+    with _progress(rows, "exporting publishers") as bar:
+        entries = [to_json(row) for row in bar]
+    _write(entries, output)
+    click.echo(f"exported {len(entries)} publisher(s); API keys are not included (only a hash is "
+               "stored): add \"api_key\" to each before importing", err=True)
+
+
+@publishers_cli.command("import", help="Create or replace the publishers of FILE (a JSON list; each "
+                                       "needs an \"id\" and its \"api_key\"). Validated as the admin "
+                                       "API does; nothing is saved if one is invalid.")
+@click.argument("file", type=click.File("r"))
+def import_publishers(file: Any) -> None:
+    from . import publishers
+    from .catalog import bump_version
+
+    saved = _import(_read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save,
+                    _publisher_key_hint)
+    bump_version(current_app.extensions["redis"])
+    click.echo(f"imported {len(saved)} publisher(s)")
+
+
+# --- reading one buyer ------------------------------------------------------------------------
+
+def _buyer_row(buyer_id: str) -> Any:
+    from .models import Buyer
+
+    row = Buyer.get_or_none(Buyer.id == buyer_id)
+    if row is None:
+        raise click.ClickException(f"no buyer {buyer_id!r}")
+    return row
+
+
+def _table(rows: Iterable[Iterable[Any]]) -> None:
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+@buyers_cli.command("show", help="A buyer's caps, their use in the current windows (the buyer's "
+                                 "local time) and its circuit breaker.")
+@click.argument("buyer_id", callback=_id_argument)
+def show_buyer(buyer_id: str) -> None:
+    from . import caps, metrics
+    from .buyers import BuyerRule
+
+    row = _buyer_row(buyer_id)
+    r = current_app.extensions["redis"]
+    state = "deleted" if row.deleted_at else "active" if row.active else "inactive"
+    click.echo(f"{row.id}: {row.name} ({state}), price {row.price:.2f}, priority {row.priority}, "
+               f"time zone {row.timezone}")
+    breaker = metrics.breakers(r, [row.id])[row.id]
+    click.echo(f"breaker: {breaker.state.replace('_', '-')} ({breaker.failures} consecutive failure(s))")
+    usage = caps.usage(r, BuyerRule.from_row(row), datetime.now(timezone.utc))
+    if not usage:
+        click.echo("caps: none (unlimited)")
+        return
+    _table([("cap", "window start", "used", "limit")] +
+           [(cap, u["window_start"], u["used"], u["limit"]) for cap, u in usage.items()])
+
+
+@buyers_cli.command("leads", help="The leads most recently offered to a buyer, newest first: this "
+                                  "buyer's outcome, and the lead's final status and buyer.")
+@click.argument("buyer_id", callback=_id_argument)
+@click.option("-n", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="How many leads.")
+def buyer_leads(buyer_id: str, limit: int) -> None:
+    from peewee import Tuple
+
+    from .models import Lead, LeadAttempt
+
+    _buyer_row(buyer_id)
+    attempts = list(LeadAttempt.select().where(LeadAttempt.buyer_id == buyer_id)
+                    .order_by(LeadAttempt.id.desc()).limit(limit))
+    if not attempts:
+        click.echo(f"no leads offered to {buyer_id!r} in the ledger")
+        return
+    pairs = [(a.publisher_id, a.lead_id) for a in attempts]
+    leads = {(lead.publisher_id, lead.lead_id): lead for lead in
+             Lead.select().where(Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))}
+    rows = [("received (UTC)", "publisher", "lead", "outcome", "ms", "lead status", "sold to", "price")]
+    # The last settled, newest received first (one settlement batch holds leads in any order).
+    attempts.sort(key=lambda a: leads[(a.publisher_id, a.lead_id)].received_at, reverse=True)
+    for a in attempts:
+        lead = leads[(a.publisher_id, a.lead_id)]
+        rows.append((lead.received_at.isoformat(timespec="seconds"), a.publisher_id, a.lead_id, a.outcome,
+                     a.ms, lead.status, lead.buyer_id or "-", "-" if lead.price is None else f"{lead.price:.2f}"))
+    _table(rows)
+
+
 def init_app(app: Flask) -> None:
-    for group in (db_cli, caps_cli, settle_cli):
+    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli):
         app.cli.add_command(group)
