@@ -15,7 +15,7 @@ from schemathesis.checks import (content_type_conformance, ignored_auth, not_a_s
                                  response_headers_conformance, response_schema_conformance,
                                  status_code_conformance)
 
-from tests.conftest import ADMIN_TOKEN, Api
+from tests.conftest import ADMIN_TOKEN
 from tests.servers import ROOT, venv_bin
 
 PUBLISHER_KEY = "pk_test_openapi_0123456789"

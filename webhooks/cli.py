@@ -135,17 +135,17 @@ def _import(entries: list[dict], what: str, parse: Callable[[Any], dict],
     what `save` returned for each."""
     from .db import db
 
-    def checked(i: int, entry: dict, action: Callable) -> Any:
+    def checked(i: int, action: Callable, *args: Any) -> Any:
         try:
-            return action()
+            return action(*args)
         except ValidationError as exc:
-            raise click.ClickException(f"{what}[{i}] ({entry['id']}): {exc.message}{hint(exc)}") from None
+            raise click.ClickException(f"{what}[{i}] ({entries[i]['id']}): {exc.message}{hint(exc)}") from None
 
-    parsed = [checked(i, e, lambda e=e: parse(e)) for i, e in enumerate(entries)]
+    parsed = [checked(i, parse, entry) for i, entry in enumerate(entries)]
     results = []
-    with db.atomic(), _progress(list(enumerate(zip(entries, parsed))), f"importing {what}") as bar:
-        for i, (entry, fields) in bar:
-            results.append(checked(i, entry, lambda: save(entry["id"], fields)))
+    with db.atomic(), _progress(list(enumerate(parsed)), f"importing {what}") as bar:
+        for i, fields in bar:
+            results.append(checked(i, save, entries[i]["id"], fields))
     return results
 
 

@@ -5,7 +5,9 @@ The directory must be chosen before prometheus_client is imported in a process, 
 sets PROMETHEUS_MULTIPROC_DIR (default `var/prometheus` of the checkout, shared by `web`,
 `worker` and the CLI) before importing it. Call sites use the one-line functions below; the
 lead path pays a few in-memory increments, never a Redis round trip. Gauges that mirror Redis
-(breakers, queue depths) are read at scrape time by `LiveCollector`.
+(breakers, queue depths) are read at scrape time by `LiveCollector`. `start_timer`,
+`lead_answered` and `payment_answered` are Flask request hooks of the leads and payments
+blueprints; everything else runs anywhere (web, RQ jobs, CLI).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from rq.registry import FailedJobRegistry  # noqa: E402
 
 from . import keys  # noqa: E402
+from .signatures import VERIFIERS  # noqa: E402
 from .store import REDIS_DOWN  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -59,9 +63,6 @@ DRIFT = Gauge("floodgate_cap_drift", "Sold + in flight minus the Redis counter, 
 RECONCILED_AT = Gauge("floodgate_reconcile_last_run_timestamp_seconds",
                       "When the last reconciliation finished", multiprocess_mode="mostrecent")
 
-_PROVIDERS = frozenset(("paystack", "flutterwave", "monnify", "interswitch", "stripe", "standard"))
-
-
 def attempt(buyer_id: str, outcome: str, ms: int | None = None) -> None:
     """One offer to a buyer; `ms` is the delivery time (None when no call was made)."""
     ATTEMPTS.labels(buyer_id, outcome).inc()
@@ -70,14 +71,17 @@ def attempt(buyer_id: str, outcome: str, ms: int | None = None) -> None:
 
 
 def cap_refused(buyer_id: str, cap: str) -> None:
+    """A reservation refused because `cap` of the buyer is full."""
     CAP_REFUSALS.labels(buyer_id, cap).inc()
 
 
 def drift(buyer_id: str, cap: str, amount: int) -> None:
+    """What reconciliation found: sold + in flight minus the counter (0 when they agree)."""
     DRIFT.labels(buyer_id, cap).set(amount)
 
 
 def reconciled() -> None:
+    """A reconciliation of every buyer finished now."""
     RECONCILED_AT.set(time.time())
 
 
@@ -106,7 +110,7 @@ def payment_answered(resp: Response) -> Response:
     provider = (request.view_args or {}).get("provider")
     body = resp.get_json(silent=True) or {}
     status = body.get("status") or (body.get("error") or {}).get("code") or str(resp.status_code)
-    PAYMENTS.labels(provider if provider in _PROVIDERS else "unknown", status).inc()
+    PAYMENTS.labels(provider if provider in VERIFIERS else "unknown", status).inc()
     return resp
 
 
@@ -117,7 +121,7 @@ class LiveCollector:
     def __init__(self, redis, settle_redis, queue, buyer_ids: list[str]):
         self.redis, self.settle_redis, self.queue, self.buyer_ids = redis, settle_redis, queue, buyer_ids
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily("floodgate_redis_up", "1 when this scrape could read Redis")
         state = GaugeMetricFamily("floodgate_breaker_state", "Circuit breaker of a buyer: 0 closed, "
                                   "1 open, 2 half-open (the next lead is a probe)", labels=["buyer_id"])
@@ -189,11 +193,11 @@ def remove_stale_files() -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # it exists, as another user's
     return True
 
 
