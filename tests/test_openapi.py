@@ -85,7 +85,7 @@ def configured(api, buyer_server):
 
 
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_live_app_honours_its_description(case, web, configured, buyer_server):
     path = case.operation.path
     if path.startswith(("/v1/admin", "/ops")):
