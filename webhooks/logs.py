@@ -10,17 +10,16 @@ import os
 import sys
 from datetime import datetime, timezone
 
+from flask import g, has_request_context
+from rq import get_current_job
+
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
 
 
 def current_request_id() -> str | None:
     """The request id of the HTTP request or RQ job this code runs for, if any."""
-    from flask import g, has_request_context
-
     if has_request_context():
         return g.get("request_id")
-    from rq import get_current_job
-
     job = get_current_job()
     return job.meta.get("request_id") if job is not None else None
 
