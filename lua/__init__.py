@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from importlib import resources
 
+from redis.cluster import ClusterPipeline
+
 
 def source(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.lua").read_text()
@@ -25,5 +27,10 @@ class Scripts:
 
     def queue(self, pipe, name: str, keys: list, args: list) -> None:
         """Add a script call to a pipeline. EVAL, not EVALSHA: redis-py would otherwise check
-        SCRIPT EXISTS in an extra round trip on every pipeline (Redis caches the script)."""
-        pipe.eval(self._sources[name], len(keys), *keys, *args)
+        SCRIPT EXISTS in an extra round trip on every pipeline (Redis caches the script).
+        A raw command, as redis-py's cluster pipeline has no `eval` method. There it is sent
+        to the node of its first key: left to find the node itself, that pipeline asks a node
+        which keys the EVAL has (COMMAND GETKEYS, with the whole script) in a round trip of
+        its own. A stale node answers MOVED, which the pipeline follows."""
+        options = {"target_nodes": pipe.get_node_from_key(keys[0])} if isinstance(pipe, ClusterPipeline) else {}
+        pipe.execute_command("EVAL", self._sources[name], len(keys), *keys, *args, **options)

@@ -27,7 +27,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
 
     init_db(cfg.database_url, cfg.db_pool_size)
     app.teardown_appcontext(close_db)
-    redis = make_redis(cfg.redis_url, cfg.redis_max_connections)
+    redis = make_redis(cfg.redis_url, cfg.redis_max_connections, cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms)
     app.extensions["redis"] = redis
     same = cfg.queue_redis_url == cfg.redis_url
     settle_redis = redis if same else make_redis(cfg.queue_redis_url, cfg.redis_max_connections)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import ConfigError
+from .store import is_cluster_url
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"
@@ -37,6 +38,8 @@ class Config:
     payment_claim_ttl_ms: int = 30_000
     config_check_interval_ms: int = 500
     journal_keep_s: int = 600
+    cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
+    cap_wait_timeout_ms: int = 100
     max_body_bytes: int = 256 * 1024
     secrets: Mapping[str, str] = field(default_factory=dict)
 
@@ -56,7 +59,10 @@ _INTS = {
     "PAYMENT_CLAIM_TTL_MS": "payment_claim_ttl_ms",
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
     "JOURNAL_KEEP_S": "journal_keep_s",
+    "CAP_WAIT_REPLICAS": "cap_wait_replicas",
+    "CAP_WAIT_TIMEOUT_MS": "cap_wait_timeout_ms",
 }
+_ZERO_OK = {"CAP_WAIT_REPLICAS"}  # 0: do not wait for replicas
 _STRS = {
     "REDIS_URL": "redis_url",
     "RQ_REDIS_URL": "rq_redis_url",
@@ -80,8 +86,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
             values[name] = int(raw)
         except ValueError:
             raise ConfigError(f"{var} must be an integer, got {raw!r}") from None
-        if values[name] <= 0:
-            raise ConfigError(f"{var} must be positive, got {raw!r}")
+        if values[name] < (0 if var in _ZERO_OK else 1):
+            raise ConfigError(f"{var} must be {'0 or more' if var in _ZERO_OK else 'positive'}, got {raw!r}")
+    if _switch(env, "REDIS_CLUSTER"):
+        values["redis_url"] = _as_cluster_url(values.get("redis_url", Config.redis_url))
     values["secrets"] = {p: env[v] for p, v in PROVIDER_SECRETS.items() if env.get(v)}
     known = {f.name for f in fields(Config)}
     unknown = set(overrides) - known
@@ -91,4 +99,28 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     url = values.get("database_url", DEFAULT_SQLITE)
     if not url.startswith(("mysql://", "sqlite:///")):
         raise ConfigError("DATABASE_URL must start with mysql:// or sqlite:///")
+    _check_redis(values.get("redis_url", Config.redis_url), values.get("rq_redis_url", ""))
     return Config(**values)
+
+
+def _switch(env: Mapping[str, str], var: str) -> bool:
+    """An on/off variable: 1/true/yes or 0/false/no (or unset); anything else is refused."""
+    raw = env.get(var, "").strip().lower()
+    if raw not in ("", "0", "1", "false", "true", "no", "yes"):
+        raise ConfigError(f"{var} must be 1 or 0, got {raw!r}")
+    return raw in ("1", "true", "yes")
+
+
+def _as_cluster_url(url: str) -> str:
+    """REDIS_CLUSTER=1 with redis://host:port means redis+cluster://host:port."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}+cluster{sep}{rest}" if scheme in ("redis", "rediss") else url
+
+
+def _check_redis(redis_url: str, rq_redis_url: str) -> None:
+    """RQ cannot run on Redis Cluster: a cluster needs its own single Redis for the queue."""
+    if is_cluster_url(rq_redis_url):
+        raise ConfigError("RQ_REDIS_URL must name a single Redis: RQ does not support Redis Cluster")
+    if is_cluster_url(redis_url) and not rq_redis_url:
+        raise ConfigError("REDIS_URL names a Redis Cluster, which RQ cannot use: set RQ_REDIS_URL to a "
+                          "single Redis (or a Sentinel-managed primary) for the settlement queue")
