@@ -19,6 +19,7 @@ from .db import db
 from .sales import sales_since, total
 
 log = logging.getLogger(__name__)
+SNAPSHOT_TRIES = 5
 
 @dataclass(frozen=True)
 class Finding:
@@ -36,10 +37,12 @@ def reconcile_buyer(r, settle_r, buyer: BuyerRule, now: datetime | None = None) 
     if not windows:
         return []
     counters = [caps.counter_key(buyer.id, w) for _, _, w in windows]
-    snap = r.scripts.snapshot_caps(keys=[keys.ready(buyer.id), keys.leases(buyer.id), *counters],
-                                   args=[keys.lease(buyer.id, "")])
+    snap = _snapshot(r, buyer.id, counters)
     if snap[0] == "not_ready":
         return []  # Redis lost data: the rebuild, not reconciliation, restores this buyer
+    if snap[0] == "changed":
+        log.warning("leases of buyer %s kept changing: not reconciled this time", buyer.id)
+        return []
     n = len(counters)
     at_us, values = int(snap[1]), [int(v) for v in snap[2:2 + n]]
     in_flight = [0] * n
@@ -62,6 +65,19 @@ def reconcile_buyer(r, settle_r, buyer: BuyerRule, now: datetime | None = None) 
                                                  args=[expected - values[i], caps.expire_at(w)])
         findings.append(Finding(buyer.id, cap, w.label, values[i], expected, corrected))
     return findings
+
+
+def _snapshot(r, buyer_id: str, counters: list[str]) -> list:
+    """lua/snapshot_caps.lua over the leases the zset holds now; read again (a few times at
+    most) when a lease came or went between the two calls."""
+    for _ in range(SNAPSHOT_TRIES):
+        ids = r.zrange(keys.leases(buyer_id), 0, -1)
+        snap = r.scripts.snapshot_caps(
+            keys=[keys.ready(buyer_id), keys.leases(buyer_id), *counters, *(keys.lease(buyer_id, i) for i in ids)],
+            args=[len(counters), *ids])
+        if snap[0] != "changed":
+            break
+    return snap
 
 
 def reconcile_all(r, settle_r) -> list[dict]:
