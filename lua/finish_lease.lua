@@ -5,7 +5,8 @@
 -- KEYS[2]   breaker   fg:{b:<id>}:breaker
 -- KEYS[3]   leases    fg:{b:<id>}:leases
 -- KEYS[4..] the counters the lease incremented
--- ARGV[1]   outcome: accepted | rejected | error | timeout
+-- ARGV[1]   outcome: accepted | rejected | error | timeout | withdrawn (refund; the buyer was
+--           not called, so the breaker is left as it is)
 -- ARGV[2]   failures that open the breaker
 -- ARGV[3]   breaker cool-down (ms)
 -- ARGV[4]   ttl of a confirmed lease until its settlement deletes it (ms)
@@ -16,7 +17,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local outcome = ARGV[1]
 if outcome == 'accepted' or outcome == 'rejected' then
   redis.call('DEL', KEYS[2])  -- the buyer answered: close the breaker
-else
+elseif outcome ~= 'withdrawn' then
   local failures = redis.call('HINCRBY', KEYS[2], 'failures', 1)
   if redis.call('HGET', KEYS[1], 'probe') == '1' or failures >= tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[2], 'open_until', now + tonumber(ARGV[3]))

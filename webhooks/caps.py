@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from . import keys, metrics
+import redis
+from redis.exceptions import AskError, ClusterError
+
+from . import keys, metrics, store
 from .buyers import BuyerRule
 from .windows import Window, window
 
@@ -15,6 +18,7 @@ from .windows import Window, window
 # carries the window, so a new window always starts from a new key at 0.
 EXPIRY_GRACE = timedelta(hours=1)
 CONFIRMED_TTL_MS = 48 * 3600 * 1000
+WITHDRAWN = "withdrawn"  # finish_lease outcome: a refund that leaves the breaker alone
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,12 @@ def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_
     args: list = [lease_id, lease_ttl_ms, probe_ttl_ms]
     for cap, limit, w in caps:
         args += [limit, buyer.price_minor if cap == "daily_budget" else 1, expire_at(w)]
-    result = r.scripts.reserve_lease(
-        keys=[keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
-              keys.leases(buyer.id), *counters],
-        args=args,
-    )
+    script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
+                   keys.leases(buyer.id), *counters]
+    if r.cap_wait.replicas:
+        result = _reserve_replicated(r, Lease(buyer.id, lease_id, tuple(counters)), script_keys, args)
+    else:
+        result = r.scripts.reserve_lease(keys=script_keys, args=args)
     status = result[0]
     if status == "ok":
         return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2])))
@@ -69,6 +74,37 @@ def reserve(r, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_
         metrics.cap_refused(buyer.id, caps[int(result[1]) - 1][0])
         return Reservation("full", cap=caps[int(result[1]) - 1][0])
     return Reservation(status)
+
+
+def _reserve_replicated(r, lease: Lease, script_keys: list[str], args: list) -> list:
+    """reserve_lease, then WAIT for `r.cap_wait.replicas` replicas on the same connection to
+    the buyer's node (WAIT counts the replicas holding every write of its own connection).
+    Replication is asynchronous: without this, a failover right after a reservation can
+    forget it and let the cap be exceeded. A reservation not held by enough replicas in time
+    is withdrawn and raises redis.TimeoutError (the lead path answers 503: retry)."""
+    wait = r.cap_wait
+    for attempt in range(2):  # a second time only after the slot moved (MOVED / ASK)
+        pipe = store.node_of(r, script_keys[0]).pipeline(transaction=False)
+        r.scripts.queue(pipe, "reserve_lease", script_keys, args)
+        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+        try:
+            result, acked = pipe.execute()
+            break
+        except store.REDIS_DOWN:
+            store.refresh_slots(r)  # the node is gone: learn the new primary for the next lead
+            raise
+        except AskError:
+            store.refresh_slots(r)
+            if attempt:
+                raise ClusterError(f"the slot of {script_keys[0]} is moving; retry") from None
+    if result[0] == "ok" and acked < wait.replicas:
+        try:
+            finish(r, lease, WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
+        except store.REDIS_DOWN:
+            pass  # the slot stays taken, which is safe; reconciliation gives it back
+        raise redis.TimeoutError(f"{acked} of {wait.replicas} replica(s) acknowledged the cap "
+                                 f"reservation within {wait.timeout_ms} ms")
+    return result
 
 
 def _finish_call(lease: Lease, outcome: str, breaker_failures: int, breaker_cooldown_ms: int):
