@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.cluster import LocalCluster
 from tests.servers import (BuyerServer, Proc, RedisServer, WebServer, create_mysql_db,
                            mysql_admin_url, venv_bin, wait_until)
 from webhooks import keys
@@ -26,6 +27,35 @@ SECRETS = {
 }
 CONFIG_SETTLE_S = 0.35  # > CONFIG_CHECK_INTERVAL_MS below: every web process has the change
 
+# FG_TEST_REDIS_CLUSTER=1: REDIS_URL names a local Redis Cluster (3 primaries + 3 replicas) and
+# RQ_REDIS_URL a single redis-server beside it, as in a cluster deployment. The tests below
+# cannot apply to that run; it skips them, saying why.
+CLUSTER = os.environ.get("FG_TEST_REDIS_CLUSTER") == "1"
+_RQ_ON_DB_INDEX = "settlement runs on RQ_REDIS_URL, a single Redis in every deployment; this test " \
+                  "isolates its queue in a database index of redis_server, which a cluster node lacks"
+NOT_ON_CLUSTER = {
+    "tests/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once":
+        "rq-scheduler runs on RQ_REDIS_URL, a single Redis in every deployment; this test gives it a "
+        "database index of redis_server, which a cluster node lacks",
+    "tests/test_settlement.py::test_a_drain_job_run_twice_settles_once": _RQ_ON_DB_INDEX,
+    "tests/test_settlement.py::test_database_outage_is_retried_and_settles_after_it_returns": _RQ_ON_DB_INDEX,
+    "tests/test_settlement.py::test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once":
+        _RQ_ON_DB_INDEX,
+    "tests/test_settlement.py::test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
+}
+
+
+def pytest_report_header(config) -> str:
+    return "redis: " + ("a local cluster, 3 primaries + 3 replicas (FG_TEST_REDIS_CLUSTER=1)" if CLUSTER
+                        else "one redis-server")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if CLUSTER:
+        for item in items:
+            if item.nodeid in NOT_ON_CLUSTER:
+                item.add_marker(pytest.mark.skip(reason="cluster run: " + NOT_ON_CLUSTER[item.nodeid]))
+
 
 @pytest.fixture(scope="session")
 def tmp_root(tmp_path_factory) -> Path:
@@ -34,7 +64,21 @@ def tmp_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_root):
-    server = RedisServer(tmp_root / "redis")
+    """The Redis of caps, leases, claims and breakers (REDIS_URL): see CLUSTER."""
+    server = LocalCluster(tmp_root / "cluster") if CLUSTER else RedisServer(tmp_root / "redis")
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="session")
+def queue_server(tmp_root, redis_server):
+    """The Redis of RQ and the settlement lists: redis_server, or beside a cluster a
+    redis-server of its own (RQ_REDIS_URL), as RQ cannot use a cluster."""
+    if not CLUSTER:
+        yield redis_server
+        return
+    server = RedisServer(tmp_root / "queue-redis")
     server.start()
     yield server
     server.kill()
@@ -55,7 +99,7 @@ def database_url(tmp_root):
 
 
 @pytest.fixture(scope="session")
-def base_env(redis_server, database_url) -> dict:
+def base_env(redis_server, queue_server, database_url) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY"))}
     env.update(SECRETS)
     env.update({
@@ -69,6 +113,8 @@ def base_env(redis_server, database_url) -> dict:
         "DB_POOL_SIZE": "8",
         "PYTHONUNBUFFERED": "1",
     })
+    if queue_server is not redis_server:
+        env["RQ_REDIS_URL"] = queue_server.url
     return env
 
 
@@ -82,11 +128,11 @@ def web(base_env, tmp_root):
 
 class Worker:
     """The run's RQ worker (non-forking, with the scheduler for retries). An RQ worker quits
-    when Redis disappears under a running job, as some tests make it do: `ensure` starts a
-    new one after a Redis restart, as a process manager would."""
+    when its Redis disappears under a running job, as some tests make it do: `ensure` starts
+    a new one after a restart of that Redis, as a process manager would."""
 
-    def __init__(self, env: dict, log_dir: Path, redis_server: RedisServer):
-        self.env, self.log_dir, self.redis = env, log_dir, redis_server
+    def __init__(self, env: dict, log_dir: Path, queue_server: RedisServer):
+        self.env, self.log_dir, self.redis = env, log_dir, queue_server
         self.proc, self.starts, self.generation = None, 0, None
 
     def ensure(self) -> Proc:
@@ -96,7 +142,8 @@ class Worker:
         if self.proc is None:
             self.starts += 1
             self.generation = self.redis.generation
-            self.proc = Proc([venv_bin("rq"), "worker", "--url", self.env["REDIS_URL"], "--with-scheduler",
+            url = self.env.get("RQ_REDIS_URL") or self.env["REDIS_URL"]
+            self.proc = Proc([venv_bin("rq"), "worker", "--url", url, "--with-scheduler",
                               "-w", "rq.worker.SimpleWorker", "floodgate"], self.env,
                              self.log_dir / f"worker{self.starts}.log")
         return self.proc
@@ -107,8 +154,8 @@ class Worker:
 
 
 @pytest.fixture(scope="session")
-def worker_manager(base_env, tmp_root, redis_server):
-    manager = Worker(base_env, tmp_root, redis_server)
+def worker_manager(base_env, tmp_root, queue_server):
+    manager = Worker(base_env, tmp_root, queue_server)
     yield manager
     manager.stop()
 
@@ -129,13 +176,12 @@ def buyer_server():
 def clean(request):
     """Each test starts with an empty ledger and no Floodgate keys in Redis."""
     if "redis_server" in request.fixturenames or "web" in request.fixturenames:
-        r = request.getfixturevalue("redis_server")
-        if r.proc is None or r.proc.poll() is not None:
-            r.start()
-        client = r.client()
-        for key in client.scan_iter(match=keys.PREFIX + "*", count=1000):
-            if key != keys.EPOCH:  # emptying keys between tests is not a Redis data loss
-                client.delete(key)
+        main, queue = request.getfixturevalue("redis_server"), request.getfixturevalue("queue_server")
+        for server in (main, queue) if queue is not main else (main,):
+            if not server.alive():
+                server.start()
+            # emptying keys between tests is not a Redis data loss: the epoch stays
+            server.delete_keys(keys.PREFIX + "*", keep=(keys.EPOCH,))
     if "database_url" in request.fixturenames or "web" in request.fixturenames:
         request.getfixturevalue("database_url")
         with db.connection_context():

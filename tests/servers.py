@@ -81,8 +81,18 @@ class RedisServer:
         self.kill()
         self.start()
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def client(self, **kw) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True, **kw)
+
+    def delete_keys(self, pattern: str, keep: tuple[str, ...] = ()) -> None:
+        """Delete the keys matching `pattern`, but those in `keep`."""
+        client = self.client()
+        for key in client.scan_iter(match=pattern, count=1000):
+            if key not in keep:
+                client.delete(key)
 
 
 def _pings(client) -> bool:
