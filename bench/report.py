@@ -26,6 +26,17 @@ PARTS = [
 ]
 
 
+def _fragment(text: str) -> str:
+    """A part's own markdown, nested under its section: headings one level down (two #s
+    more), and its image lines dropped (the report links the copied figure itself)."""
+    lines = []
+    for line in text.strip().splitlines():
+        if line.startswith("!["):
+            continue
+        lines.append("##" + line if line.startswith("#") else line)
+    return "\n".join(lines).strip()
+
+
 def main() -> int:
     FIGURES.mkdir(exist_ok=True)
     info = machine_info()
@@ -45,7 +56,7 @@ def main() -> int:
                 out += [f"Measured {machine.get('date', '?')}; load average {machine.get('loadavg_1m_5m_15m')}; "
                         + ", ".join(f"{k} {v}" for k, v in machine.items()
                                     if k in ("redis", "database", "mariadb", "redis_version")), ""]
-        out += [md.read_text().strip(), ""]
+        out += [_fragment(md.read_text()), ""]
         png = OUT / f"{name}.png"
         if png.exists():
             shutil.copy(png, FIGURES / png.name)
