@@ -13,7 +13,9 @@ from webhooks.store import make_redis
 
 BREAKER = {"breaker_failures": 3, "breaker_cooldown_ms": 400}
 TTL = {"lease_ttl_ms": 10_000, "probe_ttl_ms": 10_000}
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+# Far ahead of the real clock: counters expire an hour after their window ends (EXPIREAT), so a
+# window already past would vanish as soon as it is written.
+NOW = datetime(2099, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
 def rule(buyer_id="acme", price="10.00", tz="UTC", **limits) -> BuyerRule:
@@ -78,7 +80,7 @@ def test_confirmed_lease_cannot_be_refunded(r):
 def test_refund_after_rollover_decrements_only_the_old_windows(r):
     b = rule(hourly=1, daily=5)
     ready(r, b)
-    before = datetime(2026, 11, 29, 10, 59, 59, tzinfo=timezone.utc)
+    before = NOW.replace(hour=10, minute=59, second=59)
     after = before + timedelta(seconds=2)
     lease = caps.reserve(r, b, before, **TTL).lease
     assert caps.reserve(r, b, after, **TTL).status == "ok"  # new hour: a fresh hourly window
