@@ -42,6 +42,9 @@ NOT_ON_CLUSTER = {
     "tests/test_settlement.py::test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once":
         _RQ_ON_DB_INDEX,
     "tests/test_settlement.py::test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
+    "tests/test_cli.py::test_settlements_status_and_requeue_of_failed_jobs":
+        "RQ runs on RQ_REDIS_URL, a single Redis in every deployment; this test enqueues its jobs on "
+        "redis_server, a cluster node in this run",
 }
 
 
