@@ -81,4 +81,3 @@ class Router:
             caps.finish(self.r, reservation.lease, outcome, breaker_failures=self.breaker_failures,
                         breaker_cooldown_ms=self.breaker_cooldown_ms)
         return out
-        return out

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import Iterable
 
 from . import settlement
+from .buyers import to_minor
 from .db import db
 from .ledger import sold_since
 from .windows import Window
@@ -30,12 +30,12 @@ def sales_since(settle_r, buyer_id: str, since: datetime) -> dict[tuple[str, str
             at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
             lease = item.get("lease") or [None, None]
             sales[(item["publisher_id"], item["lead_id"])] = Sale(
-                at, int(Decimal(item["price"]) * 100), lease[1], item.get("reserved_us"))
+                at, to_minor(item["price"]), lease[1], item.get("reserved_us"))
     # The ledger is read after the queue: a sale moving from one to the other meanwhile is
     # still seen (in the ledger), and the key de-duplicates one seen in both.
     with db.connection_context():
         for pub, lead_id, sold_at, price, lease_id, reserved_us in sold_since(buyer_id, since):
-            sales[(pub, lead_id)] = Sale(sold_at.replace(tzinfo=timezone.utc), int(Decimal(price) * 100),
+            sales[(pub, lead_id)] = Sale(sold_at.replace(tzinfo=timezone.utc), to_minor(price),
                                          lease_id, reserved_us)
     return sales
 
