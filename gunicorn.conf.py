@@ -1,26 +1,31 @@
-"""Gunicorn settings for `web`. gevent patches the standard library here, before the app (and
-with it ssl, socket, redis and pymysql) is imported by any worker."""
+"""Gunicorn settings for `web`, from config.load() like every other setting. gevent patches
+the standard library here, before the app (and with it ssl, socket, redis and pymysql) is
+imported by any worker."""
 from gevent import monkey
 
 monkey.patch_all()
 
-import os  # noqa: E402
+from webhooks import metrics
+from webhooks.config import load as load_config  # `config` would be read as a gunicorn setting
 
-bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+cfg = load_config()
+metrics.init(cfg)  # in the master: the forked workers inherit the samples folder
+
+bind = f"0.0.0.0:{cfg.port}"
 worker_class = "gevent"
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "1000"))
+workers = cfg.web_concurrency
+worker_connections = cfg.worker_connections
 timeout = 30
-graceful_timeout = 10
+# On SIGTERM (a deploy) a worker stops accepting and lets the leads in flight finish: longer
+# than the longest routing of one lead, so no lead is cut between a buyer's yes and its answer.
+graceful_timeout = cfg.graceful_timeout_s
 keepalive = 5
-accesslog = os.environ.get("ACCESS_LOG") or None
+accesslog = cfg.access_log or None
+# The path without its query string: /ops?token=<ADMIN_TOKEN> must never reach a log file.
+access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms "%(a)s"'
 errorlog = "-"
-loglevel = os.environ.get("LOG_LEVEL", "info")
+loglevel = cfg.log_level
 control_socket_disable = True  # unused; several instances on one host would share its path
-
-# Prometheus multiprocess mode: importing webhooks.metrics sets PROMETHEUS_MULTIPROC_DIR (if
-# unset) before prometheus_client loads, and the forked workers inherit it.
-from webhooks import metrics  # noqa: E402
 
 
 def on_starting(server) -> None:

@@ -28,14 +28,13 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md  # noqa: E402
-from tests.conftest import SECRETS  # noqa: E402
-from tests.payments_helpers import PROVIDERS, deliver, encode, payload  # noqa: E402
-from tests.servers import RedisServer, WebServer, create_mysql_db, mysql_admin_url  # noqa: E402
-from webhooks.db import db, init_db  # noqa: E402
-from webhooks.migrate import upgrade  # noqa: E402
-from webhooks.models import Payment, Wallet  # noqa: E402
-
+from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md
+from tests.conftest import SECRETS
+from tests.payments_helpers import PROVIDERS, deliver, encode, payload
+from tests.servers import RedisServer, WebServer, create_mysql_db, mysql_admin_url
+from webhooks.storage.db import db, init_db
+from webhooks.storage.migrate import upgrade
+from webhooks.storage.models import Payment, Wallet
 
 
 def latency(values: list[float]) -> dict:

@@ -9,11 +9,11 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import os  # noqa: E402
-import sys  # noqa: E402
+import os
+import sys
 
-import gevent  # noqa: E402
-from gevent.server import StreamServer  # noqa: E402
+import gevent
+from gevent.server import StreamServer
 
 DELAY_S = int(os.environ.get("BUYER_DELAY_MS", "20")) / 1000
 BODY = b'{"accepted": true}'

@@ -10,7 +10,7 @@
    victim's buyers are sold to until they refuse; the buyer server counts each buyer's
    deliveries, and a forgotten increment shows as a delivery over the cap. Repeated, with the
    setting off and on.
-2. Lease: caps.reserve from 50 threads, paced (1,000 over 5 s, the seed's load) and as fast as
+2. Lease: leases.reserve from 50 threads, paced (1,000 over 5 s, the seed's load) and as fast as
    possible (5,000), on one redis-server, on the cluster, on the cluster with the replica wait.
 3. End to end: wrk against the lead path (gunicorn, 2 gevent workers; buyer stub at 20 ms) on
    the same three.
@@ -44,15 +44,32 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (OUT, machine_info, markdown_table, paced_threads, percentiles,  # noqa: E402
-                          redis_version, write_json, write_md)
-from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, wrk  # noqa: E402
-from tests.cluster import LocalCluster, wait_for_failover  # noqa: E402
-from tests.servers import (BuyerServer, Proc, RedisServer, WebServer, create_mysql_db, free_port,  # noqa: E402
-                           mysql_admin_url, venv_bin)
-from webhooks import caps, keys  # noqa: E402
-from webhooks.buyers import BuyerRule  # noqa: E402
-from webhooks.store import make_redis  # noqa: E402
+from bench.common import (
+    OUT,
+    machine_info,
+    markdown_table,
+    paced_threads,
+    percentiles,
+    redis_version,
+    write_json,
+    write_md,
+)
+from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, wrk
+from tests.cluster import LocalCluster, wait_for_failover
+from tests.servers import (
+    BuyerServer,
+    Proc,
+    RedisServer,
+    WebServer,
+    create_mysql_db,
+    free_port,
+    mysql_admin_url,
+    venv_bin,
+)
+from webhooks.caps import leases
+from webhooks.leads.buyers import BuyerRule
+from webhooks.storage import keys
+from webhooks.storage.redis import make_store
 
 CAP, LEADS, THREADS, KILL_AT = 100, 1000, 50, 300
 PER_PRIMARY = 2
@@ -167,13 +184,13 @@ def failover_rep(cluster: LocalCluster, web: WebServer, buyers: BuyerServer, tag
 
 
 def lease_rows(label: str, url: str, wait: int) -> list[dict]:
-    """caps.reserve latency from 50 threads, paced and as fast as possible."""
-    r = make_redis(url, wait_replicas=wait, wait_timeout_ms=int(WAIT_ENV["CAP_WAIT_TIMEOUT_MS"]))
+    """leases.reserve latency from 50 threads, paced and as fast as possible."""
+    r = make_store(url, wait_replicas=wait, wait_timeout_ms=int(WAIT_ENV["CAP_WAIT_TIMEOUT_MS"]))
     limits = (("hourly", BIG), ("daily", BIG), ("daily_budget", BIG * 100))
     buyers = [BuyerRule(f"lease{i}", "http://127.0.0.1:9/", 0, Decimal("1.00"), 100, ZoneInfo("UTC"), limits,
                         frozenset(), frozenset(), None) for i in range(6)]
     for b in buyers:
-        caps.mark_ready(r, b.id)
+        leases.mark_ready(r.redis, b.id)
     now = datetime.now(timezone.utc)
     rows = []
     for load, n, duration in (("paced 1,000 over 5 s", 1000, 5.0), ("as fast as possible, 5,000", 5000, 0.0)):
@@ -181,7 +198,7 @@ def lease_rows(label: str, url: str, wait: int) -> list[dict]:
 
         def decide(i: int, ms: list[float] = ms) -> str:
             t = time.perf_counter()
-            status = caps.reserve(r, buyers[i % len(buyers)], now, lease_ttl_ms=LEASE_TTL_MS,
+            status = leases.reserve(r, buyers[i % len(buyers)], now, lease_ttl_ms=LEASE_TTL_MS,
                                   probe_ttl_ms=LEASE_TTL_MS).status
             ms.append((time.perf_counter() - t) * 1000)
             return status
@@ -254,7 +271,7 @@ def main() -> int:
         backends = (("one Redis", {"REDIS_URL": single.url}), ("cluster", on_cluster),
                     ("cluster + CAP_WAIT_REPLICAS=1", {**on_cluster, **WAIT_ENV}))
         webs = []
-        for n, (label, extra) in enumerate(backends):
+        for n, (_label, extra) in enumerate(backends):
             env = {**base, **extra}
             webs.append(WebServer(env, tmp / f"web{n}.log", workers=2))
             es.callback(webs[-1].stop)
@@ -354,7 +371,7 @@ def render(d: dict) -> str:
                                  ("over cap", "over_total"),
                                  ("buyers over", "buyers_over"), ("promotion s", "promotion_s"),
                                  ("burst s", "burst_s"), ("sold", "sold"), ("503", "503"))), "",
-        f"## Lease (caps.reserve from 50 threads; ms; median of {ROUNDS} interleaved rounds)", "",
+        f"## Lease (leases.reserve from 50 threads; ms; median of {ROUNDS} interleaved rounds)", "",
         markdown_table(d["lease"], (("backend", "backend"), ("load", "load"), ("p50", "p50"), ("p95", "p95"),
                                     ("p99", "p99"), ("decisions/s", "decisions_per_s"), ("errors", "errors"))), "",
         f"## End to end (wrk, 50 connections, buyer stub at 20 ms; median of {ROUNDS} interleaved rounds)", "",

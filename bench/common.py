@@ -8,10 +8,11 @@ import os
 import platform
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
 

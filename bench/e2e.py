@@ -25,10 +25,18 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import OUT, machine_info, markdown_table, mysql_version, redis_version, write_json, write_md  # noqa: E402,E501
-from tests.servers import (Proc, RedisServer, WebServer, create_mysql_db, free_port, mysql_admin_url,  # noqa: E402
-                           venv_bin, wait_until)
-from webhooks import keys  # noqa: E402
+from bench.common import OUT, machine_info, markdown_table, mysql_version, redis_version, write_json, write_md
+from tests.servers import (
+    Proc,
+    RedisServer,
+    WebServer,
+    create_mysql_db,
+    free_port,
+    mysql_admin_url,
+    venv_bin,
+    wait_until,
+)
+from webhooks.storage import keys
 
 API_KEY = "pk_bench_0123456789abcdef"
 ADMIN = "bench-admin-token-0123456789"
@@ -178,7 +186,8 @@ def main() -> int:
             wrk(stack.web.url, c, 2, f"warm{c}")
             bare = wrk(stack.bare_url, c, args.seconds, f"bare{c}")
             log(f"bare c={c}: {bare}")
-            fg, extra = measure_fg(stack, lambda: wrk(stack.web.url, c, args.seconds, f"fg{c}"), f"floodgate c={c}")
+            fg, extra = measure_fg(stack, lambda c=c: wrk(stack.web.url, c, args.seconds, f"fg{c}"),
+                                    f"floodgate c={c}")
             steps.append({"connections": c, "floodgate": fg, "bare": bare,
                           "ratio": round(fg["rps"] / bare["rps"], 3), **extra})
         openloop, extra = measure_fg(stack, lambda: json.loads(subprocess.run(

@@ -34,13 +34,22 @@ import pymysql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (OUT, machine_info, markdown_table, mysql_version, paced_threads,  # noqa: E402
-                          percentiles, redis_version, write_json, write_md)
-from tests.servers import RedisServer, create_mysql_db, mysql_admin_url  # noqa: E402
-from webhooks import caps  # noqa: E402
-from webhooks.buyers import BuyerRule  # noqa: E402
-from webhooks.store import make_redis  # noqa: E402
-from webhooks.windows import CAPS  # noqa: E402
+from bench.common import (
+    OUT,
+    machine_info,
+    markdown_table,
+    mysql_version,
+    paced_threads,
+    percentiles,
+    redis_version,
+    write_json,
+    write_md,
+)
+from tests.servers import RedisServer, create_mysql_db, mysql_admin_url
+from webhooks.caps import leases
+from webhooks.caps.windows import CAPS
+from webhooks.leads.buyers import BuyerRule
+from webhooks.storage.redis import Store, make_redis
 
 log = logging.getLogger("bench.matrix")
 
@@ -225,22 +234,23 @@ class FloodgateLease(RedisStrategy):
 
     def __init__(self, servers: Servers, scenario: Scenario, now: datetime):
         super().__init__(servers, scenario, now)
-        limits = {cap: LARGE for cap in CAPS} | {BINDING_CAP: CAP}
+        limits = dict.fromkeys(CAPS, LARGE) | {BINDING_CAP: CAP}
         limits["daily_budget"] *= 100  # minor units: room for LARGE leads at 1.00 each
         self.buyer = BuyerRule("bench-buyer", "http://127.0.0.1:9/", 0, Decimal("1.00"), 100,
                                ZoneInfo("UTC"), tuple(limits.items()), frozenset(), frozenset(), None)
-        caps.mark_ready(self.r, self.buyer.id)
-        self.r.script_load(self.r.scripts.reserve_lease.script)  # no NOSCRIPT round on first use
+        leases.mark_ready(self.r, self.buyer.id)
+        self.store = Store(self.r)
+        self.r.script_load(self.store.reserve_lease.script)  # no NOSCRIPT round on first use
 
     def decide(self) -> bool:
-        result = caps.reserve(self.r, self.buyer, self.now, lease_ttl_ms=LEASE_TTL_MS,
+        result = leases.reserve(self.store, self.buyer, self.now, lease_ttl_ms=LEASE_TTL_MS,
                               probe_ttl_ms=LEASE_TTL_MS)
         if result.status not in ("ok", "full"):
             raise UnexpectedReservation(result.status)
         return result.status == "ok"
 
     def stored(self) -> int:
-        return caps.usage(self.r, self.buyer, self.now)[BINDING_CAP]["used"]
+        return leases.usage(self.r, self.buyer, self.now)[BINDING_CAP]["used"]
 
 
 STRATEGIES = (NaiveCount, ForUpdate, ConditionalUpdate, RedisIncr, FloodgateLease)

@@ -10,15 +10,15 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+import json
+import sys
+import time
 
-import gevent  # noqa: E402
-import urllib3  # noqa: E402
+import gevent
+import urllib3
 
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
-from bench.common import percentiles  # noqa: E402
+from bench.common import percentiles
 
 
 def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
@@ -36,7 +36,7 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
             resp = pool.request("POST", url + "/v1/leads", body=body, headers=headers,
                                 timeout=urllib3.Timeout(total=10))
             key = str(resp.status) if resp.status != 200 else json.loads(resp.data)["status"]
-        except Exception as exc:  # noqa: BLE001 - counted, never fatal for the run
+        except Exception as exc:
             key = type(exc).__name__
         latencies.append((time.perf_counter() - due) * 1000)
         statuses[key] = statuses.get(key, 0) + 1

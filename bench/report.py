@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import OUT, machine_info  # noqa: E402
+from bench.common import OUT, machine_info
 
 REPORT = ROOT / "bench" / "REPORT.md"
 FIGURES = ROOT / "bench" / "figures"

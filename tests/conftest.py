@@ -4,17 +4,28 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
+import requests.adapters
+import requests.structures
 
 from tests.cluster import LocalCluster
-from tests.servers import (BuyerServer, Proc, RedisServer, WebServer, create_mysql_db,
-                           mysql_admin_url, venv_bin, wait_until)
-from webhooks import keys
-from webhooks.db import db, init_db
-from webhooks.migrate import upgrade
-from webhooks.models import ALL_MODELS, SchemaMigration
+from tests.servers import (
+    BuyerServer,
+    Proc,
+    RedisServer,
+    WebServer,
+    create_mysql_db,
+    mysql_admin_url,
+    venv_bin,
+    wait_until,
+)
+from webhooks.storage import keys
+from webhooks.storage.db import db, init_db
+from webhooks.storage.migrate import upgrade
+from webhooks.storage.models import ALL_MODELS, SchemaMigration
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 SECRETS = {
@@ -25,6 +36,7 @@ SECRETS = {
     "STRIPE_WEBHOOK_SECRET": "whsec_stripe_test_secret",
     "STANDARD_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 }
+IN_PROCESS_URL = "http://floodgate.test"
 CONFIG_SETTLE_S = 0.35  # > CONFIG_CHECK_INTERVAL_MS below: every web process has the change
 
 # FG_TEST_REDIS_CLUSTER=1: REDIS_URL names a local Redis Cluster (3 primaries + 3 replicas) and
@@ -53,7 +65,15 @@ def pytest_report_header(config) -> str:
                         else "one redis-server")
 
 
+# A test is of the multi-process tier (marker `e2e`) when it uses one of these fixtures, or
+# carries the marker itself (it starts processes of its own, kills them, or needs gevent).
+E2E_FIXTURES = {"web", "web_api", "second_web", "metrics_web", "cluster", "chromium"}
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
     if CLUSTER:
         for item in items:
             if item.nodeid in NOT_ON_CLUSTER:
@@ -102,7 +122,7 @@ def database_url(tmp_root):
 
 
 @pytest.fixture(scope="session")
-def base_env(redis_server, queue_server, database_url) -> dict:
+def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY"))}
     env.update(SECRETS)
     env.update({
@@ -115,6 +135,7 @@ def base_env(redis_server, queue_server, database_url) -> dict:
         "BREAKER_COOLDOWN_MS": "1500",
         "DB_POOL_SIZE": "8",
         "PYTHONUNBUFFERED": "1",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
     })
     if queue_server is not redis_server:
         env["RQ_REDIS_URL"] = queue_server.url
@@ -193,16 +214,57 @@ def clean(request):
                     model.delete().execute()
     if "buyer_server" in request.fixturenames:
         request.getfixturevalue("buyer_server").reset()
+    if "app" in request.fixturenames:
+        # the in-process app's memory of earlier tests: their settlements and config
+        app = request.getfixturevalue("app")
+        app.extensions["journal"].entries.clear()
+        app.extensions["catalog"].invalidate()
     yield
 
 
-class Api:
-    """A thin client of the HTTP contract, for tests."""
+class InProcess(requests.adapters.BaseAdapter):
+    """A requests transport that hands each request to the Flask app in this process (its
+    test client), so a test reads the same whether it talks to gunicorn or to the app here."""
 
-    def __init__(self, base_url: str):
+    def __init__(self, app):
+        super().__init__()
+        self.app = app
+
+    def send(self, request, **_kw) -> requests.Response:
+        url = urlsplit(request.url)
+        body = request.body
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = b"".join(body)  # a generator: what a chunked upload sends
+        got = self.app.test_client().open(url.path, query_string=url.query, method=request.method,
+                                          headers=list(request.headers.items()), data=body)
+        resp = requests.Response()
+        resp.status_code, resp.url, resp.request = got.status_code, request.url, request
+        resp.headers = requests.structures.CaseInsensitiveDict(got.headers.items())
+        resp._content = got.get_data()
+        resp.encoding = "utf-8"
+        resp.reason = got.status.split(" ", 1)[-1]
+        return resp
+
+    def close(self) -> None:
+        pass
+
+
+class Api:
+    """A thin client of the HTTP contract, for tests: of a server at `base_url`, or with `app`
+    of the app in this process (then `base_url` is only a name)."""
+
+    def __init__(self, base_url: str, app=None):
         self.base = base_url
-        self.http = requests.Session()
+        self.app = app
+        self.http = self.session()
         self.admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+    def session(self) -> requests.Session:
+        """A new client session (one per thread in concurrency tests)."""
+        s = requests.Session()
+        if self.app is not None:
+            s.mount(self.base, InProcess(self.app))
+        return s
 
     def put_publisher(self, pid: str, api_key: str | None = None, **fields) -> str:
         api_key = api_key or f"pk_test_{pid}_0123456789"
@@ -226,8 +288,13 @@ class Api:
                                            headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
 
     def settle_config(self) -> None:
-        """Let every web process pick up the admin changes just made."""
-        time.sleep(CONFIG_SETTLE_S)
+        """Let every web process pick up the admin changes just made: the app in this process
+        reads the config version on its next lead; separate processes get the time they need
+        (CONFIG_CHECK_INTERVAL_MS, below)."""
+        if self.app is not None:
+            self.app.extensions["catalog"].invalidate()
+        else:
+            time.sleep(CONFIG_SETTLE_S)
 
     def wait_settled(self, lead_id: str, publisher_id: str, timeout: float = 15) -> dict:
         def settled():
@@ -237,6 +304,20 @@ class Api:
         return wait_until(settled, timeout=timeout, what=f"lead {lead_id} settled")
 
 
+@pytest.fixture(scope="session")
+def app(base_env):
+    """The app in this process, on the run's Redis and database (the fast tier)."""
+    from webhooks import config, create_app
+
+    return create_app(config.load(base_env))
+
+
 @pytest.fixture
-def api(web) -> Api:
+def api(app, redis_server, database_url) -> Api:
+    return Api(IN_PROCESS_URL, app)
+
+
+@pytest.fixture
+def web_api(web) -> Api:
+    """The same client of the app under gunicorn + gevent (e2e tests)."""
     return Api(web.url)

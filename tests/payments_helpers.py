@@ -17,8 +17,8 @@ import stripe
 from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import SECRETS
-from webhooks.db import db
-from webhooks.models import Payment, Wallet, WebhookDelivery
+from webhooks.storage.db import db
+from webhooks.storage.models import Payment, Wallet, WebhookDelivery
 
 PROVIDERS = ("paystack", "flutterwave", "monnify", "interswitch", "stripe", "standard")
 SECRET = {
@@ -153,10 +153,15 @@ def encode(body: dict) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def deliver(base: str, provider: str, raw: bytes, headers: dict | None = None,
+def deliver(target, provider: str, raw: bytes, headers: dict | None = None,
             session: requests.Session | None = None, timeout: float = 30) -> requests.Response:
-    """POST one delivery as the provider would (signed unless `headers` are given)."""
+    """POST one delivery as the provider would (signed unless `headers` are given). `target`
+    is a server's base URL or a tests.conftest.Api (of a server or of the app in-process)."""
     headers = signed_headers(provider, raw) if headers is None else headers
+    if isinstance(target, str):
+        base = target
+    else:
+        base, session = target.base, session or target.http
     return (session or requests).post(f"{base}/v1/webhooks/{provider}", data=raw, timeout=timeout,
                                       headers={"Content-Type": "application/json", **headers})
 

@@ -108,7 +108,7 @@ class Proc:
     def __init__(self, args: list[str], env: dict, log: Path, cwd: Path = ROOT):
         self.log = log
         self.args = args
-        self._fh = open(log, "ab")
+        self._fh = open(log, "ab")  # noqa: SIM115  (open for the life of the process)
         self.proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._fh, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
@@ -275,8 +275,9 @@ def mysql_admin_url() -> str | None:
 
 
 def create_mysql_db(admin_url: str) -> tuple[str, callable]:
-    import pymysql
     from urllib.parse import urlparse
+
+    import pymysql
 
     p = urlparse(admin_url)
     name = "fg_test_" + uuid.uuid4().hex[:10]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
-from webhooks.db import db
-from webhooks.models import AuditLog, Buyer, Publisher
+from webhooks.storage.db import db
+from webhooks.storage.models import AuditLog, Buyer, Publisher
 
 GOOD_BUYER = {
     "name": "Acme Insurance",

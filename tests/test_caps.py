@@ -7,9 +7,10 @@ from decimal import Decimal
 
 import pytest
 
-from webhooks import caps, keys
-from webhooks.buyers import BuyerRule
-from webhooks.store import make_redis
+from webhooks.caps import leases
+from webhooks.leads.buyers import BuyerRule
+from webhooks.storage import keys
+from webhooks.storage.redis import make_store
 
 BREAKER = {"breaker_failures": 3, "breaker_cooldown_ms": 400}
 TTL = {"lease_ttl_ms": 10_000, "probe_ttl_ms": 10_000}
@@ -27,96 +28,101 @@ def rule(buyer_id="acme", price="10.00", tz="UTC", **limits) -> BuyerRule:
 
 
 @pytest.fixture
-def r(redis_server):
-    client = make_redis(redis_server.url)
-    yield client
-    client.close()
+def store(redis_server):
+    s = make_store(redis_server.url)
+    yield s
+    s.redis.close()
+
+
+@pytest.fixture
+def r(store):
+    return store.redis
 
 
 def ready(r, *buyers):
     for b in buyers:
-        caps.mark_ready(r, b.id)
+        leases.mark_ready(r, b.id)
 
 
-def test_reserve_checks_every_cap_all_or_nothing_and_names_the_full_one(r):
+def test_reserve_checks_every_cap_all_or_nothing_and_names_the_full_one(store, r):
     b = rule(hourly=5, daily=2, daily_budget="100.00")
     ready(r, b)
-    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
-    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
-    refused = caps.reserve(r, b, NOW, **TTL)
+    assert leases.reserve(store, b, NOW, **TTL).status == "ok"
+    assert leases.reserve(store, b, NOW, **TTL).status == "ok"
+    refused = leases.reserve(store, b, NOW, **TTL)
     assert (refused.status, refused.cap) == ("full", "daily")
     # nothing was incremented by the refusal: the hourly counter still reads 2
-    assert caps.usage(r, b, NOW)["hourly"]["used"] == 2
-    assert caps.usage(r, b, NOW)["daily_budget"]["used"] == "20.00"
+    assert leases.usage(r, b, NOW)["hourly"]["used"] == 2
+    assert leases.usage(r, b, NOW)["daily_budget"]["used"] == "20.00"
 
 
-def test_budget_cap_counts_price_not_leads(r):
+def test_budget_cap_counts_price_not_leads(store, r):
     b = rule(price="12.50", daily_budget="30.00")
     ready(r, b)
-    assert [caps.reserve(r, b, NOW, **TTL).status for _ in range(3)] == ["ok", "ok", "full"]
+    assert [leases.reserve(store, b, NOW, **TTL).status for _ in range(3)] == ["ok", "ok", "full"]
 
 
-def test_double_refund_of_one_lease_changes_nothing(r):
+def test_double_refund_of_one_lease_changes_nothing(store, r):
     b = rule(daily=1)
     ready(r, b)
-    lease = caps.reserve(r, b, NOW, **TTL).lease
-    assert caps.finish(r, lease, "error", **BREAKER) is True
-    assert caps.finish(r, lease, "error", **BREAKER) is False
-    assert caps.usage(r, b, NOW)["daily"]["used"] == 0
-    other = caps.reserve(r, b, NOW, **TTL).lease
-    assert caps.finish(r, lease, "rejected", **BREAKER) is False  # the old lease cannot refund it
-    assert caps.usage(r, b, NOW)["daily"]["used"] == 1 and other
+    lease = leases.reserve(store, b, NOW, **TTL).lease
+    assert leases.finish(store, lease, "error", **BREAKER) is True
+    assert leases.finish(store, lease, "error", **BREAKER) is False
+    assert leases.usage(r, b, NOW)["daily"]["used"] == 0
+    other = leases.reserve(store, b, NOW, **TTL).lease
+    assert leases.finish(store, lease, "rejected", **BREAKER) is False  # the old lease cannot refund it
+    assert leases.usage(r, b, NOW)["daily"]["used"] == 1 and other
 
 
-def test_confirmed_lease_cannot_be_refunded(r):
+def test_confirmed_lease_cannot_be_refunded(store, r):
     b = rule(daily=1)
     ready(r, b)
-    lease = caps.reserve(r, b, NOW, **TTL).lease
-    assert caps.finish(r, lease, "accepted", **BREAKER) is True
-    assert caps.finish(r, lease, "timeout", **BREAKER) is False
-    assert caps.usage(r, b, NOW)["daily"]["used"] == 1
+    lease = leases.reserve(store, b, NOW, **TTL).lease
+    assert leases.finish(store, lease, "accepted", **BREAKER) is True
+    assert leases.finish(store, lease, "timeout", **BREAKER) is False
+    assert leases.usage(r, b, NOW)["daily"]["used"] == 1
 
 
-def test_refund_after_rollover_decrements_only_the_old_windows(r):
+def test_refund_after_rollover_decrements_only_the_old_windows(store, r):
     b = rule(hourly=1, daily=5)
     ready(r, b)
     before = NOW.replace(hour=10, minute=59, second=59)
     after = before + timedelta(seconds=2)
-    lease = caps.reserve(r, b, before, **TTL).lease
-    assert caps.reserve(r, b, after, **TTL).status == "ok"  # new hour: a fresh hourly window
-    assert caps.finish(r, lease, "error", **BREAKER)
-    assert caps.usage(r, b, before)["hourly"]["used"] == 0
-    assert caps.usage(r, b, after)["hourly"]["used"] == 1
-    assert caps.usage(r, b, after)["daily"]["used"] == 1
+    lease = leases.reserve(store, b, before, **TTL).lease
+    assert leases.reserve(store, b, after, **TTL).status == "ok"  # new hour: a fresh hourly window
+    assert leases.finish(store, lease, "error", **BREAKER)
+    assert leases.usage(r, b, before)["hourly"]["used"] == 0
+    assert leases.usage(r, b, after)["hourly"]["used"] == 1
+    assert leases.usage(r, b, after)["daily"]["used"] == 1
 
 
-def test_counters_expire_after_their_window(r):
+def test_counters_expire_after_their_window(store, r):
     b = rule(hourly=3)
     ready(r, b)
     now = datetime.now(timezone.utc)
-    caps.reserve(r, b, now, **TTL)
-    (key,) = [k for k in r.keys("fg:{b:acme}:cap:*")]
+    leases.reserve(store, b, now, **TTL)
+    (key,) = list(r.keys("fg:{b:acme}:cap:*"))
     ttl = r.ttl(key)
     window_end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    assert 0 < ttl <= (window_end - now).total_seconds() + caps.EXPIRY_GRACE.total_seconds() + 1
+    assert 0 < ttl <= (window_end - now).total_seconds() + leases.EXPIRY_GRACE.total_seconds() + 1
 
 
-def test_unready_buyer_sells_nothing(r):
+def test_unready_buyer_sells_nothing(store, r):
     b = rule(daily=10)
-    assert caps.reserve(r, b, NOW, **TTL).status == "not_ready"
+    assert leases.reserve(store, b, NOW, **TTL).status == "not_ready"
     assert r.keys("fg:{b:acme}:cap:*") == []
 
 
-def test_concurrent_reservations_never_pass_the_cap(r, redis_server):
+def test_concurrent_reservations_never_pass_the_cap(store, r, redis_server):
     b = rule(hourly=50, daily=40, daily_budget="10000.00")
     ready(r, b)
     results = []
     lock = threading.Lock()
 
     def worker():
-        mine = make_redis(redis_server.url)
+        mine = make_store(redis_server.url)
         for _ in range(20):
-            res = caps.reserve(mine, b, NOW, **TTL)
+            res = leases.reserve(mine, b, NOW, **TTL)
             with lock:
                 results.append(res.status)
 
@@ -126,34 +132,34 @@ def test_concurrent_reservations_never_pass_the_cap(r, redis_server):
     for t in threads:
         t.join()
     assert results.count("ok") == 40 and len(results) == 800
-    assert caps.usage(r, b, NOW)["daily"]["used"] == 40
+    assert leases.usage(r, b, NOW)["daily"]["used"] == 40
 
 
-def test_breaker_opens_half_opens_with_one_probe_and_closes(r):
+def test_breaker_opens_half_opens_with_one_probe_and_closes(store, r):
     import time
 
     b = rule()
     ready(r, b)
     for _ in range(3):
-        lease = caps.reserve(r, b, NOW, **TTL).lease
-        caps.finish(r, lease, "timeout", **BREAKER)
-    assert caps.reserve(r, b, NOW, **TTL).status == "circuit_open"
+        lease = leases.reserve(store, b, NOW, **TTL).lease
+        leases.finish(store, lease, "timeout", **BREAKER)
+    assert leases.reserve(store, b, NOW, **TTL).status == "circuit_open"
     time.sleep(0.5)  # the cool-down (400 ms) is over: half-open
-    probe = caps.reserve(r, b, NOW, **TTL)
+    probe = leases.reserve(store, b, NOW, **TTL)
     assert probe.status == "ok" and probe.lease.probe
-    assert caps.reserve(r, b, NOW, **TTL).status == "circuit_open"  # one probe at a time
-    caps.finish(r, probe.lease, "error", **BREAKER)  # a failed probe opens it again
-    assert caps.reserve(r, b, NOW, **TTL).status == "circuit_open"
+    assert leases.reserve(store, b, NOW, **TTL).status == "circuit_open"  # one probe at a time
+    leases.finish(store, probe.lease, "error", **BREAKER)  # a failed probe opens it again
+    assert leases.reserve(store, b, NOW, **TTL).status == "circuit_open"
     time.sleep(0.5)
-    probe = caps.reserve(r, b, NOW, **TTL)
-    caps.finish(r, probe.lease, "rejected", **BREAKER)  # the buyer answered: closed
+    probe = leases.reserve(store, b, NOW, **TTL)
+    leases.finish(store, probe.lease, "rejected", **BREAKER)  # the buyer answered: closed
     assert r.exists(keys.breaker("acme")) == 0
-    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
+    assert leases.reserve(store, b, NOW, **TTL).status == "ok"
 
 
-def test_rejections_do_not_count_as_failures(r):
+def test_rejections_do_not_count_as_failures(store, r):
     b = rule()
     ready(r, b)
     for outcome in ("error", "error", "rejected", "error", "error"):
-        caps.finish(r, caps.reserve(r, b, NOW, **TTL).lease, outcome, **BREAKER)
-    assert caps.reserve(r, b, NOW, **TTL).status == "ok"
+        leases.finish(store, leases.reserve(store, b, NOW, **TTL).lease, outcome, **BREAKER)
+    assert leases.reserve(store, b, NOW, **TTL).status == "ok"

@@ -13,9 +13,10 @@ from rq import Queue
 from rq.registry import FailedJobRegistry
 
 from tests.servers import ROOT, free_port, venv_bin
-from webhooks import caps, keys
-from webhooks.buyers import BuyerRule
-from webhooks.models import AuditLog, Buyer, Publisher
+from webhooks.caps import leases
+from webhooks.leads.buyers import BuyerRule
+from webhooks.storage import keys
+from webhooks.storage.models import AuditLog, Buyer, Publisher
 
 COMMANDS = {
     "db": ["upgrade"],
@@ -175,7 +176,7 @@ def test_buyers_show_and_leads_refuse_unknown_or_malformed_ids(env, tmp_path):
 def test_caps_reconcile_corrects_a_drifted_counter(env, tmp_path, redis_server):
     ok(env, "buyers", "import", write(tmp_path, "b.json", [ACME]))
     rule = BuyerRule.from_row(Buyer.get_by_id("acme"))
-    counter = caps.counter_key("acme", caps.windows(rule, datetime.now(timezone.utc))[0][2])
+    counter = leases.counter_key("acme", leases.windows(rule, datetime.now(timezone.utc))[0][2])
     redis_server.client().set(counter, 7)
     out = ok(env, "caps", "reconcile").stdout
     assert "acme hourly" in out and "counter 7 -> 0" in out and "1 drift(s) corrected" in out

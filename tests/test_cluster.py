@@ -14,9 +14,11 @@ import redis
 from tests.cluster import LocalCluster, wait_for_failover
 from tests.servers import wait_until
 from tests.test_caps import BREAKER, TTL, rule
-from webhooks import caps, config, keys
+from webhooks import config
+from webhooks.caps import leases
 from webhooks.errors import ConfigError
-from webhooks.store import make_redis
+from webhooks.storage import keys
+from webhooks.storage.redis import make_redis, make_store
 
 WAIT = {"wait_replicas": 1, "wait_timeout_ms": 100}
 
@@ -49,17 +51,17 @@ def test_reservations_acknowledged_by_a_replica_survive_the_failover_of_their_pr
     (frozen, its link closed) and then killed: the way Redis Cluster loses acknowledged writes.
     Every reservation answered "ok" is still counted by the promoted replica."""
     b = rule("failover", daily=100_000)
-    counter = caps.counter_key(b.id, caps.windows(b, datetime.now(timezone.utc))[0][2])
-    caps.mark_ready(make_redis(cluster.url), b.id)
+    counter = leases.counter_key(b.id, leases.windows(b, datetime.now(timezone.utc))[0][2])
+    leases.mark_ready(make_redis(cluster.url), b.id)
     primary = cluster.primary_of(counter)
     replica = cluster.procs[cluster.replica_of(primary)]
     ok, stop, lock = [], threading.Event(), threading.Lock()
 
     def reserve() -> None:
-        mine = make_redis(cluster.url, **WAIT)
+        mine = make_store(cluster.url, **WAIT)
         while not stop.is_set():
             try:
-                status = caps.reserve(mine, b, datetime.now(timezone.utc), **TTL).status
+                status = leases.reserve(mine, b, datetime.now(timezone.utc), **TTL).status
             except redis.RedisError:
                 continue  # not acknowledged, or the failover: no reservation was granted
             with lock:
@@ -89,32 +91,35 @@ def test_reservations_acknowledged_by_a_replica_survive_the_failover_of_their_pr
 
 def test_a_reservation_no_replica_acknowledges_in_time_is_withdrawn_and_refused(cluster):
     b = rule("unacked", daily=10)
-    counter = caps.counter_key(b.id, caps.windows(b, datetime.now(timezone.utc))[0][2])
-    r = make_redis(cluster.url, wait_replicas=1, wait_timeout_ms=100)
-    caps.mark_ready(r, b.id)
+    counter = leases.counter_key(b.id, leases.windows(b, datetime.now(timezone.utc))[0][2])
+    store = make_store(cluster.url, wait_replicas=1, wait_timeout_ms=100)
+    r = store.redis
+    leases.mark_ready(r, b.id)
     replica = cluster.procs[cluster.replica_of(cluster.primary_of(counter))]
     replica.send_signal(signal.SIGSTOP)  # alive, but acknowledges nothing
     try:
         with pytest.raises(redis.TimeoutError, match="0 of 1 replica"):
-            caps.reserve(r, b, datetime.now(timezone.utc), **TTL)
+            leases.reserve(store, b, datetime.now(timezone.utc), **TTL)
     finally:
         replica.send_signal(signal.SIGCONT)
     assert int(r.get(counter)) == 0  # withdrawn: the slot is free again
     assert r.zcard(keys.leases(b.id)) == 0 and r.exists(keys.breaker(b.id)) == 0
-    assert caps.reserve(r, b, datetime.now(timezone.utc), **TTL).status == "ok"  # acknowledged again
+    assert leases.reserve(store, b, datetime.now(timezone.utc), **TTL).status == "ok"  # acknowledged again
 
 
 def test_withdrawing_a_probe_leaves_the_breaker_as_it_was(cluster):
     """A withdrawn lease called no buyer: it neither counts as a failure nor closes the circuit."""
     b = rule("probing")
-    r = make_redis(cluster.url)
-    caps.mark_ready(r, b.id)
+    store = make_store(cluster.url)
+    r = store.redis
+    leases.mark_ready(r, b.id)
     for _ in range(3):
-        caps.finish(r, caps.reserve(r, b, datetime.now(timezone.utc), **TTL).lease, "timeout", **BREAKER)
+        leases.finish(store, leases.reserve(store, b, datetime.now(timezone.utc), **TTL).lease, "timeout",
+                      **BREAKER)
     opened = r.hgetall(keys.breaker(b.id))
     threading.Event().wait(0.5)  # past the cool-down (400 ms): the next reservation is the probe
-    probe = caps.reserve(r, b, datetime.now(timezone.utc), **TTL).lease
+    probe = leases.reserve(store, b, datetime.now(timezone.utc), **TTL).lease
     assert probe.probe
-    caps.finish(r, probe, caps.WITHDRAWN, **BREAKER)
+    leases.finish(store, probe, leases.WITHDRAWN, **BREAKER)
     after = r.hgetall(keys.breaker(b.id))
     assert after["failures"] == "3" and after["open_until"] == opened["open_until"]

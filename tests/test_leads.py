@@ -6,8 +6,6 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import requests
-
 
 def test_sold_lead_reaches_the_buyer_with_the_contract_body_and_header(api, buyer_server, worker):
     acme = buyer_server.add("acme")
@@ -97,7 +95,9 @@ def test_waterfall_priority_order_ties_by_price_and_cascade(api, buyer_server):
     assert not buyer_server.buyers["never"].received
 
 
-def test_outcome_classification(api, buyer_server):
+def test_outcome_classification(web_api, buyer_server):
+    """Under gunicorn + gevent: the hard deadline is a gevent.Timeout around the whole call."""
+    api = web_api
     for mode in ("reject400", "garbage", "trickle"):
         buyer_server.add(mode, mode)
     key = api.put_publisher("surge")
@@ -119,7 +119,7 @@ def _blast(api, key, n, threads, prefix, bases=None):
     local = threading.local()
 
     def one(i):
-        s = getattr(local, "s", None) or requests.Session()
+        s = getattr(local, "s", None) or api.session()
         local.s = s
         resp = s.post(f"{bases[i % len(bases)]}/v1/leads", json={"lead_id": f"{prefix}{i}", "state": "TX"},
                       headers={"Authorization": f"Bearer {key}"}, timeout=30)
@@ -142,8 +142,10 @@ def test_chaos_cap_100_under_1000_concurrent_leads(api, buyer_server, redis_serv
     assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 100
 
 
-def test_chaos_across_four_web_processes_sharing_one_redis(api, base_env, tmp_path, buyer_server):
+def test_chaos_across_four_web_processes_sharing_one_redis(web_api, base_env, tmp_path, buyer_server):
     from tests.servers import WebServer
+
+    api = web_api
 
     second = WebServer(base_env, tmp_path / "web2.log", workers=2)
     try:
@@ -216,7 +218,7 @@ def test_same_lead_id_posted_20_times_concurrently_is_routed_once(api, buyer_ser
 
     def post(_):
         barrier.wait()
-        resp = requests.post(f"{api.base}/v1/leads", json={"lead_id": "dup-1"},
+        resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": "dup-1"},
                              headers={"Authorization": f"Bearer {key}"}, timeout=30)
         return resp.status_code, resp.json()
 

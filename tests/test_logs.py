@@ -6,10 +6,8 @@ import json
 import logging
 import sys
 
-from flask import Flask, g
-
 from tests.servers import free_port, wait_until
-from webhooks.logs import JsonFormatter, RequestIdFilter
+from webhooks.logs import REQUEST_ID, JsonFormatter, RequestIdFilter
 
 
 def _json_lines(path) -> list[dict]:
@@ -21,13 +19,14 @@ def _json_lines(path) -> list[dict]:
 
 
 def test_a_record_in_a_request_is_one_json_line_with_the_request_id():
-    app = Flask(__name__)
     record = logging.LogRecord("webhooks.test", logging.WARNING, __file__, 1, "sold %s to %s", ("l1", "acme"),
                                None)
     record.buyer_id = "acme"  # as passed with extra=
-    with app.test_request_context("/v1/leads"):
-        g.request_id = "req-123"
+    token = REQUEST_ID.set("req-123")  # what web/http.py does for each request
+    try:
         RequestIdFilter().filter(record)
+    finally:
+        REQUEST_ID.reset(token)
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "sold l1 to acme" and line["level"] == "WARNING"
     assert line["request_id"] == "req-123" and line["buyer_id"] == "acme"
@@ -45,7 +44,8 @@ def test_a_record_outside_requests_and_jobs_has_no_request_id():
     assert line["request_id"] is None and "ValueError: bad" in line["exc"]
 
 
-def test_request_id_reaches_the_web_log_and_the_settlement_job_log(api, web, worker):
+def test_request_id_reaches_the_web_log_and_the_settlement_job_log(web_api, web, worker):
+    api = web_api
     key = api.put_publisher("pub")
     api.put_buyer("gone", f"http://127.0.0.1:{free_port()}/gone")  # refused: logged by delivery
     api.settle_config()
@@ -58,7 +58,7 @@ def test_request_id_reaches_the_web_log_and_the_settlement_job_log(api, web, wor
         return [line for line in _json_lines(path)
                 if line.get("request_id") == "trace-7f3a" and line["logger"] == logger]
 
-    web_lines = wait_until(lambda: logged(web.log, "webhooks.delivery"), what="the web log line")
+    web_lines = wait_until(lambda: logged(web.log, "webhooks.leads.delivery"), what="the web log line")
     assert "delivery to http://127.0.0.1" in web_lines[0]["message"]
     job_lines = wait_until(lambda: logged(worker.log, "workers.settle"), what="the job's log line")
     assert job_lines[0]["message"] == "draining settlements" and job_lines[0]["job_id"]

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Api
 from tests.servers import ROOT, WebServer, venv_bin, wait_until
-from webhooks import caps
-from webhooks.buyers import BuyerRule
-from webhooks.models import Buyer
+from webhooks.caps import leases
+from webhooks.leads.buyers import BuyerRule
+from webhooks.storage.models import Buyer
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -126,7 +126,7 @@ def test_reconciliation_run_elsewhere_reports_its_drift_in_the_web_scrape(metric
     api = Api(metrics_web.url)
     api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 100})
     rule = BuyerRule.from_row(Buyer.get_by_id("acme"))
-    counter = caps.counter_key("acme", caps.windows(rule, datetime.now(timezone.utc))[0][2])
+    counter = leases.counter_key("acme", leases.windows(rule, datetime.now(timezone.utc))[0][2])
     redis_server.client().set(counter, 5)  # five sales Redis believes in, none in the ledger
 
     out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "caps", "reconcile"], env=metrics_web.env,

@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from webhooks.money import InvalidPayload, currency, to_minor
+from webhooks.payments.money import InvalidPayload, currency, to_minor
 
 
 @pytest.mark.parametrize("value, code, major, expected", [

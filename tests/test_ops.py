@@ -4,10 +4,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import requests
 
 from tests.conftest import ADMIN_TOKEN
 from tests.servers import WebServer, free_port
+
+pytestmark = pytest.mark.e2e  # gunicorn processes of its own
 
 
 def test_healthz_and_readyz(api):

@@ -55,8 +55,9 @@ class Bars(HTMLParser):
             self.breakers.append(a["data-breaker"])
 
 
-def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(api, worker, buyer_server,
+def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(web_api, worker, buyer_server,
                                                                        chromium, tmp_path):
+    api = web_api  # the browser needs a server
     buyer_server.add("acme")
     buyer_server.add("flaky", mode="error500")
     key = api.put_publisher("pub")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from tests.payments_helpers import PROVIDERS, encode, payload
-from webhooks.money import InvalidPayload
-from webhooks.providers import parse
+from webhooks.payments.events import parse
+from webhooks.payments.money import InvalidPayload
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -5,19 +5,18 @@ import time
 
 import pytest
 
-from tests.payments_helpers import (PROVIDERS, balance, counts, deliver, encode, payload,
-                                    signed_headers, verdicts)
+from tests.payments_helpers import PROVIDERS, balance, counts, deliver, encode, payload, signed_headers, verdicts
 from tests.servers import WebServer
-from webhooks.db import db
-from webhooks.models import AuditLog
+from webhooks.storage.db import db
+from webhooks.storage.models import AuditLog
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_signed_delivery_credits_once_then_answers_duplicate(api, provider):
     raw = encode(payload(provider, f"{provider}-ref-1", 250050, "NGN", "Ada@Example.com"))
-    first = deliver(api.base, provider, raw)
+    first = deliver(api, provider, raw)
     assert (first.status_code, first.json()) == (200, {"status": "credited"})
-    again = deliver(api.base, provider, raw)
+    again = deliver(api, provider, raw)
     assert (again.status_code, again.json()) == (200, {"status": "duplicate"})
     assert balance("ada@example.com", "NGN") == 250050
     assert verdicts(provider) == ["credited", "duplicate"]
@@ -25,7 +24,7 @@ def test_signed_delivery_credits_once_then_answers_duplicate(api, provider):
 
 def test_failed_charge_is_recorded_and_ignored(api):
     raw = encode(payload("paystack", "ps-failed", 5000, success=False))
-    resp = deliver(api.base, "paystack", raw)
+    resp = deliver(api, "paystack", raw)
     assert (resp.status_code, resp.json()) == (200, {"status": "ignored"})
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": 1}
     assert verdicts("paystack", "ps-failed") == ["ignored"]
@@ -50,7 +49,7 @@ def test_forged_deliveries_get_401_and_only_an_audit_row(api, provider):
     raw = encode(payload(provider, f"{provider}-forged", 100000))
     cases = forgeries(provider, raw)
     for what, (body, headers) in cases.items():
-        resp = deliver(api.base, provider, body, headers=headers)
+        resp = deliver(api, provider, body, headers=headers)
         assert resp.status_code == 401, what
         assert resp.json()["error"]["code"] == "invalid_signature", what
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": len(cases)}
@@ -59,7 +58,7 @@ def test_forged_deliveries_get_401_and_only_an_audit_row(api, provider):
 
 def test_flutterwave_secret_hash_is_not_stored_with_the_delivery(api):
     raw = encode(payload("flutterwave", "flw-audit", 100))
-    deliver(api.base, "flutterwave", raw)
+    deliver(api, "flutterwave", raw)
     with db.connection_context():
         stored = db.execute_sql("SELECT headers FROM webhook_deliveries").fetchone()[0]
     assert "flw-secret-hash" not in stored and "<redacted>" in stored
@@ -67,7 +66,7 @@ def test_flutterwave_secret_hash_is_not_stored_with_the_delivery(api):
 
 def test_signed_garbage_is_invalid_payload(api):
     raw = b'{"event": "charge.success", "data": {"amount": 100}}'
-    resp = deliver(api.base, "paystack", raw)
+    resp = deliver(api, "paystack", raw)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_payload"
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": 1}
     assert verdicts("paystack") == ["invalid_payload"]
@@ -78,6 +77,7 @@ def test_unknown_provider_is_404_json(api):
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.e2e  # a gunicorn of its own
 def test_provider_without_a_secret_answers_provider_not_configured(base_env, tmp_root):
     env = {k: v for k, v in base_env.items() if k != "MONNIFY_CLIENT_SECRET"}
     server = WebServer(env, tmp_root / "web-nomonnify.log", workers=1)
@@ -91,10 +91,10 @@ def test_provider_without_a_secret_answers_provider_not_configured(base_env, tmp
 
 
 def test_conflicting_reference_gets_422_credits_nothing_and_is_audited(api):
-    deliver(api.base, "paystack", encode(payload("paystack", "ps-conflict", 10000)))
+    deliver(api, "paystack", encode(payload("paystack", "ps-conflict", 10000)))
     for other in ({"amount_minor": 99999}, {"currency": "USD"}, {"email": "mallory@example.com"}):
         args = {"amount_minor": 10000, "currency": "NGN", "email": "ada@example.com", **other}
-        resp = deliver(api.base, "paystack", encode(payload("paystack", "ps-conflict", **args)))
+        resp = deliver(api, "paystack", encode(payload("paystack", "ps-conflict", **args)))
         assert resp.status_code == 422, other
         assert resp.json()["error"]["code"] == "reference_conflict"
     assert balance("ada@example.com", "NGN") == 10000
@@ -104,14 +104,14 @@ def test_conflicting_reference_gets_422_credits_nothing_and_is_audited(api):
         flagged = list(AuditLog.select().where(AuditLog.action == "payment.reference_conflict"))
     assert [a.entity_id for a in flagged] == ["paystack:ps-conflict"] * 3
     assert verdicts("paystack") == ["credited"] + ["reference_conflict"] * 3
-    same = deliver(api.base, "paystack", encode(payload("paystack", "ps-conflict", 10000)))
+    same = deliver(api, "paystack", encode(payload("paystack", "ps-conflict", 10000)))
     assert same.json() == {"status": "duplicate"}
 
 
 def test_admin_reads_wallet_balances_and_payment_rows(api):
-    deliver(api.base, "paystack", encode(payload("paystack", "ps-a", 1250000, "NGN", "ADA@example.com")))
-    deliver(api.base, "stripe", encode(payload("stripe", "pi_a", 500, "USD", "ada@example.com")))
-    deliver(api.base, "monnify", encode(payload("monnify", "MNFY|1|2", 1000, "NGN", "ada@example.com")))
+    deliver(api, "paystack", encode(payload("paystack", "ps-a", 1250000, "NGN", "ADA@example.com")))
+    deliver(api, "stripe", encode(payload("stripe", "pi_a", 500, "USD", "ada@example.com")))
+    deliver(api, "monnify", encode(payload("monnify", "MNFY|1|2", 1000, "NGN", "ada@example.com")))
     wallet = api.get("/v1/admin/wallets/Ada@Example.com")
     assert wallet.status_code == 200
     assert wallet.json() == {"customer": "ada@example.com", "balances_minor": {"NGN": 1251000, "USD": 500}}

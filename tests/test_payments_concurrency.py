@@ -11,8 +11,8 @@ import requests
 
 from tests.payments_helpers import PROVIDERS, balance, counts, deliver, encode, payload
 from tests.servers import WebServer
-from webhooks.db import db
-from webhooks.models import Payment, Wallet
+from webhooks.storage.db import db
+from webhooks.storage.models import Payment, Wallet
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,8 @@ def second_web(base_env, tmp_root):
     server.stop()
 
 
-def test_same_payment_50_times_at_once_across_processes_credits_once(api, second_web):
+def test_same_payment_50_times_at_once_across_processes_credits_once(web_api, second_web):
+    api = web_api
     raw = encode(payload("paystack", "ps-burst", 777700, "NGN", "burst@example.com"))
     bases = [api.base, second_web.url]
     start = threading.Barrier(50)
@@ -44,7 +45,8 @@ def test_same_payment_50_times_at_once_across_processes_credits_once(api, second
     assert counts() == {"payments": 1, "wallets": 1, "deliveries": 50}
 
 
-def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_once(api, second_web):
+def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_once(web_api, second_web):
+    api = web_api
     rng = random.Random(4)
     customers = [f"payer{i}@example.com" for i in range(40)]
     payments, expected = [], defaultdict(int)

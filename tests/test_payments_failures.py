@@ -14,9 +14,9 @@ import requests
 
 from tests.payments_helpers import balance, child_pids, counts, deliver, encode, payload, verdicts
 from tests.servers import WebServer, free_port, wait_until
-from webhooks import keys
-from webhooks.db import db
-from webhooks.payments_ledger import _is_deadlock
+from webhooks.payments.ledger import _is_deadlock
+from webhooks.storage import keys
+from webhooks.storage.db import db
 
 
 @pytest.fixture
@@ -32,19 +32,19 @@ def test_redis_down_answers_503_records_nothing_and_the_retry_credits(api, redis
     raw = encode(payload("stripe", "pi_redis_down", 4200, "USD", "ada@example.com"))
     redis_server.kill()
     try:
-        resp = deliver(api.base, "stripe", raw)
+        resp = deliver(api, "stripe", raw)
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable"
         assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
     finally:
         redis_server.start()
     answers = []
     for _ in range(5):  # the provider retries; the first may meet a pooled connection to the old Redis
-        answers.append(deliver(api.base, "stripe", raw))
+        answers.append(deliver(api, "stripe", raw))
         if answers[-1].status_code != 503:
             break
     assert answers[-1].json() == {"status": "credited"}
     assert balance("ada@example.com", "USD") == 4200
-    assert deliver(api.base, "stripe", raw).json() == {"status": "duplicate"}
+    assert deliver(api, "stripe", raw).json() == {"status": "duplicate"}
 
 
 def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(api, mysql, redis_server):
@@ -55,7 +55,7 @@ def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(
                   "BEGIN IF NEW.customer = 'refused@example.com' THEN "
                   "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'wallet writes refused'; END IF; END")
     try:
-        resp = deliver(api.base, "monnify", raw)
+        resp = deliver(api, "monnify", raw)
         assert resp.status_code >= 500 and resp.json()["error"]["code"] == "unavailable"
         assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
         r = redis_server.client()
@@ -65,12 +65,13 @@ def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(
         with conn.cursor() as c:
             c.execute("DROP TRIGGER IF EXISTS fg_test_refuse_wallet")
         conn.close()
-    assert deliver(api.base, "monnify", raw).json() == {"status": "credited"}
-    assert deliver(api.base, "monnify", raw).json() == {"status": "duplicate"}
+    assert deliver(api, "monnify", raw).json() == {"status": "credited"}
+    assert deliver(api, "monnify", raw).json() == {"status": "duplicate"}
     assert balance("refused@example.com", "NGN") == 150000
     assert counts()["payments"] == 1
 
 
+@pytest.mark.e2e  # a gunicorn of its own
 def test_database_unreachable_answers_503_releases_the_claim_and_the_retry_credits(
         api, base_env, tmp_root, redis_server):
     dead = f"mysql://root@127.0.0.1:{free_port()}/floodgate"  # nothing listens there
@@ -84,7 +85,7 @@ def test_database_unreachable_answers_503_releases_the_claim_and_the_retry_credi
     r = redis_server.client()
     assert r.exists(keys.payment("interswitch", "ISW-nodb", "claim")) == 0
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
-    assert deliver(api.base, "interswitch", raw).json() == {"status": "credited"}
+    assert deliver(api, "interswitch", raw).json() == {"status": "credited"}
     assert balance("ada@example.com", "NGN") == 990000
 
 
@@ -98,6 +99,7 @@ def _lock_waits(mysql: dict) -> int:
         conn.close()
 
 
+@pytest.mark.e2e  # kill -9 of a gunicorn worker
 def test_claim_of_a_killed_worker_expires_and_the_retry_credits_once(base_env, tmp_root, mysql, redis_server):
     server = WebServer({**base_env, "PAYMENT_CLAIM_TTL_MS": "3000"}, tmp_root / "web-kill.log", workers=1)
     holder = pymysql.connect(**{**mysql, "autocommit": False})

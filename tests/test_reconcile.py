@@ -6,14 +6,14 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import requests
+import pytest
 from redis import Redis
 from rq_scheduler import Scheduler
 
 from tests.servers import Proc, venv_bin, wait_until
-from webhooks import caps, reconcile
-from webhooks.catalog import load_snapshot
-from webhooks.store import make_redis
+from webhooks.caps import leases, reconcile
+from webhooks.leads.catalog import load_snapshot
+from webhooks.storage.redis import make_store
 from workers import schedule
 
 
@@ -25,8 +25,8 @@ def counter(r, buyer_id, cap):
     from datetime import datetime, timezone
 
     rule = buyer_rule(buyer_id)
-    (w,) = [w for c, _, w in caps.windows(rule, datetime.now(timezone.utc)) if c == cap]
-    return caps.counter_key(buyer_id, w)
+    (w,) = [w for c, _, w in leases.windows(rule, datetime.now(timezone.utc)) if c == cap]
+    return leases.counter_key(buyer_id, w)
 
 
 def test_injected_drift_is_corrected_both_ways_and_a_lost_counter_restored(api, buyer_server, worker,
@@ -38,19 +38,20 @@ def test_injected_drift_is_corrected_both_ways_and_a_lost_counter_restored(api, 
     for i in range(7):
         assert api.post_lead(key, {"lead_id": f"r{i}"}).json()["status"] == "sold"
     api.wait_settled("r6", "surge")
-    r = make_redis(redis_server.url)
+    store = make_store(redis_server.url)
+    r = store.redis
     daily, hourly, budget = (counter(r, "acme", c) for c in ("daily", "hourly", "daily_budget"))
     r.incrby(daily, 5)  # raised: would refuse leads that could be sold
     r.decrby(hourly, 3)  # lowered: would sell past the cap
     r.delete(budget)  # lost
-    findings = {f.cap: f for f in reconcile.reconcile_buyer(r, r, buyer_rule("acme"))}
+    findings = {f.cap: f for f in reconcile.reconcile_buyer(store, r, buyer_rule("acme"))}
     assert (findings["daily"].counter, findings["daily"].expected) == (12, 7)
     assert (findings["hourly"].counter, findings["hourly"].expected) == (4, 7)
     assert (findings["daily_budget"].counter, findings["daily_budget"].expected) == (0, 7000)
     assert (int(r.get(daily)), int(r.get(hourly)), int(r.get(budget))) == (7, 7, 7000)
     assert r.ttl(budget) > 0
     # a second pass finds nothing to correct
-    assert all(f.corrected_to is None for f in reconcile.reconcile_buyer(r, r, buyer_rule("acme")))
+    assert all(f.corrected_to is None for f in reconcile.reconcile_buyer(store, r, buyer_rule("acme")))
 
 
 def test_a_lease_in_flight_is_not_reconciled_away(api, buyer_server, redis_server, worker):
@@ -58,13 +59,14 @@ def test_a_lease_in_flight_is_not_reconciled_away(api, buyer_server, redis_serve
     key = api.put_publisher("surge")
     api.put_buyer("slow", buyer_server.url("slow"), caps={"daily": 1})
     api.settle_config()
-    r = make_redis(redis_server.url)
+    store = make_store(redis_server.url)
+    r = store.redis
     first = {}
     t = threading.Thread(target=lambda: first.update(r=api.post_lead(key, {"lead_id": "slow-1"}).json()))
     t.start()
     wait_until(lambda: buyer_server.buyers["slow"].received or r.get(counter(r, "slow", "daily")) == "1",
                what="the lease to be taken")
-    findings = reconcile.reconcile_buyer(r, r, buyer_rule("slow"))
+    findings = reconcile.reconcile_buyer(store, r, buyer_rule("slow"))
     assert findings[0].expected == 1 and findings[0].corrected_to is None
     assert api.post_lead(key, {"lead_id": "slow-2"}).json()["status"] == "unsold"
     t.join()
@@ -77,20 +79,21 @@ def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, bu
     key = api.put_publisher("surge")
     api.put_buyer("live", buyer_server.url("live"), caps={"daily": 100})
     api.settle_config()
-    r = make_redis(redis_server.url)
+    store = make_store(redis_server.url)
+    r = store.redis
     stop = threading.Event()
     passes = []
     rule = buyer_rule("live")
 
     def reconcile_loop():
         while not stop.is_set():
-            passes.append(reconcile.reconcile_buyer(r, r, rule))
+            passes.append(reconcile.reconcile_buyer(store, r, rule))
 
     loop = threading.Thread(target=reconcile_loop)
     loop.start()
 
     def one(i):
-        resp = requests.post(f"{api.base}/v1/leads", json={"lead_id": f"live-{i}"},
+        resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": f"live-{i}"},
                              headers={"Authorization": f"Bearer {key}"}, timeout=30)
         return resp.json()["status"]
 
@@ -103,11 +106,12 @@ def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, bu
     assert len(passes) >= 2  # it really ran while leads were sold
     assert acme.accepted == statuses["sold"] <= 100
     wait_until(lambda: api.get("/v1/admin/leads/live-0").status_code in (200, 404) and
-               all(f.corrected_to is None for f in reconcile.reconcile_buyer(r, r, buyer_rule("live"))),
+               all(f.corrected_to is None for f in reconcile.reconcile_buyer(store, r, buyer_rule("live"))),
                timeout=20, what="a clean reconciliation")
     assert int(r.get(counter(r, "live", "daily"))) == acme.accepted
 
 
+@pytest.mark.e2e  # two scheduler processes
 def test_scheduler_started_twice_schedules_each_periodic_job_once(redis_server, base_env, tmp_path):
     url = f"redis://127.0.0.1:{redis_server.port}/7"
     conn = Redis.from_url(url)

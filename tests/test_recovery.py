@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from tests.servers import wait_until
+
+pytestmark = pytest.mark.e2e  # kills and restarts the run's redis-server
 
 
 def test_redis_down_answers_503_and_sells_nothing(api, buyer_server, redis_server):
@@ -66,7 +69,7 @@ def test_redis_restarted_empty_mid_burst_never_exceeds_the_cap(api, buyer_server
         if i == 60:
             redis_server.restart_empty()
         try:
-            resp = requests.post(f"{api.base}/v1/leads", json={"lead_id": f"burst-{i}"},
+            resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": f"burst-{i}"},
                                  headers={"Authorization": f"Bearer {key}"}, timeout=30)
         except requests.RequestException:
             return "error"

@@ -6,9 +6,9 @@ import re
 import peewee as pw
 import pytest
 
-from webhooks import models
-from webhooks.db import db, is_mysql
-from webhooks.migrate import upgrade
+from webhooks.storage import models
+from webhooks.storage.db import db, is_mysql
+from webhooks.storage.migrate import upgrade
 
 
 def expected_type(field: pw.Field) -> str:

@@ -17,12 +17,16 @@ from rq import Queue
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from tests.servers import Proc, TcpProxy, venv_bin, wait_until
-from webhooks import caps, keys, ledger, settlement
-from webhooks.db import db, is_mysql
-from webhooks.models import AuditLog, Lead, LeadAttempt, Publisher
-from webhooks.publishers import PublisherRule
-from webhooks.routing import Outcome
-from workers.queues import SETTLE, enqueue_drain
+from webhooks.caps import leases
+from webhooks.leads import ledger, settlement
+from webhooks.leads.publishers import PublisherRule
+from webhooks.leads.routing import Outcome
+from webhooks.storage import keys, settle_queue
+from webhooks.storage.db import db, is_mysql
+from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher
+from webhooks.storage.settle_queue import SETTLE, enqueue_drain
+
+pytestmark = pytest.mark.e2e  # RQ worker processes of its own, killed -9
 
 PUB = PublisherRule("pub", True, Decimal("10"))
 
@@ -30,7 +34,7 @@ PUB = PublisherRule("pub", True, Decimal("10"))
 def sold_item(lead_id: str, price: str = "20.00") -> dict:
     out = Outcome(status="sold", buyer_id="acme", price=Decimal(price),
                   sold_at=datetime.now(timezone.utc),
-                  lease=caps.Lease("acme", "lease" + lead_id, (), False, 1),
+                  lease=leases.Lease("acme", "lease" + lead_id, (), False, 1),
                   attempts=[{"buyer_id": "zen", "outcome": "timeout", "ms": 1500},
                             {"buyer_id": "acme", "outcome": "accepted", "ms": 41}])
     return settlement.make_item(PUB, lead_id, out, '{"lead_id": "%s"}' % lead_id,
@@ -81,7 +85,7 @@ class IsolatedQueue:
         return proc
 
     def push(self, *items: dict) -> None:
-        settlement.push(self.client, self.queue, [json.dumps(i) for i in items])
+        settle_queue.push(self.client, self.queue, [json.dumps(i) for i in items])
 
     def close(self) -> None:
         for w in self.workers:
@@ -147,14 +151,13 @@ def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publ
 
     def hold_publisher_row():
         # Another transaction holds the publisher row: the job blocks on the commission update.
-        with db.connection_context():
-            with db.atomic():
-                if is_mysql():
-                    list(Publisher.select().where(Publisher.id == "pub").for_update())
-                else:
-                    Publisher.update(name="Pub").where(Publisher.id == "pub").execute()
-                blocker_ready.set()
-                release.wait(60)
+        with db.connection_context(), db.atomic():
+            if is_mysql():
+                list(Publisher.select().where(Publisher.id == "pub").for_update())
+            else:
+                Publisher.update(name="Pub").where(Publisher.id == "pub").execute()
+            blocker_ready.set()
+            release.wait(60)
 
     holder = threading.Thread(target=hold_publisher_row)
     holder.start()

@@ -8,7 +8,7 @@ import stripe
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from tests.payments_helpers import PROVIDERS, SECRET, encode, payload, signed_headers
-from webhooks.signatures import InvalidSignature, verify
+from webhooks.payments.signatures import InvalidSignature, verify
 
 NOW = time.time()
 

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
-from webhooks.buyers import BuyerRule
-from webhooks.windows import window
+from webhooks.caps.windows import window
+from webhooks.leads.buyers import BuyerRule
 
 CHICAGO = ZoneInfo("America/Chicago")
 UTC = timezone.utc

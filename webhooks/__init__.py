@@ -3,23 +3,25 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import config as config_mod
-from . import logs
+from webhooks import config as config_mod
+from webhooks import logs, metrics
 
 
 def create_app(config: config_mod.Config | None = None) -> Flask:
     """The Flask app: config, Redis, database, per-process caches, blueprints."""
-    from . import http
-    from .catalog import Catalog
-    from .db import close_db, init_db
-    from .delivery import Deliverer
-    from .routing import Router
-    from .settlement import Journal
-    from workers.queues import queue
-    from .store import make_queue_redis, make_redis
+    from webhooks.leads.catalog import Catalog
+    from webhooks.leads.delivery import Deliverer
+    from webhooks.leads.intake import Intake
+    from webhooks.leads.routing import Router
+    from webhooks.leads.settlement import Journal
+    from webhooks.storage.db import close_db, init_db
+    from webhooks.storage.redis import ReplicaWait, Store, make_queue_redis, make_redis
+    from webhooks.storage.settle_queue import queue
+    from webhooks.web import http
 
     cfg = config or config_mod.load()
-    logs.configure()
+    logs.configure(cfg.log_level)
+    metrics.init(cfg)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.config["FLOODGATE"] = cfg
@@ -27,27 +29,30 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
 
     init_db(cfg.database_url, cfg.db_pool_size)
     app.teardown_appcontext(close_db)
-    redis = make_redis(cfg.redis_url, cfg.redis_max_connections, cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms)
-    app.extensions["redis"] = redis
+    store = Store(make_redis(cfg.redis_url, cfg.redis_max_connections),
+                  ReplicaWait(cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms))
     same = cfg.queue_redis_url == cfg.redis_url
-    settle_redis = redis if same else make_redis(cfg.queue_redis_url, cfg.redis_max_connections)
-    app.extensions["settle_redis"] = settle_redis
+    settle = store if same else Store(make_redis(cfg.queue_redis_url, cfg.redis_max_connections))
+    redis, settle_redis = store.redis, settle.redis
+    app.extensions.update(store=store, redis=redis, settle=settle, settle_redis=settle_redis)
     app.extensions["queue"] = queue(make_queue_redis(cfg.queue_redis_url))
     app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"], cfg.journal_keep_s)
     app.extensions["catalog"] = Catalog(redis, cfg.config_check_interval_ms / 1000)
-    app.extensions["router"] = Router(redis, settle_redis, Deliverer(cfg.buyer_timeout_ms),
-                                      cfg.buyer_timeout_ms, cfg.breaker_failures, cfg.breaker_cooldown_ms)
+    router = Router(store, settle_redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
+                    cfg.breaker_failures, cfg.breaker_cooldown_ms)
+    app.extensions["intake"] = Intake(store, settle, router, app.extensions["journal"], cfg.buyer_timeout_ms,
+                                      cfg.lead_replay_ttl_s, cfg.breaker_failures, cfg.breaker_cooldown_ms)
     http.init_app(app)
 
-    from .admin import bp as admin_bp
-    from .leads import bp as leads_bp
-    from .ops import bp as ops_bp
-    from .payments import bp as payments_bp
+    from webhooks.web.admin import bp as admin_bp
+    from webhooks.web.leads import bp as leads_bp
+    from webhooks.web.ops import bp as ops_bp
+    from webhooks.web.payments import bp as payments_bp
 
     for bp in (ops_bp, admin_bp, leads_bp, payments_bp):
         app.register_blueprint(bp)
 
-    from .cli import init_app as init_cli
+    from webhooks.cli import init_app as init_cli
 
     init_cli(app)
     return app

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import click
 from flask import Flask, current_app
 from flask.cli import AppGroup
 
-from .db import UNAVAILABLE_ERRORS
-from .errors import ValidationError
-from .store import REDIS_DOWN
-from .validate import is_id
+from webhooks.errors import ValidationError
+from webhooks.storage.db import UNAVAILABLE_ERRORS
+from webhooks.storage.redis import REDIS_DOWN
+from webhooks.validate import is_id
 
 
 class _Group(AppGroup):
@@ -54,7 +55,7 @@ def _progress(items: list, label: str) -> Any:
 
 @db_cli.command("upgrade", help="Apply the numbered sql/ migrations not applied yet (idempotent).")
 def upgrade_command() -> None:
-    from .migrate import upgrade
+    from webhooks.storage.migrate import upgrade
 
     applied = upgrade(echo=click.echo)
     click.echo(f"applied {len(applied)} migration(s)" if applied else "nothing to apply")
@@ -63,10 +64,11 @@ def upgrade_command() -> None:
 @caps_cli.command("reconcile", help="Compare every active buyer's counters with the ledger now and "
                                     "correct drift (what the hourly job does).")
 def reconcile_command() -> None:
-    from .reconcile import reconcile_all
+    from webhooks.caps.reconcile import reconcile_all
+    from webhooks.leads.catalog import load_snapshot
 
     ext = current_app.extensions
-    drifts = reconcile_all(ext["redis"], ext["settle_redis"])
+    drifts = reconcile_all(ext["store"], ext["settle_redis"], load_snapshot(None).buyers)
     for d in drifts:
         click.echo(f"{d['buyer_id']} {d['cap']} {d['window']}: counter {d['counter']} -> {d['expected']}")
     click.echo(f"{len(drifts)} drift(s) corrected")
@@ -90,7 +92,7 @@ def requeue_command() -> None:
 def status_command() -> None:
     from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-    from . import keys
+    from webhooks.storage import keys
 
     q = current_app.extensions["queue"]
     status = {
@@ -133,7 +135,7 @@ def _import(entries: list[dict], what: str, parse: Callable[[Any], dict],
             save: Callable[[str, dict], Any], hint: Callable[[ValidationError], str] = lambda e: "") -> list:
     """Validate every entry, then save them all in one transaction (all or nothing); return
     what `save` returned for each."""
-    from .db import db
+    from webhooks.storage.db import db
 
     def checked(i: int, action: Callable, *args: Any) -> Any:
         try:
@@ -153,8 +155,8 @@ def _import(entries: list[dict], what: str, parse: Callable[[Any], dict],
                                    "the admin API's form; `buyers import` reads it back.")
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_buyers(output: Any) -> None:
-    from .buyers import to_json
-    from .models import Buyer
+    from webhooks.leads.buyers import to_json
+    from webhooks.storage.models import Buyer
 
     rows = list(Buyer.select().where(Buyer.deleted_at.is_null()).order_by(Buyer.id))
     with _progress(rows, "exporting buyers") as bar:
@@ -168,14 +170,15 @@ def export_buyers(output: Any) -> None:
                                    "as the admin API does first; nothing is saved if one is invalid.")
 @click.argument("file", type=click.File("r"))
 def import_buyers(file: Any) -> None:
-    from . import buyers, caps
-    from .catalog import bump_version
+    from webhooks.caps import leases
+    from webhooks.leads import buyers
+    from webhooks.leads.catalog import bump_version
 
     saved = _import(_read_entries(file, "buyers"), "buyers", buyers.parse, buyers.save)
     r = current_app.extensions["redis"]
     for row, created in saved:
         if created:
-            caps.mark_ready(r, row.id)
+            leases.mark_ready(r, row.id)
     bump_version(r)
     click.echo(f"imported {len(saved)} buyer(s) ({sum(c for _, c in saved)} new)")
 
@@ -191,8 +194,8 @@ def _publisher_key_hint(exc: ValidationError) -> str:
                                        "exported: only a hash of each is stored.")
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_publishers(output: Any) -> None:
-    from .models import Publisher
-    from .publishers import to_json
+    from webhooks.leads.publishers import to_json
+    from webhooks.storage.models import Publisher
 
     rows = list(Publisher.select().order_by(Publisher.id))
     with _progress(rows, "exporting publishers") as bar:
@@ -207,8 +210,8 @@ def export_publishers(output: Any) -> None:
                                        "API does; nothing is saved if one is invalid.")
 @click.argument("file", type=click.File("r"))
 def import_publishers(file: Any) -> None:
-    from . import publishers
-    from .catalog import bump_version
+    from webhooks.leads import publishers
+    from webhooks.leads.catalog import bump_version
 
     saved = _import(_read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save,
                     _publisher_key_hint)
@@ -219,7 +222,7 @@ def import_publishers(file: Any) -> None:
 # --- reading one buyer ------------------------------------------------------------------------
 
 def _buyer_row(buyer_id: str) -> Any:
-    from .models import Buyer
+    from webhooks.storage.models import Buyer
 
     row = Buyer.get_or_none(Buyer.id == buyer_id)
     if row is None:
@@ -238,17 +241,18 @@ def _table(rows: Iterable[Iterable[Any]]) -> None:
                                  "local time) and its circuit breaker.")
 @click.argument("buyer_id", callback=_id_argument)
 def show_buyer(buyer_id: str) -> None:
-    from . import caps, metrics
-    from .buyers import BuyerRule
+    from webhooks.caps import leases
+    from webhooks.caps.breaker import breakers
+    from webhooks.leads.buyers import BuyerRule
 
     row = _buyer_row(buyer_id)
     r = current_app.extensions["redis"]
     state = "deleted" if row.deleted_at else "active" if row.active else "inactive"
     click.echo(f"{row.id}: {row.name} ({state}), price {row.price:.2f}, priority {row.priority}, "
                f"time zone {row.timezone}")
-    breaker = metrics.breakers(r, [row.id])[row.id]
+    breaker = breakers(r, [row.id])[row.id]
     click.echo(f"breaker: {breaker.state.replace('_', '-')} ({breaker.failures} consecutive failure(s))")
-    usage = caps.usage(r, BuyerRule.from_row(row), datetime.now(timezone.utc))
+    usage = leases.usage(r, BuyerRule.from_row(row), datetime.now(timezone.utc))
     if not usage:
         click.echo("caps: none (unlimited)")
         return
@@ -264,7 +268,7 @@ def show_buyer(buyer_id: str) -> None:
 def buyer_leads(buyer_id: str, limit: int) -> None:
     from peewee import Tuple
 
-    from .models import Lead, LeadAttempt
+    from webhooks.storage.models import Lead, LeadAttempt
 
     _buyer_row(buyer_id)
     attempts = list(LeadAttempt.select().where(LeadAttempt.buyer_id == buyer_id)

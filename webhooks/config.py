@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Mapping
 
-from .errors import ConfigError
-from .store import is_cluster_url
+from webhooks.errors import ConfigError
+from webhooks.storage.redis import is_cluster_url
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"
+DEFAULT_METRICS_DIR = str(ROOT / "var" / "prometheus")
+MAX_WATERFALL = 8  # buyers a graceful shutdown waits for, each at its full deadline
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 PROVIDER_SECRETS = {
     "paystack": "PAYSTACK_SECRET_KEY",
@@ -28,7 +31,12 @@ class Config:
     rq_redis_url: str = ""  # empty: same as redis_url
     database_url: str = DEFAULT_SQLITE
     admin_token: str = ""
-    port: int = 8000
+    port: int = 8000  # web: gunicorn binds 0.0.0.0:PORT
+    web_concurrency: int = 2  # gunicorn worker processes
+    worker_connections: int = 1000  # greenlets per gunicorn worker
+    access_log: str = ""  # gunicorn access log file ('-': stdout); empty: none
+    log_level: str = "info"
+    metrics_dir: str = DEFAULT_METRICS_DIR  # PROMETHEUS_MULTIPROC_DIR, shared by every process
     buyer_timeout_ms: int = 1500
     breaker_failures: int = 5
     breaker_cooldown_ms: int = 30_000
@@ -47,6 +55,12 @@ class Config:
     def queue_redis_url(self) -> str:
         return self.rq_redis_url or self.redis_url
 
+    @property
+    def graceful_timeout_s(self) -> int:
+        """How long a web worker told to stop (SIGTERM) may finish the leads in flight: the
+        routing of a lead offered to MAX_WATERFALL buyers that each take the full deadline."""
+        return 10 + MAX_WATERFALL * (self.buyer_timeout_ms + 999) // 1000
+
 
 _INTS = {
     "PORT": "port",
@@ -61,6 +75,8 @@ _INTS = {
     "JOURNAL_KEEP_S": "journal_keep_s",
     "CAP_WAIT_REPLICAS": "cap_wait_replicas",
     "CAP_WAIT_TIMEOUT_MS": "cap_wait_timeout_ms",
+    "WEB_CONCURRENCY": "web_concurrency",
+    "WORKER_CONNECTIONS": "worker_connections",
 }
 _ZERO_OK = {"CAP_WAIT_REPLICAS"}  # 0: do not wait for replicas
 _STRS = {
@@ -68,6 +84,9 @@ _STRS = {
     "RQ_REDIS_URL": "rq_redis_url",
     "DATABASE_URL": "database_url",
     "ADMIN_TOKEN": "admin_token",
+    "ACCESS_LOG": "access_log",
+    "LOG_LEVEL": "log_level",
+    "PROMETHEUS_MULTIPROC_DIR": "metrics_dir",
 }
 
 
@@ -100,6 +119,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     if not url.startswith(("mysql://", "sqlite:///")):
         raise ConfigError("DATABASE_URL must start with mysql:// or sqlite:///")
     _check_redis(values.get("redis_url", Config.redis_url), values.get("rq_redis_url", ""))
+    level = values.get("log_level", Config.log_level).lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    values["log_level"] = level
     return Config(**values)
 
 

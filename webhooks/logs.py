@@ -1,25 +1,27 @@
 """Structured logs: one JSON object per line, carrying the request id of the HTTP request
-(flask.g.request_id, also returned as X-Request-Id) or, inside an RQ job, the request id the
+(set by web/http.py in `REQUEST_ID`, a context variable, so per greenlet under gevent; also
+returned as X-Request-Id) or, inside an RQ job, the request id the
 job was enqueued with (job.meta["request_id"]), so a lead can be followed from intake to ledger.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
+from contextvars import ContextVar
 from datetime import datetime, timezone
 
-from flask import g, has_request_context
 from rq import get_current_job
 
+REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
 
 
 def current_request_id() -> str | None:
     """The request id of the HTTP request or RQ job this code runs for, if any."""
-    if has_request_context():
-        return g.get("request_id")
+    rid = REQUEST_ID.get()
+    if rid is not None:
+        return rid
     job = get_current_job()
     return job.meta.get("request_id") if job is not None else None
 
@@ -55,7 +57,7 @@ class _JsonHandler(logging.StreamHandler):
     """Our stderr handler, told apart from others (pytest's, a host app's) by its class."""
 
 
-def configure(level: str | None = None) -> None:
+def configure(level: str = "info") -> None:
     """Send the root logger's records to stderr as JSON lines. Idempotent: calling it again
     (once per app in tests) replaces our handler instead of duplicating lines."""
     handler = _JsonHandler(sys.stderr)
@@ -63,4 +65,4 @@ def configure(level: str | None = None) -> None:
     handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     root.handlers[:] = [h for h in root.handlers if not isinstance(h, _JsonHandler)] + [handler]
-    root.setLevel((level or os.environ.get("LOG_LEVEL", "info")).upper())
+    root.setLevel(level.upper())

@@ -5,7 +5,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .errors import ValidationError
+from webhooks.errors import ValidationError
 
 ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CENTS = Decimal("0.01")
@@ -63,3 +63,7 @@ def boolean(code: str, field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(code, field, "must be true or false")
     return value
+
+def cents(amount: Decimal | str) -> int:
+    """A price or budget in cents (the unit cap counters count `daily_budget` in)."""
+    return int(Decimal(amount) * 100)

@@ -1,26 +1,27 @@
-"""What a job needs, built once per worker process from the environment (never at import)."""
+"""What a job needs, built once per worker process from config.load() (never at import)."""
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
-from webhooks import config, logs
-from webhooks.db import init_db
-from webhooks.store import make_redis
+from webhooks import config, logs, metrics
+from webhooks.storage.db import init_db
+from webhooks.storage.redis import Store, make_store
 
 
 @dataclass(frozen=True)
 class Backends:
     cfg: config.Config
-    redis: object  # caps, leases, breakers
-    settle_redis: object  # the settlement lists (same server as the RQ queue)
+    store: Store  # caps, leases, breakers
+    settle: Store  # the settlement lists (same server as the RQ queue)
 
 
 @functools.lru_cache(maxsize=1)
 def backends() -> Backends:
     cfg = config.load()
-    logs.configure()
+    logs.configure(cfg.log_level)
+    metrics.init(cfg)
     init_db(cfg.database_url, pool_size=2)
-    redis = make_redis(cfg.redis_url, 8)
-    settle = redis if cfg.queue_redis_url == cfg.redis_url else make_redis(cfg.queue_redis_url, 8)
-    return Backends(cfg, redis, settle)
+    store = make_store(cfg.redis_url, 8)
+    settle = store if cfg.queue_redis_url == cfg.redis_url else make_store(cfg.queue_redis_url, 8)
+    return Backends(cfg, store, settle)

@@ -1,15 +1,15 @@
-"""Reconciliation of Redis cap counters with the ledger (see webhooks/reconcile.py)."""
+"""Reconciliation of Redis cap counters with the ledger (see webhooks/caps/reconcile.py)."""
 from __future__ import annotations
 
-from webhooks.db import close_db
+from webhooks.caps.reconcile import reconcile_all as run
+from webhooks.leads.catalog import load_snapshot
+from webhooks.storage.db import close_db
 from workers.context import backends
 
 
 def reconcile_all() -> list[dict]:
-    from webhooks.reconcile import reconcile_all as run
-
     b = backends()
     try:
-        return run(b.redis, b.settle_redis)
+        return run(b.store, b.settle.redis, load_snapshot(None).buyers)
     finally:
         close_db()

@@ -7,14 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from datetime import datetime, timezone
 
 from redis import Redis
 from rq_scheduler import Scheduler
 
-from webhooks import logs
-from workers.queues import JOB_TIMEOUT, SETTLE
+from webhooks import config, logs
+from webhooks.storage.settle_queue import JOB_TIMEOUT, SETTLE
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +47,9 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
 
 
 def main() -> None:
-    logs.configure()
-    url = os.environ.get("RQ_REDIS_URL") or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    scheduler = Scheduler(queue_name=SETTLE, connection=Redis.from_url(url), interval=5)
+    cfg = config.load()
+    logs.configure(cfg.log_level)
+    scheduler = Scheduler(queue_name=SETTLE, connection=Redis.from_url(cfg.queue_redis_url), interval=5)
     register(scheduler)
     scheduler.run()
 

@@ -8,11 +8,12 @@ import uuid
 
 from rq import get_current_job
 
-from webhooks import caps, keys, ledger
-from webhooks.settlement import SCHEDULED_TTL_MS
-from webhooks.db import close_db
+from webhooks.caps import leases
+from webhooks.leads import ledger
+from webhooks.storage import keys
+from webhooks.storage.db import close_db
+from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
 from workers.context import backends
-from workers.queues import enqueue_drain, queue
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     A job killed mid-batch is run again by RQ under the same id and takes back the batch
     it held (see lua/take_batch.lua); the ledger's unique keys make the rewrite harmless."""
     b = backends()
-    r = b.settle_redis
+    r = b.settle.redis
     job = get_current_job()
     job_id = job.id if job else "inline-" + uuid.uuid4().hex
     processing = keys.settle_processing(job_id)
@@ -36,7 +37,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     written, started = 0, time.monotonic()
     try:
         while True:
-            batch = r.scripts.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
+            batch = b.settle.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
             if not batch:
                 # Wait a moment for more (blocking in Redis), so that one job serves a steady
                 # stream of leads instead of one job being enqueued every few leads.
@@ -52,7 +53,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
             r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
             items = [json.loads(x) for x in batch]
             written += ledger.settle(items)
-            caps.release_settled(b.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
+            leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
             r.delete(processing)
             if len(batch) < batch_size:
                 # A small batch means the queue is keeping up: let a few more leads gather

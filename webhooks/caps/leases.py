@@ -1,0 +1,164 @@
+"""Cap leases: reserve a slot under every cap of a buyer in one Lua call, then confirm or
+refund exactly what was reserved. Shared by the lead path, settlement and reconciliation."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import redis
+from redis.exceptions import AskError, ClusterError
+
+from webhooks import metrics
+from webhooks.caps.windows import Window, window
+from webhooks.storage import keys
+from webhooks.storage import redis as redis_store
+from webhooks.storage.redis import Store
+
+if TYPE_CHECKING:
+    from webhooks.leads.buyers import BuyerRule
+
+# Counters outlive their window a little so a late refund still finds them; the key name
+# carries the window, so a new window always starts from a new key at 0.
+EXPIRY_GRACE = timedelta(hours=1)
+CONFIRMED_TTL_MS = 48 * 3600 * 1000
+WITHDRAWN = "withdrawn"  # finish_lease outcome: a refund that leaves the breaker alone
+
+
+@dataclass(frozen=True)
+class Lease:
+    buyer_id: str
+    lease_id: str
+    counters: tuple[str, ...]
+    probe: bool = False
+    reserved_us: int = 0  # Redis time of the reservation; reconciliation orders sales by it
+
+    @property
+    def key(self) -> str:
+        return keys.lease(self.buyer_id, self.lease_id)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    status: str  # ok | full | circuit_open | not_ready
+    lease: Lease | None = None
+    cap: str | None = None  # the full cap, when status == "full"
+
+
+def windows(buyer: BuyerRule, now: datetime) -> list[tuple[str, int, Window]]:
+    """(cap, limit, window) of every cap the buyer has, at `now` (aware)."""
+    return [(cap, limit, window(cap, buyer.tz, now)) for cap, limit in buyer.limits]
+
+
+def counter_key(buyer_id: str, w: Window) -> str:
+    return keys.cap_counter(buyer_id, w.cap, w.label)
+
+
+def expire_at(w: Window) -> int:
+    return int((w.end + EXPIRY_GRACE).timestamp())
+
+
+def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int) -> Reservation:
+    caps = windows(buyer, now)
+    counters = [counter_key(buyer.id, w) for _, _, w in caps]
+    lease_id = os.urandom(12).hex()
+    args: list = [lease_id, lease_ttl_ms, probe_ttl_ms]
+    for cap, limit, w in caps:
+        args += [limit, buyer.price_minor if cap == "daily_budget" else 1, expire_at(w)]
+    script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
+                   keys.leases(buyer.id), *counters]
+    if store.cap_wait.replicas:
+        result = _reserve_replicated(store, Lease(buyer.id, lease_id, tuple(counters)), script_keys, args)
+    else:
+        result = store.reserve_lease(keys=script_keys, args=args)
+    status = result[0]
+    if status == "ok":
+        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2])))
+    if status == "full":
+        metrics.cap_refused(buyer.id, caps[int(result[1]) - 1][0])
+        return Reservation("full", cap=caps[int(result[1]) - 1][0])
+    return Reservation(status)
+
+
+def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args: list) -> list:
+    """reserve_lease, then WAIT for `store.cap_wait.replicas` replicas on the same connection to
+    the buyer's node (WAIT counts the replicas holding every write of its own connection).
+    Replication is asynchronous: without this, a failover right after a reservation can
+    forget it and let the cap be exceeded. A reservation not held by enough replicas in time
+    is withdrawn and raises redis.TimeoutError (the lead path answers 503: retry)."""
+    wait, r = store.cap_wait, store.redis
+    for attempt in range(2):  # a second time only after the slot moved (MOVED / ASK)
+        pipe = redis_store.node_of(r, script_keys[0]).pipeline(transaction=False)
+        store.queue(pipe, store.reserve_lease, script_keys, args)
+        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+        try:
+            result, acked = pipe.execute()
+            break
+        except redis_store.REDIS_DOWN:
+            redis_store.refresh_slots(r)  # the node is gone: learn the new primary for the next lead
+            raise
+        except AskError:
+            redis_store.refresh_slots(r)
+            if attempt:
+                raise ClusterError(f"the slot of {script_keys[0]} is moving; retry") from None
+    if result[0] == "ok" and acked < wait.replicas:
+        try:
+            finish(store, lease, WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
+        except redis_store.REDIS_DOWN:
+            pass  # the slot stays taken, which is safe; reconciliation gives it back
+        raise redis.TimeoutError(f"{acked} of {wait.replicas} replica(s) acknowledged the cap "
+                                 f"reservation within {wait.timeout_ms} ms")
+    return result
+
+
+def _finish_call(lease: Lease, outcome: str, breaker_failures: int, breaker_cooldown_ms: int):
+    return ([lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters],
+            [outcome, breaker_failures, breaker_cooldown_ms, CONFIRMED_TTL_MS, lease.lease_id])
+
+
+def finish(store: Store, lease: Lease, outcome: str, *, breaker_failures: int, breaker_cooldown_ms: int) -> bool:
+    """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
+    k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
+    return bool(store.finish_lease(keys=k, args=a))
+
+
+def finish_in(store: Store, pipe, lease: Lease, outcome: str, *, breaker_failures: int,
+              breaker_cooldown_ms: int) -> None:
+    """`finish`, queued on `pipe` (a pipeline of `store.redis`) to share a round trip."""
+    k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
+    store.queue(pipe, store.finish_lease, k, a)
+
+
+def release_settled(r, leases: list[tuple[str, str]]) -> None:
+    """These sales are in the ledger now: their confirmed leases (buyer id, lease id) no
+    longer need counting. One round trip for the lot."""
+    if not leases:
+        return
+    pipe = r.pipeline(transaction=False)
+    for buyer_id, lease_id in leases:
+        pipe.delete(keys.lease(buyer_id, lease_id))
+        pipe.zrem(keys.leases(buyer_id), lease_id)
+    pipe.execute()
+
+
+def mark_ready(r, buyer_id: str) -> None:
+    """A buyer with no history yet: its counters (all zero) can be trusted as they are."""
+    r.set(keys.ready(buyer_id), "1", nx=True)
+
+
+def usage(r, buyer: BuyerRule, now: datetime | None = None) -> dict:
+    """Live use of each cap in its current window, for the admin API and the ops page."""
+    now = now or datetime.now(timezone.utc)
+    caps = windows(buyer, now)
+    values = r.mget([counter_key(buyer.id, w) for _, _, w in caps]) if caps else []
+    out = {}
+    for (cap, limit, w), raw in zip(caps, values):
+        used = int(raw or 0)
+        if cap == "daily_budget":
+            out[cap] = {"used": f"{Decimal(used) / 100:.2f}", "limit": f"{Decimal(limit) / 100:.2f}"}
+        else:
+            out[cap] = {"used": used, "limit": limit}
+        out[cap]["window_start"] = w.start.isoformat()
+    return out

@@ -1,0 +1,74 @@
+"""Fail closed after Redis lost data: a buyer whose `ready` key is gone sells nothing until its
+counters of the current windows are rebuilt from the ledger plus the unsettled sales.
+
+The rebuild waits one delivery deadline first, so every lease taken before the loss has
+finished and its sale (if any) is in the ledger or in the settlement queue when we count.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from webhooks.caps import leases
+from webhooks.caps.sales import sales_since, total
+from webhooks.storage import keys
+from webhooks.storage.redis import Store
+
+if TYPE_CHECKING:
+    from webhooks.leads.buyers import BuyerRule
+
+log = logging.getLogger(__name__)
+
+LOCK_TTL_MS = 60_000
+SETTLE_MARGIN_S = 1.0
+
+
+def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
+    """Start a rebuild of `buyer` in the background unless one is running; True if started."""
+    token = uuid.uuid4().hex
+    if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
+        return False
+    log.warning("counters of buyer %s are not trusted (Redis lost data?): rebuilding", buyer.id)
+    delay = buyer_timeout_ms / 1000 + SETTLE_MARGIN_S
+    threading.Thread(target=_run, args=(store, settle_r, buyer, token, delay), daemon=True).start()
+    return True
+
+
+def _run(store: Store, settle_r, buyer: BuyerRule, token: str, delay: float) -> None:
+    time.sleep(delay)
+    try:
+        rebuild(store, settle_r, buyer, token)
+    except Exception:
+        # The lock expires and the next lead for this buyer starts another try.
+        log.exception("rebuild of buyer %s failed", buyer.id)
+
+
+def sold_counts(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
+    """Sold leads (and cents for daily_budget) of each current window: ledger + unsettled."""
+    windows = leases.windows(buyer, now)
+    if not windows:
+        return {}
+    since = min(w.start for _, _, w in windows)
+    found = sales_since(settle_r, buyer.id, since).values()
+    return {cap: total(found, cap, w) for cap, _, w in windows}
+
+
+def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
+    now = now or datetime.now(timezone.utc)
+    counts = sold_counts(settle_r, buyer, now)
+    windows = leases.windows(buyer, now)
+    args: list = [token]
+    for cap, _, w in windows:
+        args += [counts[cap], leases.expire_at(w)]
+    done = bool(store.rebuild_counters(
+        keys=[keys.ready(buyer.id), keys.rebuild_lock(buyer.id),
+              *[leases.counter_key(buyer.id, w) for _, _, w in windows]],
+        args=args,
+    ))
+    if done:
+        log.warning("buyer %s counters rebuilt from the ledger: %s", buyer.id, counts)
+    return done

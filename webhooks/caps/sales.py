@@ -1,0 +1,55 @@
+"""A buyer's sales as the ledger and the settlement queue know them, for cap rebuilds and
+reconciliation."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from webhooks.caps.windows import Window
+from webhooks.storage import settle_queue
+from webhooks.storage.db import db
+from webhooks.storage.models import Lead
+from webhooks.validate import cents
+
+
+@dataclass(frozen=True)
+class Sale:
+    at: datetime  # aware UTC: the time whose windows the sale's lease counted in
+    cents: int
+    lease_id: str | None
+    reserved_us: int | None  # Redis time of the lease
+
+def sold_since(buyer_id: str, since: datetime) -> list[tuple]:
+    """(publisher_id, lead_id, sold_at naive UTC, price, lease_id, reserved_us) of the buyer's
+    sales since `since`."""
+    rows = (Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id,
+                        Lead.reserved_us)
+            .where(Lead.buyer_id == buyer_id, Lead.status == "sold",
+                   Lead.sold_at >= since.replace(tzinfo=None)).tuples())
+    return list(rows)
+
+
+def sales_since(settle_r, buyer_id: str, since: datetime) -> dict[tuple[str, str], Sale]:
+    """Sales of `buyer_id` since `since` (aware): settled, queued, or taken by a running job,
+    keyed by (publisher_id, lead_id) so a sale seen in two places counts once."""
+    sales: dict[tuple[str, str], Sale] = {}
+    for item in settle_queue.unsettled(settle_r):
+        if item["status"] == "sold" and item["buyer_id"] == buyer_id:
+            at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
+            lease = item.get("lease") or [None, None]
+            sales[(item["publisher_id"], item["lead_id"])] = Sale(
+                at, cents(item["price"]), lease[1], item.get("reserved_us"))
+    # The ledger is read after the queue: a sale moving from one to the other meanwhile is
+    # still seen (in the ledger), and the key de-duplicates one seen in both.
+    with db.connection_context():
+        for pub, lead_id, sold_at, price, lease_id, reserved_us in sold_since(buyer_id, since):
+            sales[(pub, lead_id)] = Sale(sold_at.replace(tzinfo=timezone.utc), cents(price),
+                                         lease_id, reserved_us)
+    return sales
+
+
+def total(sales: Iterable[Sale], cap: str, w: Window) -> int:
+    """Leads (or cents, for daily_budget) of `sales` inside window `w`."""
+    inside = [s.cents for s in sales if w.start <= s.at < w.end]
+    return sum(inside) if cap == "daily_budget" else len(inside)

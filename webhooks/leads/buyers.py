@@ -1,0 +1,227 @@
+"""Buyers: validation of the admin body, the stored form, and the in-memory rule the lead path
+filters on (active, states, blocked publishers, opening hours in the buyer's time zone)."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from webhooks import validate as v
+from webhooks.caps.windows import CAPS, COUNT_CAPS
+from webhooks.errors import ValidationError
+from webhooks.storage.models import Buyer
+from webhooks.validate import cents
+
+CODE = "invalid_buyer"
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_HHMM = re.compile(r"^([01][0-9]|2[0-4]):([0-5][0-9])$")
+_STATE = re.compile(r"^[A-Za-z0-9-]{1,16}$")
+_READ_ONLY = {"id", "usage", "created_at", "updated_at"}
+_FIELDS = {"name", "endpoint_url", "priority", "price", "timezone", "caps", "states",
+           "blocked_publishers", "schedule", "active"}
+
+
+def _zone(value: Any) -> ZoneInfo:
+    try:
+        if not isinstance(value, str) or not value:
+            raise ValueError
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValidationError(CODE, "timezone", f"{value!r} is not an IANA time zone name") from None
+
+
+def _url(value: Any) -> str:
+    url = v.text(CODE, "endpoint_url", value, max_len=2048)
+    parts = urlparse(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(CODE, "endpoint_url", "must be an absolute http(s) URL")
+    try:
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ValidationError(CODE, "endpoint_url", "has an invalid port") from None
+    return url
+
+
+def _minutes(field: str, hhmm: Any) -> int:
+    m = _HHMM.match(hhmm) if isinstance(hhmm, str) else None
+    if not m or (m.group(1) == "24" and m.group(2) != "00"):
+        raise ValidationError(CODE, field, f"{hhmm!r} is not a time HH:MM between 00:00 and 24:00")
+    return int(m.group(1)) * 60 + int(m.group(2))
+
+
+def _schedule(value: Any) -> dict | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationError(CODE, "schedule", "must be an object of days (mon..sun)")
+    for day, intervals in value.items():
+        field = f"schedule.{day}"
+        if day not in DAYS:
+            raise ValidationError(CODE, field, "day must be one of " + ", ".join(DAYS))
+        if not isinstance(intervals, list):
+            raise ValidationError(CODE, field, "must be a list of [start, end] pairs")
+        for i, pair in enumerate(intervals):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValidationError(CODE, f"{field}[{i}]", "must be a [start, end] pair")
+            start, end = (_minutes(f"{field}[{i}]", t) for t in pair)
+            if start >= end or start == 24 * 60:
+                raise ValidationError(CODE, f"{field}[{i}]", "start must be before end")
+    return value
+
+
+def _caps(value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(CODE, "caps", "must be an object")
+    caps = {}
+    for name, limit in value.items():
+        field = f"caps.{name}"
+        if name not in CAPS:
+            raise ValidationError(CODE, field, "unknown cap; use " + ", ".join(CAPS))
+        if limit is None:
+            continue
+        if name == "daily_budget":
+            caps[name] = v.money(CODE, field, limit)
+        else:
+            caps[name] = v.integer(CODE, field, limit, low=0, high=2**31 - 1)
+    return caps
+
+
+def _list(field: str, value: Any, ok) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(ok(x) for x in value):
+        raise ValidationError(CODE, field, "must be a list of identifiers")
+    return value
+
+
+def parse(body: Any) -> dict:
+    """Validate an admin PUT body; return the column values of the Buyer row."""
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
+    caps = _caps(body.get("caps"))
+    states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.match(s))
+    blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
+    schedule = _schedule(body.get("schedule"))
+    return {
+        "name": v.text(CODE, "name", body["name"], max_len=200),
+        "endpoint_url": _url(body["endpoint_url"]),
+        "priority": v.integer(CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
+        "price": v.money(CODE, "price", body["price"]),
+        "timezone": _zone(body.get("timezone", "UTC")).key,
+        **{f"cap_{name}": caps.get(name) for name in CAPS},
+        "states": json.dumps(sorted({s.upper() for s in states})),
+        "blocked_publishers": json.dumps(sorted(set(blocked))),
+        "schedule": None if schedule is None else json.dumps(schedule, sort_keys=True),
+        "active": v.boolean(CODE, "active", body.get("active", True)),
+    }
+
+
+def caps_of(row: Buyer) -> dict:
+    caps: dict[str, Any] = {n: getattr(row, f"cap_{n}") for n in COUNT_CAPS}
+    caps["daily_budget"] = None if row.cap_daily_budget is None else f"{row.cap_daily_budget:.2f}"
+    return {k: val for k, val in caps.items() if val is not None}
+
+
+def to_json(row: Buyer) -> dict:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "endpoint_url": row.endpoint_url,
+        "priority": row.priority,
+        "price": f"{Decimal(row.price):.2f}",
+        "timezone": row.timezone,
+        "caps": caps_of(row),
+        "states": json.loads(row.states),
+        "blocked_publishers": json.loads(row.blocked_publishers),
+        "schedule": None if row.schedule is None else json.loads(row.schedule),
+        "active": bool(row.active),
+        "created_at": row.created_at.isoformat() + "Z",
+        "updated_at": row.updated_at.isoformat() + "Z",
+    }
+
+
+
+
+@dataclass(frozen=True)
+class BuyerRule:
+    """What the lead path needs of a buyer, parsed once per config reload."""
+
+    id: str
+    endpoint_url: str
+    priority: int
+    price: Decimal
+    price_minor: int
+    tz: ZoneInfo
+    limits: tuple[tuple[str, int], ...]  # (cap, limit): counts, and daily_budget in minor units
+    states: frozenset[str]
+    blocked: frozenset[str]
+    schedule: tuple[tuple[tuple[int, int], ...], ...] | None  # per weekday, minutes [start, end)
+
+    @classmethod
+    def from_row(cls, row: Buyer) -> BuyerRule:
+        caps = {n: getattr(row, f"cap_{n}") for n in CAPS}
+        limits = tuple(
+            (n, cents(lim) if n == "daily_budget" else int(lim))
+            for n, lim in caps.items() if lim is not None
+        )
+        schedule = None
+        if row.schedule is not None:
+            days = json.loads(row.schedule)
+            schedule = tuple(
+                tuple((_minutes("", a), _minutes("", b)) for a, b in days.get(d, ())) for d in DAYS
+            )
+        price = Decimal(row.price).quantize(v.CENTS)
+        return cls(row.id, row.endpoint_url, row.priority, price, cents(price),
+                   ZoneInfo(row.timezone), limits, frozenset(json.loads(row.states)),
+                   frozenset(json.loads(row.blocked_publishers)), schedule)
+
+    def accepts(self, state: str | None, publisher_id: str, now: datetime) -> bool:
+        """The static filters of phase 1; `now` is aware."""
+        if publisher_id in self.blocked:
+            return False
+        if self.states and (state is None or state.upper() not in self.states):
+            return False
+        return self.is_open(now)
+
+    def is_open(self, now: datetime) -> bool:
+        if self.schedule is None:
+            return True
+        local = now.astimezone(self.tz)
+        minute = local.hour * 60 + local.minute
+        return any(a <= minute < b for a, b in self.schedule[local.weekday()])
+
+
+def save(buyer_id: str, fields: dict) -> tuple[Buyer, bool]:
+    """Create or replace a buyer (and undelete it); return (row, created). Caller bumps config."""
+    from webhooks.storage import audit
+    from webhooks.storage.db import db
+    from webhooks.storage.models import utcnow
+
+    now = utcnow()
+    with db.atomic():
+        updated = Buyer.update(**fields, deleted_at=None, updated_at=now).where(Buyer.id == buyer_id).execute()
+        created = not updated
+        if created:
+            Buyer.create(id=buyer_id, **fields, created_at=now, updated_at=now)
+        audit.record("admin", "buyer.create" if created else "buyer.update", "buyer", buyer_id, fields)
+    return Buyer.get_by_id(buyer_id), created
+
+
+def delete(buyer_id: str) -> bool:
+    """Soft-delete: the buyer gets no new leads; its ledger history stays."""
+    from webhooks.storage import audit
+    from webhooks.storage.db import db
+    from webhooks.storage.models import utcnow
+
+    with db.atomic():
+        n = (Buyer.update(deleted_at=utcnow(), active=False)
+             .where(Buyer.id == buyer_id, Buyer.deleted_at.is_null()).execute())
+        if n:
+            audit.record("admin", "buyer.delete", "buyer", buyer_id)
+    return bool(n)

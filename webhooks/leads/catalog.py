@@ -1,0 +1,86 @@
+"""Per-process cache of buyer and publisher config, so the lead path never reads the database.
+
+Every admin change writes a new random value to one Redis key; each process compares it at
+most every CHECK_INTERVAL seconds and reloads from the database when it differs, so a change
+is live everywhere within a second. A full reload every MAX_AGE seconds covers a version write
+that was lost (Redis briefly down right after an admin change).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.publishers import PublisherRule
+from webhooks.storage import keys
+from webhooks.storage.db import db
+from webhooks.storage.models import Buyer, Publisher
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 0.5  # seconds; CONFIG_CHECK_INTERVAL_MS overrides (tests use less)
+MAX_AGE = 30.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: str | None = None
+    buyers: tuple[BuyerRule, ...] = ()  # active, in waterfall order
+    publishers_by_key: dict[str, PublisherRule] = field(default_factory=dict)
+
+
+def bump_version(r) -> None:
+    """Tell every process that config changed (call after the database commit)."""
+    r.set(keys.CONFIG_VERSION, uuid.uuid4().hex)
+
+
+def load_snapshot(version: str | None) -> Snapshot:
+    with db.connection_context():
+        buyers = [
+            BuyerRule.from_row(b)
+            for b in Buyer.select().where(Buyer.active == True, Buyer.deleted_at.is_null())  # noqa: E712
+        ]
+        publishers = {p.api_key_hash: PublisherRule.from_row(p) for p in Publisher.select()}
+    buyers.sort(key=lambda b: (b.priority, -b.price, b.id))
+    return Snapshot(version, tuple(buyers), publishers)
+
+
+class Catalog:
+    def __init__(self, redis, check_interval: float = CHECK_INTERVAL):
+        self.redis = redis
+        self.check_interval = check_interval
+        self._snapshot: Snapshot | None = None
+        self._checked = 0.0
+        self._loaded = 0.0
+        self._lock = threading.Lock()  # gevent-patched in the web process
+
+    def invalidate(self) -> None:
+        """Read the version again on the next snapshot (the admin API of this process has
+        just changed the config)."""
+        self._checked = 0.0
+
+    def snapshot(self) -> Snapshot:
+        """The current config; raises a redis error when the version cannot be read."""
+        current = self._snapshot
+        if current is not None and time.monotonic() - self._checked < self.check_interval:
+            return current
+        with self._lock:  # one greenlet refreshes; the others wait for its result
+            now = time.monotonic()
+            if self._snapshot is not None and now - self._checked < self.check_interval:
+                return self._snapshot
+            version = self.redis.get(keys.CONFIG_VERSION)
+            if version is None:
+                # Redis lost the key (restart, flush): make one so processes agree again.
+                self.redis.set(keys.CONFIG_VERSION, uuid.uuid4().hex, nx=True)
+                version = self.redis.get(keys.CONFIG_VERSION)
+            current = self._snapshot
+            if current is None or version != current.version or now - self._loaded > MAX_AGE:
+                self._snapshot = load_snapshot(version)
+                self._loaded = now
+                log.info("config loaded: %d buyers, %d publishers",
+                         len(self._snapshot.buyers), len(self._snapshot.publishers_by_key))
+            self._checked = now
+            return self._snapshot

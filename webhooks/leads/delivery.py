@@ -1,0 +1,82 @@
+"""Delivery of a lead to a buyer under a hard total deadline, and the outcome of API.md.
+
+`requests`' own timeout is per socket operation, so a buyer trickling a byte a second would
+hold the lead forever; the gevent.Timeout around the whole call is the real deadline (the web
+process is always gevent-patched, see gunicorn.conf.py). The socket timeout stays as a
+backstop for code run without gevent.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from urllib.parse import urlsplit
+
+import gevent
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "Floodgate/1"
+ACCEPTED, REJECTED, ERROR, TIMEOUT, CIRCUIT_OPEN = "accepted", "rejected", "error", "timeout", "circuit_open"
+
+
+class _Deadline(Exception):
+    """Raised by gevent.Timeout inside the delivery; never escapes `deliver`."""
+
+
+def classify(status: int, content: bytes) -> str:
+    if 200 <= status < 300:
+        try:
+            body = json.loads(content)
+        except (ValueError, UnicodeDecodeError):
+            return ERROR  # a non-JSON 2xx is an unreadable reply
+        return ACCEPTED if isinstance(body, dict) and body.get("accepted") is True else REJECTED
+    if 400 <= status < 500:
+        return REJECTED
+    return ERROR
+
+
+class Deliverer:
+    """Pooled keep-alive connections per buyer host, shared by every greenlet of a process."""
+
+    def __init__(self, timeout_ms: int, pool_size: int = 100):
+        self.timeout_s = timeout_ms / 1000
+        self._timeout = urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s)
+        # requests' transport adapter owns the connection pools. A buyer post goes straight
+        # to the adapter's pool: requests' Session and Response layers (cookies, proxies,
+        # hooks, header dicts) cost more CPU per lead than the rest of routing (bench/).
+        self.adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019  (one Deliverer per process, for its life)
+    def _target(self, url: str):
+        parts = urlsplit(url)
+        return self.adapter.poolmanager.connection_from_url(url), (parts.path or "/") + (
+            "?" + parts.query if parts.query else "")
+
+    def deliver(self, url: str, body: bytes, idempotency_key: str) -> tuple[str, int]:
+        """POST `body` to `url`; return (outcome, elapsed ms). Never raises for buyer faults."""
+        started = time.perf_counter()
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)),
+                   "Idempotency-Key": idempotency_key, "User-Agent": USER_AGENT}
+        try:
+            pool, path = self._target(url)
+            with gevent.Timeout(self.timeout_s, _Deadline):
+                # preload_content: the whole reply must arrive inside the deadline
+                resp = pool.urlopen("POST", path, body=body, headers=headers, retries=False,
+                                    redirect=False, assert_same_host=False, timeout=self._timeout)
+            outcome = classify(resp.status, resp.data)
+        except NewConnectionError as exc:  # a ConnectTimeoutError subclass, but a refusal
+            log.info("delivery to %s failed: %s", url, exc)
+            outcome = ERROR
+        except (_Deadline, Urllib3Timeout):
+            outcome = TIMEOUT
+        except (Urllib3Error, OSError, ValueError) as exc:
+            log.info("delivery to %s failed: %s", url, exc)
+            outcome = ERROR
+        return outcome, int((time.perf_counter() - started) * 1000)

@@ -1,0 +1,115 @@
+"""The lead path (DESIGN.md "Lead path"): authenticate the publisher, check the lead, claim
+its id, route it, answer, and hand the settlement to the ledger. No Flask here: the view
+passes the request's parts in and sends back what `Intake.take` returns."""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from webhooks.caps import leases
+from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
+from webhooks.leads import settlement
+from webhooks.leads.catalog import Snapshot
+from webhooks.leads.delivery import ACCEPTED
+from webhooks.leads.publishers import PublisherRule, key_hash
+from webhooks.leads.routing import Router, candidates
+from webhooks.leads.settlement import Journal
+from webhooks.storage import claims, keys
+from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.validate import is_id
+
+CODE = "invalid_lead"
+CLAIM_MARGIN_MS = 10_000
+
+
+def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
+    """The active publisher whose API key is the bearer token of `authorization`."""
+    if not authorization.startswith("Bearer ") or len(authorization) > 300:
+        raise Unauthorized("missing bearer API key")
+    publisher = snapshot.publishers_by_key.get(key_hash(authorization[7:]))
+    if publisher is None:
+        raise Unauthorized("unknown API key")
+    if not publisher.active:
+        raise Forbidden("publisher is inactive", code="publisher_inactive")
+    return publisher
+
+
+def parse_lead(body: Any) -> tuple[str, dict]:
+    """(lead_id, the other fields) of a posted lead; a missing lead_id is generated."""
+    if not isinstance(body, dict):
+        raise ValidationError(CODE, "body", "must be a JSON object")
+    lead = dict(body)
+    lead_id = lead.pop("lead_id", None)
+    if lead_id is None:
+        lead_id = uuid.uuid4().hex
+    elif not is_id(lead_id):
+        raise ValidationError(CODE, "lead_id", "must match [A-Za-z0-9._-]{1,64}")
+    if "state" in lead and not isinstance(lead["state"], str):
+        raise ValidationError(CODE, "state", "must be a string")
+    return lead_id, lead
+
+
+@dataclass
+class Intake:
+    """Everything the lead path needs, built once per process by create_app."""
+
+    store: Store  # caps, leases, breakers, lead claims
+    settle: Store  # the settlement queue (the same Store unless RQ has a Redis of its own)
+    router: Router
+    journal: Journal
+    buyer_timeout_ms: int
+    replay_ttl_s: int
+    breaker_failures: int
+    breaker_cooldown_ms: int
+
+    def take(self, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
+             payload: str, received_at: datetime, request_id: str | None) -> str:
+        """Route one lead; return the answer's JSON text (a replay returns the first answer
+        with "replayed": true). Raises Conflict (in_flight) while another request routes the
+        same lead id, Unavailable while caps are rebuilt or Redis is down."""
+        now = datetime.now(timezone.utc)
+        buyers = candidates(snapshot.buyers, lead.get("state"), publisher.id, now)
+        claim_ttl = CLAIM_MARGIN_MS + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
+        claim, held = claims.claim(self.store, keys.lead_claim(publisher.id, lead_id), claim_ttl,
+                                   claims.new_token(claims.ROUTING))
+        if claim is None:
+            if held.startswith(claims.ROUTING):
+                raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
+            return json.dumps({**json.loads(held), "replayed": True})
+
+        try:
+            outcome = self.router.route(buyers, publisher, lead_id, lead, now)
+        except BaseException:
+            claims.release(self.store, claim)
+            raise
+        if outcome.status == "unsold" and outcome.waiting_for_rebuild:
+            claims.release(self.store, claim)
+            raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
+
+        answer = json.dumps({"lead_id": lead_id, "status": outcome.status, "buyer_id": outcome.buyer_id,
+                             "price": None if outcome.price is None else f"{outcome.price:.2f}",
+                             "attempts": outcome.attempts})
+        item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
+        self._finish(claim, outcome, answer, item)
+        return answer
+
+    def _finish(self, claim: claims.Claim, outcome, answer: str, item: dict) -> None:
+        """One round trip: confirm the lease, remember the answer, queue the settlement."""
+        try:
+            pipe = self.store.redis.pipeline(transaction=False)
+            if outcome.lease is not None:
+                leases.finish_in(self.store, pipe, outcome.lease, ACCEPTED,
+                                 breaker_failures=self.breaker_failures,
+                                 breaker_cooldown_ms=self.breaker_cooldown_ms)
+            pipe.set(claim.key, answer, ex=self.replay_ttl_s)
+            if self.settle is not self.store:
+                pipe.execute()
+                pipe = None
+            self.journal.push(item, pipe)
+        except REDIS_DOWN:
+            # The buyer has the lead: the answer stands, and the ledger gets it the slow way.
+            # An unconfirmed lease just expires; its slot stays counted, as the sale is.
+            settlement.settle_directly(item)

@@ -1,0 +1,96 @@
+"""The lead ledger: idempotent settlement writes and the reads built on them."""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from decimal import Decimal
+
+import peewee as pw
+
+from webhooks.storage import audit
+from webhooks.storage.db import db
+from webhooks.storage.models import Lead, LeadAttempt, Publisher, utcnow
+
+log = logging.getLogger(__name__)
+
+
+def _naive_utc(iso: str | None) -> datetime | None:
+    if iso is None:
+        return None
+    return datetime.fromisoformat(iso).replace(tzinfo=None)
+
+
+def _lead_row(item: dict, now: datetime) -> dict:
+    return {
+        "publisher_id": item["publisher_id"], "lead_id": item["lead_id"], "status": item["status"],
+        "buyer_id": item["buyer_id"], "price": item["price"], "commission": item["commission"],
+        "payload": item["payload"], "received_at": _naive_utc(item["received_at"]),
+        "sold_at": _naive_utc(item["sold_at"]), "settled_at": now, "request_id": item.get("request_id"),
+        "lease_id": item["lease"][1] if item.get("lease") else None, "reserved_us": item.get("reserved_us"),
+    }
+
+
+def _write_extras(new: list[dict]) -> None:
+    """Attempts, commission and audit rows of leads whose row was just inserted."""
+    attempts = [
+        {"publisher_id": i["publisher_id"], "lead_id": i["lead_id"], "seq": seq,
+         "buyer_id": a["buyer_id"], "outcome": a["outcome"], "ms": a["ms"]}
+        for i in new for seq, a in enumerate(i["attempts"], 1)
+    ]
+    if attempts:
+        LeadAttempt.insert_many(attempts).execute()
+    commissions: dict[str, Decimal] = {}
+    for i in new:
+        if i["commission"]:
+            commissions[i["publisher_id"]] = commissions.get(i["publisher_id"], 0) + Decimal(i["commission"])
+    for publisher_id, amount in commissions.items():
+        if amount > 0:
+            Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
+    audit.record_many("settlement", "lead", [
+        (f"lead.{i['status']}", f"{i['publisher_id']}:{i['lead_id']}",
+         {"buyer_id": i["buyer_id"], "price": i["price"], "commission": i["commission"],
+          "attempts": len(i["attempts"])})
+        for i in new
+    ])
+
+
+def settle(items: list[dict]) -> int:
+    """Write settlements; return how many were new. Safe to repeat: the lead's unique key
+    (publisher, lead_id) decides, and only a new lead row brings its attempts, commission and
+    audit entry. A batch is written with a handful of statements in one transaction; if any
+    lead of it was settled before, the batch is written again lead by lead."""
+    now = utcnow()
+    unique = list({(i["publisher_id"], i["lead_id"]): i for i in items}.values())
+    try:
+        with db.atomic():
+            Lead.insert_many([_lead_row(i, now) for i in unique]).execute()
+            _write_extras(unique)
+        return len(unique)
+    except pw.IntegrityError:
+        pass  # some were settled before (a job run again): decide one by one
+    written = 0
+    with db.atomic():
+        for item in unique:
+            query = Lead.insert(**_lead_row(item, now)).on_conflict_ignore()
+            if db.execute(query).rowcount == 1:
+                written += 1
+                _write_extras([item])
+    return written
+
+
+
+def lead_record(lead: Lead) -> dict:
+    attempts = (LeadAttempt.select().where(LeadAttempt.publisher_id == lead.publisher_id,
+                                           LeadAttempt.lead_id == lead.lead_id)
+                .order_by(LeadAttempt.seq))
+    return {
+        "lead_id": lead.lead_id,
+        "publisher_id": lead.publisher_id,
+        "status": lead.status,
+        "buyer_id": lead.buyer_id,
+        "price": None if lead.price is None else f"{Decimal(lead.price):.2f}",
+        "commission": None if lead.commission is None else f"{Decimal(lead.commission):.2f}",
+        "attempts": [{"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms} for a in attempts],
+        "received_at": lead.received_at.isoformat() + "Z",
+        "settled_at": lead.settled_at.isoformat() + "Z",
+    }

@@ -1,0 +1,83 @@
+"""The waterfall: static filters in memory, an atomic lease per buyer, delivery, confirm or
+refund, next buyer. Holds no Flask state; the view hands it what it needs."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from webhooks import metrics
+from webhooks.caps import leases, rebuild
+from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, Deliverer
+from webhooks.leads.publishers import PublisherRule
+from webhooks.storage.redis import Store
+
+log = logging.getLogger(__name__)
+
+LEASE_MARGIN_MS = 10_000
+
+
+@dataclass
+class Outcome:
+    status: str = "unsold"
+    buyer_id: str | None = None
+    price: Decimal | None = None
+    sold_at: datetime | None = None
+    lease: leases.Lease | None = None
+    attempts: list[dict] = field(default_factory=list)
+    waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding
+
+
+def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str,
+               now: datetime) -> list[BuyerRule]:
+    return [b for b in buyers if b.accepts(state, publisher_id, now)]
+
+
+@dataclass
+class Router:
+    """Everything the waterfall needs, built once per process."""
+
+    store: Store  # caps, leases and breakers
+    settle_r: object  # Redis holding unsettled sales (counted by a rebuild)
+    deliverer: Deliverer
+    buyer_timeout_ms: int
+    breaker_failures: int
+    breaker_cooldown_ms: int
+
+    def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
+              now: datetime) -> Outcome:
+        """Offer the lead down the waterfall until a buyer accepts it."""
+        out = Outcome()
+        lead_json = json.dumps(lead, separators=(",", ":"))
+        lease_ttl_ms = self.buyer_timeout_ms + LEASE_MARGIN_MS
+        for buyer in buyers:
+            reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=lease_ttl_ms)
+            if reservation.status == "full":
+                continue
+            if reservation.status == "not_ready":
+                rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
+                out.waiting_for_rebuild = True
+                continue
+            if reservation.status == "circuit_open":
+                out.attempts.append({"buyer_id": buyer.id, "outcome": CIRCUIT_OPEN, "ms": 0})
+                metrics.attempt(buyer.id, CIRCUIT_OPEN)
+                continue
+            body = ('{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}' % (
+                json.dumps(lead_id), json.dumps(publisher.id), buyer.price, lead_json)).encode()
+            outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
+                                                 f"{publisher.id}:{lead_id}:{buyer.id}")
+            out.attempts.append({"buyer_id": buyer.id, "outcome": outcome, "ms": ms})
+            metrics.attempt(buyer.id, outcome, ms)
+            if outcome == ACCEPTED:
+                # Confirmed by the caller, in the same round trip that records the answer.
+                out.status, out.buyer_id, out.price = "sold", buyer.id, buyer.price
+                out.sold_at, out.lease = now, reservation.lease
+                return out
+            # A refund that cannot reach Redis leaves the slot taken (safe for the cap; the
+            # reconciliation gives it back) and the publisher gets a 503 to retry.
+            leases.finish(self.store, reservation.lease, outcome, breaker_failures=self.breaker_failures,
+                        breaker_cooldown_ms=self.breaker_cooldown_ms)
+        return out

@@ -1,0 +1,124 @@
+"""Handing a routed lead to the ledger: the item, its queue in Redis, and what is unsettled.
+
+Settlements go to one Redis list that a single RQ job drains in batches, so intake at
+hundreds of leads a second costs one LPUSH each, not one forked job each.
+
+If that Redis loses its data, the settlements queued in it are gone with it. Each web
+process therefore keeps a journal of what it pushed in the last minutes and pushes it again
+when the Redis epoch changes; the ledger's unique keys make the repeats harmless, and the
+counter rebuild (rebuild.py) waits long enough to count them.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING
+
+from webhooks.leads.publishers import PublisherRule
+from webhooks.storage import keys
+from webhooks.storage.settle_queue import push
+
+if TYPE_CHECKING:
+    from webhooks.leads.routing import Outcome
+
+log = logging.getLogger(__name__)
+
+CENTS = Decimal("0.01")
+
+
+def commission(price: Decimal, pct: Decimal) -> Decimal:
+    return (price * pct / 100).quantize(CENTS, rounding=ROUND_HALF_UP)
+
+
+def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload: str,
+              received_at: datetime, request_id: str | None) -> dict:
+    sold = outcome.status == "sold"
+    return {
+        "publisher_id": publisher.id,
+        "lead_id": lead_id,
+        "status": outcome.status,
+        "buyer_id": outcome.buyer_id,
+        "price": f"{outcome.price:.2f}" if sold else None,
+        "commission": f"{commission(outcome.price, publisher.commission_pct):.2f}" if sold else None,
+        "attempts": outcome.attempts,
+        "payload": payload,
+        "received_at": received_at.isoformat(),
+        "sold_at": outcome.sold_at.isoformat() if sold else None,
+        "lease": [outcome.lease.buyer_id, outcome.lease.lease_id] if sold else None,
+        "reserved_us": outcome.lease.reserved_us if sold else None,
+        "request_id": request_id,
+    }
+
+
+
+class Journal:
+    """What this process pushed lately, to push again if the settlement Redis loses it."""
+
+    CHECK_INTERVAL_S = 0.5  # well under rebuild's wait, so a rebuild counts the re-pushes
+
+    def __init__(self, settle_r, queue, keep_s: float = 600, max_items: int = 100_000):
+        self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
+        self.entries: collections.deque[tuple[float, str]] = collections.deque(maxlen=max_items)
+        self.epoch: str | None = None
+        self._watcher: threading.Thread | None = None
+
+    def push(self, item: dict, pipe=None) -> None:
+        """Queue `item` for the ledger (see `push`) and remember it."""
+        raw = json.dumps(item, separators=(",", ":"))
+        self.entries.append((time.monotonic(), raw))
+        push(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
+        self.start_watching()
+
+    def check_epoch(self) -> int:
+        """Push the journal again if Redis lost its data since we last looked; return how many."""
+        fresh = uuid.uuid4().hex
+        if self.settle_r.set(keys.EPOCH, fresh, nx=True):
+            current = fresh
+        else:
+            current = self.settle_r.get(keys.EPOCH)
+        previous, self.epoch = self.epoch, current
+        cutoff = time.monotonic() - self.keep_s
+        while self.entries and self.entries[0][0] < cutoff:
+            self.entries.popleft()
+        if previous is None or previous == current or not self.entries:
+            return 0
+        raws = [raw for _, raw in list(self.entries)]
+        for i in range(0, len(raws), 1000):
+            push(self.settle_r, self.queue, raws[i:i + 1000])
+        log.warning("settlement Redis lost its data: pushed %d recent settlements again", len(raws))
+        return len(raws)
+
+    def start_watching(self) -> None:
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True, name="journal")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                self.check_epoch()
+            except Exception as exc:  # Redis down: try again next round
+                log.debug("epoch check failed: %s", exc)
+            time.sleep(self.CHECK_INTERVAL_S)
+
+
+
+def settle_directly(item: dict) -> None:
+    """Write one settlement synchronously: the fallback when its queue is unreachable."""
+    from webhooks.leads.ledger import settle
+    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+
+    try:
+        with db.connection_context():
+            settle([item])
+        log.warning("settlement queue unreachable: lead %s:%s written directly",
+                    item["publisher_id"], item["lead_id"])
+    except UNAVAILABLE_ERRORS:
+        log.error("settlement LOST from queue and database, recover it from this line: %s",
+                  json.dumps(item))

@@ -1,0 +1,175 @@
+"""The payment ledger: the one transaction that credits a payment, the Redis `processed` marker
+that short-cuts repeats, the audit trail of every delivery, and the reads the admin API shows.
+
+The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what makes a credit
+happen at most once: a second insert of the same reference fails inside its transaction, which
+then credits nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import peewee as pw
+
+from webhooks.errors import ReferenceConflict
+from webhooks.payments.events import PaymentEvent
+from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
+from webhooks.storage import audit, keys
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
+from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
+from webhooks.storage.redis import REDIS_DOWN
+
+log = logging.getLogger(__name__)
+
+PROCESSED_TTL_S = 7 * 24 * 3600
+BODY_CAP = 64 * 1024  # bytes of each delivery body kept for audit and replay
+DEADLOCK_ATTEMPTS = 4
+MYSQL_DEADLOCK = 1213
+_KEPT_HEADERS = ("content-type", "user-agent")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What is kept of one HTTP delivery: headers of interest (JSON), capped body, arrival."""
+
+    provider: str
+    headers: str
+    body: bytes
+    truncated: bool
+    received_at: datetime
+
+
+def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
+    """Capture a delivery as it arrived; `headers` is case-insensitive (Flask's request.headers)."""
+    kept = {}
+    for name in HEADERS[provider] + _KEPT_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            kept[name] = "<redacted>" if name in SECRET_HEADERS else value[:1024]
+    return Delivery(provider, json.dumps(kept, sort_keys=True), raw[:BODY_CAP], len(raw) > BODY_CAP,
+                    utcnow())
+
+
+def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | None = None) -> None:
+    """Add the delivery to webhook_deliveries (in the caller's transaction, if any)."""
+    WebhookDelivery.insert(
+        provider=d.provider, reference=event.reference if event else None,
+        event_type=event.event_type if event else None, verdict=verdict, status_code=status,
+        headers=d.headers, body=d.body, body_truncated=d.truncated, received_at=d.received_at,
+    ).execute()
+
+
+def record_rejected(d: Delivery, verdict: str, status: int) -> None:
+    """Record a delivery we refuse anyway; a database outage must not change that answer."""
+    try:
+        record(d, verdict, status)
+    except UNAVAILABLE_ERRORS as exc:
+        log.warning("%s delivery (%s) not recorded, database unavailable: %s", d.provider, verdict, exc)
+
+
+def _marker(event: PaymentEvent) -> str:
+    return keys.payment(event.provider, event.reference, "processed")
+
+
+def processed(r, event: PaymentEvent) -> bool:
+    """True when this exact payment (same amount, currency, payer) was credited before."""
+    return r.get(_marker(event)) == event.fingerprint
+
+
+def mark_processed(r, event: PaymentEvent) -> None:
+    """Set the fast-path marker after commit; losing it only costs the next repeat a DB read."""
+    try:
+        r.set(_marker(event), event.fingerprint, ex=PROCESSED_TTL_S)
+    except REDIS_DOWN as exc:
+        log.warning("processed marker for %s:%s not set: %s", event.provider, event.reference, exc)
+
+
+def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
+    update = {Wallet.balance_minor: Wallet.balance_minor + event.amount_minor, Wallet.updated_at: now}
+    query = Wallet.insert(customer=event.customer, currency=event.currency,
+                          balance_minor=event.amount_minor, updated_at=now)
+    if is_mysql():
+        query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
+    else:
+        query = query.on_conflict(conflict_target=[Wallet.customer, Wallet.currency], update=update)
+    query.execute()
+
+
+def _is_deadlock(exc: pw.OperationalError) -> bool:
+    """peewee re-raises PyMySQL's error as (original, errno, message): look for errno 1213."""
+    codes = [a for a in exc.args if isinstance(a, int)]
+    codes += [a.args[0] for a in exc.args if isinstance(a, Exception) and a.args]
+    return MYSQL_DEADLOCK in codes
+
+
+def credit(event: PaymentEvent, d: Delivery) -> str:
+    """Insert the payment, credit its wallet and record the delivery, in one transaction.
+
+    Returns "credited", or "duplicate" when the reference is already in the ledger with the
+    same amount, currency and payer; raises ReferenceConflict when it is there with others.
+    An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
+    attempt = 1
+    while True:
+        try:
+            with db.atomic():
+                now = utcnow()
+                Payment.insert(provider=event.provider, reference=event.reference,
+                               amount_minor=event.amount_minor, currency=event.currency,
+                               customer=event.customer, status="credited", event_type=event.event_type,
+                               received_at=d.received_at, credited_at=now).execute()
+                _credit_wallet(event, now)
+                record(d, "credited", 200, event)
+            return "credited"
+        except pw.IntegrityError as exc:
+            return _already_known(event, d, exc)
+        except pw.OperationalError as exc:
+            if attempt >= DEADLOCK_ATTEMPTS or not _is_deadlock(exc):
+                raise
+            log.info("deadlock crediting %s:%s, retrying", event.provider, event.reference)
+            time.sleep(random.uniform(0.005, 0.02) * attempt)
+            attempt += 1
+
+
+def _already_known(event: PaymentEvent, d: Delivery, exc: pw.IntegrityError) -> str:
+    known = Payment.get_or_none(Payment.provider == event.provider, Payment.reference == event.reference)
+    if known is None:
+        raise exc  # not the (provider, reference) key: a real fault, not a repeat
+    if (known.amount_minor, known.currency, known.customer) == (
+            event.amount_minor, event.currency, event.customer):
+        record(d, "duplicate", 200, event)
+        return "duplicate"
+    detail = {"known": {"amount_minor": known.amount_minor, "currency": known.currency,
+                        "customer": known.customer},
+              "delivered": {"amount_minor": event.amount_minor, "currency": event.currency,
+                            "customer": event.customer}}
+    with db.atomic():
+        audit.record("payments", "payment.reference_conflict", "payment",
+                     f"{event.provider}:{event.reference}", detail)
+        record(d, "reference_conflict", 422, event)
+    log.warning("reference conflict %s:%s %s", event.provider, event.reference, detail)
+    raise ReferenceConflict(f"reference {event.reference!r} was already credited with another "
+                            "amount, currency or payer; nothing credited, flagged for review")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat() + "Z"
+
+
+def payment_record(p: Payment) -> dict:
+    return {"provider": p.provider, "reference": p.reference, "amount_minor": p.amount_minor,
+            "currency": p.currency, "customer": p.customer, "status": p.status,
+            "event_type": p.event_type, "received_at": _iso(p.received_at),
+            "credited_at": _iso(p.credited_at)}
+
+
+def balances(customer: str) -> dict[str, int]:
+    """Balance per currency of one payer e-mail (empty when never credited)."""
+    rows = (Wallet.select(Wallet.currency, Wallet.balance_minor)
+            .where(Wallet.customer == customer).order_by(Wallet.currency).tuples())
+    return dict(rows)

@@ -1,0 +1,184 @@
+"""peewee models of the ledger. They must agree with sql/*.sql (tests/test_schema.py checks it)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import peewee as pw
+
+from webhooks.storage.db import db
+
+
+def utcnow() -> datetime:
+    """Naive UTC with microseconds: what DATETIME(6) columns hold."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class DateTime6Field(pw.DateTimeField):
+    field_type = "DATETIME(6)"
+
+
+class MediumTextField(pw.TextField):
+    field_type = "MEDIUMTEXT"
+
+
+class MediumBlobField(pw.BlobField):
+    field_type = "MEDIUMBLOB"
+
+
+class BaseModel(pw.Model):
+    class Meta:
+        database = db
+        legacy_table_names = False
+
+
+class SchemaMigration(BaseModel):
+    version = pw.CharField(max_length=32, primary_key=True)
+    applied_at = DateTime6Field(default=utcnow)
+
+
+    class Meta:
+        table_name = "schema_migrations"
+
+class Publisher(BaseModel):
+    id = pw.CharField(max_length=64, primary_key=True)
+    name = pw.CharField(max_length=200)
+    api_key_hash = pw.CharField(max_length=64, unique=True)
+    api_key_hint = pw.CharField(max_length=8)
+    commission_pct = pw.DecimalField(max_digits=5, decimal_places=2)
+    active = pw.BooleanField(default=True)
+    balance = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+
+    class Meta:
+        table_name = "publishers"
+
+class Buyer(BaseModel):
+    id = pw.CharField(max_length=64, primary_key=True)
+    name = pw.CharField(max_length=200)
+    endpoint_url = pw.CharField(max_length=2048)
+    priority = pw.IntegerField()
+    price = pw.DecimalField(max_digits=12, decimal_places=2)
+    timezone = pw.CharField(max_length=64)
+    cap_hourly = pw.IntegerField(null=True)
+    cap_daily = pw.IntegerField(null=True)
+    cap_weekly = pw.IntegerField(null=True)
+    cap_monthly = pw.IntegerField(null=True)
+    cap_daily_budget = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    states = pw.TextField()  # JSON list, upper-case
+    blocked_publishers = pw.TextField()  # JSON list
+    schedule = pw.TextField(null=True)  # JSON object or NULL (always open)
+    active = pw.BooleanField(default=True)
+    deleted_at = DateTime6Field(null=True)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+
+    class Meta:
+        table_name = "buyers"
+
+class Lead(BaseModel):
+    id = pw.BigAutoField()
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    status = pw.CharField(max_length=16)
+    buyer_id = pw.CharField(max_length=64, null=True)
+    price = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    commission = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    payload = MediumTextField()
+    received_at = DateTime6Field()
+    sold_at = DateTime6Field(null=True)
+    settled_at = DateTime6Field(default=utcnow)
+    request_id = pw.CharField(max_length=64, null=True)
+    lease_id = pw.CharField(max_length=32, null=True)  # the cap lease of the sale
+    reserved_us = pw.BigIntegerField(null=True)  # Redis time of that lease, for reconciliation
+
+    class Meta:
+        table_name = "leads"
+        indexes = (
+            (("publisher_id", "lead_id"), True),
+            (("buyer_id", "sold_at"), False),
+            (("lead_id",), False),
+        )
+
+
+class LeadAttempt(BaseModel):
+    id = pw.BigAutoField()
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    seq = pw.SmallIntegerField()
+    buyer_id = pw.CharField(max_length=64)
+    outcome = pw.CharField(max_length=16)
+    ms = pw.IntegerField()
+
+    class Meta:
+        table_name = "lead_attempts"
+        indexes = ((("publisher_id", "lead_id", "seq"), True),)
+
+
+class Payment(BaseModel):
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)
+    amount_minor = pw.BigIntegerField()
+    currency = pw.CharField(max_length=3)
+    customer = pw.CharField(max_length=254)
+    status = pw.CharField(max_length=16)
+    event_type = pw.CharField(max_length=64)
+    received_at = DateTime6Field()
+    credited_at = DateTime6Field(null=True)
+
+    class Meta:
+        table_name = "payments"
+        indexes = ((("provider", "reference"), True),)
+
+
+class Wallet(BaseModel):
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    balance_minor = pw.BigIntegerField(default=0)
+    updated_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "wallets"
+        indexes = ((("customer", "currency"), True),)
+
+
+class WebhookDelivery(BaseModel):
+    """Every payment delivery, verified or not, kept for audit and replay."""
+
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128, null=True)
+    event_type = pw.CharField(max_length=64, null=True)
+    verdict = pw.CharField(max_length=32)
+    status_code = pw.SmallIntegerField()
+    headers = pw.TextField()  # JSON object of the headers of interest
+    body = MediumBlobField()
+    body_truncated = pw.BooleanField(default=False)
+    received_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "webhook_deliveries"
+        indexes = ((("provider", "reference"), False),)
+
+
+class AuditLog(BaseModel):
+    id = pw.BigAutoField()
+    at = DateTime6Field(default=utcnow)
+    actor = pw.CharField(max_length=64)
+    action = pw.CharField(max_length=64)
+    entity = pw.CharField(max_length=32)
+    entity_id = pw.CharField(max_length=200)
+    detail = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "audit_log"
+        indexes = ((("entity", "entity_id"), False),)
+
+
+ALL_MODELS = [
+    SchemaMigration, Publisher, Buyer, Lead, LeadAttempt, Payment, Wallet, WebhookDelivery, AuditLog,
+]

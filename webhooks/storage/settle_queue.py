@@ -1,0 +1,44 @@
+"""The settlement queue: routed leads wait in one Redis list (keys.SETTLE_PENDING) that a
+single RQ job drains in batches (workers/settle.py), so intake at hundreds of leads a second
+costs one LPUSH each, not one forked job each. Also the RQ queue and how a drain is enqueued
+(with retries on database errors)."""
+from __future__ import annotations
+
+import json
+
+from rq import Queue, Retry
+
+from webhooks.storage import keys
+
+SETTLE = "floodgate"  # the one queue the `worker` process listens on
+# The first retry is immediate (a blip, or a job abandoned by a killed worker), then back-off.
+RETRY = Retry(max=9, interval=[0, 1, 2, 5, 10, 30, 60, 120, 300])
+JOB_TIMEOUT = 120
+SCHEDULED_TTL_MS = 60_000  # a drain job is scheduled or running while keys.SETTLE_SCHEDULED lives
+
+
+def queue(connection, name: str = SETTLE) -> Queue:
+    return Queue(name, connection=connection)
+
+
+def enqueue_drain(q: Queue, **meta) -> None:
+    """Ask a worker to drain the pending settlements."""
+    q.enqueue("workers.settle.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
+              description="drain pending settlements")
+
+def push(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None) -> None:
+    """Queue serialised settlements; start a drain job unless one is already scheduled.
+    `pipe` lets the caller send its own commands in the same round trip."""
+    pipe = settle_r.pipeline(transaction=False) if pipe is None else pipe
+    pipe.lpush(keys.SETTLE_PENDING, *raws)
+    pipe.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
+    if pipe.execute()[-1]:
+        enqueue_drain(queue, request_id=request_id)
+
+
+def unsettled(settle_r) -> list[dict]:
+    """Every settlement not yet in the ledger: pending, or taken by a job not yet done."""
+    raw = list(settle_r.lrange(keys.SETTLE_PENDING, 0, -1))
+    for key in settle_r.scan_iter(match=keys.settle_processing("*"), count=500):
+        raw += settle_r.lrange(key, 0, -1)
+    return [json.loads(x) for x in raw]

@@ -1,0 +1,47 @@
+"""Admin routes for buyers."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from flask import current_app, jsonify
+
+from webhooks.caps import leases
+from webhooks.errors import NotFound
+from webhooks.leads import buyers
+from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.catalog import bump_version
+from webhooks.storage.models import Buyer
+from webhooks.web.admin import bp
+from webhooks.web.http import json_body
+
+
+def _redis():
+    return current_app.extensions["redis"]
+
+
+@bp.put("/buyers/<id:buyer_id>")
+def put_buyer(buyer_id: str):
+    row, created = buyers.save(buyer_id, buyers.parse(json_body()))
+    r = _redis()
+    if created:
+        leases.mark_ready(r, buyer_id)
+    bump_version(r)
+    return jsonify(buyers.to_json(row))
+
+
+@bp.get("/buyers/<id:buyer_id>")
+def get_buyer(buyer_id: str):
+    row = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
+    if row is None:
+        raise NotFound(f"no buyer {buyer_id!r}")
+    body = buyers.to_json(row)
+    body["usage"] = leases.usage(_redis(), BuyerRule.from_row(row), datetime.now(timezone.utc))
+    return jsonify(body)
+
+
+@bp.delete("/buyers/<id:buyer_id>")
+def delete_buyer(buyer_id: str):
+    if not buyers.delete(buyer_id):
+        raise NotFound(f"no buyer {buyer_id!r}")
+    bump_version(_redis())
+    return "", 204

@@ -1,0 +1,26 @@
+"""Admin routes for publishers."""
+from __future__ import annotations
+
+from flask import current_app, jsonify
+
+from webhooks.errors import NotFound
+from webhooks.leads import publishers
+from webhooks.leads.catalog import bump_version
+from webhooks.storage.models import Publisher
+from webhooks.web.admin import bp
+from webhooks.web.http import json_body
+
+
+@bp.put("/publishers/<id:publisher_id>")
+def put_publisher(publisher_id: str):
+    row = publishers.save(publisher_id, publishers.parse(json_body()))
+    bump_version(current_app.extensions["redis"])
+    return jsonify(publishers.to_json(row))
+
+
+@bp.get("/publishers/<id:publisher_id>")
+def get_publisher(publisher_id: str):
+    row = Publisher.get_or_none(Publisher.id == publisher_id)
+    if row is None:
+        raise NotFound(f"no publisher {publisher_id!r}")
+    return jsonify(publishers.to_json(row))

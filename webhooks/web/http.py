@@ -1,0 +1,97 @@
+"""HTTP plumbing shared by the blueprints: JSON errors, body parsing, id converter, request ids."""
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import peewee
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import BaseConverter
+
+from webhooks.errors import FloodgateError, InvalidJSON
+from webhooks.logs import REQUEST_ID
+from webhooks.storage.redis import REDIS_DOWN
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
+               415: "unsupported_media_type"}
+
+
+class IdConverter(BaseConverter):
+    """Ids in paths are [A-Za-z0-9._-]{1,64}; anything else does not match the route (404)."""
+
+    regex = r"[A-Za-z0-9._-]{1,64}"
+
+
+def error(code: str, message: str, status: int) -> Response:
+    resp = jsonify({"error": {"code": code, "message": message}})
+    resp.status_code = status
+    return resp
+
+
+def json_body() -> object:
+    """The request body as JSON; size is already capped by MAX_CONTENT_LENGTH (413)."""
+    raw = request.get_data(cache=True)
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidJSON("request body is not valid JSON") from None
+
+
+def _on_floodgate_error(exc: FloodgateError):
+    return error(exc.code, exc.message, exc.status)
+
+
+def _on_http_exception(exc: HTTPException):
+    code = _HTTP_CODES.get(exc.code or 500, "http_error")
+    message = "request body exceeds 256 KiB" if exc.code == 413 else (exc.description or code)
+    return error(code, message, exc.code or 500)
+
+
+def _on_redis_down(exc: Exception):
+    log.warning("redis unavailable: %s", exc)
+    return error("unavailable", "Redis is unavailable; nothing was done, retry later", 503)
+
+
+def _on_db_down(exc: Exception):
+    log.warning("database unavailable: %s", exc)
+    return error("unavailable", "the database is unavailable; nothing was done, retry later", 503)
+
+
+def _on_unexpected(exc: Exception):
+    log.exception("unhandled error")
+    return error("internal_error", "internal error", 500)
+
+
+def _assign_request_id():
+    rid = request.headers.get("X-Request-Id", "")
+    g.request_id = rid if 0 < len(rid) <= 64 and rid.isprintable() else uuid.uuid4().hex
+    g.request_id_token = REQUEST_ID.set(g.request_id)
+
+
+def _forget_request_id(_exc: BaseException | None) -> None:
+    token = g.pop("request_id_token", None)
+    if token is not None:
+        REQUEST_ID.reset(token)
+
+
+def _echo_request_id(resp: Response) -> Response:
+    resp.headers["X-Request-Id"] = g.get("request_id", "")
+    return resp
+
+
+def init_app(app: Flask) -> None:
+    app.url_map.converters["id"] = IdConverter
+    app.register_error_handler(FloodgateError, _on_floodgate_error)
+    app.register_error_handler(HTTPException, _on_http_exception)
+    for exc in REDIS_DOWN:
+        app.register_error_handler(exc, _on_redis_down)
+    for exc in (peewee.OperationalError, peewee.InterfaceError):
+        app.register_error_handler(exc, _on_db_down)
+    app.register_error_handler(Exception, _on_unexpected)
+    app.before_request(_assign_request_id)
+    app.after_request(_echo_request_id)
+    app.teardown_request(_forget_request_id)

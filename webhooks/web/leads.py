@@ -1,0 +1,44 @@
+"""POST /v1/leads: reject, authenticate, act (leads/intake.py), answer."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from flask import Blueprint, Response, current_app, g, request
+
+from webhooks import metrics
+from webhooks.leads.intake import authenticate, parse_lead
+from webhooks.web.http import json_body
+
+bp = Blueprint("leads", __name__)
+
+
+@bp.before_request
+def _start_clock() -> None:
+    g.lead_clock = time.perf_counter()
+
+
+@bp.after_request
+def _count(resp: Response) -> Response:
+    """Count the answer and its latency (in memory: no Redis)."""
+    outcome = "error"
+    if resp.status_code == 409:
+        outcome = "in_flight"
+    elif resp.status_code == 200:
+        body = resp.get_json(silent=True) or {}
+        outcome = "replayed" if body.get("replayed") else str(body.get("status"))
+    started = g.get("lead_clock")
+    metrics.lead_answered(outcome, None if started is None else time.perf_counter() - started)
+    return resp
+
+
+@bp.post("/v1/leads")
+def post_lead():
+    received_at = datetime.now(timezone.utc)
+    ext = current_app.extensions
+    snapshot = ext["catalog"].snapshot()
+    publisher = authenticate(snapshot, request.headers.get("Authorization", ""))
+    lead_id, lead = parse_lead(json_body())
+    answer = ext["intake"].take(snapshot, publisher, lead_id, lead, request.get_data(as_text=True),
+                                received_at, g.request_id)
+    return Response(answer, mimetype="application/json")

@@ -1,0 +1,73 @@
+"""Operations endpoints: liveness, readiness, metrics, the OpenAPI description, the /ops page
+and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py)."""
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+
+import yaml
+from flask import Blueprint, Response, current_app, jsonify
+
+from webhooks import metrics
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.redis import REDIS_DOWN
+from webhooks.web.ops.gauges import LiveCollector
+
+bp = Blueprint("ops", __name__, template_folder="templates")
+
+
+@bp.get("/healthz")
+def healthz():
+    return jsonify(status="ok")
+
+
+@bp.get("/readyz")
+def readyz():
+    down = []
+    try:
+        current_app.extensions["redis"].ping()
+    except REDIS_DOWN:
+        down.append("redis")
+    try:
+        with db.connection_context():
+            db.execute_sql("SELECT 1")
+    except UNAVAILABLE_ERRORS:
+        down.append("database")
+    if down:
+        body = {"error": {"code": "unavailable", "message": "not ready: " + ", ".join(down) + " down"},
+                "down": down}
+        return jsonify(body), 503
+    return jsonify(status="ready")
+
+
+@functools.lru_cache(maxsize=1)
+def openapi_spec() -> str:
+    """webhooks/web/openapi.yaml as JSON text, read once per process."""
+    text = resources.files("webhooks.web").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    return json.dumps(yaml.safe_load(text), separators=(",", ":"))
+
+
+@bp.get("/openapi.json")
+def openapi():
+    return Response(openapi_spec(), mimetype="application/json")
+
+
+@bp.get("/metrics")
+def prometheus_metrics():
+    ext = current_app.extensions
+    buyer_ids = [b.id for b in _buyers()]
+    body, content_type = metrics.scrape(LiveCollector(ext["redis"], ext["settle_redis"], ext["queue"], buyer_ids))
+    return Response(body, content_type=content_type)
+
+
+def _buyers():
+    """Active buyers from the per-process config cache; none when it cannot be refreshed (the
+    scrape still answers, with floodgate_redis_up telling whether Redis could be read)."""
+    try:
+        return current_app.extensions["catalog"].snapshot().buyers
+    except (*REDIS_DOWN, *UNAVAILABLE_ERRORS):
+        return ()
+
+
+from webhooks.web.ops import page, rq  # noqa: E402,F401  (routes, and the dashboard mounted at registration)

@@ -1,0 +1,53 @@
+"""GET /ops: one server-rendered page for operators, refreshing itself: per buyer, the use of
+each cap in its current window and the circuit breaker; below, the last leads of the ledger
+with every attempt's outcome."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from flask import current_app, render_template
+
+from webhooks.caps import leases
+from webhooks.caps.breaker import breakers
+from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.ledger import lead_record
+from webhooks.storage.models import Buyer, Lead
+from webhooks.web.ops import bp
+from webhooks.web.ops.auth import require_admin
+
+REFRESH_S = 5
+LAST_LEADS = 20
+
+
+def _bar(cap: str, use: dict) -> dict:
+    """A usage bar: used / limit and the filled percentage (a cap of 0 is full)."""
+    used, limit = Decimal(str(use["used"])), Decimal(str(use["limit"]))
+    pct = 100 if limit == 0 else min(100, int(used * 100 / limit))
+    return {"cap": cap, "used": use["used"], "limit": use["limit"], "pct": pct,
+            "window_start": use["window_start"]}
+
+
+def buyer_panels(r, now: datetime) -> list[dict]:
+    """Every buyer not deleted, in waterfall order, with its cap bars and breaker."""
+    rows = list(Buyer.select().where(Buyer.deleted_at.is_null())
+                .order_by(Buyer.priority, Buyer.price.desc(), Buyer.id))
+    states = breakers(r, [row.id for row in rows])
+    return [{"id": row.id, "name": row.name, "active": bool(row.active), "price": f"{row.price:.2f}",
+             "breaker": states[row.id],
+             "bars": [_bar(cap, use) for cap, use in leases.usage(r, BuyerRule.from_row(row), now).items()]}
+            for row in rows]
+
+
+@bp.get("/ops")
+def ops_page():
+    redirect = require_admin()
+    if redirect is not None:
+        return redirect
+    r = current_app.extensions["redis"]
+    rows = Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS)  # the last settled, by key
+    leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
+    html = render_template("ops.html", buyers=buyer_panels(r, datetime.now(timezone.utc)), leads=leads,
+                           refresh_s=REFRESH_S, now=datetime.now(timezone.utc))
+    return html, 200, {"Cache-Control": "no-store"}
+

@@ -1,0 +1,118 @@
+"""POST /v1/webhooks/<provider>: exactly-once payment webhooks (see DESIGN.md, Payment path).
+
+Reject, verify, dedupe, act, answer. A claim held by another request answers 409 in_flight,
+never 200: that request may still fail, and a 200 would stop the provider's retries.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from webhooks import metrics
+from webhooks.errors import FloodgateError, NotFound
+from webhooks.payments import events, ledger, signatures
+from webhooks.payments.money import InvalidPayload
+from webhooks.storage import claims, keys
+from webhooks.storage.redis import REDIS_DOWN
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("payments", __name__)
+
+
+@bp.after_request
+def _count(resp: Response) -> Response:
+    """Count the delivery by provider and answer."""
+    provider = (request.view_args or {}).get("provider")
+    body = resp.get_json(silent=True) or {}
+    status = body.get("status") or (body.get("error") or {}).get("code") or str(resp.status_code)
+    metrics.payment_answered(provider if provider in signatures.VERIFIERS else "unknown", status)
+    return resp
+
+
+class _Stopwatch:
+    """Per-phase durations, sent as a Server-Timing header (what bench/ reads server-side)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.laps: list[str] = []
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps.append(f"{name};dur={(now - self.last) * 1000:.3f}")
+        self.last = now
+
+    def header(self) -> str:
+        return ", ".join(self.laps + [f"total;dur={(time.perf_counter() - self.start) * 1000:.3f}"])
+
+
+def _answer(status: str, http_status: int, watch: _Stopwatch) -> Response:
+    resp = jsonify({"status": status})
+    resp.status_code = http_status
+    resp.headers["Server-Timing"] = watch.header()
+    return resp
+
+
+def _secret(provider: str) -> str:
+    if provider not in signatures.VERIFIERS:
+        raise NotFound(f"no payment provider {provider!r}")
+    secret = current_app.config["FLOODGATE"].secrets.get(provider)
+    if not secret:
+        raise FloodgateError(f"{provider} webhooks are not configured (secret unset)",
+                             status=503, code="provider_not_configured")
+    return secret
+
+
+def _release(store, claim: claims.Claim) -> None:
+    """Give the claim back; if Redis is gone it expires by itself."""
+    try:
+        claims.release(store, claim)
+    except REDIS_DOWN as exc:
+        log.warning("claim %s not released (expires by ttl): %s", claim.key, exc)
+
+
+@bp.post("/v1/webhooks/<provider>")
+def receive(provider: str):
+    watch = _Stopwatch()
+    secret = _secret(provider)
+    raw = request.get_data(cache=True)
+    delivery = ledger.delivery(provider, raw, request.headers)
+
+    try:
+        signatures.verify(provider, raw, request.headers, secret, time.time())
+    except signatures.InvalidSignature:
+        ledger.record_rejected(delivery, "invalid_signature", 401)
+        raise
+    watch.lap("verify")
+    try:
+        event = events.parse(provider, raw)
+    except InvalidPayload:
+        ledger.record(delivery, "invalid_payload", 400)
+        raise
+    watch.lap("parse")
+    if not event.succeeded:
+        ledger.record(delivery, "ignored", 200, event)
+        return _answer("ignored", 200, watch)
+
+    store = current_app.extensions["store"]
+    r = store.redis
+    if ledger.processed(r, event):
+        watch.lap("dedupe")
+        ledger.record(delivery, "duplicate", 200, event)
+        return _answer("duplicate", 200, watch)
+    ttl_ms = current_app.config["FLOODGATE"].payment_claim_ttl_ms
+    claim, _holder = claims.claim(store, keys.payment(provider, event.reference, "claim"), ttl_ms)
+    watch.lap("dedupe")
+    if claim is None:
+        ledger.record(delivery, "in_flight", 409, event)
+        return _answer("in_flight", 409, watch)
+
+    try:
+        verdict = ledger.credit(event, delivery)  # commits, or raises: nothing kept
+        ledger.mark_processed(r, event)
+    finally:
+        _release(store, claim)
+    watch.lap("ledger")
+    return _answer(verdict, 200, watch)
