@@ -170,7 +170,8 @@ class Buyer:
     def __init__(self):
         self.mode = "accept"  # accept | reject | reject400 | error500 | sleep | trickle | garbage
         self.delay = 0.0
-        self.received: list[dict] = []
+        self.received: list[dict] = []  # every post, once answered
+        self.arrived: list[dict] = []  # every post, as soon as it arrives (before any delay)
         self.lock = threading.Lock()
 
     @property
@@ -198,6 +199,8 @@ class BuyerServer:
                 buyer = outer.buyers.setdefault(name, Buyer())
                 mode = buyer.mode
                 record = {"body": json.loads(body), "headers": dict(self.headers), "answered": mode}
+                with buyer.lock:
+                    buyer.arrived.append(record)
                 if mode == "sleep":
                     time.sleep(buyer.delay)
                     record["answered"] = "accept"

@@ -3,6 +3,7 @@ run again after a kill -9, requeued from RQ's failed registry."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -119,6 +120,24 @@ def test_a_drain_job_run_twice_settles_once(publisher, isolated):
     wait_until(lambda: q.client.llen(keys.SETTLE_PENDING) == 0, what="second drain")
     time.sleep(0.3)
     assert ledger_state() == (2, 4, Decimal("4.00"), 2)
+
+
+def test_sigterm_mid_drain_stops_after_the_batch_in_hand_and_hands_the_rest_over(publisher, isolated):
+    """A deploy stops the worker within one batch (not after draining everything, up to the
+    job's 30 s budget), and a new worker settles the rest, each lead once."""
+    q = isolated(7)
+    q.push(*(sold_item(f"S{i}") for i in range(20_000)))
+    worker = q.start_worker()
+    wait_until(lambda: ledger_state()[0] > 0, timeout=30, what="the first batch")
+    os.killpg(worker.pid, signal.SIGTERM)
+    worker.proc.wait(timeout=10)  # within a batch or two; a kill would show as a timeout here
+    assert "stop requested" in worker.output()
+    assert q.client.llen(keys.SETTLE_PENDING) > 0 and q.queue.count >= 1  # the rest, handed over
+    assert not list(q.client.scan_iter(match=keys.settle_processing("*")))  # no batch left half done
+    q.start_worker()
+    wait_until(lambda: ledger_state()[0] == 20_000, timeout=120, what="the rest settled")
+    wait_until(lambda: q.client.llen(keys.SETTLE_PENDING) == 0, what="the queue empty")
+    assert ledger_state()[:2] == (20_000, 40_000)
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     router = Router(store, settle_redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
                     cfg.breaker_failures, cfg.breaker_cooldown_ms)
     app.extensions["intake"] = Intake(store, settle, router, app.extensions["journal"], cfg.buyer_timeout_ms,
-                                      cfg.lead_replay_ttl_s, cfg.breaker_failures, cfg.breaker_cooldown_ms)
+                                      cfg.lead_replay_ttl_s, cfg.breaker_failures, cfg.breaker_cooldown_ms,
+                                      cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms)
     http.init_app(app)
 
     from webhooks.web.admin import bp as admin_bp

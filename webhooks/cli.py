@@ -39,6 +39,7 @@ caps_cli = _Group("caps", help="Cap counters in Redis.")
 settle_cli = _Group("settlements", help="The queue of lead settlements.")
 buyers_cli = _Group("buyers", help="Buyers: export, import, caps and usage, recent leads.")
 publishers_cli = _Group("publishers", help="Publishers: export and import.")
+leads_cli = _Group("leads", help="Leads in the ledger.")
 
 
 def _id_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -289,6 +290,23 @@ def buyer_leads(buyer_id: str, limit: int) -> None:
     _table(rows)
 
 
+@leads_cli.command("unknown", help="Leads flagged for review, newest first: a buyer may hold each without "
+                                    "it being sold (its routing died mid-offer and the buyer did not "
+                                    "confirm it when offered it again). Settle each with the buyer.")
+@click.option("-n", "--limit", type=click.IntRange(1, 10000), default=50, show_default=True, help="How many leads.")
+def unknown_leads(limit: int) -> None:
+    from webhooks.leads.ledger import flagged, lead_record
+
+    rows = [lead_record(lead) for lead in flagged(limit)]
+    if not rows:
+        click.echo("no leads flagged for review")
+        return
+    _table([("received (UTC)", "publisher", "lead", "buyer (unknown)", "attempts")] +
+           [(r["received_at"][:19], r["publisher_id"], r["lead_id"],
+             ",".join(a["buyer_id"] for a in r["attempts"] if a["outcome"] == "unknown"),
+             " ".join(f"{a['buyer_id']}:{a['outcome']}" for a in r["attempts"])) for r in rows])
+
+
 def init_app(app: Flask) -> None:
-    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli):
+    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli):
         app.cli.add_command(group)

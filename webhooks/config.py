@@ -44,6 +44,8 @@ class Config:
     redis_max_connections: int = 64
     lead_replay_ttl_s: int = 7 * 24 * 3600
     payment_claim_ttl_ms: int = 30_000
+    lead_claim_margin_ms: int = 10_000  # a lead claim outlives its longest routing by this much
+    lead_recovery_window_ms: int = 900_000  # a dead routing's lease waits this long for a retry
     config_check_interval_ms: int = 500
     journal_keep_s: int = 600
     cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
@@ -71,6 +73,8 @@ _INTS = {
     "REDIS_MAX_CONNECTIONS": "redis_max_connections",
     "LEAD_REPLAY_TTL_S": "lead_replay_ttl_s",
     "PAYMENT_CLAIM_TTL_MS": "payment_claim_ttl_ms",
+    "LEAD_CLAIM_MARGIN_MS": "lead_claim_margin_ms",
+    "LEAD_RECOVERY_WINDOW_MS": "lead_recovery_window_ms",
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
     "JOURNAL_KEEP_S": "journal_keep_s",
     "CAP_WAIT_REPLICAS": "cap_wait_replicas",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 import uuid
 
@@ -23,11 +24,40 @@ LINGER_S = 1.0
 GATHER_S = 0.1
 
 
+class StopAfterBatch:
+    """SIGTERM (a deploy) while a drain runs: finish the batch in hand, then hand the rest to a
+    fresh job and return, so the worker stops within one batch instead of the whole time
+    budget. RQ's own handler still runs (it ends the worker once the job returns)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> StopAfterBatch:
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        except ValueError:  # not the main thread (a drain run inline): no signal to take
+            self._previous = None
+        return self
+
+    def _on_term(self, signum, frame) -> None:
+        self.requested = True
+        log.info("stop requested: finishing the batch in hand")
+        if callable(self._previous):
+            self._previous(signum, frame)
+
+    def __exit__(self, *_exc) -> None:
+        # RQ's handler replaces itself with its force-stop handler: leave that one in place.
+        if self._previous is not None and signal.getsignal(signal.SIGTERM) == self._on_term:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
 def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     """Write pending settlements until none are left; return how many leads were new.
 
     A job killed mid-batch is run again by RQ under the same id and takes back the batch
-    it held (see lua/take_batch.lua); the ledger's unique keys make the rewrite harmless."""
+    it held (see lua/take_batch.lua); the ledger's unique keys make the rewrite harmless.
+    A job asked to stop (SIGTERM) finishes its batch and hands the rest to a new job."""
     b = backends()
     r = b.settle.redis
     job = get_current_job()
@@ -36,32 +66,35 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     log.info("draining settlements", extra={"job_id": job_id})
     written, started = 0, time.monotonic()
     try:
-        while True:
-            batch = b.settle.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
-            if not batch:
-                # Wait a moment for more (blocking in Redis), so that one job serves a steady
-                # stream of leads instead of one job being enqueued every few leads.
-                if r.blmove(keys.SETTLE_PENDING, processing, LINGER_S, "RIGHT", "LEFT") is not None:
-                    continue
-                # Clear the flag, then look once more: a lead pushed in between either sees
-                # the flag gone (and enqueues a job) or is picked up here.
-                r.delete(keys.SETTLE_SCHEDULED)
-                if r.llen(keys.SETTLE_PENDING) and r.set(keys.SETTLE_SCHEDULED, "1", nx=True,
-                                                         px=SCHEDULED_TTL_MS):
-                    continue
-                return written
-            r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
-            items = [json.loads(x) for x in batch]
-            written += ledger.settle(items)
-            leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
-            r.delete(processing)
-            if len(batch) < batch_size:
-                # A small batch means the queue is keeping up: let a few more leads gather
-                # before the next transaction (settlement is asynchronous anyway).
-                time.sleep(GATHER_S)
-            if time.monotonic() - started > time_budget_s:
-                # Hand over to a fresh job (the flag stays set) so no job runs for ever.
-                enqueue_drain(queue(job.connection) if job else queue(r))
-                return written
+        with StopAfterBatch() as stop:
+            while True:
+                batch = b.settle.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
+                if not batch:
+                    # Wait a moment for more (blocking in Redis), so that one job serves a
+                    # steady stream of leads instead of one job being enqueued every few leads.
+                    if not stop.requested and r.blmove(keys.SETTLE_PENDING, processing, LINGER_S,
+                                                       "RIGHT", "LEFT") is not None:
+                        continue
+                    # Clear the flag, then look once more: a lead pushed in between either
+                    # sees the flag gone (and enqueues a job) or is picked up here.
+                    r.delete(keys.SETTLE_SCHEDULED)
+                    if not stop.requested and r.llen(keys.SETTLE_PENDING) and \
+                            r.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
+                        continue
+                    return written
+                r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
+                items = [json.loads(x) for x in batch]
+                written += ledger.settle(items)
+                leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
+                r.delete(processing)
+                if stop.requested or time.monotonic() - started > time_budget_s:
+                    # Hand over to a fresh job (the flag stays set): no job runs for ever, and
+                    # a worker told to stop leaves within one batch.
+                    enqueue_drain(queue(job.connection) if job else queue(r))
+                    return written
+                if len(batch) < batch_size:
+                    # A small batch means the queue is keeping up: let a few more leads
+                    # gather before the next transaction (settlement is asynchronous anyway).
+                    time.sleep(GATHER_S)
     finally:
         close_db()

@@ -2,6 +2,7 @@
 refund exactly what was reserved. Shared by the lead path, settlement and reconciliation."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -41,6 +42,20 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Note:
+    """A record written in the same round trip as a reservation (never after it): what the
+    caller is about to do with the lease. JSON of `fields` plus buyer_id, lease_id, counters."""
+
+    key: str
+    fields: dict
+    ttl_ms: int
+
+    def value(self, lease: Lease) -> str:
+        return json.dumps({**self.fields, "buyer_id": lease.buyer_id, "lease_id": lease.lease_id,
+                           "counters": list(lease.counters)}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
 class Reservation:
     status: str  # ok | full | circuit_open | not_ready
     lease: Lease | None = None
@@ -60,7 +75,10 @@ def expire_at(w: Window) -> int:
     return int((w.end + EXPIRY_GRACE).timestamp())
 
 
-def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int) -> Reservation:
+def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
+            note: Note | None = None) -> Reservation:
+    """Reserve one lead under every cap of `buyer` at `now` (all or nothing). `note`, if
+    given, is written in the same round trip, whatever the outcome."""
     caps = windows(buyer, now)
     counters = [counter_key(buyer.id, w) for _, _, w in caps]
     lease_id = os.urandom(12).hex()
@@ -69,10 +87,18 @@ def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int,
         args += [limit, buyer.price_minor if cap == "daily_budget" else 1, expire_at(w)]
     script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
                    keys.leases(buyer.id), *counters]
+    lease = Lease(buyer.id, lease_id, tuple(counters))
     if store.cap_wait.replicas:
-        result = _reserve_replicated(store, Lease(buyer.id, lease_id, tuple(counters)), script_keys, args)
-    else:
+        if note is not None:  # WAIT must follow the script on its own connection: a round trip more
+            store.redis.set(note.key, note.value(lease), px=note.ttl_ms)
+        result = _reserve_replicated(store, lease, script_keys, args)
+    elif note is None:
         result = store.reserve_lease(keys=script_keys, args=args)
+    else:
+        pipe = store.redis.pipeline(transaction=False)
+        store.queue(pipe, store.reserve_lease, script_keys, args)
+        pipe.set(note.key, note.value(lease), px=note.ttl_ms)
+        result = pipe.execute()[0]
     status = result[0]
     if status == "ok":
         return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2])))
@@ -111,6 +137,13 @@ def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args
         raise redis.TimeoutError(f"{acked} of {wait.replicas} replica(s) acknowledged the cap "
                                  f"reservation within {wait.timeout_ms} ms")
     return result
+
+
+def take_over(store: Store, lease: Lease, ttl_ms: int) -> tuple[str, int]:
+    """Extend the held lease of a routing whose process died: (state, reserved at us), state
+    held or confirmed, or ("gone", 0) when it was refunded or has expired."""
+    result = store.extend_lease(keys=[lease.key, keys.leases(lease.buyer_id)], args=[ttl_ms, lease.lease_id])
+    return (result[0], int(result[1])) if result[0] != "gone" else ("gone", 0)
 
 
 def _finish_call(lease: Lease, outcome: str, breaker_failures: int, breaker_cooldown_ms: int):

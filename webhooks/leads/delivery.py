@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "Floodgate/1"
 ACCEPTED, REJECTED, ERROR, TIMEOUT, CIRCUIT_OPEN = "accepted", "rejected", "error", "timeout", "circuit_open"
+# An attempt whose answer was lost with a dead process and that the buyer did not confirm
+# when offered the lead again (API.md): the lead is unsold and flagged for review.
+UNKNOWN = "unknown"
 
 
 class _Deadline(Exception):

@@ -4,25 +4,29 @@ passes the request's parts in and sends back what `Intake.take` returns."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
+from webhooks import metrics
 from webhooks.caps import leases
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import settlement
 from webhooks.leads.catalog import Snapshot
-from webhooks.leads.delivery import ACCEPTED
+from webhooks.leads.delivery import ACCEPTED, UNKNOWN
 from webhooks.leads.publishers import PublisherRule, key_hash
-from webhooks.leads.routing import Router, candidates
+from webhooks.leads.routing import Outcome, Router, buyer_body, candidates, idempotency_key
 from webhooks.leads.settlement import Journal
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.validate import is_id
 
+log = logging.getLogger(__name__)
+
 CODE = "invalid_lead"
-CLAIM_MARGIN_MS = 10_000
 
 
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
@@ -64,6 +68,8 @@ class Intake:
     replay_ttl_s: int
     breaker_failures: int
     breaker_cooldown_ms: int
+    claim_margin_ms: int = 10_000
+    recovery_window_ms: int = 900_000
 
     def take(self, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
              payload: str, received_at: datetime, request_id: str | None) -> str:
@@ -72,32 +78,81 @@ class Intake:
         same lead id, Unavailable while caps are rebuilt or Redis is down."""
         now = datetime.now(timezone.utc)
         buyers = candidates(snapshot.buyers, lead.get("state"), publisher.id, now)
-        claim_ttl = CLAIM_MARGIN_MS + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
-        claim, held = claims.claim(self.store, keys.lead_claim(publisher.id, lead_id), claim_ttl,
-                                   claims.new_token(claims.ROUTING))
+        claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
+        attempt_key = keys.lead_attempt(publisher.id, lead_id)
+        claim, held, attempt = claims.claim_reading(self.store, keys.lead_claim(publisher.id, lead_id), claim_ttl,
+                                                    claims.new_token(claims.ROUTING), attempt_key)
         if claim is None:
             if held.startswith(claims.ROUTING):
                 raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
             return json.dumps({**json.loads(held), "replayed": True})
 
+        lease_ttl_ms = claim_ttl + self.recovery_window_ms
         try:
-            outcome = self.router.route(buyers, publisher, lead_id, lead, now)
+            if attempt is not None:
+                # The request that held this claim died while offering the lead to a buyer.
+                outcome = self._recover(json.loads(attempt), publisher, lead_id, lead, lease_ttl_ms)
+            else:
+                outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms)
         except BaseException:
-            claims.release(self.store, claim)
+            self._give_up(claim, attempt_key)
             raise
         if outcome.status == "unsold" and outcome.waiting_for_rebuild:
-            claims.release(self.store, claim)
+            self._give_up(claim, attempt_key)
             raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
 
         answer = json.dumps({"lead_id": lead_id, "status": outcome.status, "buyer_id": outcome.buyer_id,
                              "price": None if outcome.price is None else f"{outcome.price:.2f}",
                              "attempts": outcome.attempts})
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
-        self._finish(claim, outcome, answer, item)
+        self._finish(claim, attempt_key, outcome, answer, item)
         return answer
 
-    def _finish(self, claim: claims.Claim, outcome, answer: str, item: dict) -> None:
-        """One round trip: confirm the lease, remember the answer, queue the settlement."""
+    def _recover(self, note: dict, publisher: PublisherRule, lead_id: str, lead: dict,
+                 lease_ttl_ms: int) -> Outcome:
+        """Offer the lead again to the one buyer a dead request was offering it to, with the
+        same Idempotency-Key, on the same reservation. Accepted: sold to that buyer. Anything
+        else, or a reservation that is gone: unsold, that attempt `unknown`, flagged for
+        review; its slot stays taken until reconciliation. Never another buyer: the first
+        may hold the lead already."""
+        buyer_id = note["buyer_id"]
+        lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]))
+        state, reserved_us = leases.take_over(self.store, lease, lease_ttl_ms)
+        out = Outcome(attempts=list(note.get("attempts", [])))
+        outcome, ms = UNKNOWN, 0
+        if state != "gone":
+            body = buyer_body(lead_id, publisher.id, note["price"], json.dumps(lead, separators=(",", ":")))
+            outcome, ms = self.router.deliverer.deliver(note["url"], body,
+                                                        idempotency_key(publisher.id, lead_id, buyer_id))
+        if outcome == ACCEPTED:
+            out.attempts.append({"buyer_id": buyer_id, "outcome": ACCEPTED, "ms": ms})
+            out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
+            out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
+            out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us)
+            log.warning("lead %s:%s re-offered to %s after its routing died: accepted",
+                        publisher.id, lead_id, buyer_id)
+        else:
+            out.attempts.append({"buyer_id": buyer_id, "outcome": UNKNOWN, "ms": ms})
+            log.warning("lead %s:%s left unsold for review: its routing died while offering it to %s, "
+                        "who did not confirm it (reservation %s, answer %s)",
+                        publisher.id, lead_id, buyer_id, state, outcome)
+        metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
+        return out
+
+    def _give_up(self, claim: claims.Claim, attempt_key: str) -> None:
+        """Let the publisher retry from scratch: no buyer holds the lead (any attempt was
+        refunded), so free the claim and its attempt note."""
+        try:
+            pipe = self.store.redis.pipeline(transaction=False)
+            self.store.queue(pipe, self.store.release_claim, [claim.key], [claim.token])
+            pipe.delete(attempt_key)
+            pipe.execute()
+        except REDIS_DOWN:
+            pass  # both expire; a retry may find the note and end the lead unsold for review
+
+    def _finish(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict) -> None:
+        """One round trip: confirm the lease, remember the answer, forget the attempt note,
+        queue the settlement."""
         try:
             pipe = self.store.redis.pipeline(transaction=False)
             if outcome.lease is not None:
@@ -105,6 +160,7 @@ class Intake:
                                  breaker_failures=self.breaker_failures,
                                  breaker_cooldown_ms=self.breaker_cooldown_ms)
             pipe.set(claim.key, answer, ex=self.replay_ttl_s)
+            pipe.delete(attempt_key)
             if self.settle is not self.store:
                 pipe.execute()
                 pipe = None

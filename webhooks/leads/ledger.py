@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import peewee as pw
 
+from webhooks.leads.delivery import UNKNOWN
 from webhooks.storage import audit
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt, Publisher, utcnow
@@ -91,6 +92,17 @@ def lead_record(lead: Lead) -> dict:
         "price": None if lead.price is None else f"{Decimal(lead.price):.2f}",
         "commission": None if lead.commission is None else f"{Decimal(lead.commission):.2f}",
         "attempts": [{"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms} for a in attempts],
+        # a buyer may hold this lead without it being sold (its routing died): see API.md
+        "review": any(a.outcome == UNKNOWN for a in attempts),
         "received_at": lead.received_at.isoformat() + "Z",
         "settled_at": lead.settled_at.isoformat() + "Z",
     }
+
+
+def flagged(limit: int = 50) -> list[Lead]:
+    """Leads flagged for review, newest first: an attempt of theirs ended `unknown` (a buyer
+    may hold the lead, unsold: its routing died and the buyer did not confirm the re-offer)."""
+    pairs = (LeadAttempt.select(LeadAttempt.publisher_id, LeadAttempt.lead_id)
+             .where(LeadAttempt.outcome == UNKNOWN))
+    return list(Lead.select().where(pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))
+                .order_by(Lead.received_at.desc()).limit(limit))

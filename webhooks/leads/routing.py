@@ -36,6 +36,25 @@ def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: s
     return [b for b in buyers if b.accepts(state, publisher_id, now)]
 
 
+def buyer_body(lead_id: str, publisher_id: str, price: Decimal | str, lead_json: str) -> bytes:
+    """The default contract's post (API.md "What a buyer receives"), built without re-encoding
+    the lead."""
+    return ('{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}' % (
+        json.dumps(lead_id), json.dumps(publisher_id), price, lead_json)).encode()
+
+
+def idempotency_key(publisher_id: str, lead_id: str, buyer_id: str) -> str:
+    return f"{publisher_id}:{lead_id}:{buyer_id}"
+
+
+def attempt_note(attempt_key: str, buyer: BuyerRule, now: datetime, attempts: list[dict],
+                 ttl_ms: int) -> leases.Note:
+    """What a retry needs to offer the lead again to `buyer` alone if this request dies: where,
+    at what price, the time whose windows the lease counts in, and the attempts before it."""
+    return leases.Note(attempt_key, {"url": buyer.endpoint_url, "price": f"{buyer.price:.2f}",
+                                     "at": now.isoformat(), "attempts": attempts}, ttl_ms)
+
+
 @dataclass
 class Router:
     """Everything the waterfall needs, built once per process."""
@@ -48,13 +67,18 @@ class Router:
     breaker_cooldown_ms: int
 
     def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
-              now: datetime) -> Outcome:
-        """Offer the lead down the waterfall until a buyer accepts it."""
+              now: datetime, attempt_key: str, lease_ttl_ms: int) -> Outcome:
+        """Offer the lead down the waterfall until a buyer accepts it. Each reservation writes,
+        in its own round trip, which buyer and lease the lead is about to be offered to
+        (`attempt_key`); a refund clears it again in its round trip. Leases live
+        `lease_ttl_ms`: long enough for a retry to find the lease of a request that died."""
         out = Outcome()
         lead_json = json.dumps(lead, separators=(",", ":"))
-        lease_ttl_ms = self.buyer_timeout_ms + LEASE_MARGIN_MS
+        probe_ttl_ms = self.buyer_timeout_ms + LEASE_MARGIN_MS
         for buyer in buyers:
-            reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=lease_ttl_ms)
+            note = attempt_note(attempt_key, buyer, now, out.attempts, lease_ttl_ms)
+            reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
+                                         probe_ttl_ms=probe_ttl_ms, note=note)
             if reservation.status == "full":
                 continue
             if reservation.status == "not_ready":
@@ -65,10 +89,9 @@ class Router:
                 out.attempts.append({"buyer_id": buyer.id, "outcome": CIRCUIT_OPEN, "ms": 0})
                 metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
-            body = ('{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}' % (
-                json.dumps(lead_id), json.dumps(publisher.id), buyer.price, lead_json)).encode()
-            outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
-                                                 f"{publisher.id}:{lead_id}:{buyer.id}")
+            outcome, ms = self.deliverer.deliver(buyer.endpoint_url,
+                                                 buyer_body(lead_id, publisher.id, buyer.price, lead_json),
+                                                 idempotency_key(publisher.id, lead_id, buyer.id))
             out.attempts.append({"buyer_id": buyer.id, "outcome": outcome, "ms": ms})
             metrics.attempt(buyer.id, outcome, ms)
             if outcome == ACCEPTED:
@@ -76,8 +99,12 @@ class Router:
                 out.status, out.buyer_id, out.price = "sold", buyer.id, buyer.price
                 out.sold_at, out.lease = now, reservation.lease
                 return out
-            # A refund that cannot reach Redis leaves the slot taken (safe for the cap; the
-            # reconciliation gives it back) and the publisher gets a 503 to retry.
-            leases.finish(self.store, reservation.lease, outcome, breaker_failures=self.breaker_failures,
-                        breaker_cooldown_ms=self.breaker_cooldown_ms)
+            # The buyer said no: give the slot back and forget the attempt, in one round trip.
+            # A refund that cannot reach Redis raises: the slot stays taken (safe for the cap;
+            # the reconciliation gives it back) and the publisher gets a 503 to retry.
+            pipe = self.store.redis.pipeline(transaction=False)
+            leases.finish_in(self.store, pipe, reservation.lease, outcome,
+                             breaker_failures=self.breaker_failures, breaker_cooldown_ms=self.breaker_cooldown_ms)
+            pipe.delete(attempt_key)
+            pipe.execute()
         return out

@@ -40,6 +40,12 @@ def lead_claim(publisher_id: str, lead_id: str) -> str:
     return PREFIX + "{p:" + publisher_id + "}:lead:" + lead_id
 
 
+def lead_attempt(publisher_id: str, lead_id: str) -> str:
+    """The buyer (and lease) a lead is being offered to right now, written before the offer,
+    so that the retry of a request whose process died offers it to that buyer only."""
+    return lead_claim(publisher_id, lead_id) + ":attempt"
+
+
 def payment(provider: str, reference: str, what: str) -> str:
     return PREFIX + "{pay:" + provider + ":" + reference + "}:" + what
 

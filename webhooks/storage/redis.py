@@ -101,6 +101,7 @@ class Store:
         self.cap_wait = cap_wait
         self.adjust_counter = self._register("adjust_counter")
         self.claim_or_get = self._register("claim_or_get")
+        self.extend_lease = self._register("extend_lease")
         self.finish_lease = self._register("finish_lease")
         self.rebuild_counters = self._register("rebuild_counters")
         self.release_claim = self._register("release_claim")

@@ -11,7 +11,7 @@ from flask import current_app, render_template
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.ledger import lead_record
+from webhooks.leads.ledger import flagged, lead_record
 from webhooks.storage.models import Buyer, Lead
 from webhooks.web.ops import bp
 from webhooks.web.ops.auth import require_admin
@@ -47,7 +47,8 @@ def ops_page():
     r = current_app.extensions["redis"]
     rows = Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS)  # the last settled, by key
     leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
-    html = render_template("ops.html", buyers=buyer_panels(r, datetime.now(timezone.utc)), leads=leads,
+    review = [lead_record(row) for row in flagged(LAST_LEADS)]
+    html = render_template("ops.html", buyers=buyer_panels(r, datetime.now(timezone.utc)), leads=leads, review=review,
                            refresh_s=REFRESH_S, now=datetime.now(timezone.utc))
     return html, 200, {"Cache-Control": "no-store"}
 

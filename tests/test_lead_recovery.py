@@ -1,0 +1,292 @@
+"""A lead is sold to at most one buyer even when a Floodgate process dies between a buyer's
+answer and the publisher's (API.md, "A lead is sold to at most one buyer").
+
+The fast tests leave Redis as a routing that died mid-offer leaves it (its reservation and its
+attempt note, written by the same functions the router uses; its claim expired) and post the
+publisher's retry to the app in-process. The e2e tests kill -9 a real gunicorn worker while a
+real buyer holds the lead, and send SIGTERM mid-delivery."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+
+import pytest
+import requests
+
+from tests.conftest import Api
+from tests.payments_helpers import child_pids
+from tests.servers import WebServer, wait_until
+from webhooks.caps import leases
+from webhooks.leads.catalog import load_snapshot
+from webhooks.leads.routing import attempt_note
+from webhooks.storage import keys
+from webhooks.storage.db import db
+from webhooks.storage.models import Lead, LeadAttempt
+
+
+def _die_while_offering(app, publisher_id: str, lead_id: str, buyer_id: str, attempts=()) -> leases.Lease:
+    """What a routing leaves behind when its process dies after offering `lead_id` to
+    `buyer_id`: the reservation and the attempt note (one round trip, as the router makes
+    it); the claim has expired."""
+    store = app.extensions["store"]
+    with db.connection_context():
+        [buyer] = [b for b in load_snapshot(None).buyers if b.id == buyer_id]
+    note = attempt_note(keys.lead_attempt(publisher_id, lead_id), buyer, datetime.now(timezone.utc),
+                        list(attempts), 60_000)
+    reservation = leases.reserve(store, buyer, datetime.now(timezone.utc), lease_ttl_ms=60_000,
+                                 probe_ttl_ms=60_000, note=note)
+    assert reservation.status == "ok"
+    return reservation.lease
+
+
+def _setup_x_and_y(api: Api, buyer_server, x_mode: str = "accept"):
+    x, y = buyer_server.add("x", x_mode), buyer_server.add("y")
+    key = api.put_publisher("surge")
+    api.put_buyer("x", buyer_server.url("x"), priority=1, caps={"daily": 1})
+    api.put_buyer("y", buyer_server.url("y"), priority=2)
+    api.settle_config()
+    return key, x, y
+
+
+def test_retry_after_a_dead_routing_offers_the_lead_to_the_same_buyer_who_confirms_it(api, app, buyer_server,
+                                                                                      worker):
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    lease = _die_while_offering(app, "surge", "L1", "x", attempts=[{"buyer_id": "z", "outcome": "rejected",
+                                                                    "ms": 7}])
+    body = api.post_lead(key, {"lead_id": "L1", "state": "TX"}).json()
+    assert (body["status"], body["buyer_id"], body["price"]) == ("sold", "x", "10.00")
+    assert body["attempts"] == [{"buyer_id": "z", "outcome": "rejected", "ms": 7},
+                                {"buyer_id": "x", "outcome": "accepted", "ms": body["attempts"][1]["ms"]}]
+    assert y.received == []
+    [offer] = x.received
+    assert offer["headers"]["Idempotency-Key"] == "surge:L1:x" and offer["body"]["lead"] == {"state": "TX"}
+    # Sold on the dead request's reservation: one slot of the daily cap of 1, counted once.
+    usage = api.get("/v1/admin/buyers/x").json()["usage"]["daily"]
+    assert usage["used"] == 1
+    # confirmed (no refund can give the slot back), or already settled and released
+    assert app.extensions["redis"].hget(lease.key, "state") in ("confirmed", None)
+    assert api.post_lead(key, {"lead_id": "L1"}).json()["replayed"] is True
+    record = api.wait_settled("L1", "surge")
+    assert record["status"] == "sold" and record["buyer_id"] == "x"
+
+
+@pytest.mark.parametrize("answer", ["reject", "error500"])
+def test_a_buyer_not_confirming_the_reoffer_leaves_the_lead_unsold_unknown_and_never_offers_another(
+        api, app, buyer_server, worker, answer):
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode=answer)
+    lease = _die_while_offering(app, "surge", "L2", "x")
+    body = api.post_lead(key, {"lead_id": "L2"}).json()
+    assert body["status"] == "unsold" and body["buyer_id"] is None
+    assert [(a["buyer_id"], a["outcome"]) for a in body["attempts"]] == [("x", "unknown")]
+    assert len(x.received) == 1 and y.received == []
+    # The slot stays taken (x may hold the lead): only reconciliation gives it back.
+    assert app.extensions["redis"].hget(lease.key, "state") == "held"
+    assert api.get("/v1/admin/buyers/x").json()["usage"]["daily"]["used"] == 1
+    record = api.wait_settled("L2", "surge")
+    assert record["status"] == "unsold" and record["review"] is True
+    assert record["attempts"][-1]["outcome"] == "unknown"
+
+
+def test_a_reservation_gone_before_the_retry_is_not_offered_again_nor_to_anyone_else(api, app, buyer_server):
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    lease = _die_while_offering(app, "surge", "L3", "x")
+    app.extensions["redis"].delete(lease.key)  # expired: nobody can say whether x has the lead
+    body = api.post_lead(key, {"lead_id": "L3"}).json()
+    assert body["status"] == "unsold" and body["attempts"] == [{"buyer_id": "x", "outcome": "unknown", "ms": 0}]
+    assert x.received == [] and y.received == []
+
+
+def test_a_routing_that_ends_normally_leaves_no_attempt_note(api, app, buyer_server):
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="reject")
+    assert api.post_lead(key, {"lead_id": "L4"}).json()["buyer_id"] == "y"
+    assert api.post_lead(key, {"lead_id": "L5"}).json()["buyer_id"] == "y"
+    r = app.extensions["redis"]
+    assert r.exists(keys.lead_attempt("surge", "L4"), keys.lead_attempt("surge", "L5")) == 0
+
+
+def test_leads_unknown_lists_the_leads_flagged_for_review(api, app, buyer_server, worker):
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="reject")
+    _die_while_offering(app, "surge", "L6", "x")
+    assert api.post_lead(key, {"lead_id": "L6"}).json()["attempts"][-1]["outcome"] == "unknown"
+    assert api.post_lead(key, {"lead_id": "L7"}).json()["buyer_id"] == "y"
+    api.wait_settled("L6", "surge")
+    api.wait_settled("L7", "surge")
+    result = app.test_cli_runner().invoke(args=["leads", "unknown"])
+    assert result.exit_code == 0, result.output
+    assert "surge" in result.output and "L6" in result.output and "L7" not in result.output
+    page = api.get("/ops").text
+    assert "L6" in page and "review" in page.lower()
+
+
+# --- real processes --------------------------------------------------------------------------
+
+@pytest.fixture
+def one_worker_web(base_env, tmp_path):
+    """gunicorn with one gevent worker; short claims so a retry finds a dead one's soon."""
+    env = {**base_env, "BUYER_TIMEOUT_MS": "1500", "LEAD_CLAIM_MARGIN_MS": "500"}
+    server = WebServer(env, tmp_path / "web.log", workers=1)
+    yield server
+    server.stop()
+
+
+def _post_until_answered(api: Api, key: str, lead_id: str, timeout: float = 30) -> dict:
+    """Retry as a publisher does: the same lead_id on 409, 503 and connection errors."""
+    def attempt():
+        try:
+            resp = api.post_lead(key, {"lead_id": lead_id})
+        except requests.ConnectionError:
+            return None
+        return resp.json() if resp.status_code == 200 else None
+
+    return wait_until(attempt, timeout=timeout, interval=0.2, what=f"an answer for {lead_id}")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reoffer", ["accept", "reject"])
+def test_worker_killed_after_the_buyer_got_the_lead_never_sells_it_to_another_buyer(
+        one_worker_web, buyer_server, worker, reoffer):
+    api = Api(one_worker_web.url)
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="sleep")
+    x.delay = 0.9  # x answers `accepted` after 0.9 s: into the void
+    first = threading.Thread(target=lambda: _post_until_answered(api, key, "K1", timeout=1), daemon=True)
+    first.start()
+    wait_until(lambda: x.arrived, what="x to receive the lead")
+    [victim] = child_pids(one_worker_web.pid)
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: x.received, what="x to answer into the void")  # x will bill for it
+    if reoffer == "reject":
+        x.mode, x.delay = "reject", 0.0
+    body = _post_until_answered(api, key, "K1")
+    assert y.received == [] and y.arrived == []
+    keys_seen = {r["headers"]["Idempotency-Key"] for r in x.arrived}
+    assert keys_seen == {"surge:K1:x"} and len(x.arrived) == 2  # the first offer and the re-offer
+    if reoffer == "accept":
+        assert (body["status"], body["buyer_id"]) == ("sold", "x")
+    else:
+        assert body["status"] == "unsold" and body["attempts"][-1]["outcome"] == "unknown"
+    record = api.wait_settled("K1", "surge")
+    assert record["status"] == body["status"] and record["buyer_id"] == body["buyer_id"]
+
+
+@pytest.mark.e2e
+def test_sigterm_mid_delivery_lets_the_lead_finish_and_answers_its_publisher(base_env, tmp_path, buyer_server):
+    server = WebServer({**base_env, "BUYER_TIMEOUT_MS": "3000"}, tmp_path / "web.log", workers=1)
+    try:
+        api = Api(server.url)
+        x = buyer_server.add("x", "sleep", delay=1.5)
+        key = api.put_publisher("surge")
+        api.put_buyer("x", buyer_server.url("x"))
+        api.settle_config()
+        answer = {}
+        sender = threading.Thread(target=lambda: answer.update(resp=api.post_lead(key, {"lead_id": "T1"})))
+        sender.start()
+        wait_until(lambda: x.arrived, what="x to receive the lead")
+        os.kill(server.pid, signal.SIGTERM)  # a deploy
+        sender.join(timeout=20)
+        resp = answer["resp"]
+        assert resp.status_code == 200 and resp.json()["status"] == "sold" and resp.json()["buyer_id"] == "x"
+        server.proc.wait(timeout=20)
+    finally:
+        server.stop()
+
+
+@pytest.mark.e2e
+def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_once(base_env, tmp_path,
+                                                                                    buyer_server, worker,
+                                                                                    record_property):
+    """1,000 leads from 50 threads across 2 web workers, each killed -9 in turn mid-run, with
+    publishers retrying: no lead accepted by two buyers, no cap exceeded, and the ledger
+    sells exactly what the buyers accepted (a repeated Idempotency-Key counted once)."""
+    env = {**base_env, "BUYER_TIMEOUT_MS": "1500", "LEAD_CLAIM_MARGIN_MS": "500"}
+    server = WebServer(env, tmp_path / "web.log", workers=2)
+    try:
+        api = Api(server.url)
+        key = api.put_publisher("surge")
+        caps = {"a": 60, "b": 60, "c": 60, "d": 60}
+        for i, (name, cap) in enumerate(caps.items()):
+            buyer_server.add(name, "sleep", delay=0.05 + 0.05 * i)
+            api.put_buyer(name, buyer_server.url(name), priority=i + 1, caps={"daily": cap})
+        api.settle_config()
+        done = Counter()
+        lock = threading.Lock()
+        local = threading.local()
+
+        def one(i: int) -> dict:
+            s = getattr(local, "s", None) or requests.Session()
+            local.s = s
+            lead_id = f"k{i}"
+
+            def attempt():
+                try:
+                    resp = s.post(f"{server.url}/v1/leads", json={"lead_id": lead_id}, timeout=30,
+                                  headers={"Authorization": f"Bearer {key}"})
+                except requests.ConnectionError:
+                    return None
+                return resp.json() if resp.status_code == 200 else None
+
+            body = wait_until(attempt, timeout=60, interval=0.2, what=f"an answer for {lead_id}")
+            with lock:
+                done["n"] += 1
+            return body
+
+        def killer():
+            for threshold in (250, 600):
+                wait_until(lambda t=threshold: done["n"] >= t, timeout=120, what=f"{threshold} answers")
+                victims = child_pids(server.pid)
+                os.kill(victims[0], signal.SIGKILL)
+                wait_until(lambda v=victims: len(set(child_pids(server.pid)) - set(v)) >= 1, timeout=30,
+                           what="gunicorn to replace the killed worker")
+
+        kill = threading.Thread(target=killer, daemon=True)
+        kill.start()
+        with ThreadPoolExecutor(50) as pool:
+            answers = list(pool.map(one, range(1000)))
+        kill.join(timeout=5)
+
+        accepted_by: dict[str, set[str]] = defaultdict(set)  # lead -> buyers that accepted it
+        for name in caps:
+            for rec in buyer_server.buyers[name].received:
+                if rec["answered"] == "accept":
+                    accepted_by[rec["body"]["lead_id"]].add(name)
+        assert all(len(b) == 1 for b in accepted_by.values()), {k: v for k, v in accepted_by.items() if len(v) > 1}
+        per_buyer = Counter(next(iter(b)) for b in accepted_by.values())
+        assert all(per_buyer[name] <= cap for name, cap in caps.items()), per_buyer
+        sold = {a["lead_id"]: a["buyer_id"] for a in answers if a["status"] == "sold"}
+        assert sold == {lead: next(iter(b)) for lead, b in accepted_by.items()}
+        unknown = [a for a in answers if any(t["outcome"] == "unknown" for t in a["attempts"])]
+        record_property("sold", len(sold))
+        record_property("reoffers", sum(len(r) > 1 for r in _offers(buyer_server, caps)))
+        record_property("unknown", len(unknown))
+        wait_until(lambda: _ledger_sold() == sold, timeout=60, what="the ledger to settle every answer")
+    finally:
+        server.stop()
+
+
+def _offers(buyer_server, caps) -> list[list[dict]]:
+    """Per (lead, buyer): the offers made (a re-offer repeats the Idempotency-Key)."""
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for name in caps:
+        for rec in buyer_server.buyers[name].arrived:
+            by_key[rec["headers"]["Idempotency-Key"]].append(rec)
+    return list(by_key.values())
+
+
+def _ledger_sold() -> dict[str, str]:
+    with db.connection_context():
+        return {lead.lead_id: lead.buyer_id for lead in Lead.select().where(Lead.status == "sold")}
+
+
+def test_unknown_attempts_are_stored_as_such(api, app, buyer_server, worker):
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="reject")
+    _die_while_offering(app, "surge", "L8", "x")
+    api.post_lead(key, {"lead_id": "L8"})
+    api.wait_settled("L8", "surge")
+    with db.connection_context():
+        outcomes = [a.outcome for a in LeadAttempt.select().where(LeadAttempt.lead_id == "L8")]
+    assert outcomes == ["unknown"]
+    assert json.loads(app.extensions["redis"].get(keys.lead_claim("surge", "L8")))["status"] == "unsold"
