@@ -27,7 +27,14 @@ class BadRequest(FloodgateError):
 
 
 class InvalidJSON(BadRequest):
+    """A body the strict JSON rules refuse (webhooks/strictjson.py)."""
+
     code = "invalid_json"
+
+
+class MalformedJSON(InvalidJSON):
+    """A body that is not JSON at all (a syntax error), as opposed to JSON the strict rules
+    refuse; the payment webhook answers it as API.md's "body not parseable"."""
 
 
 class ValidationError(BadRequest):

@@ -5,12 +5,12 @@ Where the fields live is data, one Spec per provider, taken from the table in AP
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
+from webhooks import strictjson
+from webhooks.errors import MalformedJSON
 from webhooks.payments import money
 from webhooks.payments.money import InvalidPayload
 
@@ -85,14 +85,12 @@ SPECS: dict[str, Spec] = {
 }
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _json(raw: bytes) -> dict:
+    """The body, amounts as Decimal. Not JSON at all: invalid_payload (API.md's "body not
+    parseable"); JSON the strict rules refuse (NaN, duplicate keys, ...): InvalidJSON."""
     try:
-        body = json.loads(raw, parse_float=Decimal, parse_constant=_no_constants)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        body = strictjson.loads(raw, decimals=True)
+    except MalformedJSON:
         raise InvalidPayload("body is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidPayload("body is not a JSON object")
@@ -116,7 +114,8 @@ def _email(value: Any) -> str:
 
 def parse(provider: str, raw: bytes) -> PaymentEvent:
     """The event in `raw`; InvalidPayload when it is not JSON, has no event type, or is a
-    success without a usable reference, amount, currency or payer e-mail."""
+    success without a usable reference, amount, currency or payer e-mail; InvalidJSON when
+    it is JSON the strict rules refuse (webhooks/strictjson.py)."""
     spec = SPECS[provider]
     body = _json(raw)
     event_type = _get(body, spec.event_type)

@@ -1,7 +1,6 @@
 """HTTP plumbing shared by the blueprints: JSON errors, body parsing, id converter, request ids."""
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 
@@ -10,7 +9,8 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from webhooks.errors import FloodgateError, InvalidJSON
+from webhooks import strictjson
+from webhooks.errors import FloodgateError
 from webhooks.logs import REQUEST_ID
 from webhooks.storage.redis import REDIS_DOWN
 
@@ -33,12 +33,8 @@ def error(code: str, message: str, status: int) -> Response:
 
 
 def json_body() -> object:
-    """The request body as JSON; size is already capped by MAX_CONTENT_LENGTH (413)."""
-    raw = request.get_data(cache=True)
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidJSON("request body is not valid JSON") from None
+    """The request body as strict JSON (400 invalid_json); its size is already capped (413)."""
+    return strictjson.loads(request.get_data(cache=True))
 
 
 def _on_floodgate_error(exc: FloodgateError):

@@ -11,9 +11,8 @@ import time
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from webhooks import metrics
-from webhooks.errors import FloodgateError, NotFound
+from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotFound
 from webhooks.payments import events, ledger, signatures
-from webhooks.payments.money import InvalidPayload
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN
 
@@ -88,8 +87,8 @@ def receive(provider: str):
     watch.lap("verify")
     try:
         event = events.parse(provider, raw)
-    except InvalidPayload:
-        ledger.record(delivery, "invalid_payload", 400)
+    except (InvalidPayload, InvalidJSON) as exc:
+        ledger.record(delivery, exc.code, 400)
         raise
     watch.lap("parse")
     if not event.succeeded:
