@@ -1,6 +1,7 @@
 """Real servers for the whole run, clean state for each test. No mocks of Redis, MySQL or HTTP."""
 from __future__ import annotations
 
+import io
 import os
 import time
 from pathlib import Path
@@ -234,9 +235,14 @@ class InProcess(requests.adapters.BaseAdapter):
         url = urlsplit(request.url)
         body = request.body
         if body is not None and not isinstance(body, (bytes, str)):
-            body = b"".join(body)  # a generator: what a chunked upload sends
+            # A generator: a chunked upload. The app sees it as a WSGI server passes one on,
+            # without CONTENT_LENGTH, its stream terminated by the server (gunicorn's way).
+            kw = {"input_stream": io.BytesIO(b"".join(body)),
+                  "environ_overrides": {"CONTENT_LENGTH": "", "wsgi.input_terminated": True}}
+        else:
+            kw = {"data": body}
         got = self.app.test_client().open(url.path, query_string=url.query, method=request.method,
-                                          headers=list(request.headers.items()), data=body)
+                                          headers=list(request.headers.items()), **kw)
         resp = requests.Response()
         resp.status_code, resp.url, resp.request = got.status_code, request.url, request
         resp.headers = requests.structures.CaseInsensitiveDict(got.headers.items())

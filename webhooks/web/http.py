@@ -1,6 +1,7 @@
 """HTTP plumbing shared by the blueprints: JSON errors, body parsing, id converter, request ids."""
 from __future__ import annotations
 
+import io
 import logging
 import uuid
 
@@ -24,6 +25,32 @@ class IdConverter(BaseConverter):
     """Ids in paths are [A-Za-z0-9._-]{1,64}; anything else does not match the route (404)."""
 
     regex = r"[A-Za-z0-9._-]{1,64}"
+
+
+class BodyLimit:
+    """WSGI middleware: a body without Content-Length (chunked) is read here, at most `limit`
+    + 1 bytes, and handed on with its length, so that MAX_CONTENT_LENGTH refuses an oversized
+    one with 413 exactly as it refuses a declared one. Werkzeug alone stops reading such a
+    stream at the limit and passes its first 256 KiB on as if they were the whole body."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    def __call__(self, environ, start_response):
+        if environ.get("CONTENT_LENGTH", "") == "" and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            stream, chunks, size = environ["wsgi.input"], [], 0
+            while size <= self.limit:
+                chunk = stream.read(min(64 * 1024, self.limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            # From here on the body is a buffered one of known length (Werkzeug ignores
+            # CONTENT_LENGTH while Transfer-Encoding says chunked); limit + 1 means "too long".
+            environ["wsgi.input"] = io.BytesIO(b"".join(chunks))
+            environ["CONTENT_LENGTH"] = str(size)
+            del environ["HTTP_TRANSFER_ENCODING"]
+        return self.app(environ, start_response)
 
 
 def error(code: str, message: str, status: int) -> Response:
@@ -80,6 +107,7 @@ def _echo_request_id(resp: Response) -> Response:
 
 
 def init_app(app: Flask) -> None:
+    app.wsgi_app = BodyLimit(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"])
     app.url_map.converters["id"] = IdConverter
     app.register_error_handler(FloodgateError, _on_floodgate_error)
     app.register_error_handler(HTTPException, _on_http_exception)
