@@ -9,6 +9,8 @@ from webhooks.errors import ValidationError
 
 ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CENTS = Decimal("0.01")
+DECIMAL_STRING = re.compile(r"[0-9]+(?:\.[0-9]{1,2})?")  # ASCII digits; [0-9], not \d (any script)
+_DECIMAL_PLACES = re.compile(r"[0-9]+\.([0-9]+)")
 
 
 def is_id(value: Any) -> bool:
@@ -31,17 +33,23 @@ def fields(code: str, body: Any, known: set[str], read_only: set[str], required:
 
 
 def money(code: str, field: str, value: Any, *, max_value: Decimal = Decimal("9999999999")) -> Decimal:
-    """A non-negative decimal with at most two places, from a string (or a JSON number)."""
+    """A non-negative decimal with at most two places, from a string (or a JSON number).
+
+    The text must be ASCII digits with an optional fraction (API.md, Conventions): Decimal()
+    alone would also take "1_0.00", "１２.50" or "١٢", " 12 " and "1e2"."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValidationError(code, field, "must be a decimal string such as \"12.50\"")
+    text = value if isinstance(value, str) else str(value)
+    if not DECIMAL_STRING.fullmatch(text):
+        if (m := _DECIMAL_PLACES.fullmatch(text)) and len(m.group(1)) > 2:
+            raise ValidationError(code, field, "must have at most two decimal places")
+        raise ValidationError(code, field, f"{value!r} is not a decimal string of ASCII digits such as \"12.50\"")
     try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation:
+        amount = Decimal(text)
+    except InvalidOperation:  # not reachable after the pattern; kept so no input can raise
         raise ValidationError(code, field, f"{value!r} is not a decimal number") from None
-    if not amount.is_finite() or amount < 0 or amount > max_value:
+    if amount > max_value:
         raise ValidationError(code, field, f"must be between 0 and {max_value}")
-    if amount != amount.quantize(CENTS):
-        raise ValidationError(code, field, "must have at most two decimal places")
     return amount.quantize(CENTS)
 
 
