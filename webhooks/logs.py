@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
@@ -15,6 +16,9 @@ from rq import get_current_job
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
+# The user:password@ of any URL in a line (a buyer endpoint, DATABASE_URL, REDIS_URL in an
+# error message): never written out, whichever code logged it.
+_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/@\"'<>]+@")
 
 
 def current_request_id() -> str | None:
@@ -50,7 +54,7 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return _URL_CREDENTIALS.sub(r"\1<redacted>@", json.dumps(entry, default=str))
 
 
 class _JsonHandler(logging.StreamHandler):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -35,15 +36,22 @@ def _zone(value: Any) -> ZoneInfo:
         raise ValidationError(CODE, "timezone", f"{value!r} is not an IANA time zone name") from None
 
 
-def _url(value: Any) -> str:
-    url = v.text(CODE, "endpoint_url", value, max_len=2048)
+def _url(value: Any, field: str = "endpoint_url") -> str:
+    """An absolute http(s) URL without userinfo (credentials in a URL end up in logs and
+    proxies: send them as headers) and without control characters or spaces, which URL
+    parsers read differently (a request smuggled into another host or path)."""
+    url = v.text(CODE, field, value, max_len=2048)
+    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in url):
+        raise ValidationError(CODE, field, "must not contain spaces or control characters")
     parts = urlparse(url)
+    if "@" in parts.netloc:
+        raise ValidationError(CODE, field, "must not carry a user name or password (user:pass@)")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationError(CODE, "endpoint_url", "must be an absolute http(s) URL")
+        raise ValidationError(CODE, field, "must be an absolute http(s) URL")
     try:
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
-        raise ValidationError(CODE, "endpoint_url", "has an invalid port") from None
+        raise ValidationError(CODE, field, "has an invalid port") from None
     return url
 
 
