@@ -7,6 +7,7 @@ then credits nothing.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -36,13 +37,16 @@ _KEPT_HEADERS = ("content-type", "user-agent")
 
 @dataclass(frozen=True)
 class Delivery:
-    """What is kept of one HTTP delivery: headers of interest (JSON), capped body, arrival."""
+    """What is kept of one HTTP delivery: headers of interest (JSON), capped body, arrival,
+    and the length and SHA-256 of the whole body."""
 
     provider: str
     headers: str
     body: bytes
     truncated: bool
     received_at: datetime
+    length: int
+    sha256: str
 
 
 def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
@@ -53,22 +57,28 @@ def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
         if value is not None:
             kept[name] = "<redacted>" if name in SECRET_HEADERS else value[:1024]
     return Delivery(provider, json.dumps(kept, sort_keys=True), raw[:BODY_CAP], len(raw) > BODY_CAP,
-                    utcnow())
+                    utcnow(), len(raw), hashlib.sha256(raw).hexdigest())
 
 
 def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | None = None) -> None:
-    """Add the delivery to webhook_deliveries (in the caller's transaction, if any)."""
+    """Add the verified delivery to webhook_deliveries (in the caller's transaction, if any)."""
     WebhookDelivery.insert(
         provider=d.provider, reference=event.reference if event else None,
         event_type=event.event_type if event else None, verdict=verdict, status_code=status,
         headers=d.headers, body=d.body, body_truncated=d.truncated, received_at=d.received_at,
+        body_length=d.length, body_sha256=d.sha256,
     ).execute()
 
 
 def record_rejected(d: Delivery, verdict: str, status: int) -> None:
-    """Record a delivery we refuse anyway; a database outage must not change that answer."""
+    """Record a delivery that failed its signature check as metadata only: anyone can send
+    one, so nothing it chose (body, headers) is stored, only its length and SHA-256. A
+    database outage must not change the answer (401)."""
     try:
-        record(d, verdict, status)
+        WebhookDelivery.insert(
+            provider=d.provider, verdict=verdict, status_code=status, headers="{}", body=b"",
+            body_truncated=False, received_at=d.received_at, body_length=d.length, body_sha256=d.sha256,
+        ).execute()
     except UNAVAILABLE_ERRORS as exc:
         log.warning("%s delivery (%s) not recorded, database unavailable: %s", d.provider, verdict, exc)
 

@@ -147,7 +147,9 @@ class Wallet(BaseModel):
 
 
 class WebhookDelivery(BaseModel):
-    """Every payment delivery, verified or not, kept for audit and replay."""
+    """Every payment delivery, kept for audit and replay: verified ones with their headers
+    of interest and body; one that failed its signature check as metadata only (provider,
+    verdict, length and SHA-256 of the body), so a forger cannot fill the database."""
 
     id = pw.BigAutoField()
     provider = pw.CharField(max_length=32)
@@ -155,10 +157,12 @@ class WebhookDelivery(BaseModel):
     event_type = pw.CharField(max_length=64, null=True)
     verdict = pw.CharField(max_length=32)
     status_code = pw.SmallIntegerField()
-    headers = pw.TextField()  # JSON object of the headers of interest
-    body = MediumBlobField()
+    headers = pw.TextField()  # JSON object of the headers of interest ({} when not verified)
+    body = MediumBlobField()  # empty when not verified
     body_truncated = pw.BooleanField(default=False)
     received_at = DateTime6Field(default=utcnow)
+    body_length = pw.IntegerField(null=True)  # bytes received (NULL: rows older than sql/002)
+    body_sha256 = pw.CharField(max_length=64, null=True)  # hex
 
     class Meta:
         table_name = "webhook_deliveries"
