@@ -5,10 +5,16 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import sys
+
 from webhooks import metrics
 from webhooks.config import load as load_config  # `config` would be read as a gunicorn setting
+from webhooks.errors import ConfigError
 
-cfg = load_config()
+try:
+    cfg = load_config()
+except ConfigError as exc:  # one clear line and exit status 1, not gunicorn's traceback
+    sys.exit(f"floodgate: configuration error: {exc}")
 metrics.init(cfg)  # in the master: the forked workers inherit the samples folder
 
 bind = f"0.0.0.0:{cfg.port}"

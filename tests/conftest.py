@@ -1,6 +1,7 @@
 """Real servers for the whole run, clean state for each test. No mocks of Redis, MySQL or HTTP."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import time
@@ -321,6 +322,19 @@ def app(base_env):
 @pytest.fixture
 def api(app, redis_server, database_url) -> Api:
     return Api(IN_PROCESS_URL, app)
+
+
+@pytest.fixture
+def reconfigure(app):
+    """Run the in-process app with some Config fields changed, as a different environment
+    would set them (read per request), for one test: `reconfigure(flutterwave_verify=True)`."""
+    original = app.config["FLOODGATE"]
+
+    def change(**fields):
+        app.config["FLOODGATE"] = dataclasses.replace(original, **fields)
+
+    yield change
+    app.config["FLOODGATE"] = original
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from webhooks.errors import ConfigError
+from webhooks.payments.signatures import standard_key
 from webhooks.storage.redis import is_cluster_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +52,13 @@ class Config:
     cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
     cap_wait_timeout_ms: int = 100
     max_body_bytes: int = 256 * 1024
-    secrets: Mapping[str, str] = field(default_factory=dict)
+    # provider -> its secrets: one, or two (the old and the new) while it is being rotated
+    secrets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    ops_session_ttl_s: int = 8 * 3600  # lifetime of an /ops session cookie
+    ops_insecure_cookie: bool = False  # the /ops cookie without Secure (plain-HTTP development only)
+    flutterwave_verify: bool = False  # re-check each Flutterwave payment with its verify endpoint
+    flutterwave_api_base: str = "https://api.flutterwave.com"
+    flutterwave_secret_key: str = ""  # the API secret key that verify endpoint needs
 
     @property
     def queue_redis_url(self) -> str:
@@ -79,6 +86,7 @@ _INTS = {
     "JOURNAL_KEEP_S": "journal_keep_s",
     "CAP_WAIT_REPLICAS": "cap_wait_replicas",
     "CAP_WAIT_TIMEOUT_MS": "cap_wait_timeout_ms",
+    "OPS_SESSION_TTL_S": "ops_session_ttl_s",
     "WEB_CONCURRENCY": "web_concurrency",
     "WORKER_CONNECTIONS": "worker_connections",
 }
@@ -91,7 +99,10 @@ _STRS = {
     "ACCESS_LOG": "access_log",
     "LOG_LEVEL": "log_level",
     "PROMETHEUS_MULTIPROC_DIR": "metrics_dir",
+    "FLUTTERWAVE_API_BASE": "flutterwave_api_base",
+    "FLUTTERWAVE_SECRET_KEY": "flutterwave_secret_key",
 }
+MIN_ADMIN_TOKEN = 24
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
@@ -113,7 +124,9 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
             raise ConfigError(f"{var} must be {'0 or more' if var in _ZERO_OK else 'positive'}, got {raw!r}")
     if _switch(env, "REDIS_CLUSTER"):
         values["redis_url"] = _as_cluster_url(values.get("redis_url", Config.redis_url))
-    values["secrets"] = {p: env[v] for p, v in PROVIDER_SECRETS.items() if env.get(v)}
+    values["secrets"] = _provider_secrets(env)
+    values["ops_insecure_cookie"] = _switch(env, "OPS_INSECURE_COOKIE")
+    values["flutterwave_verify"] = _switch(env, "FLUTTERWAVE_VERIFY")
     known = {f.name for f in fields(Config)}
     unknown = set(overrides) - known
     if unknown:
@@ -127,7 +140,43 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     if level not in LOG_LEVELS:
         raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
     values["log_level"] = level
+    _check_secrets(values)
     return Config(**values)
+
+
+def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """Each provider's secrets: one, or two separated by a space while one replaces the
+    other (a delivery verifying with either is accepted). Messages never show a secret."""
+    found = {}
+    for provider, var in PROVIDER_SECRETS.items():
+        secrets = tuple(env.get(var, "").split())
+        if not secrets:
+            continue
+        if len(secrets) > 2:
+            raise ConfigError(f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
+                              "separated by a space) while rotating")
+        if provider == "standard":
+            for i, secret in enumerate(secrets, 1):
+                try:
+                    standard_key(secret)
+                except ValueError as exc:
+                    raise ConfigError(f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed "
+                                      "by the base64 of the key") from None
+        found[provider] = secrets
+    return found
+
+
+def _check_secrets(values: dict) -> None:
+    token = values.get("admin_token", "")
+    if token and len(token) < MIN_ADMIN_TOKEN:
+        raise ConfigError(f"ADMIN_TOKEN is {len(token)} characters; it must be at least {MIN_ADMIN_TOKEN} "
+                          "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    if values.get("flutterwave_verify") and not values.get("flutterwave_secret_key"):
+        raise ConfigError("FLUTTERWAVE_VERIFY=1 needs FLUTTERWAVE_SECRET_KEY, the API secret key Flutterwave's "
+                          "verify endpoint is called with")
+    base = values.get("flutterwave_api_base", Config.flutterwave_api_base)
+    if not base.startswith(("https://", "http://")):
+        raise ConfigError("FLUTTERWAVE_API_BASE must be an http(s) URL")
 
 
 def _switch(env: Mapping[str, str], var: str) -> bool:

@@ -17,6 +17,13 @@ def is_id(value: Any) -> bool:
     return isinstance(value, str) and bool(ID_RE.match(value))
 
 
+def bearer(authorization: str) -> str:
+    """The credentials of an `Authorization: Bearer <token>` header, "" when it has none. The
+    scheme name is case-insensitive (RFC 9110, 11.1): `bearer x` and `BEARER x` count."""
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 def fields(code: str, body: Any, known: set[str], read_only: set[str], required: tuple[str, ...]) -> dict:
     """Check the shape of an admin PUT body: an object, no unknown field (a typo must not
     silently mean a default), every required field present. Read-only fields (what a GET

@@ -30,10 +30,14 @@ CODE = "invalid_lead"
 
 
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
-    """The active publisher whose API key is the bearer token of `authorization`."""
-    if not authorization.startswith("Bearer ") or len(authorization) > 300:
+    """The active publisher whose API key is the bearer token of `authorization` (the scheme
+    name in any case: `bearer`, `Bearer`, `BEARER`)."""
+    from webhooks.validate import bearer
+
+    api_key = bearer(authorization)
+    if not api_key or len(authorization) > 300:
         raise Unauthorized("missing bearer API key")
-    publisher = snapshot.publishers_by_key.get(key_hash(authorization[7:]))
+    publisher = snapshot.publishers_by_key.get(key_hash(api_key))
     if publisher is None:
         raise Unauthorized("unknown API key")
     if not publisher.active:

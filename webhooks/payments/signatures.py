@@ -9,7 +9,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from webhooks.errors import InvalidSignature
 
@@ -103,12 +103,18 @@ def verify_stripe(raw: bytes, headers: Mapping[str, str], secret: str, now: floa
     _fresh(timestamp, now)
 
 
-def _standard_key(secret: str) -> bytes:
-    encoded = secret[len("whsec_"):] if secret.startswith("whsec_") else secret
+def standard_key(secret: str) -> bytes:
+    """The HMAC key of a Standard Webhooks secret: base64 after an optional `whsec_` prefix
+    (padding may be left off). ValueError, naming the problem but never the secret, when it
+    is not base64 or decodes to nothing: config.load() stops start-up on it."""
+    encoded = secret.removeprefix("whsec_")
     try:
-        return base64.b64decode(encoded + "==")
-    except binascii.Error:
-        raise InvalidSignature("STANDARD_WEBHOOK_SECRET is not base64") from None
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid base64 (after its whsec_ prefix)") from None
+    if not key:
+        raise ValueError("decodes to no bytes")
+    return key
 
 
 def verify_standard(raw: bytes, headers: Mapping[str, str], secret: str, now: float) -> None:
@@ -119,7 +125,7 @@ def verify_standard(raw: bytes, headers: Mapping[str, str], secret: str, now: fl
     presented = _header(headers, "webhook-signature")
     _fresh(timestamp, now)
     signed = f"{msg_id}.{timestamp}.".encode() + raw
-    expected = hmac.new(_standard_key(secret), signed, hashlib.sha256).digest()
+    expected = hmac.new(standard_key(secret), signed, hashlib.sha256).digest()
     for entry in presented.split():
         version, _, signature = entry.partition(",")
         if version != "v1":
@@ -143,6 +149,15 @@ VERIFIERS: dict[str, Verifier] = {
 }
 
 
-def verify(provider: str, raw: bytes, headers: Mapping[str, str], secret: str, now: float) -> None:
-    """Run `provider`'s check; raise InvalidSignature unless the delivery is authentic."""
-    VERIFIERS[provider](raw, headers, secret, now)
+def verify(provider: str, raw: bytes, headers: Mapping[str, str], secrets: str | Sequence[str],
+           now: float) -> None:
+    """Run `provider`'s check; raise InvalidSignature unless the delivery is authentic with
+    one of `secrets` (one secret, or the old and the new one while it is being rotated)."""
+    failure = InvalidSignature("no secret configured")
+    for secret in (secrets,) if isinstance(secrets, str) else secrets:
+        try:
+            VERIFIERS[provider](raw, headers, secret, now)
+            return
+        except InvalidSignature as exc:
+            failure = exc
+    raise failure

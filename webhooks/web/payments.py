@@ -54,14 +54,15 @@ def _answer(status: str, http_status: int, watch: _Stopwatch) -> Response:
     return resp
 
 
-def _secret(provider: str) -> str:
+def _secrets(provider: str) -> tuple[str, ...]:
+    """The provider's secret, or its old and new ones while it is being rotated."""
     if provider not in signatures.VERIFIERS:
         raise NotFound(f"no payment provider {provider!r}")
-    secret = current_app.config["FLOODGATE"].secrets.get(provider)
-    if not secret:
+    secrets = current_app.config["FLOODGATE"].secrets.get(provider)
+    if not secrets:
         raise FloodgateError(f"{provider} webhooks are not configured (secret unset)",
                              status=503, code="provider_not_configured")
-    return secret
+    return secrets
 
 
 def _release(store, claim: claims.Claim) -> None:
@@ -75,12 +76,12 @@ def _release(store, claim: claims.Claim) -> None:
 @bp.post("/v1/webhooks/<provider>")
 def receive(provider: str):
     watch = _Stopwatch()
-    secret = _secret(provider)
+    secrets = _secrets(provider)
     raw = request.get_data(cache=True)
     delivery = ledger.delivery(provider, raw, request.headers)
 
     try:
-        signatures.verify(provider, raw, request.headers, secret, time.time())
+        signatures.verify(provider, raw, request.headers, secrets, time.time())
     except signatures.InvalidSignature:
         ledger.record_rejected(delivery, "invalid_signature", 401)
         raise

@@ -6,6 +6,7 @@ import hmac
 from flask import Blueprint, current_app, request
 
 from webhooks.errors import FloodgateError, Unauthorized
+from webhooks.validate import bearer
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
 
@@ -16,8 +17,7 @@ def check_admin_token() -> None:
     if not token:
         raise FloodgateError("ADMIN_TOKEN is not set; the admin API is disabled",
                              status=503, code="admin_disabled")
-    header = request.headers.get("Authorization", "")
-    presented = header[7:] if header.startswith("Bearer ") else ""
+    presented = bearer(request.headers.get("Authorization", ""))
     if not hmac.compare_digest(presented.encode(), token.encode()):
         raise Unauthorized("missing or wrong admin token")
 

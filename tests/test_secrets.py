@@ -1,0 +1,85 @@
+"""Secrets: two per provider variable while rotating, unusable ones stop start-up with a clear
+message (never showing the secret), and the Authorization scheme in any case."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import ADMIN_TOKEN, SECRETS
+from tests.payments_helpers import PROVIDERS, SECRET, balance, deliver, encode, payload, signed_headers
+from tests.servers import ROOT, free_port, venv_bin
+from webhooks import config
+from webhooks.errors import ConfigError
+
+OLD = {"paystack": "sk_old_paystack_secret", "flutterwave": "flw-old-hash", "monnify": "monnify-old",
+       "interswitch": "interswitch-old", "stripe": "whsec_old_stripe_secret",
+       "standard": "whsec_b2xkLXN0YW5kYXJkLXNlY3JldC1rZXk="}
+STRANGER = "whsec_c2VjcmV0LW9mLXNvbWVvbmUtZWxzZQ=="
+
+
+def test_a_variable_may_hold_the_old_and_the_new_secret():
+    env = {config.PROVIDER_SECRETS[p]: f"{OLD[p]} {SECRET[p]}" for p in PROVIDERS}
+    cfg = config.load(env)
+    assert cfg.secrets == {p: (OLD[p], SECRET[p]) for p in PROVIDERS}
+    assert config.load({"PAYSTACK_SECRET_KEY": "  one  "}).secrets == {"paystack": ("one",)}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_during_a_rotation_deliveries_signed_with_either_secret_are_credited(api, reconfigure, provider):
+    reconfigure(secrets={**api.app.config["FLOODGATE"].secrets, provider: (OLD[provider], SECRET[provider])})
+    for i, secret in enumerate((OLD[provider], SECRET[provider])):
+        raw = encode(payload(provider, f"{provider}-rot-{i}", 1000))
+        resp = deliver(api, provider, raw, headers=signed_headers(provider, raw, secret=secret))
+        assert resp.json() == {"status": "credited"}, (secret, resp.text)
+    raw = encode(payload(provider, f"{provider}-rot-x", 1000))
+    resp = deliver(api, provider, raw, headers=signed_headers(provider, raw, secret=STRANGER))
+    assert resp.status_code == 401
+    assert balance("ada@example.com", "NGN") == 2000
+
+
+@pytest.mark.parametrize("env, names", [
+    ({"STANDARD_WEBHOOK_SECRET": "whsec_not*base64!"}, ("STANDARD_WEBHOOK_SECRET", "base64")),
+    ({"STANDARD_WEBHOOK_SECRET": "whsec_"}, ("STANDARD_WEBHOOK_SECRET", "decodes to no bytes")),
+    ({"STANDARD_WEBHOOK_SECRET": "whsec_abcde"}, ("STANDARD_WEBHOOK_SECRET", "base64")),
+    ({"STANDARD_WEBHOOK_SECRET": f"{SECRETS['STANDARD_WEBHOOK_SECRET']} whsec_#bad#"},
+     ("STANDARD_WEBHOOK_SECRET", "secret 2 of 2")),
+    ({"PAYSTACK_SECRET_KEY": "one two three"}, ("PAYSTACK_SECRET_KEY", "at most two")),
+    ({"ADMIN_TOKEN": "short-admin-token"}, ("ADMIN_TOKEN", "at least 24")),
+    ({"FLUTTERWAVE_VERIFY": "1"}, ("FLUTTERWAVE_SECRET_KEY",)),
+])
+def test_an_unusable_secret_stops_loading_with_a_clear_message(env, names):
+    with pytest.raises(ConfigError) as refused:
+        config.load(env)
+    message = refused.value.message
+    assert all(name in message for name in names), message
+    for value in env.values():
+        assert len(value) < 8 or value not in message  # the message never shows the secret
+
+
+@pytest.mark.e2e  # starts gunicorn
+def test_gunicorn_does_not_start_with_an_unusable_secret(base_env, tmp_path):
+    env = {**base_env, "STANDARD_WEBHOOK_SECRET": "whsec_%%not-base64%%", "PORT": str(free_port())}
+    done = subprocess.run([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "floodgate: configuration error: STANDARD_WEBHOOK_SECRET: secret 1 of 1 is not valid base64" \
+        in done.stderr, done.stderr[-2000:]
+    assert "%%not-base64%%" not in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_authorization_scheme_is_case_insensitive(api, scheme):
+    resp = api.http.get(f"{api.base}/v1/admin/buyers/nobody", headers={"Authorization": f"{scheme} {ADMIN_TOKEN}"})
+    assert resp.status_code == 404  # authenticated: the buyer just does not exist
+    key = api.put_publisher("surge")
+    api.settle_config()
+    lead = api.http.post(f"{api.base}/v1/leads", json={"lead_id": "l1"}, headers={"Authorization": f"{scheme} {key}"})
+    assert lead.status_code == 200 and lead.json()["status"] == "unsold", lead.text
+
+
+@pytest.mark.parametrize("header", ["Basic " + ADMIN_TOKEN, ADMIN_TOKEN, "Bearer", "Bearer" + ADMIN_TOKEN])
+def test_other_schemes_and_malformed_headers_are_401(api, header):
+    resp = api.http.get(f"{api.base}/v1/admin/buyers/nobody", headers={"Authorization": header})
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
