@@ -138,6 +138,7 @@ def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
         "DB_POOL_SIZE": "8",
         "PYTHONUNBUFFERED": "1",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
+        "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
     })
     if queue_server is not redis_server:
         env["RQ_REDIS_URL"] = queue_server.url
@@ -242,8 +243,9 @@ class InProcess(requests.adapters.BaseAdapter):
                   "environ_overrides": {"CONTENT_LENGTH": "", "wsgi.input_terminated": True}}
         else:
             kw = {"data": body}
-        got = self.app.test_client().open(url.path, query_string=url.query, method=request.method,
-                                          headers=list(request.headers.items()), **kw)
+        client = self.app.test_client(use_cookies=False)  # a jar of its own would drop the Cookie header
+        got = client.open(url.path, query_string=url.query, method=request.method,
+                          headers=list(request.headers.items()), **kw)
         resp = requests.Response()
         resp.status_code, resp.url, resp.request = got.status_code, request.url, request
         resp.headers = requests.structures.CaseInsensitiveDict(got.headers.items())

@@ -58,3 +58,9 @@ SETTLE_SCHEDULED = PREFIX + "settle:scheduled"
 
 def settle_processing(job_id: str) -> str:
     return PREFIX + "settle:processing:" + job_id
+
+
+def ops_session(session_digest: str) -> str:
+    """An /ops browser session, by the SHA-256 of its cookie (a copy of Redis holds no live
+    cookie); its value binds it to the admin token it was opened with, its TTL ends it."""
+    return PREFIX + "ops:session:" + session_digest

@@ -1,35 +1,96 @@
-"""The admin token for the operator pages, which a browser must be able to open: besides the
-`Authorization: Bearer` header of the admin API, `?token=<ADMIN_TOKEN>` is accepted once and
-swapped for an HttpOnly, SameSite=Strict cookie scoped to /ops (the page refreshes itself and
-the RQ dashboard fetches its data with plain XHRs, neither of which can send a header)."""
+"""The admin token for the operator pages, which a browser must be able to open.
+
+Besides the `Authorization: Bearer` header of the admin API, `?token=<ADMIN_TOKEN>` is accepted
+once (GET) and swapped for a session cookie: a random id kept in Redis with an expiry
+(OPS_SESSION_TTL_S), bound to the admin token it was opened with, HttpOnly, SameSite=Strict,
+scoped to /ops, Secure unless OPS_INSECURE_COOKIE=1. A stolen cookie is not the admin API key
+and dies with its session. Under that cookie a request that changes anything must come from
+the same origin (Sec-Fetch-Site, else Origin): a page elsewhere cannot drive the RQ dashboard.
+"""
 from __future__ import annotations
 
+import hashlib
 import hmac
-from urllib.parse import urlencode
+import secrets
+from urllib.parse import urlencode, urlsplit
 
 from flask import Response, current_app, redirect, request
 
+from webhooks.errors import Forbidden
+from webhooks.storage import keys
+from webhooks.validate import bearer
 from webhooks.web.admin import check_admin_token
 
 COOKIE = "floodgate_ops"
 COOKIE_PATH = "/ops"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def _matches(presented: str | None) -> bool:
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _is_admin_token(presented: str | None) -> bool:
     token = current_app.config["FLOODGATE"].admin_token
     return bool(presented and token) and hmac.compare_digest(presented.encode(), token.encode())
 
 
+def open_session() -> str:
+    """A new session id (the cookie's value), kept in Redis for OPS_SESSION_TTL_S."""
+    cfg = current_app.config["FLOODGATE"]
+    session_id = secrets.token_urlsafe(32)
+    current_app.extensions["redis"].set(keys.ops_session(_digest(session_id)), _digest(cfg.admin_token),
+                                        ex=cfg.ops_session_ttl_s)
+    return session_id
+
+
+def _session_is_live(session_id: str | None) -> bool:
+    """The cookie names a session that has not expired, opened with today's admin token."""
+    token = current_app.config["FLOODGATE"].admin_token
+    if not token or not session_id or len(session_id) > 128:
+        return False
+    stored = current_app.extensions["redis"].get(keys.ops_session(_digest(session_id)))
+    return stored is not None and hmac.compare_digest(stored.encode(), _digest(token).encode())
+
+
+def same_origin() -> bool:
+    """The browser says the request comes from a page of this site: Sec-Fetch-Site (sent by
+    every current browser) is `same-origin`, or, without it, Origin names this host. Neither
+    header: refused, as a cross-site form post from an old browser would look."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site.strip().lower() == "same-origin"
+    origin = request.headers.get("Origin", "")
+    if not origin or origin == "null":
+        return False
+    # Host only: behind a TLS proxy the app sees http while the browser's Origin says https.
+    return urlsplit(origin).netloc.lower() == request.host.lower()
+
+
+def _swap_token_for_cookie() -> Response:
+    """303 to the same address without `?token=`, setting the session cookie."""
+    cfg = current_app.config["FLOODGATE"]
+    query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
+    resp = redirect(request.path + ("?" + query if query else ""), code=303)
+    resp.set_cookie(COOKIE, open_session(), max_age=cfg.ops_session_ttl_s, path=COOKIE_PATH, httponly=True,
+                    samesite="Strict", secure=request.is_secure or not cfg.ops_insecure_cookie)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Referrer-Policy"] = "no-referrer"  # the address with the token goes nowhere
+    return resp
+
+
 def require_admin() -> Response | None:
     """before_request of the ops pages: pass, redirect to drop `?token=` from the address
-    (setting the cookie), or raise the admin API's 401/503."""
-    if _matches(request.args.get("token")):
-        query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
-        resp = redirect(request.path + ("?" + query if query else ""), code=303)
-        resp.set_cookie(COOKIE, request.args["token"], path=COOKIE_PATH, httponly=True,
-                        samesite="Strict", secure=request.is_secure)
-        return resp
-    if _matches(request.cookies.get(COOKIE)):
+    (setting the cookie), or raise: 403 for a cross-site change under the cookie, else the
+    admin API's 401/503."""
+    if _is_admin_token(bearer(request.headers.get("Authorization", ""))):
+        return None  # a header no other site can make a browser send: no origin check needed
+    if request.method in SAFE_METHODS and _is_admin_token(request.args.get("token")):
+        return _swap_token_for_cookie()
+    if _session_is_live(request.cookies.get(COOKIE)):
+        if request.method not in SAFE_METHODS and not same_origin():
+            raise Forbidden("a change under the /ops cookie must come from this site's own pages "
+                            "(Origin / Sec-Fetch-Site)", code="cross_site_request")
         return None
     check_admin_token()  # the header, or the JSON 401 / 503 answer
     return None
