@@ -1,10 +1,11 @@
 -- Finish a lease after the delivery: confirm it (accepted) or refund it (anything else), and
 -- feed the buyer's circuit breaker. A lease is refunded at most once, only by the counters it
--- recorded, and never after it was confirmed, even when its window has rolled over.
+-- recorded, and never after it was confirmed, even when its window has rolled over. A refund
+-- also forgets the consumer the lease remembered (its dedupe keys, if still its own).
 -- KEYS[1]   lease     fg:{b:<id>}:lease:<lease>
 -- KEYS[2]   breaker   fg:{b:<id>}:breaker
 -- KEYS[3]   leases    fg:{b:<id>}:leases
--- KEYS[4..] the counters the lease incremented
+-- KEYS[4..] the counters the lease incremented, then its dedupe keys
 -- ARGV[1]   outcome: accepted | rejected | error | timeout | withdrawn (refund; the buyer was
 --           not called, so the breaker is left as it is)
 -- ARGV[2]   failures that open the breaker
@@ -31,9 +32,14 @@ if outcome == 'accepted' then
   return 1
 end
 for i = 4, #KEYS do
-  local amount = tonumber(redis.call('HGET', KEYS[1], KEYS[i]) or '0')
-  if amount > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
-    if redis.call('DECRBY', KEYS[i], amount) < 0 then redis.call('SET', KEYS[i], 0, 'KEEPTTL') end
+  local recorded = redis.call('HGET', KEYS[1], KEYS[i])
+  if recorded == 'dedupe' then
+    if redis.call('GET', KEYS[i]) == ARGV[5] then redis.call('DEL', KEYS[i]) end
+  else
+    local amount = tonumber(recorded or '0')
+    if amount > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+      if redis.call('DECRBY', KEYS[i], amount) < 0 then redis.call('SET', KEYS[i], 0, 'KEEPTTL') end
+    end
   end
 end
 redis.call('DEL', KEYS[1])

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 from webhooks.caps.windows import window
 from webhooks.leads.buyers import BuyerRule
+from webhooks.storage.models import Buyer
 
 CHICAGO = ZoneInfo("America/Chicago")
 UTC = timezone.utc
@@ -56,10 +56,9 @@ def test_week_starts_monday_and_month_on_the_first_local():
 
 
 def _rule(schedule, tz="America/Chicago"):
-    row = SimpleNamespace(id="b", endpoint_url="http://x", priority=1, price="1.00", timezone=tz,
-                          cap_hourly=None, cap_daily=None, cap_weekly=None, cap_monthly=None,
-                          cap_daily_budget=None, states="[]", blocked_publishers="[]",
-                          schedule=None if schedule is None else json.dumps(schedule))
+    row = Buyer(id="b", endpoint_url="http://x", priority=1, price="1.00", timezone=tz,
+                states="[]", blocked_publishers="[]",
+                schedule=None if schedule is None else json.dumps(schedule))  # unsaved: defaults apply
     return BuyerRule.from_row(row)
 
 

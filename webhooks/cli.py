@@ -307,6 +307,43 @@ def unknown_leads(limit: int) -> None:
              " ".join(f"{a['buyer_id']}:{a['outcome']}" for a in r["attempts"])) for r in rows])
 
 
+@leads_cli.command("return", help="Return the sold leads of FILE, a CSV with a header line and the columns "
+                                   "lead_id, publisher_id (may be empty when one publisher used the id) and "
+                                   "reason (optional), as POST /v1/admin/leads/<id>/return does for each.")
+@click.argument("file", type=click.File("r"))
+def return_leads(file: Any) -> None:
+    import csv
+
+    from webhooks.errors import FloodgateError
+    from webhooks.leads import returns
+
+    rows = list(csv.DictReader(file))
+    if rows and "lead_id" not in rows[0]:
+        raise click.ClickException(f"{file.name}: the header must name a lead_id column")
+    store = current_app.extensions["store"]
+    results: dict[str, int] = {}
+    problems = []
+    with _progress(rows, "returning leads") as bar:
+        for n, row in enumerate(bar, 2):
+            lead_id, publisher_id = (row.get("lead_id") or "").strip(), (row.get("publisher_id") or "").strip() or None
+            if not is_id(lead_id) or (publisher_id is not None and not is_id(publisher_id)):
+                problems.append(f"line {n}: not a lead id / publisher id")
+                results["invalid"] = results.get("invalid", 0) + 1
+                continue
+            try:
+                returns.return_lead(store, lead_id, publisher_id, (row.get("reason") or "").strip() or None,
+                                    actor="cli")
+                results["returned"] = results.get("returned", 0) + 1
+            except FloodgateError as exc:
+                problems.append(f"line {n} ({lead_id}): {exc.code}: {exc.message}")
+                results[exc.code] = results.get(exc.code, 0) + 1
+    for problem in problems:
+        click.echo(problem, err=True)
+    click.echo(", ".join(f"{count} {what}" for what, count in sorted(results.items())) or "no rows")
+    if problems:
+        sys.exit(1)
+
+
 def init_app(app: Flask) -> None:
     for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli):
         app.cli.add_command(group)

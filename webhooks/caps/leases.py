@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -35,6 +36,7 @@ class Lease:
     counters: tuple[str, ...]
     probe: bool = False
     reserved_us: int = 0  # Redis time of the reservation; reconciliation orders sales by it
+    dedupe: tuple[str, ...] = ()  # the consumer's dedupe keys this lease set
 
     @property
     def key(self) -> str:
@@ -52,12 +54,13 @@ class Note:
 
     def value(self, lease: Lease) -> str:
         return json.dumps({**self.fields, "buyer_id": lease.buyer_id, "lease_id": lease.lease_id,
-                           "counters": list(lease.counters)}, separators=(",", ":"))
+                           "counters": list(lease.counters), "dedupe": list(lease.dedupe)},
+                          separators=(",", ":"))
 
 
 @dataclass(frozen=True)
 class Reservation:
-    status: str  # ok | full | circuit_open | not_ready
+    status: str  # ok | full | duplicate | circuit_open | not_ready
     lease: Lease | None = None
     cap: str | None = None  # the full cap, when status == "full"
 
@@ -76,18 +79,23 @@ def expire_at(w: Window) -> int:
 
 
 def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
-            note: Note | None = None) -> Reservation:
-    """Reserve one lead under every cap of `buyer` at `now` (all or nothing). `note`, if
-    given, is written in the same round trip, whatever the outcome."""
+            note: Note | None = None, consumer: Sequence[str] = (), price_minor: int | None = None
+            ) -> Reservation:
+    """Reserve one lead under every cap of `buyer` at `now` (all or nothing), refusing it as a
+    duplicate when one of `consumer`'s dedupe keys is set. `price_minor` (default: the
+    buyer's price) is what counts against daily_budget. `note`, if given, is written in the
+    same round trip, whatever the outcome."""
     caps = windows(buyer, now)
     counters = [counter_key(buyer.id, w) for _, _, w in caps]
     lease_id = os.urandom(12).hex()
-    args: list = [lease_id, lease_ttl_ms, probe_ttl_ms]
+    amount = buyer.price_minor if price_minor is None else price_minor
+    args: list = [lease_id, lease_ttl_ms, probe_ttl_ms, len(caps)]
     for cap, limit, w in caps:
-        args += [limit, buyer.price_minor if cap == "daily_budget" else 1, expire_at(w)]
+        args += [limit, amount if cap == "daily_budget" else 1, expire_at(w)]
+    args.append(buyer.dedupe_days * 86_400_000)
     script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
-                   keys.leases(buyer.id), *counters]
-    lease = Lease(buyer.id, lease_id, tuple(counters))
+                   keys.leases(buyer.id), *counters, *consumer]
+    lease = Lease(buyer.id, lease_id, tuple(counters), dedupe=tuple(consumer))
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
             store.redis.set(note.key, note.value(lease), px=note.ttl_ms)
@@ -101,7 +109,8 @@ def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int,
         result = pipe.execute()[0]
     status = result[0]
     if status == "ok":
-        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2])))
+        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2]),
+                                       tuple(consumer)))
     if status == "full":
         metrics.cap_refused(buyer.id, caps[int(result[1]) - 1][0])
         return Reservation("full", cap=caps[int(result[1]) - 1][0])
@@ -147,7 +156,7 @@ def take_over(store: Store, lease: Lease, ttl_ms: int) -> tuple[str, int]:
 
 
 def _finish_call(lease: Lease, outcome: str, breaker_failures: int, breaker_cooldown_ms: int):
-    return ([lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters],
+    return ([lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters, *lease.dedupe],
             [outcome, breaker_failures, breaker_cooldown_ms, CONFIRMED_TTL_MS, lease.lease_id])
 
 

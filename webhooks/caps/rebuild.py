@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from webhooks.caps import leases
+from webhooks.caps import dedupe, leases
 from webhooks.caps.sales import sales_since, total
 from webhooks.storage import keys
 from webhooks.storage.redis import Store
@@ -59,6 +59,9 @@ def sold_counts(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
 
 def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
     now = now or datetime.now(timezone.utc)
+    # The consumers bought within the dedupe window first: `ready` (set below) must not come
+    # before them, or a duplicate could be sold in between.
+    restored = dedupe.restore(store, settle_r, buyer, now)
     counts = sold_counts(settle_r, buyer, now)
     windows = leases.windows(buyer, now)
     args: list = [token]
@@ -70,5 +73,6 @@ def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime 
         args=args,
     ))
     if done:
-        log.warning("buyer %s counters rebuilt from the ledger: %s", buyer.id, counts)
+        log.warning("buyer %s counters rebuilt from the ledger: %s; %d consumer(s) remembered again",
+                    buyer.id, counts, restored)
     return done

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from webhooks import metrics
-from webhooks.caps import leases
+from webhooks.caps import dedupe, leases
 from webhooks.caps.sales import sales_since, total
 from webhooks.storage import audit, keys
 from webhooks.storage.db import db
@@ -39,6 +39,11 @@ class Finding:
 
 def reconcile_buyer(store: Store, settle_r, buyer: BuyerRule, now: datetime | None = None) -> list[Finding]:
     now = now or datetime.now(timezone.utc)
+    if buyer.dedupe_fields and store.redis.exists(keys.ready(buyer.id)):
+        missing = dedupe.restore(store, settle_r, buyer, now)
+        if missing:
+            log.warning("buyer %s: %d consumer(s) sold within the dedupe window were not remembered; "
+                        "restored from the ledger", buyer.id, missing)
     windows = leases.windows(buyer, now)
     if not windows:
         return []

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from webhooks import validate as v
+from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import ValidationError
 from webhooks.storage.models import Buyer
@@ -24,7 +25,7 @@ _HHMM = re.compile(r"^([01][0-9]|2[0-4]):([0-5][0-9])$")
 _STATE = re.compile(r"^[A-Za-z0-9-]{1,16}$")
 _READ_ONLY = {"id", "usage", "created_at", "updated_at"}
 _FIELDS = {"name", "endpoint_url", "priority", "price", "timezone", "caps", "states",
-           "blocked_publishers", "schedule", "active"}
+           "blocked_publishers", "schedule", "active", "dedupe", "return_window_days"}
 
 
 def _zone(value: Any) -> ZoneInfo:
@@ -101,6 +102,20 @@ def _caps(value: Any) -> dict:
     return caps
 
 
+def _dedupe(value: Any) -> dict | None:
+    """{"fields": [email|phone, ...], "days": 1..365}, or None (no duplicate suppression)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"fields", "days"}:
+        raise ValidationError(CODE, "dedupe", 'must be an object {"fields": [...], "days": n}')
+    fields = value.get("fields")
+    if not isinstance(fields, list) or not fields or not all(f in DEDUPE_FIELDS for f in fields) \
+            or len(set(fields)) != len(fields):
+        raise ValidationError(CODE, "dedupe.fields", "must list one or more of " + ", ".join(DEDUPE_FIELDS))
+    days = v.integer(CODE, "dedupe.days", value.get("days", 30), low=1, high=365)
+    return {"fields": fields, "days": days}
+
+
 def _list(field: str, value: Any, ok) -> list[str]:
     if value is None:
         return []
@@ -127,6 +142,9 @@ def parse(body: Any) -> dict:
         "blocked_publishers": json.dumps(sorted(set(blocked))),
         "schedule": None if schedule is None else json.dumps(schedule, sort_keys=True),
         "active": v.boolean(CODE, "active", body.get("active", True)),
+        "dedupe": None if (dedupe := _dedupe(body.get("dedupe"))) is None else json.dumps(dedupe),
+        "return_window_days": v.integer(CODE, "return_window_days", body.get("return_window_days", 7),
+                                        low=0, high=365),
     }
 
 
@@ -149,6 +167,8 @@ def to_json(row: Buyer) -> dict:
         "blocked_publishers": json.loads(row.blocked_publishers),
         "schedule": None if row.schedule is None else json.loads(row.schedule),
         "active": bool(row.active),
+        "dedupe": json.loads(row.dedupe) if row.dedupe else None,
+        "return_window_days": row.return_window_days,
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }
@@ -170,6 +190,9 @@ class BuyerRule:
     states: frozenset[str]
     blocked: frozenset[str]
     schedule: tuple[tuple[tuple[int, int], ...], ...] | None  # per weekday, minutes [start, end)
+    dedupe_fields: tuple[str, ...] = ()  # consumer fields a duplicate is found by (none: off)
+    dedupe_days: int = 0
+    return_window_days: int = 7
 
     @classmethod
     def from_row(cls, row: Buyer) -> BuyerRule:
@@ -185,17 +208,23 @@ class BuyerRule:
                 tuple((_minutes("", a), _minutes("", b)) for a, b in days.get(d, ())) for d in DAYS
             )
         price = Decimal(row.price).quantize(v.CENTS)
+        dedupe = json.loads(row.dedupe) if row.dedupe else {"fields": [], "days": 0}
         return cls(row.id, row.endpoint_url, row.priority, price, cents(price),
                    ZoneInfo(row.timezone), limits, frozenset(json.loads(row.states)),
-                   frozenset(json.loads(row.blocked_publishers)), schedule)
+                   frozenset(json.loads(row.blocked_publishers)), schedule,
+                   tuple(dedupe["fields"]), dedupe["days"], row.return_window_days)
+
+    def refusal(self, state: str | None, publisher_id: str, now: datetime) -> str | None:
+        """Why the static filters of phase 1 refuse this lead (a routing-trace reason), or
+        None when they pass it; `now` is aware."""
+        if publisher_id in self.blocked:
+            return "blocked_publisher"
+        if self.states and (state is None or state.upper() not in self.states):
+            return "state"
+        return None if self.is_open(now) else "closed"
 
     def accepts(self, state: str | None, publisher_id: str, now: datetime) -> bool:
-        """The static filters of phase 1; `now` is aware."""
-        if publisher_id in self.blocked:
-            return False
-        if self.states and (state is None or state.upper() not in self.states):
-            return False
-        return self.is_open(now)
+        return self.refusal(state, publisher_id, now) is None
 
     def is_open(self, now: datetime) -> bool:
         if self.schedule is None:

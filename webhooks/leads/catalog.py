@@ -30,6 +30,7 @@ class Snapshot:
     version: str | None = None
     buyers: tuple[BuyerRule, ...] = ()  # active, in waterfall order
     publishers_by_key: dict[str, PublisherRule] = field(default_factory=dict)
+    inactive: tuple[str, ...] = ()  # ids of the buyers switched off (not deleted), for the trace
 
 
 def bump_version(r) -> None:
@@ -39,13 +40,12 @@ def bump_version(r) -> None:
 
 def load_snapshot(version: str | None) -> Snapshot:
     with db.connection_context():
-        buyers = [
-            BuyerRule.from_row(b)
-            for b in Buyer.select().where(Buyer.active == True, Buyer.deleted_at.is_null())  # noqa: E712
-        ]
+        rows = list(Buyer.select().where(Buyer.deleted_at.is_null()))
+        buyers = [BuyerRule.from_row(b) for b in rows if b.active]
+        inactive = tuple(sorted(b.id for b in rows if not b.active))
         publishers = {p.api_key_hash: PublisherRule.from_row(p) for p in Publisher.select()}
     buyers.sort(key=lambda b: (b.priority, -b.price, b.id))
-    return Snapshot(version, tuple(buyers), publishers)
+    return Snapshot(version, tuple(buyers), publishers, inactive)
 
 
 class Catalog:

@@ -81,7 +81,7 @@ class Intake:
         with "replayed": true). Raises Conflict (in_flight) while another request routes the
         same lead id, Unavailable while caps are rebuilt or Redis is down."""
         now = datetime.now(timezone.utc)
-        buyers = candidates(snapshot.buyers, lead.get("state"), publisher.id, now)
+        buyers, skipped = candidates(snapshot.buyers, lead.get("state"), publisher.id, now, snapshot.inactive)
         claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
         attempt_key = keys.lead_attempt(publisher.id, lead_id)
         claim, held, attempt = claims.claim_reading(self.store, keys.lead_claim(publisher.id, lead_id), claim_ttl,
@@ -97,7 +97,8 @@ class Intake:
                 # The request that held this claim died while offering the lead to a buyer.
                 outcome = self._recover(json.loads(attempt), publisher, lead_id, lead, lease_ttl_ms)
             else:
-                outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms)
+                outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
+                                            skipped)
         except BaseException:
             self._give_up(claim, attempt_key)
             raise
@@ -120,7 +121,7 @@ class Intake:
         review; its slot stays taken until reconciliation. Never another buyer: the first
         may hold the lead already."""
         buyer_id = note["buyer_id"]
-        lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]))
+        lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
         state, reserved_us = leases.take_over(self.store, lease, lease_ttl_ms)
         out = Outcome(attempts=list(note.get("attempts", [])))
         outcome, ms = UNKNOWN, 0
@@ -132,7 +133,8 @@ class Intake:
             out.attempts.append({"buyer_id": buyer_id, "outcome": ACCEPTED, "ms": ms})
             out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
             out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
-            out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us)
+            out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
+                                     dedupe=lease.dedupe)
             log.warning("lead %s:%s re-offered to %s after its routing died: accepted",
                         publisher.id, lead_id, buyer_id)
         else:

@@ -1,6 +1,7 @@
 """The lead ledger: idempotent settlement writes and the reads built on them."""
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from decimal import Decimal
@@ -28,6 +29,7 @@ def _lead_row(item: dict, now: datetime) -> dict:
         "payload": item["payload"], "received_at": _naive_utc(item["received_at"]),
         "sold_at": _naive_utc(item["sold_at"]), "settled_at": now, "request_id": item.get("request_id"),
         "lease_id": item["lease"][1] if item.get("lease") else None, "reserved_us": item.get("reserved_us"),
+        "skipped": json.dumps(item["skipped"], separators=(",", ":")) if item.get("skipped") else None,
     }
 
 
@@ -94,6 +96,9 @@ def lead_record(lead: Lead) -> dict:
         "attempts": [{"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms} for a in attempts],
         # a buyer may hold this lead without it being sold (its routing died): see API.md
         "review": any(a.outcome == UNKNOWN for a in attempts),
+        "skipped": json.loads(lead.skipped) if lead.skipped else [],
+        "returned_at": None if lead.returned_at is None else lead.returned_at.isoformat() + "Z",
+        "return_reason": lead.return_reason,
         "received_at": lead.received_at.isoformat() + "Z",
         "settled_at": lead.settled_at.isoformat() + "Z",
     }

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from webhooks import metrics
 from webhooks.caps import leases, rebuild
+from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, Deliverer
 from webhooks.leads.publishers import PublisherRule
@@ -28,12 +29,22 @@ class Outcome:
     sold_at: datetime | None = None
     lease: leases.Lease | None = None
     attempts: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # the routing trace: buyers not attempted, why
     waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding
 
 
-def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str,
-               now: datetime) -> list[BuyerRule]:
-    return [b for b in buyers if b.accepts(state, publisher_id, now)]
+def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str, now: datetime,
+               inactive: tuple[str, ...] = ()) -> tuple[list[BuyerRule], list[dict]]:
+    """The buyers the static filters pass, in order, and the trace of those they refuse
+    (inactive buyers first)."""
+    passed, skipped = [], [{"buyer_id": b, "reason": "inactive"} for b in inactive]
+    for b in buyers:
+        reason = b.refusal(state, publisher_id, now)
+        if reason is None:
+            passed.append(b)
+        else:
+            skipped.append({"buyer_id": b.id, "reason": reason})
+    return passed, skipped
 
 
 def buyer_body(lead_id: str, publisher_id: str, price: Decimal | str, lead_json: str) -> bytes:
@@ -67,19 +78,24 @@ class Router:
     breaker_cooldown_ms: int
 
     def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
-              now: datetime, attempt_key: str, lease_ttl_ms: int) -> Outcome:
+              now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None) -> Outcome:
         """Offer the lead down the waterfall until a buyer accepts it. Each reservation writes,
         in its own round trip, which buyer and lease the lead is about to be offered to
         (`attempt_key`); a refund clears it again in its round trip. Leases live
         `lease_ttl_ms`: long enough for a retry to find the lease of a request that died."""
-        out = Outcome()
+        out = Outcome(skipped=list(skipped or ()))
         lead_json = json.dumps(lead, separators=(",", ":"))
         probe_ttl_ms = self.buyer_timeout_ms + LEASE_MARGIN_MS
         for buyer in buyers:
             note = attempt_note(attempt_key, buyer, now, out.attempts, lease_ttl_ms)
+            consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields else ()
             reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
-                                         probe_ttl_ms=probe_ttl_ms, note=note)
+                                         probe_ttl_ms=probe_ttl_ms, note=note, consumer=consumer)
             if reservation.status == "full":
+                out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
+                continue
+            if reservation.status == "duplicate":
+                out.skipped.append({"buyer_id": buyer.id, "reason": "duplicate"})
                 continue
             if reservation.status == "not_ready":
                 rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
@@ -87,6 +103,7 @@ class Router:
                 continue
             if reservation.status == "circuit_open":
                 out.attempts.append({"buyer_id": buyer.id, "outcome": CIRCUIT_OPEN, "ms": 0})
+                out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
                 metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
             outcome, ms = self.deliverer.deliver(buyer.endpoint_url,

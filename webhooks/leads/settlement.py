@@ -47,6 +47,7 @@ def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload:
         "price": f"{outcome.price:.2f}" if sold else None,
         "commission": f"{commission(outcome.price, publisher.commission_pct):.2f}" if sold else None,
         "attempts": outcome.attempts,
+        "skipped": outcome.skipped,
         "payload": payload,
         "received_at": received_at.isoformat(),
         "sold_at": outcome.sold_at.isoformat() if sold else None,

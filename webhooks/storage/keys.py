@@ -28,6 +28,12 @@ def ready(buyer_id: str) -> str:
     return buyer(buyer_id, "ready")
 
 
+def dedupe(buyer_id: str, field: str, digest: str) -> str:
+    """Present while the buyer has bought the consumer whose normalised `field` hashes to
+    `digest` (value: the lease that reserved it, or "ledger" when restored from it)."""
+    return buyer(buyer_id, "dedupe", field, digest)
+
+
 def rebuild_lock(buyer_id: str) -> str:
     return buyer(buyer_id, "rebuild")
 

@@ -36,8 +36,9 @@ def upgrade(echo: Callable[[str], None] = log.info) -> list[str]:
             db.execute_sql(_MIGRATIONS_DDL)
         else:
             # SQLite is the embedded default: the models (checked against the DDL on MySQL)
-            # create the same tables and unique keys.
+            # create the same tables and unique keys, and the columns a later migration added.
             db.create_tables(ALL_MODELS, safe=True)
+            _add_missing_columns()
         done = {m.version for m in SchemaMigration.select()}
         applied = []
         for path in migration_files():
@@ -53,3 +54,15 @@ def upgrade(echo: Callable[[str], None] = log.info) -> list[str]:
         if not applied:
             echo("schema is up to date")
         return applied
+
+
+def _add_missing_columns() -> None:
+    """SQLite: give an existing ledger file the columns its models gained since it was made."""
+    from playhouse.migrate import SqliteMigrator, migrate
+
+    migrator = SqliteMigrator(db)
+    for model in ALL_MODELS:
+        have = {c.name for c in db.get_columns(model._meta.table_name)}
+        missing = [f for f in model._meta.sorted_fields if f.column_name not in have]
+        if missing:
+            migrate(*(migrator.add_column(model._meta.table_name, f.column_name, f) for f in missing))

@@ -49,10 +49,11 @@ class Publisher(BaseModel):
     balance = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)
-
+    routing = pw.CharField(max_length=16, default="waterfall")  # waterfall | price | round_robin | weighted
 
     class Meta:
         table_name = "publishers"
+
 
 class Buyer(BaseModel):
     id = pw.CharField(max_length=64, primary_key=True)
@@ -73,10 +74,15 @@ class Buyer(BaseModel):
     deleted_at = DateTime6Field(null=True)
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)
-
+    delivery = pw.TextField(null=True)  # JSON: method, format, headers, fields, accept | accept_regex
+    ping = pw.TextField(null=True)  # JSON: url, fields, bid, min_bid
+    weight = pw.IntegerField(default=1)  # share within a priority under `weighted` routing
+    dedupe = pw.TextField(null=True)  # JSON: fields, days
+    return_window_days = pw.IntegerField(default=7)
 
     class Meta:
         table_name = "buyers"
+
 
 class Lead(BaseModel):
     id = pw.BigAutoField()
@@ -93,6 +99,9 @@ class Lead(BaseModel):
     request_id = pw.CharField(max_length=64, null=True)
     lease_id = pw.CharField(max_length=32, null=True)  # the cap lease of the sale
     reserved_us = pw.BigIntegerField(null=True)  # Redis time of that lease, for reconciliation
+    skipped = pw.TextField(null=True)  # JSON: [{buyer_id, reason}] of the buyers not attempted
+    returned_at = DateTime6Field(null=True)
+    return_reason = pw.CharField(max_length=500, null=True)
 
     class Meta:
         table_name = "leads"
@@ -111,6 +120,7 @@ class LeadAttempt(BaseModel):
     buyer_id = pw.CharField(max_length=64)
     outcome = pw.CharField(max_length=16)
     ms = pw.IntegerField()
+    bid = pw.DecimalField(max_digits=12, decimal_places=2, null=True)  # ping/post buyers
 
     class Meta:
         table_name = "lead_attempts"

@@ -1,27 +1,35 @@
-"""Admin routes that read the ledger."""
+"""Admin routes of the lead ledger: read a lead, return a lead."""
 from __future__ import annotations
 
-from flask import jsonify, request
+from flask import current_app, jsonify, request
 
-from webhooks.errors import Conflict, NotFound
+from webhooks.errors import NotFound, ValidationError
+from webhooks.leads import returns
 from webhooks.leads.ledger import lead_record
-from webhooks.storage.models import Lead
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
+from webhooks.web.http import json_body
+
+
+def _publisher_id() -> str | None:
+    publisher_id = request.args.get("publisher_id")
+    if publisher_id is not None and not is_id(publisher_id):
+        raise NotFound("no such lead")
+    return publisher_id
 
 
 @bp.get("/leads/<id:lead_id>")
 def get_lead(lead_id: str):
-    query = Lead.select().where(Lead.lead_id == lead_id)
-    publisher_id = request.args.get("publisher_id")
-    if publisher_id is not None:
-        if not is_id(publisher_id):
-            raise NotFound("no such lead")
-        query = query.where(Lead.publisher_id == publisher_id)
-    rows = list(query.limit(2))
-    if not rows:
-        raise NotFound(f"lead {lead_id!r} is not settled (yet)")
-    if len(rows) > 1:
-        raise Conflict("several publishers used this lead_id; add ?publisher_id=",
-                       code="ambiguous_lead_id")
-    return jsonify(lead_record(rows[0]))
+    return jsonify(lead_record(returns.find(lead_id, _publisher_id())))
+
+
+@bp.post("/leads/<id:lead_id>/return")
+def return_lead(lead_id: str):
+    body = json_body() if request.get_data(cache=True) else {}
+    if not isinstance(body, dict) or set(body) - {"reason"}:
+        raise ValidationError("invalid_return", "body", 'must be an object {"reason": "..."}')
+    reason = body.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > returns.MAX_REASON):
+        raise ValidationError("invalid_return", "reason",
+                              f"must be a string of at most {returns.MAX_REASON} characters")
+    return jsonify(returns.return_lead(current_app.extensions["store"], lead_id, _publisher_id(), reason))

@@ -1,0 +1,91 @@
+"""Who a lead's consumer is, for per-buyer duplicate suppression (API.md "dedupe").
+
+A buyer's dedupe fields of a lead, normalised (e-mail trimmed and lower-cased; phone digits
+only, the leading 1 of an 11-digit US number dropped) and hashed, name keys beside the buyer's
+cap keys (same hash tag). lua/reserve_lease.lua refuses the buyer when one exists and sets them
+with the reservation (one atomic step); a refund deletes them again (lua/finish_lease.lua).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from webhooks.storage import keys, settle_queue
+from webhooks.storage.db import db
+from webhooks.storage.models import Lead
+from webhooks.storage.redis import Store
+
+if TYPE_CHECKING:
+    from webhooks.leads.buyers import BuyerRule
+
+FIELDS = ("email", "phone")
+
+
+def normalise(field: str, value: Any) -> str | None:
+    """The comparable form of a lead's `field`, or None when it has none."""
+    if not isinstance(value, str):
+        return None
+    if field == "email":
+        value = value.strip().lower()
+        return value or None
+    digits = "".join(c for c in value if c in "0123456789")
+    if len(digits) == 11 and digits.startswith("1"):
+        digits = digits[1:]
+    return digits or None
+
+
+def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict) -> list[str]:
+    """The dedupe keys of `lead`'s consumer at `buyer_id` (none when no field is present)."""
+    out = []
+    for field in fields:
+        value = normalise(field, lead.get(field))
+        if value is not None:
+            digest = hashlib.blake2b(value.encode(), digest_size=12).hexdigest()
+            out.append(keys.dedupe(buyer_id, field, digest))
+    return out
+
+
+def sold_consumers(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
+    """Dedupe key -> when it expires (unix ms) of every consumer `buyer` bought within its
+    dedupe days, from the ledger and the settlements not yet in it."""
+    if not buyer.dedupe_fields:
+        return {}
+    window_ms = buyer.dedupe_days * 86_400_000
+    since = now - timedelta(days=buyer.dedupe_days)
+    sales: list[tuple[datetime, str]] = []
+    for item in settle_queue.unsettled(settle_r):
+        if item["status"] == "sold" and item["buyer_id"] == buyer.id:
+            sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
+    with db.connection_context():
+        rows = (Lead.select(Lead.sold_at, Lead.payload)
+                .where(Lead.buyer_id == buyer.id, Lead.status == "sold", Lead.sold_at >= since.replace(tzinfo=None))
+                .tuples())
+        sales += [(sold_at.replace(tzinfo=timezone.utc), payload) for sold_at, payload in rows]
+    out: dict[str, int] = {}
+    for sold_at, payload in sales:
+        try:
+            lead = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(lead, dict):
+            until = int(sold_at.timestamp() * 1000) + window_ms
+            for key in consumer_keys(buyer.id, buyer.dedupe_fields, lead):
+                out[key] = max(out.get(key, 0), until)
+    return out
+
+
+def restore(store: Store, settle_r, buyer: BuyerRule, now: datetime) -> int:
+    """Set the dedupe keys of `buyer`'s sales within its window that Redis lacks (after a
+    data loss, or drift); never shortens or removes one. Returns how many were missing."""
+    remembered = sold_consumers(settle_r, buyer, now)
+    now_ms = int(now.timestamp() * 1000)
+    live = {k: at for k, at in remembered.items() if at > now_ms}
+    if not live:
+        return 0
+    pipe = store.redis.pipeline(transaction=False)
+    for key, at in live.items():
+        pipe.set(key, "ledger", pxat=at, nx=True)
+    return sum(1 for done in pipe.execute() if done)

@@ -1,0 +1,92 @@
+"""Lead returns (API.md "Lead returns"): a buyer sends back a lead it bought, within its
+`return_window_days`.
+
+One conditional ledger update (`WHERE status = 'sold'`) decides who wins when returns race;
+the same transaction takes the publisher's commission back and writes the audit row. Only
+after it commits, and only for the caps whose window the sale counted in is still current, is
+the buyer's slot (and budget) given back in Redis: reconciliation counts sold leads, so a
+returned lead stops counting there too, and an old window's counter is left alone.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+
+from webhooks.caps import leases
+from webhooks.errors import Conflict, NotFound
+from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.ledger import lead_record
+from webhooks.storage import audit
+from webhooks.storage.db import db
+from webhooks.storage.models import Buyer, Lead, Publisher
+from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.validate import cents
+
+log = logging.getLogger(__name__)
+
+MAX_REASON = 500
+
+
+def find(lead_id: str, publisher_id: str | None) -> Lead:
+    """The settled lead `lead_id` (of `publisher_id`, needed when several publishers used it)."""
+    query = Lead.select().where(Lead.lead_id == lead_id)
+    if publisher_id is not None:
+        query = query.where(Lead.publisher_id == publisher_id)
+    rows = list(query.limit(2))
+    if not rows:
+        raise NotFound(f"lead {lead_id!r} is not settled (yet)")
+    if len(rows) > 1:
+        raise Conflict("several publishers used this lead_id; add ?publisher_id=", code="ambiguous_lead_id")
+    return rows[0]
+
+
+def return_lead(store: Store, lead_id: str, publisher_id: str | None, reason: str | None,
+                now: datetime | None = None, actor: str = "admin") -> dict:
+    """Return a sold lead exactly once; the lead record after it. Raises NotFound, or
+    Conflict: already_returned, not_sold, return_window_closed (or ambiguous_lead_id)."""
+    now = now or datetime.now(timezone.utc)
+    naive_now = now.replace(tzinfo=None)
+    with db.atomic():
+        lead = find(lead_id, publisher_id)
+        if lead.status == "returned":
+            raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
+        if lead.status != "sold":
+            raise Conflict(f"lead {lead_id!r} was not sold", code="not_sold")
+        buyer = Buyer.get_by_id(lead.buyer_id)
+        if naive_now > lead.sold_at + timedelta(days=buyer.return_window_days):
+            raise Conflict(f"lead {lead_id!r} was sold more than {buyer.return_window_days} day(s) ago",
+                           code="return_window_closed")
+        won = (Lead.update(status="returned", returned_at=naive_now, return_reason=reason)
+               .where(Lead.id == lead.id, Lead.status == "sold").execute())
+        if not won:  # a concurrent return committed first
+            raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
+        if lead.commission:
+            Publisher.update(balance=Publisher.balance - lead.commission) \
+                .where(Publisher.id == lead.publisher_id).execute()
+        audit.record(actor, "lead.returned", "lead", f"{lead.publisher_id}:{lead.lead_id}",
+                     {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.commission,
+                      "reason": reason})
+    given_back = _give_back_slot(store, BuyerRule.from_row(buyer), lead, now)
+    log.info("lead %s:%s returned by %s; cap slot given back in %s", lead.publisher_id, lead.lead_id,
+             lead.buyer_id, ", ".join(given_back) or "no current window")
+    return lead_record(Lead.get_by_id(lead.id))
+
+
+def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -> list[str]:
+    """Decrement the counters of the sale's windows that are still current; their names."""
+    sold_at = lead.sold_at.replace(tzinfo=timezone.utc)
+    then = {cap: w for cap, _, w in leases.windows(buyer, sold_at)}
+    current = [(cap, w) for cap, _, w in leases.windows(buyer, now) if then.get(cap) == w]
+    if not current:
+        return []
+    try:
+        pipe = store.redis.pipeline(transaction=False)
+        for cap, w in current:
+            amount = cents(lead.price) if cap == "daily_budget" else 1
+            store.queue(pipe, store.adjust_counter, [leases.counter_key(buyer.id, w)], [-amount, leases.expire_at(w)])
+        pipe.execute()
+    except REDIS_DOWN as exc:  # the ledger is right; reconciliation gives the slot back
+        log.warning("return of %s:%s: slot not given back now (%s); reconciliation will", lead.publisher_id,
+                    lead.lead_id, exc)
+        return []
+    return [cap for cap, _ in current]
