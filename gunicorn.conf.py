@@ -10,12 +10,15 @@ import sys
 from webhooks import metrics
 from webhooks.config import load as load_config  # `config` would be read as a gunicorn setting
 from webhooks.errors import ConfigError
+from webhooks.web import gunicorn_errors
 
 try:
     cfg = load_config()
 except ConfigError as exc:  # one clear line and exit status 1, not gunicorn's traceback
     sys.exit(f"floodgate: configuration error: {exc}")
 metrics.init(cfg)  # in the master: the forked workers inherit the samples folder
+
+gunicorn_errors.install()  # the requests gunicorn refuses itself get JSON errors too
 
 bind = f"0.0.0.0:{cfg.port}"
 worker_class = "gevent"
