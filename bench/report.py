@@ -23,6 +23,9 @@ PARTS = [
     ("payments", "3. Payment webhooks",
      "2,000 distinct payments, each delivered 5 times concurrently (`bench/bench_payments.py`)."),
     ("cluster", "4. Redis Cluster", "One Redis against a 3-primary cluster, and failover (`bench/cluster_failover.py`)."),
+    ("dedupe", "5. Duplicate suppression",
+     "What the dedupe check adds to a cap reservation, and what a remembered consumer costs in Redis "
+     "(`bench/dedupe.py`)."),
 ]
 
 
@@ -37,6 +40,19 @@ def _fragment(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+def _sections(report: str) -> dict[str, str]:
+    """The body of each `## <title>` section of an existing report."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in report.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {title: "\n".join(lines).strip() for title, lines in sections.items()}
+
+
 def main() -> int:
     FIGURES.mkdir(exist_ok=True)
     info = machine_info()
@@ -45,9 +61,12 @@ def main() -> int:
            f"{info['os']}, Python {info['python']}. The machine is shared and noisy; compare figures "
            "within one run (each part measures its baseline in the same run), and read each part's "
            "load average.", ""]
+    kept = _sections(REPORT.read_text()) if REPORT.exists() else {}
     for name, title, intro in PARTS:
         md, data = OUT / f"{name}.md", OUT / f"{name}.json"
         if not md.exists():
+            if title in kept:  # not measured in this run: keep the section of the last run that did
+                out += [f"## {title}", "", kept[title], ""]
             continue
         out += [f"## {title}", "", intro, ""]
         if data.exists():
