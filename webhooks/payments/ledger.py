@@ -162,7 +162,9 @@ def _already_known(event: PaymentEvent, d: Delivery, exc: pw.IntegrityError) -> 
         audit.record("payments", "payment.reference_conflict", "payment",
                      f"{event.provider}:{event.reference}", detail)
         record(d, "reference_conflict", 422, event)
-    log.warning("reference conflict %s:%s %s", event.provider, event.reference, detail)
+    # The reference only: the amounts and payer e-mails are in audit_log, not in log files.
+    log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", event.provider,
+                event.reference)
     raise ReferenceConflict(f"reference {event.reference!r} was already credited with another "
                             "amount, currency or payer; nothing credited, flagged for review")
 
