@@ -82,6 +82,14 @@ class ReferenceConflict(FloodgateError):
     code = "reference_conflict"
 
 
+class NotConfirmed(FloodgateError):
+    """A verified delivery whose payment the provider's own API does not confirm (status,
+    amount, currency, reference or payer differ): nothing credited, flagged for review."""
+
+    status = 422
+    code = "verification_failed"
+
+
 class Unavailable(FloodgateError):
     """A backing service (Redis, the database) cannot be reached: nothing was done."""
 

@@ -26,6 +26,7 @@ class PaymentEvent:
     currency: str | None
     customer: str | None  # payer e-mail, lower-cased
     succeeded: bool
+    transaction_id: str | None = None  # the provider's own id, where a re-check needs it (Flutterwave)
 
     @property
     def fingerprint(self) -> str:
@@ -42,6 +43,7 @@ class Spec:
     major: bool  # amount in major units (scaled by the currency exponent) or already minor
     currency: Path
     email: Path
+    transaction_id: Path | None = None
 
 
 def _get(body: Any, path: Path) -> Any:
@@ -67,7 +69,7 @@ SPECS: dict[str, Spec] = {
     "flutterwave": Spec(("event",), _both(_equals(("event",), "charge.completed"),
                                           _equals(("data", "status"), "successful")),
                         ("data", "tx_ref"), ("data", "amount"), True,
-                        ("data", "currency"), ("data", "customer", "email")),
+                        ("data", "currency"), ("data", "customer", "email"), ("data", "id")),
     "monnify": Spec(("eventType",), _both(_equals(("eventType",), "SUCCESSFUL_TRANSACTION"),
                                           _equals(("eventData", "paymentStatus"), "PAID")),
                     ("eventData", "transactionReference"), ("eventData", "amountPaid"), True,
@@ -130,5 +132,6 @@ def parse(provider: str, raw: bytes) -> PaymentEvent:
     if amount is None:
         raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
     code = money.currency(_get(body, spec.currency))
+    transaction_id = None if spec.transaction_id is None else _reference(_get(body, spec.transaction_id))
     return PaymentEvent(provider, event_type[:64], reference, money.to_minor(amount, code, major=spec.major),
-                        code, _email(_get(body, spec.email)), True)
+                        code, _email(_get(body, spec.email)), True, transaction_id)

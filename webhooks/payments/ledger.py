@@ -83,6 +83,14 @@ def record_rejected(d: Delivery, verdict: str, status: int) -> None:
         log.warning("%s delivery (%s) not recorded, database unavailable: %s", d.provider, verdict, exc)
 
 
+def record_unconfirmed(d: Delivery, event: PaymentEvent, reason: str) -> None:
+    """A verified delivery the provider's API does not confirm: kept, and flagged for review."""
+    with db.atomic():
+        audit.record("payments", "payment.verification_failed", "payment", f"{event.provider}:{event.reference}",
+                     {"reason": reason})
+        record(d, "verification_failed", 422, event)
+
+
 def _marker(event: PaymentEvent) -> str:
     return keys.payment(event.provider, event.reference, "processed")
 

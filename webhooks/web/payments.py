@@ -11,8 +11,8 @@ import time
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from webhooks import metrics
-from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotFound
-from webhooks.payments import events, ledger, signatures
+from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound
+from webhooks.payments import events, flutterwave, ledger, signatures
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN
 
@@ -73,6 +73,20 @@ def _release(store, claim: claims.Claim) -> None:
         log.warning("claim %s not released (expires by ttl): %s", claim.key, exc)
 
 
+def _confirm(event: events.PaymentEvent, delivery: ledger.Delivery) -> None:
+    """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
+    (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
+    503 when Flutterwave cannot be asked, so that it delivers again later."""
+    cfg = current_app.config["FLOODGATE"]
+    if event.provider != "flutterwave" or not cfg.flutterwave_verify:
+        return
+    try:
+        flutterwave.confirm(event, cfg.flutterwave_api_base, cfg.flutterwave_secret_key)
+    except NotConfirmed as exc:
+        ledger.record_unconfirmed(delivery, event, exc.message)
+        raise
+
+
 @bp.post("/v1/webhooks/<provider>")
 def receive(provider: str):
     watch = _Stopwatch()
@@ -110,6 +124,7 @@ def receive(provider: str):
         return _answer("in_flight", 409, watch)
 
     try:
+        _confirm(event, delivery)
         verdict = ledger.credit(event, delivery)  # commits, or raises: nothing kept
         ledger.mark_processed(r, event)
     finally:

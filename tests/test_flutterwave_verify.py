@@ -1,0 +1,132 @@
+"""FLUTTERWAVE_VERIFY=1: a Flutterwave payment is credited only once Flutterwave's verify
+endpoint confirms it (its verif-hash is a static secret that signs nothing). A local HTTP
+server plays Flutterwave's API."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.payments_helpers import balance, counts, deliver, encode, payload, verdicts
+from tests.servers import free_port
+from webhooks.storage.db import db
+from webhooks.storage.models import AuditLog
+
+SECRET_KEY = "FLWSECK_TEST-0123456789abcdef-X"
+TX_ID = "285959875"  # data.id of Flutterwave's sample webhook (payments_helpers.FLUTTERWAVE)
+
+
+class FakeFlutterwave:
+    """GET /v3/transactions/<id>/verify answers `transactions[id]` (status, JSON body), as
+    Flutterwave's API does; every request is kept for the test to look at."""
+
+    def __init__(self):
+        self.transactions: dict[str, tuple[int, dict]] = {}
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.requests.append({"path": self.path, "authorization": self.headers.get("Authorization")})
+                parts = self.path.strip("/").split("/")
+                found = len(parts) == 4 and parts[:2] == ["v3", "transactions"] and parts[3] == "verify"
+                status, body = outer.transactions.get(parts[2] if found else "", (
+                    404, {"status": "error", "message": "No transaction was found for this id", "data": None}))
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def knows(self, tx_ref: str, amount, currency="NGN", email="ada@example.com", status="successful",
+              tx_id: str = TX_ID, http_status: int = 200) -> None:
+        """Flutterwave's answer for transaction `tx_id` (the fields of its documented sample)."""
+        self.transactions[tx_id] = (http_status, {
+            "status": "success", "message": "Transaction fetched successfully",
+            "data": {"id": int(tx_id), "tx_ref": tx_ref, "flw_ref": "FLW-MOCK-1", "amount": amount,
+                     "currency": currency, "charged_amount": amount, "status": status,
+                     "payment_type": "card", "customer": {"id": 1, "name": "Ada", "email": email}}})
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def flutterwave(reconfigure):
+    fake = FakeFlutterwave()
+    reconfigure(flutterwave_verify=True, flutterwave_api_base=fake.url, flutterwave_secret_key=SECRET_KEY)
+    yield fake
+    fake.close()
+
+
+def webhook(reference: str, amount_minor: int, email: str = "ada@example.com") -> bytes:
+    return encode(payload("flutterwave", reference, amount_minor, "NGN", email))
+
+
+def flagged() -> list[str]:
+    with db.connection_context():
+        return [a.entity_id for a in AuditLog.select().where(AuditLog.action == "payment.verification_failed")]
+
+
+def test_a_payment_flutterwave_confirms_is_credited(api, flutterwave):
+    flutterwave.knows("flw-ok", 2500)
+    resp = deliver(api, "flutterwave", webhook("flw-ok", 250000))
+    assert resp.json() == {"status": "credited"}, resp.text
+    assert balance("ada@example.com", "NGN") == 250000
+    assert flutterwave.requests == [{"path": f"/v3/transactions/{TX_ID}/verify",
+                                     "authorization": f"Bearer {SECRET_KEY}"}]
+
+
+@pytest.mark.parametrize("what, answer", [
+    ("another amount", {"amount": 100}),
+    ("another currency", {"currency": "USD"}),
+    ("another payer", {"email": "mallory@example.com"}),
+    ("another tx_ref", {"tx_ref": "flw-someone-else"}),
+    ("not successful", {"status": "failed"}),
+    ("pending", {"status": "pending"}),
+])
+def test_a_webhook_flutterwave_does_not_confirm_credits_nothing_and_is_flagged(api, flutterwave, what, answer):
+    flutterwave.knows(**{"tx_ref": "flw-forged", "amount": 1_000_000, **answer})
+    resp = deliver(api, "flutterwave", webhook("flw-forged", 100_000_000))  # knows the static hash
+    assert resp.status_code == 422, (what, resp.text)
+    assert resp.json()["error"]["code"] == "verification_failed"
+    assert counts()["payments"] == 0 and balance("ada@example.com", "NGN") is None
+    assert verdicts("flutterwave") == ["verification_failed"] and flagged() == ["flutterwave:flw-forged"]
+
+
+def test_a_transaction_flutterwave_does_not_know_credits_nothing(api, flutterwave):
+    resp = deliver(api, "flutterwave", webhook("flw-invented", 5000))
+    assert resp.status_code == 422 and resp.json()["error"]["code"] == "verification_failed"
+    assert counts()["payments"] == 0
+
+
+def test_flutterwave_unreachable_is_503_and_its_retry_credits(api, flutterwave, reconfigure):
+    reconfigure(flutterwave_verify=True, flutterwave_api_base=f"http://127.0.0.1:{free_port()}",
+                flutterwave_secret_key=SECRET_KEY)
+    raw = webhook("flw-later", 70000)
+    resp = deliver(api, "flutterwave", raw)
+    assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable"
+    flutterwave.knows("flw-later", 700, http_status=503)
+    reconfigure(flutterwave_verify=True, flutterwave_api_base=flutterwave.url, flutterwave_secret_key=SECRET_KEY)
+    assert deliver(api, "flutterwave", raw).status_code == 503  # Flutterwave itself in trouble
+    assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}  # nothing recorded: a retry
+    flutterwave.knows("flw-later", 700)
+    assert deliver(api, "flutterwave", raw).json() == {"status": "credited"}
+    assert balance("ada@example.com", "NGN") == 70000
+
+
+def test_without_flutterwave_verify_flutterwave_is_not_asked(api, flutterwave, reconfigure):
+    reconfigure(flutterwave_verify=False, flutterwave_api_base=flutterwave.url)
+    assert deliver(api, "flutterwave", webhook("flw-trusted", 5000)).json() == {"status": "credited"}
+    assert flutterwave.requests == []

@@ -1,0 +1,78 @@
+"""Flutterwave's re-check of a payment before it is credited (FLUTTERWAVE_VERIFY=1).
+
+Flutterwave's v3 webhook carries `verif-hash`, a static secret sent as is: it signs nothing,
+so whoever learns it once (a log, a proxy, a leaked request) can post any body and have it
+credited. Flutterwave's own guidance is to verify every transaction before giving value
+("Transaction verification", developer.flutterwave.com): GET /v3/transactions/<data.id>/verify
+with `Authorization: Bearer <secret key>`, as its Node-v3 SDK does
+(services/transactions/rave.verify.ts). The payment is confirmed when Flutterwave answers
+`status: success` and its `data` has status `successful` and the webhook's tx_ref, amount,
+currency and payer e-mail. See docs/payments.md.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from webhooks import strictjson
+from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
+from webhooks.payments import money
+from webhooks.payments.events import PaymentEvent
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 10  # well inside PAYMENT_CLAIM_TTL_MS: the claim is held meanwhile
+
+
+def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: float = TIMEOUT_S) -> None:
+    """Return when Flutterwave confirms `event`; NotConfirmed (422) when it does not, or
+    Unavailable (503: the provider retries later) when it cannot be asked."""
+    if not event.transaction_id:
+        raise NotConfirmed("the event has no data.id to verify with Flutterwave")
+    url = f"{api_base.rstrip('/')}/v3/transactions/{quote(event.transaction_id, safe='')}/verify"
+    try:
+        resp = requests.get(url, headers={"Authorization": f"Bearer {secret_key}", "Accept": "application/json"},
+                            timeout=timeout_s, allow_redirects=False)
+    except requests.RequestException as exc:
+        raise Unavailable(f"Flutterwave's verify endpoint did not answer ({type(exc).__name__}); "
+                          "nothing credited, retry later") from None
+    if resp.status_code in (400, 404):
+        raise NotConfirmed(f"Flutterwave knows no transaction {event.transaction_id}")
+    if resp.status_code != 200:
+        # 401/403: our FLUTTERWAVE_SECRET_KEY is wrong; 429/5xx: theirs. Either way not the payer's fault.
+        log.error("Flutterwave verify answered %s for %s", resp.status_code, event.reference)
+        raise Unavailable(f"Flutterwave's verify endpoint answered {resp.status_code}; nothing credited, retry later")
+    try:
+        body = strictjson.loads(resp.content, decimals=True)
+    except InvalidJSON:
+        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
+    problem = _disagreement(event, body)
+    if problem:
+        log.warning("Flutterwave does not confirm %s: %s", event.reference, problem)
+        raise NotConfirmed(f"Flutterwave does not confirm this payment: {problem}; nothing credited")
+
+
+def _disagreement(event: PaymentEvent, body: Any) -> str | None:
+    """What in Flutterwave's answer differs from the webhook, or None when all agrees."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if body.get("status") != "success" or not isinstance(data, dict):
+        return "no transaction in the answer"
+    if data.get("status") != "successful":
+        return f"its status is {str(data.get('status'))[:32]!r}"
+    if str(data.get("id")) != event.transaction_id or str(data.get("tx_ref")) != event.reference:
+        return "another transaction id or tx_ref"
+    try:
+        code = money.currency(data.get("currency"))
+        amount = money.to_minor(data.get("amount"), code, major=True)
+    except InvalidPayload:
+        return "no usable amount or currency"
+    if (amount, code) != (event.amount_minor, event.currency):
+        return "another amount or currency"
+    customer = data.get("customer")
+    email = customer.get("email") if isinstance(customer, dict) else None
+    if not isinstance(email, str) or email.strip().lower() != event.customer:
+        return "another payer"
+    return None
