@@ -168,8 +168,9 @@ class Buyer:
     """Behaviour of one buyer endpoint, set by the test."""
 
     def __init__(self):
-        self.mode = "accept"  # accept | reject | reject400 | error500 | sleep | trickle | garbage
+        self.mode = "accept"  # accept | reject | reject400 | error500 | sleep | trickle | garbage | reply
         self.delay = 0.0
+        self.reply: tuple[int, bytes, str] = (200, b"{}", "application/json")  # mode "reply": what to answer
         self.received: list[dict] = []  # every post, once answered
         self.arrived: list[dict] = []  # every post, as soon as it arrives (before any delay)
         self.lock = threading.Lock()
@@ -198,7 +199,12 @@ class BuyerServer:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 buyer = outer.buyers.setdefault(name, Buyer())
                 mode = buyer.mode
-                record = {"body": json.loads(body), "headers": dict(self.headers), "answered": mode}
+                try:
+                    parsed = json.loads(body)
+                except ValueError:
+                    parsed = None  # a form post, say: see "raw"
+                record = {"body": parsed, "raw": body, "headers": dict(self.headers), "answered": mode,
+                          "method": self.command}
                 with buyer.lock:
                     buyer.arrived.append(record)
                 if mode == "sleep":
@@ -210,6 +216,14 @@ class BuyerServer:
                     buyer.received.append(record)
                 if mode == "trickle":
                     self._trickle()
+                    return
+                if mode == "reply":
+                    status, payload, ctype = buyer.reply
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
                     return
                 status, payload = {
                     "accept": (200, b'{"accepted": true}'),
@@ -224,6 +238,8 @@ class BuyerServer:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            do_PUT = do_POST
 
             def _trickle(self):
                 payload = b'{"accepted": true}' + b" " * 40

@@ -39,7 +39,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"], cfg.journal_keep_s)
     app.extensions["catalog"] = Catalog(redis, cfg.config_check_interval_ms / 1000)
     router = Router(store, settle_redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
-                    cfg.breaker_failures, cfg.breaker_cooldown_ms)
+                    cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms)
     app.extensions["intake"] = Intake(store, settle, router, app.extensions["journal"], cfg.buyer_timeout_ms,
                                       cfg.lead_replay_ttl_s, cfg.breaker_failures, cfg.breaker_cooldown_ms,
                                       cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms)

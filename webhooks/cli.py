@@ -344,6 +344,18 @@ def return_leads(file: Any) -> None:
         sys.exit(1)
 
 
+@click.command("demo-buyer", help="Run a buyer to try Floodgate with: it accepts every lead posted to "
+                                  "http://HOST:PORT/<name> and bids on pings at /<name>/ping. Ctrl-C stops it.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=9100, show_default=True)
+def demo_buyer(host: str, port: int) -> None:
+    from webhooks import demo_buyer as demo
+
+    click.echo(f"demo buyer accepting leads at http://{host}:{port}/<name> (pings: /<name>/ping)")
+    demo.serve(host, port)
+
+
 def init_app(app: Flask) -> None:
+    app.cli.add_command(demo_buyer)
     for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli):
         app.cli.add_command(group)

@@ -39,6 +39,7 @@ class Config:
     log_level: str = "info"
     metrics_dir: str = DEFAULT_METRICS_DIR  # PROMETHEUS_MULTIPROC_DIR, shared by every process
     buyer_timeout_ms: int = 1500
+    ping_timeout_ms: int = 300  # one shared deadline for the pings of a lead's ping/post buyers
     breaker_failures: int = 5
     breaker_cooldown_ms: int = 30_000
     db_pool_size: int = 10
@@ -74,6 +75,7 @@ class Config:
 _INTS = {
     "PORT": "port",
     "BUYER_TIMEOUT_MS": "buyer_timeout_ms",
+    "PING_TIMEOUT_MS": "ping_timeout_ms",
     "BREAKER_FAILURES": "breaker_failures",
     "BREAKER_COOLDOWN_MS": "breaker_cooldown_ms",
     "DB_POOL_SIZE": "db_pool_size",

@@ -185,6 +185,32 @@ def release_settled(r, leases: list[tuple[str, str]]) -> None:
     pipe.execute()
 
 
+def room(store: Store, buyers: Sequence[BuyerRule], now: datetime,
+         budget_minor: dict[str, int] | None = None) -> dict[str, str | None]:
+    """Whether each buyer could take one more lead now, read without reserving (one round
+    trip): None, or why not: "cap_full:<cap>" or "circuit_open". `budget_minor` is the least a
+    buyer's lead can count against daily_budget (default: its price). A lead that passes
+    here still reserves atomically later; this only spares buyers a ping they cannot win."""
+    pipe = store.redis.pipeline(transaction=False)
+    plans = []
+    for buyer in buyers:
+        caps = windows(buyer, now)
+        pipe.hget(keys.breaker(buyer.id), "open_until")
+        for _, _, w in caps:
+            pipe.get(counter_key(buyer.id, w))
+        plans.append((buyer, caps))
+    values = iter(pipe.execute()) if plans else iter(())
+    now_ms = now.timestamp() * 1000
+    out: dict[str, str | None] = {}
+    for buyer, caps in plans:
+        open_until = int(next(values) or 0)
+        used = [int(next(values) or 0) for _ in caps]
+        amount = (budget_minor or {}).get(buyer.id, buyer.price_minor)
+        full = [cap for (cap, limit, _), u in zip(caps, used) if u + (amount if cap == "daily_budget" else 1) > limit]
+        out[buyer.id] = f"cap_full:{full[0]}" if full else "circuit_open" if open_until > now_ms else None
+    return out
+
+
 def mark_ready(r, buyer_id: str) -> None:
     """A buyer with no history yet: its counters (all zero) can be trusted as they are."""
     r.set(keys.ready(buyer_id), "1", nx=True)

@@ -16,6 +16,7 @@ from webhooks import validate as v
 from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import ValidationError
+from webhooks.leads import integration
 from webhooks.storage.models import Buyer
 from webhooks.validate import cents
 
@@ -25,7 +26,8 @@ _HHMM = re.compile(r"^([01][0-9]|2[0-4]):([0-5][0-9])$")
 _STATE = re.compile(r"^[A-Za-z0-9-]{1,16}$")
 _READ_ONLY = {"id", "usage", "created_at", "updated_at"}
 _FIELDS = {"name", "endpoint_url", "priority", "price", "timezone", "caps", "states",
-           "blocked_publishers", "schedule", "active", "dedupe", "return_window_days"}
+           "blocked_publishers", "schedule", "active", "dedupe", "return_window_days", "delivery", "ping",
+           "weight"}
 
 
 def _zone(value: Any) -> ZoneInfo:
@@ -124,9 +126,14 @@ def _list(field: str, value: Any, ok) -> list[str]:
     return value
 
 
-def parse(body: Any) -> dict:
-    """Validate an admin PUT body; return the column values of the Buyer row."""
+def parse(body: Any, stored: Buyer | None = None) -> dict:
+    """Validate an admin PUT body; return the column values of the Buyer row. `stored` is the
+    buyer as it is now, whose header secrets a redacted header sent back keeps."""
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
+    stored_delivery = json.loads(stored.delivery) if stored is not None and stored.delivery else {}
+    delivery = integration.parse_delivery(body.get("delivery"), stored_delivery.get("headers"))
+    ping = integration.parse_ping(body.get("ping"), lambda field, url: _url(url, field),
+                                  lambda field, amount: v.money(CODE, field, amount))
     caps = _caps(body.get("caps"))
     states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.match(s))
     blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
@@ -145,6 +152,9 @@ def parse(body: Any) -> dict:
         "dedupe": None if (dedupe := _dedupe(body.get("dedupe"))) is None else json.dumps(dedupe),
         "return_window_days": v.integer(CODE, "return_window_days", body.get("return_window_days", 7),
                                         low=0, high=365),
+        "delivery": None if delivery is None else json.dumps(delivery, sort_keys=True),
+        "ping": None if ping is None else json.dumps(ping, sort_keys=True),
+        "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
     }
 
 
@@ -169,6 +179,9 @@ def to_json(row: Buyer) -> dict:
         "active": bool(row.active),
         "dedupe": json.loads(row.dedupe) if row.dedupe else None,
         "return_window_days": row.return_window_days,
+        "delivery": integration.shown_delivery(json.loads(row.delivery) if row.delivery else None),
+        "ping": json.loads(row.ping) if row.ping else None,
+        "weight": row.weight,
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }
@@ -193,6 +206,9 @@ class BuyerRule:
     dedupe_fields: tuple[str, ...] = ()  # consumer fields a duplicate is found by (none: off)
     dedupe_days: int = 0
     return_window_days: int = 7
+    delivery: integration.Delivery = integration.DEFAULT_DELIVERY
+    ping: integration.Ping | None = None
+    weight: int = 1
 
     @classmethod
     def from_row(cls, row: Buyer) -> BuyerRule:
@@ -212,7 +228,9 @@ class BuyerRule:
         return cls(row.id, row.endpoint_url, row.priority, price, cents(price),
                    ZoneInfo(row.timezone), limits, frozenset(json.loads(row.states)),
                    frozenset(json.loads(row.blocked_publishers)), schedule,
-                   tuple(dedupe["fields"]), dedupe["days"], row.return_window_days)
+                   tuple(dedupe["fields"]), dedupe["days"], row.return_window_days,
+                   integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
+                   integration.compile_ping(json.loads(row.ping) if row.ping else None), row.weight)
 
     def refusal(self, state: str | None, publisher_id: str, now: datetime) -> str | None:
         """Why the static filters of phase 1 refuse this lead (a routing-trace reason), or

@@ -20,6 +20,8 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+from webhooks.leads.integration import DEFAULT_DELIVERY, Delivery
+
 log = logging.getLogger(__name__)
 
 USER_AGENT = "Floodgate/1"
@@ -62,24 +64,53 @@ class Deliverer:
         return self.adapter.poolmanager.connection_from_url(url), (parts.path or "/") + (
             "?" + parts.query if parts.query else "")
 
-    def deliver(self, url: str, body: bytes, idempotency_key: str) -> tuple[str, int]:
-        """POST `body` to `url`; return (outcome, elapsed ms). Never raises for buyer faults."""
+    def request(self, method: str, url: str, body: bytes, headers: dict[str, str],
+                timeout_s: float) -> tuple[int, bytes, str | None, int]:
+        """Send one request under a hard total deadline: (status, reply, failure, elapsed ms),
+        failure being ERROR or TIMEOUT when no full reply came (status 0 then). Never raises
+        for the other side's faults."""
         started = time.perf_counter()
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)),
-                   "Idempotency-Key": idempotency_key, "User-Agent": USER_AGENT}
+        status, content, failure = 0, b"", None
         try:
             pool, path = self._target(url)
-            with gevent.Timeout(self.timeout_s, _Deadline):
+            with gevent.Timeout(timeout_s, _Deadline):
                 # preload_content: the whole reply must arrive inside the deadline
-                resp = pool.urlopen("POST", path, body=body, headers=headers, retries=False,
-                                    redirect=False, assert_same_host=False, timeout=self._timeout)
-            outcome = classify(resp.status, resp.data)
+                resp = pool.urlopen(method, path, body=body, headers=headers, retries=False, redirect=False,
+                                    assert_same_host=False,
+                                    timeout=self._timeout if timeout_s == self.timeout_s else
+                                    urllib3.Timeout(connect=timeout_s, read=timeout_s))
+            status, content = resp.status, resp.data
         except NewConnectionError as exc:  # a ConnectTimeoutError subclass, but a refusal
             log.info("delivery to %s failed: %s", url, exc)
-            outcome = ERROR
+            failure = ERROR
         except (_Deadline, Urllib3Timeout):
-            outcome = TIMEOUT
+            failure = TIMEOUT
         except (Urllib3Error, OSError, ValueError) as exc:
             log.info("delivery to %s failed: %s", url, exc)
-            outcome = ERROR
-        return outcome, int((time.perf_counter() - started) * 1000)
+            failure = ERROR
+        return status, content, failure, int((time.perf_counter() - started) * 1000)
+
+    def deliver(self, url: str, body: bytes, idempotency_key: str,
+                delivery: Delivery = DEFAULT_DELIVERY) -> tuple[str, int]:
+        """Post `body` to `url` as `delivery` says; return (outcome, elapsed ms)."""
+        headers = {"Content-Type": delivery.content_type, "Content-Length": str(len(body)),
+                   "Idempotency-Key": idempotency_key, "User-Agent": USER_AGENT, **dict(delivery.headers)}
+        status, content, failure, ms = self.request(delivery.method, url, body, headers, self.timeout_s)
+        if failure is not None:
+            return failure, ms
+        if delivery is DEFAULT_DELIVERY:
+            return classify(status, content), ms
+        return judge(status, content, delivery), ms
+
+    def ping(self, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None, int]:
+        """POST a ping's JSON `body`; (status, reply, failure, ms) as `request`."""
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "User-Agent": USER_AGENT}
+        return self.request("POST", url, body, headers, timeout_s)
+
+
+def judge(status: int, content: bytes, delivery: Delivery) -> str:
+    """The outcome of a reply under a buyer's own accept rule."""
+    if 200 <= status < 300:
+        verdict = delivery.accepted(content)
+        return ERROR if verdict is None else ACCEPTED if verdict else REJECTED
+    return REJECTED if 400 <= status < 500 else ERROR

@@ -15,10 +15,11 @@ from webhooks import metrics
 from webhooks.caps import leases
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import settlement
+from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.catalog import Snapshot
 from webhooks.leads.delivery import ACCEPTED, UNKNOWN
 from webhooks.leads.publishers import PublisherRule, key_hash
-from webhooks.leads.routing import Outcome, Router, buyer_body, candidates, idempotency_key
+from webhooks.leads.routing import Offer, Outcome, Router, attempt_record, candidates, idempotency_key
 from webhooks.leads.settlement import Journal
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -95,7 +96,7 @@ class Intake:
         try:
             if attempt is not None:
                 # The request that held this claim died while offering the lead to a buyer.
-                outcome = self._recover(json.loads(attempt), publisher, lead_id, lead, lease_ttl_ms)
+                outcome = self._recover(json.loads(attempt), snapshot, publisher, lead_id, lead, lease_ttl_ms)
             else:
                 outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
                                             skipped)
@@ -113,7 +114,7 @@ class Intake:
         self._finish(claim, attempt_key, outcome, answer, item)
         return answer
 
-    def _recover(self, note: dict, publisher: PublisherRule, lead_id: str, lead: dict,
+    def _recover(self, note: dict, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
                  lease_ttl_ms: int) -> Outcome:
         """Offer the lead again to the one buyer a dead request was offering it to, with the
         same Idempotency-Key, on the same reservation. Accepted: sold to that buyer. Anything
@@ -124,13 +125,18 @@ class Intake:
         lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
         state, reserved_us = leases.take_over(self.store, lease, lease_ttl_ms)
         out = Outcome(attempts=list(note.get("attempts", [])))
+        rule = next((b for b in snapshot.buyers if b.id == buyer_id), None)  # switched off since: no
+        offer = Offer(rule or BuyerRule(buyer_id, note["url"], 0, Decimal(note["price"]), 0, timezone.utc, (),
+                                        frozenset(), frozenset(), None),
+                      Decimal(note["price"]), None if note.get("bid") is None else Decimal(note["bid"]),
+                      note.get("ping"))
         outcome, ms = UNKNOWN, 0
-        if state != "gone":
-            body = buyer_body(lead_id, publisher.id, note["price"], json.dumps(lead, separators=(",", ":")))
-            outcome, ms = self.router.deliverer.deliver(note["url"], body,
-                                                        idempotency_key(publisher.id, lead_id, buyer_id))
+        if state != "gone" and rule is not None:
+            outcome, ms = self.router.deliverer.deliver(
+                note["url"], offer.body(lead_id, publisher.id, lead, json.dumps(lead, separators=(",", ":"))),
+                idempotency_key(publisher.id, lead_id, buyer_id), rule.delivery)
         if outcome == ACCEPTED:
-            out.attempts.append({"buyer_id": buyer_id, "outcome": ACCEPTED, "ms": ms})
+            out.attempts.append(attempt_record(offer, ACCEPTED, ms))
             out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
             out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
             out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
@@ -138,7 +144,7 @@ class Intake:
             log.warning("lead %s:%s re-offered to %s after its routing died: accepted",
                         publisher.id, lead_id, buyer_id)
         else:
-            out.attempts.append({"buyer_id": buyer_id, "outcome": UNKNOWN, "ms": ms})
+            out.attempts.append(attempt_record(offer, UNKNOWN, ms))
             log.warning("lead %s:%s left unsold for review: its routing died while offering it to %s, "
                         "who did not confirm it (reservation %s, answer %s)",
                         publisher.id, lead_id, buyer_id, state, outcome)

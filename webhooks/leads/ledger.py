@@ -37,7 +37,7 @@ def _write_extras(new: list[dict]) -> None:
     """Attempts, commission and audit rows of leads whose row was just inserted."""
     attempts = [
         {"publisher_id": i["publisher_id"], "lead_id": i["lead_id"], "seq": seq,
-         "buyer_id": a["buyer_id"], "outcome": a["outcome"], "ms": a["ms"]}
+         "buyer_id": a["buyer_id"], "outcome": a["outcome"], "ms": a["ms"], "bid": a.get("bid")}
         for i in new for seq, a in enumerate(i["attempts"], 1)
     ]
     if attempts:
@@ -82,6 +82,13 @@ def settle(items: list[dict]) -> int:
 
 
 
+def _attempt(a: LeadAttempt) -> dict:
+    out = {"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms}
+    if a.bid is not None:
+        out["bid"] = f"{Decimal(a.bid):.2f}"
+    return out
+
+
 def lead_record(lead: Lead) -> dict:
     attempts = (LeadAttempt.select().where(LeadAttempt.publisher_id == lead.publisher_id,
                                            LeadAttempt.lead_id == lead.lead_id)
@@ -93,7 +100,7 @@ def lead_record(lead: Lead) -> dict:
         "buyer_id": lead.buyer_id,
         "price": None if lead.price is None else f"{Decimal(lead.price):.2f}",
         "commission": None if lead.commission is None else f"{Decimal(lead.commission):.2f}",
-        "attempts": [{"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms} for a in attempts],
+        "attempts": [_attempt(a) for a in attempts],
         # a buyer may hold this lead without it being sold (its routing died): see API.md
         "review": any(a.outcome == UNKNOWN for a in attempts),
         "skipped": json.loads(lead.skipped) if lead.skipped else [],

@@ -11,7 +11,8 @@ from webhooks.errors import ValidationError
 from webhooks.storage.models import Publisher
 
 CODE = "invalid_publisher"
-_FIELDS = {"name", "api_key", "commission_pct", "active"}
+_FIELDS = {"name", "api_key", "commission_pct", "active", "routing"}
+ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
 _READ_ONLY = {"id", "api_key_hint", "balance", "created_at", "updated_at"}
 
 
@@ -31,7 +32,14 @@ def parse(body: Any) -> dict:
         "api_key_hint": api_key[-4:],
         "commission_pct": pct,
         "active": v.boolean(CODE, "active", body.get("active", True)),
+        "routing": _routing(body.get("routing", "waterfall")),
     }
+
+
+def _routing(value: Any) -> str:
+    if value not in ROUTING_MODES:
+        raise ValidationError(CODE, "routing", "must be one of " + ", ".join(ROUTING_MODES))
+    return value
 
 
 def to_json(row: Publisher) -> dict:
@@ -41,6 +49,7 @@ def to_json(row: Publisher) -> dict:
         "api_key_hint": "…" + row.api_key_hint,
         "commission_pct": f"{Decimal(row.commission_pct):.2f}",
         "active": bool(row.active),
+        "routing": row.routing,
         "balance": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
@@ -52,10 +61,11 @@ class PublisherRule:
     id: str
     active: bool
     commission_pct: Decimal
+    routing: str = "waterfall"
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
-        return cls(row.id, bool(row.active), Decimal(row.commission_pct))
+        return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing)
 
 
 def save(publisher_id: str, fields: dict) -> Publisher:

@@ -2,11 +2,20 @@
 refund, next buyer. Holds no Flask state; the view hands it what it needs."""
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
+
+import gevent
+from gevent import monkey
 
 from webhooks import metrics
 from webhooks.caps import leases, rebuild
@@ -14,7 +23,9 @@ from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, Deliverer
 from webhooks.leads.publishers import PublisherRule
+from webhooks.storage import keys
 from webhooks.storage.redis import Store
+from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +69,56 @@ def idempotency_key(publisher_id: str, lead_id: str, buyer_id: str) -> str:
     return f"{publisher_id}:{lead_id}:{buyer_id}"
 
 
-def attempt_note(attempt_key: str, buyer: BuyerRule, now: datetime, attempts: list[dict],
+def attempt_note(attempt_key: str, offer: Offer, now: datetime, attempts: list[dict],
                  ttl_ms: int) -> leases.Note:
-    """What a retry needs to offer the lead again to `buyer` alone if this request dies: where,
-    at what price, the time whose windows the lease counts in, and the attempts before it."""
-    return leases.Note(attempt_key, {"url": buyer.endpoint_url, "price": f"{buyer.price:.2f}",
-                                     "at": now.isoformat(), "attempts": attempts}, ttl_ms)
+    """What a retry needs to offer the lead again to this buyer alone if this request dies:
+    where, at what price (its bid), the ping reply, the time whose windows the lease counts
+    in, and the attempts before it."""
+    return leases.Note(attempt_key, {"url": offer.buyer.endpoint_url, "price": f"{offer.price:.2f}",
+                                     "bid": None if offer.bid is None else f"{offer.bid:.2f}",
+                                     "ping": offer.ping_reply, "at": now.isoformat(), "attempts": attempts}, ttl_ms)
+
+
+@dataclass
+class Offer:
+    """A buyer as this lead will be offered to it: at its price, or at its bid."""
+
+    buyer: BuyerRule
+    price: Decimal
+    bid: Decimal | None = None  # ping/post buyers
+    ping_reply: Any = None
+
+    def body(self, lead_id: str, publisher_id: str, lead: dict, lead_json: str) -> bytes:
+        default = buyer_body(lead_id, publisher_id, self.price, lead_json)
+        if self.buyer.delivery.fields is None:
+            return default
+        return self.buyer.delivery.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher_id,
+                                         "buyer_id": self.buyer.id, "price": f"{self.price:.2f}",
+                                         "ping": self.ping_reply}, default)
+
+
+def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None) -> list[Offer]:
+    """The offers in the order `mode` gives (API.md "Routing modes"). `rotation` is, per
+    priority, the round-robin counter of this lead."""
+    if mode == "price":
+        return sorted(offers, key=lambda o: (-o.price, o.buyer.priority, o.buyer.id))
+    ranked = sorted(offers, key=lambda o: (o.buyer.priority, -o.price, o.buyer.id))
+    if mode not in ("round_robin", "weighted"):
+        return ranked
+    out: list[Offer] = []
+    for priority, group in itertools.groupby(ranked, key=lambda o: o.buyer.priority):
+        group = list(group)
+        if mode == "round_robin":
+            start = (rotation or {}).get(priority, 0) % len(group)
+            out += group[start:] + group[:start]
+        else:  # weighted: a random order in which each buyer leads with a chance of its share
+            out += sorted(group, key=lambda o: random.random() ** (1.0 / o.buyer.weight), reverse=True)
+    return out
 
 
 @dataclass
 class Router:
-    """Everything the waterfall needs, built once per process."""
+    """Everything routing needs, built once per process."""
 
     store: Store  # caps, leases and breakers
     settle_r: object  # Redis holding unsettled sales (counted by a rebuild)
@@ -76,21 +126,26 @@ class Router:
     buyer_timeout_ms: int
     breaker_failures: int
     breaker_cooldown_ms: int
+    ping_timeout_ms: int = 300
 
     def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
               now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None) -> Outcome:
-        """Offer the lead down the waterfall until a buyer accepts it. Each reservation writes,
-        in its own round trip, which buyer and lease the lead is about to be offered to
-        (`attempt_key`); a refund clears it again in its round trip. Leases live
-        `lease_ttl_ms`: long enough for a retry to find the lease of a request that died."""
+        """Offer the lead to `buyers` (those the static filters passed) in the publisher's
+        routing order until one accepts it. Ping/post buyers bid first, all at once. Each
+        reservation writes, in its own round trip, which buyer and lease the lead is about
+        to be offered to (`attempt_key`); a refund clears it again in its round trip. Leases
+        live `lease_ttl_ms`: long enough for a retry to find the lease of a request that died."""
         out = Outcome(skipped=list(skipped or ()))
+        offers = self._bids(buyers, publisher, lead_id, lead, now, out)
+        rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
         lead_json = json.dumps(lead, separators=(",", ":"))
         probe_ttl_ms = self.buyer_timeout_ms + LEASE_MARGIN_MS
-        for buyer in buyers:
-            note = attempt_note(attempt_key, buyer, now, out.attempts, lease_ttl_ms)
+        for offer in order(offers, publisher.routing, rotation):
+            buyer = offer.buyer
+            note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms)
             consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields else ()
-            reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
-                                         probe_ttl_ms=probe_ttl_ms, note=note, consumer=consumer)
+            reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=probe_ttl_ms,
+                                         note=note, consumer=consumer, price_minor=cents(offer.price))
             if reservation.status == "full":
                 out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
                 continue
@@ -102,18 +157,17 @@ class Router:
                 out.waiting_for_rebuild = True
                 continue
             if reservation.status == "circuit_open":
-                out.attempts.append({"buyer_id": buyer.id, "outcome": CIRCUIT_OPEN, "ms": 0})
+                out.attempts.append(attempt_record(offer, CIRCUIT_OPEN, 0))
                 out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
                 metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
-            outcome, ms = self.deliverer.deliver(buyer.endpoint_url,
-                                                 buyer_body(lead_id, publisher.id, buyer.price, lead_json),
-                                                 idempotency_key(publisher.id, lead_id, buyer.id))
-            out.attempts.append({"buyer_id": buyer.id, "outcome": outcome, "ms": ms})
+            outcome, ms = self.deliverer.deliver(buyer.endpoint_url, offer.body(lead_id, publisher.id, lead, lead_json),
+                                                 idempotency_key(publisher.id, lead_id, buyer.id), buyer.delivery)
+            out.attempts.append(attempt_record(offer, outcome, ms))
             metrics.attempt(buyer.id, outcome, ms)
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
-                out.status, out.buyer_id, out.price = "sold", buyer.id, buyer.price
+                out.status, out.buyer_id, out.price = "sold", buyer.id, offer.price
                 out.sold_at, out.lease = now, reservation.lease
                 return out
             # The buyer said no: give the slot back and forget the attempt, in one round trip.
@@ -125,3 +179,81 @@ class Router:
             pipe.delete(attempt_key)
             pipe.execute()
         return out
+
+    def _bids(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
+              now: datetime, out: Outcome) -> list[Offer]:
+        """An offer per buyer: fixed-price buyers as they are; ping/post buyers that have room
+        and an open circuit are pinged at once under one PING_TIMEOUT_MS deadline, and take
+        part at their bid (no usable bid: skipped as no_bid)."""
+        offers = {b.id: Offer(b, b.price) for b in buyers if b.ping is None}
+        pingers = [b for b in buyers if b.ping is not None]
+        if not pingers:
+            return list(offers.values())
+        room = leases.room(self.store, pingers, now, {b.id: max(1, cents(b.ping.min_bid)) for b in pingers})
+        for b in pingers:
+            if room[b.id] is not None:
+                out.skipped.append({"buyer_id": b.id, "reason": room[b.id]})
+        pingers = [b for b in pingers if room[b.id] is None]
+        deadline = time.monotonic() + self.ping_timeout_ms / 1000
+
+        def ping(b: BuyerRule) -> tuple[Decimal | None, Any]:
+            body = b.ping.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher.id, "buyer_id": b.id,
+                                "price": f"{b.price:.2f}"})
+            status, content, failure, _ms = self.deliverer.ping(b.ping.url, body,
+                                                                max(0.001, deadline - time.monotonic()))
+            if failure is not None or not 200 <= status < 300:
+                return None, None
+            return b.ping.read_bid(content)
+
+        for b, (bid, reply) in zip(pingers, fan_out([functools.partial(ping, b) for b in pingers],
+                                                    self.ping_timeout_ms / 1000)):
+            if bid is None:
+                out.skipped.append({"buyer_id": b.id, "reason": "no_bid"})
+            else:
+                offers[b.id] = Offer(b, bid, bid, reply)
+        return [offers[b.id] for b in buyers if b.id in offers]
+
+    def _rotation(self, offers: list[Offer]) -> dict[int, int]:
+        """Round robin: this lead's turn in each priority group, shared by every process (one
+        INCR per group, all in one round trip)."""
+        priorities = sorted({o.buyer.priority for o in offers})
+        if not priorities:
+            return {}
+        pipe = self.store.redis.pipeline(transaction=False)
+        for p in priorities:
+            pipe.incr(keys.round_robin(p))
+        return {p: n - 1 for p, n in zip(priorities, pipe.execute())}
+
+
+def attempt_record(offer: Offer, outcome: str, ms: int) -> dict:
+    attempt = {"buyer_id": offer.buyer.id, "outcome": outcome, "ms": ms}
+    if offer.bid is not None:
+        attempt["bid"] = f"{offer.bid:.2f}"
+    return attempt
+
+
+def fan_out(calls: list, timeout_s: float) -> list:
+    """Run `calls` at once and return their results in order (None for one that failed or
+    was still running at `timeout_s`): greenlets in the gevent-patched web process, threads
+    elsewhere (the CLI, tests in-process)."""
+    if len(calls) == 1:
+        try:
+            return [calls[0]()]
+        except Exception:
+            log.exception("ping failed")
+            return [None]
+    if monkey.is_module_patched("socket"):
+        jobs = [gevent.spawn(c) for c in calls]
+        gevent.joinall(jobs, timeout=timeout_s + 0.05)
+        for job in jobs:
+            job.kill(block=False)
+        return [job.value if job.successful() else None for job in jobs]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+        results = []
+        for f in futures:
+            try:
+                results.append(f.result(timeout=timeout_s + 0.05))
+            except Exception:
+                results.append(None)
+        return results

@@ -42,6 +42,11 @@ def breaker(buyer_id: str) -> str:
     return buyer(buyer_id, "breaker")
 
 
+def round_robin(priority: int) -> str:
+    """Round-robin routing's counter of one priority group, shared by every web process."""
+    return PREFIX + "rr:" + str(priority)
+
+
 def lead_claim(publisher_id: str, lead_id: str) -> str:
     return PREFIX + "{p:" + publisher_id + "}:lead:" + lead_id
 

@@ -7,7 +7,7 @@ from flask import current_app, jsonify
 
 from webhooks.caps import leases
 from webhooks.errors import NotFound
-from webhooks.leads import buyers
+from webhooks.leads import buyers, preview
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.catalog import bump_version
 from webhooks.storage.models import Buyer
@@ -21,7 +21,8 @@ def _redis():
 
 @bp.put("/buyers/<id:buyer_id>")
 def put_buyer(buyer_id: str):
-    row, created = buyers.save(buyer_id, buyers.parse(json_body()))
+    stored = Buyer.get_or_none(Buyer.id == buyer_id)
+    row, created = buyers.save(buyer_id, buyers.parse(json_body(), stored))
     r = _redis()
     if created:
         leases.mark_ready(r, buyer_id)
@@ -45,3 +46,13 @@ def delete_buyer(buyer_id: str):
         raise NotFound(f"no buyer {buyer_id!r}")
     bump_version(_redis())
     return "", 204
+
+
+@bp.post("/buyers/<id:buyer_id>/preview")
+def preview_buyer(buyer_id: str):
+    """The request Floodgate would send this buyer for a sample lead: nothing is sent,
+    reserved or stored."""
+    row = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
+    if row is None:
+        raise NotFound(f"no buyer {buyer_id!r}")
+    return jsonify(preview.request_for(BuyerRule.from_row(row), json_body()))
