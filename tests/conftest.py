@@ -56,6 +56,10 @@ NOT_ON_CLUSTER = {
     "tests/test_settlement.py::test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once":
         _RQ_ON_DB_INDEX,
     "tests/test_settlement.py::test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
+    **{f"tests/test_roundtrips.py::{name}": "counts the writes of one connection to one redis-server" for name in (
+        "test_a_lead_sold_at_its_first_buyer_costs_two_round_trips",
+        "test_each_further_buyer_costs_a_reservation_and_a_refund",
+        "test_a_replay_gives_back_the_reservation_made_with_its_claim")},
     "tests/test_cli.py::test_settlements_status_and_requeue_of_failed_jobs":
         "RQ runs on RQ_REDIS_URL, a single Redis in every deployment; this test enqueues its jobs on "
         "redis_server, a cluster node in this run",

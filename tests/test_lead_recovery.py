@@ -262,7 +262,14 @@ def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_o
         record_property("sold", len(sold))
         record_property("reoffers", sum(len(r) > 1 for r in _offers(buyer_server, caps)))
         record_property("unknown", len(unknown))
-        wait_until(lambda: _ledger_sold() == sold, timeout=60, what="the ledger to settle every answer")
+        try:
+            wait_until(lambda: _ledger_sold() == sold, timeout=60, what="the ledger to settle every answer")
+        except AssertionError:
+            ledger = _ledger_sold()
+            missing = {k: v for k, v in sold.items() if ledger.get(k) != v}
+            extra = {k: v for k, v in ledger.items() if k not in sold}
+            raise AssertionError(f"ledger differs: {len(missing)} sold leads missing or other, {len(extra)} extra: "
+                                 f"{list(missing.items())[:5]} {list(extra.items())[:5]}") from None
     finally:
         server.stop()
 

@@ -10,9 +10,7 @@ from webhooks import logs, metrics
 def create_app(config: config_mod.Config | None = None) -> Flask:
     """The Flask app: config, Redis, database, per-process caches, blueprints."""
     from webhooks.leads.catalog import Catalog
-    from webhooks.leads.delivery import Deliverer
     from webhooks.leads.intake import Intake
-    from webhooks.leads.routing import Router
     from webhooks.leads.settlement import Journal
     from webhooks.storage.db import close_db, init_db
     from webhooks.storage.redis import ReplicaWait, Store, make_queue_redis, make_redis
@@ -38,11 +36,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     app.extensions["queue"] = queue(make_queue_redis(cfg.queue_redis_url))
     app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"], cfg.journal_keep_s)
     app.extensions["catalog"] = Catalog(redis, cfg.config_check_interval_ms / 1000)
-    router = Router(store, settle_redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
-                    cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms)
-    app.extensions["intake"] = Intake(store, settle, router, app.extensions["journal"], cfg.buyer_timeout_ms,
-                                      cfg.lead_replay_ttl_s, cfg.breaker_failures, cfg.breaker_cooldown_ms,
-                                      cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms)
+    app.extensions["intake"] = Intake.build(cfg, store, settle, app.extensions["journal"])
     http.init_app(app)
 
     from webhooks.web.admin import bp as admin_bp

@@ -78,13 +78,38 @@ def expire_at(w: Window) -> int:
     return int((w.end + EXPIRY_GRACE).timestamp())
 
 
-def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
-            note: Note | None = None, consumer: Sequence[str] = (), price_minor: int | None = None
-            ) -> Reservation:
-    """Reserve one lead under every cap of `buyer` at `now` (all or nothing), refusing it as a
-    duplicate when one of `consumer`'s dedupe keys is set. `price_minor` (default: the
-    buyer's price) is what counts against daily_budget. `note`, if given, is written in the
-    same round trip, whatever the outcome."""
+@dataclass(frozen=True)
+class PendingReservation:
+    """One call of lua/reserve_lease.lua, prepared: its keys and arguments, the lease it will
+    open (its id is chosen here, so a note can name it before the call), and how to read the
+    script's answer."""
+
+    script_keys: list
+    args: list
+    lease: Lease
+    caps: list
+
+    def queue(self, store: Store, pipe) -> None:
+        """Add the call to `pipe` (a pipeline of `store.redis`), to share a round trip."""
+        store.queue(pipe, store.reserve_lease, self.script_keys, self.args)
+
+    def result(self, raw: list) -> Reservation:
+        status, lease = raw[0], self.lease
+        if status == "ok":
+            return Reservation("ok", Lease(lease.buyer_id, lease.lease_id, lease.counters, bool(raw[1]),
+                                           int(raw[2]), lease.dedupe))
+        if status == "full":
+            cap = self.caps[int(raw[1]) - 1][0]
+            metrics.cap_refused(lease.buyer_id, cap)
+            return Reservation("full", cap=cap)
+        return Reservation(status)
+
+
+def prepare(buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
+            consumer: Sequence[str] = (), price_minor: int | None = None) -> PendingReservation:
+    """The reservation of one lead under every cap of `buyer` at `now` (all or nothing),
+    refused as a duplicate when one of `consumer`'s dedupe keys is set. `price_minor`
+    (default: the buyer's price) is what counts against daily_budget."""
     caps = windows(buyer, now)
     counters = [counter_key(buyer.id, w) for _, _, w in caps]
     lease_id = os.urandom(12).hex()
@@ -95,26 +120,27 @@ def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int,
     args.append(buyer.dedupe_days * 86_400_000)
     script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
                    keys.leases(buyer.id), *counters, *consumer]
-    lease = Lease(buyer.id, lease_id, tuple(counters), dedupe=tuple(consumer))
+    return PendingReservation(script_keys, args, Lease(buyer.id, lease_id, tuple(counters), dedupe=tuple(consumer)),
+                              caps)
+
+
+def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
+            note: Note | None = None, consumer: Sequence[str] = (), price_minor: int | None = None
+            ) -> Reservation:
+    """`prepare` and make the reservation. `note`, if given, is written in the same round
+    trip, whatever the outcome."""
+    call = prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=probe_ttl_ms, consumer=consumer,
+                   price_minor=price_minor)
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
-            store.redis.set(note.key, note.value(lease), px=note.ttl_ms)
-        result = _reserve_replicated(store, lease, script_keys, args)
-    elif note is None:
-        result = store.reserve_lease(keys=script_keys, args=args)
-    else:
-        pipe = store.redis.pipeline(transaction=False)
-        store.queue(pipe, store.reserve_lease, script_keys, args)
-        pipe.set(note.key, note.value(lease), px=note.ttl_ms)
-        result = pipe.execute()[0]
-    status = result[0]
-    if status == "ok":
-        return Reservation("ok", Lease(buyer.id, lease_id, tuple(counters), bool(result[1]), int(result[2]),
-                                       tuple(consumer)))
-    if status == "full":
-        metrics.cap_refused(buyer.id, caps[int(result[1]) - 1][0])
-        return Reservation("full", cap=caps[int(result[1]) - 1][0])
-    return Reservation(status)
+            store.redis.set(note.key, note.value(call.lease), px=note.ttl_ms)
+        return call.result(_reserve_replicated(store, call.lease, call.script_keys, call.args))
+    if note is None:
+        return call.result(store.reserve_lease(keys=call.script_keys, args=call.args))
+    pipe = store.redis.pipeline(transaction=False)
+    call.queue(store, pipe)
+    pipe.set(note.key, note.value(call.lease), px=note.ttl_ms)
+    return call.result(pipe.execute()[0])
 
 
 def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args: list) -> list:

@@ -9,21 +9,25 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhooks import metrics
 from webhooks.caps import leases
+from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import settlement
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.catalog import Snapshot
-from webhooks.leads.delivery import ACCEPTED, UNKNOWN
+from webhooks.leads.delivery import ACCEPTED, UNKNOWN, Deliverer
 from webhooks.leads.publishers import PublisherRule, key_hash
-from webhooks.leads.routing import Offer, Outcome, Router, attempt_record, candidates, idempotency_key
+from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, attempt_record, candidates, idempotency_key
 from webhooks.leads.settlement import Journal
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.validate import is_id
+from webhooks.validate import cents, is_id
+
+if TYPE_CHECKING:
+    from webhooks.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,15 @@ class Intake:
     claim_margin_ms: int = 10_000
     recovery_window_ms: int = 900_000
 
+    @classmethod
+    def build(cls, cfg: Config, store: Store, settle: Store, journal: Journal) -> Intake:
+        """The lead path of one process, from its config and stores."""
+        router = Router(store, settle.redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
+                        cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms)
+        return cls(store, settle, router, journal, cfg.buyer_timeout_ms, cfg.lead_replay_ttl_s,
+                   cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.lead_claim_margin_ms,
+                   cfg.lead_recovery_window_ms)
+
     def take(self, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
              payload: str, received_at: datetime, request_id: str | None) -> str:
         """Route one lead; return the answer's JSON text (a replay returns the first answer
@@ -85,21 +98,22 @@ class Intake:
         buyers, skipped = candidates(snapshot.buyers, lead.get("state"), publisher.id, now, snapshot.inactive)
         claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
         attempt_key = keys.lead_attempt(publisher.id, lead_id)
-        claim, held, attempt = claims.claim_reading(self.store, keys.lead_claim(publisher.id, lead_id), claim_ttl,
-                                                    claims.new_token(claims.ROUTING), attempt_key)
+        lease_ttl_ms = claim_ttl + self.recovery_window_ms
+        plan = self.router.plan(buyers, publisher)
+        claim, held, attempt, first = self._claim(keys.lead_claim(publisher.id, lead_id), attempt_key, claim_ttl,
+                                                  lease_ttl_ms, plan[0] if plan else None, lead, now)
         if claim is None:
             if held.startswith(claims.ROUTING):
                 raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
             return json.dumps({**json.loads(held), "replayed": True})
 
-        lease_ttl_ms = claim_ttl + self.recovery_window_ms
         try:
             if attempt is not None:
                 # The request that held this claim died while offering the lead to a buyer.
                 outcome = self._recover(json.loads(attempt), snapshot, publisher, lead_id, lead, lease_ttl_ms)
             else:
                 outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
-                                            skipped)
+                                            skipped, plan, first)
         except BaseException:
             self._give_up(claim, attempt_key)
             raise
@@ -113,6 +127,45 @@ class Intake:
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         self._finish(claim, attempt_key, outcome, answer, item)
         return answer
+
+    def _claim(self, claim_key: str, attempt_key: str, claim_ttl: int, lease_ttl_ms: int, offer: Offer | None,
+               lead: dict, now: datetime) -> tuple[claims.Claim | None, str | None, str | None,
+                                                   leases.Reservation | None]:
+        """Claim the lead id and, in the same round trip, reserve its first buyer and note the
+        attempt (lua/claim_lead.lua writes the note only when the claim is ours and no dead
+        request left one). Returns (claim, holder, dead request's note, first reservation).
+        The reservation is made before the claim's answer is known: when the claim is not
+        ours, or a dead request's offer must be finished first, it is withdrawn again (a
+        round trip more on that path only)."""
+        token = claims.new_token(claims.ROUTING)
+        if offer is None or self.store.cap_wait.replicas:  # the WAIT path reserves on its own connection
+            raw = self.store.claim_lead(keys=[claim_key, attempt_key], args=[token, claim_ttl, "", lease_ttl_ms])
+            call = None
+        else:
+            buyer = offer.buyer
+            call = leases.prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=self.router.probe_ttl_ms,
+                                  consumer=consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields
+                                  else (), price_minor=cents(offer.price))
+            note = attempt_note(attempt_key, offer, now, [], lease_ttl_ms).value(call.lease)
+            pipe = self.store.redis.pipeline(transaction=False)
+            self.store.queue(pipe, self.store.claim_lead, [claim_key, attempt_key],
+                             [token, claim_ttl, note, lease_ttl_ms])
+            call.queue(self.store, pipe)
+            raw, reserved = pipe.execute()
+        claimed = raw[0] == 1
+        attempt = raw[1] if claimed and len(raw) > 1 else None
+        first = call.result(reserved) if call is not None else None
+        if first is not None and (not claimed or attempt is not None):
+            if first.status == "ok":
+                try:
+                    leases.finish(self.store, first.lease, leases.WITHDRAWN, breaker_failures=0,
+                                  breaker_cooldown_ms=0)
+                except REDIS_DOWN:
+                    pass  # the slot stays taken, which is safe; reconciliation gives it back
+            first = None
+        if not claimed:
+            return None, raw[1], None, None
+        return claims.Claim(claim_key, token), None, attempt, first
 
     def _recover(self, note: dict, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
                  lease_ttl_ms: int) -> Outcome:

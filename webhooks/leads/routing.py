@@ -128,24 +128,43 @@ class Router:
     breaker_cooldown_ms: int
     ping_timeout_ms: int = 300
 
+    @property
+    def probe_ttl_ms(self) -> int:
+        return self.buyer_timeout_ms + LEASE_MARGIN_MS
+
+    def plan(self, buyers: list[BuyerRule], publisher: PublisherRule) -> list[Offer] | None:
+        """The order of the offers when it needs no I/O (no ping/post buyer, no round-robin
+        counter): then the lead path reserves the first one in its claim's round trip."""
+        if publisher.routing == "round_robin" or any(b.ping is not None for b in buyers):
+            return None
+        return order([Offer(b, b.price) for b in buyers], publisher.routing)
+
     def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
-              now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None) -> Outcome:
+              now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None,
+              plan: list[Offer] | None = None, first: leases.Reservation | None = None) -> Outcome:
         """Offer the lead to `buyers` (those the static filters passed) in the publisher's
         routing order until one accepts it. Ping/post buyers bid first, all at once. Each
         reservation writes, in its own round trip, which buyer and lease the lead is about
         to be offered to (`attempt_key`); a refund clears it again in its round trip. Leases
-        live `lease_ttl_ms`: long enough for a retry to find the lease of a request that died."""
+        live `lease_ttl_ms`: long enough for a retry to find the lease of a request that died.
+        `plan` is the order already drawn (see `plan`) and `first` the reservation of its
+        first offer, made by the caller in its claim's round trip."""
         out = Outcome(skipped=list(skipped or ()))
-        offers = self._bids(buyers, publisher, lead_id, lead, now, out)
-        rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
+        if plan is None:
+            offers = self._bids(buyers, publisher, lead_id, lead, now, out)
+            rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
+            plan = order(offers, publisher.routing, rotation)
         lead_json = json.dumps(lead, separators=(",", ":"))
-        probe_ttl_ms = self.buyer_timeout_ms + LEASE_MARGIN_MS
-        for offer in order(offers, publisher.routing, rotation):
+        for i, offer in enumerate(plan):
             buyer = offer.buyer
-            note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms)
-            consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields else ()
-            reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=probe_ttl_ms,
-                                         note=note, consumer=consumer, price_minor=cents(offer.price))
+            if i == 0 and first is not None:
+                reservation = first
+            else:
+                note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms)
+                consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields else ()
+                reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
+                                             probe_ttl_ms=self.probe_ttl_ms, note=note, consumer=consumer,
+                                             price_minor=cents(offer.price))
             if reservation.status == "full":
                 out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
                 continue

@@ -28,16 +28,6 @@ def claim(store: Store, key: str, ttl_ms: int, token: str | None = None) -> tupl
     return None, result[1]
 
 
-def claim_reading(store: Store, key: str, ttl_ms: int, token: str,
-                  read: str) -> tuple[Claim | None, str | None, str | None]:
-    """`claim`, also reading key `read` (of the same hash slot) in the same round trip when
-    the claim is taken: (Claim, None, value of `read`) or (None, current holder, None)."""
-    result = store.claim_or_get(keys=[key, read], args=[token, ttl_ms])
-    if result[0] == 1:
-        return Claim(key, token), None, result[1]
-    return None, result[1], None
-
-
 def release(store: Store, c: Claim) -> bool:
     """Delete the claim only if it still holds our token."""
     return bool(store.release_claim(keys=[c.key], args=[c.token]))

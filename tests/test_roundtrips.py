@@ -1,0 +1,83 @@
+"""Redis round trips of the lead path, counted on the wire (issue "Performance": a lead sold at
+its first buyer costs two: claim + reserve, then confirm + answer + settle). The lead path is
+built from the same config as the app's, on a Redis client whose connections count what they
+send; a real buyer and the real Redis answer."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+import redis
+
+from webhooks import config
+from webhooks.leads.catalog import load_snapshot
+from webhooks.leads.intake import Intake
+from webhooks.leads.settlement import Journal
+from webhooks.storage.db import db
+from webhooks.storage.redis import Store
+from webhooks.storage.settle_queue import queue
+
+SENT: Counter = Counter()  # round trips per thread
+
+
+class CountingConnection(redis.Connection):
+    """A connection that counts each write to the server (a command, or a whole pipeline)."""
+
+    def send_packed_command(self, command, check_health=True):
+        SENT[threading.get_ident()] += 1
+        return super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+def counted(api, base_env, redis_server):
+    cfg = config.load(base_env)
+    pool = redis.ConnectionPool.from_url(redis_server.url, connection_class=CountingConnection,
+                                         decode_responses=True)
+    store = Store(redis.Redis(connection_pool=pool))
+    store.redis.ping()  # open the connection now: its handshake is not the lead path's
+    journal = Journal(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
+    return Intake.build(cfg, store, store, journal)
+
+
+def _take(intake: Intake, api_key_owner: str, lead_id: str, lead: dict) -> tuple[str, int]:
+    with db.connection_context():
+        snapshot = load_snapshot("test")
+    publisher = next(p for p in snapshot.publishers_by_key.values() if p.id == api_key_owner)
+    me = threading.get_ident()
+    before = SENT[me]
+    answer = intake.take(snapshot, publisher, lead_id, lead, "{}", datetime.now(timezone.utc), None)
+    return answer, SENT[me] - before
+
+
+def test_a_lead_sold_at_its_first_buyer_costs_two_round_trips(api, buyer_server, counted):
+    buyer_server.add("acme")
+    api.put_publisher("surge")
+    api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 10, "daily_budget": "500.00"},
+                  dedupe={"fields": ["email"], "days": 1})
+    answer, trips = _take(counted, "surge", "rt-1", {"email": "a@x.io"})
+    assert '"status": "sold"' in answer
+    assert trips == 2
+
+
+def test_each_further_buyer_costs_a_reservation_and_a_refund(api, buyer_server, counted):
+    buyer_server.add("no", "reject")
+    buyer_server.add("yes")
+    api.put_publisher("surge")
+    api.put_buyer("no", buyer_server.url("no"), priority=1)
+    api.put_buyer("yes", buyer_server.url("yes"), priority=2)
+    answer, trips = _take(counted, "surge", "rt-2", {})
+    assert '"buyer_id": "yes"' in answer
+    assert trips == 4  # claim + reserve "no"; refund "no"; reserve "yes"; confirm + answer + settle
+
+
+def test_a_replay_gives_back_the_reservation_made_with_its_claim(api, buyer_server, counted):
+    buyer = buyer_server.add("acme")
+    api.put_publisher("surge")
+    api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 5})
+    _take(counted, "surge", "rt-3", {})
+    answer, trips = _take(counted, "surge", "rt-3", {})
+    assert '"replayed": true' in answer and len(buyer.received) == 1
+    assert trips == 2  # the claim's round trip, and the withdrawal of the speculative reservation
+    assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 1
