@@ -134,14 +134,66 @@ class Payment(BaseModel):
     amount_minor = pw.BigIntegerField()
     currency = pw.CharField(max_length=3)
     customer = pw.CharField(max_length=254)
-    status = pw.CharField(max_length=16)
+    status = pw.CharField(max_length=24)  # credited | partially_refunded | refunded
     event_type = pw.CharField(max_length=64)
     received_at = DateTime6Field()
     credited_at = DateTime6Field(null=True)
+    refunded_minor = pw.BigIntegerField(default=0)  # sum of its refunds, never above amount_minor
 
     class Meta:
         table_name = "payments"
         indexes = ((("provider", "reference"), True),)
+
+
+class Refund(BaseModel):
+    """A refund or reversal of a payment: debits the payer's wallet once per (provider, reference)."""
+
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)  # the refund's own reference
+    payment_reference = pw.CharField(max_length=128)
+    amount_minor = pw.BigIntegerField()
+    currency = pw.CharField(max_length=3)
+    customer = pw.CharField(max_length=254)
+    event_type = pw.CharField(max_length=64)
+    received_at = DateTime6Field()
+    debited_at = DateTime6Field()
+
+    class Meta:
+        table_name = "refunds"
+        indexes = (
+            (("provider", "reference"), True),
+            (("provider", "payment_reference"), False),
+        )
+
+
+class PaymentEvent(BaseModel):
+    """The outbox: one event per wallet change, inserted in the transaction that makes it and
+    delivered to PAYMENT_EVENTS_URL by the worker (webhooks/payments/outbox.py)."""
+
+    id = pw.BigAutoField()
+    event_id = pw.CharField(max_length=64, unique=True)  # the stable webhook-id
+    type = pw.CharField(max_length=32)  # wallet.credited | wallet.debited
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)  # the payment's or the refund's
+    customer = pw.CharField(max_length=254)
+    body = pw.TextField()  # the JSON sent, fixed when the event is made
+    status = pw.CharField(max_length=16)  # pending | delivered | failed
+    attempts = pw.IntegerField(default=0)
+    created_at = DateTime6Field()
+    next_attempt_at = DateTime6Field()
+    first_attempt_at = DateTime6Field(null=True)
+    last_attempt_at = DateTime6Field(null=True)
+    delivered_at = DateTime6Field(null=True)
+    last_error = pw.CharField(max_length=500, null=True)
+
+    class Meta:
+        table_name = "payment_events"
+        indexes = (
+            (("provider", "type", "reference"), True),
+            (("status", "customer", "id"), False),
+            (("status", "next_attempt_at"), False),
+        )
 
 
 class Wallet(BaseModel):
@@ -195,4 +247,5 @@ class AuditLog(BaseModel):
 
 ALL_MODELS = [
     SchemaMigration, Publisher, Buyer, Lead, LeadAttempt, Payment, Wallet, WebhookDelivery, AuditLog,
+    Refund, PaymentEvent,
 ]
