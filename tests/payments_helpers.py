@@ -130,6 +130,57 @@ def payload(provider: str, reference: str, amount_minor: int, currency: str = "N
     return body
 
 
+# Refund and reversal events, from each provider's own text (docs/payments.md, "Refunds and
+# reversals"): Paystack's doc snippets (refund.processed), Monnify's SDKs' RefundEventData
+# (SUCCESSFUL_REFUND), a Stripe Refund object (refund.created / refund.updated /
+# charge.refund.updated), and API.md's standard example. Flutterwave and Interswitch have none.
+REFUND_PROVIDERS = ("paystack", "monnify", "stripe", "standard")
+PAYSTACK_REFUND = {"event": "refund.processed", "data": {
+    "status": "processed", "transaction_reference": "T2154954_412829_3be32076_6lcg3",
+    "refund_reference": "132013318360", "amount": "5000", "currency": "NGN", "processor": "mpgs_zen",
+    "customer": {"first_name": "Damilola", "last_name": "Kwabena", "email": "damilola@email.com"},
+    "integration": 412829, "domain": "live"}}
+MONNIFY_REFUND = {"eventType": "SUCCESSFUL_REFUND", "eventData": {
+    "merchantReason": "Order cancelled", "transactionReference": "MNFY|76|20211117154810|000001",
+    "completedOn": "2021-11-18 10:12:40.0", "refundStatus": "COMPLETED", "customerNote": "Refund",
+    "createdOn": "2021-11-18 10:11:02.0", "refundReference": "refund-0001", "refundAmount": 100.00}}
+STRIPE_REFUND = {"id": "evt_3OXYR", "object": "event", "api_version": "2024-10-28.acacia", "created": 1700000100,
+                 "livemode": False, "pending_webhooks": 1, "type": "refund.created",
+                 "request": {"id": "req_1", "idempotency_key": None},
+                 "data": {"object": {"id": "re_3OXYZ", "object": "refund", "amount": 1000, "currency": "usd",
+                                     "charge": "ch_3OXYZ", "payment_intent": "pi_3OXYZ", "reason": None,
+                                     "status": "succeeded", "created": 1700000100}}}
+STANDARD_REFUND = {"type": "payment.refunded", "data": {"reference": "rf_1", "payment_reference": "pay_1",
+                                                          "amount_minor": 2000, "currency": "NGN",
+                                                          "customer": {"email": "ada@example.com"}}}
+
+
+def refund_payload(provider: str, reference: str, payment_reference: str, amount_minor: int,
+                   currency: str = "NGN", email: str = "ada@example.com") -> dict:
+    """The provider's documented refund event for this refund of `payment_reference`."""
+    if provider == "paystack":
+        body = copy.deepcopy(PAYSTACK_REFUND)
+        body["data"].update(refund_reference=reference, transaction_reference=payment_reference,
+                            amount=str(amount_minor), currency=currency)
+        body["data"]["customer"]["email"] = email
+    elif provider == "monnify":  # names neither currency nor payer: the payment's are used
+        body = copy.deepcopy(MONNIFY_REFUND)
+        body["eventData"].update(refundReference=reference, transactionReference=payment_reference,
+                                 refundAmount=_major(amount_minor, currency))
+    elif provider == "stripe":  # no payer e-mail on a Refund
+        body = copy.deepcopy(STRIPE_REFUND)
+        body["data"]["object"].update(id=reference, payment_intent=payment_reference, amount=amount_minor,
+                                      currency=currency.lower())
+    elif provider == "standard":
+        body = copy.deepcopy(STANDARD_REFUND)
+        body["data"].update(reference=reference, payment_reference=payment_reference, amount_minor=amount_minor,
+                            currency=currency)
+        body["data"]["customer"]["email"] = email
+    else:
+        raise ValueError(f"{provider} documents no refund webhook")
+    return body
+
+
 def signed_headers(provider: str, raw: bytes, secret: str | None = None, at: float | None = None) -> dict:
     """The headers the provider would send with `raw`, signed with `secret` at time `at`."""
     secret = SECRET[provider] if secret is None else secret

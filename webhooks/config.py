@@ -5,6 +5,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError
 from webhooks.payments.signatures import standard_key
@@ -60,6 +61,14 @@ class Config:
     flutterwave_verify: bool = False  # re-check each Flutterwave payment with its verify endpoint
     flutterwave_api_base: str = "https://api.flutterwave.com"
     flutterwave_secret_key: str = ""  # the API secret key that verify endpoint needs
+    # Payment events to the application (webhooks/payments/outbox.py): where, signed with which
+    # whsec_ secrets (two while rotating: both sign), and how deliveries are retried.
+    payment_events_url: str = ""  # empty: wallet changes are not announced
+    payment_events_secrets: tuple[str, ...] = ()
+    payment_events_timeout_ms: int = 10_000  # one delivery's whole request
+    payment_events_retry_base_ms: int = 1_000  # first back-off; doubles per failed attempt
+    payment_events_retry_max_ms: int = 3_600_000  # back-off never grows past this (1 h)
+    payment_events_retry_for_s: int = 86_400  # failing for this long (24 h): `failed`
 
     @property
     def queue_redis_url(self) -> str:
@@ -91,6 +100,10 @@ _INTS = {
     "OPS_SESSION_TTL_S": "ops_session_ttl_s",
     "WEB_CONCURRENCY": "web_concurrency",
     "WORKER_CONNECTIONS": "worker_connections",
+    "PAYMENT_EVENTS_TIMEOUT_MS": "payment_events_timeout_ms",
+    "PAYMENT_EVENTS_RETRY_BASE_MS": "payment_events_retry_base_ms",
+    "PAYMENT_EVENTS_RETRY_MAX_MS": "payment_events_retry_max_ms",
+    "PAYMENT_EVENTS_RETRY_FOR_S": "payment_events_retry_for_s",
 }
 _ZERO_OK = {"CAP_WAIT_REPLICAS"}  # 0: do not wait for replicas
 _STRS = {
@@ -103,6 +116,7 @@ _STRS = {
     "PROMETHEUS_MULTIPROC_DIR": "metrics_dir",
     "FLUTTERWAVE_API_BASE": "flutterwave_api_base",
     "FLUTTERWAVE_SECRET_KEY": "flutterwave_secret_key",
+    "PAYMENT_EVENTS_URL": "payment_events_url",
 }
 MIN_ADMIN_TOKEN = 24
 
@@ -129,6 +143,7 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     values["secrets"] = _provider_secrets(env)
     values["ops_insecure_cookie"] = _switch(env, "OPS_INSECURE_COOKIE")
     values["flutterwave_verify"] = _switch(env, "FLUTTERWAVE_VERIFY")
+    values["payment_events_secrets"] = _events_secrets(env)
     known = {f.name for f in fields(Config)}
     unknown = set(overrides) - known
     if unknown:
@@ -143,7 +158,39 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
         raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
     values["log_level"] = level
     _check_secrets(values)
+    _check_payment_events(values)
     return Config(**values)
+
+
+def _events_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """PAYMENT_EVENTS_SECRET: one whsec_ secret, or two while the application's receiver moves
+    from the old to the new one (each event is then signed with both)."""
+    var = "PAYMENT_EVENTS_SECRET"
+    secrets = tuple(env.get(var, "").split())
+    if len(secrets) > 2:
+        raise ConfigError(f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
+                          "separated by a space) while rotating")
+    for i, secret in enumerate(secrets, 1):
+        try:
+            standard_key(secret)
+        except ValueError as exc:
+            raise ConfigError(f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed by the "
+                              "base64 of the key (Standard Webhooks)") from None
+    return secrets
+
+
+def _check_payment_events(values: dict) -> None:
+    url = values.get("payment_events_url", "")
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError("PAYMENT_EVENTS_URL must be an http(s) URL with a host")
+        if not values.get("payment_events_secrets"):
+            raise ConfigError("PAYMENT_EVENTS_URL needs PAYMENT_EVENTS_SECRET, the whsec_ secret that signs "
+                              "each event (Standard Webhooks)")
+    base = values.get("payment_events_retry_base_ms", Config.payment_events_retry_base_ms)
+    if base > values.get("payment_events_retry_max_ms", Config.payment_events_retry_max_ms):
+        raise ConfigError("PAYMENT_EVENTS_RETRY_BASE_MS must not exceed PAYMENT_EVENTS_RETRY_MAX_MS")
 
 
 def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

@@ -90,6 +90,21 @@ class NotConfirmed(FloodgateError):
     code = "verification_failed"
 
 
+class PaymentNotFound(FloodgateError):
+    """A refund of a payment the ledger does not hold yet: nothing debited; the provider retries."""
+
+    status = 409
+    code = "payment_not_found"
+
+
+class RefundExceedsPayment(FloodgateError):
+    """A refund that would take the refunds of its payment past the payment's amount: nothing
+    debited, flagged for review."""
+
+    status = 422
+    code = "refund_exceeds_payment"
+
+
 class Unavailable(FloodgateError):
     """A backing service (Redis, the database) cannot be reached: nothing was done."""
 

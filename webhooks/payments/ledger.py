@@ -1,5 +1,6 @@
 """The payment ledger: the one transaction that credits a payment, the Redis `processed` marker
 that short-cuts repeats, the audit trail of every delivery, and the reads the admin API shows.
+(Refunds, which debit, are in refunds.py; the events both announce, in outbox.py.)
 
 The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what makes a credit
 happen at most once: a second insert of the same reference fails inside its transaction, which
@@ -12,14 +13,16 @@ import json
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import peewee as pw
 
 from webhooks.errors import ReferenceConflict
-from webhooks.payments.events import PaymentEvent
+from webhooks.payments import outbox
+from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.storage import audit, keys
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
@@ -33,6 +36,7 @@ BODY_CAP = 64 * 1024  # bytes of each delivery body kept for audit and replay
 DEADLOCK_ATTEMPTS = 4
 MYSQL_DEADLOCK = 1213
 _KEPT_HEADERS = ("content-type", "user-agent")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
                     utcnow(), len(raw), hashlib.sha256(raw).hexdigest())
 
 
-def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | None = None) -> None:
+def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
     """Add the verified delivery to webhook_deliveries (in the caller's transaction, if any)."""
     WebhookDelivery.insert(
         provider=d.provider, reference=event.reference if event else None,
@@ -91,16 +95,29 @@ def record_unconfirmed(d: Delivery, event: PaymentEvent, reason: str) -> None:
         record(d, "verification_failed", 422, event)
 
 
-def _marker(event: PaymentEvent) -> str:
-    return keys.payment(event.provider, event.reference, "processed")
+def _key(event: PaymentEvent | RefundEvent, what: str) -> str:
+    """A payment's or a refund's Redis key (refunds have a key space of their own)."""
+    if isinstance(event, RefundEvent):
+        return keys.refund(event.provider, event.reference, what)
+    return keys.payment(event.provider, event.reference, what)
 
 
-def processed(r, event: PaymentEvent) -> bool:
-    """True when this exact payment (same amount, currency, payer) was credited before."""
+def _marker(event: PaymentEvent | RefundEvent) -> str:
+    return _key(event, "processed")
+
+
+def claim_key(event: PaymentEvent | RefundEvent) -> str:
+    """The key a request claims while it credits the payment (or debits the refund)."""
+    return _key(event, "claim")
+
+
+def processed(r, event: PaymentEvent | RefundEvent) -> bool:
+    """True when this exact payment (same amount, currency, payer) was credited before, or this
+    exact refund debited."""
     return r.get(_marker(event)) == event.fingerprint
 
 
-def mark_processed(r, event: PaymentEvent) -> None:
+def mark_processed(r, event: PaymentEvent | RefundEvent) -> None:
     """Set the fast-path marker after commit; losing it only costs the next repeat a DB read."""
     try:
         r.set(_marker(event), event.fingerprint, ex=PROCESSED_TTL_S)
@@ -119,6 +136,12 @@ def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
     query.execute()
 
 
+def balance(customer: str, currency: str) -> int:
+    """One wallet's balance, read inside the caller's transaction (which holds its row lock)."""
+    return Wallet.select(Wallet.balance_minor).where(Wallet.customer == customer,
+                                                     Wallet.currency == currency).scalar()
+
+
 def _is_deadlock(exc: pw.OperationalError) -> bool:
     """peewee re-raises PyMySQL's error as (original, errno, message): look for errno 1213."""
     codes = [a for a in exc.args if isinstance(a, int)]
@@ -126,32 +149,46 @@ def _is_deadlock(exc: pw.OperationalError) -> bool:
     return MYSQL_DEADLOCK in codes
 
 
-def credit(event: PaymentEvent, d: Delivery) -> str:
-    """Insert the payment, credit its wallet and record the delivery, in one transaction.
+def retrying_deadlocks(transaction: Callable[[], T], what: str) -> T:
+    """Run `transaction` (which opens its own); an InnoDB deadlock rolls it back and it is run
+    again, up to DEADLOCK_ATTEMPTS times."""
+    attempt = 1
+    while True:
+        try:
+            return transaction()
+        except pw.OperationalError as exc:
+            if attempt >= DEADLOCK_ATTEMPTS or not _is_deadlock(exc):
+                raise
+            log.info("deadlock %s, retrying", what)
+            time.sleep(random.uniform(0.005, 0.02) * attempt)
+            attempt += 1
+
+
+def credit(event: PaymentEvent, d: Delivery, announce: bool = False) -> str:
+    """Insert the payment, credit its wallet and record the delivery, in one transaction; with
+    `announce` (PAYMENT_EVENTS_URL set), also its `wallet.credited` event (the outbox).
 
     Returns "credited", or "duplicate" when the reference is already in the ledger with the
     same amount, currency and payer; raises ReferenceConflict when it is there with others.
     An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
-    attempt = 1
-    while True:
-        try:
-            with db.atomic():
-                now = utcnow()
-                Payment.insert(provider=event.provider, reference=event.reference,
-                               amount_minor=event.amount_minor, currency=event.currency,
-                               customer=event.customer, status="credited", event_type=event.event_type,
-                               received_at=d.received_at, credited_at=now).execute()
-                _credit_wallet(event, now)
-                record(d, "credited", 200, event)
-            return "credited"
-        except pw.IntegrityError as exc:
-            return _already_known(event, d, exc)
-        except pw.OperationalError as exc:
-            if attempt >= DEADLOCK_ATTEMPTS or not _is_deadlock(exc):
-                raise
-            log.info("deadlock crediting %s:%s, retrying", event.provider, event.reference)
-            time.sleep(random.uniform(0.005, 0.02) * attempt)
-            attempt += 1
+    def transaction() -> str:
+        with db.atomic():
+            now = utcnow()
+            Payment.insert(provider=event.provider, reference=event.reference,
+                           amount_minor=event.amount_minor, currency=event.currency,
+                           customer=event.customer, status="credited", event_type=event.event_type,
+                           received_at=d.received_at, credited_at=now).execute()
+            _credit_wallet(event, now)
+            if announce:  # the wallet row is locked by the upsert: its balance is this change's
+                outbox.record(outbox.CREDITED, event.provider, event.reference, event.customer, event.currency,
+                              event.amount_minor, balance(event.customer, event.currency), now)
+            record(d, "credited", 200, event)
+        return "credited"
+
+    try:
+        return retrying_deadlocks(transaction, f"crediting {event.provider}:{event.reference}")
+    except pw.IntegrityError as exc:
+        return _already_known(event, d, exc)
 
 
 def _already_known(event: PaymentEvent, d: Delivery, exc: pw.IntegrityError) -> str:
@@ -185,7 +222,7 @@ def payment_record(p: Payment) -> dict:
     return {"provider": p.provider, "reference": p.reference, "amount_minor": p.amount_minor,
             "currency": p.currency, "customer": p.customer, "status": p.status,
             "event_type": p.event_type, "received_at": _iso(p.received_at),
-            "credited_at": _iso(p.credited_at)}
+            "credited_at": _iso(p.credited_at), "refunded_minor": p.refunded_minor}
 
 
 def balances(customer: str) -> dict[str, int]:

@@ -75,3 +75,17 @@ def ops_session(session_digest: str) -> str:
     """An /ops browser session, by the SHA-256 of its cookie (a copy of Redis holds no live
     cookie); its value binds it to the admin token it was opened with, its TTL ends it."""
     return PREFIX + "ops:session:" + session_digest
+
+
+def refund(provider: str, reference: str, what: str) -> str:
+    """A refund's claim and processed marker: a key space of their own, so that a refund
+    reference can never collide with a payment reference of the same provider."""
+    return PREFIX + "{ref:" + provider + ":" + reference + "}:" + what
+
+
+# The payment events outbox (webhooks/payments/outbox.py), on the queue's Redis: a drain job is
+# scheduled or running while OUTBOX_SCHEDULED lives; OUTBOX_WAKE wakes a lingering one; only the
+# holder of OUTBOX_LOCK delivers, so one customer's events go out one after the other.
+OUTBOX_SCHEDULED = PREFIX + "outbox:scheduled"
+OUTBOX_WAKE = PREFIX + "outbox:wake"
+OUTBOX_LOCK = PREFIX + "outbox:lock"

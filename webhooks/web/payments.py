@@ -1,19 +1,22 @@
 """POST /v1/webhooks/<provider>: exactly-once payment webhooks (see DESIGN.md, Payment path).
 
 Reject, verify, dedupe, act, answer. A claim held by another request answers 409 in_flight,
-never 200: that request may still fail, and a 200 would stop the provider's retries.
+never 200: that request may still fail, and a 200 would stop the provider's retries. A refund
+or reversal takes the same steps under its own reference and debits (refunds.py); each credit
+and debit announces itself to the application through the outbox (outbox.py) when
+PAYMENT_EVENTS_URL is set.
 """
 from __future__ import annotations
 
 import logging
 import time
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from webhooks import metrics
-from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound
-from webhooks.payments import events, flutterwave, ledger, signatures
-from webhooks.storage import claims, keys
+from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
+from webhooks.payments import events, flutterwave, ledger, refunds, signatures
+from webhooks.storage import claims, outbox_queue
 from webhooks.storage.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,25 @@ def _secrets(provider: str) -> tuple[str, ...]:
     return secrets
 
 
+def _payment_not_found(exc: PaymentNotFound, watch: _Stopwatch) -> Response:
+    """409 for a refund of a payment not in the ledger yet: the provider retries it. The body is
+    the in_flight answer's shape and the error shape at once (`status` and `error.code`)."""
+    resp = jsonify({"status": exc.code, "error": {"code": exc.code, "message": exc.message}})
+    resp.status_code = exc.status
+    resp.headers["Server-Timing"] = watch.header()
+    return resp
+
+
+def _announce() -> None:
+    """A credit or debit committed its event: wake the worker that delivers it. If Redis is
+    down the event still is in the database, and the scheduled sweep starts its delivery."""
+    ext = current_app.extensions
+    try:
+        outbox_queue.signal(ext["settle_redis"], ext["queue"], g.get("request_id"))
+    except REDIS_DOWN as exc:
+        log.warning("payment event committed, worker not woken (the sweep will deliver it): %s", exc)
+
+
 def _release(store, claim: claims.Claim) -> None:
     """Give the claim back; if Redis is gone it expires by itself."""
     try:
@@ -106,7 +128,8 @@ def receive(provider: str):
         ledger.record(delivery, exc.code, 400)
         raise
     watch.lap("parse")
-    if not event.succeeded:
+    refund = isinstance(event, events.RefundEvent)
+    if not refund and not event.succeeded:
         ledger.record(delivery, "ignored", 200, event)
         return _answer("ignored", 200, watch)
 
@@ -116,18 +139,27 @@ def receive(provider: str):
         watch.lap("dedupe")
         ledger.record(delivery, "duplicate", 200, event)
         return _answer("duplicate", 200, watch)
-    ttl_ms = current_app.config["FLOODGATE"].payment_claim_ttl_ms
-    claim, _holder = claims.claim(store, keys.payment(provider, event.reference, "claim"), ttl_ms)
+    cfg = current_app.config["FLOODGATE"]
+    claim, _holder = claims.claim(store, ledger.claim_key(event), cfg.payment_claim_ttl_ms)
     watch.lap("dedupe")
     if claim is None:
         ledger.record(delivery, "in_flight", 409, event)
         return _answer("in_flight", 409, watch)
 
+    announce = bool(cfg.payment_events_url)
     try:
-        _confirm(event, delivery)
-        verdict = ledger.credit(event, delivery)  # commits, or raises: nothing kept
+        # each commits, or raises: nothing kept
+        if refund:
+            verdict = refunds.debit(event, delivery, announce)
+        else:
+            _confirm(event, delivery)
+            verdict = ledger.credit(event, delivery, announce)
         ledger.mark_processed(r, event)
+    except PaymentNotFound as exc:
+        return _payment_not_found(exc, watch)
     finally:
         _release(store, claim)
     watch.lap("ledger")
+    if announce and verdict != "duplicate":
+        _announce()
     return _answer(verdict, 200, watch)

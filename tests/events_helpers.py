@@ -1,0 +1,146 @@
+"""The application's side of the payment events, for the tests: a real local HTTP server that
+verifies every delivery with the standardwebhooks library (as an application would), and a
+way to run the outbox's delivery batches in this process (the fast tier; e2e tests run the
+real RQ worker)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from tests.servers import wait_until
+from webhooks.payments import outbox
+from webhooks.storage.db import db
+
+EVENTS_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"  # the application's Standard Webhooks secret
+FAST = outbox.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s
+
+
+@dataclass
+class Arrival:
+    """One POST the receiver got: its webhook-id, body, whether its signature verified, and the
+    status it was answered with (None while held, or when never answered)."""
+
+    event_id: str
+    body: dict | None
+    verified: bool
+    status: int | None = None
+    at: float = field(default_factory=time.time)
+
+
+class EventReceiver:
+    """The application: answers 2xx to each verified event, unless told to fail (`fail`: a
+    predicate of the body, or `fail_next` requests), to hold requests open (`hold()`), or is
+    stopped (connections refused) and started again on the same port."""
+
+    def __init__(self, secret: str = EVENTS_SECRET):
+        self.webhook = Webhook(secret)
+        self.lock = threading.Lock()
+        self.arrivals: list[Arrival] = []
+        self.fail_next = 0
+        self.fail = None  # body -> bool: answer 500 to matching events
+        self.released = threading.Event()
+        self.released.set()
+        self.httpd: ThreadingHTTPServer | None = None
+        self.port = 0
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/floodgate-events"
+
+    def start(self) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                try:
+                    body = outer.webhook.verify(raw, dict(self.headers.items()))
+                    verified = True
+                except WebhookVerificationError:
+                    body, verified = None, False
+                arrival = Arrival(self.headers.get("webhook-id", ""), body, verified)
+                with outer.lock:
+                    outer.arrivals.append(arrival)
+                    failing = outer.fail_next > 0
+                    outer.fail_next -= failing
+                outer.released.wait(60)
+                if not verified:
+                    status = 401
+                elif failing or (outer.fail is not None and outer.fail(body)):
+                    status = 500
+                else:
+                    status = 204
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    arrival.status = status
+                except OSError:
+                    pass  # the sender is gone (killed mid-delivery)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        """Down: the port refuses connections until start()."""
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+
+    def hold(self) -> None:
+        """Keep every request from now on open, unanswered, until release()."""
+        self.released.clear()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def accepted(self) -> list[Arrival]:
+        """Verified events answered 2xx, in the order they arrived."""
+        with self.lock:
+            return [a for a in self.arrivals if a.verified and a.status is not None and a.status < 300]
+
+    def accepted_ids(self) -> set[str]:
+        return {a.event_id for a in self.accepted()}
+
+    def close(self) -> None:
+        self.release()
+        self.stop()
+
+
+def deliver_inline(url: str, policy: outbox.RetryPolicy = FAST, secret: str = EVENTS_SECRET,
+                   until=None, timeout: float = 30) -> None:
+    """Run the worker's delivery batches in this process until `until()` (default: nothing is
+    pending), as workers/outbox.py's drain does."""
+    sender = outbox.Sender(url, (secret,), timeout_s=5)
+    done = until or (lambda: outbox.counts()[outbox.PENDING] == 0)
+    with ThreadPoolExecutor(8) as pool, db.connection_context():
+        def step():
+            outbox.deliver_due(sender, policy, pool)
+            return done()
+
+        wait_until(step, timeout=timeout, interval=0.01, what="payment events delivered")
+
+
+def event_rows() -> list[dict]:
+    """Every outbox row, oldest first, with its body parsed."""
+    from webhooks.storage.models import PaymentEvent
+
+    with db.connection_context():
+        return [{"id": e.event_id, "type": e.type, "status": e.status, "customer": e.customer,
+                 "attempts": e.attempts, "body": json.loads(e.body)}
+                for e in PaymentEvent.select().order_by(PaymentEvent.id)]

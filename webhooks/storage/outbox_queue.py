@@ -1,0 +1,61 @@
+"""The Redis side of the payment events outbox: a committed wallet change wakes the worker, and
+one drain job at a time delivers (as the settlement queue does for leads: one job, many events).
+
+The events themselves live in the database (payment_events), written in the transaction of the
+wallet change. Everything here may be lost with Redis: the scheduled sweep (workers/outbox.py)
+starts a drain again from what the database holds, so delivery depends only on the database.
+"""
+from __future__ import annotations
+
+import logging
+
+from rq import Queue
+
+from webhooks.storage import keys
+from webhooks.storage.settle_queue import RETRY
+
+log = logging.getLogger(__name__)
+
+JOB_TIMEOUT = 180  # a drain hands over to a fresh job well before this (workers/outbox.py)
+SCHEDULED_TTL_MS = 60_000  # a drain is scheduled or running while keys.OUTBOX_SCHEDULED lives
+
+
+def enqueue_drain(q: Queue, **meta) -> None:
+    """Ask a worker to deliver the pending payment events."""
+    q.enqueue("workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
+              description="deliver payment events")
+
+
+def signal(queue_r, q: Queue, request_id: str | None = None) -> None:
+    """After a commit that made an event: wake a drain that is waiting for work, and start one
+    unless one is scheduled already. One round trip (plus the enqueue when one is needed)."""
+    pipe = queue_r.pipeline(transaction=False)
+    pipe.lpush(keys.OUTBOX_WAKE, "1")
+    pipe.ltrim(keys.OUTBOX_WAKE, 0, 0)  # one wake-up is as good as many
+    pipe.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
+    if pipe.execute()[-1]:
+        enqueue_drain(q, request_id=request_id)
+
+
+def ensure_drain(queue_r, q: Queue) -> bool:
+    """Start a drain unless one is scheduled or running (the sweep); True when one was enqueued."""
+    if queue_r.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
+        enqueue_drain(q, reason="sweep")
+        return True
+    return False
+
+
+def still_draining(queue_r) -> None:
+    """A running drain keeps the flag alive, so that commits wake it instead of enqueueing more."""
+    queue_r.set(keys.OUTBOX_SCHEDULED, "1", px=SCHEDULED_TTL_MS)
+
+
+def wait_for_work(queue_r, timeout_s: float) -> bool:
+    """Block until a commit signals new events, at most `timeout_s`; True when one did."""
+    return queue_r.blpop([keys.OUTBOX_WAKE], timeout=max(0.01, timeout_s)) is not None
+
+
+def stop_draining(queue_r) -> None:
+    """Clear the flag before a drain's last look at the database: a commit after that look
+    finds the flag gone and starts a new drain."""
+    queue_r.delete(keys.OUTBOX_SCHEDULED)
