@@ -1,0 +1,179 @@
+"""The buyers of the soak (bench/soak.py) and the receiver of payment events, in one process.
+
+    python bench/soak_buyers.py PORT LOG_PATH BUYER_TIMEOUT_MS
+
+A bare keep-alive HTTP/1.1 server on gevent (as bench/buyer_server.py, for low CPU per lead):
+- `POST /<buyer>`: a buyer endpoint. `acme` and `steady` accept in 5-30 ms; `flaky` answers
+  500 to 8% of new leads and rejects 4%; `slow` answers in 250-650 ms. A buyer that sees an
+  `Idempotency-Key` again answers as it did the first time (API.md), and counts the lead once.
+- `POST /_events`: the payment-events receiver (answers 200, records `webhook-id`).
+- `GET /_hang/<buyer>/<seconds>`: that buyer stops answering for `seconds`: each post
+  arriving meanwhile is held until the hang ends, then its connection closed unanswered.
+- `GET /_stats`: per buyer, the time of its last accepted lead.
+
+Every post is one JSON line in LOG_PATH: buyer, key, answer, arrival time (epoch s), how long
+it was held (ms), and whether it was a repeat of a key already seen. An accept sent later
+than BUYER_TIMEOUT_MS after arrival is marked `late` (Floodgate has timed it out by then).
+"""
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+import gevent
+from gevent.server import StreamServer
+
+BUYERS = {
+    # name: (delay range s, P(error 500), P(reject))
+    "acme": ((0.005, 0.03), 0.0, 0.0),
+    "flaky": ((0.005, 0.03), 0.08, 0.04),
+    "slow": ((0.25, 0.65), 0.0, 0.0),
+    "steady": ((0.005, 0.03), 0.0, 0.0),
+}
+ANSWERS = {
+    "accept": (200, b'{"accepted": true}'),
+    "reject": (200, b'{"accepted": false, "reason": "not today"}'),
+    "error": (500, b'{"error": "boom"}'),
+    "ok": (200, b'{"ok": true}'),
+}
+
+
+class State:
+    def __init__(self, log_path: str, timeout_ms: int):
+        self.log = open(log_path, "a", buffering=1 << 16)  # noqa: SIM115  (open for the process)
+        self.timeout_s = timeout_ms / 1000
+        self.decided: dict[str, str] = {}  # Idempotency-Key -> first answer
+        self.seen: set[str] = set()
+        self.hang_until: dict[str, float] = {}
+        self.last_accept: dict[str, float] = {}
+        self.rng = random.Random(11)
+
+    def write(self, record: dict) -> None:
+        self.log.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def flusher(self) -> None:
+        while True:
+            gevent.sleep(1)
+            self.log.flush()
+
+
+STATE: State
+
+
+def reply(sock, status: int, body: bytes) -> None:
+    reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}.get(status, "OK")
+    sock.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                 % (status, reason.encode(), len(body)) + body)
+
+
+def read_request(sock, buf: bytes):
+    """(method, path, headers, body, rest of buf) of the next request, or None at EOF."""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    method, path, _ = lines[0].decode("latin-1").split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+    length = int(headers.get("content-length", 0))
+    while len(buf) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    return method, path, headers, buf[:length], buf[length:]
+
+
+def buyer_post(sock, name: str, headers: dict) -> bool:
+    """Answer one post to buyer `name`; False when the connection must be closed."""
+    s = STATE
+    arrived = time.time()
+    key = headers.get("idempotency-key", "")
+    repeat = key in s.seen
+    s.seen.add(key)
+    if s.hang_until.get(name, 0) > arrived:
+        gevent.sleep(s.hang_until[name] - arrived)
+        s.write({"b": name, "k": key, "a": "hung", "t": round(arrived, 3),
+                 "ms": round((time.time() - arrived) * 1000), "r": repeat})
+        return False  # hold, then drop: no answer at all
+    delays, p_error, p_reject = BUYERS[name]
+    answer = s.decided.get(key)
+    if answer is None:
+        x = s.rng.random()
+        answer = "error" if x < p_error else "reject" if x < p_error + p_reject else "accept"
+        s.decided[key] = answer
+    gevent.sleep(s.rng.uniform(*delays))
+    status, body = ANSWERS[answer]
+    try:
+        reply(sock, status, body)
+    except OSError:
+        answer += "-unsent"
+    held = time.time() - arrived
+    record = {"b": name, "k": key, "a": answer, "t": round(arrived, 3), "ms": round(held * 1000), "r": repeat}
+    if answer == "accept":
+        s.last_accept[name] = time.time()
+        if held > s.timeout_s:
+            record["late"] = True
+    s.write(record)
+    return True
+
+
+def handle(sock, _addr) -> None:
+    buf = b""
+    try:
+        while True:
+            req = read_request(sock, buf)
+            if req is None:
+                return
+            method, path, headers, body, buf = req
+            parts = path.strip("/").split("/")
+            if method == "POST" and parts[0] in BUYERS:
+                if not buyer_post(sock, parts[0], headers):
+                    return
+            elif method == "POST" and parts[0] == "_events":
+                try:
+                    event = json.loads(body)
+                    data = event.get("data", {})
+                except ValueError:
+                    event, data = {}, {}
+                STATE.write({"b": "_events", "id": headers.get("webhook-id"), "type": event.get("type"),
+                             "provider": data.get("provider"), "ref": data.get("reference"),
+                             "amount": data.get("amount_minor"), "t": round(time.time(), 3)})
+                reply(sock, *ANSWERS["ok"])
+            elif method == "GET" and parts[0] == "_hang" and len(parts) == 3:
+                STATE.hang_until[parts[1]] = time.time() + float(parts[2])
+                reply(sock, *ANSWERS["ok"])
+            elif method == "GET" and parts[0] == "_stats":
+                reply(sock, 200, json.dumps({"last_accept": STATE.last_accept}).encode())
+            else:
+                reply(sock, 404, b'{"error": "not found"}')
+    except OSError:
+        return
+    finally:
+        sock.close()
+
+
+def main() -> None:
+    global STATE
+    port, log_path, timeout_ms = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    STATE = State(log_path, timeout_ms)
+    gevent.spawn(STATE.flusher)
+    gevent.signal_handler(signal.SIGTERM, lambda: (STATE.log.flush(), os._exit(0)))
+    StreamServer(("127.0.0.1", port), handle, backlog=2048).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The soak's cut-able database link (bench/soak.py): tests/servers.TcpProxy in a process of its
+own, so that forwarding every query of the stack does not compete with the orchestrator for
+one interpreter lock. SIGUSR1 cuts it (every connection dropped, new ones refused), SIGUSR2
+restores it on the same port.
+
+    python bench/soak_dbproxy.py TARGET_HOST TARGET_PORT PORT_FILE
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.servers import TcpProxy
+
+
+def main() -> None:
+    proxy = TcpProxy(sys.argv[1], int(sys.argv[2]))
+    up = [True]
+
+    def cut(*_):
+        if up[0]:
+            up[0] = False
+            proxy.stop()
+
+    def restore(*_):
+        if not up[0]:
+            up[0] = True
+            proxy.start()
+
+    signal.signal(signal.SIGUSR1, cut)
+    signal.signal(signal.SIGUSR2, restore)
+    Path(sys.argv[3]).write_text(str(proxy.port))
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
