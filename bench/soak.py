@@ -1,0 +1,532 @@
+"""Soak under faults: the whole Procfile stack for minutes to hours under mixed traffic while
+processes die, then check that nothing was lost, doubled or over a cap (issue 17).
+
+    scripts/soak [--minutes 10] [--lead-rate 150] [--payment-rate 60]
+
+The stack: a private redis-server; a throw-away MariaDB database reached through a TCP proxy
+(tests/servers.TcpProxy, in a process of its own: bench/soak_dbproxy.py) that can cut it; gunicorn with 2 gevent workers (WEB_CONCURRENCY=2,
+the Procfile's `web`); the RQ worker and the scheduler (`python -m workers.schedule`), each
+restarted 2 s after it dies by a small supervisor (as scripts/run does); four buyers and the
+payment-events receiver (bench/soak_buyers.py); and the traffic from a process of its own
+(bench/soak_traffic.py). On a schedule it injects, and logs the time of, six faults in turn:
+kill -9 of a gunicorn worker, a buyer hanging for 30 s, kill -9 of the RQ worker, the database
+unreachable for 10 s, kill -9 of the scheduler, Redis restarted empty; one round per 10
+minutes of run. bench/soak_checks.py then checks the invariants and writes the report.
+
+Writes bench/out/soak-<N>m.{json,md,png} and bench/out/soak.{md,png} (the Soak part of
+bench/REPORT.md: `python bench/report.py --part soak`); logs of every process under
+bench/out/soak-run-<N>m/. Exit status 0 when every invariant holds, 1 when one does not
+(the output names it), 2 when the stack could not be set up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import soak_checks
+from bench.common import machine_info, mysql_version, redis_version
+from bench.soak_checks import OUT
+from tests.conftest import SECRETS
+from tests.payments_helpers import child_pids, encode, signed_headers
+from tests.servers import (
+    Proc,
+    RedisServer,
+    WebServer,
+    create_mysql_db,
+    free_port,
+    mysql_admin_url,
+    venv_bin,
+    wait_until,
+)
+from webhooks.storage import keys
+
+ADMIN = "soak-admin-token-0123456789"
+API_KEY = "pk_soak_0123456789abcdef"
+PUBLISHER = "soak"
+BUYER_TIMEOUT_MS = 1500
+FAULTS = ("web_worker_kill", "buyer_hang", "rq_worker_kill", "db_outage", "scheduler_kill", "redis_restart")
+HANG_S, DB_OUTAGE_S, RESTART_DELAY_S = 30, 10, 2
+PROBE_TIMEOUT_S = 900
+
+
+def log(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def buyers_config(minutes: float, url) -> dict[str, dict]:
+    """Four buyers in a waterfall. Caps scale with the run (up to an hour) so that each binds
+    within it: acme's hourly cap is about 70% of an hour of its expected flow."""
+    m = min(minutes, 60)
+    return {
+        "acme": {"name": "Acme", "endpoint_url": url("acme"), "priority": 1, "price": "12.50",
+                 "timezone": "America/Chicago", "states": ["TX", "OK", "CA"],
+                 "caps": {"hourly": int(4100 * m), "daily": int(6000 * m), "monthly": int(100000 * m)}},
+        "flaky": {"name": "Flaky", "endpoint_url": url("flaky"), "priority": 2, "price": "9.00",
+                  "timezone": "Europe/London", "caps": {"hourly": int(2200 * m), "weekly": int(30000 * m)}},
+        "slow": {"name": "Slow", "endpoint_url": url("slow"), "priority": 3, "price": "7.25",
+                 "timezone": "Asia/Tokyo", "states": ["CA", "NY", "FL"], "caps": {"daily": int(900 * m)}},
+        "steady": {"name": "Steady", "endpoint_url": url("steady"), "priority": 4, "price": "5.00",
+                   "timezone": "UTC", "caps": {"daily_budget": f"{5 * 500 * m:.2f}", "hourly": int(1000 * m)}},
+    }
+
+
+class Supervised:
+    """A process of the Procfile restarted RESTART_DELAY_S after it exits, as scripts/run's
+    `supervise` loop does. Every exit and start is logged with its time."""
+
+    def __init__(self, name: str, argv: list[str], env: dict, run_dir: Path, events: list, t0: float):
+        self.name, self.argv, self.env, self.run_dir, self.events, self.t0 = name, argv, env, run_dir, events, t0
+        self.proc: Proc | None = None
+        self.starts = 0
+        self.stopping = False
+        self.start()
+
+    def start(self) -> None:
+        self.starts += 1
+        self.proc = Proc(self.argv, self.env, self.run_dir / f"{self.name}-{self.starts}.log")
+        self.events.append({"t": round(time.time() - self.t0, 2), "process": self.name, "event": "start",
+                            "pid": self.proc.pid})
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def check(self) -> None:
+        if self.stopping or self.proc.alive():
+            return
+        self.events.append({"t": round(time.time() - self.t0, 2), "process": self.name, "event": "exit",
+                            "pid": self.proc.pid, "rc": self.proc.proc.returncode})
+        self.proc.stop()
+        time.sleep(RESTART_DELAY_S)
+        if not self.stopping:
+            self.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.proc:
+            self.proc.stop()
+
+
+class Stack:
+    """Every process of the soak, set up and torn down by an ExitStack."""
+
+    def __init__(self, es: ExitStack, run_dir: Path, minutes: float):
+        self.run_dir = run_dir
+        self.t0 = time.time()
+        self.events: list[dict] = []  # process exits and starts
+        self.redis = RedisServer(run_dir / "redis")
+        self.redis.start()
+        es.callback(self.redis.kill)
+        admin = mysql_admin_url()
+        if not admin:
+            raise SystemExit("MariaDB/MySQL is not reachable (FG_TEST_MYSQL): the soak runs on MariaDB")
+        self.db_url, drop = create_mysql_db(admin)
+        self.keep_db = False  # set when the analysis fails, to analyse again (--reanalyse)
+        es.callback(lambda: self.keep_db or drop())
+        a = urlparse(admin)
+        port_file = run_dir / "dbproxy.port"
+        self.proxy = Proc([venv_bin("python"), "bench/soak_dbproxy.py", a.hostname or "127.0.0.1",
+                           str(a.port or 3306), str(port_file)], dict(os.environ), run_dir / "dbproxy.log")
+        es.callback(self.proxy.stop)
+        wait_until(lambda: port_file.exists() and port_file.read_text(), what="the database proxy")
+        d = urlparse(self.db_url)
+        auth = d.netloc.rsplit("@", 1)[0] + "@" if "@" in d.netloc else ""
+        self.proxy_url = f"{d.scheme}://{auth}127.0.0.1:{port_file.read_text()}{d.path}"
+        self.buyer_port = free_port()
+        self.events_url = f"http://127.0.0.1:{self.buyer_port}/_events"
+        self.env = {**{k: v for k, v in os.environ.items() if k not in ("ACCESS_LOG", "WEB_CONCURRENCY")},
+                    **SECRETS, "REDIS_URL": self.redis.url, "DATABASE_URL": self.proxy_url,
+                    "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1", "BUYER_TIMEOUT_MS": str(BUYER_TIMEOUT_MS),
+                    "PROMETHEUS_MULTIPROC_DIR": str(run_dir / "prometheus"),
+                    "PAYMENT_EVENTS_URL": self.events_url,
+                    "PAYMENT_EVENTS_SECRET": SECRETS["STANDARD_WEBHOOK_SECRET"],
+                    "PYTHONPATH": str(ROOT)}  # this tree's code, before the installed (editable) one
+        (run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
+        subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=self.env, cwd=ROOT,
+                       check=True, capture_output=True)
+        self.buyers = Proc([venv_bin("python"), "bench/soak_buyers.py", str(self.buyer_port),
+                            str(run_dir / "buyers.jsonl"), str(BUYER_TIMEOUT_MS)], self.env, run_dir / "buyers.log")
+        es.callback(self.buyers.stop)
+        self.web = WebServer(self.env, run_dir / "web.log", workers=2)
+        es.callback(self.web.stop)
+        self.worker = Supervised("rq-worker", [venv_bin("rq"), "worker", "--url", self.redis.url, "--with-scheduler",
+                                               "-w", "rq.worker.SimpleWorker", "floodgate"],
+                                 self.env, run_dir, self.events, self.t0)
+        es.callback(self.worker.stop)
+        self.scheduler = Supervised("scheduler", [venv_bin("python"), "-m", "workers.schedule"],
+                                    self.env, run_dir, self.events, self.t0)
+        es.callback(self.scheduler.stop)
+        self._stop = threading.Event()
+        es.callback(self._stop.set)
+        threading.Thread(target=self._supervise, daemon=True).start()
+        self.buyer_rules = buyers_config(minutes, lambda name: f"http://127.0.0.1:{self.buyer_port}/{name}")
+        self._configure()
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.25):
+            for proc in (self.worker, self.scheduler):
+                proc.check()
+
+    def admin(self, method: str, path: str, **kw) -> requests.Response:
+        resp = requests.request(method, self.web.url + path, headers={"Authorization": f"Bearer {ADMIN}"},
+                                timeout=10, **kw)
+        resp.raise_for_status()
+        return resp
+
+    def _configure(self) -> None:
+        self.admin("PUT", f"/v1/admin/publishers/{PUBLISHER}",
+                   json={"name": "Soak", "api_key": API_KEY, "commission_pct": "10"})
+        for buyer_id, rule in self.buyer_rules.items():
+            self.admin("PUT", f"/v1/admin/buyers/{buyer_id}", json=rule)
+        time.sleep(1.5)  # every web process has the config
+
+    def has_refunds(self) -> bool:
+        """Refunds exist in the running code when a refund of an unknown payment is 409
+        payment_not_found (without them it is a valid event that credits nothing: 200)."""
+        raw = encode({"type": "payment.refunded", "data": {
+            "reference": "probe-rf-1", "payment_reference": "probe-pay-none", "amount_minor": 1,
+            "currency": "NGN", "customer": {"email": "probe@example.com"}}})
+        resp = requests.post(self.web.url + "/v1/webhooks/standard", data=raw, timeout=10,
+                             headers={"Content-Type": "application/json", **signed_headers("standard", raw)})
+        body = resp.json() if resp.headers.get("Content-Type", "").startswith("application/json") else {}
+        code = body.get("status") or (body.get("error") or {}).get("code")
+        return resp.status_code == 409 and code == "payment_not_found"
+
+    def has_outbox(self) -> bool:
+        """The payment-events outbox exists when the configuration reads PAYMENT_EVENTS_URL."""
+        from dataclasses import fields
+
+        from webhooks import config
+
+        cfg = config.load(self.env)
+        return any(getattr(cfg, f.name) == self.events_url for f in fields(cfg))
+
+    def redis_client(self) -> redis.Redis:
+        return redis.Redis(port=self.redis.port, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+
+    def pids(self) -> dict[str, int]:
+        """Role:pid of every process whose memory is sampled."""
+        out = {f"web master:{self.web.pid}": self.web.pid}
+        for pid in child_pids(self.web.pid):
+            out[f"web worker:{pid}"] = pid
+        out[f"rq worker:{self.worker.pid}"] = self.worker.pid
+        out[f"scheduler:{self.scheduler.pid}"] = self.scheduler.pid
+        if self.redis.proc:
+            out["redis-server"] = self.redis.proc.pid
+        out["buyers"] = self.buyers.pid
+        out["db proxy"] = self.proxy.pid
+        return out
+
+
+def proc_stats(pid: int) -> tuple[int, float] | None:
+    """(RSS kB, CPU seconds) of a live process, from /proc."""
+    try:
+        rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("VmRSS:"))
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+class Sampler:
+    """Every 5 s: RSS and CPU of each process, queue lengths and Redis memory."""
+
+    def __init__(self, stack: Stack, t0: float, extra_pids: dict[str, int]):
+        self.stack, self.t0, self.extra = stack, t0, extra_pids
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.sample())
+            self._stop.wait(5)
+
+    def sample(self) -> dict:
+        s = {"t": round(time.time() - self.t0, 1), "rss_kb": {}, "cpu_s": {}}
+        for role, pid in {**self.stack.pids(), **self.extra}.items():
+            stats = proc_stats(pid)
+            if stats:
+                s["rss_kb"][role], s["cpu_s"][role] = stats
+        try:
+            r = self.stack.redis_client()
+            processing = list(r.scan_iter(match=keys.settle_processing("*"), count=1000))
+            s.update(pending=r.llen(keys.SETTLE_PENDING), processing=sum(r.llen(k) for k in processing),
+                     redis_keys=r.dbsize(), redis_used_mb=round(r.info("memory")["used_memory"] / 2**20, 1))
+        except redis.RedisError:
+            s.update(redis_down=True)
+        return s
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self.thread.join(10)
+        return self.samples
+
+
+class Faults:
+    """Injects the faults on schedule; each fault's probe records when it healed."""
+
+    def __init__(self, stack: Stack, t0: float):
+        self.stack, self.t0 = stack, t0
+        self.log: list[dict] = []
+        self.threads: list[threading.Thread] = []
+
+    def rel(self) -> float:
+        return round(time.time() - self.t0, 2)
+
+    def inject(self, kind: str) -> dict:
+        fault = {"kind": kind, "t": self.rel(), "milestones": {}}
+        self.log.append(fault)
+        fault["detail"] = getattr(self, kind)(fault)
+        log(f"fault {len(self.log)}: {kind} at {fault['t']} s ({fault['detail']})")
+        return fault
+
+    def probe(self, fault: dict, name: str, predicate, timeout: float = PROBE_TIMEOUT_S) -> None:
+        """Record milestone `name` of `fault` when `predicate()` first holds (in a thread)."""
+        def run():
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                try:
+                    if predicate():
+                        fault["milestones"][name] = round(self.rel() - fault["t"], 2)
+                        return
+                except Exception:  # a probe of a component still down: look again
+                    pass
+                time.sleep(0.25)
+            fault["milestones"][name] = None
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def web_worker_kill(self, fault: dict) -> str:
+        before = child_pids(self.stack.web.pid)
+        os.kill(before[0], signal.SIGKILL)
+        self.probe(fault, "healed", lambda: len(set(child_pids(self.stack.web.pid)) - set(before)) >= 1
+                   and len(child_pids(self.stack.web.pid)) == 2)
+        return f"pid {before[0]}"
+
+    def buyer_hang(self, fault: dict) -> str:
+        requests.get(f"http://127.0.0.1:{self.stack.buyer_port}/_hang/acme/{HANG_S}", timeout=5)
+        end = time.time() + HANG_S
+
+        def accepting_again():
+            stats = requests.get(f"http://127.0.0.1:{self.stack.buyer_port}/_stats", timeout=5).json()
+            return stats["last_accept"].get("acme", 0) > end
+        self.probe(fault, "healed", accepting_again)
+        return f"acme holds every post {HANG_S} s unanswered"
+
+    def rq_worker_kill(self, fault: dict) -> str:
+        pid = self.stack.worker.pid
+        r = self.stack.redis_client()
+        orphans = list(r.scan_iter(match=keys.settle_processing("*"), count=1000))
+        held = sum(r.llen(k) for k in orphans)
+        os.kill(pid, signal.SIGKILL)
+        self.probe(fault, "restarted", lambda: self.stack.worker.pid != pid and self.stack.worker.proc.alive())
+        # healed: the killed job's batch is written and the queue is back to its usual length
+        self.probe(fault, "healed", lambda: self.stack.worker.pid != pid
+                   and not any(self.stack.redis_client().exists(k) for k in orphans)
+                   and self.stack.redis_client().llen(keys.SETTLE_PENDING) < 300)
+        return f"pid {pid}, holding {held} settlements in {len(orphans)} batch(es)"
+
+    def db_outage(self, fault: dict) -> str:
+        os.kill(self.stack.proxy.pid, signal.SIGUSR1)
+
+        def restore():
+            time.sleep(DB_OUTAGE_S)
+            os.kill(self.stack.proxy.pid, signal.SIGUSR2)
+            fault["milestones"]["restored"] = round(self.rel() - fault["t"], 2)
+            self.probe(fault, "healed", lambda: requests.get(self.stack.web.url + "/readyz", timeout=5).ok)
+        threading.Thread(target=restore, daemon=True).start()
+        return f"every connection cut, new ones refused for {DB_OUTAGE_S} s"
+
+    def scheduler_kill(self, fault: dict) -> str:
+        pid = self.stack.scheduler.pid
+        os.kill(pid, signal.SIGKILL)
+        self.probe(fault, "healed", lambda: self.stack.scheduler.pid != pid and self.stack.scheduler.proc.alive()
+                   and periodic_jobs(self.stack) == 2)
+        return f"pid {pid}"
+
+    def redis_restart(self, fault: dict) -> str:
+        self.stack.redis.restart_empty()
+        ready = [keys.ready(b) for b in self.stack.buyer_rules]
+        self.probe(fault, "healed", lambda: all(self.stack.redis_client().exists(k) for k in ready))
+        return "kill -9, started again without data"
+
+
+def periodic_jobs(stack: Stack) -> int:
+    """How many of workers/schedule.py's periodic jobs rq-scheduler holds."""
+    from rq_scheduler import Scheduler
+
+    from workers.schedule import ID_PREFIX
+    conn = redis.Redis(port=stack.redis.port, socket_timeout=2)
+    return sum(job.id.startswith(ID_PREFIX) for job in Scheduler(queue_name="floodgate", connection=conn).get_jobs())
+
+
+def schedule(minutes: float) -> list[tuple[float, str]]:
+    """(seconds into the run, fault): one round of the six per 10 minutes, from the first
+    minute to two minutes before the end."""
+    total = minutes * 60
+    rounds = max(1, round(minutes / 10))
+    n = len(FAULTS) * rounds
+    first = min(60.0, total * 0.15)
+    last = max(first, total - min(120.0, total * 0.25))
+    step = (last - first) / max(1, n - 1)
+    return [(first + i * step, FAULTS[i % len(FAULTS)]) for i in range(n)]
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def wait_settled(stack: Stack, outcomes: Path, timeout: float) -> float | None:
+    """Seconds until the ledger holds every lead that got an answer and the settlement lists
+    are empty; None if that did not happen within `timeout`."""
+    import pymysql
+
+    started = time.time()
+    records = [json.loads(line) for line in outcomes.read_text().splitlines() if line.startswith('{"k":"L"')]
+    answered = {r["id"] for r in records if r["final"] in ("sold", "unsold")}
+    p = urlparse(stack.db_url)
+    while time.time() - started < timeout:
+        try:
+            r = stack.redis_client()
+            busy = r.llen(keys.SETTLE_PENDING) + sum(1 for _ in r.scan_iter(match=keys.settle_processing("*")))
+            conn = pymysql.connect(host=p.hostname, port=p.port or 3306, user=p.username or "root",
+                                   password=p.password or "", database=p.path.lstrip("/"))
+            with conn.cursor() as c:
+                c.execute("SELECT COUNT(*) FROM leads WHERE publisher_id=%s", (PUBLISHER,))
+                settled = c.fetchone()[0]
+            conn.close()
+            if busy == 0 and settled >= len(answered):
+                return round(time.time() - started, 1)
+        except (redis.RedisError, pymysql.MySQLError):
+            pass
+        time.sleep(2)
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--lead-rate", type=float, default=150)
+    ap.add_argument("--payment-rate", type=float, default=60)
+    ap.add_argument("--drain-seconds", type=float, default=240,
+                    help="after the last send, how long clients keep retrying")
+    ap.add_argument("--settle-timeout", type=float, default=900,
+                    help="after the traffic, how long to wait for the ledger to hold every answer")
+    ap.add_argument("--no-faults", action="store_true", help="the same traffic without faults (a baseline)")
+    ap.add_argument("--reanalyse", metavar="RUN_DIR", help="check a finished run again (its database was kept)")
+    args = ap.parse_args()
+    if args.reanalyse:
+        meta = json.loads((OUT / args.reanalyse / "meta.json").read_text())
+        result = soak_checks.analyse(OUT / args.reanalyse, meta, meta.pop("db_url"))
+        return report(result, meta["name"])
+    name = f"soak-{args.minutes:g}m" + ("-nofaults" if args.no_faults else "")
+    run_dir = OUT / f"{name}-run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    with ExitStack() as es:
+        log(f"starting the stack (logs in {run_dir})")
+        try:
+            stack = Stack(es, run_dir, args.minutes)
+        except (SystemExit, subprocess.CalledProcessError, AssertionError) as exc:
+            log(f"the stack could not be set up: {exc}")
+            return 2
+        refunds, outbox = stack.has_refunds(), stack.has_outbox()
+        log(f"refunds in the running code: {refunds}; payment-events outbox: {outbox}")
+        traffic_cfg = {"url": stack.web.url, "api_key": API_KEY, "lead_rate": args.lead_rate,
+                       "payment_rate": args.payment_rate, "seconds": args.minutes * 60,
+                       "drain_s": args.drain_seconds, "out_dir": str(run_dir), "tag": "s" + str(int(time.time())),
+                       "refunds": refunds, "seed": 17}
+        (run_dir / "traffic.json").write_text(json.dumps(traffic_cfg))
+        traffic = Proc([venv_bin("python"), "bench/soak_traffic.py", str(run_dir / "traffic.json")], stack.env,
+                       run_dir / "traffic.log")
+        es.callback(traffic.stop)
+        t0 = time.time() + 0.5  # the traffic's own start (bench/soak_traffic.py)
+        sampler = Sampler(stack, t0, {"traffic": traffic.pid})
+        faults = Faults(stack, t0)
+        plan = [] if args.no_faults else schedule(args.minutes)
+        last_note = time.time()
+        while traffic.alive():
+            now = time.time() - t0
+            if plan and now >= plan[0][0]:
+                faults.inject(plan.pop(0)[1])
+            if time.time() - last_note >= 60:
+                last_note = time.time()
+                s = sampler.samples[-1] if sampler.samples else {}
+                log(f"{now / 60:.1f} min: {count_lines(run_dir / 'outcomes.jsonl')} answers, "
+                    f"pending settlements {s.get('pending')}, redis {s.get('redis_used_mb')} MB, "
+                    f"process exits {sum(e['event'] == 'exit' for e in stack.events)}")
+            time.sleep(0.2)
+        summary_line = (run_dir / "traffic.log").read_text().strip().splitlines()
+        log(f"traffic done: {summary_line[-1] if summary_line else 'no summary'}")
+        log("waiting for the ledger to settle every answer")
+        settled_after = wait_settled(stack, run_dir / "outcomes.jsonl", args.settle_timeout)
+        log(f"settled after {settled_after} s")
+        if outbox:
+            time.sleep(30)  # let the worker deliver the last events
+        for t in faults.threads:
+            t.join(timeout=1)
+        samples = sampler.stop()
+        versions = {"redis": redis_version(stack.redis_client())}
+        import pymysql
+        conn = pymysql.connect(host="127.0.0.1", user="root")
+        versions["database"] = mysql_version(conn)
+        conn.close()
+        meta = {"name": name, "minutes": args.minutes, "commit": os.environ.get("FG_SOAK_COMMIT", "working tree"), "lead_rate": args.lead_rate,
+                "payment_rate": args.payment_rate, "refunds": refunds, "outbox": outbox, "faults": faults.log,
+                "no_faults": args.no_faults, "process_events": stack.events, "samples": samples,
+                "settled_after_s": settled_after, "periodic_jobs_at_end": periodic_jobs(stack),
+                "buyers": stack.buyer_rules, "publisher": PUBLISHER, "buyer_timeout_ms": BUYER_TIMEOUT_MS,
+                "rq_failed_jobs": rq_failed(stack), "machine": machine_info(**versions),
+                "traffic": json.loads(summary_line[-1]) if summary_line and summary_line[-1].startswith("{") else {}}
+        (run_dir / "meta.json").write_text(json.dumps({**meta, "db_url": stack.db_url}, default=str))
+        try:  # the database is dropped with the stack: analyse it first
+            result = soak_checks.analyse(run_dir, meta, stack.db_url)
+        except Exception:
+            stack.keep_db = True
+            log(f"the analysis failed; database kept: bench/soak.py --reanalyse {run_dir.name} when fixed")
+            raise
+    return report(result, name)
+
+
+def report(result: dict, name: str) -> int:
+    ok = soak_checks.write(result, name)
+    for check in result["checks"]:
+        log(f"{'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['figures']}")
+    log("all invariants hold" if ok else "an invariant does NOT hold (FAIL above)")
+    return 0 if ok else 1
+
+
+def rq_failed(stack: Stack) -> int:
+    from rq import Queue
+    from rq.registry import FailedJobRegistry
+
+    conn = redis.Redis(port=stack.redis.port)
+    return FailedJobRegistry(queue=Queue("floodgate", connection=conn)).count
+
+
+if __name__ == "__main__":
+    sys.exit(main())
