@@ -26,6 +26,12 @@ PARTS = [
     ("dedupe", "5. Duplicate suppression",
      "What the dedupe check adds to a cap reservation, and what a remembered consumer costs in Redis "
      "(`bench/dedupe.py`)."),
+    ("integrations", "7. Buyer integrations",
+     "CPU of a templated post against the default contract, and the ping fan-out's latency "
+     "(`bench/integrations.py`)."),
+    ("soak", "6. Soak under faults",
+     "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
+     "`bench/soak.py`); not part of `scripts/bench`, which takes minutes."),
 ]
 
 
@@ -85,5 +91,33 @@ def main() -> int:
     return 0
 
 
+def splice_part(name: str) -> int:
+    """Put one part's section into the existing report, leaving every other section as it is
+    (`--part soak`: a soak runs alone, for an hour, not with scripts/bench)."""
+    title, intro = next((t, i) for n, t, i in PARTS if n == name)
+    md = OUT / f"{name}.md"
+    if not md.exists():
+        print(f"no {md}: run the part first")
+        return 1
+    FIGURES.mkdir(exist_ok=True)
+    section = [f"## {title}", "", intro, "", _fragment(md.read_text()), ""]
+    png = OUT / f"{name}.png"
+    if png.exists():
+        shutil.copy(png, FIGURES / png.name)
+        section += [f"![{title}](figures/{png.name})", ""]
+    lines = REPORT.read_text().rstrip("\n").split("\n") if REPORT.exists() else ["# Floodgate benchmarks", ""]
+    start = next((i for i, line in enumerate(lines) if line == f"## {title}"), None)
+    if start is None:
+        lines += [""] + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section
+    REPORT.write_text("\n".join(lines).rstrip("\n") + "\n")
+    print(f"wrote the {title!r} section of {REPORT}")
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--part":
+        sys.exit(splice_part(sys.argv[2]))
     sys.exit(main())
