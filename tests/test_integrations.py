@@ -186,44 +186,36 @@ def test_a_ping_that_times_out_or_fails_means_no_bid(api, buyer_server):
     assert body["buyer_id"] == "fixed" and slow_post.received == [] and bad_post.received == []
 
 
-def test_round_robin_rotates_within_a_priority(api, buyer_server):
+def _round_robin_shares(api, buyer_server, bases: list[str]) -> Counter:
+    """300 leads from 30 threads (spread over `bases`) to 3 buyers of one priority."""
     for name in ("r1", "r2", "r3"):
         buyer_server.add(name)
     key = api.put_publisher("surge", routing="round_robin")
     for name in ("r1", "r2", "r3"):
         api.put_buyer(name, buyer_server.url(name), priority=1)
     api.settle_config()
+    local = threading.local()
+
+    def one(i: int) -> dict:
+        s = getattr(local, "s", None) or api.session()
+        local.s = s
+        return s.post(f"{bases[i % len(bases)]}/v1/leads", json={"lead_id": f"rr{i}"},
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+
     with ThreadPoolExecutor(30) as pool:
-        answers = list(pool.map(lambda i: api.session().post(
-            f"{api.base}/v1/leads", json={"lead_id": f"rr{i}"}, headers={"Authorization": f"Bearer {key}"}).json(),
-            range(300)))
-    shares = Counter(a["buyer_id"] for a in answers)
+        return Counter(a["buyer_id"] for a in pool.map(one, range(300)))
+
+
+def test_round_robin_rotates_within_a_priority(api, buyer_server):
+    shares = _round_robin_shares(api, buyer_server, [api.base])
     assert all(97 <= shares[name] <= 103 for name in ("r1", "r2", "r3")), shares
 
 
 @pytest.mark.e2e
 def test_round_robin_is_shared_by_two_web_processes(web_api, base_env, tmp_path, buyer_server):
-    api = web_api
     second = WebServer(base_env, tmp_path / "web2.log", workers=2)
     try:
-        for name in ("r1", "r2", "r3"):
-            buyer_server.add(name)
-        key = api.put_publisher("surge", routing="round_robin")
-        for name in ("r1", "r2", "r3"):
-            api.put_buyer(name, buyer_server.url(name), priority=1)
-        api.settle_config()
-        bases = [api.base, second.url]
-        local = threading.local()
-
-        def one(i: int) -> dict:
-            s = getattr(local, "s", None) or api.session()
-            local.s = s
-            return s.post(f"{bases[i % 2]}/v1/leads", json={"lead_id": f"rr{i}"},
-                          headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
-
-        with ThreadPoolExecutor(30) as pool:
-            answers = list(pool.map(one, range(300)))
-        shares = Counter(a["buyer_id"] for a in answers)
+        shares = _round_robin_shares(web_api, buyer_server, [web_api.base, second.url])
         assert all(97 <= shares[name] <= 103 for name in ("r1", "r2", "r3")), shares
     finally:
         second.stop()
