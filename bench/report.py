@@ -26,12 +26,14 @@ PARTS = [
     ("dedupe", "5. Duplicate suppression",
      "What the dedupe check adds to a cap reservation, and what a remembered consumer costs in Redis "
      "(`bench/dedupe.py`)."),
-    ("integrations", "7. Buyer integrations",
-     "CPU of a templated post against the default contract, and the ping fan-out's latency "
-     "(`bench/integrations.py`)."),
     ("soak", "6. Soak under faults",
      "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
      "`bench/soak.py`); not part of `scripts/bench`, which takes minutes."),
+    ("integrations", "7. Buyer integrations",
+     "CPU of a templated post against the default contract, and the ping fan-out's latency "
+     "(`bench/integrations.py`)."),
+    ("perf", "8. Lead path performance",
+     "The lead path after each performance lever, and what bounds it (`bench/e2e.py`, py-spy)."),
 ]
 
 
