@@ -82,9 +82,11 @@ class EventReceiver:
                     status = 500
                 else:
                     status = 204
+                self.close_connection = True  # no kept-alive connection outlives stop()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Length", "0")
+                    self.send_header("Connection", "close")
                     self.end_headers()
                     arrival.status = status
                 except OSError:

@@ -40,6 +40,7 @@ settle_cli = _Group("settlements", help="The queue of lead settlements.")
 buyers_cli = _Group("buyers", help="Buyers: export, import, caps and usage, recent leads.")
 publishers_cli = _Group("publishers", help="Publishers: export and import.")
 leads_cli = _Group("leads", help="Leads in the ledger.")
+events_cli = _Group("events", help="Payment events to the application (PAYMENT_EVENTS_URL): the outbox.")
 
 
 def _id_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -104,6 +105,28 @@ def status_command() -> None:
     }
     json.dump(status, sys.stdout, indent=2)
     click.echo()
+
+
+@events_cli.command("status", help="Payment events not yet delivered: pending (being retried, or held behind "
+                                   "an earlier event of the same customer) and failed (given up).")
+def events_status() -> None:
+    from webhooks.payments import outbox
+
+    json.dump(outbox.counts(), sys.stdout, indent=2)
+    click.echo()
+
+
+@events_cli.command("retry", help="Give every failed payment event a new round of delivery attempts, due now "
+                                  "(each customer's events still go out in order), and wake the worker.")
+def events_retry() -> None:
+    from webhooks.payments import outbox
+    from webhooks.storage import outbox_queue
+
+    requeued = outbox.retry_failed()
+    if requeued:
+        ext = current_app.extensions
+        outbox_queue.signal(ext["settle_redis"], ext["queue"])
+    click.echo(f"requeued {requeued} failed payment event(s)")
 
 
 # --- import / export -------------------------------------------------------------------------
@@ -357,5 +380,5 @@ def demo_buyer(host: str, port: int) -> None:
 
 def init_app(app: Flask) -> None:
     app.cli.add_command(demo_buyer)
-    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli):
+    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli, events_cli):
         app.cli.add_command(group)

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0)
+# commit of a wallet change -> the application's 2xx: milliseconds when all is well, hours when
+# the application was down
+EVENT_LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0, 86400.0)
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class _Metrics:
     payments: Any
     drift: Any
     reconciled_at: Any
+    event_attempts: Any
+    event_lag: Any
 
 
 _m: _Metrics | None = None
@@ -76,6 +81,11 @@ def init(cfg: Config) -> None:
                     multiprocess_mode="mostrecent"),
         reconciled_at=Gauge("floodgate_reconcile_last_run_timestamp_seconds",
                             "When the last reconciliation finished", multiprocess_mode="mostrecent"),
+        event_attempts=Counter("floodgate_payment_event_attempts_total", "Deliveries of payment events to "
+                               "PAYMENT_EVENTS_URL by outcome (delivered; failed: retried later; given_up: "
+                               "the event is now failed)", ["outcome"]),
+        event_lag=Histogram("floodgate_payment_event_lag_seconds", "From the commit of a wallet change to "
+                            "the application's 2xx for its event", buckets=EVENT_LAG_BUCKETS),
     )
 
 
@@ -119,6 +129,21 @@ def payment_answered(provider: str, status: str) -> None:
     """A payment webhook delivery answered with `status`."""
     if _m is not None:
         _m.payments.labels(provider, status).inc()
+
+
+def payment_events(delivered_lags_s: list[float], failed: int, given_up: int) -> None:
+    """One batch of payment event deliveries: the lag of each delivered event, and how many
+    attempts failed (of which `given_up` made their event `failed`)."""
+    if _m is None:
+        return
+    for lag in delivered_lags_s:
+        _m.event_lag.observe(lag)
+    if delivered_lags_s:
+        _m.event_attempts.labels("delivered").inc(len(delivered_lags_s))
+    if failed - given_up:
+        _m.event_attempts.labels("failed").inc(failed - given_up)
+    if given_up:
+        _m.event_attempts.labels("given_up").inc(given_up)
 
 
 def scrape(*collectors: Any) -> tuple[bytes, str]:

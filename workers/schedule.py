@@ -21,6 +21,7 @@ ID_PREFIX = "fg-periodic-"
 PERIODIC = [
     {"func": "workers.reconcile.reconcile_all", "interval": 3600, "description": "reconcile caps"},
     {"func": "workers.settle.drain", "interval": 60, "description": "drain settlements (safety net)"},
+    {"func": "workers.outbox.sweep", "interval": 10, "description": "deliver due payment events (safety net)"},
 ]
 
 
@@ -46,10 +47,19 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
     return list(wanted)
 
 
+class _Scheduler(Scheduler):
+    """Declares the periodic jobs again before each poll: a Redis restarted empty loses them with
+    everything else, and the sweeps among them are what recovers from that (a no-op otherwise)."""
+
+    def enqueue_jobs(self):
+        register(self)
+        return super().enqueue_jobs()
+
+
 def main() -> None:
     cfg = config.load()
     logs.configure(cfg.log_level)
-    scheduler = Scheduler(queue_name=SETTLE, connection=Redis.from_url(cfg.queue_redis_url), interval=5)
+    scheduler = _Scheduler(queue_name=SETTLE, connection=Redis.from_url(cfg.queue_redis_url), interval=5)
     register(scheduler)
     scheduler.run()
 

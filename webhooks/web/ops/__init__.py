@@ -12,7 +12,7 @@ from flask import Blueprint, Response, current_app, jsonify
 from webhooks import metrics
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN
-from webhooks.web.ops.gauges import LiveCollector
+from webhooks.web.ops.gauges import LiveCollector, OutboxCollector
 
 bp = Blueprint("ops", __name__, template_folder="templates")
 
@@ -57,7 +57,8 @@ def openapi():
 def prometheus_metrics():
     ext = current_app.extensions
     buyer_ids = [b.id for b in _buyers()]
-    body, content_type = metrics.scrape(LiveCollector(ext["redis"], ext["settle_redis"], ext["queue"], buyer_ids))
+    body, content_type = metrics.scrape(LiveCollector(ext["redis"], ext["settle_redis"], ext["queue"], buyer_ids),
+                                        OutboxCollector())
     return Response(body, content_type=content_type)
 
 

@@ -1,5 +1,5 @@
-"""Gauges read from Redis at scrape time (breakers, queue depths, pending settlements), added
-to every process's samples by GET /metrics."""
+"""Gauges read at scrape time from Redis (breakers, queue depths, pending settlements) and from the
+database (payment events not yet delivered), added to every process's samples by GET /metrics."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +9,9 @@ from prometheus_client.core import GaugeMetricFamily
 from rq.registry import FailedJobRegistry
 
 from webhooks.caps.breaker import BREAKER_STATES, breakers
+from webhooks.payments import outbox
 from webhooks.storage import keys
+from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
@@ -48,3 +50,22 @@ class LiveCollector:
             return
         up.add_metric([], 1)
         yield from (up, state, failures, queued, failed, pending)
+
+
+class OutboxCollector:
+    """Payment events not yet delivered to PAYMENT_EVENTS_URL, by status, from the database (the
+    outbox is there, not in Redis). A database that does not answer leaves the gauge out."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily("floodgate_payment_events", "Payment events not yet delivered to "
+                                  "PAYMENT_EVENTS_URL, by status (pending: being retried or waiting for an "
+                                  "earlier one of the same customer; failed: given up, see `events retry`)",
+                                  labels=["status"])
+        try:
+            counts = outbox.counts()
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("metrics: database unavailable at scrape: %s", exc)
+            return
+        for status, n in counts.items():
+            gauge.add_metric([status], n)
+        yield gauge

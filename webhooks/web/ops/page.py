@@ -1,6 +1,6 @@
 """GET /ops: one server-rendered page for operators, refreshing itself: per buyer, the use of
 each cap in its current window and the circuit breaker; below, the last leads of the ledger
-with every attempt's outcome."""
+with every attempt's outcome, and the payment events not yet delivered to the application."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -12,6 +12,7 @@ from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import flagged, lead_record
+from webhooks.payments import outbox
 from webhooks.storage.models import Buyer, Lead
 from webhooks.web.ops import bp
 from webhooks.web.ops.auth import require_admin
@@ -48,7 +49,8 @@ def ops_page():
     rows = Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS)  # the last settled, by key
     leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
     review = [lead_record(row) for row in flagged(LAST_LEADS)]
+    events = {"counts": outbox.counts(), "failed": outbox.listing((outbox.FAILED,), LAST_LEADS)}
     html = render_template("ops.html", buyers=buyer_panels(r, datetime.now(timezone.utc)), leads=leads, review=review,
-                           refresh_s=REFRESH_S, now=datetime.now(timezone.utc))
+                           events=events, refresh_s=REFRESH_S, now=datetime.now(timezone.utc))
     return html, 200, {"Cache-Control": "no-store"}
 
