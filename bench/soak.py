@@ -90,8 +90,8 @@ class Supervised:
     """A process of the Procfile restarted RESTART_DELAY_S after it exits, as scripts/run's
     `supervise` loop does. Every exit and start is logged with its time."""
 
-    def __init__(self, name: str, argv: list[str], env: dict, run_dir: Path, events: list, t0: float):
-        self.name, self.argv, self.env, self.run_dir, self.events, self.t0 = name, argv, env, run_dir, events, t0
+    def __init__(self, name: str, argv: list[str], env: dict, run_dir: Path, events: list):
+        self.name, self.argv, self.env, self.run_dir, self.events = name, argv, env, run_dir, events
         self.proc: Proc | None = None
         self.starts = 0
         self.stopping = False
@@ -100,8 +100,7 @@ class Supervised:
     def start(self) -> None:
         self.starts += 1
         self.proc = Proc(self.argv, self.env, self.run_dir / f"{self.name}-{self.starts}.log")
-        self.events.append({"t": round(time.time() - self.t0, 2), "process": self.name, "event": "start",
-                            "pid": self.proc.pid})
+        self.events.append({"at": time.time(), "process": self.name, "event": "start", "pid": self.proc.pid})
 
     @property
     def pid(self) -> int:
@@ -110,8 +109,8 @@ class Supervised:
     def check(self) -> None:
         if self.stopping or self.proc.alive():
             return
-        self.events.append({"t": round(time.time() - self.t0, 2), "process": self.name, "event": "exit",
-                            "pid": self.proc.pid, "rc": self.proc.proc.returncode})
+        self.events.append({"at": time.time(), "process": self.name, "event": "exit", "pid": self.proc.pid,
+                            "rc": self.proc.proc.returncode})
         self.proc.stop()
         time.sleep(RESTART_DELAY_S)
         if not self.stopping:
@@ -128,7 +127,6 @@ class Stack:
 
     def __init__(self, es: ExitStack, run_dir: Path, minutes: float):
         self.run_dir = run_dir
-        self.t0 = time.time()
         self.events: list[dict] = []  # process exits and starts
         self.redis = RedisServer(run_dir / "redis")
         self.redis.start()
@@ -167,10 +165,10 @@ class Stack:
         es.callback(self.web.stop)
         self.worker = Supervised("rq-worker", [venv_bin("rq"), "worker", "--url", self.redis.url, "--with-scheduler",
                                                "-w", "rq.worker.SimpleWorker", "floodgate"],
-                                 self.env, run_dir, self.events, self.t0)
+                                 self.env, run_dir, self.events)
         es.callback(self.worker.stop)
         self.scheduler = Supervised("scheduler", [venv_bin("python"), "-m", "workers.schedule"],
-                                    self.env, run_dir, self.events, self.t0)
+                                    self.env, run_dir, self.events)
         es.callback(self.scheduler.stop)
         self._stop = threading.Event()
         es.callback(self._stop.set)
@@ -427,6 +425,27 @@ def wait_settled(stack: Stack, outcomes: Path, timeout: float) -> float | None:
     return None
 
 
+def wait_outbox(stack: Stack, timeout: float) -> float | None:
+    """Seconds until the outbox holds no event that is not delivered; None past `timeout`."""
+    import pymysql
+
+    started, d = time.time(), urlparse(stack.db_url)
+    while time.time() - started < timeout:
+        try:
+            conn = pymysql.connect(host=d.hostname, port=d.port or 3306, user=d.username or "root",
+                                   password=d.password or "", database=d.path.lstrip("/"))
+            with conn.cursor() as c:
+                c.execute("SELECT COUNT(*) FROM payment_events WHERE status <> 'delivered'")
+                left = c.fetchone()[0]
+            conn.close()
+            if left == 0:
+                return round(time.time() - started, 1)
+        except pymysql.MySQLError:
+            pass
+        time.sleep(2)
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10)
@@ -437,6 +456,7 @@ def main() -> int:
     ap.add_argument("--settle-timeout", type=float, default=900,
                     help="after the traffic, how long to wait for the ledger to hold every answer")
     ap.add_argument("--no-faults", action="store_true", help="the same traffic without faults (a baseline)")
+    ap.add_argument("--keep-db", action="store_true", help="keep the run's database (its URL is printed)")
     ap.add_argument("--reanalyse", metavar="RUN_DIR", help="check a finished run again (its database was kept)")
     args = ap.parse_args()
     if args.reanalyse:
@@ -454,6 +474,9 @@ def main() -> int:
         except (SystemExit, subprocess.CalledProcessError, AssertionError) as exc:
             log(f"the stack could not be set up: {exc}")
             return 2
+        if args.keep_db:
+            stack.keep_db = True
+            log(f"the database is kept: {stack.db_url}")
         refunds, outbox = stack.has_refunds(), stack.has_outbox()
         log(f"refunds in the running code: {refunds}; payment-events outbox: {outbox}")
         traffic_cfg = {"url": stack.web.url, "api_key": API_KEY, "lead_rate": args.lead_rate,
@@ -485,8 +508,9 @@ def main() -> int:
         log("waiting for the ledger to settle every answer")
         settled_after = wait_settled(stack, run_dir / "outcomes.jsonl", args.settle_timeout)
         log(f"settled after {settled_after} s")
+        outbox_after = wait_outbox(stack, args.settle_timeout) if outbox else None
         if outbox:
-            time.sleep(30)  # let the worker deliver the last events
+            log(f"every payment event delivered after {outbox_after} s")
         for t in faults.threads:
             t.join(timeout=1)
         samples = sampler.stop()
@@ -495,10 +519,12 @@ def main() -> int:
         conn = pymysql.connect(host="127.0.0.1", user="root")
         versions["database"] = mysql_version(conn)
         conn.close()
-        meta = {"name": name, "minutes": args.minutes, "commit": os.environ.get("FG_SOAK_COMMIT", "working tree"), "lead_rate": args.lead_rate,
+        meta = {"name": name, "t0": t0, "minutes": args.minutes, "commit": os.environ.get("FG_SOAK_COMMIT", "working tree"), "lead_rate": args.lead_rate,
                 "payment_rate": args.payment_rate, "refunds": refunds, "outbox": outbox, "faults": faults.log,
-                "no_faults": args.no_faults, "process_events": stack.events, "samples": samples,
-                "settled_after_s": settled_after, "periodic_jobs_at_end": periodic_jobs(stack),
+                "no_faults": args.no_faults, "samples": samples,
+                "process_events": [{**e, "t": round(e.pop("at") - t0, 2)} for e in stack.events],
+                "settled_after_s": settled_after, "outbox_delivered_after_s": outbox_after,
+                "periodic_jobs_at_end": periodic_jobs(stack),
                 "buyers": stack.buyer_rules, "publisher": PUBLISHER, "buyer_timeout_ms": BUYER_TIMEOUT_MS,
                 "rq_failed_jobs": rq_failed(stack), "machine": machine_info(**versions),
                 "traffic": json.loads(summary_line[-1]) if summary_line and summary_line[-1].startswith("{") else {}}

@@ -257,7 +257,8 @@ def check_payments(meta: dict, ledger: dict, outcomes: list[dict], events: list[
         missing = sorted(want - seen)
         checks.append(_check("every outbox event reached the receiver", not missing,
                              f"{len(want)} wallet changes, {len(seen & want)} announced, {len(missing)} missing, "
-                             f"{len(events)} deliveries ({len({e.get('id') for e in events})} distinct webhook-id)",
+                             f"{len(events)} deliveries ({len({e.get('id') for e in events})} distinct webhook-id); "
+                             f"outbox empty {meta.get('outbox_delivered_after_s')} s after the ledger settled",
                              missing=missing[:10]))
     else:
         checks.append(_check("every outbox event reached the receiver", True,
@@ -379,7 +380,8 @@ def analyse(run_dir: Path, meta: dict, db_url: str) -> dict:
     outcomes = _jsonl(run_dir / "outcomes.jsonl")
     buyer_log = _jsonl(run_dir / "buyers.jsonl")
     ledger = _ledger(db_url, meta["publisher"], traffic_cfg["tag"])
-    t0 = meta.get("traffic", {}).get("t0") or min((r["t"] for r in requests), default=0)
+    # the orchestrator's clock, which the faults and samples are timed on
+    t0 = meta.get("t0") or meta.get("traffic", {}).get("t0") or min((r["t"] for r in requests), default=0)
     lead_checks, lead_figures = check_leads(meta, ledger, buyer_log, outcomes)
     events = [r for r in buyer_log if r["b"] == "_events"]
     pay_checks, pay_figures = check_payments(meta, ledger, outcomes, events)
@@ -443,7 +445,7 @@ def render(res: dict) -> str:
                               ("errors quiet after s", "errors_quiet_after_s"), ("errors in its window", "errors_in_window"))),
               "", "Process exits and restarts (supervisor): " + (", ".join(
                   f"{e['process']} {e['event']} at {e['t']} s" + (f" (rc {e['rc']})" if "rc" in e else "")
-                  for e in meta["process_events"] if e["t"] > 1) or "none"), "",
+                  for e in meta["process_events"] if e["t"] > 0) or "none"), "",
               "Errors by kind (requests that did not get a 200; a payment's `409:in_flight` is the designed "
               "answer to a concurrent repeat and is not counted as an error elsewhere):", "",
               markdown_table([{"kind": k, "n": n} for k, n in tl["errors_by_kind"].items()],
