@@ -87,8 +87,9 @@ class Traffic:
                                      timeout=urllib3.Timeout(connect=5, read=15))
         except urllib3.exceptions.TimeoutError:
             return "timeout", None
-        except Exception:  # connection refused / reset while a process died: retried
-            return "conn", None
+        except Exception as exc:  # refused / reset while a process died, or a full backlog: retried
+            reason = getattr(exc, "reason", None) or exc  # urllib3 wraps the socket's error
+            return f"conn:{type(reason).__name__}", None
         try:
             data = json.loads(resp.data)
         except ValueError:
@@ -110,8 +111,8 @@ class Traffic:
             ms = (time.time() - (due if n == 0 else sent)) * 1000
             self.request_line(kind, sent, ms, result, n)
             n += 1
-            retry = result in ("conn", "timeout", "409:in_flight", "409:payment_not_found") or \
-                result.startswith("5")
+            retry = result in ("timeout", "409:in_flight", "409:payment_not_found") or \
+                result.startswith(("5", "conn"))
             if not retry:
                 return result, data, n
             pause = backoff[min(n - 1, len(backoff) - 1)]
