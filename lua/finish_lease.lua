@@ -29,6 +29,13 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'held' then return 0 end
 if outcome == 'accepted' then
   redis.call('HSET', KEYS[1], 'state', 'confirmed')
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  -- the consumer is bought: remember it for the buyer's dedupe days, not the lease's life
+  local dedupe_ms = redis.call('HGET', KEYS[1], 'dedupe_ms')
+  for i = 4, #KEYS do
+    if redis.call('HGET', KEYS[1], KEYS[i]) == 'dedupe' and redis.call('GET', KEYS[i]) == ARGV[5] then
+      redis.call('PEXPIRE', KEYS[i], dedupe_ms)
+    end
+  end
   return 1
 end
 for i = 4, #KEYS do

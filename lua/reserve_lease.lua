@@ -13,7 +13,8 @@
 -- ARGV[3]         half-open probe ttl (ms)
 -- ARGV[4]         n, the number of counters
 -- ARGV[5..4+3n]   per counter: limit, amount, expire-at (unix s)
--- ARGV[5+3n]      how long a sold consumer is remembered (ms)
+-- ARGV[5+3n]      how long a sold consumer is remembered (ms): its keys live as long as the
+--                 lease until lua/finish_lease.lua confirms the sale
 -- Returns {"ok", probe 0|1, reserved at (unix us)} | {"full", counter index} | {"duplicate"}
 --         | {"circuit_open"} | {"not_ready"}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_ready'} end
@@ -43,10 +44,10 @@ for i = 1, n do
   redis.call('HSET', KEYS[3], KEYS[4 + i], amount)
 end
 for i = 5 + n, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[5 + 3 * n])
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   redis.call('HSET', KEYS[3], KEYS[i], 'dedupe')
 end
-redis.call('HSET', KEYS[3], 'state', 'held', 'probe', probe)
+redis.call('HSET', KEYS[3], 'state', 'held', 'probe', probe, 'dedupe_ms', ARGV[5 + 3 * n])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 redis.call('ZADD', KEYS[4], now_us, ARGV[1])
 return {'ok', probe, string.format('%s%06d', t[1], tonumber(t[2]))}

@@ -11,9 +11,10 @@ from decimal import Decimal
 import pytest
 
 from tests.servers import wait_until
-from webhooks.caps import leases
+from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import consumer_keys, normalise
 from webhooks.leads import ledger, settlement
+from webhooks.leads.catalog import load_snapshot
 from webhooks.leads.publishers import PublisherRule
 from webhooks.leads.routing import Outcome
 from webhooks.storage.db import db
@@ -33,6 +34,8 @@ def test_normalising_makes_one_consumer_of_every_spelling():
     assert {normalise("email", consumer(7, v)["email"]) for v in range(6)} == {"user7@example.com"}
     assert {normalise("phone", consumer(7, v)["phone"]) for v in range(8)} == {"5125550007"}
     assert normalise("phone", "+44 20 7946 0958") == "442079460958"  # 12 digits: kept whole
+    assert normalise("phone", 15125550007) == "5125550007"  # a number in the JSON
+    assert normalise("phone", True) is None
     assert consumer_keys("acme", ("email",), {"phone": "1"}) == []  # no e-mail: nothing to match on
 
 
@@ -222,3 +225,50 @@ def test_dedupe_and_return_window_are_stored_and_shown(api):
     assert api.http.put(f"{api.base}/v1/admin/buyers/b", json=body, headers=api.admin).status_code == 200
     got = api.get("/v1/admin/buyers/b").json()
     assert got["dedupe"] == DEDUPE and got["return_window_days"] == 14
+
+
+def test_a_consumer_is_remembered_for_the_lease_only_until_the_sale_is_confirmed(api, app, buyer_server):
+    """A lease that never finishes (its process died) frees the consumer when it expires; a
+    confirmed sale remembers it for the buyer's dedupe days."""
+    key, dd, fallback = _dedupe_buyer(api, buyer_server)
+    r = app.extensions["redis"]
+    assert api.post_lead(key, {"lead_id": "m1", **consumer(3, 0)}).json()["buyer_id"] == "dd"
+    [email_key] = list(r.keys("fg:{b:dd}:dedupe:email:*"))
+    assert r.pttl(email_key) > 29 * 86_400_000  # confirmed: 30 days
+    with db.connection_context():
+        [rule] = [b for b in load_snapshot(None).buyers if b.id == "dd"]
+    store = app.extensions["store"]
+    keys_ = consumer_keys("dd", rule.dedupe_fields, consumer(4, 0))
+    held = leases.reserve(store, rule, datetime.now(timezone.utc), lease_ttl_ms=5_000, probe_ttl_ms=5_000,
+                          consumer=keys_)
+    assert held.status == "ok" and all(0 < r.pttl(k) <= 5_000 for k in keys_)  # as long as the lease
+
+
+def test_a_ping_buyer_is_not_pinged_for_a_consumer_it_bought(api, buyer_server):
+    buyer_server.add("pp")
+    ping = buyer_server.add("pp/ping")
+    ping.mode, ping.reply = "reply", (200, b'{"price": "9.00"}', "application/json")
+    buyer_server.add("fallback")
+    key = api.put_publisher("surge")
+    api.put_buyer("pp", buyer_server.url("pp"), priority=1, dedupe={"fields": ["email"], "days": 1},
+                  ping={"url": buyer_server.url("pp/ping"), "bid": "price"})
+    api.put_buyer("fallback", buyer_server.url("fallback"), priority=2)
+    api.settle_config()
+    assert api.post_lead(key, {"lead_id": "q1", "email": "a@x.io"}).json()["buyer_id"] == "pp"
+    pings = len(ping.received)
+    body = api.post_lead(key, {"lead_id": "q2", "email": "A@x.io"}).json()
+    assert body["buyer_id"] == "fallback" and len(ping.received) == pings  # not even pinged
+
+
+def test_a_return_during_a_reconciliation_leaves_the_slot_to_it(api, app, buyer_server, worker):
+    _sell(api, buyer_server)
+    r = app.extensions["redis"]
+    r.set("fg:{b:acme}:reconciling", "1", px=10_000)  # a reconciliation of acme is under way
+    resp = api.http.post(f"{api.base}/v1/admin/leads/sold-1/return", headers=api.admin)
+    assert resp.status_code == 200
+    assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 1  # left to it
+    r.delete("fg:{b:acme}:reconciling")
+    with db.connection_context():
+        [rule] = [b for b in load_snapshot(None).buyers if b.id == "acme"]
+    reconcile.reconcile_buyer(app.extensions["store"], r, rule)
+    assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 0  # counted once

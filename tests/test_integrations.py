@@ -67,6 +67,7 @@ def test_a_text_reply_judged_by_accept_regex_and_a_json_post_keeping_types(api, 
 @pytest.mark.parametrize("template", [
     "{{ lead.email ", "{% for %}", "{{ ''.__class__.__mro__ }}", "x {{ ''.__class__.__mro__[1].__subclasses__() }}",
     "{{ lead.__class__ }}", "{{ (lead.get).__self__.__class__ }}", "{{ cycler.__init__.__globals__.os }}",
+    "{{ [''.__class__] }}", "{{ lead.pop('email') }}", "{{ lead.update({'email': ''}) }}",
 ])
 def test_templates_that_do_not_parse_or_escape_the_sandbox_are_refused_at_put(api, buyer_server, template):
     resp = api.http.put(f"{api.base}/v1/admin/buyers/evil", headers=api.admin, json={
@@ -289,3 +290,17 @@ def test_api_keeps_working_without_integrations(api: Api, buyer_server):
     assert api.post_lead(key, {"lead_id": "d1", "state": "TX"}).json()["status"] == "sold"
     assert acme.received[0]["body"] == {"lead_id": "d1", "publisher_id": "surge", "price": "10.00",
                                         "lead": {"state": "TX"}}
+
+
+def test_a_reply_nested_past_pythons_stack_is_an_error_not_a_500(api, buyer_server):
+    deep = buyer_server.add("deep")
+    buyer_server.add("plain")
+    _reply(deep, b"[" * 100_000 + b"]" * 100_000)
+    key = api.put_publisher("surge")
+    api.put_buyer("deep", buyer_server.url("deep"), priority=1)
+    api.put_buyer("plain", buyer_server.url("plain"), priority=2)
+    api.settle_config()
+    resp = api.post_lead(key, {"lead_id": "deep-1"})
+    assert resp.status_code == 200, resp.text
+    outcomes = [(a["buyer_id"], a["outcome"]) for a in resp.json()["attempts"]]
+    assert outcomes == [("deep", "error"), ("plain", "accepted")]

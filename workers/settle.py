@@ -78,9 +78,11 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     # Clear the flag, then look once more: a lead pushed in between either
                     # sees the flag gone (and enqueues a job) or is picked up here.
                     r.delete(keys.SETTLE_SCHEDULED)
-                    if not stop.requested and r.llen(keys.SETTLE_PENDING) and \
-                            r.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
-                        continue
+                    if r.llen(keys.SETTLE_PENDING) and r.set(keys.SETTLE_SCHEDULED, "1", nx=True,
+                                                             px=SCHEDULED_TTL_MS):
+                        if not stop.requested:
+                            continue
+                        enqueue_drain(queue(job.connection) if job else queue(r))  # hand over
                     return written
                 r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
                 items = [json.loads(x) for x in batch]

@@ -26,6 +26,8 @@ FIELDS = ("email", "phone")
 
 def normalise(field: str, value: Any) -> str | None:
     """The comparable form of a lead's `field`, or None when it has none."""
+    if field == "phone" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # a phone number sent as a JSON number
     if not isinstance(value, str):
         return None
     if field == "email":

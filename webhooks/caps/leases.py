@@ -177,7 +177,8 @@ def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args
 def take_over(store: Store, lease: Lease, ttl_ms: int) -> tuple[str, int]:
     """Extend the held lease of a routing whose process died: (state, reserved at us), state
     held or confirmed, or ("gone", 0) when it was refunded or has expired."""
-    result = store.extend_lease(keys=[lease.key, keys.leases(lease.buyer_id)], args=[ttl_ms, lease.lease_id])
+    result = store.extend_lease(keys=[lease.key, keys.leases(lease.buyer_id), *lease.dedupe],
+                                args=[ttl_ms, lease.lease_id])
     return (result[0], int(result[1])) if result[0] != "gone" else ("gone", 0)
 
 
@@ -211,17 +212,20 @@ def release_settled(r, leases: list[tuple[str, str]]) -> None:
     pipe.execute()
 
 
-def room(store: Store, buyers: Sequence[BuyerRule], now: datetime,
-         budget_minor: dict[str, int] | None = None) -> dict[str, str | None]:
+def room(store: Store, buyers: Sequence[BuyerRule], now: datetime, budget_minor: dict[str, int] | None = None,
+         consumers: dict[str, Sequence[str]] | None = None) -> dict[str, str | None]:
     """Whether each buyer could take one more lead now, read without reserving (one round
-    trip): None, or why not: "cap_full:<cap>" or "circuit_open". `budget_minor` is the least a
-    buyer's lead can count against daily_budget (default: its price). A lead that passes
-    here still reserves atomically later; this only spares buyers a ping they cannot win."""
+    trip): None, or why not: "duplicate", "cap_full:<cap>" or "circuit_open". `budget_minor`
+    is the least a buyer's lead can count against daily_budget (default: its price);
+    `consumers` the lead's dedupe keys per buyer. A lead that passes here still reserves
+    atomically later; this only spares buyers a ping they must not or cannot win."""
     pipe = store.redis.pipeline(transaction=False)
     plans = []
     for buyer in buyers:
         caps = windows(buyer, now)
+        consumer = (consumers or {}).get(buyer.id) or ()
         pipe.hget(keys.breaker(buyer.id), "open_until")
+        pipe.exists(*consumer) if consumer else pipe.echo("0")
         for _, _, w in caps:
             pipe.get(counter_key(buyer.id, w))
         plans.append((buyer, caps))
@@ -229,11 +233,12 @@ def room(store: Store, buyers: Sequence[BuyerRule], now: datetime,
     now_ms = now.timestamp() * 1000
     out: dict[str, str | None] = {}
     for buyer, caps in plans:
-        open_until = int(next(values) or 0)
+        open_until, known = int(next(values) or 0), int(next(values) or 0)
         used = [int(next(values) or 0) for _ in caps]
         amount = (budget_minor or {}).get(buyer.id, buyer.price_minor)
         full = [cap for (cap, limit, _), u in zip(caps, used) if u + (amount if cap == "daily_budget" else 1) > limit]
-        out[buyer.id] = f"cap_full:{full[0]}" if full else "circuit_open" if open_until > now_ms else None
+        out[buyer.id] = ("duplicate" if known else f"cap_full:{full[0]}" if full
+                         else "circuit_open" if open_until > now_ms else None)
     return out
 
 

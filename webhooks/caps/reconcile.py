@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SNAPSHOT_TRIES = 5
+RECONCILE_LOCK_MS = 60_000
 
 @dataclass(frozen=True)
 class Finding:
@@ -47,6 +48,19 @@ def reconcile_buyer(store: Store, settle_r, buyer: BuyerRule, now: datetime | No
     windows = leases.windows(buyer, now)
     if not windows:
         return []
+    # A lead returned from now on leaves its slot to this run (lua/give_back.lua), which reads
+    # the ledger after the counters: the return is then counted once, here or there.
+    lock = keys.reconciling(buyer.id)
+    if not store.redis.set(lock, "1", nx=True, px=RECONCILE_LOCK_MS):
+        log.info("buyer %s is being reconciled by another run", buyer.id)
+        return []
+    try:
+        return _reconcile_windows(store, settle_r, buyer, windows)
+    finally:
+        store.redis.delete(lock)
+
+
+def _reconcile_windows(store: Store, settle_r, buyer: BuyerRule, windows: list) -> list[Finding]:
     counters = [leases.counter_key(buyer.id, w) for _, _, w in windows]
     snap = _snapshot(store, buyer.id, counters)
     if snap[0] == "not_ready":

@@ -39,8 +39,8 @@ def classify(status: int, content: bytes) -> str:
     if 200 <= status < 300:
         try:
             body = json.loads(content)
-        except (ValueError, UnicodeDecodeError):
-            return ERROR  # a non-JSON 2xx is an unreadable reply
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return ERROR  # a non-JSON 2xx (or one nested past Python's stack) is an unreadable reply
         return ACCEPTED if isinstance(body, dict) and body.get("accepted") is True else REJECTED
     if 400 <= status < 500:
         return REJECTED

@@ -115,7 +115,9 @@ class Intake:
                 outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
                                             skipped, plan, first)
         except BaseException:
-            self._give_up(claim, attempt_key)
+            # Killed (a deploy's graceful timeout) or failed mid-routing: a buyer may hold the
+            # lead, so the attempt note stays for the retry (every refund already deleted it).
+            self._give_up(claim, None)
             raise
         if outcome.status == "unsold" and outcome.waiting_for_rebuild:
             self._give_up(claim, attempt_key)
@@ -184,7 +186,9 @@ class Intake:
                       Decimal(note["price"]), None if note.get("bid") is None else Decimal(note["bid"]),
                       note.get("ping"))
         outcome, ms = UNKNOWN, 0
-        if state != "gone" and rule is not None:
+        if state == "confirmed":
+            outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
+        elif state != "gone" and rule is not None:
             outcome, ms = self.router.deliverer.deliver(
                 note["url"], offer.body(lead_id, publisher.id, lead, json.dumps(lead, separators=(",", ":"))),
                 idempotency_key(publisher.id, lead_id, buyer_id), rule.delivery)
@@ -204,13 +208,14 @@ class Intake:
         metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
         return out
 
-    def _give_up(self, claim: claims.Claim, attempt_key: str) -> None:
-        """Let the publisher retry from scratch: no buyer holds the lead (any attempt was
-        refunded), so free the claim and its attempt note."""
+    def _give_up(self, claim: claims.Claim, attempt_key: str | None) -> None:
+        """Free the claim so the publisher can retry, and with `attempt_key` its attempt note
+        too (only when no buyer can hold the lead: every attempt was refunded)."""
         try:
             pipe = self.store.redis.pipeline(transaction=False)
             self.store.queue(pipe, self.store.release_claim, [claim.key], [claim.token])
-            pipe.delete(attempt_key)
+            if attempt_key is not None:
+                pipe.delete(attempt_key)
             pipe.execute()
         except REDIS_DOWN:
             pass  # both expire; a retry may find the note and end the lead unsold for review

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import jmespath
 import jmespath.exceptions
 from jinja2 import ChainableUndefined, TemplateError, Undefined
-from jinja2.sandbox import SandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from webhooks.errors import ValidationError
 
@@ -58,7 +58,9 @@ class _Undefined(ChainableUndefined):
         return super().__str__()
 
 
-ENV = SandboxedEnvironment(undefined=_Undefined, autoescape=False)
+# Immutable: a template may not change the lead it is given (`lead.pop(...)`), which the routing
+# of the next buyers (their dedupe keys) still reads.
+ENV = ImmutableSandboxedEnvironment(undefined=_Undefined, autoescape=False)
 
 SAMPLE = {"lead": {"first_name": "Ada", "last_name": "Lovelace", "email": "ada@example.com",
                    "phone": "+15125550100", "state": "TX", "zip": "73301"},
@@ -107,10 +109,13 @@ def _compile_fields(raw: Any, where: str) -> list[_Field]:
 
 
 def _try_render(fields: list[_Field], where: str, native: bool) -> None:
-    """Render with the sample lead: the sandbox refuses unsafe attributes only when used."""
+    """Render with the sample lead, and encode the result as a post would: the sandbox
+    refuses unsafe attributes only when they are used (`{{ [''.__class__] }}` only when the
+    list is encoded)."""
     for f in fields:
         try:
-            f.value(SAMPLE, native)
+            value = f.value(SAMPLE, native)
+            json.dumps(value, default=str) if native else urlencode({f.name: value})
         except Exception as exc:  # SecurityError, or any other failure of this template
             raise ValidationError(CODE, f"{where}.{f.name}", f"cannot be rendered: {exc}") from None
 
@@ -156,9 +161,14 @@ class Delivery:
             except Exception as exc:  # never into the publisher's request
                 log.warning("template %s of buyer %s failed: %s", f.name, context.get("buyer_id"), exc)
                 values[f.name] = None if native else ""
-        if native:
-            return json.dumps(values, separators=(",", ":"), default=str).encode()
-        return urlencode(values).encode()
+        try:
+            if native:
+                return json.dumps(values, separators=(",", ":"), default=str).encode()
+            return urlencode(values).encode()
+        except Exception as exc:  # never into the publisher's request
+            log.warning("post of buyer %s could not be encoded: %s", context.get("buyer_id"), exc)
+            empty = {f.name: None if native else "" for f in self.fields}
+            return json.dumps(empty).encode() if native else urlencode(empty).encode()
 
     def accepted(self, content: bytes) -> bool | None:
         """Whether a 2xx reply says yes; None when it cannot be read (an error)."""
@@ -166,11 +176,11 @@ class Delivery:
             return bool(self.accept_regex.search(content.decode("utf-8", "replace")))
         try:
             reply = json.loads(content)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         try:
             return bool(self.accept.search(reply))
-        except jmespath.exceptions.JMESPathError:
+        except (jmespath.exceptions.JMESPathError, RecursionError):
             return False
 
 
@@ -264,14 +274,18 @@ class Ping:
             except Exception as exc:
                 log.warning("ping template %s of buyer %s failed: %s", f.name, context.get("buyer_id"), exc)
                 values[f.name] = None
-        return json.dumps(values, separators=(",", ":"), default=str).encode()
+        try:
+            return json.dumps(values, separators=(",", ":"), default=str).encode()
+        except Exception as exc:
+            log.warning("ping of buyer %s could not be encoded: %s", context.get("buyer_id"), exc)
+            return json.dumps({f.name: None for f in self.fields}).encode()
 
     def read_bid(self, content: bytes) -> tuple[Decimal | None, Any]:
         """(bid, parsed reply): the bid is None when the reply has none usable."""
         try:
             reply = json.loads(content)
             found = self.bid.search(reply)
-        except (ValueError, UnicodeDecodeError, jmespath.exceptions.JMESPathError):
+        except (ValueError, UnicodeDecodeError, RecursionError, jmespath.exceptions.JMESPathError):
             return None, None
         if isinstance(found, bool) or not isinstance(found, (int, float, str)):
             return None, reply

@@ -16,7 +16,7 @@ from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import lead_record
-from webhooks.storage import audit
+from webhooks.storage import audit, keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Publisher
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -80,13 +80,15 @@ def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -
     if not current:
         return []
     try:
-        pipe = store.redis.pipeline(transaction=False)
-        for cap, w in current:
-            amount = cents(lead.price) if cap == "daily_budget" else 1
-            store.queue(pipe, store.adjust_counter, [leases.counter_key(buyer.id, w)], [-amount, leases.expire_at(w)])
-        pipe.execute()
+        counters = [leases.counter_key(buyer.id, w) for _, w in current]
+        given = store.give_back(keys=[keys.reconciling(buyer.id), *counters],
+                                args=[cents(lead.price) if cap == "daily_budget" else 1 for cap, _ in current])
     except REDIS_DOWN as exc:  # the ledger is right; reconciliation gives the slot back
         log.warning("return of %s:%s: slot not given back now (%s); reconciliation will", lead.publisher_id,
                     lead.lead_id, exc)
+        return []
+    if not given:
+        log.info("return of %s:%s: a reconciliation of %s is running; it gives the slot back",
+                 lead.publisher_id, lead.lead_id, buyer.id)
         return []
     return [cap for cap, _ in current]

@@ -208,7 +208,8 @@ class Router:
         pingers = [b for b in buyers if b.ping is not None]
         if not pingers:
             return list(offers.values())
-        room = leases.room(self.store, pingers, now, {b.id: max(1, cents(b.ping.min_bid)) for b in pingers})
+        room = leases.room(self.store, pingers, now, {b.id: max(1, cents(b.ping.min_bid)) for b in pingers},
+                           {b.id: consumer_keys(b.id, b.dedupe_fields, lead) for b in pingers if b.dedupe_fields})
         for b in pingers:
             if room[b.id] is not None:
                 out.skipped.append({"buyer_id": b.id, "reason": room[b.id]})
@@ -224,8 +225,9 @@ class Router:
                 return None, None
             return b.ping.read_bid(content)
 
-        for b, (bid, reply) in zip(pingers, fan_out([functools.partial(ping, b) for b in pingers],
-                                                    self.ping_timeout_ms / 1000)):
+        for b, result in zip(pingers, fan_out([functools.partial(ping, b) for b in pingers],
+                                              self.ping_timeout_ms / 1000)):
+            bid, reply = result if result is not None else (None, None)  # failed or late: no bid
             if bid is None:
                 out.skipped.append({"buyer_id": b.id, "reason": "no_bid"})
             else:
@@ -255,6 +257,8 @@ def fan_out(calls: list, timeout_s: float) -> list:
     """Run `calls` at once and return their results in order (None for one that failed or
     was still running at `timeout_s`): greenlets in the gevent-patched web process, threads
     elsewhere (the CLI, tests in-process)."""
+    if not calls:
+        return []
     if len(calls) == 1:
         try:
             return [calls[0]()]

@@ -34,6 +34,11 @@ def dedupe(buyer_id: str, field: str, digest: str) -> str:
     return buyer(buyer_id, "dedupe", field, digest)
 
 
+def reconciling(buyer_id: str) -> str:
+    """Present while a reconciliation of the buyer runs (a return then leaves the slot to it)."""
+    return buyer(buyer_id, "reconciling")
+
+
 def rebuild_lock(buyer_id: str) -> str:
     return buyer(buyer_id, "rebuild")
 

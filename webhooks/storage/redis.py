@@ -104,6 +104,7 @@ class Store:
         self.claim_or_get = self._register("claim_or_get")
         self.extend_lease = self._register("extend_lease")
         self.finish_lease = self._register("finish_lease")
+        self.give_back = self._register("give_back")
         self.rebuild_counters = self._register("rebuild_counters")
         self.release_claim = self._register("release_claim")
         self.reserve_lease = self._register("reserve_lease")
