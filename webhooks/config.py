@@ -65,7 +65,7 @@ class Config:
     # whsec_ secrets (two while rotating: both sign), and how deliveries are retried.
     payment_events_url: str = ""  # empty: wallet changes are not announced
     payment_events_secrets: tuple[str, ...] = ()
-    payment_events_timeout_ms: int = 10_000  # one delivery's whole request
+    payment_events_timeout_ms: int = 10_000  # connect and read timeout of one delivery
     payment_events_retry_base_ms: int = 1_000  # first back-off; doubles per failed attempt
     payment_events_retry_max_ms: int = 3_600_000  # back-off never grows past this (1 h)
     payment_events_retry_for_s: int = 86_400  # failing for this long (24 h): `failed`

@@ -5,8 +5,10 @@ Each credit and debit inserts its event (`record`) in the transaction that chang
 an event exists exactly when its wallet change committed. The worker (workers/outbox.py) calls
 `deliver_due` in a loop: it POSTs due events to PAYMENT_EVENTS_URL, signed per Standard Webhooks
 (the `standardwebhooks` package), with the event's stable id as `webhook-id`. A customer's events
-go out one after the other in the order their changes committed: an event is only sent once every
-earlier event of that customer is delivered. A failed attempt is retried with exponential back-off
+go out one after the other, oldest first: an event is only sent once every earlier event of that
+customer is delivered. For one wallet that is the order its changes committed (each change inserts
+its event while holding the wallet's row lock, so ids follow commits); changes of one customer in
+two currencies committing at once have no order. A failed attempt is retried with exponential back-off
 and jitter; an event still failing after `retry_for_s` (24 h by default) becomes `failed`, holds
 the customer's later events back, and waits for `flask --app wsgi events retry`.
 """
