@@ -45,6 +45,5 @@ CREATE TABLE IF NOT EXISTS payment_events (
   last_error       VARCHAR(500) NULL,
   UNIQUE KEY paymentevent_event_id (event_id),
   UNIQUE KEY paymentevent_provider_type_reference (provider, type, reference),
-  KEY paymentevent_status_customer_id (status, customer, id),
-  KEY paymentevent_status_next_attempt_at (status, next_attempt_at)
+  KEY paymentevent_status_customer_id (status, customer, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

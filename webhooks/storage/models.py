@@ -191,8 +191,7 @@ class PaymentEvent(BaseModel):
         table_name = "payment_events"
         indexes = (
             (("provider", "type", "reference"), True),
-            (("status", "customer", "id"), False),
-            (("status", "next_attempt_at"), False),
+            (("status", "customer", "id"), False),  # each customer's oldest undelivered event
         )
 
 
