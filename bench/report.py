@@ -34,6 +34,9 @@ PARTS = [
      "(`bench/integrations.py`)."),
     ("perf", "8. Lead path performance",
      "The lead path after each performance lever, and what bounds it (`bench/e2e.py`, py-spy)."),
+    ("outbox", "9. Payment events (the outbox)",
+     "How late wallet events reach the application at 300 payments/s, and what the outbox adds to "
+     "a credit (`bench/outbox.py`)."),
 ]
 
 
