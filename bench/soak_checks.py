@@ -4,6 +4,7 @@ what the buyers' servers accepted (bench/soak_buyers.py) and every answer the cl
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -38,6 +39,7 @@ QUIET_S = 10  # a fault's errors are over after this long without one
 RSS_SETTLE_S = {"web worker": 660}
 RSS_SETTLE_DEFAULT_S = 60
 RSS_MIN_SPAN_S = 300
+RSS_AFTER_RESET_S = 150  # a Redis restart's recovery (rebuild, re-pushed queue) is over by then
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -353,8 +355,10 @@ def rss_by_minute(samples: list[dict]) -> dict[int, dict]:
     return out
 
 
-def rss_trend(samples: list[dict]) -> list[dict]:
-    """Per process (role:pid) that lived long enough: the RSS slope after the journal filled."""
+def rss_trend(samples: list[dict], resets: list[float] = ()) -> list[dict]:
+    """Per process (role:pid) that lived long enough: the RSS slope after its warm-up, fitted
+    between Redis restarts (`resets`): rebuilding after a data loss parses the whole re-pushed
+    settlement queue once, a step up that Python's allocator keeps, not a trend."""
     series = defaultdict(list)
     for s in samples:
         for key, kb in s["rss_kb"].items():
@@ -365,18 +369,24 @@ def rss_trend(samples: list[dict]) -> list[dict]:
         if role not in ("web worker", "rq worker", "scheduler", "web master"):
             continue
         first = points[0][0]
-        tail = [(t, mb) for t, mb in points if t >= first + RSS_SETTLE_S.get(role, RSS_SETTLE_DEFAULT_S)]
-        span = tail[-1][0] - tail[0][0] if len(tail) > 2 else 0
+        warm = first + RSS_SETTLE_S.get(role, RSS_SETTLE_DEFAULT_S)
         row = {"process": key, "lived_min": round((points[-1][0] - first) / 60, 1),
                "first_mb": round(points[0][1], 1), "last_mb": round(points[-1][1], 1),
                "max_mb": round(max(mb for _, mb in points), 1)}
-        if span >= RSS_MIN_SPAN_S:
-            n = len(tail)
-            mt = sum(t for t, _ in tail) / n
-            mm = sum(mb for _, mb in tail) / n
-            slope = sum((t - mt) * (mb - mm) for t, mb in tail) / sum((t - mt) ** 2 for t, _ in tail)
-            row["slope_mb_per_h"] = round(slope * 3600, 2)
-            row["growing"] = slope * 3600 > max(10.0, 0.1 * mm)
+        edges = [warm] + [r + RSS_AFTER_RESET_S for r in resets if r + RSS_AFTER_RESET_S > warm] + [math.inf]
+        cuts = [warm] + [r for r in resets if r > warm] + [math.inf]
+        slopes = []
+        for start, end in zip(edges, cuts[1:]):
+            seg = [(t, mb) for t, mb in points if start <= t < end]
+            if len(seg) > 2 and seg[-1][0] - seg[0][0] >= RSS_MIN_SPAN_S:
+                n = len(seg)
+                mt, mm = sum(t for t, _ in seg) / n, sum(mb for _, mb in seg) / n
+                slope = sum((t - mt) * (mb - mm) for t, mb in seg) / sum((t - mt) ** 2 for t, _ in seg) * 3600
+                slopes.append((slope, mm))
+        if slopes:
+            slope, mm = max(slopes)
+            row["slope_mb_per_h"] = round(slope, 2)
+            row["growing"] = slope > max(10.0, 0.1 * mm)
         out.append(row)
     return out
 
@@ -392,7 +402,7 @@ def analyse(run_dir: Path, meta: dict, db_url: str) -> dict:
     lead_checks, lead_figures = check_leads(meta, ledger, buyer_log, outcomes)
     events = [r for r in buyer_log if r["b"] == "_events"]
     pay_checks, pay_figures = check_payments(meta, ledger, outcomes, events)
-    trend = rss_trend(meta["samples"])
+    trend = rss_trend(meta["samples"], [f["t"] for f in meta["faults"] if f["kind"] == "redis_restart"])
     judged = [r for r in trend if "growing" in r]
     growing = [r["process"] for r in judged if r["growing"]]
     rss_check = _check("no RSS growth trend in Floodgate's processes", not growing,
@@ -468,9 +478,10 @@ def render(res: dict) -> str:
                                                 ("lead p99", "lead_p99"), ("payments", "pay_n"), ("pay p50", "pay_p50"),
                                                 ("pay p99", "pay_p99"), ("errors", "errors"),
                                                 *((c[4:].replace("_", " "), c) for c in rss_cols))), "",
-              "Memory trend per process (MB; slope fitted after its warm-up: a web worker's first "
-              f"{RSS_SETTLE_S['web worker'] // 60} minutes, while its settlement journal fills, another's first "
-              "minute):", "",
+              "Memory trend per process (MB; the steepest slope fitted between Redis restarts, after its "
+              f"warm-up — a web worker's first {RSS_SETTLE_S['web worker'] // 60} minutes, while its settlement "
+              f"journal fills, another's first minute — and {RSS_AFTER_RESET_S} s after each restart, whose "
+              "recovery steps memory up once):", "",
               markdown_table([{**r, "slope": r.get("slope_mb_per_h", "not judged (lived too short)"),
                                "growing": {True: "**yes**", False: "no"}.get(r.get("growing"), "")}
                               for r in res["rss_trend"]],
@@ -575,7 +586,11 @@ def assemble() -> None:
                                   ("leads answered", "leads"), ("sold", "sold"), ("payments credited", "payments"),
                                   ("lead p50 / p99 ms", "lat"), ("payment p50 / p99 ms", "plat"),
                                   ("re-offers", "reoffers"), ("unknown", "unknown"))), "",
-            f"### The {main['meta']['minutes']:g}-minute run", "", render(main), ""]
+            ]
+    notes = Path(__file__).resolve().parent / "soak_notes.md"  # the analysis of the runs, by hand
+    if notes.exists():
+        text += [notes.read_text().strip(), ""]
+    text += [f"### The {main['meta']['minutes']:g}-minute run", "", render(main), ""]
     write_md("soak.md", "\n".join(text))
     png = OUT / f"{main_stem}.png"
     if png.exists():
