@@ -50,15 +50,16 @@ def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict) -> list[str]
     return out
 
 
-def sold_consumers(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
+def sold_consumers(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> dict[str, int]:
     """Dedupe key -> when it expires (unix ms) of every consumer `buyer` bought within its
-    dedupe days, from the ledger and the settlements not yet in it."""
+    dedupe days, from the ledger and the settlements not yet in it (`pending`, when the
+    caller already read them)."""
     if not buyer.dedupe_fields:
         return {}
     window_ms = buyer.dedupe_days * 86_400_000
     since = now - timedelta(days=buyer.dedupe_days)
     sales: list[tuple[datetime, str]] = []
-    for item in settle_queue.unsettled(settle_r):
+    for item in settle_queue.unsettled(settle_r) if pending is None else pending:
         if item["status"] == "sold" and item["buyer_id"] == buyer.id:
             sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():
@@ -79,10 +80,10 @@ def sold_consumers(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
     return out
 
 
-def restore(store: Store, settle_r, buyer: BuyerRule, now: datetime) -> int:
+def restore(store: Store, settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> int:
     """Set the dedupe keys of `buyer`'s sales within its window that Redis lacks (after a
     data loss, or drift); never shortens or removes one. Returns how many were missing."""
-    remembered = sold_consumers(settle_r, buyer, now)
+    remembered = sold_consumers(settle_r, buyer, now, pending)
     now_ms = int(now.timestamp() * 1000)
     live = {k: at for k, at in remembered.items() if at > now_ms}
     if not live:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from webhooks.caps import dedupe, leases
 from webhooks.caps.sales import sales_since, total
-from webhooks.storage import keys
+from webhooks.storage import keys, settle_queue
 from webhooks.storage.redis import Store
 
 if TYPE_CHECKING:
@@ -47,13 +47,13 @@ def _run(store: Store, settle_r, buyer: BuyerRule, token: str, delay: float) -> 
         log.exception("rebuild of buyer %s failed", buyer.id)
 
 
-def sold_counts(settle_r, buyer: BuyerRule, now: datetime) -> dict[str, int]:
+def sold_counts(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> dict[str, int]:
     """Sold leads (and cents for daily_budget) of each current window: ledger + unsettled."""
     windows = leases.windows(buyer, now)
     if not windows:
         return {}
     since = min(w.start for _, _, w in windows)
-    found = sales_since(settle_r, buyer.id, since).values()
+    found = sales_since(settle_r, buyer.id, since, pending).values()
     return {cap: total(found, cap, w) for cap, _, w in windows}
 
 
@@ -61,8 +61,11 @@ def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime 
     now = now or datetime.now(timezone.utc)
     # The consumers bought within the dedupe window first: `ready` (set below) must not come
     # before them, or a duplicate could be sold in between.
-    restored = dedupe.restore(store, settle_r, buyer, now)
-    counts = sold_counts(settle_r, buyer, now)
+    # The settlement queue is read and decoded once for both (after a data loss it holds
+    # every journal pushed again: the costly part of a rebuild).
+    pending = settle_queue.unsettled(settle_r)
+    restored = dedupe.restore(store, settle_r, buyer, now, pending)
+    counts = sold_counts(settle_r, buyer, now, pending)
     windows = leases.windows(buyer, now)
     args: list = [token]
     for cap, _, w in windows:

@@ -30,11 +30,13 @@ def sold_since(buyer_id: str, since: datetime) -> list[tuple]:
     return list(rows)
 
 
-def sales_since(settle_r, buyer_id: str, since: datetime) -> dict[tuple[str, str], Sale]:
+def sales_since(settle_r, buyer_id: str, since: datetime,
+                pending: list[dict] | None = None) -> dict[tuple[str, str], Sale]:
     """Sales of `buyer_id` since `since` (aware): settled, queued, or taken by a running job,
-    keyed by (publisher_id, lead_id) so a sale seen in two places counts once."""
+    keyed by (publisher_id, lead_id) so a sale seen in two places counts once. `pending` is
+    the queue as `settle_queue.unsettled` read it, when the caller already has it."""
     sales: dict[tuple[str, str], Sale] = {}
-    for item in settle_queue.unsettled(settle_r):
+    for item in settle_queue.unsettled(settle_r) if pending is None else pending:
         if item["status"] == "sold" and item["buyer_id"] == buyer_id:
             at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
             lease = item.get("lease") or [None, None]
