@@ -16,7 +16,6 @@ from webhooks.caps import leases
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import settlement
-from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.catalog import Snapshot
 from webhooks.leads.delivery import ACCEPTED, UNKNOWN, Deliverer
 from webhooks.leads.publishers import PublisherRule, key_hash
@@ -146,8 +145,8 @@ class Intake:
         else:
             buyer = offer.buyer
             call = leases.prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=self.router.probe_ttl_ms,
-                                  consumer=consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields
-                                  else (), price_minor=cents(offer.price))
+                                  consumer=consumer_keys(buyer.id, buyer.dedupe_fields, lead),
+                                  price_minor=cents(offer.price))
             note = attempt_note(attempt_key, offer, now, [], lease_ttl_ms).value(call.lease)
             pipe = self.store.redis.pipeline(transaction=False)
             self.store.queue(pipe, self.store.claim_lead, [claim_key, attempt_key],
@@ -181,19 +180,17 @@ class Intake:
         state, reserved_us = leases.take_over(self.store, lease, lease_ttl_ms)
         out = Outcome(attempts=list(note.get("attempts", [])))
         rule = next((b for b in snapshot.buyers if b.id == buyer_id), None)  # switched off since: no
-        offer = Offer(rule or BuyerRule(buyer_id, note["url"], 0, Decimal(note["price"]), 0, timezone.utc, (),
-                                        frozenset(), frozenset(), None),
-                      Decimal(note["price"]), None if note.get("bid") is None else Decimal(note["bid"]),
-                      note.get("ping"))
+        bid = None if note.get("bid") is None else Decimal(note["bid"])
         outcome, ms = UNKNOWN, 0
         if state == "confirmed":
             outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
         elif state != "gone" and rule is not None:
+            offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
             outcome, ms = self.router.deliverer.deliver(
                 note["url"], offer.body(lead_id, publisher.id, lead, json.dumps(lead, separators=(",", ":"))),
                 idempotency_key(publisher.id, lead_id, buyer_id), rule.delivery)
         if outcome == ACCEPTED:
-            out.attempts.append(attempt_record(offer, ACCEPTED, ms))
+            out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
             out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
             out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
             out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
@@ -201,7 +198,7 @@ class Intake:
             log.warning("lead %s:%s re-offered to %s after its routing died: accepted",
                         publisher.id, lead_id, buyer_id)
         else:
-            out.attempts.append(attempt_record(offer, UNKNOWN, ms))
+            out.attempts.append(attempt_record(buyer_id, bid, UNKNOWN, ms))
             log.warning("lead %s:%s left unsold for review: its routing died while offering it to %s, "
                         "who did not confirm it (reservation %s, answer %s)",
                         publisher.id, lead_id, buyer_id, state, outcome)

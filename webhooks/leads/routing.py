@@ -161,7 +161,7 @@ class Router:
                 reservation = first
             else:
                 note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms)
-                consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead) if buyer.dedupe_fields else ()
+                consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead)
                 reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
                                              probe_ttl_ms=self.probe_ttl_ms, note=note, consumer=consumer,
                                              price_minor=cents(offer.price))
@@ -176,13 +176,13 @@ class Router:
                 out.waiting_for_rebuild = True
                 continue
             if reservation.status == "circuit_open":
-                out.attempts.append(attempt_record(offer, CIRCUIT_OPEN, 0))
+                out.attempts.append(attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0))
                 out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
                 metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
             outcome, ms = self.deliverer.deliver(buyer.endpoint_url, offer.body(lead_id, publisher.id, lead, lead_json),
                                                  idempotency_key(publisher.id, lead_id, buyer.id), buyer.delivery)
-            out.attempts.append(attempt_record(offer, outcome, ms))
+            out.attempts.append(attempt_record(buyer.id, offer.bid, outcome, ms))
             metrics.attempt(buyer.id, outcome, ms)
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
@@ -246,10 +246,11 @@ class Router:
         return {p: n - 1 for p, n in zip(priorities, pipe.execute())}
 
 
-def attempt_record(offer: Offer, outcome: str, ms: int) -> dict:
-    attempt = {"buyer_id": offer.buyer.id, "outcome": outcome, "ms": ms}
-    if offer.bid is not None:
-        attempt["bid"] = f"{offer.bid:.2f}"
+def attempt_record(buyer_id: str, bid: Decimal | None, outcome: str, ms: int) -> dict:
+    """One attempt as answers and the ledger show it; ping/post buyers carry their bid."""
+    attempt = {"buyer_id": buyer_id, "outcome": outcome, "ms": ms}
+    if bid is not None:
+        attempt["bid"] = f"{bid:.2f}"
     return attempt
 
 
