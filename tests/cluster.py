@@ -106,7 +106,7 @@ class LocalCluster:
         and every live replica is in sync with its primary (until then WAIT counts no
         replica, and a replica that never synced refuses to take over)."""
         def ok() -> bool:
-            views = set()
+            views, seen = set(), {}
             for port in self.live_ports():
                 try:
                     node = redis.Redis(port=port, decode_responses=True, socket_timeout=1)
@@ -115,12 +115,22 @@ class LocalCluster:
                     replication = node.info("replication")
                     if replication["role"] == "slave" and replication["master_link_status"] != "up":
                         return False
-                    views.add(tuple(sorted(_serving(_by_port(node.cluster("nodes"))))))
+                    seen = _by_port(node.cluster("nodes"))
+                    views.add(tuple(sorted(_serving(seen))))
                 except redis.RedisError:
                     return False
-            return len(views) == 1
+            return len(views) == 1 and self._every_live_node_placed(seen)
 
         wait_until(ok, timeout=timeout, interval=0.1, what="cluster_state:ok")
+
+    def _every_live_node_placed(self, nodes: dict[int, dict]) -> bool:
+        """Each live node serves slots or replicates a node that does: a killed primary that
+        came back is a slot-less master for a moment before it turns replica, and a test that
+        looks for the replica of the promoted node must not start in that moment."""
+        serving = _serving(nodes)
+        ids = {info["node_id"] for info in serving.values()}
+        return all(port in serving or ("slave" in nodes[port]["flags"] and nodes[port]["master_id"] in ids)
+                   for port in self.live_ports() if port in nodes)
 
     def live_ports(self) -> list[int]:
         return [p for p, proc in self.procs.items() if proc.poll() is None]
@@ -143,9 +153,15 @@ class LocalCluster:
         raise LookupError(f"no node serves slot {slot}")
 
     def replica_of(self, primary: int) -> int:
-        nodes = self.nodes()
-        return next(port for port, info in nodes.items()
-                    if info["master_id"] == nodes[primary]["node_id"] and "fail" not in info["flags"])
+        """Port of a live replica of `primary`; waits while a rejoining node takes that role."""
+        def found() -> int | None:
+            nodes = self.nodes()
+            live = set(self.live_ports())
+            return next((port for port, info in nodes.items()
+                         if port in live and info["master_id"] == nodes[primary]["node_id"]
+                         and "fail" not in info["flags"]), None)
+
+        return wait_until(found, timeout=STATE_TIMEOUT_S, interval=0.1, what=f"a replica of {primary}")
 
     def kill_node(self, port: int) -> None:
         proc = self.procs.get(port)
