@@ -116,10 +116,12 @@ def test_import_of_a_missing_file_is_a_usage_error(env, tmp_path):
     assert "No such file" in fails(env, "buyers", "import", str(tmp_path / "nope.json"), code=2)
 
 
-def test_publishers_export_has_no_keys_and_import_needs_them(env, tmp_path):
+def test_publishers_export_has_no_keys_and_import_needs_them(env, tmp_path, redis_server):
     pubs = [{"id": "surge", "name": "Surge Media", "api_key": "pk_live_surge_0123456789", "commission_pct": "10"},
             {"id": "wave", "name": "Wave", "api_key": "pk_live_wave_0123456789", "active": False}]
     assert "imported 2 publisher(s)" in ok(env, "publishers", "import", write(tmp_path, "p.json", pubs)).stdout
+    # new publishers: Redis holds every answer they will be given (docs/leads.md)
+    assert redis_server.client().get(keys.lead_memory("surge")) == "0"
     surge = Publisher.get_by_id("surge")
     assert surge.api_key_hash == hashlib.sha256(b"pk_live_surge_0123456789").hexdigest()
     assert not Publisher.get_by_id("wave").active

@@ -86,3 +86,72 @@ def test_redis_restarted_empty_mid_burst_never_exceeds_the_cap(api, buyer_server
         if api.post_lead(key, {"lead_id": f"fill-{i}"}).json()["status"] == "unsold":
             break
     assert burst.accepted == 100
+
+
+def _retry_until_answered(api, key: str, lead_id: str) -> dict:
+    """A publisher's retries: again on 503 (caps being rebuilt) until an answer comes."""
+    def answered():
+        resp = api.post_lead(key, {"lead_id": lead_id})
+        return resp.json() if resp.status_code == 200 else None
+
+    return wait_until(answered, timeout=20, interval=0.3, what=f"an answer for {lead_id}")
+
+
+def test_a_lead_settled_before_redis_lost_its_data_is_answered_from_the_ledger_not_sold_again(
+        api, buyer_server, redis_server, worker):
+    """The publisher retries a lead it sent before Redis restarted empty: the claim that held
+    its answer is gone, the ledger still has the sale. The retry gets that answer; no buyer
+    is offered the lead again."""
+    first, second = buyer_server.add("settled-x"), buyer_server.add("settled-y")
+    key = api.put_publisher("pub-settled")
+    api.put_buyer("settled-x", buyer_server.url("settled-x"), priority=1)
+    api.put_buyer("settled-y", buyer_server.url("settled-y"), priority=2)
+    api.settle_config()
+    answer = api.post_lead(key, {"lead_id": "gone-1"}).json()
+    assert (answer["status"], answer["buyer_id"]) == ("sold", "settled-x")
+    api.wait_settled("gone-1", "pub-settled")
+    redis_server.restart_empty()
+
+    again = _retry_until_answered(api, key, "gone-1")
+    assert again == {**answer, "replayed": True}
+    assert len(first.received) == 1 and second.received == []
+    # a new lead of the same publisher is routed as usual once the caps are rebuilt
+    assert _retry_until_answered(api, key, "new-1")["buyer_id"] == "settled-x"
+    assert api.post_lead(key, {"lead_id": "gone-1"}).json() == {**answer, "replayed": True}
+
+
+def test_a_lead_still_queued_for_the_ledger_when_redis_lost_its_data_gets_its_answer_back(
+        api, app, buyer_server, redis_server, worker_manager):
+    """No worker runs: the sale is only in the settlement queue (lost with Redis) and in the
+    web process's journal. The journal pushes it again and puts its answer back, so the retry
+    is a replay, and the ledger gets the one sale once a worker drains the queue."""
+    worker_manager.stop()
+    first, second = buyer_server.add("queued-x"), buyer_server.add("queued-y")
+    key = api.put_publisher("pub-queued")
+    api.put_buyer("queued-x", buyer_server.url("queued-x"), priority=1)
+    api.put_buyer("queued-y", buyer_server.url("queued-y"), priority=2)
+    api.settle_config()
+    answer = api.post_lead(key, {"lead_id": "queued-1"}).json()
+    assert answer["buyer_id"] == "queued-x"
+    redis_server.restart_empty()
+
+    again = _retry_until_answered(api, key, "queued-1")
+    assert again == {**answer, "replayed": True}
+    assert len(first.received) == 1 and second.received == []
+    worker_manager.ensure()
+    record = api.wait_settled("queued-1", "pub-queued")
+    assert (record["status"], record["buyer_id"]) == ("sold", "queued-x")
+
+
+def test_a_new_publishers_answers_are_all_in_redis_so_no_lead_asks_the_ledger(api, app, redis_server):
+    """A publisher made through the API has no lead anywhere yet: its memory mark says Redis
+    holds every answer from the start (lua/claim_lead.lua), so no lead of it costs a ledger
+    read. After the mark is lost, leads ask the ledger for LEAD_REPLAY_TTL_S."""
+    from webhooks.storage import claims, keys
+
+    api.put_publisher("pub-fresh")
+    r = app.extensions["store"].redis
+    assert r.get(keys.lead_memory("pub-fresh")) == "0"
+    assert not claims.memory_gap("0", 10**13, 3600)
+    assert claims.memory_gap("1000", 1000 + 3_599_999, 3600)
+    assert not claims.memory_gap("1000", 1000 + 3_600_000, 3600)

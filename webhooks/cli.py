@@ -236,9 +236,13 @@ def export_publishers(output: Any) -> None:
 def import_publishers(file: Any) -> None:
     from webhooks.leads import publishers
     from webhooks.leads.catalog import bump_version
+    from webhooks.storage import claims
 
     saved = _import(_read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save,
                     _publisher_key_hint)
+    for row, fresh in saved:
+        if fresh:
+            claims.remember_from_start(current_app.extensions["store"], row.id)
     bump_version(current_app.extensions["redis"])
     click.echo(f"imported {len(saved)} publisher(s)")
 

@@ -99,12 +99,17 @@ class Intake:
         attempt_key = keys.lead_attempt(publisher.id, lead_id)
         lease_ttl_ms = claim_ttl + self.recovery_window_ms
         plan = self.router.plan(buyers, publisher)
-        claim, held, attempt, first = self._claim(keys.lead_claim(publisher.id, lead_id), attempt_key, claim_ttl,
-                                                  lease_ttl_ms, plan[0] if plan else None, lead, now)
+        claim_key = keys.lead_claim(publisher.id, lead_id)
+        claim, held, attempt, first, mark = self._claim(publisher.id, claim_key, attempt_key, claim_ttl,
+                                                        lease_ttl_ms, plan[0] if plan else None, lead, now)
         if claim is None:
             if held.startswith(claims.ROUTING):
                 raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
             return json.dumps({**json.loads(held), "replayed": True})
+        if attempt is None and claims.memory_gap(mark, int(now.timestamp() * 1000), self.replay_ttl_s):
+            settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
+            if settled is not None:
+                return json.dumps({**json.loads(settled), "replayed": True})
 
         try:
             if attempt is not None:
@@ -122,25 +127,65 @@ class Intake:
             self._give_up(claim, attempt_key)
             raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
 
-        answer = json.dumps({"lead_id": lead_id, "status": outcome.status, "buyer_id": outcome.buyer_id,
-                             "price": None if outcome.price is None else f"{outcome.price:.2f}",
-                             "attempts": outcome.attempts})
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
+        answer = json.dumps(settlement.answer_of(item))
         self._finish(claim, attempt_key, outcome, answer, item)
         return answer
 
-    def _claim(self, claim_key: str, attempt_key: str, claim_ttl: int, lease_ttl_ms: int, offer: Offer | None,
-               lead: dict, now: datetime) -> tuple[claims.Claim | None, str | None, str | None,
-                                                   leases.Reservation | None]:
+    def _settled_answer(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
+                        publisher_id: str, lead_id: str) -> str | None:
+        """Redis lost the publisher's replay memory lately (its mark is young): ask the
+        ledger before routing. A settled lead's answer is put back as the claim's value and
+        returned (its first reservation withdrawn); None when the ledger has no such lead.
+        Unavailable when the ledger cannot say: routing blind could sell the lead twice."""
+        from webhooks.leads.ledger import answer_for
+        from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+
+        try:
+            with db.connection_context():
+                found = answer_for(publisher_id, lead_id)
+        except UNAVAILABLE_ERRORS:
+            self._withdraw(first)
+            self._give_up(claim, attempt_key)
+            raise Unavailable("the lead ledger is unreachable and Redis lost its replay memory lately; "
+                              "retry shortly") from None
+        if found is None:
+            return None
+        answer = json.dumps(found)
+        self._withdraw(first)
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.set(claim.key, answer, ex=self.replay_ttl_s)
+        pipe.delete(attempt_key)
+        pipe.execute()
+        log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", publisher_id, lead_id)
+        return answer
+
+    def _withdraw(self, reservation: leases.Reservation | None) -> None:
+        """Give back a reservation that will not be offered."""
+        if reservation is not None and reservation.status == "ok":
+            try:
+                leases.finish(self.store, reservation.lease, leases.WITHDRAWN, breaker_failures=0,
+                              breaker_cooldown_ms=0)
+            except REDIS_DOWN:
+                pass  # the slot stays taken, which is safe; reconciliation gives it back
+
+    def _claim(self, publisher_id: str, claim_key: str, attempt_key: str, claim_ttl: int, lease_ttl_ms: int,
+               offer: Offer | None, lead: dict, now: datetime) -> tuple[claims.Claim | None, str | None,
+                                                                        str | None, leases.Reservation | None,
+                                                                        str]:
         """Claim the lead id and, in the same round trip, reserve its first buyer and note the
         attempt (lua/claim_lead.lua writes the note only when the claim is ours and no dead
         request left one). Returns (claim, holder, dead request's note, first reservation).
         The reservation is made before the claim's answer is known: when the claim is not
         ours, or a dead request's offer must be finished first, it is withdrawn again (a
-        round trip more on that path only)."""
+        round trip more on that path only). Also returns the publisher's replay memory mark
+        (claim_lead.lua)."""
         token = claims.new_token(claims.ROUTING)
+        memory_key = keys.lead_memory(publisher_id)
+        now_ms = int(now.timestamp() * 1000)
         if offer is None or self.store.cap_wait.replicas:  # the WAIT path reserves on its own connection
-            raw = self.store.claim_lead(keys=[claim_key, attempt_key], args=[token, claim_ttl, "", lease_ttl_ms])
+            raw = self.store.claim_lead(keys=[claim_key, attempt_key, memory_key],
+                                        args=[token, claim_ttl, "", lease_ttl_ms, now_ms])
             call = None
         else:
             buyer = offer.buyer
@@ -149,24 +194,18 @@ class Intake:
                                   price_minor=cents(offer.price))
             note = attempt_note(attempt_key, offer, now, [], lease_ttl_ms).value(call.lease)
             pipe = self.store.redis.pipeline(transaction=False)
-            self.store.queue(pipe, self.store.claim_lead, [claim_key, attempt_key],
-                             [token, claim_ttl, note, lease_ttl_ms])
+            self.store.queue(pipe, self.store.claim_lead, [claim_key, attempt_key, memory_key],
+                             [token, claim_ttl, note, lease_ttl_ms, now_ms])
             call.queue(self.store, pipe)
             raw, reserved = pipe.execute()
-        claimed = raw[0] == 1
-        attempt = raw[1] if claimed and len(raw) > 1 else None
+        claimed, value, mark = raw
         first = call.result(reserved) if call is not None else None
-        if first is not None and (not claimed or attempt is not None):
-            if first.status == "ok":
-                try:
-                    leases.finish(self.store, first.lease, leases.WITHDRAWN, breaker_failures=0,
-                                  breaker_cooldown_ms=0)
-                except REDIS_DOWN:
-                    pass  # the slot stays taken, which is safe; reconciliation gives it back
+        if first is not None and (claimed != 1 or value is not None):
+            self._withdraw(first)
             first = None
-        if not claimed:
-            return None, raw[1], None, None
-        return claims.Claim(claim_key, token), None, attempt, first
+        if claimed != 1:
+            return None, value, None, None, mark
+        return claims.Claim(claim_key, token), None, value, first, mark
 
     def _recover(self, note: dict, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
                  lease_ttl_ms: int) -> Outcome:
@@ -231,7 +270,7 @@ class Intake:
             if self.settle is not self.store:
                 pipe.execute()
                 pipe = None
-            self.journal.push(item, pipe)
+            self.journal.push(item, pipe, answer)
         except REDIS_DOWN:
             # The buyer has the lead: the answer stands, and the ledger gets it the slow way.
             # An unconfirmed lease just expires; its slot stays counted, as the sale is.

@@ -111,6 +111,16 @@ def lead_record(lead: Lead) -> dict:
     }
 
 
+def answer_for(publisher_id: str, lead_id: str) -> dict | None:
+    """The answer the publisher was given for a settled lead (as settlement.answer_of made
+    it), or None when the ledger has no such lead."""
+    lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
+    if lead is None:
+        return None
+    record = lead_record(lead)
+    return {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
+
+
 def flagged(limit: int = 50) -> list[Lead]:
     """Leads flagged for review, newest first: an attempt of theirs ended `unknown` (a buyer
     may hold the lead, unsold: its routing died and the buyer did not confirm the re-offer)."""

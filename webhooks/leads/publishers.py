@@ -68,11 +68,13 @@ class PublisherRule:
         return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing)
 
 
-def save(publisher_id: str, fields: dict) -> Publisher:
-    """Create or replace a publisher; an API key already used by another one is refused."""
+def save(publisher_id: str, fields: dict) -> tuple[Publisher, bool]:
+    """Create or replace a publisher; an API key already used by another one is refused.
+    Returns (row, fresh): fresh when it was created and the ledger has no lead of it (so
+    Redis can remember every answer it is given: claims.remember_from_start)."""
     from webhooks.storage import audit
     from webhooks.storage.db import db
-    from webhooks.storage.models import utcnow
+    from webhooks.storage.models import Lead, utcnow
 
     now = utcnow()
     with db.atomic():
@@ -81,8 +83,10 @@ def save(publisher_id: str, fields: dict) -> Publisher:
         ).exists()
         if taken:
             raise ValidationError(CODE, "api_key", "is already used by another publisher")
+        fresh = False
         if not Publisher.update(**fields, updated_at=now).where(Publisher.id == publisher_id).execute():
             Publisher.create(id=publisher_id, **fields, created_at=now, updated_at=now)
+            fresh = not Lead.select().where(Lead.publisher_id == publisher_id).exists()
         detail = {k: val for k, val in fields.items() if k != "api_key_hash"}
         audit.record("admin", "publisher.put", "publisher", publisher_id, detail)
-    return Publisher.get_by_id(publisher_id)
+    return Publisher.get_by_id(publisher_id), fresh

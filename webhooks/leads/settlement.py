@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING
 
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
+from webhooks.storage.claims import restore_answers
 from webhooks.storage.settle_queue import push
 
 if TYPE_CHECKING:
     from webhooks.leads.routing import Outcome
+    from webhooks.storage.redis import Store
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +60,32 @@ def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload:
 
 
 
+def answer_of(item: dict) -> dict:
+    """The publisher's answer for a settlement item (API.md "POST /v1/leads")."""
+    return {"lead_id": item["lead_id"], "status": item["status"], "buyer_id": item["buyer_id"],
+            "price": item["price"], "attempts": item["attempts"]}
+
+
 class Journal:
     """What this process pushed lately, to push again if the settlement Redis loses it."""
 
     CHECK_INTERVAL_S = 0.5  # well under rebuild's wait, so a rebuild counts the re-pushes
 
-    def __init__(self, settle_r, queue, keep_s: float = 600, max_items: int = 100_000):
+    def __init__(self, settle_r, queue, keep_s: float = 600, max_items: int = 100_000,
+                 claims: Store | None = None, replay_ttl_s: int = 7 * 24 * 3600):
         self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
-        self.entries: collections.deque[tuple[float, str]] = collections.deque(maxlen=max_items)
+        self.claims, self.replay_ttl_s = claims, replay_ttl_s
+        # (when, settlement JSON, lead claim key, the publisher's answer)
+        self.entries: collections.deque[tuple[float, str, str, str]] = collections.deque(maxlen=max_items)
         self.epoch: str | None = None
         self._watcher: threading.Thread | None = None
 
-    def push(self, item: dict, pipe=None) -> None:
-        """Queue `item` for the ledger (see `push`) and remember it."""
+    def push(self, item: dict, pipe=None, answer: str | None = None) -> None:
+        """Queue `item` for the ledger (see `push`) and remember it with the answer its
+        publisher was given."""
         raw = json.dumps(item, separators=(",", ":"))
-        self.entries.append((time.monotonic(), raw))
+        claim_key = keys.lead_claim(item["publisher_id"], item["lead_id"])
+        self.entries.append((time.monotonic(), raw, claim_key, answer or json.dumps(answer_of(item))))
         push(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
         self.start_watching()
 
@@ -89,11 +102,18 @@ class Journal:
             self.entries.popleft()
         if previous is None or previous == current or not self.entries:
             return 0
-        raws = [raw for _, raw in list(self.entries)]
-        for i in range(0, len(raws), 1000):
-            push(self.settle_r, self.queue, raws[i:i + 1000])
-        log.warning("settlement Redis lost its data: pushed %d recent settlements again", len(raws))
-        return len(raws)
+        entries = list(self.entries)
+        for i in range(0, len(entries), 1000):
+            chunk = entries[i:i + 1000]
+            push(self.settle_r, self.queue, [raw for _, raw, _, _ in chunk])
+            if self.claims is not None:
+                # The answers went with the data: without them a publisher's retry would
+                # route its lead again, to another buyer perhaps, while the ledger keeps
+                # the first sale.
+                restore_answers(self.claims, [(key, answer) for _, _, key, answer in chunk], self.replay_ttl_s)
+        log.warning("settlement Redis lost its data: pushed %d recent settlements again%s", len(entries),
+                    " and put back their answers" if self.claims is not None else "")
+        return len(entries)
 
     def start_watching(self) -> None:
         if self._watcher is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from webhooks.storage import keys
 from webhooks.storage.redis import Store
 
 ROUTING = "routing:"  # prefix of a lead claim value while its lead is being routed
@@ -31,3 +32,24 @@ def claim(store: Store, key: str, ttl_ms: int, token: str | None = None) -> tupl
 def release(store: Store, c: Claim) -> bool:
     """Delete the claim only if it still holds our token."""
     return bool(store.release_claim(keys=[c.key], args=[c.token]))
+
+
+def remember_from_start(store: Store, publisher_id: str) -> None:
+    """Mark a new publisher's replay memory complete: Redis holds every answer it will be
+    given (lua/claim_lead.lua). Only for a publisher the ledger has no lead of."""
+    store.redis.set(keys.lead_memory(publisher_id), "0", nx=True)
+
+
+def memory_gap(mark: str | int | None, now_ms: int, replay_ttl_s: int) -> bool:
+    """Whether a lead with no claim may still have been answered before Redis lost its
+    memory: the mark (claim_lead.lua) is younger than the replay window."""
+    since = int(mark or 0)
+    return since > 0 and now_ms - since < replay_ttl_s * 1000
+
+
+def restore_answers(store: Store, answers: list[tuple[str, str]], ttl_s: int) -> int:
+    """Set the claims `answers` [(claim key, answer JSON)] that hold no answer; how many."""
+    pipe = store.redis.pipeline(transaction=False)
+    for key, answer in answers:
+        store.queue(pipe, store.restore_answer, [key], [answer, ttl_s])
+    return sum(1 for done in pipe.execute() if done)

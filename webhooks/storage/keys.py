@@ -62,6 +62,12 @@ def lead_attempt(publisher_id: str, lead_id: str) -> str:
     return lead_claim(publisher_id, lead_id) + ":attempt"
 
 
+def lead_memory(publisher_id: str) -> str:
+    """Since when (ms, "0": always) Redis remembers every answer given to the publisher; see
+    lua/claim_lead.lua."""
+    return PREFIX + "{p:" + publisher_id + "}:memory"
+
+
 def payment(provider: str, reference: str, what: str) -> str:
     return PREFIX + "{pay:" + provider + ":" + reference + "}:" + what
 

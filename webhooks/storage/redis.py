@@ -108,6 +108,7 @@ class Store:
         self.rebuild_counters = self._register("rebuild_counters")
         self.release_claim = self._register("release_claim")
         self.reserve_lease = self._register("reserve_lease")
+        self.restore_answer = self._register("restore_answer")
         self.snapshot_caps = self._register("snapshot_caps")
         self.take_batch = self._register("take_batch")
 

@@ -6,6 +6,7 @@ from flask import current_app, jsonify
 from webhooks.errors import NotFound
 from webhooks.leads import publishers
 from webhooks.leads.catalog import bump_version
+from webhooks.storage import claims
 from webhooks.storage.models import Publisher
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body
@@ -13,7 +14,9 @@ from webhooks.web.http import json_body
 
 @bp.put("/publishers/<id:publisher_id>")
 def put_publisher(publisher_id: str):
-    row = publishers.save(publisher_id, publishers.parse(json_body()))
+    row, fresh = publishers.save(publisher_id, publishers.parse(json_body()))
+    if fresh:
+        claims.remember_from_start(current_app.extensions["store"], publisher_id)
     bump_version(current_app.extensions["redis"])
     return jsonify(publishers.to_json(row))
 
