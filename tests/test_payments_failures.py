@@ -71,6 +71,38 @@ def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(
     assert counts()["payments"] == 1
 
 
+def test_no_free_database_connection_answers_503_and_the_retry_credits(api, mysql, redis_server):
+    """Every pooled connection is busy for longer than the pool waits: the delivery is told
+    503 `unavailable` (retry), not 500, and nothing is half-written."""
+    raw = encode(payload("paystack", "ps-pool-full", 7000, "NGN", "pool@example.com"))
+    pool = db.obj
+    held, release = [], threading.Event()
+
+    def hold() -> None:
+        db.connect(reuse_if_open=True)
+        held.append(1)
+        release.wait(30)
+        db.close()
+
+    holders = [threading.Thread(target=hold) for _ in range(pool._max_connections)]
+    wait, pool._wait_timeout = pool._wait_timeout, 0.2  # not the deployed 10 s
+    try:
+        for t in holders:
+            t.start()
+        wait_until(lambda: len(held) == len(holders), what="every pooled connection held")
+        resp = deliver(api, "paystack", raw)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable"
+    finally:
+        release.set()
+        for t in holders:
+            t.join(10)
+        pool._wait_timeout = wait
+    assert redis_server.client().exists(keys.payment("paystack", "ps-pool-full", "claim")) == 0
+    assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
+    assert deliver(api, "paystack", raw).json() == {"status": "credited"}
+    assert balance("pool@example.com", "NGN") == 7000
+
+
 @pytest.mark.e2e  # a gunicorn of its own
 def test_database_unreachable_answers_503_releases_the_claim_and_the_retry_credits(
         api, base_env, tmp_root, redis_server):

@@ -5,7 +5,7 @@ import logging
 from urllib.parse import unquote, urlparse
 
 import peewee
-from playhouse.pool import PooledMySQLDatabase
+from playhouse.pool import MaxConnectionsExceeded, PooledMySQLDatabase
 
 from webhooks.errors import ConfigError
 
@@ -13,8 +13,9 @@ log = logging.getLogger(__name__)
 
 db = peewee.DatabaseProxy()
 
-# Errors that mean "the database is not answering", as opposed to a bug or a constraint.
-UNAVAILABLE_ERRORS = (peewee.OperationalError, peewee.InterfaceError)
+# Errors that mean "the database is not answering", as opposed to a bug or a constraint. A
+# pool with no free connection after its wait is one: the database is not keeping up.
+UNAVAILABLE_ERRORS = (peewee.OperationalError, peewee.InterfaceError, MaxConnectionsExceeded)
 
 
 def make_database(url: str, pool_size: int = 10) -> peewee.Database:

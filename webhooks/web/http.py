@@ -5,7 +5,6 @@ import io
 import logging
 import uuid
 
-import peewee
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
@@ -13,6 +12,7 @@ from werkzeug.routing import BaseConverter
 from webhooks import strictjson
 from webhooks.errors import FloodgateError
 from webhooks.logs import REQUEST_ID
+from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(HTTPException, _on_http_exception)
     for exc in REDIS_DOWN:
         app.register_error_handler(exc, _on_redis_down)
-    for exc in (peewee.OperationalError, peewee.InterfaceError):
+    for exc in UNAVAILABLE_ERRORS:
         app.register_error_handler(exc, _on_db_down)
     app.register_error_handler(Exception, _on_unexpected)
     app.before_request(_assign_request_id)
