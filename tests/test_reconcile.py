@@ -135,3 +135,23 @@ def test_scheduler_started_twice_schedules_each_periodic_job_once(redis_server, 
         for p in procs:
             p.stop()
         conn.flushdb()
+
+
+def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(redis_server):
+    """A rebuild reads the settlement queue for one buyer: every item that names the buyer
+    (however it was encoded) is decoded, an item sold to a buyer whose id merely starts the
+    same is not."""
+    import json
+
+    from webhooks.storage import keys, settle_queue
+
+    r = redis_server.client()
+    items = [{"lead_id": "a", "status": "sold", "buyer_id": "acme", "payload": "{}"},
+             {"lead_id": "b", "status": "sold", "buyer_id": "acme-2", "payload": "{}"},
+             {"lead_id": "c", "status": "sold", "buyer_id": "zen", "payload": "{}",
+              "attempts": [{"buyer_id": "acme", "outcome": "rejected"}]}]  # decoded, as it names acme
+    r.lpush(keys.SETTLE_PENDING, json.dumps(items[0], indent=2), *(json.dumps(i) for i in items[1:]))
+    r.rpush(keys.settle_processing("job-1"), json.dumps({**items[0], "lead_id": "d"}, separators=(",", ":")))
+    found = {i["lead_id"] for i in settle_queue.unsettled(r, mentioning="acme")}
+    assert found == {"a", "c", "d"}
+    assert {i["lead_id"] for i in settle_queue.unsettled(r)} == {"a", "b", "c", "d"}

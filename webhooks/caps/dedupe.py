@@ -59,7 +59,7 @@ def sold_consumers(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict
     window_ms = buyer.dedupe_days * 86_400_000
     since = now - timedelta(days=buyer.dedupe_days)
     sales: list[tuple[datetime, str]] = []
-    for item in settle_queue.unsettled(settle_r) if pending is None else pending:
+    for item in settle_queue.unsettled(settle_r, mentioning=buyer.id) if pending is None else pending:
         if item["status"] == "sold" and item["buyer_id"] == buyer.id:
             sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():

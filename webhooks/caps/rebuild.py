@@ -63,7 +63,7 @@ def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime 
     # before them, or a duplicate could be sold in between.
     # The settlement queue is read and decoded once for both (after a data loss it holds
     # every journal pushed again: the costly part of a rebuild).
-    pending = settle_queue.unsettled(settle_r)
+    pending = settle_queue.unsettled(settle_r, mentioning=buyer.id)
     restored = dedupe.restore(store, settle_r, buyer, now, pending)
     counts = sold_counts(settle_r, buyer, now, pending)
     windows = leases.windows(buyer, now)

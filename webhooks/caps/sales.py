@@ -36,7 +36,7 @@ def sales_since(settle_r, buyer_id: str, since: datetime,
     keyed by (publisher_id, lead_id) so a sale seen in two places counts once. `pending` is
     the queue as `settle_queue.unsettled` read it, when the caller already has it."""
     sales: dict[tuple[str, str], Sale] = {}
-    for item in settle_queue.unsettled(settle_r) if pending is None else pending:
+    for item in settle_queue.unsettled(settle_r, mentioning=buyer_id) if pending is None else pending:
         if item["status"] == "sold" and item["buyer_id"] == buyer_id:
             at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
             lease = item.get("lease") or [None, None]

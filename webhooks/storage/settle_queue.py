@@ -5,6 +5,7 @@ costs one LPUSH each, not one forked job each. Also the RQ queue and how a drain
 from __future__ import annotations
 
 import json
+import time
 
 from rq import Queue, Retry
 
@@ -36,9 +37,20 @@ def push(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = N
         enqueue_drain(queue, request_id=request_id)
 
 
-def unsettled(settle_r) -> list[dict]:
-    """Every settlement not yet in the ledger: pending, or taken by a job not yet done."""
+def unsettled(settle_r, mentioning: str | None = None) -> list[dict]:
+    """Every settlement not yet in the ledger: pending, or taken by a job not yet done. With
+    `mentioning` (an id), only those whose JSON holds it as a string somewhere: a superset of
+    the ones sold to that buyer, decoded without decoding the rest. After a Redis data loss
+    the queue holds every journal pushed again (tens of thousands), and a counter rebuild
+    per buyer decoding all of them held its web worker's event loop for seconds."""
     raw = list(settle_r.lrange(keys.SETTLE_PENDING, 0, -1))
     for key in settle_r.scan_iter(match=keys.settle_processing("*"), count=500):
         raw += settle_r.lrange(key, 0, -1)
-    return [json.loads(x) for x in raw]
+    if mentioning is not None:
+        needle = json.dumps(mentioning)  # ids need no escaping, so every encoding holds this
+        raw = [x for x in raw if needle in x]
+    decoded = []
+    for start in range(0, len(raw), 2000):
+        decoded += [json.loads(x) for x in raw[start:start + 2000]]
+        time.sleep(0)  # in a gevent web worker: let its requests run between chunks
+    return decoded
