@@ -26,6 +26,7 @@ from webhooks.storage import keys, settle_queue
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher
 from webhooks.storage.settle_queue import SETTLE, enqueue_drain
+from workers import schedule
 
 pytestmark = pytest.mark.e2e  # RQ worker processes of its own, killed -9
 
@@ -190,8 +191,12 @@ def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publ
     release.set()
     holder.join()
     assert ledger_state()[0] == 0  # the killed transaction was rolled back
-    # RQ's abandoned-job handling (normally a minute after the worker's heartbeat stops):
-    started.cleanup(timestamp=time.time() + 3600)
+    # A minute and a half later its heartbeat has run out (aged here rather than waited for),
+    # and the scheduler's next poll hands the job back to the queue:
+    job_ids = started.get_job_ids(cleanup=False)
+    q.client.zadd(started.key, {member: time.time() - 1 for member in q.client.zrange(started.key, 0, -1)})
+    assert schedule.requeue_abandoned(q.queue.connection) == job_ids
+    assert schedule.requeue_abandoned(q.queue.connection) == []
     q.start_worker()
     wait_until(lambda: ledger_state()[0] == 2, timeout=30, what="the job to run again")
     time.sleep(0.5)

@@ -10,6 +10,7 @@ import logging
 from datetime import datetime, timezone
 
 from redis import Redis
+from rq.registry import StartedJobRegistry
 from rq_scheduler import Scheduler
 
 from webhooks import config, logs
@@ -47,12 +48,31 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
     return list(wanted)
 
 
+def requeue_abandoned(connection: Redis) -> list[str]:
+    """Run again (as its retries allow) every job of the settlement queue whose worker stopped
+    its heartbeat: killed -9, its machine gone. RQ does this too, but only in a worker's
+    maintenance pass (every 10 minutes), and a killed worker's batch of settlements waited
+    for it. The heartbeat lasts a minute and a half (RQ's job monitoring interval + 60 s), so
+    a batch comes back that long after its worker died. Returns the ids found abandoned."""
+    registry = StartedJobRegistry(SETTLE, connection=connection)
+    expired = registry.get_expired_job_ids()
+    if expired:
+        registry.cleanup()
+        log.warning("requeued %d settlement job(s) whose worker died: %s", len(expired), ", ".join(expired))
+    return expired
+
+
 class _Scheduler(Scheduler):
     """Declares the periodic jobs again before each poll: a Redis restarted empty loses them with
-    everything else, and the sweeps among them are what recovers from that (a no-op otherwise)."""
+    everything else, and the sweeps among them are what recovers from that (a no-op otherwise).
+    Each poll also hands the jobs of dead workers back to the queue."""
 
     def enqueue_jobs(self):
         register(self)
+        try:
+            requeue_abandoned(self.connection)
+        except Exception:  # never stop the scheduler's own work for it
+            log.exception("requeueing abandoned jobs failed")
         return super().enqueue_jobs()
 
 
