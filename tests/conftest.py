@@ -100,15 +100,21 @@ def redis_server(tmp_root):
     server.kill()
 
 
+QUEUE_URL: str | None = None  # the queue_server's, once it runs (payments_helpers reads it)
+
+
 @pytest.fixture(scope="session")
 def queue_server(tmp_root, redis_server):
     """The Redis of RQ and the settlement lists: redis_server, or beside a cluster a
     redis-server of its own (RQ_REDIS_URL), as RQ cannot use a cluster."""
+    global QUEUE_URL
     if not CLUSTER:
+        QUEUE_URL = redis_server.url
         yield redis_server
         return
     server = RedisServer(tmp_root / "queue-redis")
     server.start()
+    QUEUE_URL = server.url
     yield server
     server.kill()
 

@@ -78,3 +78,22 @@ def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_onc
         assert Payment.select().count() == 1000
         wallets = {(w.customer, w.currency): w.balance_minor for w in Wallet.select()}
     assert wallets == dict(expected)
+
+
+def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, redis_server):
+    """Repeats answer without the database; the settlement drain writes their rows in a batch,
+    each with the verdict it was answered."""
+    from tests.servers import wait_until
+    from webhooks.storage.models import WebhookDelivery
+
+    raw = encode(payload("flutterwave", "flw-repeats", 12300, "NGN", "repeats@example.com"))
+    answers = [deliver(web_api, "flutterwave", raw).json()["status"] for _ in range(6)]
+    assert answers == ["credited"] + ["duplicate"] * 5
+
+    def written() -> list[str]:
+        with db.connection_context():
+            return [d.verdict for d in WebhookDelivery.select().where(WebhookDelivery.reference == "flw-repeats")
+                    .order_by(WebhookDelivery.received_at)]
+
+    wait_until(lambda: len(written()) == 6, timeout=20, what="the worker to write the queued rows")
+    assert written() == answers

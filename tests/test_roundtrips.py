@@ -81,3 +81,51 @@ def test_a_replay_gives_back_the_reservation_made_with_its_claim(api, buyer_serv
     assert '"replayed": true' in answer and len(buyer.received) == 1
     assert trips == 2  # the claim's round trip, and the withdrawal of the speculative reservation
     assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 1
+
+
+def _counted_trips(call) -> tuple[object, int]:
+    me = threading.get_ident()
+    before = SENT[me]
+    result = call()
+    return result, SENT[me] - before
+
+
+def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, counted):
+    """Issue "Performance": dedupe and claim are one script; a delivery that changes nothing
+    has its audit row queued in that same script, and the database sees it only when the
+    settlement drain writes its batch."""
+    from tests.payments_helpers import encode, payload, write_queued_deliveries
+    from webhooks.payments import events, gate, ledger
+    from webhooks.storage import keys
+    from webhooks.storage.models import WebhookDelivery
+
+    store, q = counted.store, counted.journal.queue
+    raw = encode(payload("paystack", "rt-pay-1", 5000))
+    event = events.parse("paystack", raw)
+    delivery = ledger.delivery("paystack", raw, {"content-type": "application/json"})
+    for script in (store.payment_gate, store.finish_payment):  # once per Redis, not per delivery
+        store.redis.script_load(script.script)
+    first, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
+    assert (first.verdict, trips) == ("claimed", 1)
+    again, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
+    assert (again.verdict, trips) == ("in_flight", 1)
+    with db.connection_context():
+        assert ledger.credit(event, delivery, False) == "credited"
+    _, trips = _counted_trips(lambda: gate.finish(store, event, first.claim, processed=True))
+    assert trips == 1 and store.redis.exists(gate.claim_key(event)) == 0
+
+    def rows() -> list[str]:
+        with db.connection_context():
+            return [d.verdict for d in WebhookDelivery.select().order_by(WebhookDelivery.received_at)]
+
+    assert rows() == ["credited"]
+    repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
+    assert (repeat.verdict, repeat.claim, trips) == ("duplicate", None, 1)
+    assert rows() == ["credited"]  # nothing written on the request path
+    assert store.redis.llen(keys.DELIVERIES_PENDING) == 2  # the in-flight one and the duplicate
+    write_queued_deliveries()
+    assert sorted(rows()) == ["credited", "duplicate", "in_flight"]
+    with db.connection_context():
+        kept = WebhookDelivery.get(WebhookDelivery.verdict == "duplicate")
+    assert (bytes(kept.body), kept.reference, kept.status_code) == (raw, "rt-pay-1", 200)
+    assert kept.body_sha256 == delivery.sha256 and kept.headers == delivery.headers

@@ -11,8 +11,10 @@ from rq import get_current_job
 
 from webhooks.caps import leases
 from webhooks.leads import ledger
+from webhooks.payments import gate
 from webhooks.storage import keys
-from webhooks.storage.db import close_db
+from webhooks.storage.db import close_db, db
+from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
 from workers.context import backends
 
@@ -53,11 +55,13 @@ class StopAfterBatch:
 
 
 def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
-    """Write pending settlements until none are left; return how many leads were new.
+    """Write pending settlements, and the queued audit rows of payment deliveries that changed
+    nothing (payments/gate.py), until none are left; return how many leads were new.
 
-    A job killed mid-batch is run again by RQ under the same id and takes back the batch
-    it held (see lua/take_batch.lua); the ledger's unique keys make the rewrite harmless.
-    A job asked to stop (SIGTERM) finishes its batch and hands the rest to a new job."""
+    A job killed mid-batch is run again by RQ under the same id and takes back the batches
+    it held (see lua/take_batch.lua); the ledger's unique keys make a settlement's rewrite
+    harmless (an audit row's rewrite repeats the row). A job asked to stop (SIGTERM)
+    finishes its batch and hands the rest to a new job."""
     b = backends()
     r = b.settle.redis
     job = get_current_job()
@@ -68,35 +72,49 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     try:
         with StopAfterBatch() as stop:
             while True:
+                recorded = record_deliveries(b.settle, job_id, batch_size)
                 batch = b.settle.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
-                if not batch:
+                if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
                     # steady stream of leads instead of one job being enqueued every few leads.
                     if not stop.requested and r.blmove(keys.SETTLE_PENDING, processing, LINGER_S,
                                                        "RIGHT", "LEFT") is not None:
                         continue
-                    # Clear the flag, then look once more: a lead pushed in between either
+                    # Clear the flag, then look once more: an item pushed in between either
                     # sees the flag gone (and enqueues a job) or is picked up here.
                     r.delete(keys.SETTLE_SCHEDULED)
-                    if r.llen(keys.SETTLE_PENDING) and r.set(keys.SETTLE_SCHEDULED, "1", nx=True,
-                                                             px=SCHEDULED_TTL_MS):
+                    if (r.llen(keys.SETTLE_PENDING) or r.llen(keys.DELIVERIES_PENDING)) and r.set(
+                            keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
                         if not stop.requested:
                             continue
                         enqueue_drain(queue(job.connection) if job else queue(r))  # hand over
                     return written
                 r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
-                items = [json.loads(x) for x in batch]
-                written += ledger.settle(items)
-                leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
-                r.delete(processing)
+                if batch:
+                    items = [json.loads(x) for x in batch]
+                    written += ledger.settle(items)
+                    leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
+                    r.delete(processing)
                 if stop.requested or time.monotonic() - started > time_budget_s:
                     # Hand over to a fresh job (the flag stays set): no job runs for ever, and
                     # a worker told to stop leaves within one batch.
                     enqueue_drain(queue(job.connection) if job else queue(r))
                     return written
-                if len(batch) < batch_size:
+                if len(batch) < batch_size and recorded < batch_size:
                     # A small batch means the queue is keeping up: let a few more leads
                     # gather before the next transaction (settlement is asynchronous anyway).
                     time.sleep(GATHER_S)
     finally:
         close_db()
+
+
+def record_deliveries(settle: Store, job_id: str, batch_size: int = BATCH) -> int:
+    """Write one batch of queued delivery audit rows; return how many."""
+    processing = keys.deliveries_processing(job_id)
+    batch = settle.take_batch(keys=[keys.DELIVERIES_PENDING, processing], args=[batch_size])
+    if not batch:
+        return 0
+    with db.atomic():
+        gate.write_rows(batch)
+    settle.redis.delete(processing)
+    return len(batch)

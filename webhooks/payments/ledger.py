@@ -1,6 +1,6 @@
-"""The payment ledger: the one transaction that credits a payment, the Redis `processed` marker
-that short-cuts repeats, the audit trail of every delivery, and the reads the admin API shows.
-(Refunds, which debit, are in refunds.py; the events both announce, in outbox.py.)
+"""The payment ledger: the one transaction that credits a payment, the audit trail of every
+delivery, and the reads the admin API shows. (The Redis front that short-cuts repeats is
+gate.py; refunds, which debit, are in refunds.py; the events both announce, in outbox.py.)
 
 The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what makes a credit
 happen at most once: a second insert of the same reference fails inside its transaction, which
@@ -24,14 +24,12 @@ from webhooks.errors import ReferenceConflict
 from webhooks.payments import outbox
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
-from webhooks.storage import audit, keys
+from webhooks.storage import audit
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
 from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
-from webhooks.storage.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
-PROCESSED_TTL_S = 7 * 24 * 3600
 BODY_CAP = 64 * 1024  # bytes of each delivery body kept for audit and replay
 DEADLOCK_ATTEMPTS = 4
 MYSQL_DEADLOCK = 1213
@@ -93,36 +91,6 @@ def record_unconfirmed(d: Delivery, event: PaymentEvent, reason: str) -> None:
         audit.record("payments", "payment.verification_failed", "payment", f"{event.provider}:{event.reference}",
                      {"reason": reason})
         record(d, "verification_failed", 422, event)
-
-
-def _key(event: PaymentEvent | RefundEvent, what: str) -> str:
-    """A payment's or a refund's Redis key (refunds have a key space of their own)."""
-    if isinstance(event, RefundEvent):
-        return keys.refund(event.provider, event.reference, what)
-    return keys.payment(event.provider, event.reference, what)
-
-
-def _marker(event: PaymentEvent | RefundEvent) -> str:
-    return _key(event, "processed")
-
-
-def claim_key(event: PaymentEvent | RefundEvent) -> str:
-    """The key a request claims while it credits the payment (or debits the refund)."""
-    return _key(event, "claim")
-
-
-def processed(r, event: PaymentEvent | RefundEvent) -> bool:
-    """True when this exact payment (same amount, currency, payer) was credited before, or this
-    exact refund debited."""
-    return r.get(_marker(event)) == event.fingerprint
-
-
-def mark_processed(r, event: PaymentEvent | RefundEvent) -> None:
-    """Set the fast-path marker after commit; losing it only costs the next repeat a DB read."""
-    try:
-        r.set(_marker(event), event.fingerprint, ex=PROCESSED_TTL_S)
-    except REDIS_DOWN as exc:
-        log.warning("processed marker for %s:%s not set: %s", event.provider, event.reference, exc)
 
 
 def _credit_wallet(event: PaymentEvent, now: datetime) -> None:

@@ -82,6 +82,13 @@ def settle_processing(job_id: str) -> str:
     return PREFIX + "settle:processing:" + job_id
 
 
+DELIVERIES_PENDING = PREFIX + "deliveries:pending"  # audit rows of payment deliveries that changed nothing
+
+
+def deliveries_processing(job_id: str) -> str:
+    return PREFIX + "deliveries:processing:" + job_id
+
+
 def ops_session(session_digest: str) -> str:
     """An /ops browser session, by the SHA-256 of its cookie (a copy of Redis holds no live
     cookie); its value binds it to the admin token it was opened with, its TTL ends it."""

@@ -27,11 +27,13 @@ def enqueue_drain(q: Queue, **meta) -> None:
     q.enqueue("workers.settle.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
               description="drain pending settlements")
 
-def push(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None) -> None:
-    """Queue serialised settlements; start a drain job unless one is already scheduled.
-    `pipe` lets the caller send its own commands in the same round trip."""
+def push(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None,
+         key: str = keys.SETTLE_PENDING) -> None:
+    """Queue serialised settlements (or, with `key` keys.DELIVERIES_PENDING, audit rows of
+    payment deliveries); start a drain job unless one is already scheduled. `pipe` lets the
+    caller send its own commands in the same round trip."""
     pipe = settle_r.pipeline(transaction=False) if pipe is None else pipe
-    pipe.lpush(keys.SETTLE_PENDING, *raws)
+    pipe.lpush(key, *raws)
     pipe.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
     if pipe.execute()[-1]:
         enqueue_drain(queue, request_id=request_id)

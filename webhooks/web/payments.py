@@ -1,7 +1,9 @@
 """POST /v1/webhooks/<provider>: exactly-once payment webhooks (see DESIGN.md, Payment path).
 
-Reject, verify, dedupe, act, answer. A claim held by another request answers 409 in_flight,
-never 200: that request may still fail, and a 200 would stop the provider's retries. A refund
+Reject, verify, dedupe, act, answer. Dedupe and claim are one Redis round trip (gate.py); a
+duplicate or in-flight delivery answers without touching the database. A claim held by
+another request answers 409 in_flight, never 200: that request may still fail, and a 200
+would stop the provider's retries. A refund
 or reversal takes the same steps under its own reference and debits (refunds.py); each credit
 and debit announces itself to the application through the outbox (outbox.py) when
 PAYMENT_EVENTS_URL is set.
@@ -15,8 +17,8 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from webhooks import metrics
 from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
-from webhooks.payments import events, flutterwave, ledger, refunds, signatures
-from webhooks.storage import claims, outbox_queue
+from webhooks.payments import events, flutterwave, gate, ledger, refunds, signatures
+from webhooks.storage import outbox_queue
 from webhooks.storage.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
@@ -87,14 +89,6 @@ def _announce() -> None:
         log.warning("payment event committed, worker not woken (the sweep will deliver it): %s", exc)
 
 
-def _release(store, claim: claims.Claim) -> None:
-    """Give the claim back; if Redis is gone it expires by itself."""
-    try:
-        claims.release(store, claim)
-    except REDIS_DOWN as exc:
-        log.warning("claim %s not released (expires by ttl): %s", claim.key, exc)
-
-
 def _confirm(event: events.PaymentEvent, delivery: ledger.Delivery) -> None:
     """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
     (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
@@ -133,20 +127,16 @@ def receive(provider: str):
         ledger.record(delivery, "ignored", 200, event)
         return _answer("ignored", 200, watch)
 
-    store = current_app.extensions["store"]
-    r = store.redis
-    if ledger.processed(r, event):
-        watch.lap("dedupe")
-        ledger.record(delivery, "duplicate", 200, event)
-        return _answer("duplicate", 200, watch)
-    cfg = current_app.config["FLOODGATE"]
-    claim, _holder = claims.claim(store, ledger.claim_key(event), cfg.payment_claim_ttl_ms)
+    ext, cfg = current_app.extensions, current_app.config["FLOODGATE"]
+    store = ext["store"]
+    entry = gate.enter(store, ext["settle"], ext["queue"], event, delivery, cfg.payment_claim_ttl_ms,
+                       g.get("request_id"))
     watch.lap("dedupe")
-    if claim is None:
-        ledger.record(delivery, "in_flight", 409, event)
-        return _answer("in_flight", 409, watch)
+    if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
+        return _answer(entry.verdict, gate.STATUS[entry.verdict], watch)
 
     announce = bool(cfg.payment_events_url)
+    processed = False
     try:
         # each commits, or raises: nothing kept
         if refund:
@@ -154,11 +144,11 @@ def receive(provider: str):
         else:
             _confirm(event, delivery)
             verdict = ledger.credit(event, delivery, announce)
-        ledger.mark_processed(r, event)
+        processed = True
     except PaymentNotFound as exc:
         return _payment_not_found(exc, watch)
     finally:
-        _release(store, claim)
+        gate.finish(store, event, entry.claim, processed)
     watch.lap("ledger")
     if announce and verdict != "duplicate":
         _announce()

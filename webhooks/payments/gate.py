@@ -1,0 +1,127 @@
+"""The Redis front of a payment (or refund) delivery (DESIGN.md "Payment path"): one round trip
+says whether it repeats what was already credited (a duplicate), whether another request holds
+its reference (in flight), or claims the reference for this request. The two answers that
+change nothing never wait for the database: their audit row is queued in Redis in the same
+script and written in batches by the settlement drain (`write_rows`). After the transaction,
+`finish` sets the `processed` marker and releases the claim in one more round trip.
+
+On a Redis Cluster, or with the queue on a Redis of its own (RQ_REDIS_URL), the audit row
+cannot share the script (its list is not in the payment's hash slot): it is pushed in a second
+round trip, and written at once to the database if that Redis is down.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from redis.cluster import RedisCluster
+
+from webhooks.payments.events import PaymentEvent, RefundEvent
+from webhooks.payments.ledger import Delivery
+from webhooks.storage import claims, keys, settle_queue
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.models import WebhookDelivery
+from webhooks.storage.redis import REDIS_DOWN, Store
+
+log = logging.getLogger(__name__)
+
+PROCESSED_TTL_S = 7 * 24 * 3600
+CLAIMED, DUPLICATE, IN_FLIGHT = "claimed", "duplicate", "in_flight"
+STATUS = {DUPLICATE: 200, IN_FLIGHT: 409}
+
+
+def _key(event: PaymentEvent | RefundEvent, what: str) -> str:
+    """A payment's or a refund's Redis key (refunds have a key space of their own)."""
+    if isinstance(event, RefundEvent):
+        return keys.refund(event.provider, event.reference, what)
+    return keys.payment(event.provider, event.reference, what)
+
+
+def marker_key(event: PaymentEvent | RefundEvent) -> str:
+    """Holds the fingerprint of what was credited (or debited) under this reference."""
+    return _key(event, "processed")
+
+
+def claim_key(event: PaymentEvent | RefundEvent) -> str:
+    """The key a request claims while it credits the payment (or debits the refund)."""
+    return _key(event, "claim")
+
+
+@dataclass(frozen=True)
+class Entry:
+    verdict: str  # claimed, duplicate or in_flight
+    claim: claims.Claim | None  # ours, when claimed
+
+
+def enter(store: Store, settle: Store, queue, event: PaymentEvent | RefundEvent, d: Delivery,
+          claim_ttl_ms: int, request_id: str | None = None) -> Entry:
+    """Dedupe and claim `event` in one round trip (lua/payment_gate.lua); a duplicate or
+    in-flight delivery's audit row is queued, not written."""
+    token = claims.new_token()
+    row = audit_row(d, event)
+    claim = claim_key(event)
+    if settle is store and not isinstance(store.redis, RedisCluster):
+        verdict, enqueue = store.payment_gate(
+            keys=[marker_key(event), claim, keys.DELIVERIES_PENDING, keys.SETTLE_SCHEDULED],
+            args=[event.fingerprint, token, claim_ttl_ms, row[1:], settle_queue.SCHEDULED_TTL_MS])
+        if enqueue:
+            settle_queue.enqueue_drain(queue, request_id=request_id)
+    else:
+        verdict, _ = store.payment_gate(keys=[marker_key(event), claim],
+                                        args=[event.fingerprint, token, claim_ttl_ms, "", 0])
+        if verdict != CLAIMED:
+            _queue_apart(settle, queue, verdict, row, request_id)
+    return Entry(verdict, claims.Claim(claim, token) if verdict == CLAIMED else None)
+
+
+def finish(store: Store, event: PaymentEvent | RefundEvent, claim: claims.Claim, processed: bool) -> None:
+    """Release our claim, and with `processed` (the transaction committed a change or found
+    it committed) set the marker that makes the next repeat a duplicate. If Redis is gone the
+    claim expires by itself, and a lost marker costs the next repeat a database read."""
+    try:
+        store.finish_payment(keys=[marker_key(event), claim.key],
+                             args=[event.fingerprint if processed else "", PROCESSED_TTL_S, claim.token])
+    except REDIS_DOWN as exc:
+        log.warning("claim %s not released, marker not set (both expire): %s", claim.key, exc)
+
+
+def audit_row(d: Delivery, event: PaymentEvent | RefundEvent) -> str:
+    """The webhook_deliveries row of a verified delivery as JSON, its verdict left out."""
+    return json.dumps({
+        "provider": d.provider, "reference": event.reference, "event_type": event.event_type,
+        "headers": d.headers, "body": base64.b64encode(d.body).decode(), "body_truncated": d.truncated,
+        "received_at": d.received_at.isoformat(), "body_length": d.length, "body_sha256": d.sha256,
+    }, separators=(",", ":"))
+
+
+def _with_verdict(verdict: str, row: str) -> str:
+    return f'{{"verdict":"{verdict}","status_code":{STATUS[verdict]},{row[1:]}'
+
+
+def _queue_apart(settle: Store, queue, verdict: str, row: str, request_id: str | None) -> None:
+    raw = _with_verdict(verdict, row)
+    try:
+        settle_queue.push(settle.redis, queue, [raw], request_id=request_id, key=keys.DELIVERIES_PENDING)
+    except REDIS_DOWN as exc:
+        log.warning("delivery audit queue unreachable (%s): writing the row directly", exc)
+        try:
+            with db.connection_context():
+                write_rows([raw])
+        except UNAVAILABLE_ERRORS:
+            log.error("delivery audit row LOST from queue and database: %s", raw)
+
+
+def write_rows(raws: list[str]) -> int:
+    """Insert queued audit rows (JSON from the gate) into webhook_deliveries, in one statement."""
+    rows = []
+    for raw in raws:
+        row = json.loads(raw)
+        row["body"] = base64.b64decode(row["body"])
+        row["received_at"] = datetime.fromisoformat(row["received_at"])
+        rows.append(row)
+    if rows:
+        WebhookDelivery.insert_many(rows).execute()
+    return len(rows)
