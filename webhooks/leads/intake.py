@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODE = "invalid_lead"
+LATE_S = 1.0  # this close to its claim's expiry, a request checks it still holds the claim
 
 
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
@@ -94,8 +96,10 @@ class Intake:
         with "replayed": true). Raises Conflict (in_flight) while another request routes the
         same lead id, Unavailable while caps are rebuilt or Redis is down."""
         now = datetime.now(timezone.utc)
+        started = time.monotonic()
         buyers, skipped = candidates(snapshot.buyers, lead.get("state"), publisher.id, now, snapshot.inactive)
         claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
+        deadline = started + claim_ttl / 1000  # the claim lives at least this long (set after `started`)
         attempt_key = keys.lead_attempt(publisher.id, lead_id)
         lease_ttl_ms = claim_ttl + self.recovery_window_ms
         plan = self.router.plan(buyers, publisher)
@@ -117,7 +121,7 @@ class Intake:
                 outcome = self._recover(json.loads(attempt), snapshot, publisher, lead_id, lead, lease_ttl_ms)
             else:
                 outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
-                                            skipped, plan, first)
+                                            skipped, plan, first, claim_deadline=deadline)
         except BaseException:
             # Killed (a deploy's graceful timeout) or failed mid-routing: a buyer may hold the
             # lead, so the attempt note stays for the retry (every refund already deleted it).
@@ -126,11 +130,45 @@ class Intake:
         if outcome.status == "unsold" and outcome.waiting_for_rebuild:
             self._give_up(claim, attempt_key)
             raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
+        if outcome.out_of_time:
+            # This process stalled: the claim may be another request's by now, and so may the
+            # attempt note. No buyer holds the lead from us (each earlier offer was settled).
+            log.warning("lead %s:%s not offered further: its claim was about to expire (a stalled process)",
+                        publisher.id, lead_id)
+            self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
+            raise Unavailable("this request ran out of time; retry")
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
+        if time.monotonic() > deadline - LATE_S:
+            holder = self._holder(claim)
+            if holder != claim.token:
+                return self._finish_lost(claim, attempt_key, outcome, answer, item, holder)
         self._finish(claim, attempt_key, outcome, answer, item)
         return answer
+
+    def _holder(self, claim: claims.Claim) -> str | None:
+        """What the lead's claim holds now (our token while it is ours)."""
+        try:
+            return self.store.redis.get(claim.key)
+        except REDIS_DOWN:
+            return claim.token  # cannot tell: finish as usual (the answer write is token-checked)
+
+    def _finish_lost(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
+                     holder: str | None) -> str:
+        """The claim expired while this request routed (its process stalled) and may be
+        another's. A sale stands (the buyer has the lead: it is confirmed and settled, the
+        claim left alone); anything else is forgotten, so the ledger and the publisher get
+        the other request's answer."""
+        log.error("lead %s:%s: the claim expired while it was routed (a stalled process); outcome %s%s",
+                  item["publisher_id"], item["lead_id"], outcome.status,
+                  " to " + str(outcome.buyer_id) if outcome.buyer_id else "")
+        if outcome.lease is not None:
+            self._finish(claim, attempt_key, outcome, answer, item, keep_claim=True)
+            return answer
+        if holder is None or holder.startswith(claims.ROUTING):
+            raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
+        return json.dumps({**json.loads(holder), "replayed": True})
 
     def _settled_answer(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
                         publisher_id: str, lead_id: str) -> str | None:
@@ -256,17 +294,20 @@ class Intake:
         except REDIS_DOWN:
             pass  # both expire; a retry may find the note and end the lead unsold for review
 
-    def _finish(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict) -> None:
+    def _finish(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
+                keep_claim: bool = False) -> None:
         """One round trip: confirm the lease, remember the answer, forget the attempt note,
-        queue the settlement."""
+        queue the settlement. With `keep_claim` (it is not ours any more) the claim and the
+        note are left to the request that holds them."""
         try:
             pipe = self.store.redis.pipeline(transaction=False)
             if outcome.lease is not None:
                 leases.finish_in(self.store, pipe, outcome.lease, ACCEPTED,
                                  breaker_failures=self.breaker_failures,
                                  breaker_cooldown_ms=self.breaker_cooldown_ms)
-            pipe.set(claim.key, answer, ex=self.replay_ttl_s)
-            pipe.delete(attempt_key)
+            if not keep_claim:
+                pipe.set(claim.key, answer, ex=self.replay_ttl_s)
+                pipe.delete(attempt_key)
             if self.settle is not self.store:
                 pipe.execute()
                 pipe = None

@@ -30,6 +30,7 @@ from webhooks.validate import cents
 log = logging.getLogger(__name__)
 
 LEASE_MARGIN_MS = 10_000
+OFFER_SLACK_S = 0.5  # beyond the buyer deadline: recording an offer's outcome
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Outcome:
     attempts: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # the routing trace: buyers not attempted, why
     waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding
+    out_of_time: bool = False  # stopped before an offer its claim might not outlive (a stall)
 
 
 def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str, now: datetime,
@@ -132,6 +134,19 @@ class Router:
     def probe_ttl_ms(self) -> int:
         return self.buyer_timeout_ms + LEASE_MARGIN_MS
 
+    @property
+    def offer_s(self) -> float:
+        """The longest one offer may take, with room to record its outcome."""
+        return self.buyer_timeout_ms / 1000 + OFFER_SLACK_S
+
+    def _give_back(self, lease: leases.Lease, attempt_key: str | None) -> None:
+        """Withdraw a reservation that will not be offered, and with `attempt_key` its note."""
+        pipe = self.store.redis.pipeline(transaction=False)
+        leases.finish_in(self.store, pipe, lease, leases.WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
+        if attempt_key is not None:
+            pipe.delete(attempt_key)
+        pipe.execute()
+
     def plan(self, buyers: list[BuyerRule], publisher: PublisherRule) -> list[Offer] | None:
         """The order of the offers when it needs no I/O (no ping/post buyer, no round-robin
         counter): then the lead path reserves the first one in its claim's round trip."""
@@ -141,14 +156,18 @@ class Router:
 
     def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
               now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None,
-              plan: list[Offer] | None = None, first: leases.Reservation | None = None) -> Outcome:
+              plan: list[Offer] | None = None, first: leases.Reservation | None = None,
+              claim_deadline: float | None = None) -> Outcome:
         """Offer the lead to `buyers` (those the static filters passed) in the publisher's
         routing order until one accepts it. Ping/post buyers bid first, all at once. Each
         reservation writes, in its own round trip, which buyer and lease the lead is about
         to be offered to (`attempt_key`); a refund clears it again in its round trip. Leases
         live `lease_ttl_ms`: long enough for a retry to find the lease of a request that died.
         `plan` is the order already drawn (see `plan`) and `first` the reservation of its
-        first offer, made by the caller in its claim's round trip."""
+        first offer, made by the caller in its claim's round trip. `claim_deadline`
+        (time.monotonic()) is when the caller's claim on the lead may expire: an offer that
+        could end after it is not made (the process stalled; a retry may hold the lead now),
+        its slot is given back and the outcome says `out_of_time`."""
         out = Outcome(skipped=list(skipped or ()))
         if plan is None:
             offers = self._bids(buyers, publisher, lead_id, lead, now, out)
@@ -180,6 +199,11 @@ class Router:
                 out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
                 metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
+            if claim_deadline is not None and time.monotonic() + self.offer_s > claim_deadline:
+                # The note is ours to delete only while the claim surely is.
+                self._give_back(reservation.lease, attempt_key if time.monotonic() < claim_deadline else None)
+                out.out_of_time = True
+                return out
             outcome, ms = self.deliverer.deliver(buyer.endpoint_url, offer.body(lead_id, publisher.id, lead, lead_json),
                                                  idempotency_key(publisher.id, lead_id, buyer.id), buyer.delivery)
             out.attempts.append(attempt_record(buyer.id, offer.bid, outcome, ms))

@@ -1,0 +1,94 @@
+"""A request whose lead claim may have expired under it (its process stalled past the claim's
+ttl, as a web worker does while it rebuilds caps after a Redis data loss) never offers the
+lead further and never overwrites what the request holding the claim now answers: found by
+the soak, where a stalled request's late `unsold` was settled while a retry had sold the lead.
+
+The stall is made real the cheap way: a small claim margin leaves a claim about the buyers'
+deadlines long, so a buyer that uses its whole deadline eats the time of the next offer, and
+a request near its claim's end checks it before it answers."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from datetime import datetime, timezone
+
+import pytest
+import redis
+
+from tests.servers import wait_until
+from webhooks import config
+from webhooks.errors import Conflict, Unavailable
+from webhooks.leads.catalog import load_snapshot
+from webhooks.leads.intake import Intake
+from webhooks.leads.settlement import Journal
+from webhooks.storage import keys
+from webhooks.storage.db import db
+from webhooks.storage.redis import Store
+from webhooks.storage.settle_queue import queue
+
+
+@pytest.fixture
+def tight(api, base_env, redis_server):
+    """The lead path with a 300 ms buyer deadline and a claim margin of `margin_ms`."""
+    def build(margin_ms: int) -> Intake:
+        cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=300, lead_claim_margin_ms=margin_ms)
+        store = Store(redis.Redis.from_url(redis_server.url, decode_responses=True))
+        journal = Journal(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
+        return Intake.build(cfg, store, store, journal)
+
+    return build
+
+
+def _take(intake: Intake, publisher_id: str, lead_id: str) -> str:
+    with db.connection_context():
+        snapshot = load_snapshot("test")
+    publisher = next(p for p in snapshot.publishers_by_key.values() if p.id == publisher_id)
+    return intake.take(snapshot, publisher, lead_id, {}, "{}", datetime.now(timezone.utc), None)
+
+
+def _queued(r, lead_id: str) -> list[dict]:
+    return [item for item in map(json.loads, r.lrange(keys.SETTLE_PENDING, 0, -1)) if item["lead_id"] == lead_id]
+
+
+def test_no_offer_is_made_that_could_outlive_the_claim(api, buyer_server, tight, redis_server):
+    slow = buyer_server.add("slow", "sleep", delay=2.0)  # answers after the 300 ms deadline
+    ready = buyer_server.add("ready")
+    api.put_publisher("surge")
+    api.put_buyer("slow", buyer_server.url("slow"), priority=1, caps={"daily": 10})
+    api.put_buyer("ready", buyer_server.url("ready"), priority=2, caps={"daily": 10})
+    with pytest.raises(Unavailable, match="ran out of time"):
+        # a 1 s claim: the first offer may take 0.8 s (deadline + slack), "slow" uses 0.3 of it,
+        # and then 0.8 s more for "ready" would outlive the claim
+        _take(tight(200), "surge", "stall-1")
+    assert len(slow.arrived) == 1 and ready.arrived == []
+    r = redis_server.client()
+    assert r.exists(keys.lead_claim("surge", "stall-1")) == 0  # given up: the retry routes it
+    assert _queued(r, "stall-1") == []
+    assert api.get("/v1/admin/buyers/ready").json()["usage"]["daily"]["used"] == 0  # slot given back
+
+
+@pytest.mark.parametrize("answer", ["reject", "accept"])
+def test_a_request_that_lost_its_claim_leaves_the_new_holder_alone(api, buyer_server, tight, redis_server, answer):
+    buyer = buyer_server.add("x", answer, delay=0.25)  # decides within its deadline
+    api.put_publisher("surge")
+    api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
+    r = redis_server.client()
+    claim = keys.lead_claim("surge", "lost-1")
+
+    def take_over() -> None:  # what a retry does once the claim has expired
+        wait_until(lambda: buyer.arrived, what="the offer")
+        r.set(claim, "routing:another-request")
+
+    thief = threading.Thread(target=take_over)
+    thief.start()
+    if answer == "reject":
+        with pytest.raises(Conflict):
+            _take(tight(500), "surge", "lost-1")
+        assert _queued(r, "lost-1") == []  # its `unsold` is not settled: the holder's answer will be
+    else:
+        sold = json.loads(_take(tight(500), "surge", "lost-1"))
+        assert (sold["status"], sold["buyer_id"]) == ("sold", "x")  # x has the lead: the sale stands
+        assert [i["status"] for i in _queued(r, "lost-1")] == ["sold"]
+    thief.join()
+    assert r.get(claim) == "routing:another-request"
