@@ -50,7 +50,7 @@ def log(msg: str) -> None:
 class Stack:
     """Every process of the run: Redis, MariaDB database, buyer, Floodgate, worker, bare app."""
 
-    def __init__(self, es: ExitStack, tmp: Path):
+    def __init__(self, es: ExitStack, tmp: Path, extra_env: dict | None = None):
         self.redis = RedisServer(tmp / "redis")
         self.redis.start()
         es.callback(self.redis.kill)
@@ -61,7 +61,7 @@ class Stack:
         else:
             self.db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
         env = {**os.environ, "REDIS_URL": self.redis.url, "DATABASE_URL": self.db_url,
-               "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1"}
+               "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=ROOT,
                        check=True, capture_output=True)
         buyer_port = free_port()

@@ -37,6 +37,9 @@ PARTS = [
     ("outbox", "9. Payment events (the outbox)",
      "How late wallet events reach the application at 300 payments/s, and what the outbox adds to "
      "a credit (`bench/outbox.py`)."),
+    ("knee", "10. Latency over offered rate (the knee)",
+     "Payment deliveries against the bare endpoint, and open-loop latency over stepped offered rates "
+     "for both paths, with the invariants of the same run (`bench/knee.py`, wrk, `bench/openloop.py`)."),
 ]
 
 

@@ -1,0 +1,314 @@
+"""Latency over offered rate for both paths (the knee), and payment throughput against the bare
+endpoint, in one run on one stack (bench/e2e.py's: Redis, MariaDB, a buyer answering in ~20 ms,
+Floodgate with 2 gunicorn workers, an RQ worker, and the bare Flask app on the same settings).
+
+1. wrk at 50 connections: the bare endpoint, then payment deliveries (2,000 payments, each
+   delivered 5 times, shuffled; bench/pay.lua), back to back: deliveries/s and the ratio.
+2. Open loop (bench/openloop.py, latency from the moment each request was due) at stepped
+   offered rates, for payment deliveries (fresh payments each step, 5 deliveries each,
+   shuffled) and for leads.
+3. The invariants of the same runs: every wallet equals the sum of its distinct payments (no
+   double credit, none lost), every payment answered `credited` once, every lead settled,
+   and both queues (settlements, delivery audit rows) drained.
+
+    python bench/knee.py [--steps-seconds 10] [--payment-rates 100,...] [--lead-rates 100,...]
+Writes bench/out/knee.json, knee.md and knee.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import OUT, machine_info, mysql_version, redis_version, write_json, write_md
+from bench.e2e import API_KEY, Stack, cpu_seconds, log, wrk
+from tests.conftest import SECRETS
+from tests.payments_helpers import PROVIDERS, encode, payload, signed_headers
+from tests.servers import venv_bin, wait_until
+from webhooks.storage import keys
+
+REPEATS = 5
+
+
+def make_deliveries(tag: str, payments: int, rng: random.Random) -> tuple[list, dict]:
+    """(deliveries [(provider, headers, body)] shuffled, expected wallet balances)."""
+    out, expected = [], defaultdict(int)
+    for i in range(payments):
+        provider = PROVIDERS[i % len(PROVIDERS)]
+        currency = rng.choice(["NGN", "USD", "GHS", "KES"])
+        customer = f"{tag}-payer{rng.randrange(100)}@example.com"
+        amount = rng.randint(100, 50_000_000)
+        raw = encode(payload(provider, f"{tag}-{i}", amount, currency, customer))
+        headers = signed_headers(provider, raw)
+        out += [(provider, headers, raw.decode())] * REPEATS
+        expected[(customer, currency)] += amount
+    rng.shuffle(out)
+    return out, dict(expected)
+
+
+def lua_list(deliveries: list, path: Path) -> None:
+    """bench/pay.lua's input: a Lua file returning {{path, headers, body}, ...}."""
+    def s(text: str) -> str:
+        return "[==[" + text + "]==]"
+
+    lines = ["return {"]
+    for provider, headers, body in deliveries:
+        h = ", ".join(f"[ {s(k)} ] = {s(v)}" for k, v in {"Content-Type": "application/json", **headers}.items())
+        lines.append(f"  {{{s('/v1/webhooks/' + provider)}, {{{h}}}, {s(body)}}},")
+    lines.append("}")
+    path.write_text("\n".join(lines))
+
+
+def wrk_payments(url: str, listing: Path, connections: int, seconds: int) -> dict:
+    threads = min(2, connections)
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
+                          "-s", str(ROOT / "bench" / "pay.lua"), url, "--", str(listing), str(threads)],
+                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    data = json.loads(next(line for line in out.splitlines() if line.startswith("JSON "))[5:])
+    return {"rps": round(data["requests"] / (data["duration_us"] / 1e6), 1), "requests": data["requests"],
+            "non_2xx_or_errors": sum(data["errors"].values()), "p50_ms": data["p50_us"] / 1000,
+            "p95_ms": data["p95_us"] / 1000, "p99_ms": data["p99_us"] / 1000}
+
+
+class Watch:
+    """Samples both queues (settlements, delivery audit rows) while a step runs."""
+
+    def __init__(self, client):
+        self.client, self.peak, self._stop = client, Counter(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name, key in (("settlements", keys.SETTLE_PENDING), ("audit_rows", keys.DELIVERIES_PENDING)):
+                self.peak[name] = max(self.peak[name], self.client.llen(key))
+            self._stop.wait(0.25)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return dict(self.peak)
+
+
+def drained(stack: Stack) -> float:
+    """Seconds until both queues are empty."""
+    t0, r = time.monotonic(), stack.redis.client()
+    wait_until(lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.DELIVERIES_PENDING) == 0,
+               timeout=180, interval=0.2, what="both queues drained")
+    return round(time.monotonic() - t0, 2)
+
+
+def openloop(args: list[str], timeout: float) -> dict:
+    return json.loads(subprocess.run([venv_bin("python"), "bench/openloop.py", *args], cwd=ROOT,
+                                     capture_output=True, text=True, check=True, timeout=timeout).stdout)
+
+
+def check_payments(db_url: str, expected: dict, payments: int) -> dict:
+    """Wallets against the distinct payments sent; payment rows against their number."""
+    from webhooks.storage.db import db, init_db
+    from webhooks.storage.models import Payment, Wallet
+
+    init_db(db_url, 2)
+    with db.connection_context():
+        wallets = {(w.customer, w.currency): w.balance_minor for w in Wallet.select()}
+        rows = Payment.select().count()
+    off = sum(1 for k, v in expected.items() if wallets.get(k) != v)
+    return {"payments_expected": payments, "payment_rows": rows, "wallets_checked": len(expected),
+            "wallets_off": off, "unexpected_wallets": len(set(wallets) - set(expected))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=int, default=10, help="each wrk run")
+    ap.add_argument("--step-seconds", type=float, default=10, help="each open-loop step")
+    ap.add_argument("--payment-rates", default="100,200,300,400,500,600,800")
+    ap.add_argument("--lead-rates", default="100,200,300,400,500,600")
+    ap.add_argument("--render", action="store_true", help="only write knee.md and knee.png from knee.json")
+    ap.add_argument("--before", metavar="JSON", help="with --render: a knee.json of older code to compare")
+    ap.add_argument("--before-commit", default="?", help="the commit that JSON measured")
+    args = ap.parse_args()
+    if args.render:
+        data = json.loads((OUT / "knee.json").read_text())
+        if args.before:
+            data["before"] = json.loads(Path(args.before).read_text())
+            data["before"]["commit"] = args.before_commit
+            write_json("knee.json", data)
+        write_md("knee.md", render(data))
+        plot(data, OUT / "knee.png")
+        return 0
+    rng = random.Random(16)
+    expected: dict = defaultdict(int)
+    total_payments, first_answers = 0, Counter()
+    with ExitStack() as es:
+        tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-knee-")))
+        log("starting redis, database, buyer stub, Floodgate, worker and the bare app")
+        stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
+        pids = stack.pids()
+
+        # 1. throughput at 50 connections against the bare endpoint
+        deliveries, exp = make_deliveries("wrk", 2000, rng)
+        total_payments += 2000
+        for k, v in exp.items():
+            expected[k] += v
+        listing = tmp / "deliveries.lua"
+        lua_list(deliveries, listing)
+        wrk(stack.bare_url, 50, 2, "warm")
+        bare = wrk(stack.bare_url, 50, args.seconds, "bare")
+        log(f"bare: {bare}")
+        before = {n: cpu_seconds(p) for n, p in pids.items()}
+        pay = wrk_payments(stack.web.url, listing, 50, args.seconds)
+        cpu = {n: round((cpu_seconds(p) - before[n]) / pay["requests"] * 1000, 3) for n, p in pids.items()}
+        log(f"payments: {pay}")
+        throughput = {"bare": bare, "payments": pay, "ratio": round(pay["rps"] / bare["rps"], 3),
+                      "cpu_ms_per_delivery": cpu, "drain_s": drained(stack)}
+
+        # 2. open loop, stepped
+        pay_steps, lead_steps = [], []
+        for rate in (float(x) for x in args.payment_rates.split(",")):
+            n = int(rate * args.step_seconds / REPEATS)
+            deliveries, exp = make_deliveries(f"ol{int(rate)}", n, rng)
+            total_payments += n
+            for k, v in exp.items():
+                expected[k] += v
+            path = tmp / f"ol{int(rate)}.json"
+            path.write_text(json.dumps(deliveries))
+            watch = Watch(stack.redis.client())
+            result = openloop(["payments", stack.web.url, str(path), str(rate)], args.step_seconds + 120)
+            peaks = watch.stop()
+            first_answers.update(result["statuses"])
+            step = {**result, "queue_peaks": peaks, "drain_s": drained(stack), "payments": n}
+            log(f"payments open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
+                f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}")
+            pay_steps.append(step)
+        for rate in (float(x) for x in args.lead_rates.split(",")):
+            watch = Watch(stack.redis.client())
+            result = openloop([stack.web.url, API_KEY, str(rate), str(args.step_seconds)], args.step_seconds + 120)
+            peaks = watch.stop()
+            step = {**result, "queue_peaks": peaks, "drain_s": drained(stack)}
+            log(f"leads open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
+                f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}")
+            lead_steps.append(step)
+
+        invariants = check_payments(stack.db_url, expected, total_payments)
+        invariants["credited_answers_open_loop"] = first_answers.get("credited", 0)
+        invariants.update(check_leads(stack.db_url, lead_steps))
+        versions = {"redis": redis_version(stack.redis.client())}
+        if stack.db_url.startswith("mysql://"):
+            import pymysql
+            conn = pymysql.connect(host="127.0.0.1", user="root")
+            versions["database"] = mysql_version(conn)
+            conn.close()
+    data = {"machine": machine_info(**versions), "throughput": throughput, "payments": pay_steps,
+            "leads": lead_steps, "invariants": invariants, "step_seconds": args.step_seconds}
+    write_json("knee.json", data)
+    write_md("knee.md", render(data))
+    plot(data, OUT / "knee.png")
+    log(f"wrote {OUT / 'knee.md'}")
+    return 0 if invariants["wallets_off"] == 0 and invariants["leads_missing"] == 0 else 1
+
+
+def check_leads(db_url: str, steps: list[dict]) -> dict:
+    """Every lead answered sold or unsold in the open-loop steps is in the ledger."""
+    from webhooks.storage.db import db
+    from webhooks.storage.models import Lead
+
+    answered = sum(s["statuses"].get("sold", 0) + s["statuses"].get("unsold", 0) for s in steps)
+    with db.connection_context():
+        settled = Lead.select().where(Lead.lead_id.startswith("ol")).count()
+    return {"leads_answered": answered, "leads_settled": settled, "leads_missing": max(0, answered - settled)}
+
+
+def table(headings: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def render(d: dict) -> str:
+    t, inv = d["throughput"], d["invariants"]
+    out = ["### Payment deliveries at 50 connections (wrk; 2,000 payments × 5, shuffled)", "",
+           table(["", "req/s", "p50 ms", "p99 ms"], [
+               ["bare Flask endpoint", t["bare"]["rps"], t["bare"]["p50_ms"], t["bare"]["p99_ms"]],
+               ["payment deliveries", t["payments"]["rps"], t["payments"]["p50_ms"], t["payments"]["p99_ms"]]]),
+           "", f"Ratio to the bare ceiling: **{t['ratio']}**. CPU per delivery (ms): "
+           + ", ".join(f"{k} {v}" for k, v in t["cpu_ms_per_delivery"].items())
+           + f". Both queues drained {t['drain_s']} s after the run.", ""]
+    for name, steps, unit in (("Payment deliveries", d["payments"], "deliveries/s"), ("Leads", d["leads"], "leads/s")):
+        out += [f"### {name}: open loop, {d['step_seconds']:.0f} s per offered rate", "",
+                table([f"offered {unit}", "achieved", "p50 ms", "p95 ms", "p99 ms", "answers",
+                                "peak queued settlements", "peak queued audit rows", "drained after s"],
+                               [[s["offered_rate"], s["achieved_rate"], s["p50_ms"], s["p95_ms"], s["p99_ms"],
+                                 ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items())),
+                                 s["queue_peaks"].get("settlements", 0), s["queue_peaks"].get("audit_rows", 0),
+                                 s["drain_s"]] for s in steps]), ""]
+    if d.get("before"):
+        out += before_after(d["before"], d)
+    out += [f"Invariants of the same run: {inv['payments_expected']} distinct payments sent, "
+            f"{inv['payment_rows']} payment rows, {inv['wallets_checked']} wallets checked, "
+            f"**{inv['wallets_off']} off** ({inv['unexpected_wallets']} unexpected); "
+            f"{inv['leads_answered']} leads answered in the open loop, {inv['leads_settled']} settled, "
+            f"**{inv['leads_missing']} missing**.", "", "![latency over offered rate](figures/knee.png)", ""]
+    return "\n".join(out)
+
+
+def before_after(before: dict, after: dict) -> list[str]:
+    """The payment rows of a run of the code before the payment gate (same bench, run just
+    before or after this one on the same machine) beside this run's."""
+    def step(d: dict, rate: float) -> dict:
+        return next((s for s in d["payments"] if s["offered_rate"] == rate), {})
+
+    rows = [["deliveries/s at 50 connections (wrk)", before["throughput"]["payments"]["rps"],
+             after["throughput"]["payments"]["rps"]],
+            ["ratio to the bare endpoint", before["throughput"]["ratio"], after["throughput"]["ratio"]],
+            ["web CPU ms per delivery", before["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"],
+             after["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"]],
+            ["mariadbd CPU ms per delivery", before["throughput"]["cpu_ms_per_delivery"]["mariadbd"],
+             after["throughput"]["cpu_ms_per_delivery"]["mariadbd"]]]
+    for rate in (300.0, 500.0, 600.0):
+        b, a = step(before, rate), step(after, rate)
+        if b and a:
+            rows.append([f"open loop {rate:.0f}/s: p50 / p99 ms", f"{b['p50_ms']} / {b['p99_ms']}",
+                         f"{a['p50_ms']} / {a['p99_ms']}"])
+    return ["### Payments before and after the Redis-only repeats", "",
+            f"Before: the code as it was ({before.get('commit', '?')}), every repeat writing its audit row "
+            "and four Redis round trips per first delivery; after: one script for dedupe + claim + the "
+            "repeat's queued row, one for marker + release. Same bench, run back to back.", "",
+            table(["", "before", "after"], rows), ""]
+
+
+def plot(d: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (name, steps, target) in zip(axes, (("payment deliveries", d["payments"], 15),
+                                                ("leads", d["leads"], 100))):
+        rates = [s["offered_rate"] for s in steps]
+        ax.plot(rates, [s["p50_ms"] for s in steps], "o-", label="p50")
+        ax.plot(rates, [s["p99_ms"] for s in steps], "s-", label="p99")
+        ax.axhline(target, color="grey", ls=":", label=f"p99 target {target} ms")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"offered {name}/s (open loop)")
+        ax.set_ylabel("latency from due time, ms")
+        ax2 = ax.twinx()
+        ax2.plot(rates, [s["achieved_rate"] for s in steps], "^--", color="tab:green", alpha=0.6)
+        ax2.set_ylabel("achieved/s", color="tab:green")
+        ax.set_title(name)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
