@@ -31,10 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_payments import make_payments
 from bench.common import OUT, machine_info, mysql_version, redis_version, write_json, write_md
 from bench.e2e import API_KEY, Stack, cpu_seconds, log, wrk
 from tests.conftest import SECRETS
-from tests.payments_helpers import PROVIDERS, encode, payload, signed_headers
+from tests.payments_helpers import signed_headers
 from tests.servers import venv_bin, wait_until
 from webhooks.storage import keys
 
@@ -42,17 +43,12 @@ REPEATS = 5
 
 
 def make_deliveries(tag: str, payments: int, rng: random.Random) -> tuple[list, dict]:
-    """(deliveries [(provider, headers, body)] shuffled, expected wallet balances)."""
-    out, expected = [], defaultdict(int)
-    for i in range(payments):
-        provider = PROVIDERS[i % len(PROVIDERS)]
-        currency = rng.choice(["NGN", "USD", "GHS", "KES"])
-        customer = f"{tag}-payer{rng.randrange(100)}@example.com"
-        amount = rng.randint(100, 50_000_000)
-        raw = encode(payload(provider, f"{tag}-{i}", amount, currency, customer))
-        headers = signed_headers(provider, raw)
-        out += [(provider, headers, raw.decode())] * REPEATS
-        expected[(customer, currency)] += amount
+    """(deliveries [(provider, headers, body)]: each payment signed once and sent REPEATS
+    times, all shuffled; expected wallet balances)."""
+    made, expected = make_payments(payments, tag, rng)
+    out = []
+    for _reference, provider, raw in made:
+        out += [(provider, signed_headers(provider, raw), raw.decode())] * REPEATS
     rng.shuffle(out)
     return out, dict(expected)
 

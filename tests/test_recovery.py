@@ -97,16 +97,22 @@ def _retry_until_answered(api, key: str, lead_id: str) -> dict:
     return wait_until(answered, timeout=20, interval=0.3, what=f"an answer for {lead_id}")
 
 
+def _publisher_and_two_buyers(api, buyer_server, name: str):
+    """Publisher pub-<name> (its API key returned) and buyers <name>-x then <name>-y."""
+    first, second = buyer_server.add(f"{name}-x"), buyer_server.add(f"{name}-y")
+    key = api.put_publisher(f"pub-{name}")
+    api.put_buyer(f"{name}-x", buyer_server.url(f"{name}-x"), priority=1)
+    api.put_buyer(f"{name}-y", buyer_server.url(f"{name}-y"), priority=2)
+    api.settle_config()
+    return key, first, second
+
+
 def test_a_lead_settled_before_redis_lost_its_data_is_answered_from_the_ledger_not_sold_again(
         api, buyer_server, redis_server, worker):
     """The publisher retries a lead it sent before Redis restarted empty: the claim that held
     its answer is gone, the ledger still has the sale. The retry gets that answer; no buyer
     is offered the lead again."""
-    first, second = buyer_server.add("settled-x"), buyer_server.add("settled-y")
-    key = api.put_publisher("pub-settled")
-    api.put_buyer("settled-x", buyer_server.url("settled-x"), priority=1)
-    api.put_buyer("settled-y", buyer_server.url("settled-y"), priority=2)
-    api.settle_config()
+    key, first, second = _publisher_and_two_buyers(api, buyer_server, "settled")
     answer = api.post_lead(key, {"lead_id": "gone-1"}).json()
     assert (answer["status"], answer["buyer_id"]) == ("sold", "settled-x")
     api.wait_settled("gone-1", "pub-settled")
@@ -126,11 +132,7 @@ def test_a_lead_still_queued_for_the_ledger_when_redis_lost_its_data_gets_its_an
     web process's journal. The journal pushes it again and puts its answer back, so the retry
     is a replay, and the ledger gets the one sale once a worker drains the queue."""
     worker_manager.stop()
-    first, second = buyer_server.add("queued-x"), buyer_server.add("queued-y")
-    key = api.put_publisher("pub-queued")
-    api.put_buyer("queued-x", buyer_server.url("queued-x"), priority=1)
-    api.put_buyer("queued-y", buyer_server.url("queued-y"), priority=2)
-    api.settle_config()
+    key, first, second = _publisher_and_two_buyers(api, buyer_server, "queued")
     answer = api.post_lead(key, {"lead_id": "queued-1"}).json()
     assert answer["buyer_id"] == "queued-x"
     redis_server.restart_empty()
