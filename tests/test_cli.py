@@ -16,6 +16,7 @@ from tests.servers import ROOT, free_port, venv_bin
 from webhooks.caps import leases
 from webhooks.leads.buyers import BuyerRule
 from webhooks.storage import keys
+from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog, Buyer, Publisher
 
 COMMANDS = {
@@ -23,7 +24,7 @@ COMMANDS = {
     "caps": ["reconcile"],
     "settlements": ["requeue", "status"],
     "buyers": ["export", "import", "leads", "show"],
-    "publishers": ["export", "import"],
+    "publishers": ["export", "import", "trust-replay-memory"],
 }
 ACME = {"id": "acme", "name": "Acme Insurance", "endpoint_url": "http://127.0.0.1:9100/acme", "priority": 1,
         "price": "12.50", "timezone": "America/Chicago",
@@ -203,3 +204,18 @@ def test_settlements_status_and_requeue_of_failed_jobs(env, redis_server):
     assert registry.count == 0
     assert "Redis is unavailable" in fails({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
                                            "settlements", "status")
+
+
+def test_trust_replay_memory_marks_publishers_without_a_mark(env, redis_server):
+    """An upgrade: publishers made before the memory mark existed would read the ledger for a
+    week; the command marks them, and keeps a mark a data loss left unless --force."""
+    with db.connection_context():
+        for pid in ("old-a", "old-b"):
+            Publisher.create(id=pid, name=pid, api_key_hash=pid.ljust(64, "0"), api_key_hint="0000",
+                             commission_pct=0)
+    r = redis_server.client()
+    r.set(keys.lead_memory("old-b"), "1796000000000")  # Redis lost its data at that time
+    assert "1 of 2 publisher(s) marked" in ok(env, "publishers", "trust-replay-memory").stdout
+    assert (r.get(keys.lead_memory("old-a")), r.get(keys.lead_memory("old-b"))) == ("0", "1796000000000")
+    assert "2 of 2 publisher(s) marked" in ok(env, "publishers", "trust-replay-memory", "--force").stdout
+    assert r.get(keys.lead_memory("old-b")) == "0"

@@ -123,3 +123,19 @@ def test_admin_reads_wallet_balances_and_payment_rows(api):
     assert api.get("/v1/admin/payments/stripe/pi_unknown").status_code == 404
     assert api.get("/v1/admin/payments/paypal/pi_a").status_code == 404
     assert api.http.get(api.base + "/v1/admin/wallets/ada@example.com").status_code == 401
+
+
+def test_an_audit_row_the_database_refuses_is_parked_and_the_others_written(api, redis_server):
+    """The drain writes queued audit rows in batches; one it cannot write is set aside in
+    fg:deliveries:failed (with a log line) rather than failing the job that settles leads."""
+    from webhooks.storage import keys
+
+    raw = encode(payload("paystack", "ps-parked", 2500))
+    assert deliver(api, "paystack", raw).json() == {"status": "credited"}
+    assert deliver(api, "paystack", raw).json() == {"status": "duplicate"}  # its row is queued
+    r = redis_server.client()
+    bad = '{"verdict":"duplicate","status_code":200,"provider":"paystack","body":"%%%not base64"}'
+    r.lpush(keys.DELIVERIES_PENDING, bad)
+    assert verdicts("paystack", "ps-parked") == ["credited", "duplicate"]  # the drain's own code wrote it
+    assert r.lrange(keys.DELIVERIES_FAILED, 0, -1) == [bad]
+    assert r.llen(keys.DELIVERIES_PENDING) == 0

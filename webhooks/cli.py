@@ -38,7 +38,7 @@ db_cli = _Group("db", help="Ledger schema.")
 caps_cli = _Group("caps", help="Cap counters in Redis.")
 settle_cli = _Group("settlements", help="The queue of lead settlements.")
 buyers_cli = _Group("buyers", help="Buyers: export, import, caps and usage, recent leads.")
-publishers_cli = _Group("publishers", help="Publishers: export and import.")
+publishers_cli = _Group("publishers", help="Publishers: export, import, replay memory.")
 leads_cli = _Group("leads", help="Leads in the ledger.")
 events_cli = _Group("events", help="Payment events to the application (PAYMENT_EVENTS_URL): the outbox.")
 
@@ -245,6 +245,23 @@ def import_publishers(file: Any) -> None:
             claims.remember_from_start(current_app.extensions["store"], row.id)
     bump_version(current_app.extensions["redis"])
     click.echo(f"imported {len(saved)} publisher(s)")
+
+
+@publishers_cli.command("trust-replay-memory",
+                        help="Mark every publisher's lead answers as all held by Redis, so that no lead "
+                             "of theirs reads the ledger before it is routed (docs/leads.md \"After Redis "
+                             "lost its data\"). Run it once when upgrading to this version, while Redis "
+                             "has kept its data since the publishers' first leads; a mark a real data "
+                             "loss left is kept unless --force.")
+@click.option("--force", is_flag=True, help="Also replace marks that say when Redis lost its data.")
+def trust_replay_memory(force: bool) -> None:
+    from webhooks.storage import keys
+    from webhooks.storage.models import Publisher
+
+    r = current_app.extensions["store"].redis
+    ids = [p.id for p in Publisher.select(Publisher.id).order_by(Publisher.id)]
+    marked = sum(1 for pid in ids if r.set(keys.lead_memory(pid), "0", nx=not force))
+    click.echo(f"{marked} of {len(ids)} publisher(s) marked" + ("" if force else " (marks already set were kept)"))
 
 
 # --- reading one buyer ------------------------------------------------------------------------

@@ -52,13 +52,16 @@ def requeue_abandoned(connection: Redis) -> list[str]:
     """Run again (as its retries allow) every job of the settlement queue whose worker stopped
     its heartbeat: killed -9, its machine gone. RQ does this too, but only in a worker's
     maintenance pass (every 10 minutes), and a killed worker's batch of settlements waited
-    for it. The heartbeat lasts a minute and a half (RQ's job monitoring interval + 60 s), so
-    a batch comes back that long after its worker died. Returns the ids found abandoned."""
+    for it. The heartbeat lasts a minute and a half (RQ's job monitoring interval + 60 s; a
+    SimpleWorker does not renew it while a job runs, so every job here hands over to a fresh
+    one after 30 s), so a batch comes back that long after its worker died. Returns the ids
+    found abandoned."""
     registry = StartedJobRegistry(SETTLE, connection=connection)
     expired = registry.get_expired_job_ids()
     if expired:
         registry.cleanup()
-        log.warning("requeued %d settlement job(s) whose worker died: %s", len(expired), ", ".join(expired))
+        log.warning("%d job(s) of a dead worker handed to RQ's abandoned-job handling (retried if they have "
+                    "retries left): %s", len(expired), ", ".join(expired))
     return expired
 
 

@@ -7,13 +7,14 @@ import signal
 import time
 import uuid
 
+import peewee as pw
 from rq import get_current_job
 
 from webhooks.caps import leases
 from webhooks.leads import ledger
 from webhooks.payments import gate
 from webhooks.storage import keys
-from webhooks.storage.db import close_db, db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
 from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
 from workers.context import backends
@@ -21,6 +22,7 @@ from workers.context import backends
 log = logging.getLogger(__name__)
 
 BATCH = 200
+DELIVERY_BATCH = 50  # audit rows keep bodies of up to 64 KiB: at most ~4.4 MB a statement
 TIME_BUDGET_S = 30.0
 LINGER_S = 1.0
 GATHER_S = 0.1
@@ -72,7 +74,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     try:
         with StopAfterBatch() as stop:
             while True:
-                recorded = record_deliveries(b.settle, job_id, batch_size)
+                recorded = record_deliveries(b.settle, job_id)
                 batch = b.settle.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
                 if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
@@ -100,7 +102,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     # a worker told to stop leaves within one batch.
                     enqueue_drain(queue(job.connection) if job else queue(r))
                     return written
-                if len(batch) < batch_size and recorded < batch_size:
+                if len(batch) < batch_size and recorded < DELIVERY_BATCH:
                     # A small batch means the queue is keeping up: let a few more leads
                     # gather before the next transaction (settlement is asynchronous anyway).
                     time.sleep(GATHER_S)
@@ -108,13 +110,30 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
         close_db()
 
 
-def record_deliveries(settle: Store, job_id: str, batch_size: int = BATCH) -> int:
-    """Write one batch of queued delivery audit rows; return how many."""
+def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BATCH) -> int:
+    """Write one batch of queued delivery audit rows; return how many were taken. A row the
+    database refuses (not an outage, which fails the job for RQ to retry) is parked in
+    keys.DELIVERIES_FAILED with a log line, so that it cannot stop lead settlement."""
     processing = keys.deliveries_processing(job_id)
     batch = settle.take_batch(keys=[keys.DELIVERIES_PENDING, processing], args=[batch_size])
     if not batch:
         return 0
-    with db.atomic():
-        gate.write_rows(batch)
+    try:
+        with db.atomic():
+            gate.write_rows(batch)
+    except UNAVAILABLE_ERRORS:
+        raise
+    except (pw.DatabaseError, ValueError, KeyError) as exc:
+        log.warning("a batch of %d delivery audit rows was refused (%s): writing them one by one", len(batch), exc)
+        for raw in batch:
+            try:
+                with db.atomic():
+                    gate.write_rows([raw])
+            except UNAVAILABLE_ERRORS:
+                raise
+            except (pw.DatabaseError, ValueError, KeyError) as one:
+                log.error("delivery audit row refused by the database, parked in %s: %s (%s)",
+                          keys.DELIVERIES_FAILED, raw[:300], one)
+                settle.redis.lpush(keys.DELIVERIES_FAILED, raw)
     settle.redis.delete(processing)
     return len(batch)

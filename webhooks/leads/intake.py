@@ -127,9 +127,6 @@ class Intake:
             # lead, so the attempt note stays for the retry (every refund already deleted it).
             self._give_up(claim, None)
             raise
-        if outcome.status == "unsold" and outcome.waiting_for_rebuild:
-            self._give_up(claim, attempt_key)
-            raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
         if outcome.out_of_time:
             # This process stalled: the claim may be another request's by now, and so may the
             # attempt note. No buyer holds the lead from us (each earlier offer was settled).
@@ -137,6 +134,9 @@ class Intake:
                         publisher.id, lead_id)
             self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
             raise Unavailable("this request ran out of time; retry")
+        if outcome.status == "unsold" and outcome.waiting_for_rebuild:
+            self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
+            raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
@@ -152,7 +152,7 @@ class Intake:
         try:
             return self.store.redis.get(claim.key)
         except REDIS_DOWN:
-            return claim.token  # cannot tell: finish as usual (the answer write is token-checked)
+            return claim.token  # cannot tell: finish as usual (lua/answer_lead.lua checks the token)
 
     def _finish_lost(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
                      holder: str | None) -> str:
@@ -191,10 +191,13 @@ class Intake:
             return None
         answer = json.dumps(found)
         self._withdraw(first)
-        pipe = self.store.redis.pipeline(transaction=False)
-        pipe.set(claim.key, answer, ex=self.replay_ttl_s)
-        pipe.delete(attempt_key)
-        pipe.execute()
+        try:
+            pipe = self.store.redis.pipeline(transaction=False)
+            self.store.queue(pipe, self.store.answer_lead, [claim.key, attempt_key],
+                             [claim.token, answer, self.replay_ttl_s])
+            pipe.execute()
+        except REDIS_DOWN:
+            pass  # the answer is known; the claim expires and the next retry reads the ledger again
         log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", publisher_id, lead_id)
         return answer
 
@@ -306,8 +309,8 @@ class Intake:
                                  breaker_failures=self.breaker_failures,
                                  breaker_cooldown_ms=self.breaker_cooldown_ms)
             if not keep_claim:
-                pipe.set(claim.key, answer, ex=self.replay_ttl_s)
-                pipe.delete(attempt_key)
+                self.store.queue(pipe, self.store.answer_lead, [claim.key, attempt_key],
+                                 [claim.token, answer, self.replay_ttl_s])
             if self.settle is not self.store:
                 pipe.execute()
                 pipe = None

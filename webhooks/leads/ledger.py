@@ -118,7 +118,10 @@ def answer_for(publisher_id: str, lead_id: str) -> dict | None:
     if lead is None:
         return None
     record = lead_record(lead)
-    return {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
+    answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
+    if answer["status"] == "returned":  # returned since: the publisher was told it was sold
+        answer["status"] = "sold"
+    return answer
 
 
 def flagged(limit: int = 50) -> list[Lead]:

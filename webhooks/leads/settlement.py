@@ -78,6 +78,7 @@ class Journal:
         # (when, settlement JSON, lead claim key, the publisher's answer)
         self.entries: collections.deque[tuple[float, str, str, str]] = collections.deque(maxlen=max_items)
         self.epoch: str | None = None
+        self._unrestored: list[tuple[str, str]] = []  # (claim key, answer) to put back after a loss
         self._watcher: threading.Thread | None = None
 
     def push(self, item: dict, pipe=None, answer: str | None = None) -> None:
@@ -90,30 +91,46 @@ class Journal:
         self.start_watching()
 
     def check_epoch(self) -> int:
-        """Push the journal again if Redis lost its data since we last looked; return how many."""
+        """Push the journal again if Redis lost its data since we last looked; return how many.
+        The new epoch is remembered only once every settlement is pushed again (a failure
+        part-way pushes them all again on the next check: the ledger's unique keys make the
+        repeats harmless); the answers are put back after that, apart, as best effort."""
+        self._restore_answers()
         fresh = uuid.uuid4().hex
         if self.settle_r.set(keys.EPOCH, fresh, nx=True):
             current = fresh
         else:
             current = self.settle_r.get(keys.EPOCH)
-        previous, self.epoch = self.epoch, current
+        previous = self.epoch
         cutoff = time.monotonic() - self.keep_s
         while self.entries and self.entries[0][0] < cutoff:
             self.entries.popleft()
         if previous is None or previous == current or not self.entries:
+            self.epoch = current
             return 0
         entries = list(self.entries)
         for i in range(0, len(entries), 1000):
-            chunk = entries[i:i + 1000]
-            push(self.settle_r, self.queue, [raw for _, raw, _, _ in chunk])
-            if self.claims is not None:
-                # The answers went with the data: without them a publisher's retry would
-                # route its lead again, to another buyer perhaps, while the ledger keeps
-                # the first sale.
-                restore_answers(self.claims, [(key, answer) for _, _, key, answer in chunk], self.replay_ttl_s)
-        log.warning("settlement Redis lost its data: pushed %d recent settlements again%s", len(entries),
-                    " and put back their answers" if self.claims is not None else "")
+            push(self.settle_r, self.queue, [raw for _, raw, _, _ in entries[i:i + 1000]])
+        self.epoch = current
+        log.warning("settlement Redis lost its data: pushed %d recent settlements again", len(entries))
+        if self.claims is not None:
+            # The answers went with the data: without them a publisher's retry would route
+            # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
+            self._unrestored = [(key, answer) for _, _, key, answer in entries]
+            self._restore_answers()
         return len(entries)
+
+    def _restore_answers(self) -> None:
+        """Put back the answers still to restore; what fails (the claims' Redis not back yet)
+        is tried again on the next check."""
+        while self._unrestored:
+            chunk = self._unrestored[:1000]
+            try:
+                restore_answers(self.claims, chunk, self.replay_ttl_s)
+            except Exception as exc:
+                log.warning("%d answers not put back yet: %s", len(self._unrestored), exc)
+                return
+            del self._unrestored[:1000]
 
     def start_watching(self) -> None:
         if self._watcher is None:

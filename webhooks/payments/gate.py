@@ -68,7 +68,10 @@ def enter(store: Store, settle: Store, queue, event: PaymentEvent | RefundEvent,
             keys=[marker_key(event), claim, keys.DELIVERIES_PENDING, keys.SETTLE_SCHEDULED],
             args=[event.fingerprint, token, claim_ttl_ms, row[1:], settle_queue.SCHEDULED_TTL_MS])
         if enqueue:
-            settle_queue.enqueue_drain(queue, request_id=request_id)
+            try:
+                settle_queue.enqueue_drain(queue, request_id=request_id)
+            except REDIS_DOWN as exc:  # the row is queued: the scheduler's drain (every minute) takes it
+                log.warning("audit row queued, drain job not enqueued: %s", exc)
     else:
         verdict, _ = store.payment_gate(keys=[marker_key(event), claim],
                                         args=[event.fingerprint, token, claim_ttl_ms, "", 0])

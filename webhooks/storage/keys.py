@@ -83,6 +83,7 @@ def settle_processing(job_id: str) -> str:
 
 
 DELIVERIES_PENDING = PREFIX + "deliveries:pending"  # audit rows of payment deliveries that changed nothing
+DELIVERIES_FAILED = PREFIX + "deliveries:failed"  # audit rows the database refused (workers/settle.py)
 
 
 def deliveries_processing(job_id: str) -> str:

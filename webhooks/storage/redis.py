@@ -100,6 +100,7 @@ class Store:
         self.redis = client
         self.cap_wait = cap_wait
         self.adjust_counter = self._register("adjust_counter")
+        self.answer_lead = self._register("answer_lead")
         self.claim_lead = self._register("claim_lead")
         self.claim_or_get = self._register("claim_or_get")
         self.extend_lease = self._register("extend_lease")
