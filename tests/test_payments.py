@@ -125,7 +125,7 @@ def test_admin_reads_wallet_balances_and_payment_rows(api):
     assert api.http.get(api.base + "/v1/admin/wallets/ada@example.com").status_code == 401
 
 
-def test_an_audit_row_the_database_refuses_is_parked_and_the_others_written(api, redis_server):
+def test_an_audit_row_the_database_refuses_is_parked_and_the_others_written(api, queue_server):
     """The drain writes queued audit rows in batches; one it cannot write is set aside in
     fg:deliveries:failed (with a log line) rather than failing the job that settles leads."""
     from webhooks.storage import keys
@@ -133,7 +133,7 @@ def test_an_audit_row_the_database_refuses_is_parked_and_the_others_written(api,
     raw = encode(payload("paystack", "ps-parked", 2500))
     assert deliver(api, "paystack", raw).json() == {"status": "credited"}
     assert deliver(api, "paystack", raw).json() == {"status": "duplicate"}  # its row is queued
-    r = redis_server.client()
+    r = queue_server.client()  # the queue's Redis (a Redis of its own beside a cluster)
     bad = '{"verdict":"duplicate","status_code":200,"provider":"paystack","body":"%%%not base64"}'
     r.lpush(keys.DELIVERIES_PENDING, bad)
     assert verdicts("paystack", "ps-parked") == ["credited", "duplicate"]  # the drain's own code wrote it
