@@ -165,10 +165,7 @@ def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args
             if attempt:
                 raise ClusterError(f"the slot of {script_keys[0]} is moving; retry") from None
     if result[0] == "ok" and acked < wait.replicas:
-        try:
-            finish(store, lease, WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
-        except redis_store.REDIS_DOWN:
-            pass  # the slot stays taken, which is safe; reconciliation gives it back
+        withdraw(store, lease)
         raise redis.TimeoutError(f"{acked} of {wait.replicas} replica(s) acknowledged the cap "
                                  f"reservation within {wait.timeout_ms} ms")
     return result
@@ -191,6 +188,15 @@ def finish(store: Store, lease: Lease, outcome: str, *, breaker_failures: int, b
     """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
     k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
     return bool(store.finish_lease(keys=k, args=a))
+
+
+def withdraw(store: Store, lease: Lease) -> None:
+    """Give back a reservation that will not be offered (the breaker is left alone). If Redis
+    cannot be reached the slot stays taken, which is safe; reconciliation gives it back."""
+    try:
+        finish(store, lease, WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
+    except redis_store.REDIS_DOWN:
+        pass
 
 
 def finish_in(store: Store, pipe, lease: Lease, outcome: str, *, breaker_failures: int,

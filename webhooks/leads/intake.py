@@ -66,6 +66,15 @@ def parse_lead(body: Any) -> tuple[str, dict]:
     return lead_id, lead
 
 
+def _replay(held: str | None) -> str:
+    """The answer for a request that does not hold the lead's claim: the first answer with
+    "replayed": true, or Conflict (in_flight) while another request routes the lead (or the
+    claim is gone, as it is between an expiry and the next claim)."""
+    if held is None or held.startswith(claims.ROUTING):
+        raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
+    return json.dumps({**json.loads(held), "replayed": True})
+
+
 @dataclass
 class Intake:
     """Everything the lead path needs, built once per process by create_app."""
@@ -107,9 +116,7 @@ class Intake:
         claim, held, attempt, first, mark = self._claim(publisher.id, claim_key, attempt_key, claim_ttl,
                                                         lease_ttl_ms, plan[0] if plan else None, lead, now)
         if claim is None:
-            if held.startswith(claims.ROUTING):
-                raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
-            return json.dumps({**json.loads(held), "replayed": True})
+            return _replay(held)
         if attempt is None and claims.memory_gap(mark, int(now.timestamp() * 1000), self.replay_ttl_s):
             settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
             if settled is not None:
@@ -166,9 +173,7 @@ class Intake:
         if outcome.lease is not None:
             self._finish(claim, attempt_key, outcome, answer, item, keep_claim=True)
             return answer
-        if holder is None or holder.startswith(claims.ROUTING):
-            raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
-        return json.dumps({**json.loads(holder), "replayed": True})
+        return _replay(holder)
 
     def _settled_answer(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
                         publisher_id: str, lead_id: str) -> str | None:
@@ -202,13 +207,9 @@ class Intake:
         return answer
 
     def _withdraw(self, reservation: leases.Reservation | None) -> None:
-        """Give back a reservation that will not be offered."""
+        """Give back the speculative first reservation, if one was granted."""
         if reservation is not None and reservation.status == "ok":
-            try:
-                leases.finish(self.store, reservation.lease, leases.WITHDRAWN, breaker_failures=0,
-                              breaker_cooldown_ms=0)
-            except REDIS_DOWN:
-                pass  # the slot stays taken, which is safe; reconciliation gives it back
+            leases.withdraw(self.store, reservation.lease)
 
     def _claim(self, publisher_id: str, claim_key: str, attempt_key: str, claim_ttl: int, lease_ttl_ms: int,
                offer: Offer | None, lead: dict, now: datetime) -> tuple[claims.Claim | None, str | None,

@@ -139,10 +139,14 @@ class Router:
         """The longest one offer may take, with room to record its outcome."""
         return self.buyer_timeout_ms / 1000 + OFFER_SLACK_S
 
-    def _give_back(self, lease: leases.Lease, attempt_key: str | None) -> None:
-        """Withdraw a reservation that will not be offered, and with `attempt_key` its note."""
+    def _give_back(self, lease: leases.Lease, outcome: str, attempt_key: str | None) -> None:
+        """Refund a reservation (feeding the breaker with `outcome`; `withdrawn` leaves it
+        alone) and, with `attempt_key`, forget the attempt note: one round trip. A refund
+        that cannot reach Redis raises: the slot stays taken (safe for the cap; the
+        reconciliation gives it back) and the publisher gets a 503 to retry."""
         pipe = self.store.redis.pipeline(transaction=False)
-        leases.finish_in(self.store, pipe, lease, leases.WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
+        leases.finish_in(self.store, pipe, lease, outcome, breaker_failures=self.breaker_failures,
+                         breaker_cooldown_ms=self.breaker_cooldown_ms)
         if attempt_key is not None:
             pipe.delete(attempt_key)
         pipe.execute()
@@ -201,7 +205,8 @@ class Router:
                 continue
             if claim_deadline is not None and time.monotonic() + self.offer_s > claim_deadline:
                 # The note is ours to delete only while the claim surely is.
-                self._give_back(reservation.lease, attempt_key if time.monotonic() < claim_deadline else None)
+                self._give_back(reservation.lease, leases.WITHDRAWN,
+                                attempt_key if time.monotonic() < claim_deadline else None)
                 out.out_of_time = True
                 return out
             outcome, ms = self.deliverer.deliver(buyer.endpoint_url, offer.body(lead_id, publisher.id, lead, lead_json),
@@ -213,14 +218,8 @@ class Router:
                 out.status, out.buyer_id, out.price = "sold", buyer.id, offer.price
                 out.sold_at, out.lease = now, reservation.lease
                 return out
-            # The buyer said no: give the slot back and forget the attempt, in one round trip.
-            # A refund that cannot reach Redis raises: the slot stays taken (safe for the cap;
-            # the reconciliation gives it back) and the publisher gets a 503 to retry.
-            pipe = self.store.redis.pipeline(transaction=False)
-            leases.finish_in(self.store, pipe, reservation.lease, outcome,
-                             breaker_failures=self.breaker_failures, breaker_cooldown_ms=self.breaker_cooldown_ms)
-            pipe.delete(attempt_key)
-            pipe.execute()
+            # The buyer said no: give the slot back and forget the attempt.
+            self._give_back(reservation.lease, outcome, attempt_key)
         return out
 
     def _bids(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,

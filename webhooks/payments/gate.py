@@ -19,6 +19,7 @@ from datetime import datetime
 
 from redis.cluster import RedisCluster
 
+from webhooks.payments import ledger
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.ledger import Delivery
 from webhooks.storage import claims, keys, settle_queue
@@ -92,12 +93,11 @@ def finish(store: Store, event: PaymentEvent | RefundEvent, claim: claims.Claim,
 
 
 def audit_row(d: Delivery, event: PaymentEvent | RefundEvent) -> str:
-    """The webhook_deliveries row of a verified delivery as JSON, its verdict left out."""
-    return json.dumps({
-        "provider": d.provider, "reference": event.reference, "event_type": event.event_type,
-        "headers": d.headers, "body": base64.b64encode(d.body).decode(), "body_truncated": d.truncated,
-        "received_at": d.received_at.isoformat(), "body_length": d.length, "body_sha256": d.sha256,
-    }, separators=(",", ":"))
+    """The webhook_deliveries row of a verified delivery as JSON (`ledger.record`'s columns,
+    the body in base64), its verdict left out."""
+    row = ledger.delivery_fields(d, event)
+    row.update(body=base64.b64encode(d.body).decode(), received_at=d.received_at.isoformat())
+    return json.dumps(row, separators=(",", ":"))
 
 
 def _with_verdict(verdict: str, row: str) -> str:

@@ -62,14 +62,17 @@ def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
                     utcnow(), len(raw), hashlib.sha256(raw).hexdigest())
 
 
+def delivery_fields(d: Delivery, event: PaymentEvent | RefundEvent | None = None) -> dict:
+    """The webhook_deliveries columns of a verified delivery, but its verdict and status."""
+    return {"provider": d.provider, "reference": event.reference if event else None,
+            "event_type": event.event_type if event else None, "headers": d.headers, "body": d.body,
+            "body_truncated": d.truncated, "received_at": d.received_at, "body_length": d.length,
+            "body_sha256": d.sha256}
+
+
 def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
     """Add the verified delivery to webhook_deliveries (in the caller's transaction, if any)."""
-    WebhookDelivery.insert(
-        provider=d.provider, reference=event.reference if event else None,
-        event_type=event.event_type if event else None, verdict=verdict, status_code=status,
-        headers=d.headers, body=d.body, body_truncated=d.truncated, received_at=d.received_at,
-        body_length=d.length, body_sha256=d.sha256,
-    ).execute()
+    WebhookDelivery.insert(**delivery_fields(d, event), verdict=verdict, status_code=status).execute()
 
 
 def record_rejected(d: Delivery, verdict: str, status: int) -> None:
