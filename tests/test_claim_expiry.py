@@ -92,3 +92,56 @@ def test_a_request_that_lost_its_claim_leaves_the_new_holder_alone(api, buyer_se
         assert [i["status"] for i in _queued(r, "lost-1")] == ["sold"]
     thief.join()
     assert r.get(claim) == "routing:another-request"
+
+
+def _rebuilt_now(store: Store, buyer_ids: list[str]) -> None:
+    """The buyers' counters rebuilt from the ledger and the queue, as the rebuild a lead
+    starts after a data loss does once its delay is over (here without waiting for it)."""
+    from webhooks.caps import rebuild
+
+    with db.connection_context():
+        rules = {b.id: b for b in load_snapshot(None).buyers}
+    for buyer_id in buyer_ids:
+        token = f"test-{buyer_id}"
+        store.redis.set(keys.rebuild_lock(buyer_id), token)
+        assert rebuild.rebuild(store, store.redis, rules[buyer_id], token)
+
+
+def test_after_redis_lost_its_data_a_retry_waits_out_a_request_still_offering_the_lead(
+        api, buyer_server, tight, redis_server):
+    """A request is offering the lead to x when Redis loses its data: the claim and the
+    attempt note go with it. Its process stalls (here: it is merely slower than the test) long
+    enough for the buyers' counters to be rebuilt, and the publisher's retry comes. The retry
+    must not route the lead (x would get it a second time, or y a lead x has): it is refused
+    (503, Retry-After) until one claim's life after the loss, then it replays x's sale, which
+    the first request wrote back when it ended. Found by the 60-minute soak (leads accepted by
+    two buyers after Redis restarts)."""
+    x, y = buyer_server.add("x", "sleep", delay=0.25), buyer_server.add("y")
+    api.put_publisher("surge")
+    api.put_buyer("x", buyer_server.url("x"), priority=1, caps={"daily": 10})
+    api.put_buyer("y", buyer_server.url("y"), priority=2, caps={"daily": 10})
+    first, retry = tight(300), tight(300)  # a claim of 0.3 + 2 × 0.4 = 1.1 s: the wait after a loss
+    answers: dict = {}
+    r1 = threading.Thread(target=lambda: answers.update(first=_take(first, "surge", "gone-in-flight")))
+    r1.start()
+    wait_until(lambda: x.arrived, what="the offer to x")
+    r = redis_server.client()
+    r.flushall()  # Redis restarted empty while x holds the lead
+    _rebuilt_now(retry.store, ["x", "y"])
+    with pytest.raises(Unavailable) as refused:
+        _take(retry, "surge", "gone-in-flight")
+    assert 1 <= refused.value.retry_after_s <= 2
+    r1.join(timeout=5)
+    sold = json.loads(answers["first"])
+    assert (sold["status"], sold["buyer_id"]) == ("sold", "x")
+
+    def replayed():
+        try:
+            return json.loads(_take(retry, "surge", "gone-in-flight"))
+        except Unavailable:
+            return None
+
+    again = wait_until(replayed, timeout=5, interval=0.1, what="the wait after the loss to end")
+    assert again == {**sold, "replayed": True}
+    assert len(x.arrived) == 1 and y.arrived == []
+    assert [i["buyer_id"] for i in _queued(r, "gone-in-flight")] == ["x"]

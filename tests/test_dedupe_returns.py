@@ -102,7 +102,7 @@ def test_after_redis_restarts_empty_no_duplicate_reaches_the_buyer(api, buyer_se
         resp = api.post_lead(key, {"lead_id": "r2", **consumer(5, 1)})
         return resp.json() if resp.status_code == 200 else None  # 503 while the buyer is rebuilt
 
-    body = wait_until(answered, timeout=30, interval=0.2, what="the rebuild")
+    body = wait_until(answered, timeout=45, interval=0.2, what="the rebuild")
     assert body["buyer_id"] == "fallback" and len(dd.received) == 1
     assert api.post_lead(key, {"lead_id": "r3", **consumer(6, 0)}).json()["buyer_id"] == "dd"
 

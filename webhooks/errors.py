@@ -106,7 +106,12 @@ class RefundExceedsPayment(FloodgateError):
 
 
 class Unavailable(FloodgateError):
-    """A backing service (Redis, the database) cannot be reached: nothing was done."""
+    """A backing service (Redis, the database) cannot be reached, or is not ready yet: nothing
+    was done. `retry_after_s`, when known, becomes the answer's Retry-After header."""
 
     status = 503
     code = "unavailable"
+
+    def __init__(self, message: str = "", *, retry_after_s: int | None = None, **kw):
+        super().__init__(message, **kw)
+        self.retry_after_s = retry_after_s

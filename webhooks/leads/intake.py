@@ -121,6 +121,7 @@ class Intake:
             settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
+            self._wait_for_lost_claims(claim, attempt_key, first, claim_ttl, int(mark), now)
 
         try:
             if attempt is not None:
@@ -143,13 +144,14 @@ class Intake:
             raise Unavailable("this request ran out of time; retry")
         if outcome.status == "unsold" and outcome.waiting_for_rebuild:
             self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
-            raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly")
+            raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly",
+                              retry_after_s=-(-self.buyer_timeout_ms // 1000) + 1)
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
         if time.monotonic() > deadline - LATE_S:
             holder = self._holder(claim)
-            if holder != claim.token:
+            if holder is not None and holder != claim.token:  # gone with nobody after it: ours to answer
                 return self._finish_lost(claim, attempt_key, outcome, answer, item, holder)
         self._finish(claim, attempt_key, outcome, answer, item)
         return answer
@@ -205,6 +207,22 @@ class Intake:
             pass  # the answer is known; the claim expires and the next retry reads the ledger again
         log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", publisher_id, lead_id)
         return answer
+
+    def _wait_for_lost_claims(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
+                              claim_ttl: int, mark_ms: int, now: datetime) -> None:
+        """Redis lost its claims at about `mark_ms`: a request that claimed this lead before
+        then may still be offering it to a buyer, and nothing here can tell (its claim and
+        note went with the data). Until such a request has ended, one claim's life after the
+        loss (the claim it held was as long as this one, for the same buyers), a lead the
+        ledger has not seen is refused (503, Retry-After); after it, the lead is either
+        answered (lua/answer_lead.lua writes a lost claim's answer back) or was never routed."""
+        left_ms = mark_ms + claim_ttl - int(now.timestamp() * 1000)
+        if left_ms <= 0:
+            return
+        self._withdraw(first)
+        self._give_up(claim, attempt_key)
+        raise Unavailable("Redis lost its lead claims lately; requests routing this lead before then may "
+                          "still be running: retry after Retry-After", retry_after_s=-(-left_ms // 1000))
 
     def _withdraw(self, reservation: leases.Reservation | None) -> None:
         """Give back the speculative first reservation, if one was granted."""

@@ -65,7 +65,11 @@ def json_body() -> object:
 
 
 def _on_floodgate_error(exc: FloodgateError):
-    return error(exc.code, exc.message, exc.status)
+    resp = error(exc.code, exc.message, exc.status)
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        resp.headers["Retry-After"] = str(max(1, retry_after))
+    return resp
 
 
 def _on_http_exception(exc: HTTPException):
