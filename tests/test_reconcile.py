@@ -155,3 +155,57 @@ def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(
     found = {i["lead_id"] for i in settle_queue.unsettled(r, mentioning="acme")}
     assert found == {"a", "c", "d"}
     assert {i["lead_id"] for i in settle_queue.unsettled(r)} == {"a", "b", "c", "d"}
+
+
+def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(api, buyer_server, worker_manager,
+                                                                              redis_server):
+    """After a data loss the queue holds journals pushed again: sales already in the ledger,
+    some twice. The rebuild's counts (the ledger's by SQL aggregate, plus the queued sales it
+    does not have) equal the sales, as the row-by-row count of reconciliation finds them."""
+    import json
+    from datetime import datetime, timezone
+
+    from webhooks.caps import rebuild
+    from webhooks.caps.sales import sales_since, total
+    from webhooks.storage import keys
+
+    buyer_server.add("tally")
+    key = api.put_publisher("surge")
+    api.put_buyer("tally", buyer_server.url("tally"), price="12.35",
+                  caps={"hourly": 100, "daily": 100, "daily_budget": "900.00"})
+    api.settle_config()
+    r = redis_server.client()
+    worker_manager.stop()
+    for i in range(9):
+        assert api.post_lead(key, {"lead_id": f"t{i}"}).json()["status"] == "sold"
+    settled_raw = r.lrange(keys.SETTLE_PENDING, 0, -1)
+    worker_manager.ensure()
+    api.wait_settled("t8", "surge")
+    wait_until(lambda: r.llen(keys.SETTLE_PENDING) == 0, what="the queue drained")
+    worker_manager.stop()
+    for i in range(9, 12):  # queued only
+        assert api.post_lead(key, {"lead_id": f"t{i}"}).json()["status"] == "sold"
+    queued_raw = r.lrange(keys.SETTLE_PENDING, 0, -1)
+    r.lpush(keys.SETTLE_PENDING, *settled_raw[:4], queued_raw[0])  # journals pushed again
+    assert len({json.loads(x)["lead_id"] for x in r.lrange(keys.SETTLE_PENDING, 0, -1)}) == 7
+
+    rule, now = buyer_rule("tally"), datetime.now(timezone.utc)
+    counts = rebuild.sold_counts(r, rule, now)
+    assert counts == {"hourly": 12, "daily": 12, "daily_budget": 12 * 1235}
+    windows = leases.windows(rule, now)
+    found = sales_since(r, "tally", min(w.start for _, _, w in windows)).values()
+    assert counts == {cap: total(found, cap, w) for cap, _, w in windows}
+    worker_manager.ensure()
+
+
+def test_a_rebuild_asked_for_after_the_counters_were_rebuilt_is_not_started(redis_server, api, buyer_server):
+    """A busy process can read a `not_ready` answer after another process's rebuild has
+    finished: it must not start a second one (the soak saw every buyer rebuilt twice)."""
+    from webhooks.caps import rebuild
+    from webhooks.storage import keys
+
+    api.put_buyer("twice", buyer_server.url("twice"))
+    store = make_store(redis_server.url)
+    assert store.redis.exists(keys.ready("twice"))  # counters trusted
+    assert rebuild.request(store, store.redis, buyer_rule("twice"), 1500) is False
+    assert not store.redis.exists(keys.rebuild_lock("twice"))

@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from webhooks.caps import dedupe, leases
-from webhooks.caps.sales import sales_since, total
+from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total
 from webhooks.storage import keys, settle_queue
+from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 
 if TYPE_CHECKING:
@@ -31,6 +32,11 @@ def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> 
     """Start a rebuild of `buyer` in the background unless one is running; True if started."""
     token = uuid.uuid4().hex
     if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
+        return False
+    if store.redis.exists(keys.ready(buyer.id)):
+        # The `not_ready` that sent us here was read before a rebuild that has finished
+        # since (a busy process reads its answers late): not another one.
+        store.release_claim(keys=[keys.rebuild_lock(buyer.id)], args=[token])
         return False
     log.warning("counters of buyer %s are not trusted (Redis lost data?): rebuilding", buyer.id)
     delay = buyer_timeout_ms / 1000 + SETTLE_MARGIN_S
@@ -48,13 +54,19 @@ def _run(store: Store, settle_r, buyer: BuyerRule, token: str, delay: float) -> 
 
 
 def sold_counts(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> dict[str, int]:
-    """Sold leads (and cents for daily_budget) of each current window: ledger + unsettled."""
+    """Sold leads (and cents for daily_budget) of each current window: the ledger's, counted
+    by the database, plus the unsettled sales it does not have yet. The queue is read first
+    and the ledger after it: a sale settled in between is counted twice (the safe way: a
+    slot less), never missed."""
     windows = leases.windows(buyer, now)
     if not windows:
         return {}
-    since = min(w.start for _, _, w in windows)
-    found = sales_since(settle_r, buyer.id, since, pending).values()
-    return {cap: total(found, cap, w) for cap, _, w in windows}
+    queued = queued_sales(settle_r, buyer.id, min(w.start for _, _, w in windows), pending)
+    with db.connection_context():
+        for key in settled_of(buyer.id, list(queued)):
+            del queued[key]
+        settled = {cap: ledger_total(buyer.id, cap, w) for cap, _, w in windows}
+    return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}
 
 
 def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from peewee import fn
+
 from webhooks.caps.windows import Window
 from webhooks.storage import settle_queue
 from webhooks.storage.db import db
@@ -35,13 +37,7 @@ def sales_since(settle_r, buyer_id: str, since: datetime,
     """Sales of `buyer_id` since `since` (aware): settled, queued, or taken by a running job,
     keyed by (publisher_id, lead_id) so a sale seen in two places counts once. `pending` is
     the queue as `settle_queue.unsettled` read it, when the caller already has it."""
-    sales: dict[tuple[str, str], Sale] = {}
-    for item in settle_queue.unsettled(settle_r, mentioning=buyer_id) if pending is None else pending:
-        if item["status"] == "sold" and item["buyer_id"] == buyer_id:
-            at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
-            lease = item.get("lease") or [None, None]
-            sales[(item["publisher_id"], item["lead_id"])] = Sale(
-                at, cents(item["price"]), lease[1], item.get("reserved_us"))
+    sales = queued_sales(settle_r, buyer_id, since, pending)
     # The ledger is read after the queue: a sale moving from one to the other meanwhile is
     # still seen (in the ledger), and the key de-duplicates one seen in both.
     with db.connection_context():
@@ -49,6 +45,46 @@ def sales_since(settle_r, buyer_id: str, since: datetime,
             sales[(pub, lead_id)] = Sale(sold_at.replace(tzinfo=timezone.utc), cents(price),
                                          lease_id, reserved_us)
     return sales
+
+
+def queued_sales(settle_r, buyer_id: str, since: datetime,
+                 pending: list[dict] | None = None) -> dict[tuple[str, str], Sale]:
+    """The buyer's sales since `since` still in the settlement queue (or taken by a running
+    job), keyed by (publisher_id, lead_id): a sale queued twice (a journal pushed again)
+    counts once."""
+    sales: dict[tuple[str, str], Sale] = {}
+    for item in settle_queue.unsettled(settle_r, mentioning=buyer_id) if pending is None else pending:
+        if item["status"] == "sold" and item["buyer_id"] == buyer_id:
+            at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
+            if at >= since:
+                lease = item.get("lease") or [None, None]
+                sales[(item["publisher_id"], item["lead_id"])] = Sale(at, cents(item["price"]), lease[1],
+                                                                      item.get("reserved_us"))
+    return sales
+
+
+def settled_of(buyer_id: str, wanted: Iterable[tuple[str, str]], chunk: int = 500) -> set[tuple[str, str]]:
+    """Which of the (publisher_id, lead_id) pairs the ledger has as sold to `buyer_id`."""
+    by_publisher: dict[str, list[str]] = {}
+    for pub, lead_id in wanted:
+        by_publisher.setdefault(pub, []).append(lead_id)
+    found: set[tuple[str, str]] = set()
+    for pub, ids in by_publisher.items():
+        for i in range(0, len(ids), chunk):
+            found.update(Lead.select(Lead.publisher_id, Lead.lead_id)
+                         .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i:i + chunk]),
+                                Lead.buyer_id == buyer_id, Lead.status == "sold").tuples())
+    return found
+
+
+def ledger_total(buyer_id: str, cap: str, w: Window) -> int:
+    """Leads (or cents, for daily_budget) the ledger has sold to `buyer_id` inside window
+    `w`, counted by the database (one row back, however many sales)."""
+    count, amount = (Lead.select(fn.COUNT(Lead.id), fn.COALESCE(fn.SUM(fn.ROUND(Lead.price * 100)), 0))
+                     .where(Lead.buyer_id == buyer_id, Lead.status == "sold",
+                            Lead.sold_at >= w.start.replace(tzinfo=None), Lead.sold_at < w.end.replace(tzinfo=None))
+                     .tuples().get())
+    return int(round(float(amount))) if cap == "daily_budget" else int(count)  # whole cents, summed
 
 
 def total(sales: Iterable[Sale], cap: str, w: Window) -> int:

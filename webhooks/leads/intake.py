@@ -118,10 +118,10 @@ class Intake:
         if claim is None:
             return _replay(held)
         if attempt is None and claims.memory_gap(mark, int(now.timestamp() * 1000), self.replay_ttl_s):
+            self._wait_for_lost_claims(claim, attempt_key, first, claim_ttl, int(mark), now)
             settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
-            self._wait_for_lost_claims(claim, attempt_key, first, claim_ttl, int(mark), now)
 
         try:
             if attempt is not None:
@@ -213,9 +213,11 @@ class Intake:
         """Redis lost its claims at about `mark_ms`: a request that claimed this lead before
         then may still be offering it to a buyer, and nothing here can tell (its claim and
         note went with the data). Until such a request has ended, one claim's life after the
-        loss (the claim it held was as long as this one, for the same buyers), a lead the
-        ledger has not seen is refused (503, Retry-After); after it, the lead is either
-        answered (lua/answer_lead.lua writes a lost claim's answer back) or was never routed."""
+        loss (the claim it held was as long as this one, for the same buyers), a lead whose
+        claim holds no answer is refused (503, Retry-After), before the ledger is asked: the
+        database is spared while every publisher retries at once. After it, the lead is
+        settled, answered (lua/answer_lead.lua writes a lost claim's answer back) or was never
+        routed."""
         left_ms = mark_ms + claim_ttl - int(now.timestamp() * 1000)
         if left_ms <= 0:
             return
