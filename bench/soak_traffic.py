@@ -64,6 +64,7 @@ class Traffic:
         self.stop_sending = self.t0 + cfg["seconds"]
         self.deadline = self.stop_sending + cfg["drain_s"]
         self.counts: dict[str, int] = {}
+        self.conn_errors: dict[str, int] = {}  # connection errors by type and message
         self.states = [s for s, w in STATES for _ in range(w)]
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -91,6 +92,8 @@ class Traffic:
             return "timeout", None
         except Exception as exc:  # refused / reset while a process died, or a full backlog: retried
             reason = getattr(exc, "reason", None) or exc  # urllib3 wraps the socket's error
+            detail = f"{type(reason).__name__}: {str(reason)[:100]}"
+            self.conn_errors[detail] = self.conn_errors.get(detail, 0) + 1
             return f"conn:{type(reason).__name__}", None
         try:
             data = json.loads(resp.data)
@@ -223,7 +226,8 @@ class Traffic:
         self.requests.flush()
         self.outcomes.flush()
         return {"t0": self.t0, "stop_sending": self.stop_sending, "counts": self.counts,
-                "unfinished": sum(not j.ready() for j in jobs)}
+                "unfinished": sum(not j.ready() for j in jobs),
+                "conn_errors": dict(sorted(self.conn_errors.items(), key=lambda kv: -kv[1])[:10])}
 
 
 if __name__ == "__main__":

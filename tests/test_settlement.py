@@ -165,6 +165,27 @@ def test_database_outage_is_retried_and_settles_after_it_returns(publisher, isol
     assert ledger_state() == (1, 2, Decimal("2.00"), 1)
 
 
+def test_the_periodic_safety_net_rides_out_a_database_outage_without_a_failed_job(publisher, isolated,
+                                                                                 database_url, db_proxy):
+    """The soak's database outage left the scheduler's drain in RQ's failed registry, an
+    operator's alarm for an outage that healed by itself. That job now ends quietly; its next
+    run (the same job id, as rq-scheduler repeats it) takes back the batch and settles it."""
+    q = isolated(8, db_proxy.url_for(database_url))
+    db_proxy.stop()
+    q.client.lpush(keys.SETTLE_PENDING, json.dumps(sold_item("N1")))
+    periodic = schedule.job_id(next(d for d in schedule.PERIODIC if d["func"].startswith("workers.settle")))
+    func = next(d["func"] for d in schedule.PERIODIC if d["func"].startswith("workers.settle"))
+    job = q.queue.enqueue(func, job_id=periodic)  # no retries, as rq-scheduler enqueues it
+    q.start_worker()
+    wait_until(lambda: job.get_status(refresh=True) in ("finished", "failed"), timeout=30, what="the sweep")
+    assert job.get_status() == "finished" and FailedJobRegistry(queue=q.queue).count == 0
+    assert ledger_state()[0] == 0 and list(q.client.scan_iter(match=keys.settle_processing(periodic)))
+    db_proxy.start()
+    q.queue.enqueue(func, job_id=periodic)  # its next run
+    wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="the held batch settled")
+    wait_until(lambda: not list(q.client.scan_iter(match=keys.settle_processing("*"))), what="nothing held")
+
+
 def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publisher, isolated):
     q = isolated(5)
     blocker_ready, release = threading.Event(), threading.Event()

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 ID_PREFIX = "fg-periodic-"
 PERIODIC = [
     {"func": "workers.reconcile.reconcile_all", "interval": 3600, "description": "reconcile caps"},
-    {"func": "workers.settle.drain", "interval": 60, "description": "drain settlements (safety net)"},
+    {"func": "workers.settle.sweep", "interval": 60, "description": "drain settlements (safety net)"},
     {"func": "workers.outbox.sweep", "interval": 10, "description": "deliver due payment events (safety net)"},
 ]
 
