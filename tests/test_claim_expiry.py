@@ -29,8 +29,10 @@ from webhooks.storage.settle_queue import queue
 
 
 @pytest.fixture
-def tight(api, base_env, redis_server):
-    """The lead path with a 300 ms buyer deadline and a claim margin of `margin_ms`."""
+def tight(api, base_env, redis_server, worker_manager):
+    """The lead path with a 300 ms buyer deadline and a claim margin of `margin_ms`; no RQ
+    worker drains the settlement queue, so the tests read what was queued."""
+    worker_manager.stop()
     def build(margin_ms: int) -> Intake:
         cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=300, lead_claim_margin_ms=margin_ms)
         store = Store(redis.Redis.from_url(redis_server.url, decode_responses=True))

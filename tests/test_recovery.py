@@ -43,7 +43,7 @@ def test_after_data_loss_counters_are_rebuilt_from_the_ledger_before_selling(
     redis_server.restart_empty()  # every key is gone, the ledger is not
     first = api.post_lead(key, {"lead_id": "post-0"})
     assert first.status_code == 503  # fail closed while the counters are rebuilt
-    assert first.headers["Retry-After"] == "3"  # one delivery deadline (1.5 s) + 1 s, rounded up
+    assert int(first.headers["Retry-After"]) >= 1  # the claim window's rest (docs/leads.md)
     assert len(lossy.received) == 3
 
     def sells():

@@ -1,8 +1,9 @@
 """Fail closed after Redis lost data: a buyer whose `ready` key is gone sells nothing until its
 counters of the current windows are rebuilt from the ledger plus the unsettled sales.
 
-The rebuild waits one delivery deadline first, so every lease taken before the loss has
-finished and its sale (if any) is in the ledger or in the settlement queue when we count.
+The rebuild waits one delivery deadline and SETTLE_MARGIN_S first, so every lease taken before
+the loss has finished and its sale (if any) is in the ledger or in the settlement queue (a
+journal pushed again) when we count.
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOCK_TTL_MS = 60_000
-SETTLE_MARGIN_S = 1.0
+# After the last delivery deadline: time for every web process to push its journal again
+# (it first asks the ledger which entries it holds already; settlement.py Journal).
+SETTLE_MARGIN_S = 3.0
 
 
 def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from webhooks import metrics
-from webhooks.caps import leases
+from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import settlement
@@ -89,6 +90,7 @@ class Intake:
     breaker_cooldown_ms: int
     claim_margin_ms: int = 10_000
     recovery_window_ms: int = 900_000
+    _rebuilds_started: set[int] = field(default_factory=set)  # memory marks whose rebuilds were asked for
 
     @classmethod
     def build(cls, cfg: Config, store: Store, settle: Store, journal: Journal) -> Intake:
@@ -118,7 +120,7 @@ class Intake:
         if claim is None:
             return _replay(held)
         if attempt is None and claims.memory_gap(mark, int(now.timestamp() * 1000), self.replay_ttl_s):
-            self._wait_for_lost_claims(claim, attempt_key, first, claim_ttl, int(mark), now)
+            self._wait_for_lost_claims(claim, attempt_key, first, claim_ttl, int(mark), now, snapshot)
             settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
@@ -145,7 +147,7 @@ class Intake:
         if outcome.status == "unsold" and outcome.waiting_for_rebuild:
             self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
             raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly",
-                              retry_after_s=-(-self.buyer_timeout_ms // 1000) + 1)
+                              retry_after_s=math.ceil(self.buyer_timeout_ms / 1000 + rebuild.SETTLE_MARGIN_S))
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
@@ -209,7 +211,7 @@ class Intake:
         return answer
 
     def _wait_for_lost_claims(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
-                              claim_ttl: int, mark_ms: int, now: datetime) -> None:
+                              claim_ttl: int, mark_ms: int, now: datetime, snapshot: Snapshot) -> None:
         """Redis lost its claims at about `mark_ms`: a request that claimed this lead before
         then may still be offering it to a buyer, and nothing here can tell (its claim and
         note went with the data). Until such a request has ended, one claim's life after the
@@ -221,10 +223,25 @@ class Intake:
         left_ms = mark_ms + claim_ttl - int(now.timestamp() * 1000)
         if left_ms <= 0:
             return
+        self._start_rebuilds(snapshot, mark_ms)
         self._withdraw(first)
         self._give_up(claim, attempt_key)
         raise Unavailable("Redis lost its lead claims lately; requests routing this lead before then may "
                           "still be running: retry after Retry-After", retry_after_s=-(-left_ms // 1000))
+
+    def _start_rebuilds(self, snapshot: Snapshot, mark_ms: int) -> None:
+        """Once per loss and process: start the counter rebuild of every buyer whose counters
+        are not trusted, so that it runs during the wait instead of after it (no lead is
+        routed meanwhile, so no reservation would ask for it)."""
+        if mark_ms in self._rebuilds_started:
+            return
+        self._rebuilds_started.add(mark_ms)
+        for buyer in snapshot.buyers:
+            try:
+                if not self.store.redis.exists(keys.ready(buyer.id)):
+                    rebuild.request(self.store, self.router.settle_r, buyer, self.buyer_timeout_ms)
+            except REDIS_DOWN:
+                return  # the next loss-window claim after Redis is back starts them (the mark changes)
 
     def _withdraw(self, reservation: leases.Reservation | None) -> None:
         """Give back the speculative first reservation, if one was granted."""

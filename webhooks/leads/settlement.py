@@ -5,8 +5,9 @@ hundreds of leads a second costs one LPUSH each, not one forked job each.
 
 If that Redis loses its data, the settlements queued in it are gone with it. Each web
 process therefore keeps a journal of what it pushed in the last minutes and pushes it again
-when the Redis epoch changes; the ledger's unique keys make the repeats harmless, and the
-counter rebuild (rebuild.py) waits long enough to count them.
+when the Redis epoch changes (those the ledger does not hold yet); the ledger's unique keys
+make any repeat harmless, and the counter rebuild (rebuild.py) waits long enough to count
+them.
 """
 from __future__ import annotations
 
@@ -75,8 +76,9 @@ class Journal:
                  claims: Store | None = None, replay_ttl_s: int = 7 * 24 * 3600):
         self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
         self.claims, self.replay_ttl_s = claims, replay_ttl_s
-        # (when, settlement JSON, lead claim key, the publisher's answer)
-        self.entries: collections.deque[tuple[float, str, str, str]] = collections.deque(maxlen=max_items)
+        # (when, settlement JSON, lead claim key, the publisher's answer, (publisher_id, lead_id))
+        self.entries: collections.deque[tuple[float, str, str, str, tuple[str, str]]] = \
+            collections.deque(maxlen=max_items)
         self.epoch: str | None = None
         self._unrestored: list[tuple[str, str]] = []  # (claim key, answer) to put back after a loss
         self._watcher: threading.Thread | None = None
@@ -86,7 +88,8 @@ class Journal:
         publisher was given."""
         raw = json.dumps(item, separators=(",", ":"))
         claim_key = keys.lead_claim(item["publisher_id"], item["lead_id"])
-        self.entries.append((time.monotonic(), raw, claim_key, answer or json.dumps(answer_of(item))))
+        self.entries.append((time.monotonic(), raw, claim_key, answer or json.dumps(answer_of(item)),
+                             (item["publisher_id"], item["lead_id"])))
         push(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
         self.start_watching()
 
@@ -109,16 +112,19 @@ class Journal:
             self.epoch = current
             return 0
         entries = list(self.entries)
-        for i in range(0, len(entries), 1000):
-            push(self.settle_r, self.queue, [raw for _, raw, _, _ in entries[i:i + 1000]])
+        settled = _settled(entries)
+        again = [raw for _, raw, _, _, lead in entries if lead not in settled]
+        for i in range(0, len(again), 1000):
+            push(self.settle_r, self.queue, again[i:i + 1000])
         self.epoch = current
-        log.warning("settlement Redis lost its data: pushed %d recent settlements again", len(entries))
+        log.warning("settlement Redis lost its data: pushed %d recent settlements again (%d of %d journaled "
+                    "were in the ledger already)", len(again), len(settled), len(entries))
         if self.claims is not None:
             # The answers went with the data: without them a publisher's retry would route
             # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
-            self._unrestored = [(key, answer) for _, _, key, answer in entries]
+            self._unrestored = [(key, answer) for _, _, key, answer, _ in entries]
             self._restore_answers()
-        return len(entries)
+        return len(again)
 
     def _restore_answers(self) -> None:
         """Put back the answers still to restore; what fails (the claims' Redis not back yet)
@@ -145,6 +151,21 @@ class Journal:
                 log.debug("epoch check failed: %s", exc)
             time.sleep(self.CHECK_INTERVAL_S)
 
+
+
+def _settled(entries: list) -> set[tuple[str, str]]:
+    """The journal entries' leads the ledger has already: not pushed again after a loss (tens
+    of thousands a process, each drained again by the worker and read by every counter
+    rebuild). When the ledger cannot say, none: every entry is pushed again."""
+    from webhooks.leads.ledger import settled_keys
+    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+
+    try:
+        with db.connection_context():
+            return settled_keys([lead for *_, lead in entries])
+    except UNAVAILABLE_ERRORS as exc:
+        log.warning("the ledger is unavailable (%s): every journaled settlement is pushed again", exc)
+        return set()
 
 
 def settle_directly(item: dict) -> None:
