@@ -4,7 +4,10 @@
 -- It also reads the publisher's replay memory mark (keys.lead_memory): the time from which
 -- this Redis remembers every answer it gave that publisher ("0": since the publisher was
 -- made). A missing mark means the memory was lost; it is set anew to ARGV[5], and the
--- caller asks the ledger about leads whose claim it does not find.
+-- caller asks the ledger about leads whose claim it does not find. For one claim's life
+-- after the mark (ARGV[2]) a lead whose claim holds no answer is not claimed at all: a
+-- request that claimed it before the loss may still be offering it, and will write its
+-- answer into the empty claim when it ends.
 -- KEYS[1]  the lead claim   fg:{p:<publisher>}:lead:<lead_id>
 -- KEYS[2]  its attempt note fg:{p:<publisher>}:lead:<lead_id>:attempt
 -- KEYS[3]  the mark         fg:{p:<publisher>}:memory
@@ -15,16 +18,19 @@
 -- ARGV[5]  now (ms since the epoch)
 -- Returns {1, false, mark} when claimed, {1, old note, mark} when claimed after a dead
 --         request, {0, current value, mark} when another request holds the claim or it
---         holds an answer
+--         holds an answer, {2, false, mark} when it must wait (the mark is that young)
 local mark = redis.call('GET', KEYS[3])
 if not mark then
   mark = ARGV[5]
   redis.call('SET', KEYS[3], mark)
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local old = redis.call('GET', KEYS[2])
-  if old then return {1, old, mark} end
-  if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end
-  return {1, false, mark}
+local held = redis.call('GET', KEYS[1])
+if held then return {0, held, mark} end
+if mark ~= '0' and tonumber(ARGV[5]) - tonumber(mark) < tonumber(ARGV[2]) then
+  return {2, false, mark}
 end
-return {0, redis.call('GET', KEYS[1]), mark}
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local old = redis.call('GET', KEYS[2])
+if old then return {1, old, mark} end
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end
+return {1, false, mark}

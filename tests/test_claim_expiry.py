@@ -133,6 +133,7 @@ def test_after_redis_lost_its_data_a_retry_waits_out_a_request_still_offering_th
     with pytest.raises(Unavailable) as refused:
         _take(retry, "surge", "gone-in-flight")
     assert 1 <= refused.value.retry_after_s <= 2
+    assert r.get(keys.lead_claim("surge", "gone-in-flight")) is None  # refused without claiming it
     r1.join(timeout=5)
     sold = json.loads(answers["first"])
     assert (sold["status"], sold["buyer_id"]) == ("sold", "x")

@@ -137,6 +137,29 @@ def test_scheduler_started_twice_schedules_each_periodic_job_once(redis_server, 
         conn.flushdb()
 
 
+def test_a_replaced_periodic_job_gives_back_the_batches_it_held(redis_server):
+    """A periodic job whose definition changed (an upgrade) is cancelled and scheduled under a
+    new id; the batches its last run held (an outage, a kill) would wait for a run of the old
+    id for ever. They are queued again."""
+    from webhooks.storage import keys
+
+    conn = Redis(port=redis_server.port, db=6)
+    conn.flushdb()
+    try:
+        scheduler = Scheduler(queue_name="floodgate", connection=conn)
+        old = {"func": "workers.settle.drain", "interval": 60, "description": "an older definition"}
+        [old_id] = schedule.register(scheduler, [old])
+        conn.rpush(keys.settle_processing(old_id), b"s1", b"s2")
+        conn.rpush(keys.deliveries_processing(old_id), b"d1")
+        conn.lpush(keys.SETTLE_PENDING, b"s3")
+        schedule.register(scheduler)
+        assert conn.lrange(keys.SETTLE_PENDING, 0, -1) == [b"s3", b"s2", b"s1"]  # taken from the right: s1 first
+        assert conn.lrange(keys.DELIVERIES_PENDING, 0, -1) == [b"d1"]
+        assert not conn.exists(keys.settle_processing(old_id), keys.deliveries_processing(old_id))
+    finally:
+        conn.flushdb()
+
+
 def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(redis_server):
     """A rebuild reads the settlement queue for one buyer: every item that names the buyer
     (however it was encoded) is decoded, an item sold to a buyer whose id merely starts the
@@ -231,6 +254,7 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     store = make_store(redis_server.url)
     r = store.redis
     journal = settlement.Journal(r, queue(Redis.from_url(redis_server.url)), 600, claims=store)
+    journal._watcher = threading.current_thread()  # no watcher thread: this test calls check_epoch itself
     pub = PublisherRule("surge", True, Decimal("10"))
     items = []
     for i in range(5):

@@ -14,6 +14,7 @@ from rq.registry import StartedJobRegistry
 from rq_scheduler import Scheduler
 
 from webhooks import config, logs
+from webhooks.storage import keys
 from webhooks.storage.settle_queue import JOB_TIMEOUT, SETTLE
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
         if jid not in wanted:
             log.info("cancelling old periodic job %s", jid)
             scheduler.cancel(job)
+            _give_back_held(scheduler.connection, jid)
     for jid, d in wanted.items():
         if jid not in existing:
             log.info("scheduling %s every %ss", d["func"], d["interval"])
@@ -46,6 +48,19 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
                                interval=d["interval"], repeat=None, id=jid, queue_name=SETTLE,
                                timeout=JOB_TIMEOUT, description=d["description"])
     return list(wanted)
+
+
+def _give_back_held(connection: Redis, jid: str) -> int:
+    """Put the batches a cancelled periodic job still held (its run failed or was killed, and
+    only a run under its id would have taken them back) on their queues again; how many."""
+    moved = 0
+    for held, pending in ((keys.settle_processing(jid), keys.SETTLE_PENDING),
+                          (keys.deliveries_processing(jid), keys.DELIVERIES_PENDING)):
+        while connection.lmove(held, pending, "RIGHT", "RIGHT") is not None:
+            moved += 1
+    if moved:
+        log.warning("periodic job %s was replaced: %d item(s) it held are queued again", jid, moved)
+    return moved
 
 
 def requeue_abandoned(connection: Redis) -> list[str]:

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOCK_TTL_MS = 60_000
-# After the last delivery deadline: time for every web process to push its journal again
-# (it first asks the ledger which entries it holds already; settlement.py Journal).
-SETTLE_MARGIN_S = 3.0
+# After the last delivery deadline: time for every web process to see the loss (its journal
+# looks every 0.5 s) and push its journal again (it first asks the ledger, for 2 s at most,
+# which entries it holds already; settlement.py LEDGER_CHECK_S).
+SETTLE_MARGIN_S = 4.0
 
 
 def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
@@ -59,8 +60,8 @@ def _run(store: Store, settle_r, buyer: BuyerRule, token: str, delay: float) -> 
 def sold_counts(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> dict[str, int]:
     """Sold leads (and cents for daily_budget) of each current window: the ledger's, counted
     by the database, plus the unsettled sales it does not have yet. The queue is read first
-    and the ledger after it: a sale settled in between is counted twice (the safe way: a
-    slot less), never missed."""
+    and the ledger after it (which queued sales it has, then the totals): a sale settled
+    in between is counted twice at worst (the safe way: a slot less), never missed."""
     windows = leases.windows(buyer, now)
     if not windows:
         return {}

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 CODE = "invalid_lead"
 LATE_S = 1.0  # this close to its claim's expiry, a request checks it still holds the claim
+WAIT = claims.Claim("", "")  # what _claim returns for a lead that must wait after a Redis data loss
 
 
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
@@ -117,10 +118,11 @@ class Intake:
         claim_key = keys.lead_claim(publisher.id, lead_id)
         claim, held, attempt, first, mark = self._claim(publisher.id, claim_key, attempt_key, claim_ttl,
                                                         lease_ttl_ms, plan[0] if plan else None, lead, now)
+        if claim is WAIT:
+            self._wait_for_lost_claims(claim_ttl, int(mark), now, snapshot)
         if claim is None:
             return _replay(held)
         if attempt is None and claims.memory_gap(mark, int(now.timestamp() * 1000), self.replay_ttl_s):
-            self._wait_for_lost_claims(claim, attempt_key, first, claim_ttl, int(mark), now, snapshot)
             settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
@@ -152,25 +154,32 @@ class Intake:
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
         if time.monotonic() > deadline - LATE_S:
-            holder = self._holder(claim)
-            if holder is not None and holder != claim.token:  # gone with nobody after it: ours to answer
+            # The claim may have expired under a stalled process: write the answer first, and
+            # settle only if it was ours to write (an expired claim nobody took is).
+            holder = self._answer(claim, attempt_key, answer)
+            if holder is not None:
                 return self._finish_lost(claim, attempt_key, outcome, answer, item, holder)
+            self._finish(claim, attempt_key, outcome, answer, item, keep_claim=True)
+            return answer
         self._finish(claim, attempt_key, outcome, answer, item)
         return answer
 
-    def _holder(self, claim: claims.Claim) -> str | None:
-        """What the lead's claim holds now (our token while it is ours)."""
+    def _answer(self, claim: claims.Claim, attempt_key: str, answer: str) -> str | None:
+        """Write the answer into the lead's claim unless another request holds it now
+        (lua/answer_lead.lua); None when written, else what the claim holds."""
         try:
-            return self.store.redis.get(claim.key)
+            written = self.store.answer_lead(keys=[claim.key, attempt_key], args=[claim.token, answer,
+                                                                                self.replay_ttl_s])
         except REDIS_DOWN:
-            return claim.token  # cannot tell: finish as usual (lua/answer_lead.lua checks the token)
+            return None  # cannot tell: finish as usual (the settlement goes to the database)
+        return None if written == 1 else written
 
     def _finish_lost(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
-                     holder: str | None) -> str:
-        """The claim expired while this request routed (its process stalled) and may be
-        another's. A sale stands (the buyer has the lead: it is confirmed and settled, the
-        claim left alone); anything else is forgotten, so the ledger and the publisher get
-        the other request's answer."""
+                     holder: str) -> str:
+        """The claim expired while this request routed (its process stalled) and another
+        request holds it now. A sale stands (the buyer has the lead: it is confirmed and
+        settled, the claim left alone); anything else is forgotten, so the ledger and the
+        publisher get the other request's answer."""
         log.error("lead %s:%s: the claim expired while it was routed (a stalled process); outcome %s%s",
                   item["publisher_id"], item["lead_id"], outcome.status,
                   " to " + str(outcome.buyer_id) if outcome.buyer_id else "")
@@ -210,38 +219,37 @@ class Intake:
         log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", publisher_id, lead_id)
         return answer
 
-    def _wait_for_lost_claims(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
-                              claim_ttl: int, mark_ms: int, now: datetime, snapshot: Snapshot) -> None:
+    def _wait_for_lost_claims(self, claim_ttl: int, mark_ms: int, now: datetime, snapshot: Snapshot) -> None:
         """Redis lost its claims at about `mark_ms`: a request that claimed this lead before
         then may still be offering it to a buyer, and nothing here can tell (its claim and
         note went with the data). Until such a request has ended, one claim's life after the
         loss (the claim it held was as long as this one, for the same buyers), a lead whose
-        claim holds no answer is refused (503, Retry-After), before the ledger is asked: the
-        database is spared while every publisher retries at once. After it, the lead is
-        settled, answered (lua/answer_lead.lua writes a lost claim's answer back) or was never
+        claim holds no answer is not claimed (lua/claim_lead.lua) and is refused here (503,
+        Retry-After), before the ledger is asked: the database is spared while every
+        publisher retries at once. After it, the lead is settled, answered (the request that
+        held it writes its answer into the empty claim, lua/answer_lead.lua) or was never
         routed."""
-        left_ms = mark_ms + claim_ttl - int(now.timestamp() * 1000)
-        if left_ms <= 0:
-            return
+        left_ms = max(1, mark_ms + claim_ttl - int(now.timestamp() * 1000))
         self._start_rebuilds(snapshot, mark_ms)
-        self._withdraw(first)
-        self._give_up(claim, attempt_key)
         raise Unavailable("Redis lost its lead claims lately; requests routing this lead before then may "
                           "still be running: retry after Retry-After", retry_after_s=-(-left_ms // 1000))
 
     def _start_rebuilds(self, snapshot: Snapshot, mark_ms: int) -> None:
-        """Once per loss and process: start the counter rebuild of every buyer whose counters
+        """Once per loss, publisher and process: start the counter rebuild of every buyer whose counters
         are not trusted, so that it runs during the wait instead of after it (no lead is
         routed meanwhile, so no reservation would ask for it)."""
         if mark_ms in self._rebuilds_started:
             return
+        if len(self._rebuilds_started) > 1000:  # one mark per publisher and loss
+            self._rebuilds_started.clear()
         self._rebuilds_started.add(mark_ms)
         for buyer in snapshot.buyers:
             try:
                 if not self.store.redis.exists(keys.ready(buyer.id)):
                     rebuild.request(self.store, self.router.settle_r, buyer, self.buyer_timeout_ms)
             except REDIS_DOWN:
-                return  # the next loss-window claim after Redis is back starts them (the mark changes)
+                self._rebuilds_started.discard(mark_ms)  # the next waiting lead tries again
+                return
 
     def _withdraw(self, reservation: leases.Reservation | None) -> None:
         """Give back the speculative first reservation, if one was granted."""
@@ -254,11 +262,11 @@ class Intake:
                                                                         str]:
         """Claim the lead id and, in the same round trip, reserve its first buyer and note the
         attempt (lua/claim_lead.lua writes the note only when the claim is ours and no dead
-        request left one). Returns (claim, holder, dead request's note, first reservation).
-        The reservation is made before the claim's answer is known: when the claim is not
-        ours, or a dead request's offer must be finished first, it is withdrawn again (a
-        round trip more on that path only). Also returns the publisher's replay memory mark
-        (claim_lead.lua)."""
+        request left one). Returns (claim, holder, dead request's note, first reservation);
+        the claim is WAIT when the lead must wait after a Redis data loss. The reservation is
+        made before the claim's answer is known: when the claim is not ours, or a dead
+        request's offer must be finished first, it is withdrawn again (a round trip more on
+        that path only). Also returns the publisher's replay memory mark (claim_lead.lua)."""
         token = claims.new_token(claims.ROUTING)
         memory_key = keys.lead_memory(publisher_id)
         now_ms = int(now.timestamp() * 1000)
@@ -282,6 +290,8 @@ class Intake:
         if first is not None and (claimed != 1 or value is not None):
             self._withdraw(first)
             first = None
+        if claimed == 2:
+            return WAIT, None, None, None, mark
         if claimed != 1:
             return None, value, None, None, mark
         return claims.Claim(claim_key, token), None, value, first, mark

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CENTS = Decimal("0.01")
+LEDGER_CHECK_S = 2.0  # after a loss, how long a journal asks the ledger what it has already
 
 
 def commission(price: Decimal, pct: Decimal) -> Decimal:
@@ -153,19 +154,30 @@ class Journal:
 
 
 
-def _settled(entries: list) -> set[tuple[str, str]]:
+def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, str]]:
     """The journal entries' leads the ledger has already: not pushed again after a loss (tens
     of thousands a process, each drained again by the worker and read by every counter
-    rebuild). When the ledger cannot say, none: every entry is pushed again."""
+    rebuild). The ledger is asked for `budget_s` at most (the counter rebuilds wait for the
+    journals, rebuild.SETTLE_MARGIN_S): the entries it has not answered for by then, or
+    all of them when it cannot be asked, are pushed again."""
     from webhooks.leads.ledger import settled_keys
-    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+    from webhooks.storage.db import db
 
+    leads = [lead for *_, lead in entries]
+    found: set[tuple[str, str]] = set()
+    until = time.monotonic() + budget_s
     try:
         with db.connection_context():
-            return settled_keys([lead for *_, lead in entries])
-    except UNAVAILABLE_ERRORS as exc:
-        log.warning("the ledger is unavailable (%s): every journaled settlement is pushed again", exc)
+            for i in range(0, len(leads), 2000):
+                if time.monotonic() > until:
+                    log.warning("the ledger check of the journal ran out of time: %d entries pushed again "
+                                "unchecked", len(leads) - i)
+                    break
+                found |= settled_keys(leads[i:i + 2000])
+    except Exception as exc:  # any failure: push them all, the ledger's unique keys drop repeats
+        log.warning("the ledger could not be asked (%s): every journaled settlement is pushed again", exc)
         return set()
+    return found
 
 
 def settle_directly(item: dict) -> None:
