@@ -40,6 +40,10 @@ PARTS = [
     ("knee", "10. Latency over offered rate (the knee)",
      "Payment deliveries against the bare endpoint, and open-loop latency over stepped offered rates "
      "for both paths, with the invariants of the same run (`bench/knee.py`, wrk, `bench/openloop.py`)."),
+    ("levers", "11. One lever at a time",
+     "A lever's effect on both paths, A/B in one run with the arms alternated (`bench/levers.py`)."),
+    ("profile", "12. What bounds each path",
+     "Where a web worker's CPU goes at 50 connections, by py-spy (`bench/profile.py`)."),
 ]
 
 

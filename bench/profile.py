@@ -1,0 +1,116 @@
+"""Where a web worker's CPU goes under load: py-spy samples one of the two gunicorn workers of
+bench/e2e.py's stack while wrk drives the payment path (2,000 payments × 5, shuffled) or the
+lead path at 50 connections.
+
+    python bench/profile.py [--path payments|leads|both] [--seconds 12]
+
+Writes bench/out/profile.md (per path: the share of samples under each layer — sends, Redis,
+the database, JSON, Flask, metrics, logging — and self time by function) and the raw
+collapsed stacks (profile-<path>.txt). py-spy needs ptrace: run as root, or with
+kernel.yama.ptrace_scope=0.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import OUT, machine_info, write_json, write_md
+from bench.e2e import Stack, log, wrk
+from bench.knee import lua_list, make_deliveries, wrk_payments
+from tests.conftest import SECRETS
+from tests.servers import venv_bin
+
+# (name, substring of a frame): a sample counts for a layer when any of its frames has it
+LAYERS = (
+    ("socket sends (gevent)", "sendall ("),
+    ("socket receives (gevent)", "recv ("),
+    ("Redis client (redis-py)", "/redis/"),
+    ("database (peewee, PyMySQL)", "/pymysql/"),
+    ("JSON (strict parsing, encoding)", "json"),
+    ("signature checks (hmac, hashlib)", "hmac"),
+    ("Flask and Werkzeug", "/flask/"),
+    ("prometheus-client", "/prometheus_client/"),
+    ("logging", "/logging/"),
+    ("gevent hub (waiting, switching)", "gevent/_hub"),
+)
+
+
+def summarize(raw: str) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]]]:
+    """(samples, [(leaf function, samples)] top 20, [(layer, samples)])."""
+    total, leaves, layers = 0, Counter(), Counter()
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        count = int(n)
+        total += count
+        frames = stack.split(";")
+        leaves[frames[-1]] += count
+        for name, marker in LAYERS:
+            if any(marker in f for f in frames):
+                layers[name] += count
+    return total, leaves.most_common(20), [(name, layers[name]) for name, _ in LAYERS]
+
+
+def profile(path: str, seconds: int) -> list[str]:
+    """Run one path under wrk while py-spy samples a web worker; its markdown lines."""
+    raw_path = OUT / f"profile-{path}.txt"
+    with ExitStack() as es:
+        tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-profile-")))
+        stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
+        worker = stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
+        if path == "payments":
+            deliveries, _ = make_deliveries("profile", 2000, random.Random(16))
+            listing = tmp / "deliveries.lua"
+            lua_list(deliveries, listing)
+            run = lambda: wrk_payments(stack.web.url, listing, 50, seconds + 3)  # noqa: E731
+        else:
+            wrk(stack.web.url, 50, 2, "warm")
+            run = lambda: wrk(stack.web.url, 50, seconds + 3, "profile")  # noqa: E731
+        result: dict = {}
+        load = threading.Thread(target=lambda: result.update(run()))
+        load.start()
+        subprocess.run([venv_bin("py-spy"), "record", "-r", "200", "-f", "raw", "-d", str(seconds),
+                        "-p", str(worker), "-o", str(raw_path)], check=True, capture_output=True,
+                       timeout=seconds + 60)
+        load.join()
+    total, leaves, layers = summarize(raw_path.read_text())
+    log(f"{path}: {total} samples, {result.get('rps')} requests/s")
+    lines = [f"### The {path} path", "",
+             f"`py-spy record -r 200 -f raw` of one of the two gunicorn workers for {seconds} s under wrk "
+             f"at 50 connections ({result.get('rps')} requests/s over the whole run): {total} samples.", "",
+             "| layer (a sample counts when any frame of its stack is in it) | share |", "|---|---|"]
+    lines += [f"| {name} | {n / total:.1%} |" for name, n in layers]
+    lines += ["", "| function where the sample was taken (self time) | share |", "|---|---|"]
+    lines += [f"| `{leaf}` | {n / total:.1%} |" for leaf, n in leaves]
+    return lines + [""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--path", choices=("payments", "leads", "both"), default="both")
+    ap.add_argument("--seconds", type=int, default=12)
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
+    lines = [f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}.", ""]
+    for path in ("payments", "leads") if args.path == "both" else (args.path,):
+        lines += profile(path, args.seconds)
+    write_json("profile.json", {"machine": machine})
+    write_md("profile.md", "\n".join(lines))
+    log(f"wrote {OUT / 'profile.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
