@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import gevent
+import gevent.pool
 import urllib3
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +65,9 @@ class Traffic:
         self.stop_sending = self.t0 + cfg["seconds"]
         self.deadline = self.stop_sending + cfg["drain_s"]
         self.counts: dict[str, int] = {}
+        # every lead and payment being sent or retried; a finished one leaves the group (a list
+        # of them all held 2 GB after 35 minutes, and the garbage collector's passes with it)
+        self.jobs = gevent.pool.Group()
         self.conn_errors: dict[str, int] = {}  # connection errors by type and message
         self.states = [s for s, w in STATES for _ in range(w)]
 
@@ -143,15 +147,15 @@ class Traffic:
             record.update(final=result)
         self.outcome(record)
 
-    def leads(self) -> list:
-        rate, jobs, i = self.cfg["lead_rate"], [], 0
+    def leads(self) -> None:
+        rate, i = self.cfg["lead_rate"], 0
         while True:
             due = self.t0 + i / rate
             if due >= self.stop_sending:
-                return jobs
+                return
             if (wait := due - time.time()) > 0:
                 gevent.sleep(wait)
-            jobs.append(gevent.spawn(self.lead, i, due))
+            self.jobs.spawn(self.lead, i, due)
             i += 1
 
     # -- payments --------------------------------------------------------------------------
@@ -206,27 +210,26 @@ class Traffic:
         gevent.joinall([gevent.spawn(self.delivery, "R", "standard", raw, {**record, "nth": n}, d)
                         for n, d in enumerate(dues)])
 
-    def payments(self) -> list:
-        rate, jobs, i = self.cfg["payment_rate"] / MEAN_DELIVERIES, [], 0
+    def payments(self) -> None:
+        rate, i = self.cfg["payment_rate"] / MEAN_DELIVERIES, 0
         while True:
             due = self.t0 + i / rate
             if due >= self.stop_sending:
-                return jobs
+                return
             if (wait := due - time.time()) > 0:
                 gevent.sleep(wait)
-            jobs.append(gevent.spawn(self.payment, i, due))
+            self.jobs.spawn(self.payment, i, due)
             i += 1
 
     def run(self) -> dict:
         gevent.spawn(self.flusher)
         senders = [gevent.spawn(self.leads), gevent.spawn(self.payments)]
         gevent.joinall(senders)
-        jobs = [j for s in senders for j in s.value]
-        gevent.joinall(jobs, timeout=max(1.0, self.deadline - time.time() + 30))
+        self.jobs.join(timeout=max(1.0, self.deadline - time.time() + 30))
         self.requests.flush()
         self.outcomes.flush()
         return {"t0": self.t0, "stop_sending": self.stop_sending, "counts": self.counts,
-                "unfinished": sum(not j.ready() for j in jobs),
+                "unfinished": len(self.jobs),
                 "conn_errors": dict(sorted(self.conn_errors.items(), key=lambda kv: -kv[1])[:10])}
 
 
