@@ -137,13 +137,13 @@ def test_scheduler_started_twice_schedules_each_periodic_job_once(redis_server, 
         conn.flushdb()
 
 
-def test_a_replaced_periodic_job_gives_back_the_batches_it_held(redis_server):
+def test_a_replaced_periodic_job_gives_back_the_batches_it_held(queue_server):
     """A periodic job whose definition changed (an upgrade) is cancelled and scheduled under a
     new id; the batches its last run held (an outage, a kill) would wait for a run of the old
     id for ever. They are queued again."""
     from webhooks.storage import keys
 
-    conn = Redis(port=redis_server.port, db=6)
+    conn = Redis(port=queue_server.port, db=6)  # rq-scheduler's Redis: a single one in every deployment
     conn.flushdb()
     try:
         scheduler = Scheduler(queue_name="floodgate", connection=conn)
@@ -181,7 +181,7 @@ def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(
 
 
 def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(api, buyer_server, worker_manager,
-                                                                              redis_server):
+                                                                              queue_server):
     """After a data loss the queue holds journals pushed again: sales already in the ledger,
     some twice. The rebuild's counts (the ledger's by SQL aggregate, plus the queued sales it
     does not have) equal the sales, as the row-by-row count of reconciliation finds them."""
@@ -197,7 +197,7 @@ def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(a
     api.put_buyer("tally", buyer_server.url("tally"), price="12.35",
                   caps={"hourly": 100, "daily": 100, "daily_budget": "900.00"})
     api.settle_config()
-    r = redis_server.client()
+    r = queue_server.client()  # the settlement lists' Redis
     worker_manager.stop()
     for i in range(9):
         assert api.post_lead(key, {"lead_id": f"t{i}"}).json()["status"] == "sold"
@@ -234,7 +234,7 @@ def test_a_rebuild_asked_for_after_the_counters_were_rebuilt_is_not_started(redi
 
 
 def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_restores_every_answer(
-        api, redis_server):
+        api, redis_server, queue_server):
     """The soak's Redis restart re-queued 68,000 journaled settlements, nearly all in the
     ledger already: the worker drained them again for a minute and every counter rebuild read
     them. Only the ones the ledger lacks are pushed again; every answer is put back."""
@@ -251,9 +251,9 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     from webhooks.storage.settle_queue import queue
 
     api.put_publisher("surge")
-    store = make_store(redis_server.url)
-    r = store.redis
-    journal = settlement.Journal(r, queue(Redis.from_url(redis_server.url)), 600, claims=store)
+    store = make_store(redis_server.url)  # the claims' Redis (a cluster in the cluster run)
+    r = queue_server.client()  # the settlement lists' Redis
+    journal = settlement.Journal(r, queue(Redis(port=queue_server.port)), 600, claims=store)
     journal._watcher = threading.current_thread()  # no watcher thread: this test calls check_epoch itself
     pub = PublisherRule("surge", True, Decimal("10"))
     items = []
@@ -267,8 +267,10 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     with db.connection_context():
         assert ledger.settle(items[:3]) == 3  # the worker settled three of them
     r.flushall()  # Redis restarted empty: the queue, the claims and the epoch are gone
+    for key in [keys.lead_claim("surge", f"j{i}") for i in range(5)]:
+        store.redis.delete(key)  # (the claims' Redis is another one beside a cluster)
 
     assert journal.check_epoch() == 2
     assert sorted(json.loads(x)["lead_id"] for x in r.lrange(keys.SETTLE_PENDING, 0, -1)) == ["j3", "j4"]
     for i in range(5):
-        assert json.loads(r.get(keys.lead_claim("surge", f"j{i}")))["buyer_id"] == "acme"
+        assert json.loads(store.redis.get(keys.lead_claim("surge", f"j{i}")))["buyer_id"] == "acme"
