@@ -67,7 +67,7 @@ def sold_counts(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] |
         return {}
     queued = queued_sales(settle_r, buyer.id, min(w.start for _, _, w in windows), pending)
     with db.connection_context():
-        for key in settled_of(buyer.id, list(queued)):
+        for key in settled_of(list(queued), buyer.id):
             del queued[key]
         settled = {cap: ledger_total(buyer.id, cap, w) for cap, _, w in windows}
     return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}

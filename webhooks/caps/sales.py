@@ -63,17 +63,20 @@ def queued_sales(settle_r, buyer_id: str, since: datetime,
     return sales
 
 
-def settled_of(buyer_id: str, wanted: Iterable[tuple[str, str]], chunk: int = 500) -> set[tuple[str, str]]:
-    """Which of the (publisher_id, lead_id) pairs the ledger has as sold to `buyer_id`."""
+def settled_of(wanted: Iterable[tuple[str, str]], buyer_id: str | None = None,
+               chunk: int = 500) -> set[tuple[str, str]]:
+    """Which of the (publisher_id, lead_id) pairs the ledger holds: as any status, or with
+    `buyer_id` as sold to that buyer. One query per publisher and `chunk` leads, reading two
+    short columns."""
     by_publisher: dict[str, list[str]] = {}
     for pub, lead_id in wanted:
         by_publisher.setdefault(pub, []).append(lead_id)
+    sold_to = () if buyer_id is None else (Lead.buyer_id == buyer_id, Lead.status == "sold")
     found: set[tuple[str, str]] = set()
     for pub, ids in by_publisher.items():
         for i in range(0, len(ids), chunk):
             found.update(Lead.select(Lead.publisher_id, Lead.lead_id)
-                         .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i:i + chunk]),
-                                Lead.buyer_id == buyer_id, Lead.status == "sold").tuples())
+                         .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i:i + chunk]), *sold_to).tuples())
     return found
 
 

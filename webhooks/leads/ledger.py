@@ -111,20 +111,6 @@ def lead_record(lead: Lead) -> dict:
     }
 
 
-def settled_keys(wanted: list[tuple[str, str]], chunk: int = 500) -> set[tuple[str, str]]:
-    """Which of the (publisher_id, lead_id) pairs the ledger holds (as any status): one
-    query per publisher and `chunk` leads, reading two short columns."""
-    by_publisher: dict[str, list[str]] = {}
-    for pub, lead_id in wanted:
-        by_publisher.setdefault(pub, []).append(lead_id)
-    found: set[tuple[str, str]] = set()
-    for pub, ids in by_publisher.items():
-        for i in range(0, len(ids), chunk):
-            found.update(Lead.select(Lead.publisher_id, Lead.lead_id)
-                         .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i:i + chunk])).tuples())
-    return found
-
-
 def answer_for(publisher_id: str, lead_id: str) -> dict | None:
     """The answer the publisher was given for a settled lead (as settlement.answer_of made
     it), or None when the ledger has no such lead."""

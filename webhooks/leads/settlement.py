@@ -160,7 +160,7 @@ def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, 
     rebuild). The ledger is asked for `budget_s` at most (the counter rebuilds wait for the
     journals, rebuild.SETTLE_MARGIN_S): the entries it has not answered for by then, or
     all of them when it cannot be asked, are pushed again."""
-    from webhooks.leads.ledger import settled_keys
+    from webhooks.caps.sales import settled_of
     from webhooks.storage.db import db
 
     leads = [lead for *_, lead in entries]
@@ -173,7 +173,7 @@ def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, 
                     log.warning("the ledger check of the journal ran out of time: %d entries pushed again "
                                 "unchecked", len(leads) - i)
                     break
-                found |= settled_keys(leads[i:i + 2000])
+                found |= settled_of(leads[i:i + 2000])
     except Exception as exc:  # any failure: push them all, the ledger's unique keys drop repeats
         log.warning("the ledger could not be asked (%s): every journaled settlement is pushed again", exc)
         return set()
