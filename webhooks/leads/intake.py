@@ -232,7 +232,7 @@ class Intake:
         left_ms = max(1, mark_ms + claim_ttl - int(now.timestamp() * 1000))
         self._start_rebuilds(snapshot, mark_ms)
         raise Unavailable("Redis lost its lead claims lately; requests routing this lead before then may "
-                          "still be running: retry after Retry-After", retry_after_s=-(-left_ms // 1000))
+                          "still be running: retry after Retry-After", retry_after_s=math.ceil(left_ms / 1000))
 
     def _start_rebuilds(self, snapshot: Snapshot, mark_ms: int) -> None:
         """Once per loss, publisher and process: start the counter rebuild of every buyer whose counters
