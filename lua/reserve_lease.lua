@@ -15,6 +15,9 @@
 -- ARGV[5..4+3n]   per counter: limit, amount, expire-at (unix s)
 -- ARGV[5+3n]      how long a sold consumer is remembered (ms): its keys live as long as the
 --                 lease until lua/finish_lease.lua confirms the sale
+-- ARGV[6+3n]      the key of the attempt note the caller writes beside the reservation ("":
+--                 none), kept in the lease so that the abandoned-lead sweep can find the
+--                 lead of a held lease (webhooks/leads/abandoned.py)
 -- Returns {"ok", probe 0|1, reserved at (unix us)} | {"full", counter index} | {"duplicate"}
 --         | {"circuit_open"} | {"not_ready"}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_ready'} end
@@ -48,6 +51,7 @@ for i = 5 + n, #KEYS do
   redis.call('HSET', KEYS[3], KEYS[i], 'dedupe')
 end
 redis.call('HSET', KEYS[3], 'state', 'held', 'probe', probe, 'dedupe_ms', ARGV[5 + 3 * n])
+if ARGV[6 + 3 * n] and ARGV[6 + 3 * n] ~= '' then redis.call('HSET', KEYS[3], 'note', ARGV[6 + 3 * n]) end
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 redis.call('ZADD', KEYS[4], now_us, ARGV[1])
 return {'ok', probe, string.format('%s%06d', t[1], tonumber(t[2]))}

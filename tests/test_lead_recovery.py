@@ -16,28 +16,35 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import pytest
+import redis
 import requests
+from rq import Queue
 
 from tests.conftest import Api
 from tests.payments_helpers import child_pids
 from tests.servers import WebServer, wait_until
 from webhooks.caps import leases
+from webhooks.leads import recovery
 from webhooks.leads.catalog import load_snapshot
-from webhooks.leads.routing import Offer, attempt_note
+from webhooks.leads.routing import Offer, attempt_note, lead_ref
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt
+from webhooks.storage.settle_queue import SETTLE
 
 
-def _die_while_offering(app, publisher_id: str, lead_id: str, buyer_id: str, attempts=()) -> leases.Lease:
+def _die_while_offering(app, publisher_id: str, lead_id: str, buyer_id: str, attempts=(),
+                        payload: str | None = None) -> leases.Lease:
     """What a routing leaves behind when its process dies after offering `lead_id` to
     `buyer_id`: the reservation and the attempt note (one round trip, as the router makes
-    it); the claim has expired."""
+    it), carrying the lead (`payload`, the publisher's body) when given; the claim has
+    expired."""
     store = app.extensions["store"]
     with db.connection_context():
         [buyer] = [b for b in load_snapshot(None).buyers if b.id == buyer_id]
+    ref = None if payload is None else lead_ref(publisher_id, lead_id, payload, "req-1")
     note = attempt_note(keys.lead_attempt(publisher_id, lead_id), Offer(buyer, buyer.price),
-                        datetime.now(timezone.utc), list(attempts), 60_000)
+                        datetime.now(timezone.utc), list(attempts), 60_000, ref)
     reservation = leases.reserve(store, buyer, datetime.now(timezone.utc), lease_ttl_ms=60_000,
                                  probe_ttl_ms=60_000, note=note)
     assert reservation.status == "ok"
@@ -123,6 +130,95 @@ def test_leads_unknown_lists_the_leads_flagged_for_review(api, app, buyer_server
     assert "L6" in page and "review" in page.lower()
 
 
+def _sweep(app, after_ms: int = 0) -> recovery.SweepResult:
+    """The scheduler's abandoned-lead sweep (workers/leads.py), in this process."""
+    return recovery.sweep_all(app.config["FLOODGATE"], app.extensions["store"], after_ms)
+
+
+def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_sweep(api, app, buyer_server):
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    lease = _die_while_offering(app, "surge", "A1", "x", attempts=[{"buyer_id": "z", "outcome": "rejected", "ms": 3}],
+                                payload='{"lead_id":"A1","state":"TX"}')
+    result = _sweep(app)
+    assert (result.sold, result.unsold, result.left) == (["surge:A1"], [], 0)
+    [offer] = x.received  # the re-offer: same key, same lead; nobody else asked
+    assert offer["headers"]["Idempotency-Key"] == "surge:A1:x" and offer["body"]["lead"] == {"state": "TX"}
+    assert y.received == []
+    with db.connection_context():
+        lead = Lead.get(Lead.publisher_id == "surge", Lead.lead_id == "A1")
+        assert (lead.status, lead.buyer_id, str(lead.price), lead.request_id) == ("sold", "x", "10.00", "req-1")
+    r = app.extensions["redis"]
+    assert r.exists(lease.key, keys.lead_attempt("surge", "A1")) == 0  # settled: released; note gone
+    assert r.zscore(keys.leases("x"), lease.lease_id) is None
+    assert api.get("/v1/admin/buyers/x").json()["usage"]["daily"]["used"] == 1  # counted once
+    replay = api.post_lead(key, {"lead_id": "A1", "state": "TX"}).json()  # a late retry: the sweep's answer
+    assert (replay["status"], replay["buyer_id"], replay["replayed"]) == ("sold", "x", True)
+    assert [a["outcome"] for a in replay["attempts"]] == ["rejected", "accepted"]
+    assert len(x.received) == 1
+    assert _sweep(app).as_dict() == {"sold": 0, "unsold": 0, "left": 0}  # nothing twice
+
+
+def test_the_sweep_leaves_a_lead_its_buyer_does_not_confirm_unsold_for_review(api, app, buyer_server):
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="reject")
+    lease = _die_while_offering(app, "surge", "A2", "x", payload='{"lead_id":"A2"}')
+    assert _sweep(app).unsold == ["surge:A2"]
+    assert len(x.received) == 1 and y.received == []
+    record = api.wait_settled("A2", "surge")
+    assert record["status"] == "unsold" and record["review"] is True
+    assert record["attempts"] == [{"buyer_id": "x", "outcome": "unknown", "ms": record["attempts"][0]["ms"]}]
+    assert app.extensions["redis"].hget(lease.key, "state") == "held"  # x may hold it: reconciliation decides
+    assert api.post_lead(key, {"lead_id": "A2"}).json()["status"] == "unsold"
+
+
+def test_the_sweep_settles_a_confirmed_sale_without_asking_the_buyer_again(api, app, buyer_server):
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    lease = _die_while_offering(app, "surge", "A3", "x", payload='{"lead_id":"A3"}')
+    # x said yes and the lease was confirmed, then the process died before the settlement
+    leases.finish(app.extensions["store"], lease, "accepted", breaker_failures=3, breaker_cooldown_ms=1000)
+    assert _sweep(app).sold == ["surge:A3"]
+    assert x.received == [] and y.received == []
+    assert api.wait_settled("A3", "surge")["buyer_id"] == "x"
+
+
+def test_the_sweep_leaves_leads_a_request_holds_young_ones_and_notes_without_the_lead(api, app, buyer_server):
+    x = buyer_server.add("x", "accept")
+    api.put_publisher("surge")
+    api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
+    api.settle_config()
+    r = app.extensions["redis"]
+    _die_while_offering(app, "surge", "B1", "x", payload='{"lead_id":"B1"}')
+    r.set(keys.lead_claim("surge", "B1"), "routing:another-request", px=60_000)  # a retry routes it now
+    _die_while_offering(app, "surge", "B2", "x")  # a note written before notes carried the lead
+    _die_while_offering(app, "surge", "B3", "x", payload='{"lead_id":"B3"}')
+    assert _sweep(app, after_ms=60_000).as_dict() == {"sold": 0, "unsold": 0, "left": 0}  # all too young
+    assert _sweep(app).as_dict() == {"sold": 1, "unsold": 0, "left": 0}  # B3 only
+    assert [o["body"]["lead_id"] for o in x.received] == ["B3"]
+    assert r.exists(keys.lead_attempt("surge", "B1"), keys.lead_attempt("surge", "B2")) == 2
+
+
+def test_a_retry_and_the_sweep_racing_for_one_abandoned_lead_sell_it_once(api, app, buyer_server, worker):
+    """Twenty publisher retries and twenty sweeps at once, on one dead routing's lead: one of
+    them claims it; the buyer is offered it again once; the ledger has it once."""
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    _die_while_offering(app, "surge", "C1", "x", payload='{"lead_id":"C1"}')
+
+    def retry():
+        resp = api.post_lead(key, {"lead_id": "C1"})
+        return resp.json() if resp.status_code == 200 else None
+
+    with ThreadPoolExecutor(40) as pool:
+        futures = [pool.submit(retry if i % 2 else _sweep, *(() if i % 2 else (app,))) for i in range(40)]
+        results = [f.result() for f in futures]
+    sold_by_sweeps = sum(len(res.sold) for res in results if isinstance(res, recovery.SweepResult))
+    answers = [res for res in results if isinstance(res, dict)]
+    assert len(x.received) == 1 and y.received == []
+    assert all(a["buyer_id"] == "x" for a in answers)
+    assert sold_by_sweeps + sum(1 for a in answers if not a.get("replayed")) == 1
+    assert api.wait_settled("C1", "surge")["buyer_id"] == "x"  # by the sweep, or the retry's settlement
+    with db.connection_context():
+        assert Lead.select().where(Lead.lead_id == "C1").count() == 1
+
+
 # --- real processes --------------------------------------------------------------------------
 
 @pytest.fixture
@@ -179,6 +275,40 @@ def test_worker_killed_after_the_buyer_got_the_lead_never_sells_it_to_another_bu
         assert body["status"] == "unsold" and body["attempts"][-1]["outcome"] == "unknown"
     record = api.wait_settled("K1", "surge")
     assert record["status"] == body["status"] and record["buyer_id"] == body["buyer_id"]
+
+
+@pytest.mark.e2e
+def test_worker_killed_after_the_buyer_accepted_and_no_retry_ever_comes_is_sold_by_the_sweep(
+        one_worker_web, buyer_server, worker, queue_server):
+    """What the 60-minute soak lost once: a web worker killed -9 right after its buyer
+    accepted, and a publisher that never retried. The scheduler's sweep (the job it runs,
+    on the real RQ worker) offers the lead again to that buyer alone and settles the sale."""
+    api = Api(one_worker_web.url)
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="sleep")
+    x.delay = 0.9
+    first = threading.Thread(target=_post_once_into_the_kill, args=(api, key, "K9"), daemon=True)
+    first.start()
+    wait_until(lambda: x.arrived, what="x to receive the lead")
+    [victim] = child_pids(one_worker_web.pid)
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: x.received, what="x to accept into the void")
+    x.delay = 0.0
+    q = Queue(SETTLE, connection=redis.Redis.from_url(queue_server.url))
+
+    def settled():  # the sweep finds the lead once its dead claim has expired (seconds here)
+        with db.connection_context():
+            lead = Lead.get_or_none(Lead.publisher_id == "surge", Lead.lead_id == "K9")
+        if lead is None:
+            q.enqueue("workers.leads.sweep_abandoned", after_ms=0)
+        return lead
+
+    lead = wait_until(settled, timeout=40, interval=1.0, what="the sweep to settle K9")
+    assert (lead.status, lead.buyer_id) == ("sold", "x")
+    assert y.arrived == [] and {r["headers"]["Idempotency-Key"] for r in x.arrived} == {"surge:K9:x"}
+    assert len(x.arrived) == 2  # the first offer and the sweep's
+    body = _post_until_answered(api, key, "K9")  # a retry long after: the sweep's answer
+    assert (body["status"], body["buyer_id"], body["replayed"]) == ("sold", "x", True)
+    assert len(x.arrived) == 2
 
 
 @pytest.mark.e2e

@@ -49,6 +49,7 @@ class Config:
     payment_claim_ttl_ms: int = 30_000
     lead_claim_margin_ms: int = 10_000  # a lead claim outlives its longest routing by this much
     lead_recovery_window_ms: int = 900_000  # a dead routing's lease waits this long for a retry
+    lead_abandoned_after_ms: int = 120_000  # then the abandoned-lead sweep finishes it (leads/recovery.py)
     config_check_interval_ms: int = 500
     journal_keep_s: int = 600
     cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
@@ -93,6 +94,7 @@ _INTS = {
     "PAYMENT_CLAIM_TTL_MS": "payment_claim_ttl_ms",
     "LEAD_CLAIM_MARGIN_MS": "lead_claim_margin_ms",
     "LEAD_RECOVERY_WINDOW_MS": "lead_recovery_window_ms",
+    "LEAD_ABANDONED_AFTER_MS": "lead_abandoned_after_ms",
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
     "JOURNAL_KEEP_S": "journal_keep_s",
     "CAP_WAIT_REPLICAS": "cap_wait_replicas",
@@ -159,6 +161,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     values["log_level"] = level
     _check_secrets(values)
     _check_payment_events(values)
+    if values.get("lead_abandoned_after_ms", Config.lead_abandoned_after_ms) >= values.get(
+            "lead_recovery_window_ms", Config.lead_recovery_window_ms):
+        raise ConfigError("LEAD_ABANDONED_AFTER_MS must be shorter than LEAD_RECOVERY_WINDOW_MS: the sweep "
+                          "must find a dead routing's lease before it expires")
     return Config(**values)
 
 

@@ -106,10 +106,11 @@ class PendingReservation:
 
 
 def prepare(buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
-            consumer: Sequence[str] = (), price_minor: int | None = None) -> PendingReservation:
+            consumer: Sequence[str] = (), price_minor: int | None = None, note_key: str = "") -> PendingReservation:
     """The reservation of one lead under every cap of `buyer` at `now` (all or nothing),
     refused as a duplicate when one of `consumer`'s dedupe keys is set. `price_minor`
-    (default: the buyer's price) is what counts against daily_budget."""
+    (default: the buyer's price) is what counts against daily_budget. `note_key`, the
+    attempt note written beside it, is kept in the lease (its `note` field)."""
     caps = windows(buyer, now)
     counters = [counter_key(buyer.id, w) for _, _, w in caps]
     lease_id = os.urandom(12).hex()
@@ -117,7 +118,7 @@ def prepare(buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms:
     args: list = [lease_id, lease_ttl_ms, probe_ttl_ms, len(caps)]
     for cap, limit, w in caps:
         args += [limit, amount if cap == "daily_budget" else 1, expire_at(w)]
-    args.append(buyer.dedupe_days * 86_400_000)
+    args += [buyer.dedupe_days * 86_400_000, note_key]
     script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
                    keys.leases(buyer.id), *counters, *consumer]
     return PendingReservation(script_keys, args, Lease(buyer.id, lease_id, tuple(counters), dedupe=tuple(consumer)),
@@ -130,7 +131,7 @@ def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int,
     """`prepare` and make the reservation. `note`, if given, is written in the same round
     trip, whatever the outcome."""
     call = prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=probe_ttl_ms, consumer=consumer,
-                   price_minor=price_minor)
+                   price_minor=price_minor, note_key="" if note is None else note.key)
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
             store.redis.set(note.key, note.value(call.lease), px=note.ttl_ms)

@@ -10,18 +10,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from webhooks import metrics
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
-from webhooks.leads import settlement
+from webhooks.leads import recovery, settlement
 from webhooks.leads.catalog import Snapshot
-from webhooks.leads.delivery import ACCEPTED, UNKNOWN, Deliverer
+from webhooks.leads.delivery import ACCEPTED, Deliverer
 from webhooks.leads.publishers import PublisherRule, key_hash
-from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, attempt_record, candidates, idempotency_key
+from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, candidates, lead_ref
 from webhooks.leads.settlement import Journal
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -116,8 +114,9 @@ class Intake:
         lease_ttl_ms = claim_ttl + self.recovery_window_ms
         plan = self.router.plan(buyers, publisher)
         claim_key = keys.lead_claim(publisher.id, lead_id)
+        ref = lead_ref(publisher.id, lead_id, payload, request_id)
         claim, held, attempt, first, mark = self._claim(publisher.id, claim_key, attempt_key, claim_ttl,
-                                                        lease_ttl_ms, plan[0] if plan else None, lead, now)
+                                                        lease_ttl_ms, plan[0] if plan else None, lead, now, ref)
         if claim is WAIT:
             self._wait_for_lost_claims(claim_ttl, int(mark), now, snapshot)
         if claim is None:
@@ -133,7 +132,7 @@ class Intake:
                 outcome = self._recover(json.loads(attempt), snapshot, publisher, lead_id, lead, lease_ttl_ms)
             else:
                 outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
-                                            skipped, plan, first, claim_deadline=deadline)
+                                            skipped, plan, first, claim_deadline=deadline, ref=ref)
         except BaseException:
             # Killed (a deploy's graceful timeout) or failed mid-routing: a buyer may hold the
             # lead, so the attempt note stays for the retry (every refund already deleted it).
@@ -257,7 +256,7 @@ class Intake:
             leases.withdraw(self.store, reservation.lease)
 
     def _claim(self, publisher_id: str, claim_key: str, attempt_key: str, claim_ttl: int, lease_ttl_ms: int,
-               offer: Offer | None, lead: dict, now: datetime) -> tuple[claims.Claim | None, str | None,
+               offer: Offer | None, lead: dict, now: datetime, ref: dict) -> tuple[claims.Claim | None, str | None,
                                                                         str | None, leases.Reservation | None,
                                                                         str]:
         """Claim the lead id and, in the same round trip, reserve its first buyer and note the
@@ -278,8 +277,8 @@ class Intake:
             buyer = offer.buyer
             call = leases.prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=self.router.probe_ttl_ms,
                                   consumer=consumer_keys(buyer.id, buyer.dedupe_fields, lead),
-                                  price_minor=cents(offer.price))
-            note = attempt_note(attempt_key, offer, now, [], lease_ttl_ms).value(call.lease)
+                                  price_minor=cents(offer.price), note_key=attempt_key)
+            note = attempt_note(attempt_key, offer, now, [], lease_ttl_ms, ref).value(call.lease)
             pipe = self.store.redis.pipeline(transaction=False)
             self.store.queue(pipe, self.store.claim_lead, [claim_key, attempt_key, memory_key],
                              [token, claim_ttl, note, lease_ttl_ms, now_ms])
@@ -298,40 +297,9 @@ class Intake:
 
     def _recover(self, note: dict, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
                  lease_ttl_ms: int) -> Outcome:
-        """Offer the lead again to the one buyer a dead request was offering it to, with the
-        same Idempotency-Key, on the same reservation. Accepted: sold to that buyer. Anything
-        else, or a reservation that is gone: unsold, that attempt `unknown`, flagged for
-        review; its slot stays taken until reconciliation. Never another buyer: the first
-        may hold the lead already."""
-        buyer_id = note["buyer_id"]
-        lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
-        state, reserved_us = leases.take_over(self.store, lease, lease_ttl_ms)
-        out = Outcome(attempts=list(note.get("attempts", [])))
-        rule = next((b for b in snapshot.buyers if b.id == buyer_id), None)  # switched off since: no
-        bid = None if note.get("bid") is None else Decimal(note["bid"])
-        outcome, ms = UNKNOWN, 0
-        if state == "confirmed":
-            outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
-        elif state != "gone" and rule is not None:
-            offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
-            outcome, ms = self.router.deliverer.deliver(
-                note["url"], offer.body(lead_id, publisher.id, lead, json.dumps(lead, separators=(",", ":"))),
-                idempotency_key(publisher.id, lead_id, buyer_id), rule.delivery)
-        if outcome == ACCEPTED:
-            out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
-            out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
-            out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
-            out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
-                                     dedupe=lease.dedupe)
-            log.warning("lead %s:%s re-offered to %s after its routing died: accepted",
-                        publisher.id, lead_id, buyer_id)
-        else:
-            out.attempts.append(attempt_record(buyer_id, bid, UNKNOWN, ms))
-            log.warning("lead %s:%s left unsold for review: its routing died while offering it to %s, "
-                        "who did not confirm it (reservation %s, answer %s)",
-                        publisher.id, lead_id, buyer_id, state, outcome)
-        metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
-        return out
+        """The request that held this claim died while offering the lead: recovery.reoffer."""
+        return recovery.reoffer(self.store, self.router.deliverer, snapshot.buyers, publisher.id, lead_id, lead,
+                                note, lease_ttl_ms)
 
     def _give_up(self, claim: claims.Claim, attempt_key: str | None) -> None:
         """Free the claim so the publisher can retry, and with `attempt_key` its attempt note

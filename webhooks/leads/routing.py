@@ -72,13 +72,21 @@ def idempotency_key(publisher_id: str, lead_id: str, buyer_id: str) -> str:
 
 
 def attempt_note(attempt_key: str, offer: Offer, now: datetime, attempts: list[dict],
-                 ttl_ms: int) -> leases.Note:
+                 ttl_ms: int, ref: dict | None = None) -> leases.Note:
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
-    in, and the attempts before it."""
+    in, and the attempts before it. `ref` (publisher_id, lead_id, payload, request_id: see
+    `lead_ref`) lets the abandoned-lead sweep (leads/abandoned.py) do it when the
+    publisher never retries."""
     return leases.Note(attempt_key, {"url": offer.buyer.endpoint_url, "price": f"{offer.price:.2f}",
                                      "bid": None if offer.bid is None else f"{offer.bid:.2f}",
-                                     "ping": offer.ping_reply, "at": now.isoformat(), "attempts": attempts}, ttl_ms)
+                                     "ping": offer.ping_reply, "at": now.isoformat(), "attempts": attempts,
+                                     **(ref or {})}, ttl_ms)
+
+
+def lead_ref(publisher_id: str, lead_id: str, payload: str, request_id: str | None) -> dict:
+    """The lead itself, as its attempt notes carry it: enough to offer it again and settle it."""
+    return {"publisher_id": publisher_id, "lead_id": lead_id, "payload": payload, "request_id": request_id}
 
 
 @dataclass
@@ -161,7 +169,7 @@ class Router:
     def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
               now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None,
               plan: list[Offer] | None = None, first: leases.Reservation | None = None,
-              claim_deadline: float | None = None) -> Outcome:
+              claim_deadline: float | None = None, ref: dict | None = None) -> Outcome:
         """Offer the lead to `buyers` (those the static filters passed) in the publisher's
         routing order until one accepts it. Ping/post buyers bid first, all at once. Each
         reservation writes, in its own round trip, which buyer and lease the lead is about
@@ -171,7 +179,8 @@ class Router:
         first offer, made by the caller in its claim's round trip. `claim_deadline`
         (time.monotonic()) is when the caller's claim on the lead may expire: an offer that
         could end after it is not made (the process stalled; a retry may hold the lead now),
-        its slot is given back and the outcome says `out_of_time`."""
+        its slot is given back and the outcome says `out_of_time`. `ref` (see `lead_ref`) goes
+        into every attempt note."""
         out = Outcome(skipped=list(skipped or ()))
         if plan is None:
             offers = self._bids(buyers, publisher, lead_id, lead, now, out)
@@ -183,7 +192,7 @@ class Router:
             if i == 0 and first is not None:
                 reservation = first
             else:
-                note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms)
+                note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms, ref)
                 consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead)
                 reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
                                              probe_ttl_ms=self.probe_ttl_ms, note=note, consumer=consumer,

@@ -1,0 +1,227 @@
+"""A lead whose routing died while a buyer held it (its process killed between the offer and
+the answer): offer it again to that buyer alone, on the same reservation, with the same
+Idempotency-Key, and settle what the buyer says.
+
+Two callers do it. The publisher's retry finds the dead request's attempt note when it claims
+the lead (leads/intake.py). A publisher that never retries leaves the lead to the
+abandoned-lead sweep here (`sweep`, run by the scheduler: workers/leads.py): it finds the
+held leases older than LEAD_ABANDONED_AFTER_MS whose lead nobody claims, claims each lead as
+a retry would, and does the same. Without it such a lead stayed out of the ledger though its
+buyer had it and its slot stayed counted, until reconciliation gave the slot back.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from webhooks import metrics
+from webhooks.caps import leases
+from webhooks.leads import ledger, settlement
+from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.delivery import ACCEPTED, UNKNOWN, Deliverer
+from webhooks.leads.publishers import PublisherRule
+from webhooks.leads.routing import Offer, Outcome, attempt_record, idempotency_key
+from webhooks.storage import claims, keys
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.models import Buyer
+from webhooks.storage.redis import Store
+
+if TYPE_CHECKING:
+    from webhooks.config import Config
+
+log = logging.getLogger(__name__)
+
+SCAN = 500  # leases read per buyer and sweep (the oldest first); the next sweep takes the rest
+
+
+def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], publisher_id: str, lead_id: str,
+            lead: dict, note: dict, lease_ttl_ms: int) -> Outcome:
+    """Offer the lead again to the one buyer a dead request was offering it to (`note`, its
+    attempt note), with the same Idempotency-Key, on the same reservation. Accepted: sold to
+    that buyer. Anything else, or a reservation that is gone: unsold, that attempt
+    `unknown`, flagged for review; its slot stays taken until reconciliation. Never another
+    buyer: the first may hold the lead already."""
+    buyer_id = note["buyer_id"]
+    lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
+    state, reserved_us = leases.take_over(store, lease, lease_ttl_ms)
+    out = Outcome(attempts=list(note.get("attempts", [])))
+    rule = next((b for b in buyers if b.id == buyer_id), None)  # switched off since: no
+    bid = None if note.get("bid") is None else Decimal(note["bid"])
+    outcome, ms = UNKNOWN, 0
+    if state == "confirmed":
+        outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
+    elif state != "gone" and rule is not None:
+        offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
+        outcome, ms = deliverer.deliver(
+            note["url"], offer.body(lead_id, publisher_id, lead, json.dumps(lead, separators=(",", ":"))),
+            idempotency_key(publisher_id, lead_id, buyer_id), rule.delivery)
+    if outcome == ACCEPTED:
+        out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
+        out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
+        out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
+        out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
+                                 dedupe=lease.dedupe)
+        log.warning("lead %s:%s re-offered to %s after its routing died: accepted", publisher_id, lead_id, buyer_id)
+    else:
+        out.attempts.append(attempt_record(buyer_id, bid, UNKNOWN, ms))
+        log.warning("lead %s:%s left unsold for review: its routing died while offering it to %s, "
+                    "who did not confirm it (reservation %s, answer %s)",
+                    publisher_id, lead_id, buyer_id, state, outcome)
+    metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    buyer_timeout_ms: int
+    claim_margin_ms: int
+    recovery_window_ms: int
+    replay_ttl_s: int
+    abandoned_after_ms: int
+    breaker_failures: int
+    breaker_cooldown_ms: int
+
+    @classmethod
+    def of(cls, cfg: Config, abandoned_after_ms: int | None = None) -> Settings:
+        return cls(cfg.buyer_timeout_ms, cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms, cfg.lead_replay_ttl_s,
+                   cfg.lead_abandoned_after_ms if abandoned_after_ms is None else abandoned_after_ms,
+                   cfg.breaker_failures, cfg.breaker_cooldown_ms)
+
+
+@dataclass
+class SweepResult:
+    sold: list[str] = field(default_factory=list)  # "publisher:lead" of each
+    unsold: list[str] = field(default_factory=list)  # flagged for review
+    left: int = 0  # found, but not finished this time (claimed by a retry, ledger down, ...)
+
+    def as_dict(self) -> dict:
+        return {"sold": len(self.sold), "unsold": len(self.unsold), "left": self.left}
+
+
+def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, settings: Settings) -> list[tuple[str, dict]]:
+    """(attempt note key, note) of every lead whose routing died holding a lease reserved
+    more than `abandoned_after_ms` ago, that no request claims now and whose note carries the
+    lead (notes written before it did are left to their publisher's retry)."""
+    now_us = int(now.timestamp() * 1_000_000)
+    newest = now_us - settings.abandoned_after_ms * 1000
+    oldest = now_us - (settings.recovery_window_ms + 3_600_000) * 1000  # past it the lease has expired
+    found: list[tuple[str, str]] = []  # (lease key, its lease id) of old leases
+    for buyer_id in buyer_ids:
+        ids = store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=0, num=SCAN)
+        found += [(keys.lease(buyer_id, i), i) for i in ids]
+    if not found:
+        return []
+    pipe = store.redis.pipeline(transaction=False)
+    for lease_key, _ in found:
+        pipe.hmget(lease_key, "state", "note")
+    held = [(note_key, lease_id) for (_, lease_id), (state, note_key) in zip(found, pipe.execute())
+            if state is not None and note_key]  # confirmed ones too: their settlement may be what died
+    if not held:
+        return []
+    pipe = store.redis.pipeline(transaction=False)
+    for note_key, _ in held:
+        pipe.get(note_key)
+        pipe.exists(_claim_key(note_key))
+    values = pipe.execute()
+    out = []
+    for i, (note_key, lease_id) in enumerate(held):
+        raw, claimed = values[2 * i], values[2 * i + 1]
+        if raw is None or claimed:
+            continue  # finished (the note goes with the answer), or a request holds the lead now
+        note = json.loads(raw)
+        if note.get("lease_id") != lease_id or "payload" not in note:
+            continue  # a later offer's note (this lease is another's), or a note without the lead
+        out.append((note_key, note))
+    return out
+
+
+def _claim_key(note_key: str) -> str:
+    return note_key.removesuffix(":attempt")
+
+
+def finish(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], publisher: PublisherRule,
+           note_key: str, settings: Settings, now: datetime) -> Outcome | None:
+    """Claim the lead of an abandoned attempt note as a publisher's retry would
+    (lua/claim_lead.lua), offer it again (`reoffer`), write it to the ledger, and remember
+    its answer for the publisher's replays. None when it is not this sweep's to finish: a
+    request claimed it first, it was finished meanwhile, Redis lost its data lately, or the
+    ledger cannot be written (the lease stays confirmed: the next sweep settles it without
+    asking the buyer again)."""
+    claim_key = _claim_key(note_key)
+    claim_ttl = settings.claim_margin_ms + settings.buyer_timeout_ms + 100
+    lease_ttl_ms = claim_ttl + settings.recovery_window_ms
+    token = claims.new_token(claims.ROUTING)
+    claimed, raw, _mark = store.claim_lead(
+        keys=[claim_key, note_key, keys.lead_memory(publisher.id)],
+        args=[token, claim_ttl, "", lease_ttl_ms, int(now.timestamp() * 1000)])
+    claim = claims.Claim(claim_key, token)
+    if claimed != 1:
+        return None
+    if raw is None:  # finished between the look and the claim
+        claims.release(store, claim)
+        return None
+    note = json.loads(raw)
+    lead = json.loads(note["payload"])
+    lead_id = note["lead_id"]
+    lead.pop("lead_id", None)
+    try:
+        outcome = reoffer(store, deliverer, buyers, publisher.id, lead_id, lead, note, lease_ttl_ms)
+        if outcome.lease is not None:  # confirmed first: whatever fails next, the sale is known
+            leases.finish(store, outcome.lease, ACCEPTED, breaker_failures=settings.breaker_failures,
+                          breaker_cooldown_ms=settings.breaker_cooldown_ms)
+        item = settlement.make_item(publisher, lead_id, outcome, note["payload"],
+                                    datetime.fromisoformat(note["at"]), note.get("request_id"))
+        with db.connection_context():
+            ledger.settle([item])
+            settled = ledger.answer_for(publisher.id, lead_id)  # the first settlement's, if it was not this
+    except UNAVAILABLE_ERRORS as exc:
+        log.warning("abandoned lead %s:%s not settled yet (%s): the next sweep tries again",
+                    publisher.id, lead_id, exc)
+        claims.release(store, claim)
+        return None
+    except BaseException:
+        claims.release(store, claim)
+        raise
+    if outcome.lease is not None:
+        leases.release_settled(store.redis, [(outcome.lease.buyer_id, outcome.lease.lease_id)])
+    answer = json.dumps(settled or settlement.answer_of(item))
+    store.answer_lead(keys=[claim_key, note_key], args=[token, answer, settings.replay_ttl_s])
+    log.warning("abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
+                publisher.id, lead_id, outcome.status)
+    return outcome
+
+
+def sweep(store: Store, deliverer: Deliverer, buyers: tuple[BuyerRule, ...], buyer_ids: Iterable[str],
+          publishers: dict[str, PublisherRule], settings: Settings, now: datetime | None = None) -> SweepResult:
+    """Finish every abandoned lead (`abandoned`, `finish`). `buyers` are the active buyers
+    (one switched off since is not asked again: its lead stays unsold for review),
+    `buyer_ids` every buyer whose leases to look at, `publishers` by id."""
+    now = now or datetime.now(timezone.utc)
+    result = SweepResult()
+    for note_key, note in abandoned(store, buyer_ids, now, settings):
+        publisher = publishers.get(note["publisher_id"])
+        outcome = None if publisher is None else finish(store, deliverer, buyers, publisher, note_key, settings, now)
+        if outcome is None:
+            result.left += 1
+            continue
+        ref = f"{note['publisher_id']}:{note['lead_id']}"
+        (result.sold if outcome.status == "sold" else result.unsold).append(ref)
+    return result
+
+
+def sweep_all(cfg: Config, store: Store, abandoned_after_ms: int | None = None) -> SweepResult:
+    """`sweep` with the current config of buyers and publishers read from the database (the
+    leases of buyers switched off or deleted since are looked at too)."""
+    from webhooks.leads.catalog import load_snapshot
+
+    snapshot = load_snapshot(None)
+    with db.connection_context():
+        buyer_ids = [row.id for row in Buyer.select(Buyer.id)]
+    publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
+    return sweep(store, Deliverer(cfg.buyer_timeout_ms), snapshot.buyers, buyer_ids, publishers,
+                 Settings.of(cfg, abandoned_after_ms))

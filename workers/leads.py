@@ -1,0 +1,29 @@
+"""The abandoned-lead sweep (webhooks/leads/recovery.py): leads whose routing died while a
+buyer held them and whose publisher never retried are offered again to that buyer and
+settled. Run by the scheduler every minute (workers/schedule.py)."""
+from __future__ import annotations
+
+import logging
+
+from webhooks.leads import recovery
+from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
+from workers.context import backends
+
+log = logging.getLogger(__name__)
+
+
+def sweep_abandoned(after_ms: int | None = None) -> dict:
+    """Finish the abandoned leads (older than `after_ms`, default LEAD_ABANDONED_AFTER_MS);
+    how many were sold, left unsold for review, and left for the next run. A database outage
+    ends the run quietly: the next one, a minute later, finds the same leads."""
+    b = backends()
+    try:
+        result = recovery.sweep_all(b.cfg, b.store, after_ms)
+    except UNAVAILABLE_ERRORS as exc:
+        log.warning("database unavailable (%s): the abandoned-lead sweep runs again within a minute", exc)
+        return {"sold": 0, "unsold": 0, "left": 0}
+    finally:
+        close_db()
+    if result.sold or result.unsold or result.left:
+        log.warning("abandoned-lead sweep: %s", result.as_dict())
+    return result.as_dict()
