@@ -16,8 +16,11 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local outcome = ARGV[1]
+local state = redis.call('HGET', KEYS[1], 'state')
 if outcome == 'accepted' or outcome == 'rejected' then
-  redis.call('DEL', KEYS[2])  -- the buyer answered: close the breaker
+  -- the buyer answered: close the breaker (unless this only repeats an accept already
+  -- confirmed, by a routing that died before it could settle: old news)
+  if state ~= 'confirmed' then redis.call('DEL', KEYS[2]) end
 elseif outcome ~= 'withdrawn' then
   local failures = redis.call('HINCRBY', KEYS[2], 'failures', 1)
   if redis.call('HGET', KEYS[1], 'probe') == '1' or failures >= tonumber(ARGV[2]) then
@@ -25,7 +28,7 @@ elseif outcome ~= 'withdrawn' then
     redis.call('HDEL', KEYS[2], 'probe_until')
   end
 end
-if redis.call('HGET', KEYS[1], 'state') ~= 'held' then return 0 end
+if state ~= 'held' then return 0 end
 if outcome == 'accepted' then
   redis.call('HSET', KEYS[1], 'state', 'confirmed')
   redis.call('PEXPIRE', KEYS[1], ARGV[4])

@@ -7,6 +7,7 @@ publisher's retry to the app in-process. The e2e tests kill -9 a real gunicorn w
 real buyer holds the lead, and send SIGTERM mid-delivery."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from tests.servers import WebServer, wait_until
 from webhooks.caps import leases
 from webhooks.leads import recovery
 from webhooks.leads.catalog import load_snapshot
+from webhooks.leads.delivery import Deliverer
 from webhooks.leads.routing import Offer, attempt_note, lead_ref
 from webhooks.storage import keys
 from webhooks.storage.db import db
@@ -132,10 +134,11 @@ def test_leads_unknown_lists_the_leads_flagged_for_review(api, app, buyer_server
 
 def _sweep(app, after_ms: int = 0) -> recovery.SweepResult:
     """The scheduler's abandoned-lead sweep (workers/leads.py), in this process."""
-    return recovery.sweep_all(app.config["FLOODGATE"], app.extensions["store"], after_ms)
+    ext = app.extensions
+    return recovery.sweep_all(app.config["FLOODGATE"], ext["store"], ext["settle"], ext["queue"], after_ms)
 
 
-def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_sweep(api, app, buyer_server):
+def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_sweep(api, app, buyer_server, worker):
     key, x, y = _setup_x_and_y(api, buyer_server)
     lease = _die_while_offering(app, "surge", "A1", "x", attempts=[{"buyer_id": "z", "outcome": "rejected", "ms": 3}],
                                 payload='{"lead_id":"A1","state":"TX"}')
@@ -144,11 +147,13 @@ def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_swee
     [offer] = x.received  # the re-offer: same key, same lead; nobody else asked
     assert offer["headers"]["Idempotency-Key"] == "surge:A1:x" and offer["body"]["lead"] == {"state": "TX"}
     assert y.received == []
+    api.wait_settled("A1", "surge")
     with db.connection_context():
         lead = Lead.get(Lead.publisher_id == "surge", Lead.lead_id == "A1")
         assert (lead.status, lead.buyer_id, str(lead.price), lead.request_id) == ("sold", "x", "10.00", "req-1")
     r = app.extensions["redis"]
-    assert r.exists(lease.key, keys.lead_attempt("surge", "A1")) == 0  # settled: released; note gone
+    wait_until(lambda: not r.exists(lease.key), what="the settled lease to be released")
+    assert not r.exists(keys.lead_attempt("surge", "A1"))
     assert r.zscore(keys.leases("x"), lease.lease_id) is None
     assert api.get("/v1/admin/buyers/x").json()["usage"]["daily"]["used"] == 1  # counted once
     replay = api.post_lead(key, {"lead_id": "A1", "state": "TX"}).json()  # a late retry: the sweep's answer
@@ -158,7 +163,7 @@ def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_swee
     assert _sweep(app).as_dict() == {"sold": 0, "unsold": 0, "left": 0}  # nothing twice
 
 
-def test_the_sweep_leaves_a_lead_its_buyer_does_not_confirm_unsold_for_review(api, app, buyer_server):
+def test_the_sweep_leaves_a_lead_its_buyer_does_not_confirm_unsold_for_review(api, app, buyer_server, worker):
     key, x, y = _setup_x_and_y(api, buyer_server, x_mode="reject")
     lease = _die_while_offering(app, "surge", "A2", "x", payload='{"lead_id":"A2"}')
     assert _sweep(app).unsold == ["surge:A2"]
@@ -170,14 +175,47 @@ def test_the_sweep_leaves_a_lead_its_buyer_does_not_confirm_unsold_for_review(ap
     assert api.post_lead(key, {"lead_id": "A2"}).json()["status"] == "unsold"
 
 
-def test_the_sweep_settles_a_confirmed_sale_without_asking_the_buyer_again(api, app, buyer_server):
+def test_the_sweep_settles_a_confirmed_sale_without_asking_the_buyer_again(api, app, buyer_server, worker):
     key, x, y = _setup_x_and_y(api, buyer_server)
     lease = _die_while_offering(app, "surge", "A3", "x", payload='{"lead_id":"A3"}')
     # x said yes and the lease was confirmed, then the process died before the settlement
     leases.finish(app.extensions["store"], lease, "accepted", breaker_failures=3, breaker_cooldown_ms=1000)
+    r = app.extensions["redis"]
+    r.hset(keys.breaker("x"), "failures", 2)  # x is failing now: an old accept must not close its breaker
     assert _sweep(app).sold == ["surge:A3"]
     assert x.received == [] and y.received == []
+    assert r.hget(keys.breaker("x"), "failures") == "2"
     assert api.wait_settled("A3", "surge")["buyer_id"] == "x"
+
+
+def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_took_the_claim(
+        api, app, buyer_server, worker):
+    """The sweep runs outside gevent, where only socket timeouts bound a buyer's answer: its
+    claim (201 ms here) expires while x takes 0.8 s, a publisher retry claims the lead and
+    offers it to x again. Both hear `accepted`; the lead is sold once, to x, and the sweep
+    writes over nothing the retry holds."""
+    key, x, y = _setup_x_and_y(api, buyer_server, x_mode="sleep")
+    x.delay = 0.8
+    _die_while_offering(app, "surge", "D1", "x", payload='{"lead_id":"D1"}')
+    ext, r = app.extensions, app.extensions["redis"]
+    settings = dataclasses.replace(recovery.Settings.of(app.config["FLOODGATE"], 0), claim_margin_ms=1,
+                                   buyer_timeout_ms=100)
+    with db.connection_context():
+        snapshot = load_snapshot(None)
+    publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
+    with ThreadPoolExecutor(1) as pool:
+        sweeping = pool.submit(recovery.sweep, ext["store"], ext["settle"], ext["queue"], Deliverer(3000),
+                               snapshot.buyers, ["x", "y"], publishers, settings)
+        wait_until(lambda: x.arrived, what="the sweep's re-offer to reach x")
+        wait_until(lambda: not r.exists(keys.lead_claim("surge", "D1")), what="the sweep's claim to expire")
+        retry = api.post_lead(key, {"lead_id": "D1"}).json()
+        result = sweeping.result(timeout=30)
+    assert (retry["status"], retry["buyer_id"]) == ("sold", "x")
+    assert result.sold == ["surge:D1"] and y.arrived == []
+    assert len(x.arrived) == 2 and {o["headers"]["Idempotency-Key"] for o in x.arrived} == {"surge:D1:x"}
+    assert api.wait_settled("D1", "surge")["buyer_id"] == "x"
+    assert api.post_lead(key, {"lead_id": "D1"}).json()["buyer_id"] == "x"
+    assert api.get("/v1/admin/buyers/x").json()["usage"]["daily"]["used"] == 1
 
 
 def test_the_sweep_leaves_leads_a_request_holds_young_ones_and_notes_without_the_lead(api, app, buyer_server):
@@ -279,7 +317,7 @@ def test_worker_killed_after_the_buyer_got_the_lead_never_sells_it_to_another_bu
 
 @pytest.mark.e2e
 def test_worker_killed_after_the_buyer_accepted_and_no_retry_ever_comes_is_sold_by_the_sweep(
-        one_worker_web, buyer_server, worker, queue_server):
+        one_worker_web, buyer_server, worker, redis_server, queue_server):
     """What the 60-minute soak lost once: a web worker killed -9 right after its buyer
     accepted, and a publisher that never retried. The scheduler's sweep (the job it runs,
     on the real RQ worker) offers the lead again to that buyer alone and settles the sale."""
@@ -293,16 +331,18 @@ def test_worker_killed_after_the_buyer_accepted_and_no_retry_ever_comes_is_sold_
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: x.received, what="x to accept into the void")
     x.delay = 0.0
-    q = Queue(SETTLE, connection=redis.Redis.from_url(queue_server.url))
+    r = redis_server.client()
+    wait_until(lambda: not r.exists(keys.lead_claim("surge", "K9")), timeout=20, what="the dead claim to expire")
+    job = Queue(SETTLE, connection=redis.Redis.from_url(queue_server.url)).enqueue(
+        "workers.leads.sweep_abandoned", after_ms=0)  # the scheduler's job, without its 2-minute wait
+    assert wait_until(lambda: job.refresh() or job.return_value(), timeout=30,
+                      what="the sweep") == {"sold": 1, "unsold": 0, "left": 0}
 
-    def settled():  # the sweep finds the lead once its dead claim has expired (seconds here)
+    def settled():
         with db.connection_context():
-            lead = Lead.get_or_none(Lead.publisher_id == "surge", Lead.lead_id == "K9")
-        if lead is None:
-            q.enqueue("workers.leads.sweep_abandoned", after_ms=0)
-        return lead
+            return Lead.get_or_none(Lead.publisher_id == "surge", Lead.lead_id == "K9")
 
-    lead = wait_until(settled, timeout=40, interval=1.0, what="the sweep to settle K9")
+    lead = wait_until(settled, timeout=30, what="the drain to settle K9")
     assert (lead.status, lead.buyer_id) == ("sold", "x")
     assert y.arrived == [] and {r["headers"]["Idempotency-Key"] for r in x.arrived} == {"surge:K9:x"}
     assert len(x.arrived) == 2  # the first offer and the sweep's
@@ -435,3 +475,13 @@ def test_unknown_attempts_are_stored_as_such(api, app, buyer_server, worker):
         outcomes = [a.outcome for a in LeadAttempt.select().where(LeadAttempt.lead_id == "L8")]
     assert outcomes == ["unknown"]
     assert json.loads(app.extensions["redis"].get(keys.lead_claim("surge", "L8")))["status"] == "unsold"
+
+
+def test_the_abandoned_lead_sweep_must_find_a_lease_before_it_expires():
+    from webhooks import config
+
+    assert config.load({}).lead_abandoned_after_ms == 120_000
+    assert config.load({"LEAD_RECOVERY_WINDOW_MS": "100000"}).lead_abandoned_after_ms == 50_000
+    assert config.load({"LEAD_ABANDONED_AFTER_MS": "5000"}).lead_abandoned_after_ms == 5000
+    with pytest.raises(config.ConfigError, match="LEAD_ABANDONED_AFTER_MS"):
+        config.load({"LEAD_RECOVERY_WINDOW_MS": "100000", "LEAD_ABANDONED_AFTER_MS": "50000"})

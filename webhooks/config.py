@@ -14,6 +14,7 @@ from webhooks.storage.redis import is_cluster_url
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"
 DEFAULT_METRICS_DIR = str(ROOT / "var" / "prometheus")
+SWEEP_INTERVAL_MS = 60_000  # the abandoned-lead sweep's (workers/schedule.py)
 MAX_WATERFALL = 8  # buyers a graceful shutdown waits for, each at its full deadline
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -161,11 +162,20 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     values["log_level"] = level
     _check_secrets(values)
     _check_payment_events(values)
-    if values.get("lead_abandoned_after_ms", Config.lead_abandoned_after_ms) >= values.get(
-            "lead_recovery_window_ms", Config.lead_recovery_window_ms):
-        raise ConfigError("LEAD_ABANDONED_AFTER_MS must be shorter than LEAD_RECOVERY_WINDOW_MS: the sweep "
-                          "must find a dead routing's lease before it expires")
+    _check_abandoned_after(values)
     return Config(**values)
+
+
+def _check_abandoned_after(values: dict) -> None:
+    """The abandoned-lead sweep (every minute) must find a dead routing's lease while it lives:
+    LEAD_ABANDONED_AFTER_MS defaults to 2 minutes, or half a shorter recovery window."""
+    window = values.get("lead_recovery_window_ms", Config.lead_recovery_window_ms)
+    if "lead_abandoned_after_ms" not in values:
+        values["lead_abandoned_after_ms"] = min(Config.lead_abandoned_after_ms, window // 2)
+    elif values["lead_abandoned_after_ms"] + SWEEP_INTERVAL_MS >= window:
+        raise ConfigError(f"LEAD_ABANDONED_AFTER_MS must be at least {SWEEP_INTERVAL_MS} ms (the sweep's interval) "
+                          "shorter than LEAD_RECOVERY_WINDOW_MS: the sweep must find a dead routing's lease "
+                          "before it expires")
 
 
 def _events_secrets(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import logging
 
+from rq import get_current_job
+
 from webhooks.leads import recovery
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
+from webhooks.storage.redis import make_queue_redis
+from webhooks.storage.settle_queue import queue
 from workers.context import backends
 
 log = logging.getLogger(__name__)
@@ -17,8 +21,10 @@ def sweep_abandoned(after_ms: int | None = None) -> dict:
     how many were sold, left unsold for review, and left for the next run. A database outage
     ends the run quietly: the next one, a minute later, finds the same leads."""
     b = backends()
+    job = get_current_job()
+    q = queue(job.connection if job else make_queue_redis(b.cfg.queue_redis_url))
     try:
-        result = recovery.sweep_all(b.cfg, b.store, after_ms)
+        result = recovery.sweep_all(b.cfg, b.store, b.settle, q, after_ms)
     except UNAVAILABLE_ERRORS as exc:
         log.warning("database unavailable (%s): the abandoned-lead sweep runs again within a minute", exc)
         return {"sold": 0, "unsold": 0, "left": 0}

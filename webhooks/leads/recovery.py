@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,22 +22,24 @@ from typing import TYPE_CHECKING
 
 from webhooks import metrics
 from webhooks.caps import leases
-from webhooks.leads import ledger, settlement
+from webhooks.leads import settlement
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import ACCEPTED, UNKNOWN, Deliverer
 from webhooks.leads.publishers import PublisherRule
 from webhooks.leads.routing import Offer, Outcome, attempt_record, idempotency_key
-from webhooks.storage import claims, keys
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage import claims, keys, settle_queue
+from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
-from webhooks.storage.redis import Store
+from webhooks.storage.redis import REDIS_DOWN, Store
 
 if TYPE_CHECKING:
     from webhooks.config import Config
 
 log = logging.getLogger(__name__)
 
-SCAN = 500  # leases read per buyer and sweep (the oldest first); the next sweep takes the rest
+SCAN = 500  # leases read per page
+BUDGET_S = 25.0  # a sweep's time at most; the next run (a minute later) takes the rest
+LATE_S = 1.0  # this close to its claim's end, the sweep checks it still holds it (as intake does)
 
 
 def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], publisher_id: str, lead_id: str,
@@ -97,7 +100,7 @@ class Settings:
 class SweepResult:
     sold: list[str] = field(default_factory=list)  # "publisher:lead" of each
     unsold: list[str] = field(default_factory=list)  # flagged for review
-    left: int = 0  # found, but not finished this time (claimed by a retry, ledger down, ...)
+    left: int = 0  # found, but not finished this time (claimed by a retry, failed, out of time)
 
     def as_dict(self) -> dict:
         return {"sold": len(self.sold), "unsold": len(self.unsold), "left": self.left}
@@ -106,20 +109,31 @@ class SweepResult:
 def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, settings: Settings) -> list[tuple[str, dict]]:
     """(attempt note key, note) of every lead whose routing died holding a lease reserved
     more than `abandoned_after_ms` ago, that no request claims now and whose note carries the
-    lead (notes written before it did are left to their publisher's retry)."""
+    lead (notes written before notes did are left to their publisher's retry). The leases
+    are read a page at a time (`SCAN`), oldest first: those skipped (confirmed ones waiting
+    for their settlement, held ones left for review) do not hide newer ones."""
     now_us = int(now.timestamp() * 1_000_000)
     newest = now_us - settings.abandoned_after_ms * 1000
     oldest = now_us - (settings.recovery_window_ms + 3_600_000) * 1000  # past it the lease has expired
-    found: list[tuple[str, str]] = []  # (lease key, its lease id) of old leases
+    out = []
     for buyer_id in buyer_ids:
-        ids = store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=0, num=SCAN)
-        found += [(keys.lease(buyer_id, i), i) for i in ids]
-    if not found:
+        start = 0
+        while True:
+            ids = store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=start, num=SCAN)
+            out += _abandoned_of(store, buyer_id, ids)
+            if len(ids) < SCAN:
+                break
+            start += SCAN
+    return out
+
+
+def _abandoned_of(store: Store, buyer_id: str, lease_ids: list[str]) -> list[tuple[str, dict]]:
+    if not lease_ids:
         return []
     pipe = store.redis.pipeline(transaction=False)
-    for lease_key, _ in found:
-        pipe.hmget(lease_key, "state", "note")
-    held = [(note_key, lease_id) for (_, lease_id), (state, note_key) in zip(found, pipe.execute())
+    for lease_id in lease_ids:
+        pipe.hmget(keys.lease(buyer_id, lease_id), "state", "note")
+    held = [(note_key, lease_id) for lease_id, (state, note_key) in zip(lease_ids, pipe.execute())
             if state is not None and note_key]  # confirmed ones too: their settlement may be what died
     if not held:
         return []
@@ -133,7 +147,11 @@ def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, settings: S
         raw, claimed = values[2 * i], values[2 * i + 1]
         if raw is None or claimed:
             continue  # finished (the note goes with the answer), or a request holds the lead now
-        note = json.loads(raw)
+        try:
+            note = json.loads(raw)
+        except ValueError:
+            log.error("attempt note %s is not JSON: left alone", note_key)
+            continue
         if note.get("lease_id") != lease_id or "payload" not in note:
             continue  # a later offer's note (this lease is another's), or a note without the lead
         out.append((note_key, note))
@@ -144,68 +162,101 @@ def _claim_key(note_key: str) -> str:
     return note_key.removesuffix(":attempt")
 
 
-def finish(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], publisher: PublisherRule,
-           note_key: str, settings: Settings, now: datetime) -> Outcome | None:
+def finish(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
+           publisher: PublisherRule, note_key: str, settings: Settings) -> Outcome | None:
     """Claim the lead of an abandoned attempt note as a publisher's retry would
-    (lua/claim_lead.lua), offer it again (`reoffer`), write it to the ledger, and remember
-    its answer for the publisher's replays. None when it is not this sweep's to finish: a
-    request claimed it first, it was finished meanwhile, Redis lost its data lately, or the
-    ledger cannot be written (the lease stays confirmed: the next sweep settles it without
-    asking the buyer again)."""
+    (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
+    (leads/intake.py): confirm a sale, remember the answer for the publisher's replays and
+    queue the settlement, in one round trip; with Redis unreachable the settlement is written
+    to the ledger directly. None when it is not this sweep's to finish: a request claimed it
+    first, it was finished meanwhile, or Redis lost its data lately.
+
+    The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
+    the claim: near or past the claim's end the answer is written first (token-checked, as
+    a late request does), and when a retry holds the claim by then, a sale stands (the buyer
+    has the lead; the ledger's unique key keeps the first settlement) and anything else is
+    dropped."""
     claim_key = _claim_key(note_key)
     claim_ttl = settings.claim_margin_ms + settings.buyer_timeout_ms + 100
     lease_ttl_ms = claim_ttl + settings.recovery_window_ms
     token = claims.new_token(claims.ROUTING)
+    started = time.monotonic()
     claimed, raw, _mark = store.claim_lead(
         keys=[claim_key, note_key, keys.lead_memory(publisher.id)],
-        args=[token, claim_ttl, "", lease_ttl_ms, int(now.timestamp() * 1000)])
+        args=[token, claim_ttl, "", lease_ttl_ms, int(time.time() * 1000)])
     claim = claims.Claim(claim_key, token)
     if claimed != 1:
         return None
-    if raw is None:  # finished between the look and the claim
-        claims.release(store, claim)
-        return None
-    note = json.loads(raw)
-    lead = json.loads(note["payload"])
-    lead_id = note["lead_id"]
-    lead.pop("lead_id", None)
     try:
+        if raw is None:  # finished between the look and the claim
+            claims.release(store, claim)
+            return None
+        note = json.loads(raw)
+        lead_id = note["lead_id"]
+        lead = json.loads(note["payload"])
+        lead.pop("lead_id", None)
         outcome = reoffer(store, deliverer, buyers, publisher.id, lead_id, lead, note, lease_ttl_ms)
-        if outcome.lease is not None:  # confirmed first: whatever fails next, the sale is known
-            leases.finish(store, outcome.lease, ACCEPTED, breaker_failures=settings.breaker_failures,
-                          breaker_cooldown_ms=settings.breaker_cooldown_ms)
         item = settlement.make_item(publisher, lead_id, outcome, note["payload"],
                                     datetime.fromisoformat(note["at"]), note.get("request_id"))
-        with db.connection_context():
-            ledger.settle([item])
-            settled = ledger.answer_for(publisher.id, lead_id)  # the first settlement's, if it was not this
-    except UNAVAILABLE_ERRORS as exc:
-        log.warning("abandoned lead %s:%s not settled yet (%s): the next sweep tries again",
-                    publisher.id, lead_id, exc)
-        claims.release(store, claim)
-        return None
     except BaseException:
-        claims.release(store, claim)
+        claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
         raise
-    if outcome.lease is not None:
-        leases.release_settled(store.redis, [(outcome.lease.buyer_id, outcome.lease.lease_id)])
-    answer = json.dumps(settled or settlement.answer_of(item))
-    store.answer_lead(keys=[claim_key, note_key], args=[token, answer, settings.replay_ttl_s])
+    answer = json.dumps(settlement.answer_of(item))
+    keep_claim = False
+    if time.monotonic() - started > claim_ttl / 1000 - LATE_S:
+        held = store.answer_lead(keys=[claim_key, note_key], args=[token, answer, settings.replay_ttl_s])
+        if held != 1:
+            log.error("abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
+                      "it now; outcome %s", publisher.id, lead_id, outcome.status)
+            if outcome.lease is None:
+                return None
+        keep_claim = True
+    _end(store, settle, queue, claim, note_key, outcome, item, answer, settings, keep_claim)
     log.warning("abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
                 publisher.id, lead_id, outcome.status)
     return outcome
 
 
-def sweep(store: Store, deliverer: Deliverer, buyers: tuple[BuyerRule, ...], buyer_ids: Iterable[str],
-          publishers: dict[str, PublisherRule], settings: Settings, now: datetime | None = None) -> SweepResult:
-    """Finish every abandoned lead (`abandoned`, `finish`). `buyers` are the active buyers
-    (one switched off since is not asked again: its lead stays unsold for review),
-    `buyer_ids` every buyer whose leases to look at, `publishers` by id."""
+def _end(store: Store, settle: Store, queue, claim: claims.Claim, note_key: str, outcome: Outcome, item: dict,
+         answer: str, settings: Settings, keep_claim: bool) -> None:
+    """As intake's `_finish`: confirm the lease, remember the answer (unless `keep_claim`),
+    queue the settlement; the ledger directly when Redis cannot be reached."""
+    try:
+        pipe = store.redis.pipeline(transaction=False)
+        if outcome.lease is not None:  # (one confirmed before its routing died stays as it is)
+            leases.finish_in(store, pipe, outcome.lease, ACCEPTED, breaker_failures=settings.breaker_failures,
+                             breaker_cooldown_ms=settings.breaker_cooldown_ms)
+        if not keep_claim:
+            store.queue(pipe, store.answer_lead, [claim.key, note_key], [claim.token, answer, settings.replay_ttl_s])
+        if settle is not store:
+            pipe.execute()
+            pipe = None
+        settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], pipe, item["request_id"])
+    except REDIS_DOWN:
+        settlement.settle_directly(item)
+
+
+def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tuple[BuyerRule, ...],
+          buyer_ids: Iterable[str], publishers: dict[str, PublisherRule], settings: Settings,
+          now: datetime | None = None, budget_s: float = BUDGET_S) -> SweepResult:
+    """Finish the abandoned leads (`abandoned`, `finish`) for `budget_s` at most (a job of
+    the shared queue hands over within half a minute; the next run takes the rest). One
+    lead's failure is logged and left for the next run; it does not stop the others.
+    `buyers` are the active buyers (one switched off since is not asked again: its lead stays
+    unsold for review), `buyer_ids` every buyer whose leases to look at, `publishers` by id."""
     now = now or datetime.now(timezone.utc)
+    until = time.monotonic() + budget_s
     result = SweepResult()
     for note_key, note in abandoned(store, buyer_ids, now, settings):
         publisher = publishers.get(note["publisher_id"])
-        outcome = None if publisher is None else finish(store, deliverer, buyers, publisher, note_key, settings, now)
+        if publisher is None or time.monotonic() > until:
+            result.left += 1
+            continue
+        try:
+            outcome = finish(store, settle, queue, deliverer, buyers, publisher, note_key, settings)
+        except Exception:
+            log.exception("abandoned lead %s could not be finished: the next sweep tries again", note_key)
+            outcome = None
         if outcome is None:
             result.left += 1
             continue
@@ -214,7 +265,7 @@ def sweep(store: Store, deliverer: Deliverer, buyers: tuple[BuyerRule, ...], buy
     return result
 
 
-def sweep_all(cfg: Config, store: Store, abandoned_after_ms: int | None = None) -> SweepResult:
+def sweep_all(cfg: Config, store: Store, settle: Store, queue, abandoned_after_ms: int | None = None) -> SweepResult:
     """`sweep` with the current config of buyers and publishers read from the database (the
     leases of buyers switched off or deleted since are looked at too)."""
     from webhooks.leads.catalog import load_snapshot
@@ -223,5 +274,5 @@ def sweep_all(cfg: Config, store: Store, abandoned_after_ms: int | None = None) 
     with db.connection_context():
         buyer_ids = [row.id for row in Buyer.select(Buyer.id)]
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
-    return sweep(store, Deliverer(cfg.buyer_timeout_ms), snapshot.buyers, buyer_ids, publishers,
+    return sweep(store, settle, queue, Deliverer(cfg.buyer_timeout_ms), snapshot.buyers, buyer_ids, publishers,
                  Settings.of(cfg, abandoned_after_ms))

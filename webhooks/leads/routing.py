@@ -76,7 +76,7 @@ def attempt_note(attempt_key: str, offer: Offer, now: datetime, attempts: list[d
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
     in, and the attempts before it. `ref` (publisher_id, lead_id, payload, request_id: see
-    `lead_ref`) lets the abandoned-lead sweep (leads/abandoned.py) do it when the
+    `lead_ref`) lets the abandoned-lead sweep (leads/recovery.py) do it when the
     publisher never retries."""
     return leases.Note(attempt_key, {"url": offer.buyer.endpoint_url, "price": f"{offer.price:.2f}",
                                      "bid": None if offer.bid is None else f"{offer.bid:.2f}",

@@ -19,7 +19,7 @@ def lease(buyer_id: str, lease_id: str) -> str:
 
 
 def leases(buyer_id: str) -> str:
-    """Sorted set of the buyer's live leases (score: expiry in ms)."""
+    """Sorted set of the buyer's live leases (score: reserved at, Redis time in µs)."""
     return buyer(buyer_id, "leases")
 
 
