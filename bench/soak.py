@@ -378,16 +378,17 @@ def periodic_jobs(stack: Stack) -> int:
     return sum(job.id.startswith(ID_PREFIX) for job in Scheduler(queue_name="floodgate", connection=conn).get_jobs())
 
 
-def schedule(minutes: float) -> list[tuple[float, str]]:
+def schedule(minutes: float, kinds: tuple[str, ...] = FAULTS) -> list[tuple[float, str]]:
     """(seconds into the run, fault): one round of the six per 10 minutes, from the first
-    minute to two minutes before the end."""
+    minute to two minutes before the end. With `kinds`, as many faults, of those kinds only,
+    in turn (`--faults`: e.g. only those that step memory up, in long-lived processes)."""
     total = minutes * 60
     rounds = max(1, round(minutes / 10))
-    n = len(FAULTS) * rounds
+    n = len(FAULTS) * rounds if kinds == FAULTS else max(len(kinds), round(minutes / 10 * len(FAULTS)))
     first = min(60.0, total * 0.15)
     last = max(first, total - min(120.0, total * 0.25))
     step = (last - first) / max(1, n - 1)
-    return [(first + i * step, FAULTS[i % len(FAULTS)]) for i in range(n)]
+    return [(first + i * step, kinds[i % len(kinds)]) for i in range(n)]
 
 
 def count_lines(path: Path) -> int:
@@ -456,14 +457,23 @@ def main() -> int:
     ap.add_argument("--settle-timeout", type=float, default=900,
                     help="after the traffic, how long to wait for the ledger to hold every answer")
     ap.add_argument("--no-faults", action="store_true", help="the same traffic without faults (a baseline)")
+    ap.add_argument("--faults", metavar="KIND,...", help="only these faults, in turn, as many as the six would be "
+                    f"(of: {', '.join(FAULTS)})")
     ap.add_argument("--keep-db", action="store_true", help="keep the run's database (its URL is printed)")
     ap.add_argument("--reanalyse", metavar="RUN_DIR", help="check a finished run again (its database was kept)")
+    ap.add_argument("--rejudge-rss", metavar="NAME", help="judge the memory of a finished run again "
+                    "(bench/out/NAME.json; its database is not needed)")
     args = ap.parse_args()
+    if args.rejudge_rss:
+        return 0 if soak_checks.rejudge_rss(args.rejudge_rss) else 1
     if args.reanalyse:
         meta = json.loads((OUT / args.reanalyse / "meta.json").read_text())
         result = soak_checks.analyse(OUT / args.reanalyse, meta, meta.pop("db_url"))
         return report(result, meta["name"])
-    name = f"soak-{args.minutes:g}m" + ("-nofaults" if args.no_faults else "")
+    kinds = tuple(args.faults.split(",")) if args.faults else FAULTS
+    if set(kinds) - set(FAULTS):
+        ap.error(f"--faults: unknown {sorted(set(kinds) - set(FAULTS))}; known: {', '.join(FAULTS)}")
+    name = f"soak-{args.minutes:g}m" + ("-nofaults" if args.no_faults else "-" + "+".join(kinds) if args.faults else "")
     run_dir = OUT / f"{name}-run"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -490,7 +500,7 @@ def main() -> int:
         t0 = time.time() + 0.5  # the traffic's own start (bench/soak_traffic.py)
         sampler = Sampler(stack, t0, {"traffic": traffic.pid})
         faults = Faults(stack, t0)
-        plan = [] if args.no_faults else schedule(args.minutes)
+        plan = [] if args.no_faults else schedule(args.minutes, kinds)
         last_note = time.time()
         while traffic.alive():
             now = time.time() - t0

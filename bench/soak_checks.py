@@ -35,11 +35,16 @@ def write_md(name: str, text: str) -> None:
 
 QUIET_S = 10  # a fault's errors are over after this long without one
 # A web worker's settlement journal fills for JOURNAL_KEEP_S (600 s): judge its memory after
-# that; other processes after their first minute. A trend needs 5 minutes of samples.
-RSS_SETTLE_S = {"web worker": 660}
+# that; other processes after their first minute. A trend needs 200 s of samples between two
+# faults that step memory up: a Redis restart (its recovery: rebuilds, the re-pushed queue)
+# and a database outage (the requests held while it lasts). Those steps are high-water marks
+# of a process's allocator (bench/rss_outages.py repeats each fault in one process's life:
+# one step, then flat); a trend between them is what a leak looks like.
+# An RQ worker steps up once, about 90 s in, when its first periodic jobs load what they use.
+RSS_SETTLE_S = {"web worker": 660, "rq worker": 120}
 RSS_SETTLE_DEFAULT_S = 60
-RSS_MIN_SPAN_S = 300
-RSS_AFTER_RESET_S = 150  # a Redis restart's recovery (rebuild, re-pushed queue) is over by then
+RSS_MIN_SPAN_S = 200
+RSS_AFTER_FAULT_S = {"redis_restart": 150, "db_outage": 70}  # each one's recovery is over by then
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -355,10 +360,10 @@ def rss_by_minute(samples: list[dict]) -> dict[int, dict]:
     return out
 
 
-def rss_trend(samples: list[dict], resets: list[float] = ()) -> list[dict]:
+def rss_trend(samples: list[dict], resets: list[tuple[float, float]] = ()) -> list[dict]:
     """Per process (role:pid) that lived long enough: the RSS slope after its warm-up, fitted
-    between Redis restarts (`resets`): rebuilding after a data loss parses the whole re-pushed
-    settlement queue once, a step up that Python's allocator keeps, not a trend."""
+    between the faults that step memory up (`resets`: (when, how long its recovery lasts)),
+    see RSS_AFTER_FAULT_S."""
     series = defaultdict(list)
     for s in samples:
         for key, kb in s["rss_kb"].items():
@@ -373,10 +378,11 @@ def rss_trend(samples: list[dict], resets: list[float] = ()) -> list[dict]:
         row = {"process": key, "lived_min": round((points[-1][0] - first) / 60, 1),
                "first_mb": round(points[0][1], 1), "last_mb": round(points[-1][1], 1),
                "max_mb": round(max(mb for _, mb in points), 1)}
-        edges = [warm] + [r + RSS_AFTER_RESET_S for r in resets if r + RSS_AFTER_RESET_S > warm] + [math.inf]
-        cuts = [warm] + [r for r in resets if r > warm] + [math.inf]
+        starts = [warm] + [t + settle for t, settle in sorted(resets) if t + settle > warm]
+        ends = sorted(t for t, _ in resets)
         slopes = []
-        for start, end in zip(edges, cuts[1:]):
+        for start in starts:
+            end = next((t for t in ends if t > start), math.inf)
             seg = [(t, mb) for t, mb in points if start <= t < end]
             if len(seg) > 2 and seg[-1][0] - seg[0][0] >= RSS_MIN_SPAN_S:
                 n = len(seg)
@@ -402,19 +408,35 @@ def analyse(run_dir: Path, meta: dict, db_url: str) -> dict:
     lead_checks, lead_figures = check_leads(meta, ledger, buyer_log, outcomes)
     events = [r for r in buyer_log if r["b"] == "_events"]
     pay_checks, pay_figures = check_payments(meta, ledger, outcomes, events)
-    trend = rss_trend(meta["samples"], [f["t"] for f in meta["faults"] if f["kind"] == "redis_restart"])
-    judged = [r for r in trend if "growing" in r]
-    growing = [r["process"] for r in judged if r["growing"]]
-    rss_check = _check("no RSS growth trend in Floodgate's processes", not growing,
-                       f"{len(judged)} processes lived {RSS_MIN_SPAN_S // 60}+ min past their warm-up (a web "
-                       f"worker's: {RSS_SETTLE_S['web worker'] // 60} min, its settlement journal filling) and were "
-                       f"judged; growing: {growing or 'none'}"
-                       if judged else "not judged: no process lived long enough past its warm-up",
-                       not_applicable=not judged)
+    trend, rss_check = judge_rss(meta["samples"], meta["faults"])
     return {"meta": {k: v for k, v in meta.items() if k != "samples"}, "samples": meta["samples"],
             "checks": lead_checks + pay_checks + [rss_check], "leads": lead_figures, "payments": pay_figures,
             "timeline": timeline(meta, requests, t0), "rss_trend": trend,
             "requests": len(requests), "tables": ledger["tables"]}
+
+
+def judge_rss(samples: list[dict], faults: list[dict]) -> tuple[list[dict], dict]:
+    """(rss_trend, the RSS check) of a run."""
+    trend = rss_trend(samples, [(f["t"], RSS_AFTER_FAULT_S[f["kind"]]) for f in faults
+                                if f["kind"] in RSS_AFTER_FAULT_S])
+    judged = [r for r in trend if "growing" in r]
+    growing = [r["process"] for r in judged if r["growing"]]
+    return trend, _check("no RSS growth trend in Floodgate's processes", not growing,
+                         f"{len(judged)} processes were judged ({RSS_MIN_SPAN_S} s or more of samples between "
+                         f"Redis restarts and database outages, past their warm-up: a web worker's "
+                         f"{RSS_SETTLE_S['web worker'] // 60} min, its settlement journal filling); "
+                         f"growing: {growing or 'none'}"
+                         if judged else "not judged: no process lived long enough past its warm-up",
+                         not_applicable=not judged)
+
+
+def rejudge_rss(name: str) -> bool:
+    """Judge the memory of a finished run again (bench/out/<name>.json) with the rules above,
+    and write it again; whether every invariant holds."""
+    res = json.loads((OUT / f"{name}.json").read_text())
+    res["rss_trend"], check = judge_rss(res["samples"], res["meta"]["faults"])
+    res["checks"] = [c for c in res["checks"] if c["name"] != check["name"]] + [check]
+    return write(res, name)
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -478,10 +500,12 @@ def render(res: dict) -> str:
                                                 ("lead p99", "lead_p99"), ("payments", "pay_n"), ("pay p50", "pay_p50"),
                                                 ("pay p99", "pay_p99"), ("errors", "errors"),
                                                 *((c[4:].replace("_", " "), c) for c in rss_cols))), "",
-              "Memory trend per process (MB; the steepest slope fitted between Redis restarts, after its "
-              f"warm-up — a web worker's first {RSS_SETTLE_S['web worker'] // 60} minutes, while its settlement "
-              f"journal fills, another's first minute — and {RSS_AFTER_RESET_S} s after each restart, whose "
-              "recovery steps memory up once):", "",
+              "Memory trend per process (MB; the steepest slope fitted between Redis restarts and database "
+              f"outages, after its warm-up — a web worker's first {RSS_SETTLE_S['web worker'] // 60} minutes, "
+              "while its settlement journal fills, another's first minute — and "
+              f"{RSS_AFTER_FAULT_S['redis_restart']} s after each restart, {RSS_AFTER_FAULT_S['db_outage']} s "
+              "after each outage, whose recovery steps memory up to a high-water mark; a process needs "
+              f"{RSS_MIN_SPAN_S} s of samples between them to be judged):", "",
               markdown_table([{**r, "slope": r.get("slope_mb_per_h", "not judged (lived too short)"),
                                "growing": {True: "**yes**", False: "no"}.get(r.get("growing"), "")}
                               for r in res["rss_trend"]],
