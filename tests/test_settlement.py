@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 from redis import Redis
 from rq import Queue
-from rq.registry import FailedJobRegistry, StartedJobRegistry
+from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
 from tests.servers import Proc, TcpProxy, venv_bin, wait_until
 from webhooks.caps import leases
@@ -184,6 +184,22 @@ def test_the_periodic_safety_net_rides_out_a_database_outage_without_a_failed_jo
     q.queue.enqueue(func, job_id=periodic)  # its next run
     wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="the held batch settled")
     wait_until(lambda: not list(q.client.scan_iter(match=keys.settle_processing("*"))), what="nothing held")
+
+
+@pytest.mark.parametrize("func", ["workers.reconcile.reconcile_all", "workers.leads.sweep_abandoned"])
+def test_the_other_periodic_jobs_ride_out_a_database_outage_without_a_failed_job(publisher, isolated, database_url,
+                                                                                db_proxy, func):
+    """A soak run with a database outage every three minutes left two failed reconciliation
+    jobs (the run that follows each Redis restart met an outage). Both periodic jobs that read
+    the database end quietly; reconciliation asks for another run a minute later."""
+    q = isolated(9, db_proxy.url_for(database_url))
+    db_proxy.stop()
+    job = q.queue.enqueue(func, job_id=schedule.job_id(next(d for d in schedule.PERIODIC if d["func"] == func)))
+    q.start_worker()
+    wait_until(lambda: job.get_status(refresh=True) in ("finished", "failed"), timeout=30, what="the job")
+    assert job.get_status() == "finished" and FailedJobRegistry(queue=q.queue).count == 0
+    again = [j for j in (q.queue.fetch_job(i) for i in ScheduledJobRegistry(queue=q.queue).get_job_ids()) if j]
+    assert [j.func_name for j in again] == (["workers.reconcile.reconcile_all"] if "reconcile" in func else [])
 
 
 def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publisher, isolated):

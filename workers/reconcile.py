@@ -1,15 +1,37 @@
 """Reconciliation of Redis cap counters with the ledger (see webhooks/caps/reconcile.py)."""
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
+from rq import get_current_job
+
 from webhooks.caps.reconcile import reconcile_all as run
 from webhooks.leads.catalog import load_snapshot
-from webhooks.storage.db import close_db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
+from webhooks.storage.settle_queue import JOB_TIMEOUT, queue
 from workers.context import backends
+
+log = logging.getLogger(__name__)
+
+OUTAGE_RETRY_S = 60
 
 
 def reconcile_all() -> list[dict]:
+    """Reconcile every active buyer. Through a database outage the run ends quietly and asks
+    for another a minute later (the hourly job would otherwise leave a failed job in RQ's
+    registry, an operator's alarm, for an outage that heals by itself: the soak found one
+    when an outage met the run that follows every Redis restart). A run cut short has
+    corrected some buyers: each correction is a delta, safe to repeat."""
     b = backends()
     try:
         return run(b.store, b.settle.redis, load_snapshot(None).buyers)
+    except UNAVAILABLE_ERRORS as exc:
+        job = get_current_job()
+        if job is not None:  # the worker's own scheduler (--with-scheduler) runs it
+            queue(job.connection).enqueue_in(timedelta(seconds=OUTAGE_RETRY_S), "workers.reconcile.reconcile_all",
+                                              job_timeout=JOB_TIMEOUT, description="reconcile caps (after an outage)")
+        log.warning("database unavailable (%s): reconciliation runs again in %d s", exc, OUTAGE_RETRY_S)
+        return []
     finally:
         close_db()
