@@ -198,14 +198,14 @@ def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_t
     x.delay = 0.8
     _die_while_offering(app, "surge", "D1", "x", payload='{"lead_id":"D1"}')
     ext, r = app.extensions, app.extensions["redis"]
-    settings = dataclasses.replace(recovery.Settings.of(app.config["FLOODGATE"], 0), claim_margin_ms=1,
-                                   buyer_timeout_ms=100)
+    cfg = dataclasses.replace(app.config["FLOODGATE"], lead_abandoned_after_ms=0, lead_claim_margin_ms=1,
+                              buyer_timeout_ms=100)
     with db.connection_context():
         snapshot = load_snapshot(None)
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     with ThreadPoolExecutor(1) as pool:
         sweeping = pool.submit(recovery.sweep, ext["store"], ext["settle"], ext["queue"], Deliverer(3000),
-                               snapshot.buyers, ["x", "y"], publishers, settings)
+                               snapshot.buyers, ["x", "y"], publishers, cfg)
         wait_until(lambda: x.arrived, what="the sweep's re-offer to reach x")
         wait_until(lambda: not r.exists(keys.lead_claim("surge", "D1")), what="the sweep's claim to expire")
         retry = api.post_lead(key, {"lead_id": "D1"}).json()

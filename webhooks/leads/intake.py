@@ -17,7 +17,7 @@ from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import recovery, settlement
 from webhooks.leads.catalog import Snapshot
-from webhooks.leads.delivery import ACCEPTED, Deliverer
+from webhooks.leads.delivery import Deliverer
 from webhooks.leads.publishers import PublisherRule, key_hash
 from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, candidates, lead_ref
 from webhooks.leads.settlement import Journal
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODE = "invalid_lead"
-LATE_S = 1.0  # this close to its claim's expiry, a request checks it still holds the claim
 WAIT = claims.Claim("", "")  # what _claim returns for a lead that must wait after a Redis data loss
 
 
@@ -152,7 +151,7 @@ class Intake:
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
-        if time.monotonic() > deadline - LATE_S:
+        if time.monotonic() > deadline - claims.LATE_S:
             # The claim may have expired under a stalled process: write the answer first, and
             # settle only if it was ours to write (an expired claim nobody took is).
             holder = self._answer(claim, attempt_key, answer)
@@ -315,23 +314,7 @@ class Intake:
 
     def _finish(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
                 keep_claim: bool = False) -> None:
-        """One round trip: confirm the lease, remember the answer, forget the attempt note,
-        queue the settlement. With `keep_claim` (it is not ours any more) the claim and the
-        note are left to the request that holds them."""
-        try:
-            pipe = self.store.redis.pipeline(transaction=False)
-            if outcome.lease is not None:
-                leases.finish_in(self.store, pipe, outcome.lease, ACCEPTED,
-                                 breaker_failures=self.breaker_failures,
-                                 breaker_cooldown_ms=self.breaker_cooldown_ms)
-            if not keep_claim:
-                self.store.queue(pipe, self.store.answer_lead, [claim.key, attempt_key],
-                                 [claim.token, answer, self.replay_ttl_s])
-            if self.settle is not self.store:
-                pipe.execute()
-                pipe = None
-            self.journal.push(item, pipe, answer)
-        except REDIS_DOWN:
-            # The buyer has the lead: the answer stands, and the ledger gets it the slow way.
-            # An unconfirmed lease just expires; its slot stays counted, as the sale is.
-            settlement.settle_directly(item)
+        """settlement.finish, the settlement queued through this process's journal."""
+        settlement.finish(self.store, self.settle, claim, attempt_key, outcome, item, answer, self.journal.push,
+                          breaker_failures=self.breaker_failures, breaker_cooldown_ms=self.breaker_cooldown_ms,
+                          replay_ttl_s=self.replay_ttl_s, keep_claim=keep_claim)

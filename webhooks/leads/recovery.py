@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ from webhooks.leads.routing import Offer, Outcome, attempt_record, idempotency_k
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.redis import Store
 
 if TYPE_CHECKING:
     from webhooks.config import Config
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 SCAN = 500  # leases read per page
 BUDGET_S = 25.0  # a sweep's time at most; the next run (a minute later) takes the rest
-LATE_S = 1.0  # this close to its claim's end, the sweep checks it still holds it (as intake does)
 
 
 def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], publisher_id: str, lead_id: str,
@@ -79,23 +78,6 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], pub
     return out
 
 
-@dataclass(frozen=True)
-class Settings:
-    buyer_timeout_ms: int
-    claim_margin_ms: int
-    recovery_window_ms: int
-    replay_ttl_s: int
-    abandoned_after_ms: int
-    breaker_failures: int
-    breaker_cooldown_ms: int
-
-    @classmethod
-    def of(cls, cfg: Config, abandoned_after_ms: int | None = None) -> Settings:
-        return cls(cfg.buyer_timeout_ms, cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms, cfg.lead_replay_ttl_s,
-                   cfg.lead_abandoned_after_ms if abandoned_after_ms is None else abandoned_after_ms,
-                   cfg.breaker_failures, cfg.breaker_cooldown_ms)
-
-
 @dataclass
 class SweepResult:
     sold: list[str] = field(default_factory=list)  # "publisher:lead" of each
@@ -106,15 +88,15 @@ class SweepResult:
         return {"sold": len(self.sold), "unsold": len(self.unsold), "left": self.left}
 
 
-def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, settings: Settings) -> list[tuple[str, dict]]:
+def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config) -> list[tuple[str, dict]]:
     """(attempt note key, note) of every lead whose routing died holding a lease reserved
-    more than `abandoned_after_ms` ago, that no request claims now and whose note carries the
+    more than LEAD_ABANDONED_AFTER_MS ago, that no request claims now and whose note carries the
     lead (notes written before notes did are left to their publisher's retry). The leases
     are read a page at a time (`SCAN`), oldest first: those skipped (confirmed ones waiting
     for their settlement, held ones left for review) do not hide newer ones."""
     now_us = int(now.timestamp() * 1_000_000)
-    newest = now_us - settings.abandoned_after_ms * 1000
-    oldest = now_us - (settings.recovery_window_ms + 3_600_000) * 1000  # past it the lease has expired
+    newest = now_us - cfg.lead_abandoned_after_ms * 1000
+    oldest = now_us - (cfg.lead_recovery_window_ms + 3_600_000) * 1000  # past it the lease has expired
     out = []
     for buyer_id in buyer_ids:
         start = 0
@@ -163,7 +145,7 @@ def _claim_key(note_key: str) -> str:
 
 
 def finish(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
-           publisher: PublisherRule, note_key: str, settings: Settings) -> Outcome | None:
+           publisher: PublisherRule, note_key: str, cfg: Config) -> Outcome | None:
     """Claim the lead of an abandoned attempt note as a publisher's retry would
     (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
     (leads/intake.py): confirm a sale, remember the answer for the publisher's replays and
@@ -177,8 +159,8 @@ def finish(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Ite
     has the lead; the ledger's unique key keeps the first settlement) and anything else is
     dropped."""
     claim_key = _claim_key(note_key)
-    claim_ttl = settings.claim_margin_ms + settings.buyer_timeout_ms + 100
-    lease_ttl_ms = claim_ttl + settings.recovery_window_ms
+    claim_ttl = cfg.lead_claim_margin_ms + cfg.buyer_timeout_ms + 100
+    lease_ttl_ms = claim_ttl + cfg.lead_recovery_window_ms
     token = claims.new_token(claims.ROUTING)
     started = time.monotonic()
     claimed, raw, _mark = store.claim_lead(
@@ -203,41 +185,28 @@ def finish(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Ite
         raise
     answer = json.dumps(settlement.answer_of(item))
     keep_claim = False
-    if time.monotonic() - started > claim_ttl / 1000 - LATE_S:
-        held = store.answer_lead(keys=[claim_key, note_key], args=[token, answer, settings.replay_ttl_s])
+    if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
+        held = store.answer_lead(keys=[claim_key, note_key], args=[token, answer, cfg.lead_replay_ttl_s])
         if held != 1:
             log.error("abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
                       "it now; outcome %s", publisher.id, lead_id, outcome.status)
             if outcome.lease is None:
                 return None
         keep_claim = True
-    _end(store, settle, queue, claim, note_key, outcome, item, answer, settings, keep_claim)
+
+    def queue_item(item: dict, pipe, _answer: str) -> None:
+        settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], pipe, item["request_id"])
+
+    settlement.finish(store, settle, claim, note_key, outcome, item, answer, queue_item,
+                      breaker_failures=cfg.breaker_failures, breaker_cooldown_ms=cfg.breaker_cooldown_ms,
+                      replay_ttl_s=cfg.lead_replay_ttl_s, keep_claim=keep_claim)
     log.warning("abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
                 publisher.id, lead_id, outcome.status)
     return outcome
 
 
-def _end(store: Store, settle: Store, queue, claim: claims.Claim, note_key: str, outcome: Outcome, item: dict,
-         answer: str, settings: Settings, keep_claim: bool) -> None:
-    """As intake's `_finish`: confirm the lease, remember the answer (unless `keep_claim`),
-    queue the settlement; the ledger directly when Redis cannot be reached."""
-    try:
-        pipe = store.redis.pipeline(transaction=False)
-        if outcome.lease is not None:  # (one confirmed before its routing died stays as it is)
-            leases.finish_in(store, pipe, outcome.lease, ACCEPTED, breaker_failures=settings.breaker_failures,
-                             breaker_cooldown_ms=settings.breaker_cooldown_ms)
-        if not keep_claim:
-            store.queue(pipe, store.answer_lead, [claim.key, note_key], [claim.token, answer, settings.replay_ttl_s])
-        if settle is not store:
-            pipe.execute()
-            pipe = None
-        settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], pipe, item["request_id"])
-    except REDIS_DOWN:
-        settlement.settle_directly(item)
-
-
 def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tuple[BuyerRule, ...],
-          buyer_ids: Iterable[str], publishers: dict[str, PublisherRule], settings: Settings,
+          buyer_ids: Iterable[str], publishers: dict[str, PublisherRule], cfg: Config,
           now: datetime | None = None, budget_s: float = BUDGET_S) -> SweepResult:
     """Finish the abandoned leads (`abandoned`, `finish`) for `budget_s` at most (a job of
     the shared queue hands over within half a minute; the next run takes the rest). One
@@ -247,13 +216,13 @@ def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tupl
     now = now or datetime.now(timezone.utc)
     until = time.monotonic() + budget_s
     result = SweepResult()
-    for note_key, note in abandoned(store, buyer_ids, now, settings):
+    for note_key, note in abandoned(store, buyer_ids, now, cfg):
         publisher = publishers.get(note["publisher_id"])
         if publisher is None or time.monotonic() > until:
             result.left += 1
             continue
         try:
-            outcome = finish(store, settle, queue, deliverer, buyers, publisher, note_key, settings)
+            outcome = finish(store, settle, queue, deliverer, buyers, publisher, note_key, cfg)
         except Exception:
             log.exception("abandoned lead %s could not be finished: the next sweep tries again", note_key)
             outcome = None
@@ -267,12 +236,14 @@ def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tupl
 
 def sweep_all(cfg: Config, store: Store, settle: Store, queue, abandoned_after_ms: int | None = None) -> SweepResult:
     """`sweep` with the current config of buyers and publishers read from the database (the
-    leases of buyers switched off or deleted since are looked at too)."""
+    leases of buyers switched off or deleted since are looked at too); `abandoned_after_ms`
+    instead of LEAD_ABANDONED_AFTER_MS when given."""
     from webhooks.leads.catalog import load_snapshot
 
     snapshot = load_snapshot(None)
     with db.connection_context():
         buyer_ids = [row.id for row in Buyer.select(Buyer.id)]
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
-    return sweep(store, settle, queue, Deliverer(cfg.buyer_timeout_ms), snapshot.buyers, buyer_ids, publishers,
-                 Settings.of(cfg, abandoned_after_ms))
+    if abandoned_after_ms is not None:
+        cfg = replace(cfg, lead_abandoned_after_ms=abandoned_after_ms)
+    return sweep(store, settle, queue, Deliverer(cfg.buyer_timeout_ms), snapshot.buyers, buyer_ids, publishers, cfg)

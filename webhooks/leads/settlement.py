@@ -21,12 +21,17 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING
 
+from webhooks.caps import leases
+from webhooks.leads.delivery import ACCEPTED
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
-from webhooks.storage.claims import restore_answers
+from webhooks.storage.claims import Claim, restore_answers
+from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.settle_queue import push
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from webhooks.leads.routing import Outcome
     from webhooks.storage.redis import Store
 
@@ -178,6 +183,31 @@ def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, 
         log.warning("the ledger could not be asked (%s): every journaled settlement is pushed again", exc)
         return set()
     return found
+
+
+def finish(store: Store, settle: Store, claim: Claim, attempt_key: str, outcome: Outcome, item: dict, answer: str,
+           queue_item: Callable, *, breaker_failures: int, breaker_cooldown_ms: int, replay_ttl_s: int,
+           keep_claim: bool = False) -> None:
+    """End a routed lead in one round trip: confirm its lease (a sale), remember the answer
+    for the publisher's replays and forget the attempt note, and queue the settlement
+    (`queue_item(item, pipe, answer)`: a web process's journal, or the queue itself). With
+    `keep_claim` (it is not the caller's any more) the claim and the note are left to the
+    request that holds them. Redis unreachable: the buyer has the lead, the answer stands,
+    and the settlement is written to the ledger directly (an unconfirmed lease just expires;
+    its slot stays counted, as the sale is)."""
+    try:
+        pipe = store.redis.pipeline(transaction=False)
+        if outcome.lease is not None:
+            leases.finish_in(store, pipe, outcome.lease, ACCEPTED, breaker_failures=breaker_failures,
+                             breaker_cooldown_ms=breaker_cooldown_ms)
+        if not keep_claim:
+            store.queue(pipe, store.answer_lead, [claim.key, attempt_key], [claim.token, answer, replay_ttl_s])
+        if settle is not store:
+            pipe.execute()
+            pipe = None
+        queue_item(item, pipe, answer)
+    except REDIS_DOWN:
+        settle_directly(item)
 
 
 def settle_directly(item: dict) -> None:

@@ -8,6 +8,7 @@ from webhooks.storage import keys
 from webhooks.storage.redis import Store
 
 ROUTING = "routing:"  # prefix of a lead claim value while its lead is being routed
+LATE_S = 1.0  # this close to its claim's expiry, a lead's routing checks it still holds the claim
 
 
 @dataclass(frozen=True)
