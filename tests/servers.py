@@ -181,6 +181,15 @@ class Buyer:
             return sum(1 for r in self.received if r["answered"] == "accept")
 
 
+class _Listener(ThreadingHTTPServer):
+    """The buyer stub's server. Its listen backlog is read by the constructor (listen() runs in
+    it): set on an instance afterwards it stayed at socketserver's 5, and a burst from four web
+    processes overflowed it, so a few posts failed (`error`) and their leads went unsold."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
 class BuyerServer:
     """A real HTTP server playing every buyer: POST /<buyer> behaves as `buyers[<buyer>]`."""
 
@@ -254,9 +263,7 @@ class BuyerServer:
                 except OSError:
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.request_queue_size = 1024
+        self.httpd = _Listener(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
