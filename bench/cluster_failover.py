@@ -258,7 +258,8 @@ def main() -> int:
             es.callback(drop)
         else:
             db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
-        base = {**os.environ, "DATABASE_URL": db_url, "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1"}
+        base = {**os.environ, "DATABASE_URL": db_url, "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1",
+               "PUBLISHER_RATE_LIMIT": "off"}
         subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env={**base, "REDIS_URL": single.url},
                        cwd=ROOT, check=True, capture_output=True)
         stub_port = free_port()

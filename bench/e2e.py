@@ -61,7 +61,8 @@ class Stack:
         else:
             self.db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
         env = {**os.environ, "REDIS_URL": self.redis.url, "DATABASE_URL": self.db_url,
-               "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+               "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1",
+               "PUBLISHER_RATE_LIMIT": "off", **(extra_env or {})}
         subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=ROOT,
                        check=True, capture_output=True)
         buyer_port = free_port()

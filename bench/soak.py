@@ -150,7 +150,8 @@ class Stack:
         self.events_url = f"http://127.0.0.1:{self.buyer_port}/_events"
         self.env = {**{k: v for k, v in os.environ.items() if k not in ("ACCESS_LOG", "WEB_CONCURRENCY")},
                     **SECRETS, "REDIS_URL": self.redis.url, "DATABASE_URL": self.proxy_url,
-                    "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1", "BUYER_TIMEOUT_MS": str(BUYER_TIMEOUT_MS),
+                    "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1",
+               "PUBLISHER_RATE_LIMIT": "off", "BUYER_TIMEOUT_MS": str(BUYER_TIMEOUT_MS),
                     "PROMETHEUS_MULTIPROC_DIR": str(run_dir / "prometheus"),
                     "PAYMENT_EVENTS_URL": self.events_url,
                     "PAYMENT_EVENTS_SECRET": SECRETS["STANDARD_WEBHOOK_SECRET"],

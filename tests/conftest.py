@@ -149,6 +149,8 @@ def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
         "PYTHONUNBUFFERED": "1",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
         "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
+        # bursts of 1,000 leads from one publisher; tests/test_rate_limit.py turns the default on
+        "PUBLISHER_RATE_LIMIT": "off",
     })
     if queue_server is not redis_server:
         env["RQ_REDIS_URL"] = queue_server.url

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError
 from webhooks.payments.signatures import standard_key
 from webhooks.storage.redis import is_cluster_url
+from webhooks.validate import DECIMAL_STRING
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"
@@ -42,6 +45,7 @@ class Config:
     metrics_dir: str = DEFAULT_METRICS_DIR  # PROMETHEUS_MULTIPROC_DIR, shared by every process
     buyer_timeout_ms: int = 1500
     ping_timeout_ms: int = 300  # one shared deadline for the pings of a lead's ping/post buyers
+    ping_max_bid: Decimal = Decimal("1000.00")  # a ping/post bid above it is ignored (no bid)
     breaker_failures: int = 5
     breaker_cooldown_ms: int = 30_000
     db_pool_size: int = 10
@@ -53,9 +57,13 @@ class Config:
     lead_abandoned_after_ms: int = 120_000  # then the abandoned-lead sweep finishes it (leads/recovery.py)
     config_check_interval_ms: int = 500
     journal_keep_s: int = 600
+    journal_max_bytes: int = 64 * 1024 * 1024  # what a web process's journal may hold (leads/settlement.py)
     cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
     cap_wait_timeout_ms: int = 100
     max_body_bytes: int = 256 * 1024
+    # (per_second, burst) of the token bucket of a publisher without a rate_limit of its own
+    # (PUBLISHER_RATE_LIMIT); None: no limit
+    publisher_rate_limit: tuple[int, int] | None = (100, 200)
     # provider -> its secrets: one, or two (the old and the new) while it is being rotated
     secrets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     ops_session_ttl_s: int = 8 * 3600  # lifetime of an /ops session cookie
@@ -98,6 +106,7 @@ _INTS = {
     "LEAD_ABANDONED_AFTER_MS": "lead_abandoned_after_ms",
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
     "JOURNAL_KEEP_S": "journal_keep_s",
+    "JOURNAL_MAX_BYTES": "journal_max_bytes",
     "CAP_WAIT_REPLICAS": "cap_wait_replicas",
     "CAP_WAIT_TIMEOUT_MS": "cap_wait_timeout_ms",
     "OPS_SESSION_TTL_S": "ops_session_ttl_s",
@@ -122,6 +131,9 @@ _STRS = {
     "PAYMENT_EVENTS_URL": "payment_events_url",
 }
 MIN_ADMIN_TOKEN = 24
+RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/publishers.py RATE_MAX)
+# verif-hash is compared as is and signs nothing: it must at least not be guessable
+MIN_FLUTTERWAVE_HASH = 16
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
@@ -147,6 +159,8 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     values["ops_insecure_cookie"] = _switch(env, "OPS_INSECURE_COOKIE")
     values["flutterwave_verify"] = _switch(env, "FLUTTERWAVE_VERIFY")
     values["payment_events_secrets"] = _events_secrets(env)
+    if env.get("PUBLISHER_RATE_LIMIT", "").strip():
+        values["publisher_rate_limit"] = _rate_limit(env["PUBLISHER_RATE_LIMIT"])
     known = {f.name for f in fields(Config)}
     unknown = set(overrides) - known
     if unknown:
@@ -163,7 +177,33 @@ def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
     _check_secrets(values)
     _check_payment_events(values)
     _check_abandoned_after(values)
+    if "ping_max_bid" not in values:
+        values["ping_max_bid"] = _max_bid(env)
     return Config(**values)
+
+
+def _max_bid(env: Mapping[str, str]) -> Decimal:
+    """PING_MAX_BID: a decimal string such as "1000.00" (a bid above it is no bid)."""
+    raw = env.get("PING_MAX_BID", "")
+    if not raw:
+        return Config.ping_max_bid
+    if not DECIMAL_STRING.fullmatch(raw) or Decimal(raw) <= 0:
+        raise ConfigError(f"PING_MAX_BID must be a positive decimal such as \"1000.00\", got {raw[:32]!r}")
+    return Decimal(raw)
+
+
+def _rate_limit(raw: str) -> tuple[int, int] | None:
+    """PUBLISHER_RATE_LIMIT: "<per_second>/<burst>", or "<per_second>" (burst: one second's
+    worth), each 1..RATE_LIMIT_MAX as in the API's rate_limit; "off" or "0": no default."""
+    text = raw.strip().lower()
+    if text in ("off", "0"):
+        return None
+    m = re.fullmatch(r"([0-9]{1,6})(?:/([0-9]{1,6}))?", text)
+    limit = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else None
+    if limit is None or not all(1 <= n <= RATE_LIMIT_MAX for n in limit):
+        raise ConfigError(f"PUBLISHER_RATE_LIMIT must be <per_second>/<burst> (each 1 to {RATE_LIMIT_MAX}, "
+                          f"e.g. 100/200), <per_second>, or off; got {raw!r}")
+    return limit
 
 
 def _check_abandoned_after(values: dict) -> None:
@@ -227,6 +267,12 @@ def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
                 except ValueError as exc:
                     raise ConfigError(f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed "
                                       "by the base64 of the key") from None
+        if provider == "flutterwave":
+            for i, secret in enumerate(secrets, 1):
+                if len(secret) < MIN_FLUTTERWAVE_HASH:
+                    raise ConfigError(f"{var}: secret {i} of {len(secrets)} is {len(secret)} characters; it must "
+                                      f"be at least {MIN_FLUTTERWAVE_HASH} (set a long random secret hash in "
+                                      "Flutterwave's dashboard)")
         found[provider] = secrets
     return found
 

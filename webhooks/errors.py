@@ -115,3 +115,15 @@ class Unavailable(FloodgateError):
     def __init__(self, message: str = "", *, retry_after_s: int | None = None, **kw):
         super().__init__(message, **kw)
         self.retry_after_s = retry_after_s
+
+
+class RateLimited(FloodgateError):
+    """A lead over its publisher's `rate_limit` (API.md): refused before anything else is done
+    for it. `retry_after_s` (at least 1) becomes the answer's Retry-After header."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str = "", *, retry_after_s: int, **kw):
+        super().__init__(message, **kw)
+        self.retry_after_s = max(1, retry_after_s)

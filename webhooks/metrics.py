@@ -34,7 +34,9 @@ class _Metrics:
     attempts: Any
     delivery_seconds: Any
     cap_refusals: Any
+    rate_limited: Any
     payments: Any
+    rejected_bytes: Any
     drift: Any
     reconciled_at: Any
     event_attempts: Any
@@ -73,9 +75,14 @@ def init(cfg: Config) -> None:
                                    "a buyer", ["buyer_id"], buckets=LATENCY_BUCKETS),
         cap_refusals=Counter("floodgate_cap_refusals_total", "Buyers skipped because a cap was full",
                              ["buyer_id", "cap"]),
+        rate_limited=Counter("floodgate_rate_limited_total", "Leads refused because their publisher "
+                             "was over its rate_limit (429 rate_limited)", ["publisher"]),
         payments=Counter("floodgate_payment_deliveries_total", "Payment webhook deliveries by "
                          "provider and answer (credited, duplicate, ignored, in_flight, or the error "
                          "code)", ["provider", "status"]),
+        rejected_bytes=Counter("floodgate_payment_rejected_bytes_total", "Body bytes of payment webhook "
+                               "deliveries that failed their signature check (none of them is stored)",
+                               ["provider"]),
         drift=Gauge("floodgate_cap_drift", "Sold + in flight minus the Redis counter, per buyer and "
                     "cap, as found by the last reconciliation (0: no drift)", ["buyer_id", "cap"],
                     multiprocess_mode="mostrecent"),
@@ -104,6 +111,12 @@ def cap_refused(buyer_id: str, cap: str) -> None:
         _m.cap_refusals.labels(buyer_id, cap).inc()
 
 
+def rate_limited(publisher_id: str) -> None:
+    """A lead refused because its publisher's token bucket was empty."""
+    if _m is not None:
+        _m.rate_limited.labels(publisher_id).inc()
+
+
 def drift(buyer_id: str, cap: str, amount: int) -> None:
     """What reconciliation found: sold + in flight minus the counter (0 when they agree)."""
     if _m is not None:
@@ -129,6 +142,12 @@ def payment_answered(provider: str, status: str) -> None:
     """A payment webhook delivery answered with `status`."""
     if _m is not None:
         _m.payments.labels(provider, status).inc()
+
+
+def payment_rejected(provider: str, body_length: int) -> None:
+    """A payment webhook delivery of `body_length` bytes failed its signature check."""
+    if _m is not None:
+        _m.rejected_bytes.labels(provider).inc(body_length)
 
 
 def payment_events(delivered_lags_s: list[float], failed: int, given_up: int) -> None:

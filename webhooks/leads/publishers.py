@@ -1,17 +1,23 @@
-"""Publishers: admin validation, stored form, and API-key lookup by hash."""
+"""Publishers: admin validation, stored form, API-key lookup by hash, and the rate limit."""
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from webhooks import metrics
 from webhooks import validate as v
-from webhooks.errors import ValidationError
+from webhooks.errors import RateLimited, ValidationError
 from webhooks.storage.models import Publisher
 
+if TYPE_CHECKING:
+    from webhooks.storage.redis import Store
+
 CODE = "invalid_publisher"
-_FIELDS = {"name", "api_key", "commission_pct", "active", "routing"}
+_FIELDS = {"name", "api_key", "commission_pct", "active", "routing", "rate_limit"}
+RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
 _READ_ONLY = {"id", "api_key_hint", "balance", "created_at", "updated_at"}
 
@@ -33,6 +39,7 @@ def parse(body: Any) -> dict:
         "commission_pct": pct,
         "active": v.boolean(CODE, "active", body.get("active", True)),
         "routing": _routing(body.get("routing", "waterfall")),
+        **_rate_columns(rate_limit(body.get("rate_limit"))),
     }
 
 
@@ -42,7 +49,41 @@ def _routing(value: Any) -> str:
     return value
 
 
+class RateLimit(NamedTuple):
+    """A token bucket: `burst` leads at once, refilled at `per_second`."""
+
+    per_second: int
+    burst: int
+
+
+def rate_limit(value: Any) -> RateLimit | None:
+    """{"per_second": 1..RATE_MAX, "burst": 1..RATE_MAX}, burst defaulting to per_second (one
+    second's worth); None (absent or null): the PUBLISHER_RATE_LIMIT default applies."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationError(CODE, "rate_limit", 'must be an object {"per_second": n, "burst": n}')
+    for key in value:
+        if key not in ("per_second", "burst"):
+            raise ValidationError(CODE, f"rate_limit.{key}", "unknown field; use per_second, burst")
+    if value.get("per_second") is None:
+        raise ValidationError(CODE, "rate_limit.per_second", "is required")
+    per_second = v.integer(CODE, "rate_limit.per_second", value["per_second"], low=1, high=RATE_MAX)
+    burst = value.get("burst")
+    burst = per_second if burst is None else v.integer(CODE, "rate_limit.burst", burst, low=1, high=RATE_MAX)
+    return RateLimit(per_second, burst)
+
+
+def _rate_columns(limit: RateLimit | None) -> dict:
+    return {"rate_per_second": limit.per_second if limit else None, "rate_burst": limit.burst if limit else None}
+
+
+def _rate_of(row: Publisher) -> RateLimit | None:
+    return RateLimit(row.rate_per_second, row.rate_burst) if row.rate_per_second else None
+
+
 def to_json(row: Publisher) -> dict:
+    limit = _rate_of(row)
     return {
         "id": row.id,
         "name": row.name,
@@ -50,6 +91,7 @@ def to_json(row: Publisher) -> dict:
         "commission_pct": f"{Decimal(row.commission_pct):.2f}",
         "active": bool(row.active),
         "routing": row.routing,
+        "rate_limit": limit._asdict() if limit else None,
         "balance": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
@@ -62,10 +104,27 @@ class PublisherRule:
     active: bool
     commission_pct: Decimal
     routing: str = "waterfall"
+    rate_limit: RateLimit | None = None  # None: the PUBLISHER_RATE_LIMIT default
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
-        return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing)
+        return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing, _rate_of(row))
+
+
+def throttle(store: Store, publisher: PublisherRule, default: tuple[int, int] | None) -> None:
+    """Take a token of the publisher's bucket (its own rate_limit, else `default`; neither: no
+    limit) in one Redis round trip, before anything else is done for the lead. An empty bucket
+    raises RateLimited and changes nothing shared but the publisher's own refusal counter."""
+    limit = publisher.rate_limit or default
+    if limit is None:
+        return
+    per_second, burst = limit
+    decision = store.take_token(publisher.id, per_second, burst)
+    if not decision.allowed:
+        metrics.rate_limited(publisher.id)
+        wait_s = max(1, math.ceil(decision.wait_ms / 1000))
+        raise RateLimited(f"over this publisher's rate limit ({per_second}/s, burst {burst}); retry in {wait_s} s",
+                          retry_after_s=wait_s)
 
 
 def save(publisher_id: str, fields: dict) -> tuple[Publisher, bool]:

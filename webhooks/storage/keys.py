@@ -68,6 +68,11 @@ def lead_memory(publisher_id: str) -> str:
     return PREFIX + "{p:" + publisher_id + "}:memory"
 
 
+def rate_bucket(publisher_id: str) -> str:
+    """The publisher's token bucket (lua/take_token.lua); gone while the bucket is full."""
+    return PREFIX + "{p:" + publisher_id + "}:bucket"
+
+
 def payment(provider: str, reference: str, what: str) -> str:
     return PREFIX + "{pay:" + provider + ":" + reference + "}:" + what
 

@@ -50,6 +50,10 @@ class Publisher(BaseModel):
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)
     routing = pw.CharField(max_length=16, default="waterfall")  # waterfall | price | round_robin | weighted
+    # rate_limit (API.md): a token bucket of rate_burst leads refilled at rate_per_second; both
+    # NULL: the PUBLISHER_RATE_LIMIT default applies
+    rate_per_second = pw.IntegerField(null=True)
+    rate_burst = pw.IntegerField(null=True)
 
     class Meta:
         table_name = "publishers"

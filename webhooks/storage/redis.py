@@ -10,6 +10,7 @@ the code does not care which kind of client it holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import redis
 from redis.cluster import ClusterPipeline, RedisCluster
@@ -17,6 +18,7 @@ from redis.commands.core import Script
 from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
 
 import lua
+from webhooks.storage import keys
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -67,6 +69,13 @@ class ReplicaWait:
     timeout_ms: int = 100
 
 
+class RateDecision(NamedTuple):
+    """A publisher's token bucket's answer: `allowed`, else `wait_ms` until its next token."""
+
+    allowed: bool
+    wait_ms: int
+
+
 def is_cluster_url(url: str) -> bool:
     return url.split("://", 1)[0] in CLUSTER_SCHEMES
 
@@ -114,9 +123,15 @@ class Store:
         self.restore_answer = self._register("restore_answer")
         self.snapshot_caps = self._register("snapshot_caps")
         self.take_batch = self._register("take_batch")
+        self._take_token = self._register("take_token")
 
     def _register(self, name: str) -> Script:
         return self.redis.register_script(lua.source(name))
+
+    def take_token(self, publisher_id: str, per_second: int, burst: int) -> RateDecision:
+        """One token of the publisher's bucket (lua/take_token.lua), in one round trip."""
+        allowed, wait_ms = self._take_token(keys=[keys.rate_bucket(publisher_id)], args=[per_second, burst])
+        return RateDecision(allowed == 1, int(wait_ms))
 
     def queue(self, pipe, script: Script, keys: list, args: list) -> None:
         """Add a script call to a pipeline. EVAL, not EVALSHA: redis-py would otherwise check

@@ -8,6 +8,7 @@ from flask import Blueprint, Response, current_app, g, request
 
 from webhooks import metrics
 from webhooks.leads.intake import authenticate, parse_lead
+from webhooks.leads.publishers import throttle
 from webhooks.web.http import json_body
 
 bp = Blueprint("leads", __name__)
@@ -38,6 +39,8 @@ def post_lead():
     ext = current_app.extensions
     snapshot = ext["catalog"].snapshot()
     publisher = authenticate(snapshot, request.headers.get("Authorization", ""))
+    # The publisher's token bucket before the body is even read: a flood costs one round trip.
+    throttle(ext["store"], publisher, current_app.config["FLOODGATE"].publisher_rate_limit)
     lead_id, lead = parse_lead(json_body())
     answer = ext["intake"].take(snapshot, publisher, lead_id, lead, request.get_data(as_text=True),
                                 received_at, g.request_id)
