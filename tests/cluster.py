@@ -182,7 +182,7 @@ class LocalCluster:
         return bool(self.procs) and all(proc.poll() is None for proc in self.procs.values())
 
     def client(self, **kw) -> RedisCluster:
-        return RedisCluster(host="127.0.0.1", port=self.live_ports()[0], decode_responses=True, **kw)
+        return RedisCluster(host="127.0.0.1", port=self.live_ports()[0], **{"decode_responses": True, **kw})
 
     def delete_keys(self, pattern: str, keep: tuple[str, ...] = ()) -> None:
         """Delete the keys matching `pattern` on every primary, but those in `keep`."""

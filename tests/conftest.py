@@ -32,7 +32,7 @@ from webhooks.storage.models import ALL_MODELS, SchemaMigration
 ADMIN_TOKEN = "test-admin-token-0123456789"
 SECRETS = {
     "PAYSTACK_SECRET_KEY": "sk_test_paystack_secret",
-    "FLUTTERWAVE_SECRET_HASH": "flw-secret-hash",
+    "FLUTTERWAVE_SECRET_HASH": "flw-secret-hash-of-the-tests",  # >= 16 characters (config.py)
     "MONNIFY_CLIENT_SECRET": "monnify-client-secret",
     "INTERSWITCH_SECRET": "interswitch-secret",
     "STRIPE_WEBHOOK_SECRET": "whsec_stripe_test_secret",

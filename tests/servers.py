@@ -85,7 +85,7 @@ class RedisServer:
         return self.proc is not None and self.proc.poll() is None
 
     def client(self, **kw) -> redis.Redis:
-        return redis.Redis(port=self.port, decode_responses=True, **kw)
+        return redis.Redis(port=self.port, **{"decode_responses": True, **kw})
 
     def delete_keys(self, pattern: str, keep: tuple[str, ...] = ()) -> None:
         """Delete the keys matching `pattern`, but those in `keep`."""

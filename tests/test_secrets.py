@@ -12,7 +12,7 @@ from tests.servers import ROOT, free_port, venv_bin
 from webhooks import config
 from webhooks.errors import ConfigError
 
-OLD = {"paystack": "sk_old_paystack_secret", "flutterwave": "flw-old-hash", "monnify": "monnify-old",
+OLD = {"paystack": "sk_old_paystack_secret", "flutterwave": "flw-old-secret-hash", "monnify": "monnify-old",
        "interswitch": "interswitch-old", "stripe": "whsec_old_stripe_secret",
        "standard": "whsec_b2xkLXN0YW5kYXJkLXNlY3JldC1rZXk="}
 STRANGER = "whsec_c2VjcmV0LW9mLXNvbWVvbmUtZWxzZQ=="
@@ -47,6 +47,9 @@ def test_during_a_rotation_deliveries_signed_with_either_secret_are_credited(api
     ({"PAYSTACK_SECRET_KEY": "one two three"}, ("PAYSTACK_SECRET_KEY", "at most two")),
     ({"ADMIN_TOKEN": "short-admin-token"}, ("ADMIN_TOKEN", "at least 24")),
     ({"FLUTTERWAVE_VERIFY": "1"}, ("FLUTTERWAVE_SECRET_KEY",)),
+    ({"FLUTTERWAVE_SECRET_HASH": "fifteen-chars-x"}, ("FLUTTERWAVE_SECRET_HASH", "15 characters", "at least 16")),
+    ({"FLUTTERWAVE_SECRET_HASH": "a-long-enough-old-hash short-new-hash"},
+     ("FLUTTERWAVE_SECRET_HASH", "secret 2 of 2", "at least 16")),
 ])
 def test_an_unusable_secret_stops_loading_with_a_clear_message(env, names):
     with pytest.raises(ConfigError) as refused:
@@ -55,17 +58,28 @@ def test_an_unusable_secret_stops_loading_with_a_clear_message(env, names):
     assert all(name in message for name in names), message
     for value in env.values():
         assert len(value) < 8 or value not in message  # the message never shows the secret
+        assert not any(len(secret) >= 8 and secret in message for secret in value.split())
+
+
+def test_a_flutterwave_secret_hash_of_16_characters_is_accepted():
+    one = config.load({"FLUTTERWAVE_SECRET_HASH": "sixteen-chars-xy"})
+    assert one.secrets == {"flutterwave": ("sixteen-chars-xy",)}
+    both = "old-hash-16-char new-hash-16-char"
+    assert config.load({"FLUTTERWAVE_SECRET_HASH": both}).secrets["flutterwave"] == tuple(both.split())
 
 
 @pytest.mark.e2e  # starts gunicorn
-def test_gunicorn_does_not_start_with_an_unusable_secret(base_env, tmp_path):
-    env = {**base_env, "STANDARD_WEBHOOK_SECRET": "whsec_%%not-base64%%", "PORT": str(free_port())}
+@pytest.mark.parametrize("var, value, message", [
+    ("STANDARD_WEBHOOK_SECRET", "whsec_%%not-base64%%", "secret 1 of 1 is not valid base64"),
+    ("FLUTTERWAVE_SECRET_HASH", "flw%%too-short", "secret 1 of 1 is 14 characters; it must be at least 16"),
+])
+def test_gunicorn_does_not_start_with_an_unusable_secret(base_env, tmp_path, var, value, message):
+    env = {**base_env, var: value, "PORT": str(free_port())}
     done = subprocess.run([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
-    assert "floodgate: configuration error: STANDARD_WEBHOOK_SECRET: secret 1 of 1 is not valid base64" \
-        in done.stderr, done.stderr[-2000:]
-    assert "%%not-base64%%" not in done.stderr + done.stdout
+    assert f"floodgate: configuration error: {var}: {message}" in done.stderr, done.stderr[-2000:]
+    assert value not in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
 
 

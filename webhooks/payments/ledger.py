@@ -1,6 +1,7 @@
 """The payment ledger: the one transaction that credits a payment, the audit trail of every
-delivery, and the reads the admin API shows. (The Redis front that short-cuts repeats is
-gate.py; refunds, which debit, are in refunds.py; the events both announce, in outbox.py.)
+verified delivery, and the reads the admin API shows. (The Redis front that short-cuts repeats
+is gate.py; refunds, which debit, are in refunds.py; the events both announce, in outbox.py; a
+delivery that fails its signature check never reaches the database, see rejected.py.)
 
 The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what makes a credit
 happen at most once: a second insert of the same reference fails inside its transaction, which
@@ -25,7 +26,7 @@ from webhooks.payments import outbox
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.storage import audit
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
+from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
 
 log = logging.getLogger(__name__)
@@ -73,19 +74,6 @@ def delivery_fields(d: Delivery, event: PaymentEvent | RefundEvent | None = None
 def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
     """Add the verified delivery to webhook_deliveries (in the caller's transaction, if any)."""
     WebhookDelivery.insert(**delivery_fields(d, event), verdict=verdict, status_code=status).execute()
-
-
-def record_rejected(d: Delivery, verdict: str, status: int) -> None:
-    """Record a delivery that failed its signature check as metadata only: anyone can send
-    one, so nothing it chose (body, headers) is stored, only its length and SHA-256. A
-    database outage must not change the answer (401)."""
-    try:
-        WebhookDelivery.insert(
-            provider=d.provider, verdict=verdict, status_code=status, headers="{}", body=b"",
-            body_truncated=False, received_at=d.received_at, body_length=d.length, body_sha256=d.sha256,
-        ).execute()
-    except UNAVAILABLE_ERRORS as exc:
-        log.warning("%s delivery (%s) not recorded, database unavailable: %s", d.provider, verdict, exc)
 
 
 def record_unconfirmed(d: Delivery, event: PaymentEvent, reason: str) -> None:

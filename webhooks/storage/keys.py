@@ -89,6 +89,10 @@ def settle_processing(job_id: str) -> str:
 
 DELIVERIES_PENDING = PREFIX + "deliveries:pending"  # audit rows of payment deliveries that changed nothing
 DELIVERIES_FAILED = PREFIX + "deliveries:failed"  # audit rows the database refused (workers/settle.py)
+# The last 1,000 payment webhooks that failed their signature check, newest first: JSON of
+# provider, body length and SHA-256, time, request id; never a body or header (payments/rejected.py).
+# One key, so one slot on a Redis Cluster.
+REJECTED_WEBHOOKS = PREFIX + "webhooks:rejected"
 
 
 def deliveries_processing(job_id: str) -> str:

@@ -1,14 +1,17 @@
-"""Admin routes that read wallets, payments and the payment events not yet delivered.
+"""Admin routes that read wallets, payments, the payment events not yet delivered and the
+webhooks refused for their signature.
 
 The customer is an e-mail address (it has an @), and payment references may hold characters
 such as `|` (Monnify), so neither path part uses the strict `id` converter.
 """
 from __future__ import annotations
 
-from flask import jsonify, request
+from dataclasses import asdict
+
+from flask import current_app, jsonify, request
 
 from webhooks.errors import NotFound, ValidationError
-from webhooks.payments import outbox
+from webhooks.payments import outbox, rejected
 from webhooks.payments.ledger import balances, payment_record
 from webhooks.payments.signatures import VERIFIERS
 from webhooks.storage.models import Payment
@@ -46,7 +49,25 @@ def list_payment_events():
     status = request.args.get("status")
     if status not in EVENT_STATUSES:
         raise ValidationError("invalid_query", "status", "must be pending or failed")
-    raw_limit = request.args.get("limit", "100")
-    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_EVENTS:
-        raise ValidationError("invalid_query", "limit", f"must be an integer from 1 to {MAX_EVENTS}")
-    return jsonify({"events": outbox.listing(EVENT_STATUSES[status], int(raw_limit)), "counts": outbox.counts()})
+    limit = _limit(MAX_EVENTS)
+    return jsonify({"events": outbox.listing(EVENT_STATUSES[status], limit), "counts": outbox.counts()})
+
+
+def _limit(most: int) -> int:
+    """`?limit=`: an integer from 1 to `most`, 100 when absent (400 invalid_query otherwise)."""
+    raw = request.args.get("limit", "100")
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or not 1 <= int(raw) <= most:
+        raise ValidationError("invalid_query", "limit", f"must be an integer from 1 to {most}")
+    return int(raw)
+
+
+@bp.get("/webhooks/rejected")
+def list_rejected_webhooks():
+    """The payment webhooks refused for their signature, newest first, from the capped Redis
+    list (never the database): `?provider=` to see one provider's, `limit` (default 100, at
+    most 1000). `count` is the list's length, every provider's."""
+    provider = request.args.get("provider")
+    if provider is not None and provider not in VERIFIERS:
+        raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
+    found = rejected.listing(current_app.extensions["store"].redis, provider, _limit(rejected.KEEP))
+    return jsonify({"rejected": [asdict(e) for e in found.entries], "count": found.count})

@@ -1,6 +1,7 @@
 """GET /ops: one server-rendered page for operators, refreshing itself: per buyer, the use of
 each cap in its current window and the circuit breaker; below, the last leads of the ledger
-with every attempt's outcome, and the payment events not yet delivered to the application."""
+with every attempt's outcome, the payment events not yet delivered to the application, and the
+last payment webhooks refused for their signature (from Redis: they never reach the database)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -12,13 +13,14 @@ from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import flagged, lead_record
-from webhooks.payments import outbox
+from webhooks.payments import outbox, rejected
 from webhooks.storage.models import Buyer, Lead
 from webhooks.web.ops import bp
 from webhooks.web.ops.auth import require_admin
 
 REFRESH_S = 5
 LAST_LEADS = 20
+LAST_REJECTED = 20
 
 
 def _bar(cap: str, use: dict) -> dict:
@@ -51,6 +53,7 @@ def ops_page():
     review = [lead_record(row) for row in flagged(LAST_LEADS)]
     events = {"counts": outbox.counts(), "failed": outbox.listing((outbox.FAILED,), LAST_LEADS)}
     html = render_template("ops.html", buyers=buyer_panels(r, datetime.now(timezone.utc)), leads=leads, review=review,
-                           events=events, refresh_s=REFRESH_S, now=datetime.now(timezone.utc))
+                           events=events, rejected=rejected.listing(r, limit=LAST_REJECTED),
+                           refresh_s=REFRESH_S, now=datetime.now(timezone.utc))
     return html, 200, {"Cache-Control": "no-store"}
 
