@@ -21,7 +21,10 @@ if outcome == 'accepted' or outcome == 'rejected' then
   -- the buyer answered: close the breaker (unless this only repeats an accept already
   -- confirmed, by a routing that died before it could settle: old news)
   if state ~= 'confirmed' then redis.call('DEL', KEYS[2]) end
-elseif outcome ~= 'withdrawn' then
+elseif outcome == 'withdrawn' then
+  -- the buyer was not called: a probe it was to be frees the probe slot for the next lead
+  if redis.call('HGET', KEYS[1], 'probe') == '1' then redis.call('HDEL', KEYS[2], 'probe_until') end
+else
   local failures = redis.call('HINCRBY', KEYS[2], 'failures', 1)
   if redis.call('HGET', KEYS[1], 'probe') == '1' or failures >= tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[2], 'open_until', now + tonumber(ARGV[3]))

@@ -232,7 +232,7 @@ def clean(request):
     if "app" in request.fixturenames:
         # the in-process app's memory of earlier tests: their settlements and config
         app = request.getfixturevalue("app")
-        app.extensions["journal"].entries.clear()
+        app.extensions["journal"].clear()
         app.extensions["catalog"].invalidate()
     yield
 

@@ -34,7 +34,7 @@ CONTRACT = {
     "POST /v1/leads", "POST /v1/webhooks/{provider}", "GET /healthz", "GET /readyz", "GET /metrics",
     "GET /openapi.json", "GET /ops", "GET /ops/rq", "GET /ops/rq/",
     "POST /v1/admin/leads/{lead_id}/return", "POST /v1/admin/buyers/{buyer_id}/preview",
-    "GET /v1/admin/payment-events",
+    "GET /v1/admin/payment-events", "GET /v1/admin/webhooks/rejected", "POST /ops/logout", "GET /ops/logged-out",
 }
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, response_headers_conformance, ignored_auth]

@@ -110,3 +110,23 @@ def test_query_token_becomes_a_cookie_that_opens_the_rq_dashboard(web):
     header = requests.get(web.url + "/ops/rq/0/data/workers.json", timeout=10,
                           headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert header.status_code == 200 and "workers" in header.json()
+
+
+def test_markup_in_job_metadata_does_not_run_on_the_dashboard(web, queue_server, chromium, tmp_path):
+    """rq-dashboard renders a job's description and metadata without escaping. Floodgate puts
+    no caller input there, and should anything ever slip in, the dashboard's CSP (no inline
+    event handlers, inline script by nonce only) keeps it from running: the markup is in the
+    page, its handler never fires."""
+    from redis import Redis
+    from rq import Queue
+
+    evil = '<img src="x" id="evil" onerror="document.body.setAttribute(\'data-pwned\', \'yes\')">'
+    job = Queue("floodgate", connection=Redis.from_url(queue_server.url)).enqueue(
+        "workers.settle.drain", description=evil, meta={"note": evil})
+    dump = browse(chromium, f"{web.url}/ops/rq/0/view/job/{job.id}?token={ADMIN_TOKEN}", tmp_path / "profile",
+                  "--virtual-time-budget=8000", "--dump-dom")
+    job.delete()
+    assert dump.returncode == 0, dump.stderr[-3000:]
+    assert 'id="evil"' in dump.stdout  # the dashboard did render it as markup...
+    assert "data-pwned=\"yes\"" not in dump.stdout  # ...and its handler did not run
+    assert "Origin queue" in dump.stdout  # the dashboard's own scripts did (they render the job)

@@ -35,7 +35,8 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     app.extensions.update(store=store, redis=redis, settle=settle, settle_redis=settle_redis)
     app.extensions["queue"] = queue(make_queue_redis(cfg.queue_redis_url))
     app.extensions["journal"] = Journal(settle_redis, app.extensions["queue"], cfg.journal_keep_s,
-                                        claims=store, replay_ttl_s=cfg.lead_replay_ttl_s)
+                                        claims=store, replay_ttl_s=cfg.lead_replay_ttl_s,
+                                        max_bytes=cfg.journal_max_bytes)
     app.extensions["catalog"] = Catalog(redis, cfg.config_check_interval_ms / 1000)
     app.extensions["intake"] = Intake.build(cfg, store, settle, app.extensions["journal"])
     http.init_app(app)

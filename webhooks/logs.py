@@ -18,7 +18,29 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
 # The user:password@ of any URL in a line (a buyer endpoint, DATABASE_URL, REDIS_URL in an
 # error message): never written out, whichever code logged it.
-_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/@\"'<>]+@")
+# The scheme is bounded: a run of "a.a.a..." has a word boundary at every character.
+_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/@\"'<>]+@")
+# A query parameter (`?api_key=...`, `&token=...`): its value is dropped when its name says it
+# is a secret. The name is bounded so that no line is scanned more than once per `?` or `&`.
+_QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"'<>#]{1,64})=([^&;\s\"'<>#]*)")
+_SECRET_NAME = re.compile(r"key|token|secret|pass|pwd|auth|sig|hash|credential|session|code", re.I)
+REDACTED = "<redacted>"
+
+
+def _param(m: re.Match) -> str:
+    sep, name, value = m.groups()
+    return f"{sep}{name}={REDACTED}" if value and _SECRET_NAME.search(name) else m.group(0)
+
+
+def redact_text(text: str) -> str:
+    """`text` with every URL's user:password@ and every secret-looking query value removed:
+    for log lines, and for error texts that are stored or shown (an event's `last_error`)."""
+    return _QUERY_PARAM.sub(_param, _URL_CREDENTIALS.sub(r"\1" + REDACTED + "@", text))
+
+
+def redact_url(url: str) -> str:
+    """A URL as logs may show it (see redact_text)."""
+    return redact_text(url)
 
 
 def current_request_id() -> str | None:
@@ -54,7 +76,7 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return _URL_CREDENTIALS.sub(r"\1<redacted>@", json.dumps(entry, default=str))
+        return redact_text(json.dumps(entry, default=str))
 
 
 class _JsonHandler(logging.StreamHandler):

@@ -7,14 +7,14 @@ from typing import Any
 
 from webhooks.errors import ValidationError
 
-ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # always fullmatch: `$` would pass "id\n"
 CENTS = Decimal("0.01")
 DECIMAL_STRING = re.compile(r"[0-9]+(?:\.[0-9]{1,2})?")  # ASCII digits; [0-9], not \d (any script)
 _DECIMAL_PLACES = re.compile(r"[0-9]+\.([0-9]+)")
 
 
 def is_id(value: Any) -> bool:
-    return isinstance(value, str) and bool(ID_RE.match(value))
+    return isinstance(value, str) and ID_RE.fullmatch(value) is not None
 
 
 def bearer(authorization: str) -> str:

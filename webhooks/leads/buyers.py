@@ -22,8 +22,8 @@ from webhooks.validate import cents
 
 CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_HHMM = re.compile(r"^([01][0-9]|2[0-4]):([0-5][0-9])$")
-_STATE = re.compile(r"^[A-Za-z0-9-]{1,16}$")
+_HHMM = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])")  # fullmatch: `$` passes a trailing newline
+_STATE = re.compile(r"[A-Za-z0-9-]{1,16}")
 _READ_ONLY = {"id", "usage", "created_at", "updated_at"}
 _FIELDS = {"name", "endpoint_url", "priority", "price", "timezone", "caps", "states",
            "blocked_publishers", "schedule", "active", "dedupe", "return_window_days", "delivery", "ping",
@@ -59,7 +59,7 @@ def _url(value: Any, field: str = "endpoint_url") -> str:
 
 
 def _minutes(field: str, hhmm: Any) -> int:
-    m = _HHMM.match(hhmm) if isinstance(hhmm, str) else None
+    m = _HHMM.fullmatch(hhmm) if isinstance(hhmm, str) else None
     if not m or (m.group(1) == "24" and m.group(2) != "00"):
         raise ValidationError(CODE, field, f"{hhmm!r} is not a time HH:MM between 00:00 and 24:00")
     return int(m.group(1)) * 60 + int(m.group(2))
@@ -135,7 +135,7 @@ def parse(body: Any, stored: Buyer | None = None) -> dict:
     ping = integration.parse_ping(body.get("ping"), lambda field, url: _url(url, field),
                                   lambda field, amount: v.money(CODE, field, amount))
     caps = _caps(body.get("caps"))
-    states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.match(s))
+    states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.fullmatch(s))
     blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
     schedule = _schedule(body.get("schedule"))
     return {
@@ -264,8 +264,16 @@ def save(buyer_id: str, fields: dict) -> tuple[Buyer, bool]:
         created = not updated
         if created:
             Buyer.create(id=buyer_id, **fields, created_at=now, updated_at=now)
-        audit.record("admin", "buyer.create" if created else "buyer.update", "buyer", buyer_id, fields)
+        audit.record("admin", "buyer.create" if created else "buyer.update", "buyer", buyer_id, _audited(fields))
     return Buyer.get_by_id(buyer_id), created
+
+
+def _audited(fields: dict) -> dict:
+    """The buyer's columns as the audit log keeps them: its credential headers only as GET
+    shows them (the last 4 characters), never in clear text."""
+    if not fields.get("delivery"):
+        return fields
+    return {**fields, "delivery": integration.shown_delivery(json.loads(fields["delivery"]))}
 
 
 def delete(buyer_id: str) -> bool:

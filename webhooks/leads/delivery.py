@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import time
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from webhooks.leads.integration import DEFAULT_DELIVERY, Delivery
+from webhooks.logs import redact_text, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,20 @@ ACCEPTED, REJECTED, ERROR, TIMEOUT, CIRCUIT_OPEN = "accepted", "rejected", "erro
 # An attempt whose answer was lost with a dead process and that the buyer did not confirm
 # when offered the lead again (API.md): the lead is unsold and flagged for review.
 UNKNOWN = "unknown"
+# Floodgate could not build or send the request (a header http.client refuses, a template over
+# its budget): the lead's problem, never the buyer's. Not an attempt: the buyer is skipped
+# with this reason and its breaker is left alone.
+NOT_SENT = "request_not_built"
+MAX_REPLY_BYTES = 64 * 1024  # of a buyer's or a ping's reply; a longer one is an unreadable reply
+# What http.client sends without complaint, and nothing else (RFC 9110 token and field-value).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+
+
+def sendable(headers: dict[str, str]) -> bool:
+    """Every header is one http.client will put on the wire (checked before the call, so that
+    its refusal cannot look like the buyer's failure)."""
+    return all(_HEADER_NAME.fullmatch(name) and _HEADER_VALUE.fullmatch(value) for name, value in headers.items())
 
 
 class _Deadline(Exception):
@@ -67,27 +83,37 @@ class Deliverer:
     def request(self, method: str, url: str, body: bytes, headers: dict[str, str],
                 timeout_s: float) -> tuple[int, bytes, str | None, int]:
         """Send one request under a hard total deadline: (status, reply, failure, elapsed ms),
-        failure being ERROR or TIMEOUT when no full reply came (status 0 then). Never raises
-        for the other side's faults."""
+        failure being ERROR or TIMEOUT when no full reply came (status 0 then), or NOT_SENT
+        when the request could not be built. A reply longer than MAX_REPLY_BYTES is not
+        read past that: an ERROR. Never raises for the other side's faults."""
         started = time.perf_counter()
         status, content, failure = 0, b"", None
+        if not sendable(headers):
+            log.warning("request to %s not sent: a header cannot be sent as it is", redact_url(url))
+            return status, content, NOT_SENT, 0
         try:
             pool, path = self._target(url)
             with gevent.Timeout(timeout_s, _Deadline):
-                # preload_content: the whole reply must arrive inside the deadline
+                # the whole reply must arrive inside the deadline, and no more of it than the limit
                 resp = pool.urlopen(method, path, body=body, headers=headers, retries=False, redirect=False,
-                                    assert_same_host=False,
+                                    assert_same_host=False, preload_content=False,
                                     timeout=self._timeout if timeout_s == self.timeout_s else
                                     urllib3.Timeout(connect=timeout_s, read=timeout_s))
-            status, content = resp.status, resp.data
+                status, content = resp.status, _read_capped(resp)
+            if content is None:
+                log.info("reply of %s is longer than %d bytes: not read", redact_url(url), MAX_REPLY_BYTES)
+                status, content, failure = 0, b"", ERROR
         except NewConnectionError as exc:  # a ConnectTimeoutError subclass, but a refusal
-            log.info("delivery to %s failed: %s", url, exc)
+            log.info("delivery to %s failed: %s", redact_url(url), redact_text(str(exc)))
             failure = ERROR
         except (_Deadline, Urllib3Timeout):
             failure = TIMEOUT
-        except (Urllib3Error, OSError, ValueError) as exc:
-            log.info("delivery to %s failed: %s", url, exc)
+        except (Urllib3Error, OSError) as exc:
+            log.info("delivery to %s failed: %s", redact_url(url), redact_text(str(exc)))
             failure = ERROR
+        except (ValueError, TypeError) as exc:  # raised while building the request, before sending
+            log.warning("request to %s not sent: %s", redact_url(url), redact_text(str(exc)))
+            failure = NOT_SENT
         return status, content, failure, int((time.perf_counter() - started) * 1000)
 
     def deliver(self, url: str, body: bytes, idempotency_key: str,
@@ -106,6 +132,22 @@ class Deliverer:
         """POST a ping's JSON `body`; (status, reply, failure, ms) as `request`."""
         headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "User-Agent": USER_AGENT}
         return self.request("POST", url, body, headers, timeout_s)
+
+
+def _read_capped(resp) -> bytes | None:
+    """The reply's body, or None when it is longer than MAX_REPLY_BYTES (its connection is then
+    closed, not pooled: the rest of the reply is never read)."""
+    declared = resp.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+        content = None
+    else:
+        content = resp.read(MAX_REPLY_BYTES + 1)
+        if len(content) <= MAX_REPLY_BYTES:  # short of the amount asked: the whole reply
+            resp.release_conn()
+            return content
+    resp.close()
+    resp.release_conn()
+    return None
 
 
 def judge(status: int, content: bytes, delivery: Delivery) -> str:

@@ -94,7 +94,7 @@ class Intake:
     def build(cls, cfg: Config, store: Store, settle: Store, journal: Journal) -> Intake:
         """The lead path of one process, from its config and stores."""
         router = Router(store, settle.redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
-                        cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms)
+                        cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms, cfg.ping_max_bid)
         return cls(store, settle, router, journal, cfg.buyer_timeout_ms, cfg.lead_replay_ttl_s,
                    cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.lead_claim_margin_ms,
                    cfg.lead_recovery_window_ms)

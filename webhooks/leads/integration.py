@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -20,7 +23,7 @@ from urllib.parse import urlencode
 
 import jmespath
 import jmespath.exceptions
-from jinja2 import ChainableUndefined, TemplateError, Undefined
+from jinja2 import ChainableUndefined, TemplateError, Undefined, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from webhooks.errors import ValidationError
@@ -29,8 +32,8 @@ log = logging.getLogger(__name__)
 
 CODE = "invalid_buyer"
 DEFAULT_ACCEPT = "accepted == `true`"
-_WHOLE_EXPR = re.compile(r"^\s*\{\{(.*)\}\}\s*$", re.S)
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+_WHOLE_EXPR = re.compile(r"\s*\{\{(.*)\}\}\s*", re.S)  # fullmatch, as every pattern here
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
 _RESERVED_HEADERS = {"content-type", "content-length", "host", "idempotency-key", "transfer-encoding", "connection"}
 REDACTED_PREFIX = "****"
 
@@ -58,9 +61,179 @@ class _Undefined(ChainableUndefined):
         return super().__str__()
 
 
+# What one render may cost (API.md: a template cheap on the sample lead may loop on a real
+# one): its output, and its time, checked at every attribute, item, call, operator and chunk
+# of output. Over either: RenderBudgetExceeded, and the lead is not sent to that buyer.
+RENDER_MAX_BYTES = 512 * 1024
+RENDER_MAX_S = 0.025
+_SEQ_LIMIT = 10_000  # batch/slice sizes (they pad to that many items)
+_INT_BITS = 100_000  # an integer a template computes (`9 ** 9 ** 9` would run for hours)
+# A printf width or precision of five digits or more, or taken from an argument (`%*s`).
+_WIDE_FORMAT = re.compile(r"%[-+ #0]*(?:\*|[0-9]{5,}|[0-9]*\.(?:\*|[0-9]{5,}))")
+# Statements a field template may use; with no loop inside a loop, no macro and no variable
+# a template could grow by doubling, its work is bounded by its own size times the lead's.
+_ALLOWED_STATEMENTS = (nodes.Output, nodes.If, nodes.For)
+# Filters left out: their cost is not bounded by their output (striptags rescans from every
+# "<!--", urlize runs regexes per word) or they only make markup.
+_REFUSED_FILTERS = ("striptags", "urlize", "wordwrap", "pprint", "xmlattr", "forceescape", "safe")
+
+
+class RenderBudgetExceeded(Exception):
+    """A template took more time or produced more output than one render may."""
+
+
+@dataclass
+class _Budget:
+    deadline: float
+    left: int = RENDER_MAX_BYTES
+
+    def tick(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise RenderBudgetExceeded(f"rendering took longer than {RENDER_MAX_S * 1000:.0f} ms")
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise RenderBudgetExceeded(f"rendering produced more than {RENDER_MAX_BYTES} bytes")
+        self.tick()
+
+
+_BUDGET: ContextVar[_Budget | None] = ContextVar("render_budget", default=None)
+
+
+@contextmanager
+def render_budget():
+    """One render's budget (per greenlet or thread: a context variable)."""
+    token = _BUDGET.set(_Budget(time.perf_counter() + RENDER_MAX_S))
+    try:
+        yield _BUDGET.get()
+    finally:
+        _BUDGET.reset(token)
+
+
+def _tick() -> None:
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.tick()
+
+
+def _check_size(size: int) -> None:
+    budget = _BUDGET.get()
+    if size > (budget.left if budget is not None else RENDER_MAX_BYTES):
+        raise RenderBudgetExceeded(f"a value of {size} bytes or items is more than one render may make")
+
+
+class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox, with every hook it offers also checking the render's budget, and the
+    operators that can multiply a value's size intercepted (which also stops Jinja folding
+    `'x' * 10 ** 12` into a constant when it compiles)."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def getattr(self, obj, attribute):
+        _tick()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj, argument):
+        _tick()
+        return super().getitem(obj, argument)
+
+    def call(__self, __context, __obj, *args, **kwargs):  # the sandbox's own signature
+        _tick()
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def call_binop(self, context, operator, left, right):
+        _tick()
+        if operator == "*":
+            _check_product(left, right)
+        elif operator == "**":
+            _check_power(left, right)
+        elif operator == "%" and isinstance(left, str) and _WIDE_FORMAT.search(left):
+            raise RenderBudgetExceeded("a format width or precision that large is not rendered")
+        return super().call_binop(context, operator, left, right)
+
+
+def _check_product(left, right) -> None:
+    for seq, n in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+            _check_size(len(seq) * max(0, n))
+    if isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > _INT_BITS:
+        raise RenderBudgetExceeded("an integer that large is not computed")
+
+
+def _check_power(base, exp) -> None:
+    if isinstance(base, int) and isinstance(exp, int) and abs(base) > 1 and exp > 0 \
+            and base.bit_length() * exp > _INT_BITS:
+        raise RenderBudgetExceeded("an integer that large is not computed")
+
+
+def _check_count(n) -> None:
+    if int(n) > _SEQ_LIMIT:
+        raise RenderBudgetExceeded(f"more than {_SEQ_LIMIT} items in one batch or slice")
+
+
+def _bounded_filters(filters: dict) -> dict:
+    """The filters a field template may use, those that can grow their input wrapped so that
+    their output's size is known before it is made."""
+    original = dict(filters)
+
+    def checked_join(eval_ctx, value, d="", attribute=None):
+        items = list(value)
+        _check_size(sum(len(str(x)) for x in items) + len(str(d)) * max(0, len(items) - 1))
+        return original["join"](eval_ctx, items, d, attribute)
+
+    def replace(eval_ctx, s, old, new, count=None):
+        s, old, new = str(s), str(old), str(new)
+        n = (len(s) + 1 if old == "" else s.count(old)) if count is None else max(0, int(count))
+        _check_size(len(s) + n * max(0, len(new) - len(old)))
+        return original["replace"](eval_ctx, s, old, new, count)
+
+    def center(value, width=80):
+        _check_size(int(width))
+        return original["center"](value, width)
+
+    def indent(s, width=4, first=False, blank=False):
+        s = str(s)
+        _check_size(len(s) + (s.count("\n") + 1) * (len(width) if isinstance(width, str) else int(width)))
+        return original["indent"](s, width, first, blank)
+
+    def format_(value, *args, **kwargs):
+        if _WIDE_FORMAT.search(str(value)):
+            raise RenderBudgetExceeded("a format width or precision that large is not rendered")
+        return original["format"](value, *args, **kwargs)
+
+    def batch(value, linecount, fill_with=None):
+        _check_count(linecount)
+        return original["batch"](value, linecount, fill_with)
+
+    def slice_(value, slices, fill_with=None):
+        _check_count(slices)
+        return original["slice"](value, slices, fill_with)
+
+    for name, wrapper in (("replace", replace), ("join", checked_join)):
+        wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[attr-defined]  (eval context first)
+    kept = {k: v for k, v in original.items() if k not in _REFUSED_FILTERS}
+    kept.update(join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch,
+                slice=slice_)
+    return kept
+
+
 # Immutable: a template may not change the lead it is given (`lead.pop(...)`), which the routing
 # of the next buyers (their dedupe keys) still reads.
-ENV = ImmutableSandboxedEnvironment(undefined=_Undefined, autoescape=False)
+ENV = _BudgetedEnvironment(undefined=_Undefined, autoescape=False)
+ENV.filters = _bounded_filters(ENV.filters)
+
+
+def _check_statements(source: str) -> None:
+    """Refuse what a field template does not need and whose cost could explode on a real
+    lead: a loop inside a loop, macros, `set` (a variable doubled again and again), includes."""
+    tree = ENV.parse(source)
+    for node in tree.find_all(nodes.Stmt):
+        if not isinstance(node, _ALLOWED_STATEMENTS):
+            raise TemplateError(f"{type(node).__name__.lower()} statements are not allowed in a field template")
+    for loop in tree.find_all(nodes.For):
+        if any(True for _ in loop.find_all(nodes.For)):
+            raise TemplateError("a loop inside a loop is not allowed in a field template")
 
 SAMPLE = {"lead": {"first_name": "Ada", "last_name": "Lovelace", "email": "ada@example.com",
                    "phone": "+15125550100", "state": "TX", "zip": "73301"},
@@ -74,16 +247,25 @@ class _Field:
     def __init__(self, name: str, source: str, where: str):
         self.name = name
         try:
-            whole = _WHOLE_EXPR.match(source)
+            whole = _WHOLE_EXPR.fullmatch(source)
             self.expr = (ENV.compile_expression(whole.group(1), undefined_to_none=False)
                          if whole and "{{" not in whole.group(1) else None)
+            if self.expr is None:
+                _check_statements(source)
             self.template = None if self.expr else ENV.from_string(source)
         except TemplateError as exc:
             raise ValidationError(CODE, where, f"is not a valid template: {exc}") from None
 
     def value(self, context: dict, native: bool) -> Any:
+        """The field's value for `context`, within the render budget of the caller (see
+        render_budget; without one, a budget of its own)."""
+        if _BUDGET.get() is None:
+            with render_budget():
+                return self.value(context, native)
         if self.expr is not None:
             result = self.expr(**context)
+            if isinstance(result, str):
+                _BUDGET.get().spend(len(result))
             if isinstance(result, Undefined):
                 if result._undefined_exception is SecurityError:
                     raise SecurityError(str(result._undefined_message))
@@ -92,7 +274,29 @@ class _Field:
                 return result if isinstance(result, (str, int, float, bool, list, dict)) or result is None \
                     else str(result)
             return "" if result is None else str(result)
-        return self.template.render(**context)
+        budget, out = _BUDGET.get(), []
+        for chunk in self.template.generate(**context):
+            budget.spend(len(chunk))
+            out.append(chunk)
+        return "".join(out)
+
+
+def _render_all(fields: tuple[_Field, ...], context: dict, native: bool, what: str) -> dict[str, Any]:
+    """Every field's value under one render budget. A field that fails renders empty (JSON:
+    null), never an error in the publisher's request; a body over its budget raises
+    RenderBudgetExceeded: the lead is not sent to that buyer."""
+    values: dict[str, Any] = {}
+    with render_budget():
+        for f in fields:
+            try:
+                values[f.name] = f.value(context, native)
+            except RenderBudgetExceeded:
+                log.warning("%s %s of buyer %s is over its render budget", what, f.name, context.get("buyer_id"))
+                raise
+            except Exception as exc:
+                log.warning("%s %s of buyer %s failed: %s", what, f.name, context.get("buyer_id"), exc)
+                values[f.name] = None if native else ""
+    return values
 
 
 def _compile_fields(raw: Any, where: str) -> list[_Field]:
@@ -154,21 +358,17 @@ class Delivery:
         if self.fields is None:
             return default
         native = self.format == "json"
-        values = {}
-        for f in self.fields:
-            try:
-                values[f.name] = f.value(context, native)
-            except Exception as exc:  # never into the publisher's request
-                log.warning("template %s of buyer %s failed: %s", f.name, context.get("buyer_id"), exc)
-                values[f.name] = None if native else ""
+        values = _render_all(self.fields, context, native, "template")
         try:
-            if native:
-                return json.dumps(values, separators=(",", ":"), default=str).encode()
-            return urlencode(values).encode()
+            body = json.dumps(values, separators=(",", ":"), default=str).encode() if native \
+                else urlencode(values).encode()
         except Exception as exc:  # never into the publisher's request
             log.warning("post of buyer %s could not be encoded: %s", context.get("buyer_id"), exc)
             empty = {f.name: None if native else "" for f in self.fields}
             return json.dumps(empty).encode() if native else urlencode(empty).encode()
+        if len(body) > RENDER_MAX_BYTES:
+            raise RenderBudgetExceeded(f"the post would be {len(body)} bytes, more than {RENDER_MAX_BYTES}")
+        return body
 
     def accepted(self, content: bytes) -> bool | None:
         """Whether a 2xx reply says yes; None when it cannot be read (an error)."""
@@ -209,7 +409,7 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
     kept = {}
     for name, value in headers.items():
         field = f"delivery.headers.{name}"
-        if not isinstance(name, str) or not _HEADER_NAME.match(name) or name.lower() in _RESERVED_HEADERS:
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name) or name.lower() in _RESERVED_HEADERS:
             raise ValidationError(CODE, field, "is not a header Floodgate lets a buyer set")
         if not isinstance(value, str) or len(value) > 1024 or any(c in value for c in "\r\n\0"):
             raise ValidationError(CODE, field, "must be a string of at most 1024 characters, one line")
@@ -267,13 +467,7 @@ class Ping:
     min_bid: Decimal
 
     def body(self, context: dict) -> bytes:
-        values = {}
-        for f in self.fields:
-            try:
-                values[f.name] = f.value(context, True)
-            except Exception as exc:
-                log.warning("ping template %s of buyer %s failed: %s", f.name, context.get("buyer_id"), exc)
-                values[f.name] = None
+        values = _render_all(self.fields, context, True, "ping template")
         try:
             return json.dumps(values, separators=(",", ":"), default=str).encode()
         except Exception as exc:

@@ -24,7 +24,8 @@ from webhooks import metrics
 from webhooks.caps import leases
 from webhooks.leads import settlement
 from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.delivery import ACCEPTED, UNKNOWN, Deliverer
+from webhooks.leads.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
+from webhooks.leads.integration import RenderBudgetExceeded
 from webhooks.leads.publishers import PublisherRule
 from webhooks.leads.routing import Offer, Outcome, attempt_record, idempotency_key
 from webhooks.storage import claims, keys, settle_queue
@@ -59,9 +60,13 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], pub
         outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
     elif state != "gone" and rule is not None:
         offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
-        outcome, ms = deliverer.deliver(
-            note["url"], offer.body(lead_id, publisher_id, lead, json.dumps(lead, separators=(",", ":"))),
-            idempotency_key(publisher_id, lead_id, buyer_id), rule.delivery)
+        try:
+            body = offer.body(lead_id, publisher_id, lead, json.dumps(lead, separators=(",", ":")))
+        except RenderBudgetExceeded:  # it could not be built before either: the buyer never had it
+            outcome = NOT_SENT
+        else:
+            outcome, ms = deliverer.deliver(note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id),
+                                            rule.delivery)
     if outcome == ACCEPTED:
         out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
         out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])

@@ -21,7 +21,8 @@ from webhooks import metrics
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, Deliverer
+from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
+from webhooks.leads.integration import RenderBudgetExceeded
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
 from webhooks.storage.redis import Store
@@ -137,6 +138,7 @@ class Router:
     breaker_failures: int
     breaker_cooldown_ms: int
     ping_timeout_ms: int = 300
+    max_bid: Decimal = Decimal("1000.00")  # PING_MAX_BID: a bid above it is no bid
 
     @property
     def probe_ttl_ms(self) -> int:
@@ -218,8 +220,19 @@ class Router:
                                 attempt_key if time.monotonic() < claim_deadline else None)
                 out.out_of_time = True
                 return out
-            outcome, ms = self.deliverer.deliver(buyer.endpoint_url, offer.body(lead_id, publisher.id, lead, lead_json),
-                                                 idempotency_key(publisher.id, lead_id, buyer.id), buyer.delivery)
+            try:
+                body = offer.body(lead_id, publisher.id, lead, lead_json)
+            except RenderBudgetExceeded:
+                outcome, ms = NOT_SENT, 0
+            else:
+                outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
+                                                     idempotency_key(publisher.id, lead_id, buyer.id), buyer.delivery)
+            if outcome == NOT_SENT:
+                # This lead could not be made into a request for this buyer: the buyer was not
+                # called, so its breaker and its reply statistics are left alone.
+                self._give_back(reservation.lease, leases.WITHDRAWN, attempt_key)
+                out.skipped.append({"buyer_id": buyer.id, "reason": NOT_SENT})
+                continue
             out.attempts.append(attempt_record(buyer.id, offer.bid, outcome, ms))
             metrics.attempt(buyer.id, outcome, ms)
             if outcome == ACCEPTED:
@@ -249,18 +262,29 @@ class Router:
         deadline = time.monotonic() + self.ping_timeout_ms / 1000
 
         def ping(b: BuyerRule) -> tuple[Decimal | None, Any]:
-            body = b.ping.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher.id, "buyer_id": b.id,
-                                "price": f"{b.price:.2f}"})
+            try:
+                body = b.ping.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher.id, "buyer_id": b.id,
+                                    "price": f"{b.price:.2f}"})
+            except RenderBudgetExceeded:
+                return None, NOT_SENT
             status, content, failure, _ms = self.deliverer.ping(b.ping.url, body,
                                                                 max(0.001, deadline - time.monotonic()))
+            if failure == NOT_SENT:
+                return None, NOT_SENT
             if failure is not None or not 200 <= status < 300:
                 return None, None
-            return b.ping.read_bid(content)
+            bid, reply = b.ping.read_bid(content)
+            if bid is not None and bid > self.max_bid:
+                log.info("bid %s of buyer %s is above PING_MAX_BID: ignored", bid, b.id)
+                return None, reply
+            return bid, reply
 
         for b, result in zip(pingers, fan_out([functools.partial(ping, b) for b in pingers],
                                               self.ping_timeout_ms / 1000)):
             bid, reply = result if result is not None else (None, None)  # failed or late: no bid
-            if bid is None:
+            if reply is NOT_SENT:
+                out.skipped.append({"buyer_id": b.id, "reason": NOT_SENT})
+            elif bid is None:
                 out.skipped.append({"buyer_id": b.id, "reason": "no_bid"})
             else:
                 offers[b.id] = Offer(b, bid, bid, reply)

@@ -17,6 +17,8 @@ import logging
 import threading
 import time
 import uuid
+import zlib
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING
@@ -73,18 +75,67 @@ def answer_of(item: dict) -> dict:
             "price": item["price"], "attempts": item["attempts"]}
 
 
+@dataclass(slots=True)
+class _Entry:
+    """One settlement a web process pushed: what re-pushing it needs, at its smallest."""
+
+    at: float  # time.monotonic() when pushed
+    head: str  # the settlement's JSON, its payload left out
+    payload: bytes | None  # the lead's body, zlib-compressed when large; None once dropped
+    claim_key: str
+    answer: str  # what the publisher was given
+    lead: tuple[str, str]  # (publisher_id, lead_id)
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + len(self.payload or b"") + len(self.answer) + ENTRY_OVERHEAD
+
+    def raw(self) -> str:
+        """The settlement as it was pushed (an empty payload once the budget dropped it)."""
+        item = json.loads(self.head)
+        item["payload"] = "" if self.payload is None else _unpack(self.payload)
+        if self.payload is None:
+            item["payload_dropped"] = True
+        return _dumps(item)
+
+
+ENTRY_OVERHEAD = 400  # bytes an entry costs besides its strings (objects, deque slot)
+COMPRESS_OVER = 2048  # payloads longer than this are kept zlib-compressed
+_PACKED = b"z"  # first byte of a compressed payload; a plain one starts with "p"
+
+
+def _pack(payload: str) -> bytes:
+    raw = payload.encode()
+    return _PACKED + zlib.compress(raw, 1) if len(raw) > COMPRESS_OVER else b"p" + raw
+
+
+def _unpack(packed: bytes) -> str:
+    return (zlib.decompress(packed[1:]) if packed[:1] == _PACKED else packed[1:]).decode()
+
+
+def _dumps(item: dict) -> str:
+    """Settlement JSON as it is queued: UTF-8 as is (escaping it would triple an emoji-heavy lead)."""
+    return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+
+
 class Journal:
-    """What this process pushed lately, to push again if the settlement Redis loses it."""
+    """What this process pushed lately, to push again if the settlement Redis loses it.
+
+    Its memory is bounded (`max_bytes`): past it, the oldest entries give up their lead bodies
+    first (re-pushed after a loss they settle with an empty payload, flagged), then whole
+    entries go; a publisher sending large leads cannot grow a web process without limit."""
 
     CHECK_INTERVAL_S = 0.5  # well under rebuild's wait, so a rebuild counts the re-pushes
 
     def __init__(self, settle_r, queue, keep_s: float = 600, max_items: int = 100_000,
-                 claims: Store | None = None, replay_ttl_s: int = 7 * 24 * 3600):
+                 claims: Store | None = None, replay_ttl_s: int = 7 * 24 * 3600,
+                 max_bytes: int = 64 * 1024 * 1024):
         self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
         self.claims, self.replay_ttl_s = claims, replay_ttl_s
-        # (when, settlement JSON, lead claim key, the publisher's answer, (publisher_id, lead_id))
-        self.entries: collections.deque[tuple[float, str, str, str, tuple[str, str]]] = \
-            collections.deque(maxlen=max_items)
+        self.entries: collections.deque[_Entry] = collections.deque()
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.bytes = 0  # what the entries hold now (see _Entry.size)
+        self._next_payload = 0  # entries before this index have given up their payload
         self.epoch: str | None = None
         self._unrestored: list[tuple[str, str]] = []  # (claim key, answer) to put back after a loss
         self._watcher: threading.Thread | None = None
@@ -92,12 +143,34 @@ class Journal:
     def push(self, item: dict, pipe=None, answer: str | None = None) -> None:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
         publisher was given."""
-        raw = json.dumps(item, separators=(",", ":"))
-        claim_key = keys.lead_claim(item["publisher_id"], item["lead_id"])
-        self.entries.append((time.monotonic(), raw, claim_key, answer or json.dumps(answer_of(item)),
-                             (item["publisher_id"], item["lead_id"])))
+        raw = _dumps(item)
+        entry = _Entry(time.monotonic(), _dumps({**item, "payload": None}), _pack(item["payload"]),
+                       keys.lead_claim(item["publisher_id"], item["lead_id"]), answer or json.dumps(answer_of(item)),
+                       (item["publisher_id"], item["lead_id"]))
+        self._remember(entry)
         push(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
         self.start_watching()
+
+    def _remember(self, entry: _Entry) -> None:
+        self.entries.append(entry)
+        self.bytes += entry.size
+        while len(self.entries) > self.max_items:
+            self._forget_oldest()
+        while self.bytes > self.max_bytes and self._next_payload < len(self.entries):
+            oldest = self.entries[self._next_payload]
+            self.bytes -= len(oldest.payload or b"")
+            oldest.payload = None
+            self._next_payload += 1
+        while self.bytes > self.max_bytes and len(self.entries) > 1:
+            self._forget_oldest()
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.bytes = self._next_payload = 0
+
+    def _forget_oldest(self) -> None:
+        self.bytes -= self.entries.popleft().size
+        self._next_payload = max(0, self._next_payload - 1)
 
     def check_epoch(self) -> int:
         """Push the journal again if Redis lost its data since we last looked; return how many.
@@ -112,14 +185,14 @@ class Journal:
             current = self.settle_r.get(keys.EPOCH)
         previous = self.epoch
         cutoff = time.monotonic() - self.keep_s
-        while self.entries and self.entries[0][0] < cutoff:
-            self.entries.popleft()
+        while self.entries and self.entries[0].at < cutoff:
+            self._forget_oldest()
         if previous is None or previous == current or not self.entries:
             self.epoch = current
             return 0
         entries = list(self.entries)
         settled = _settled(entries)
-        again = [raw for _, raw, _, _, lead in entries if lead not in settled]
+        again = [e.raw() for e in entries if e.lead not in settled]
         for i in range(0, len(again), 1000):
             push(self.settle_r, self.queue, again[i:i + 1000])
         self.epoch = current
@@ -128,7 +201,7 @@ class Journal:
         if self.claims is not None:
             # The answers went with the data: without them a publisher's retry would route
             # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
-            self._unrestored = [(key, answer) for _, _, key, answer, _ in entries]
+            self._unrestored = [(e.claim_key, e.answer) for e in entries]
             self._restore_answers()
         return len(again)
 
@@ -168,7 +241,7 @@ def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, 
     from webhooks.caps.sales import settled_of
     from webhooks.storage.db import db
 
-    leads = [lead for *_, lead in entries]
+    leads = [e.lead for e in entries]
     found: set[tuple[str, str]] = set()
     until = time.monotonic() + budget_s
     try:

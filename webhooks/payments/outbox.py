@@ -29,6 +29,7 @@ import peewee as pw
 import requests
 from standardwebhooks.webhooks import Webhook
 
+from webhooks.logs import redact_text
 from webhooks.storage.db import db
 from webhooks.storage.models import PaymentEvent, utcnow
 
@@ -94,7 +95,7 @@ class Sender:
                                 timeout=(min(self.timeout_s, 5.0), self.timeout_s), allow_redirects=False)
             resp.close()
         except requests.RequestException as exc:
-            return f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
+            return redact_text(f"{type(exc).__name__}: {exc}")[:MAX_ERROR]  # the URL's secrets stay out
         if 200 <= resp.status_code < 300:
             return None
         return f"HTTP {resp.status_code}"
@@ -199,7 +200,7 @@ def deliver_due(sender: Sender, policy: RetryPolicy, pool: ThreadPoolExecutor,
             give_up = (at - first).total_seconds() >= policy.retry_for_s
             batch.gave_up += give_up
             (PaymentEvent.update(status=FAILED if give_up else PENDING, attempts=PaymentEvent.attempts + 1,
-                                 first_attempt_at=first, last_attempt_at=at, last_error=error[:MAX_ERROR],
+                                 first_attempt_at=first, last_attempt_at=at, last_error=redact_text(error)[:MAX_ERROR],
                                  next_attempt_at=at + timedelta(seconds=policy.delay_s(event.attempts + 1)))
              .where(PaymentEvent.id == event.id, PaymentEvent.status == PENDING).execute())
             if give_up:

@@ -14,6 +14,7 @@ from webhooks.errors import FloodgateError
 from webhooks.logs import REQUEST_ID
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
+from webhooks.validate import is_id
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,10 @@ def _on_unexpected(exc: Exception):
 
 
 def _assign_request_id():
+    """A caller's X-Request-Id only when it is an id (API.md, Conventions): it is echoed,
+    logged and carried into RQ jobs, whose dashboard renders their metadata unescaped."""
     rid = request.headers.get("X-Request-Id", "")
-    g.request_id = rid if 0 < len(rid) <= 64 and rid.isprintable() else uuid.uuid4().hex
+    g.request_id = rid if is_id(rid) else uuid.uuid4().hex
     g.request_id_token = REQUEST_ID.set(g.request_id)
 
 

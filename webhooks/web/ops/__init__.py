@@ -12,6 +12,7 @@ from flask import Blueprint, Response, current_app, jsonify
 from webhooks import metrics
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN
+from webhooks.web.ops import csp
 from webhooks.web.ops.gauges import LiveCollector, OutboxCollector
 
 bp = Blueprint("ops", __name__, template_folder="templates")
@@ -71,4 +72,11 @@ def _buyers():
         return ()
 
 
-from webhooks.web.ops import page, rq  # noqa: E402,F401  (routes, and the dashboard mounted at registration)
+
+
+@bp.record_once
+def _secure_headers(state) -> None:
+    csp.init_app(state.app)
+
+
+from webhooks.web.ops import auth, page, rq  # noqa: E402,F401  (routes, and the dashboard mounted at registration)

@@ -14,12 +14,13 @@ import hmac
 import secrets
 from urllib.parse import urlencode, urlsplit
 
-from flask import Response, current_app, redirect, request
+from flask import Response, current_app, redirect, request, url_for
 
 from webhooks.errors import Forbidden
 from webhooks.storage import keys
 from webhooks.validate import bearer
 from webhooks.web.admin import check_admin_token
+from webhooks.web.ops import bp
 
 COOKIE = "floodgate_ops"
 COOKIE_PATH = "/ops"
@@ -94,3 +95,27 @@ def require_admin() -> Response | None:
         return None
     check_admin_token()  # the header, or the JSON 401 / 503 answer
     return None
+
+
+@bp.post("/ops/logout")
+def logout() -> Response:
+    """End this browser's /ops session: its id is deleted in Redis (the cookie is worthless
+    from now on, wherever a copy of it is) and the cookie cleared. A change like any other:
+    it must come from this site's own pages."""
+    session_id = request.cookies.get(COOKIE)
+    if session_id and not same_origin():
+        raise Forbidden("logout must come from this site's own pages (Origin / Sec-Fetch-Site)",
+                        code="cross_site_request")
+    if session_id and len(session_id) <= 128:
+        current_app.extensions["redis"].delete(keys.ops_session(_digest(session_id)))
+    resp = redirect(url_for("ops.logged_out"), code=303)
+    resp.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.get("/ops/logged-out")
+def logged_out() -> Response:
+    """Where a logout lands: a page that needs no session."""
+    return Response("<!doctype html><title>Floodgate ops</title><p>Logged out. Open /ops?token=... to log in again.",
+                    mimetype="text/html", headers={"Cache-Control": "no-store"})
