@@ -15,6 +15,7 @@ import pytest
 
 from tests.payments_helpers import PROVIDERS, balance, deliver, encode, payload, signed_headers
 from tests.servers import TcpProxy, wait_until
+from webhooks import services
 from webhooks.storage import keys
 from webhooks.storage.db import db, make_database
 from webhooks.storage.models import ALL_MODELS, WebhookDelivery
@@ -83,8 +84,11 @@ def test_forged_delivery_leaves_one_list_entry_a_metric_and_no_row(api, redis_se
     at = datetime.fromisoformat(entry["received_at"].removesuffix("Z")).replace(tzinfo=timezone.utc)
     assert entry["received_at"].endswith("Z") and abs(datetime.now(timezone.utc) - at) < timedelta(minutes=1)
     everything = redis_text(redis_server)
+    # body, headers, signature, secret: none of it (a bare unix time such as Standard Webhooks'
+    # webhook-timestamp is no marker: RQ's own keys hold the same second)
     for sent in (MARKER, FORGER, FORGER.removeprefix("whsec_"), *headers.values()):
-        assert sent not in everything, sent  # body, headers, signature, secret: none of it
+        if not sent.isdigit():
+            assert sent not in everything, sent
     assert rejected_count(api, provider) == before + 1
     assert metric(api, "floodgate_payment_rejected_bytes_total", provider) == before_bytes + len(raw)
 
@@ -231,7 +235,7 @@ def test_with_redis_down_a_forged_delivery_is_still_401_and_counted(api, redis_s
 
 def _app_redis_answers(api) -> bool:
     try:
-        return api.app.extensions["store"].redis.ping()
+        return services.of(api.app).store.redis.ping()
     except REDIS_DOWN:
         return False
 
