@@ -24,6 +24,7 @@ from tests.servers import (
     venv_bin,
     wait_until,
 )
+from webhooks import services
 from webhooks.storage import keys
 from webhooks.storage.db import db, init_db
 from webhooks.storage.migrate import upgrade
@@ -232,8 +233,8 @@ def clean(request):
     if "app" in request.fixturenames:
         # the in-process app's memory of earlier tests: their settlements and config
         app = request.getfixturevalue("app")
-        app.extensions["journal"].clear()
-        app.extensions["catalog"].invalidate()
+        services.of(app).journal.clear()
+        services.of(app).catalog.invalidate()
     yield
 
 
@@ -313,7 +314,7 @@ class Api:
         reads the config version on its next lead; separate processes get the time they need
         (CONFIG_CHECK_INTERVAL_MS, below)."""
         if self.app is not None:
-            self.app.extensions["catalog"].invalidate()
+            services.of(self.app).catalog.invalidate()
         else:
             time.sleep(CONFIG_SETTLE_S)
 
@@ -342,13 +343,14 @@ def api(app, redis_server, database_url) -> Api:
 def reconfigure(app):
     """Run the in-process app with some Config fields changed, as a different environment
     would set them (read per request), for one test: `reconfigure(flutterwave_verify=True)`."""
-    original = app.config["FLOODGATE"]
+    svc = services.of(app)
+    original = svc.config
 
     def change(**fields):
-        app.config["FLOODGATE"] = dataclasses.replace(original, **fields)
+        svc.reconfigure(dataclasses.replace(original, **fields))
 
     yield change
-    app.config["FLOODGATE"] = original
+    svc.reconfigure(original)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from tests.servers import wait_until
+from webhooks import services
 from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import consumer_keys, normalise
 from webhooks.leads import ledger, settlement
@@ -237,13 +238,13 @@ def test_a_consumer_is_remembered_for_the_lease_only_until_the_sale_is_confirmed
     """A lease that never finishes (its process died) frees the consumer when it expires; a
     confirmed sale remembers it for the buyer's dedupe days."""
     key, dd, fallback = _dedupe_buyer(api, buyer_server)
-    r = app.extensions["redis"]
+    r = services.of(app).store.redis
     assert api.post_lead(key, {"lead_id": "m1", **consumer(3, 0)}).json()["buyer_id"] == "dd"
     [email_key] = list(r.keys("fg:{b:dd}:dedupe:email:*"))
     assert r.pttl(email_key) > 29 * 86_400_000  # confirmed: 30 days
     with db.connection_context():
         [rule] = [b for b in load_snapshot(None).buyers if b.id == "dd"]
-    store = app.extensions["store"]
+    store = services.of(app).store
     keys_ = consumer_keys("dd", rule.dedupe_fields, consumer(4, 0))
     held = leases.reserve(store, rule, datetime.now(timezone.utc), lease_ttl_ms=5_000, probe_ttl_ms=5_000,
                           consumer=keys_)
@@ -268,7 +269,7 @@ def test_a_ping_buyer_is_not_pinged_for_a_consumer_it_bought(api, buyer_server):
 
 def test_a_return_during_a_reconciliation_leaves_the_slot_to_it(api, app, buyer_server, worker):
     _sell(api, buyer_server)
-    r = app.extensions["redis"]
+    r = services.of(app).store.redis
     r.set("fg:{b:acme}:reconciling", "1", px=10_000)  # a reconciliation of acme is under way
     resp = api.http.post(f"{api.base}/v1/admin/leads/sold-1/return", headers=api.admin)
     assert resp.status_code == 200
@@ -276,5 +277,5 @@ def test_a_return_during_a_reconciliation_leaves_the_slot_to_it(api, app, buyer_
     r.delete("fg:{b:acme}:reconciling")
     with db.connection_context():
         [rule] = [b for b in load_snapshot(None).buyers if b.id == "acme"]
-    reconcile.reconcile_buyer(app.extensions["store"], r, rule)
+    reconcile.reconcile_buyer(services.of(app).store, r, rule)
     assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 0  # counted once

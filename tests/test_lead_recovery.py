@@ -24,6 +24,7 @@ from rq import Queue
 from tests.conftest import Api
 from tests.payments_helpers import child_pids
 from tests.servers import WebServer, wait_until
+from webhooks import services
 from webhooks.caps import leases
 from webhooks.leads import recovery
 from webhooks.leads.catalog import load_snapshot
@@ -41,7 +42,7 @@ def _die_while_offering(app, publisher_id: str, lead_id: str, buyer_id: str, att
     `buyer_id`: the reservation and the attempt note (one round trip, as the router makes
     it), carrying the lead (`payload`, the publisher's body) when given; the claim has
     expired."""
-    store = app.extensions["store"]
+    store = services.of(app).store
     with db.connection_context():
         [buyer] = [b for b in load_snapshot(None).buyers if b.id == buyer_id]
     ref = None if payload is None else lead_ref(publisher_id, lead_id, payload, "req-1")
@@ -78,7 +79,7 @@ def test_retry_after_a_dead_routing_offers_the_lead_to_the_same_buyer_who_confir
     usage = api.get("/v1/admin/buyers/x").json()["usage"]["daily"]
     assert usage["used"] == 1
     # confirmed (no refund can give the slot back), or already settled and released
-    assert app.extensions["redis"].hget(lease.key, "state") in ("confirmed", None)
+    assert services.of(app).store.redis.hget(lease.key, "state") in ("confirmed", None)
     assert api.post_lead(key, {"lead_id": "L1"}).json()["replayed"] is True
     record = api.wait_settled("L1", "surge")
     assert record["status"] == "sold" and record["buyer_id"] == "x"
@@ -94,7 +95,7 @@ def test_a_buyer_not_confirming_the_reoffer_leaves_the_lead_unsold_unknown_and_n
     assert [(a["buyer_id"], a["outcome"]) for a in body["attempts"]] == [("x", "unknown")]
     assert len(x.received) == 1 and y.received == []
     # The slot stays taken (x may hold the lead): only reconciliation gives it back.
-    assert app.extensions["redis"].hget(lease.key, "state") == "held"
+    assert services.of(app).store.redis.hget(lease.key, "state") == "held"
     assert api.get("/v1/admin/buyers/x").json()["usage"]["daily"]["used"] == 1
     record = api.wait_settled("L2", "surge")
     assert record["status"] == "unsold" and record["review"] is True
@@ -104,7 +105,7 @@ def test_a_buyer_not_confirming_the_reoffer_leaves_the_lead_unsold_unknown_and_n
 def test_a_reservation_gone_before_the_retry_is_not_offered_again_nor_to_anyone_else(api, app, buyer_server):
     key, x, y = _setup_x_and_y(api, buyer_server)
     lease = _die_while_offering(app, "surge", "L3", "x")
-    app.extensions["redis"].delete(lease.key)  # expired: nobody can say whether x has the lead
+    services.of(app).store.redis.delete(lease.key)  # expired: nobody can say whether x has the lead
     body = api.post_lead(key, {"lead_id": "L3"}).json()
     assert body["status"] == "unsold" and body["attempts"] == [{"buyer_id": "x", "outcome": "unknown", "ms": 0}]
     assert x.received == [] and y.received == []
@@ -114,7 +115,7 @@ def test_a_routing_that_ends_normally_leaves_no_attempt_note(api, app, buyer_ser
     key, x, y = _setup_x_and_y(api, buyer_server, x_mode="reject")
     assert api.post_lead(key, {"lead_id": "L4"}).json()["buyer_id"] == "y"
     assert api.post_lead(key, {"lead_id": "L5"}).json()["buyer_id"] == "y"
-    r = app.extensions["redis"]
+    r = services.of(app).store.redis
     assert r.exists(keys.lead_attempt("surge", "L4"), keys.lead_attempt("surge", "L5")) == 0
 
 
@@ -134,8 +135,8 @@ def test_leads_unknown_lists_the_leads_flagged_for_review(api, app, buyer_server
 
 def _sweep(app, after_ms: int = 0) -> recovery.SweepResult:
     """The scheduler's abandoned-lead sweep (workers/leads.py), in this process."""
-    ext = app.extensions
-    return recovery.sweep_all(app.config["FLOODGATE"], ext["store"], ext["settle"], ext["queue"], after_ms)
+    svc = services.of(app)
+    return recovery.sweep_all(svc.config, svc.store, svc.settle, svc.queue, after_ms)
 
 
 def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_sweep(api, app, buyer_server, worker):
@@ -151,7 +152,7 @@ def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_swee
     with db.connection_context():
         lead = Lead.get(Lead.publisher_id == "surge", Lead.lead_id == "A1")
         assert (lead.status, lead.buyer_id, str(lead.price), lead.request_id) == ("sold", "x", "10.00", "req-1")
-    r = app.extensions["redis"]
+    r = services.of(app).store.redis
     wait_until(lambda: not r.exists(lease.key), what="the settled lease to be released")
     assert not r.exists(keys.lead_attempt("surge", "A1"))
     assert r.zscore(keys.leases("x"), lease.lease_id) is None
@@ -171,7 +172,7 @@ def test_the_sweep_leaves_a_lead_its_buyer_does_not_confirm_unsold_for_review(ap
     record = api.wait_settled("A2", "surge")
     assert record["status"] == "unsold" and record["review"] is True
     assert record["attempts"] == [{"buyer_id": "x", "outcome": "unknown", "ms": record["attempts"][0]["ms"]}]
-    assert app.extensions["redis"].hget(lease.key, "state") == "held"  # x may hold it: reconciliation decides
+    assert services.of(app).store.redis.hget(lease.key, "state") == "held"  # x may hold it: reconciliation decides
     assert api.post_lead(key, {"lead_id": "A2"}).json()["status"] == "unsold"
 
 
@@ -179,8 +180,8 @@ def test_the_sweep_settles_a_confirmed_sale_without_asking_the_buyer_again(api, 
     key, x, y = _setup_x_and_y(api, buyer_server)
     lease = _die_while_offering(app, "surge", "A3", "x", payload='{"lead_id":"A3"}')
     # x said yes and the lease was confirmed, then the process died before the settlement
-    leases.finish(app.extensions["store"], lease, "accepted", breaker_failures=3, breaker_cooldown_ms=1000)
-    r = app.extensions["redis"]
+    leases.finish(services.of(app).store, lease, "accepted", breaker_failures=3, breaker_cooldown_ms=1000)
+    r = services.of(app).store.redis
     r.hset(keys.breaker("x"), "failures", 2)  # x is failing now: an old accept must not close its breaker
     assert _sweep(app).sold == ["surge:A3"]
     assert x.received == [] and y.received == []
@@ -197,14 +198,14 @@ def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_t
     key, x, y = _setup_x_and_y(api, buyer_server, x_mode="sleep")
     x.delay = 0.8
     _die_while_offering(app, "surge", "D1", "x", payload='{"lead_id":"D1"}')
-    ext, r = app.extensions, app.extensions["redis"]
-    cfg = dataclasses.replace(app.config["FLOODGATE"], lead_abandoned_after_ms=0, lead_claim_margin_ms=1,
+    ext, r = services.of(app), services.of(app).store.redis
+    cfg = dataclasses.replace(services.of(app).config, lead_abandoned_after_ms=0, lead_claim_margin_ms=1,
                               buyer_timeout_ms=100)
     with db.connection_context():
         snapshot = load_snapshot(None)
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     with ThreadPoolExecutor(1) as pool:
-        sweeping = pool.submit(recovery.sweep, ext["store"], ext["settle"], ext["queue"], Deliverer(3000),
+        sweeping = pool.submit(recovery.sweep, ext.store, ext.settle, ext.queue, Deliverer(3000),
                                snapshot.buyers, ["x", "y"], publishers, cfg)
         wait_until(lambda: x.arrived, what="the sweep's re-offer to reach x")
         wait_until(lambda: not r.exists(keys.lead_claim("surge", "D1")), what="the sweep's claim to expire")
@@ -223,7 +224,7 @@ def test_the_sweep_leaves_leads_a_request_holds_young_ones_and_notes_without_the
     api.put_publisher("surge")
     api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
     api.settle_config()
-    r = app.extensions["redis"]
+    r = services.of(app).store.redis
     _die_while_offering(app, "surge", "B1", "x", payload='{"lead_id":"B1"}')
     r.set(keys.lead_claim("surge", "B1"), "routing:another-request", px=60_000)  # a retry routes it now
     _die_while_offering(app, "surge", "B2", "x")  # a note written before notes carried the lead
@@ -474,7 +475,7 @@ def test_unknown_attempts_are_stored_as_such(api, app, buyer_server, worker):
     with db.connection_context():
         outcomes = [a.outcome for a in LeadAttempt.select().where(LeadAttempt.lead_id == "L8")]
     assert outcomes == ["unknown"]
-    assert json.loads(app.extensions["redis"].get(keys.lead_claim("surge", "L8")))["status"] == "unsold"
+    assert json.loads(services.of(app).store.redis.get(keys.lead_claim("surge", "L8")))["status"] == "unsold"
 
 
 def test_the_abandoned_lead_sweep_must_find_a_lease_before_it_expires():

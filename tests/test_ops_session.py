@@ -16,6 +16,7 @@ from rq.registry import FailedJobRegistry
 
 from tests.conftest import ADMIN_TOKEN
 from tests.servers import WebServer, wait_until
+from webhooks import services
 from webhooks.storage import keys
 
 COOKIE = "floodgate_ops"
@@ -36,7 +37,7 @@ def test_token_is_swapped_for_a_random_expiring_session_id(api, redis_server):
     session_id = morsel.value
     assert ADMIN_TOKEN not in resp.headers["Set-Cookie"] and len(session_id) >= 40
     assert morsel["httponly"] and morsel["samesite"] == "Strict" and morsel["path"] == "/ops"
-    assert int(morsel["max-age"]) == api.app.config["FLOODGATE"].ops_session_ttl_s
+    assert int(morsel["max-age"]) == services.of(api.app).config.ops_session_ttl_s
     ttl = redis_server.client().ttl(keys.ops_session(hashlib.sha256(session_id.encode()).hexdigest()))
     assert 0 < ttl <= int(morsel["max-age"])
     page = api.http.get(api.base + "/ops/rq/0/data/queues.json", cookies={COOKIE: session_id})

@@ -7,6 +7,7 @@ import pytest
 
 from tests.payments_helpers import PROVIDERS, balance, counts, deliver, encode, payload, signed_headers, verdicts
 from tests.servers import WebServer
+from webhooks import services
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog
@@ -55,7 +56,7 @@ def test_forged_deliveries_get_401_and_no_row(api, provider):
         assert resp.status_code == 401, what
         assert resp.json()["error"]["code"] == "invalid_signature", what
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
-    assert api.app.extensions["store"].redis.llen(keys.REJECTED_WEBHOOKS) == len(cases)
+    assert services.of(api.app).store.redis.llen(keys.REJECTED_WEBHOOKS) == len(cases)
 
 
 def test_flutterwave_secret_hash_is_not_stored_with_the_delivery(api):

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import CLUSTER
 from tests.servers import wait_until
-from webhooks import config
+from webhooks import config, services
 from webhooks.errors import ConfigError
 from webhooks.storage import keys
 
@@ -285,7 +285,7 @@ def test_bad_publisher_rate_limit_stops_start_up(raw):
 
 
 def test_the_script_leaves_nothing_behind_once_the_bucket_is_full_again(app, redis_server):
-    store = app.extensions["store"]
+    store = services.of(app).store
     r = redis_server.client()
     first = store.take_token("idle", 1, 2)
     assert first.allowed and first.wait_ms == 0
@@ -294,7 +294,7 @@ def test_the_script_leaves_nothing_behind_once_the_bucket_is_full_again(app, red
 
 
 def test_a_refusal_writes_nothing_and_says_how_long_to_wait(app, redis_server):
-    store = app.extensions["store"]
+    store = services.of(app).store
     r = redis_server.client()
     assert store.take_token("slow", 1, 1).allowed
     before = r.hgetall(keys.rate_bucket("slow"))

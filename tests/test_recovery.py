@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from tests.servers import wait_until
+from webhooks import services
 
 pytestmark = pytest.mark.e2e  # kills and restarts the run's redis-server
 
@@ -156,7 +157,7 @@ def test_a_new_publishers_answers_are_all_in_redis_so_no_lead_asks_the_ledger(ap
     from webhooks.storage import claims, keys
 
     api.put_publisher("pub-fresh")
-    r = app.extensions["store"].redis
+    r = services.of(app).store.redis
     assert r.get(keys.lead_memory("pub-fresh")) == "0"
     assert not claims.memory_gap("0", 10**13, 3600)
     assert claims.memory_gap("1000", 1000 + 3_599_999, 3600)

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.payments_helpers import REFUND_PROVIDERS, balance, deliver, encode, payload, refund_payload, verdicts
+from webhooks import services
 from webhooks.payments.events import REFUND_SPECS, PaymentEvent, RefundEvent, parse
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog, Payment, Refund, Wallet
@@ -152,7 +153,7 @@ def test_a_refund_reference_again_with_another_amount_is_a_conflict(api):
     pay(api, "stripe", "pi_again", 9_000, "USD", "jenny@example.com")
     assert refund(api, "stripe", "re_again", "pi_again", 1_000, "USD").json() == {"status": "debited"}
     with api.app.app_context():  # past the Redis marker: the ledger's unique key decides
-        api.app.extensions["redis"].delete("fg:{ref:stripe:re_again}:processed")
+        services.of(api.app).store.redis.delete("fg:{ref:stripe:re_again}:processed")
     changed = refund(api, "stripe", "re_again", "pi_again", 2_000, "USD")
     assert changed.status_code == 422 and changed.json()["error"]["code"] == "reference_conflict"
     assert balance("jenny@example.com", "USD") == 8_000

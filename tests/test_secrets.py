@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import ADMIN_TOKEN, SECRETS
 from tests.payments_helpers import PROVIDERS, SECRET, balance, deliver, encode, payload, signed_headers
 from tests.servers import ROOT, free_port, venv_bin
-from webhooks import config
+from webhooks import config, services
 from webhooks.errors import ConfigError
 
 OLD = {"paystack": "sk_old_paystack_secret", "flutterwave": "flw-old-secret-hash", "monnify": "monnify-old",
@@ -27,7 +27,7 @@ def test_a_variable_may_hold_the_old_and_the_new_secret():
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_during_a_rotation_deliveries_signed_with_either_secret_are_credited(api, reconfigure, provider):
-    reconfigure(secrets={**api.app.config["FLOODGATE"].secrets, provider: (OLD[provider], SECRET[provider])})
+    reconfigure(secrets={**services.of(api.app).config.secrets, provider: (OLD[provider], SECRET[provider])})
     for i, secret in enumerate((OLD[provider], SECRET[provider])):
         raw = encode(payload(provider, f"{provider}-rot-{i}", 1000))
         resp = deliver(api, provider, raw, headers=signed_headers(provider, raw, secret=secret))

@@ -13,9 +13,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import click
-from flask import Flask, current_app
+from flask import Flask
 from flask.cli import AppGroup
 
+from webhooks import services
 from webhooks.errors import ValidationError
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
@@ -69,8 +70,8 @@ def reconcile_command() -> None:
     from webhooks.caps.reconcile import reconcile_all
     from webhooks.leads.catalog import load_snapshot
 
-    ext = current_app.extensions
-    drifts = reconcile_all(ext["store"], ext["settle_redis"], load_snapshot(None).buyers)
+    svc = services.current()
+    drifts = reconcile_all(svc.store, svc.settle.redis, load_snapshot(None).buyers)
     for d in drifts:
         click.echo(f"{d['buyer_id']} {d['cap']} {d['window']}: counter {d['counter']} -> {d['expected']}")
     click.echo(f"{len(drifts)} drift(s) corrected")
@@ -81,7 +82,7 @@ def reconcile_command() -> None:
 def requeue_command() -> None:
     from rq.registry import FailedJobRegistry
 
-    q = current_app.extensions["queue"]
+    q = services.current().queue
     registry = FailedJobRegistry(queue=q)
     ids = registry.get_job_ids()
     with _progress(ids, "requeueing") as bar:
@@ -96,9 +97,9 @@ def status_command() -> None:
 
     from webhooks.storage import keys
 
-    q = current_app.extensions["queue"]
+    q = services.current().queue
     status = {
-        "pending_settlements": current_app.extensions["settle_redis"].llen(keys.SETTLE_PENDING),
+        "pending_settlements": services.current().settle.redis.llen(keys.SETTLE_PENDING),
         "queued_jobs": q.count,
         "running_jobs": StartedJobRegistry(queue=q).count,
         "failed_jobs": FailedJobRegistry(queue=q).count,
@@ -124,8 +125,8 @@ def events_retry() -> None:
 
     requeued = outbox.retry_failed()
     if requeued:
-        ext = current_app.extensions
-        outbox_queue.signal(ext["settle_redis"], ext["queue"])
+        svc = services.current()
+        outbox_queue.signal(svc.settle.redis, svc.queue)
     click.echo(f"requeued {requeued} failed payment event(s)")
 
 
@@ -199,7 +200,7 @@ def import_buyers(file: Any) -> None:
     from webhooks.leads.catalog import bump_version
 
     saved = _import(_read_entries(file, "buyers"), "buyers", buyers.parse, buyers.save)
-    r = current_app.extensions["redis"]
+    r = services.current().store.redis
     for row, created in saved:
         if created:
             leases.mark_ready(r, row.id)
@@ -242,8 +243,8 @@ def import_publishers(file: Any) -> None:
                     _publisher_key_hint)
     for row, fresh in saved:
         if fresh:
-            claims.remember_from_start(current_app.extensions["store"], row.id)
-    bump_version(current_app.extensions["redis"])
+            claims.remember_from_start(services.current().store, row.id)
+    bump_version(services.current().store.redis)
     click.echo(f"imported {len(saved)} publisher(s)")
 
 
@@ -258,7 +259,7 @@ def trust_replay_memory(force: bool) -> None:
     from webhooks.storage import keys
     from webhooks.storage.models import Publisher
 
-    r = current_app.extensions["store"].redis
+    r = services.current().store.redis
     ids = [p.id for p in Publisher.select(Publisher.id).order_by(Publisher.id)]
     marked = sum(1 for pid in ids if r.set(keys.lead_memory(pid), "0", nx=not force))
     click.echo(f"{marked} of {len(ids)} publisher(s) marked" + ("" if force else " (marks already set were kept)"))
@@ -291,7 +292,7 @@ def show_buyer(buyer_id: str) -> None:
     from webhooks.leads.buyers import BuyerRule
 
     row = _buyer_row(buyer_id)
-    r = current_app.extensions["redis"]
+    r = services.current().store.redis
     state = "deleted" if row.deleted_at else "active" if row.active else "inactive"
     click.echo(f"{row.id}: {row.name} ({state}), price {row.price:.2f}, priority {row.priority}, "
                f"time zone {row.timezone}")
@@ -364,7 +365,7 @@ def return_leads(file: Any) -> None:
     rows = list(csv.DictReader(file))
     if rows and "lead_id" not in rows[0]:
         raise click.ClickException(f"{file.name}: the header must name a lead_id column")
-    store = current_app.extensions["store"]
+    store = services.current().store
     results: dict[str, int] = {}
     problems = []
     with _progress(rows, "returning leads") as bar:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
-from flask import Blueprint, Response, current_app, g, request
+from flask import Blueprint, Response, g, request
 
-from webhooks import metrics
+from webhooks import metrics, services
 from webhooks.leads.intake import authenticate, parse_lead
 from webhooks.leads.publishers import throttle
 from webhooks.web.http import json_body
@@ -36,12 +36,12 @@ def _count(resp: Response) -> Response:
 @bp.post("/v1/leads")
 def post_lead():
     received_at = datetime.now(timezone.utc)
-    ext = current_app.extensions
-    snapshot = ext["catalog"].snapshot()
+    svc = services.current()
+    snapshot = svc.catalog.snapshot()
     publisher = authenticate(snapshot, request.headers.get("Authorization", ""))
     # The publisher's token bucket before the body is even read: a flood costs one round trip.
-    throttle(ext["store"], publisher, current_app.config["FLOODGATE"].publisher_rate_limit)
+    throttle(svc.store, publisher, svc.config.publisher_rate_limit)
     lead_id, lead = parse_lead(json_body())
-    answer = ext["intake"].take(snapshot, publisher, lead_id, lead, request.get_data(as_text=True),
+    answer = svc.intake.take(snapshot, publisher, lead_id, lead, request.get_data(as_text=True),
                                 received_at, g.request_id)
     return Response(answer, mimetype="application/json")

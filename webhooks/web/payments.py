@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import time
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 from redis.exceptions import RedisClusterException
 
-from webhooks import metrics
+from webhooks import metrics, services
 from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
 from webhooks.payments import events, flutterwave, gate, ledger, refunds, rejected, signatures
 from webhooks.storage import outbox_queue
@@ -64,7 +64,7 @@ def _secrets(provider: str) -> tuple[str, ...]:
     """The provider's secret, or its old and new ones while it is being rotated."""
     if provider not in signatures.VERIFIERS:
         raise NotFound(f"no payment provider {provider!r}")
-    secrets = current_app.config["FLOODGATE"].secrets.get(provider)
+    secrets = services.current().config.secrets.get(provider)
     if not secrets:
         raise FloodgateError(f"{provider} webhooks are not configured (secret unset)",
                              status=503, code="provider_not_configured")
@@ -83,9 +83,9 @@ def _payment_not_found(exc: PaymentNotFound, watch: _Stopwatch) -> Response:
 def _announce() -> None:
     """A credit or debit committed its event: wake the worker that delivers it. If Redis is
     down the event still is in the database, and the scheduled sweep starts its delivery."""
-    ext = current_app.extensions
+    svc = services.current()
     try:
-        outbox_queue.signal(ext["settle_redis"], ext["queue"], g.get("request_id"))
+        outbox_queue.signal(svc.settle.redis, svc.queue, g.get("request_id"))
     except REDIS_DOWN as exc:
         log.warning("payment event committed, worker not woken (the sweep will deliver it): %s", exc)
 
@@ -94,7 +94,7 @@ def _confirm(event: events.PaymentEvent, delivery: ledger.Delivery) -> None:
     """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
     (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
     503 when Flutterwave cannot be asked, so that it delivers again later."""
-    cfg = current_app.config["FLOODGATE"]
+    cfg = services.current().config
     if event.provider != "flutterwave" or not cfg.flutterwave_verify:
         return
     try:
@@ -110,7 +110,7 @@ def _reject(delivery: ledger.Delivery) -> None:
     no connection from real payments. If Redis is down the 401 stands (the metric counts it)."""
     metrics.payment_rejected(delivery.provider, delivery.length)
     try:
-        rejected.record(current_app.extensions["store"].redis, delivery, g.get("request_id"))
+        rejected.record(services.current().store.redis, delivery, g.get("request_id"))
     # RedisClusterException: how a cluster pipeline says that no node answers
     except (*REDIS_DOWN, RedisClusterException) as exc:
         log.warning("%s webhook with an invalid signature not listed, Redis unavailable: %s", delivery.provider, exc)
@@ -140,9 +140,9 @@ def receive(provider: str):
         ledger.record(delivery, "ignored", 200, event)
         return _answer("ignored", 200, watch)
 
-    ext, cfg = current_app.extensions, current_app.config["FLOODGATE"]
-    store = ext["store"]
-    entry = gate.enter(store, ext["settle"], ext["queue"], event, delivery, cfg.payment_claim_ttl_ms,
+    svc = services.current()
+    cfg, store = svc.config, svc.store
+    entry = gate.enter(store, svc.settle, svc.queue, event, delivery, cfg.payment_claim_ttl_ms,
                        g.get("request_id"))
     watch.lap("dedupe")
     if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database

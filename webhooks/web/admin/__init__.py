@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import hmac
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, request
 
+from webhooks import services
 from webhooks.errors import FloodgateError, Unauthorized
 from webhooks.validate import bearer
 
@@ -13,7 +14,7 @@ bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
 
 def check_admin_token() -> None:
     """Raise unless the request carries the admin token; also used by the ops pages."""
-    token = current_app.config["FLOODGATE"].admin_token
+    token = services.current().config.admin_token
     if not token:
         raise FloodgateError("ADMIN_TOKEN is not set; the admin API is disabled",
                              status=503, code="admin_disabled")

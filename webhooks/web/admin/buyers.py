@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from flask import current_app, jsonify
+from flask import jsonify
 
+from webhooks import services
 from webhooks.caps import leases
 from webhooks.errors import NotFound
 from webhooks.leads import buyers, preview
@@ -16,7 +17,7 @@ from webhooks.web.http import json_body
 
 
 def _redis():
-    return current_app.extensions["redis"]
+    return services.current().store.redis
 
 
 @bp.put("/buyers/<id:buyer_id>")

@@ -1,8 +1,9 @@
 """Admin routes of the lead ledger: read a lead, return a lead."""
 from __future__ import annotations
 
-from flask import current_app, jsonify, request
+from flask import jsonify, request
 
+from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.leads import returns
 from webhooks.leads.ledger import lead_record
@@ -32,4 +33,4 @@ def return_lead(lead_id: str):
     if reason is not None and (not isinstance(reason, str) or len(reason) > returns.MAX_REASON):
         raise ValidationError("invalid_return", "reason",
                               f"must be a string of at most {returns.MAX_REASON} characters")
-    return jsonify(returns.return_lead(current_app.extensions["store"], lead_id, _publisher_id(), reason))
+    return jsonify(returns.return_lead(services.current().store, lead_id, _publisher_id(), reason))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from flask import current_app, jsonify, request
+from flask import jsonify, request
 
+from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.payments import outbox, rejected
 from webhooks.payments.ledger import balances, payment_record
@@ -69,5 +70,5 @@ def list_rejected_webhooks():
     provider = request.args.get("provider")
     if provider is not None and provider not in VERIFIERS:
         raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
-    found = rejected.listing(current_app.extensions["store"].redis, provider, _limit(rejected.KEEP))
+    found = rejected.listing(services.current().store.redis, provider, _limit(rejected.KEEP))
     return jsonify({"rejected": [asdict(e) for e in found.entries], "count": found.count})

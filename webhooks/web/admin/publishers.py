@@ -1,8 +1,9 @@
 """Admin routes for publishers."""
 from __future__ import annotations
 
-from flask import current_app, jsonify
+from flask import jsonify
 
+from webhooks import services
 from webhooks.errors import NotFound
 from webhooks.leads import publishers
 from webhooks.leads.catalog import bump_version
@@ -16,8 +17,8 @@ from webhooks.web.http import json_body
 def put_publisher(publisher_id: str):
     row, fresh = publishers.save(publisher_id, publishers.parse(json_body()))
     if fresh:
-        claims.remember_from_start(current_app.extensions["store"], publisher_id)
-    bump_version(current_app.extensions["redis"])
+        claims.remember_from_start(services.current().store, publisher_id)
+    bump_version(services.current().store.redis)
     return jsonify(publishers.to_json(row))
 
 

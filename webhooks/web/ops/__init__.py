@@ -7,9 +7,9 @@ import json
 from importlib import resources
 
 import yaml
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 
-from webhooks import metrics
+from webhooks import metrics, services
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.web.ops import csp
@@ -27,7 +27,7 @@ def healthz():
 def readyz():
     down = []
     try:
-        current_app.extensions["redis"].ping()
+        services.current().store.redis.ping()
     except REDIS_DOWN:
         down.append("redis")
     try:
@@ -56,9 +56,9 @@ def openapi():
 
 @bp.get("/metrics")
 def prometheus_metrics():
-    ext = current_app.extensions
+    svc = services.current()
     buyer_ids = [b.id for b in _buyers()]
-    body, content_type = metrics.scrape(LiveCollector(ext["redis"], ext["settle_redis"], ext["queue"], buyer_ids),
+    body, content_type = metrics.scrape(LiveCollector(svc.store.redis, svc.settle.redis, svc.queue, buyer_ids),
                                         OutboxCollector())
     return Response(body, content_type=content_type)
 
@@ -67,7 +67,7 @@ def _buyers():
     """Active buyers from the per-process config cache; none when it cannot be refreshed (the
     scrape still answers, with floodgate_redis_up telling whether Redis could be read)."""
     try:
-        return current_app.extensions["catalog"].snapshot().buyers
+        return services.current().catalog.snapshot().buyers
     except (*REDIS_DOWN, *UNAVAILABLE_ERRORS):
         return ()
 

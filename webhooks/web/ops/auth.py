@@ -14,8 +14,9 @@ import hmac
 import secrets
 from urllib.parse import urlencode, urlsplit
 
-from flask import Response, current_app, redirect, request, url_for
+from flask import Response, redirect, request, url_for
 
+from webhooks import services
 from webhooks.errors import Forbidden
 from webhooks.storage import keys
 from webhooks.validate import bearer
@@ -32,25 +33,25 @@ def _digest(value: str) -> str:
 
 
 def _is_admin_token(presented: str | None) -> bool:
-    token = current_app.config["FLOODGATE"].admin_token
+    token = services.current().config.admin_token
     return bool(presented and token) and hmac.compare_digest(presented.encode(), token.encode())
 
 
 def open_session() -> str:
     """A new session id (the cookie's value), kept in Redis for OPS_SESSION_TTL_S."""
-    cfg = current_app.config["FLOODGATE"]
+    cfg = services.current().config
     session_id = secrets.token_urlsafe(32)
-    current_app.extensions["redis"].set(keys.ops_session(_digest(session_id)), _digest(cfg.admin_token),
+    services.current().store.redis.set(keys.ops_session(_digest(session_id)), _digest(cfg.admin_token),
                                         ex=cfg.ops_session_ttl_s)
     return session_id
 
 
 def _session_is_live(session_id: str | None) -> bool:
     """The cookie names a session that has not expired, opened with today's admin token."""
-    token = current_app.config["FLOODGATE"].admin_token
+    token = services.current().config.admin_token
     if not token or not session_id or len(session_id) > 128:
         return False
-    stored = current_app.extensions["redis"].get(keys.ops_session(_digest(session_id)))
+    stored = services.current().store.redis.get(keys.ops_session(_digest(session_id)))
     return stored is not None and hmac.compare_digest(stored.encode(), _digest(token).encode())
 
 
@@ -70,7 +71,7 @@ def same_origin() -> bool:
 
 def _swap_token_for_cookie() -> Response:
     """303 to the same address without `?token=`, setting the session cookie."""
-    cfg = current_app.config["FLOODGATE"]
+    cfg = services.current().config
     query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
     resp = redirect(request.path + ("?" + query if query else ""), code=303)
     resp.set_cookie(COOKIE, open_session(), max_age=cfg.ops_session_ttl_s, path=COOKIE_PATH, httponly=True,
@@ -107,7 +108,7 @@ def logout() -> Response:
         raise Forbidden("logout must come from this site's own pages (Origin / Sec-Fetch-Site)",
                         code="cross_site_request")
     if session_id and len(session_id) <= 128:
-        current_app.extensions["redis"].delete(keys.ops_session(_digest(session_id)))
+        services.current().store.redis.delete(keys.ops_session(_digest(session_id)))
     resp = redirect(url_for("ops.logged_out"), code=303)
     resp.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")
     resp.headers["Cache-Control"] = "no-store"

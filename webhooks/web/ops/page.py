@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from flask import current_app, render_template
+from flask import render_template
 
+from webhooks import services
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.leads.buyers import BuyerRule
@@ -47,7 +48,7 @@ def ops_page():
     redirect = require_admin()
     if redirect is not None:
         return redirect
-    r = current_app.extensions["redis"]
+    r = services.current().store.redis
     rows = Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS)  # the last settled, by key
     leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
     review = [lead_record(row) for row in flagged(LAST_LEADS)]

@@ -14,6 +14,7 @@ from flask import Flask, request
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq_dashboard.web import setup_rq_connection
 
+from webhooks import services
 from webhooks.errors import FloodgateError
 from webhooks.web.http import error
 from webhooks.web.ops import bp
@@ -47,7 +48,7 @@ def _conflict(exc: Exception):
 @bp.record_once
 def _mount(state) -> None:
     app: Flask = state.app
-    app.config.setdefault("RQ_DASHBOARD_REDIS_URL", app.config["FLOODGATE"].queue_redis_url)
+    app.config.setdefault("RQ_DASHBOARD_REDIS_URL", services.of(app).config.queue_redis_url)
     app.config.setdefault("RQ_DASHBOARD_POLL_INTERVAL", 5000)
     app.before_request_funcs.setdefault(rq_dashboard.blueprint.name, []).append(guard)
     # Scoped to the dashboard's routes; registered on the library's blueprint before it is

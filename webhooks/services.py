@@ -1,0 +1,60 @@
+"""The web process's services: one typed object built by create_app (as workers/context.py
+builds a worker's Backends), reached by views and CLI commands through `current()`.
+
+It holds the one Config the process runs with; what needs settings is built from it here
+(and built again by `reconfigure`), nothing reads the environment or app.config itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask, current_app
+from rq import Queue
+
+from webhooks.config import Config
+from webhooks.leads.catalog import Catalog
+from webhooks.leads.intake import Intake
+from webhooks.leads.settlement import Journal
+from webhooks.storage.redis import ReplicaWait, Store, make_queue_redis, make_redis
+from webhooks.storage.settle_queue import queue
+
+EXTENSION = "floodgate"
+
+
+@dataclass
+class Services:
+    config: Config
+    store: Store  # REDIS_URL: caps, leases, claims, breakers, config version, ops sessions
+    settle: Store  # RQ_REDIS_URL: the settlement lists and the payment outbox's signals (`store` itself unless set)
+    queue: Queue  # RQ's queue on the settle Redis (raw replies: RQ pickles)
+    journal: Journal  # what this process queued lately, pushed again if the settle Redis loses it
+    catalog: Catalog  # the buyer and publisher config cache
+    intake: Intake  # the lead path
+
+    @classmethod
+    def build(cls, cfg: Config) -> Services:
+        """Every client and cache of one web process (connections open lazily)."""
+        store = Store(make_redis(cfg.redis_url, cfg.redis_max_connections),
+                      ReplicaWait(cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms))
+        same = cfg.queue_redis_url == cfg.redis_url
+        settle = store if same else Store(make_redis(cfg.queue_redis_url, cfg.redis_max_connections))
+        rq_queue = queue(make_queue_redis(cfg.queue_redis_url))
+        journal = Journal(settle.redis, rq_queue, cfg.journal_keep_s, claims=store,
+                          replay_ttl_s=cfg.lead_replay_ttl_s, max_bytes=cfg.journal_max_bytes)
+        catalog = Catalog(store.redis, cfg.config_check_interval_ms / 1000)
+        return cls(cfg, store, settle, rq_queue, journal, catalog, Intake.build(cfg, store, settle, journal))
+
+    def reconfigure(self, cfg: Config) -> None:
+        """Run with `cfg` from now on (the clients stay: a test changing a setting)."""
+        self.config = cfg
+        self.intake = Intake.build(cfg, self.store, self.settle, self.journal)
+
+
+def of(app: Flask) -> Services:
+    """The services create_app built for `app`."""
+    return app.extensions[EXTENSION]
+
+
+def current() -> Services:
+    """The services of the app handling this request or CLI command."""
+    return of(current_app)
