@@ -193,7 +193,7 @@ def cost_run(n: int, rounds: int, threads: int, offset: int) -> dict[str, list[f
                         raw = encode(payload("standard", f"cost-{i}", 1_000 + i % 997, "NGN",
                                              f"cost{i % 200}@example.com"))
                         event = events.parse("standard", raw)
-                        d = ledger.delivery("standard", raw, signed_headers("standard", raw))
+                        d = ledger.receipt("standard", raw, signed_headers("standard", raw))
                         t = time.perf_counter()
                         assert ledger.credit(event, d, announce) == "credited"
                         mine.append((time.perf_counter() - t) * 1000)

@@ -139,13 +139,13 @@ def lead_answered(outcome: str, seconds: float | None) -> None:
 
 
 def payment_answered(provider: str, status: str) -> None:
-    """A payment webhook delivery answered with `status`."""
+    """A payment webhook answered with `status`."""
     if _m is not None:
         _m.payments.labels(provider, status).inc()
 
 
 def payment_rejected(provider: str, body_length: int) -> None:
-    """A payment webhook delivery of `body_length` bytes failed its signature check."""
+    """A payment webhook of `body_length` bytes failed its signature check."""
     if _m is not None:
         _m.rejected_bytes.labels(provider).inc(body_length)
 

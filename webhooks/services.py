@@ -15,6 +15,7 @@ from webhooks.config import Config
 from webhooks.leads.catalog import Catalog
 from webhooks.leads.intake import Intake
 from webhooks.leads.settlement import Journal
+from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage.redis import ReplicaWait, Store, make_queue_redis, make_redis
 from webhooks.storage.settle_queue import queue
 
@@ -30,6 +31,7 @@ class Services:
     journal: Journal  # what this process queued lately, pushed again if the settle Redis loses it
     catalog: Catalog  # the buyer and publisher config cache
     intake: Intake  # the lead path
+    payments: PaymentWebhooks  # the payment webhook path
 
     @classmethod
     def build(cls, cfg: Config) -> Services:
@@ -42,12 +44,14 @@ class Services:
         journal = Journal(settle.redis, rq_queue, cfg.journal_keep_s, claims=store,
                           replay_ttl_s=cfg.lead_replay_ttl_s, max_bytes=cfg.journal_max_bytes)
         catalog = Catalog(store.redis, cfg.config_check_interval_ms / 1000)
-        return cls(cfg, store, settle, rq_queue, journal, catalog, Intake.build(cfg, store, settle, journal))
+        return cls(cfg, store, settle, rq_queue, journal, catalog, Intake.build(cfg, store, settle, journal),
+                   PaymentWebhooks.build(cfg, store, settle, rq_queue))
 
     def reconfigure(self, cfg: Config) -> None:
         """Run with `cfg` from now on (the clients stay: a test changing a setting)."""
         self.config = cfg
         self.intake = Intake.build(cfg, self.store, self.settle, self.journal)
+        self.payments = PaymentWebhooks.build(cfg, self.store, self.settle, self.queue)
 
 
 def of(app: Flask) -> Services:

@@ -34,7 +34,7 @@ class PaymentEvent:
 
     @property
     def fingerprint(self) -> str:
-        """What a repeated delivery of this payment must agree on (else reference_conflict)."""
+        """What a repeat of this payment's webhook must agree on (else reference_conflict)."""
         return f"{self.amount_minor}:{self.currency}:{self.customer}"
 
 
@@ -69,7 +69,7 @@ class RefundEvent:
 
     @property
     def fingerprint(self) -> str:
-        """What a repeated delivery of this refund must agree on."""
+        """What a repeat of this refund's webhook must agree on."""
         return f"{self.payment_reference}:{self.amount}:{self.currency}"
 
 

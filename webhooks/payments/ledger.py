@@ -1,7 +1,8 @@
 """The payment ledger: the one transaction that credits a payment, the audit trail of every
-verified delivery, and the reads the admin API shows. (The Redis front that short-cuts repeats
+verified webhook, and the reads the admin API shows. (The Redis front that short-cuts repeats
 is gate.py; refunds, which debit, are in refunds.py; the events both announce, in outbox.py; a
-delivery that fails its signature check never reaches the database, see rejected.py.)
+webhook that fails its signature check never reaches the database, see rejected.py; the
+steps in order, webhook.py.)
 
 The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what makes a credit
 happen at most once: a second insert of the same reference fails inside its transaction, which
@@ -25,13 +26,14 @@ from webhooks.errors import ReferenceConflict
 from webhooks.payments import outbox
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
+from webhooks.payments.states import PaymentStatus, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
 
 log = logging.getLogger(__name__)
 
-BODY_CAP = 64 * 1024  # bytes of each delivery body kept for audit and replay
+BODY_CAP = 64 * 1024  # bytes of each webhook's body kept for audit and replay
 DEADLOCK_ATTEMPTS = 4
 MYSQL_DEADLOCK = 1213
 _KEPT_HEADERS = ("content-type", "user-agent")
@@ -39,9 +41,9 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """What is kept of one HTTP delivery: headers of interest (JSON), capped body, arrival,
-    and the length and SHA-256 of the whole body."""
+class Receipt:
+    """What is kept of one incoming webhook, as it arrived: headers of interest (JSON), capped
+    body, arrival, and the length and SHA-256 of the whole body."""
 
     provider: str
     headers: str
@@ -52,36 +54,44 @@ class Delivery:
     sha256: str
 
 
-def delivery(provider: str, raw: bytes, headers: Mapping[str, str]) -> Delivery:
-    """Capture a delivery as it arrived; `headers` is case-insensitive (Flask's request.headers)."""
+# The old name, still imported by gate.py (edited by another change at the same time): remove
+# it once gate.py says Receipt.
+Delivery = Receipt
+
+
+def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
+    """Capture a webhook as it arrived; `headers` is case-insensitive (Flask's request.headers)."""
     kept = {}
     for name in HEADERS[provider] + _KEPT_HEADERS:
         value = headers.get(name)
         if value is not None:
             kept[name] = "<redacted>" if name in SECRET_HEADERS else value[:1024]
-    return Delivery(provider, json.dumps(kept, sort_keys=True), raw[:BODY_CAP], len(raw) > BODY_CAP,
+    return Receipt(provider, json.dumps(kept, sort_keys=True), raw[:BODY_CAP], len(raw) > BODY_CAP,
                     utcnow(), len(raw), hashlib.sha256(raw).hexdigest())
 
 
-def delivery_fields(d: Delivery, event: PaymentEvent | RefundEvent | None = None) -> dict:
-    """The webhook_deliveries columns of a verified delivery, but its verdict and status."""
+def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) -> dict:
+    """The webhook_deliveries columns of a verified webhook, but its verdict and status."""
     return {"provider": d.provider, "reference": event.reference if event else None,
             "event_type": event.event_type if event else None, "headers": d.headers, "body": d.body,
             "body_truncated": d.truncated, "received_at": d.received_at, "body_length": d.length,
             "body_sha256": d.sha256}
 
 
-def record(d: Delivery, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
-    """Add the verified delivery to webhook_deliveries (in the caller's transaction, if any)."""
-    WebhookDelivery.insert(**delivery_fields(d, event), verdict=verdict, status_code=status).execute()
+delivery_fields = receipt_fields  # the old name, for gate.py (see Delivery above)
 
 
-def record_unconfirmed(d: Delivery, event: PaymentEvent, reason: str) -> None:
-    """A verified delivery the provider's API does not confirm: kept, and flagged for review."""
+def record(d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
+    """Add the verified webhook to webhook_deliveries (in the caller's transaction, if any)."""
+    WebhookDelivery.insert(**receipt_fields(d, event), verdict=verdict, status_code=status).execute()
+
+
+def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
+    """A verified webhook the provider's API does not confirm: kept, and flagged for review."""
     with db.atomic():
         audit.record("payments", "payment.verification_failed", "payment", f"{event.provider}:{event.reference}",
                      {"reason": reason})
-        record(d, "verification_failed", 422, event)
+        record(d, Verdict.VERIFICATION_FAILED, 422, event)
 
 
 def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
@@ -123,26 +133,26 @@ def retrying_deadlocks(transaction: Callable[[], T], what: str) -> T:
             attempt += 1
 
 
-def credit(event: PaymentEvent, d: Delivery, announce: bool = False) -> str:
-    """Insert the payment, credit its wallet and record the delivery, in one transaction; with
+def credit(event: PaymentEvent, d: Receipt, announce: bool = False) -> Verdict:
+    """Insert the payment, credit its wallet and record the webhook, in one transaction; with
     `announce` (PAYMENT_EVENTS_URL set), also its `wallet.credited` event (the outbox).
 
-    Returns "credited", or "duplicate" when the reference is already in the ledger with the
+    Returns CREDITED, or DUPLICATE when the reference is already in the ledger with the
     same amount, currency and payer; raises ReferenceConflict when it is there with others.
     An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
-    def transaction() -> str:
+    def transaction() -> Verdict:
         with db.atomic():
             now = utcnow()
             Payment.insert(provider=event.provider, reference=event.reference,
                            amount_minor=event.amount_minor, currency=event.currency,
-                           customer=event.customer, status="credited", event_type=event.event_type,
+                           customer=event.customer, status=PaymentStatus.CREDITED, event_type=event.event_type,
                            received_at=d.received_at, credited_at=now).execute()
             _credit_wallet(event, now)
             if announce:  # the wallet row is locked by the upsert: its balance is this change's
                 outbox.record(outbox.CREDITED, event.provider, event.reference, event.customer, event.currency,
                               event.amount_minor, balance(event.customer, event.currency), now)
-            record(d, "credited", 200, event)
-        return "credited"
+            record(d, Verdict.CREDITED, 200, event)
+        return Verdict.CREDITED
 
     try:
         return retrying_deadlocks(transaction, f"crediting {event.provider}:{event.reference}")
@@ -150,14 +160,14 @@ def credit(event: PaymentEvent, d: Delivery, announce: bool = False) -> str:
         return _already_known(event, d, exc)
 
 
-def _already_known(event: PaymentEvent, d: Delivery, exc: pw.IntegrityError) -> str:
+def _already_known(event: PaymentEvent, d: Receipt, exc: pw.IntegrityError) -> Verdict:
     known = Payment.get_or_none(Payment.provider == event.provider, Payment.reference == event.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
     if (known.amount_minor, known.currency, known.customer) == (
             event.amount_minor, event.currency, event.customer):
-        record(d, "duplicate", 200, event)
-        return "duplicate"
+        record(d, Verdict.DUPLICATE, 200, event)
+        return Verdict.DUPLICATE
     detail = {"known": {"amount_minor": known.amount_minor, "currency": known.currency,
                         "customer": known.customer},
               "delivered": {"amount_minor": event.amount_minor, "currency": event.currency,
@@ -165,7 +175,7 @@ def _already_known(event: PaymentEvent, d: Delivery, exc: pw.IntegrityError) -> 
     with db.atomic():
         audit.record("payments", "payment.reference_conflict", "payment",
                      f"{event.provider}:{event.reference}", detail)
-        record(d, "reference_conflict", 422, event)
+        record(d, Verdict.REFERENCE_CONFLICT, 422, event)
     # The reference only: the amounts and payer e-mails are in audit_log, not in log files.
     log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", event.provider,
                 event.reference)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 
 import peewee as pw
 import requests
@@ -35,15 +36,34 @@ from webhooks.storage.models import PaymentEvent, utcnow
 
 log = logging.getLogger(__name__)
 
-CREDITED, DEBITED = "wallet.credited", "wallet.debited"
-PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+class EventType(StrEnum):
+    """A payment event's `type` (API.md): which way its wallet moved."""
+
+    CREDITED = "wallet.credited"
+    DEBITED = "wallet.debited"
+
+
+class EventStatus(StrEnum):
+    """A payment event's progress: pending (due, retried, or held behind an earlier event of
+    its customer), delivered, or failed (given up until `events retry`)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+# The members under the short names the callers (admin, /ops, the tests) use.
+CREDITED, DEBITED = EventType.CREDITED, EventType.DEBITED
+PENDING, DELIVERED, FAILED = EventStatus.PENDING, EventStatus.DELIVERED, EventStatus.FAILED
+
 CUSTOMERS_PER_BATCH = 32  # customers served at once (one thread each)
 EVENTS_PER_CUSTOMER = 20  # of one customer's queue, per batch, one after the other
 BATCH_BUDGET_S = 2.0  # no new delivery starts in a batch after this (a slow receiver)
 MAX_ERROR = 500
 
 
-def record(kind: str, provider: str, reference: str, customer: str, currency: str, amount_minor: int,
+def record(kind: EventType, provider: str, reference: str, customer: str, currency: str, amount_minor: int,
            balance_minor: int, now: datetime) -> None:
     """Insert the event of one wallet change, in the caller's transaction (the outbox)."""
     body = json.dumps({"type": kind, "data": {
@@ -223,7 +243,7 @@ def event_record(e: PaymentEvent) -> dict:
             "last_error": e.last_error}
 
 
-def listing(statuses: tuple[str, ...], limit: int) -> list[dict]:
+def listing(statuses: tuple[EventStatus, ...], limit: int) -> list[dict]:
     """The oldest events in `statuses`, oldest first."""
     rows = (PaymentEvent.select().where(PaymentEvent.status.in_(list(statuses)))
             .order_by(PaymentEvent.id).limit(limit))

@@ -15,7 +15,8 @@ import peewee as pw
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.payments import outbox
 from webhooks.payments.events import RefundEvent
-from webhooks.payments.ledger import Delivery, balance, record, retrying_deadlocks
+from webhooks.payments.ledger import Receipt, balance, record, retrying_deadlocks
+from webhooks.payments.states import PaymentStatus, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Refund, Wallet, utcnow
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 class _Refused(Exception):
     """Raised inside the debit transaction to roll it back; answered after the rollback."""
 
-    def __init__(self, error: Exception, verdict: str, status: int, flag: tuple[str, dict] | None = None):
+    def __init__(self, error: Exception, verdict: Verdict, status: int, flag: tuple[str, dict] | None = None):
         super().__init__(verdict)
         self.error, self.verdict, self.status, self.flag = error, verdict, status, flag
 
@@ -52,7 +53,7 @@ def _check_same_payer(event: RefundEvent, payment: Payment) -> None:
         detail = {"payment": {"currency": payment.currency, "customer": payment.customer}, "refund": mismatch}
         raise _Refused(ReferenceConflict(f"refund {event.reference!r} names another currency or payer than payment "
                                          f"{event.payment_reference!r}; nothing debited, flagged for review"),
-                       "reference_conflict", 422, ("refund.reference_conflict", detail))
+                       Verdict.REFERENCE_CONFLICT, 422, ("refund.reference_conflict", detail))
 
 
 def _debit_wallet(customer: str, currency: str, amount: int, now) -> int:
@@ -65,14 +66,14 @@ def _debit_wallet(customer: str, currency: str, amount: int, now) -> int:
     return balance(customer, currency)
 
 
-def _debit_once(event: RefundEvent, d: Delivery, announce: bool) -> str:
+def _debit_once(event: RefundEvent, d: Receipt, announce: bool) -> Verdict:
     with _writing():
         now = utcnow()
         payment = _locked_payment(event)
         if payment is None:
             raise _Refused(PaymentNotFound(f"no {event.provider} payment {event.payment_reference!r} in the ledger "
                                            "yet; nothing debited, deliver the refund again later"),
-                           "payment_not_found", 409)
+                           Verdict.PAYMENT_NOT_FOUND, 409)
         amount = event.amount_minor(payment.currency)
         _check_same_payer(event, payment)
         Refund.insert(provider=event.provider, reference=event.reference, payment_reference=event.payment_reference,
@@ -85,9 +86,10 @@ def _debit_once(event: RefundEvent, d: Delivery, announce: bool) -> str:
             raise _Refused(RefundExceedsPayment(
                 f"refund {event.reference!r} of {amount} would take the refunds of payment "
                 f"{event.payment_reference!r} to {refunded}, past its {payment.amount_minor}; nothing debited, "
-                "flagged for review"), "refund_exceeds_payment", 422, ("refund.exceeds_payment", detail))
+                "flagged for review"), Verdict.REFUND_EXCEEDS_PAYMENT, 422, ("refund.exceeds_payment", detail))
         (Payment.update(refunded_minor=refunded,
-                        status="refunded" if refunded == payment.amount_minor else "partially_refunded")
+                        status=PaymentStatus.REFUNDED if refunded == payment.amount_minor
+                        else PaymentStatus.PARTIALLY_REFUNDED)
          .where(Payment.id == payment.id).execute())
         after = _debit_wallet(payment.customer, payment.currency, amount, now)
         if after < 0:
@@ -98,16 +100,16 @@ def _debit_once(event: RefundEvent, d: Delivery, announce: bool) -> str:
         if announce:
             outbox.record(outbox.DEBITED, event.provider, event.reference, payment.customer, payment.currency,
                           amount, after, now)
-        record(d, "debited", 200, event)
-    return "debited"
+        record(d, Verdict.DEBITED, 200, event)
+    return Verdict.DEBITED
 
 
-def debit(event: RefundEvent, d: Delivery, announce: bool = False) -> str:
-    """Debit a refund once: "debited", or "duplicate" when this refund reference is already in
+def debit(event: RefundEvent, d: Receipt, announce: bool = False) -> Verdict:
+    """Debit a refund once: DEBITED, or DUPLICATE when this refund reference is already in
     the ledger with the same payment and amount. Raises PaymentNotFound (409: the payment is not
     in the ledger yet), RefundExceedsPayment (422, flagged), ReferenceConflict (422, flagged: the
     reference is known with another payment or amount, or the payment has another currency or
-    payer) or InvalidPayload; in each case nothing is debited and the delivery is recorded."""
+    payer) or InvalidPayload; in each case nothing is debited and the webhook is recorded."""
     try:
         return retrying_deadlocks(lambda: _debit_once(event, d, announce),
                                   f"debiting {event.provider}:{event.reference}")
@@ -128,18 +130,18 @@ def debit(event: RefundEvent, d: Delivery, announce: bool = False) -> str:
         raise refused.error from None
 
 
-def _already_known(event: RefundEvent, d: Delivery, exc: pw.IntegrityError) -> str:
+def _already_known(event: RefundEvent, d: Receipt, exc: pw.IntegrityError) -> Verdict:
     known = Refund.get_or_none(Refund.provider == event.provider, Refund.reference == event.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
     if (known.payment_reference, known.amount_minor) == (event.payment_reference, event.amount_minor(known.currency)):
-        record(d, "duplicate", 200, event)
-        return "duplicate"
+        record(d, Verdict.DUPLICATE, 200, event)
+        return Verdict.DUPLICATE
     detail = {"known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},
               "delivered": {"payment_reference": event.payment_reference, "amount": str(event.amount)}}
     with db.atomic():
         audit.record("payments", "refund.reference_conflict", "refund", f"{event.provider}:{event.reference}", detail)
-        record(d, "reference_conflict", 422, event)
+        record(d, Verdict.REFERENCE_CONFLICT, 422, event)
     log.warning("refund reference conflict %s:%s: nothing debited, flagged in audit_log", event.provider,
                 event.reference)
     raise ReferenceConflict(f"refund {event.reference!r} was already debited for another payment or amount; "

@@ -10,7 +10,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 
-from webhooks.payments.ledger import Delivery
+from webhooks.payments.ledger import Receipt
 from webhooks.storage import keys
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,8 @@ class Listing:
     entries: list[RejectedWebhook]  # newest first
 
 
-def record(redis, d: Delivery, request_id: str | None) -> None:
-    """Push the delivery's metadata and trim the list, in one MULTI/EXEC round trip (a
+def record(redis, d: Receipt, request_id: str | None) -> None:
+    """Push the webhook's metadata and trim the list, in one MULTI/EXEC round trip (a
     transaction on one key works on a cluster too), so it never holds more than KEEP."""
     entry = RejectedWebhook(d.provider, d.length, d.sha256, d.received_at.isoformat() + "Z", request_id)
     pipe = redis.pipeline(transaction=True)

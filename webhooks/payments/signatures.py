@@ -15,7 +15,7 @@ from webhooks.errors import InvalidSignature
 
 TOLERANCE_S = 300  # Stripe and Standard Webhooks: signed timestamps older (or newer) than this fail
 
-# The headers each scheme reads, lower-case; also what the audit trail keeps of a delivery.
+# The headers each scheme reads, lower-case; also what the audit trail keeps of a webhook.
 HEADERS: dict[str, tuple[str, ...]] = {
     "paystack": ("x-paystack-signature",),
     "flutterwave": ("verif-hash",),
@@ -151,7 +151,7 @@ VERIFIERS: dict[str, Verifier] = {
 
 def verify(provider: str, raw: bytes, headers: Mapping[str, str], secrets: str | Sequence[str],
            now: float) -> None:
-    """Run `provider`'s check; raise InvalidSignature unless the delivery is authentic with
+    """Run `provider`'s check; raise InvalidSignature unless the webhook is authentic with
     one of `secrets` (one secret, or the old and the new one while it is being rotated)."""
     failure = InvalidSignature("no secret configured")
     for secret in (secrets,) if isinstance(secrets, str) else secrets:

@@ -1,0 +1,197 @@
+"""One payment webhook, from its raw bytes to its answer (DESIGN.md "Payment path",
+docs/payments.md "Flow"), without Flask: web/payments.py passes the request's parts to
+`PaymentWebhooks.receive` and sends back the Answer.
+
+Reject (unknown or unconfigured provider), verify (signatures.py; a forgery is counted and
+listed in Redis by rejected.py, and never reaches the database), parse (events.py; an event
+that is not a success is recorded and `ignored`), dedupe and claim in one Redis round trip
+(gate.py: a duplicate or an in-flight repeat answers at once), confirm (Flutterwave with
+FLUTTERWAVE_VERIFY=1), then credit (ledger.py) or debit a refund (refunds.py) in one
+transaction, release the claim, and wake the outbox worker (PAYMENT_EVENTS_URL set).
+
+Audit rows (webhook_deliveries): a webhook that reaches the database writes its row in its own
+transaction. A duplicate or in-flight repeat never waits for the database: the gate queues its
+row on the settlement queue's Redis (keys.DELIVERIES_PENDING, in the gate's own script when it
+can) and the settlement drain writes the rows in batches (workers/settle.py,
+`record_deliveries`, with `gate.write_rows`). That list rides the lead settlement's queue and
+drain job for now; it is not this module's to move.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from redis.exceptions import RedisClusterException
+from rq import Queue
+
+from webhooks import metrics
+from webhooks.config import Config
+from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
+from webhooks.payments import events, flutterwave, gate, ledger, refunds, rejected, signatures
+from webhooks.payments.ledger import Receipt
+from webhooks.payments.states import Verdict
+from webhooks.storage import outbox_queue
+from webhooks.storage.claims import Claim
+from webhooks.storage.redis import REDIS_DOWN, Store
+
+log = logging.getLogger(__name__)
+
+
+class Stopwatch:
+    """Per-phase durations, sent as a Server-Timing header (what bench/ reads server-side)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.laps: list[str] = []
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps.append(f"{name};dur={(now - self.last) * 1000:.3f}")
+        self.last = now
+
+    def header(self) -> str:
+        return ", ".join(self.laps + [f"total;dur={(time.perf_counter() - self.start) * 1000:.3f}"])
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the view answers: `{"status": status}` with `http_status` and the extra headers;
+    with `message` (payment_not_found) the body is also the error shape."""
+
+    status: Verdict
+    http_status: int
+    headers: Mapping[str, str]  # Server-Timing
+    message: str | None = None
+
+    def body(self) -> dict:
+        if self.message is None:
+            return {"status": self.status}
+        return {"status": self.status, "error": {"code": self.status, "message": self.message}}
+
+
+def _answer(status: Verdict, http_status: int, watch: Stopwatch, message: str | None = None) -> Answer:
+    return Answer(status, http_status, {"Server-Timing": watch.header()}, message)
+
+
+@dataclass(frozen=True)
+class FlutterwaveCheck:
+    """FLUTTERWAVE_VERIFY=1: where and with which key Flutterwave's verify endpoint is asked."""
+
+    api_base: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
+class PaymentWebhooks:
+    """Everything the payment path needs, built once per process (and per reconfigure)."""
+
+    store: Store  # the gate's claims and markers, the rejected-webhook list
+    settle: Store  # the settlement queue's Redis: queued audit rows, the outbox worker's signal
+    queue: Queue
+    secrets: Mapping[str, tuple[str, ...]]  # per provider: one, or the old and new while rotating
+    claim_ttl_ms: int
+    announce: bool  # PAYMENT_EVENTS_URL is set: each credit and debit writes its outbox event
+    flutterwave: FlutterwaveCheck | None  # None unless FLUTTERWAVE_VERIFY=1
+
+    @classmethod
+    def build(cls, cfg: Config, store: Store, settle: Store, queue: Queue) -> PaymentWebhooks:
+        check = FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) \
+            if cfg.flutterwave_verify else None
+        return cls(store, settle, queue, cfg.secrets, cfg.payment_claim_ttl_ms, bool(cfg.payment_events_url),
+                   check)
+
+    def secrets_of(self, provider: str) -> tuple[str, ...]:
+        """The provider's secrets; NotFound (404) for no such provider, 503 when it has none
+        set. Cheap, so the view calls it before reading the body."""
+        if provider not in signatures.VERIFIERS:
+            raise NotFound(f"no payment provider {provider!r}")
+        secrets = self.secrets.get(provider)
+        if not secrets:
+            raise FloodgateError(f"{provider} webhooks are not configured (secret unset)",
+                                 status=503, code="provider_not_configured")
+        return secrets
+
+    def receive(self, provider: str, raw: bytes, headers: Mapping[str, str], request_id: str | None,
+                now: float) -> Answer:
+        """Verify, dedupe and act on one webhook; `now` is the wall clock the signature's
+        timestamp is checked against. An answer that is an error (401, 400, 422, 503...) is
+        raised as a FloodgateError, as the HTTP layer renders it."""
+        watch = Stopwatch()
+        secrets = self.secrets_of(provider)
+        receipt = ledger.receipt(provider, raw, headers)
+        try:
+            signatures.verify(provider, raw, headers, secrets, now)
+        except signatures.InvalidSignature:
+            self._reject(receipt, request_id)
+            raise
+        watch.lap("verify")
+        try:
+            event = events.parse(provider, raw)
+        except (InvalidPayload, InvalidJSON) as exc:
+            ledger.record(receipt, exc.code, 400)
+            raise
+        watch.lap("parse")
+        if not isinstance(event, events.RefundEvent) and not event.succeeded:
+            ledger.record(receipt, Verdict.IGNORED, 200, event)
+            return _answer(Verdict.IGNORED, 200, watch)
+        entry = gate.enter(self.store, self.settle, self.queue, event, receipt, self.claim_ttl_ms, request_id)
+        watch.lap("dedupe")
+        if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
+            return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
+        try:
+            verdict = self._act(event, receipt, entry.claim)
+        except PaymentNotFound as exc:
+            # 409 for a refund of a payment not in the ledger yet: the provider retries it
+            return _answer(Verdict.PAYMENT_NOT_FOUND, exc.status, watch, exc.message)
+        watch.lap("ledger")
+        if self.announce and verdict != Verdict.DUPLICATE:
+            self._wake_outbox(request_id)
+        return _answer(verdict, 200, watch)
+
+    def _act(self, event: events.PaymentEvent | events.RefundEvent, receipt: Receipt, claim: Claim) -> Verdict:
+        """Debit the refund, or confirm and credit the payment (each commits, or raises:
+        nothing kept), then release our claim, marking the reference processed if it was."""
+        processed = False
+        try:
+            if isinstance(event, events.RefundEvent):
+                verdict = refunds.debit(event, receipt, self.announce)
+            else:
+                self._confirm(event, receipt)
+                verdict = ledger.credit(event, receipt, self.announce)
+            processed = True
+        finally:
+            gate.finish(self.store, event, claim, processed)
+        return verdict
+
+    def _reject(self, receipt: Receipt, request_id: str | None) -> None:
+        """A webhook that failed its signature check: counted, and its metadata pushed to the
+        capped Redis list (rejected.py). It touches no database, so a flood of forgeries takes
+        no connection from real payments. If Redis is down the 401 stands (the metric counts it)."""
+        metrics.payment_rejected(receipt.provider, receipt.length)
+        try:
+            rejected.record(self.store.redis, receipt, request_id)
+        # RedisClusterException: how a cluster pipeline says that no node answers
+        except (*REDIS_DOWN, RedisClusterException) as exc:
+            log.warning("%s webhook with an invalid signature not listed, Redis unavailable: %s", receipt.provider, exc)
+
+    def _confirm(self, event: events.PaymentEvent, receipt: Receipt) -> None:
+        """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
+        (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
+        503 when Flutterwave cannot be asked, so that it sends the webhook again later."""
+        if event.provider != "flutterwave" or self.flutterwave is None:
+            return
+        try:
+            flutterwave.confirm(event, self.flutterwave.api_base, self.flutterwave.secret_key)
+        except NotConfirmed as exc:
+            ledger.record_unconfirmed(receipt, event, exc.message)
+            raise
+
+    def _wake_outbox(self, request_id: str | None) -> None:
+        """A credit or debit committed its event: wake the worker that sends it. If Redis is
+        down the event still is in the database, and the scheduled sweep starts its delivery."""
+        try:
+            outbox_queue.signal(self.settle.redis, self.queue, request_id)
+        except REDIS_DOWN as exc:
+            log.warning("payment event committed, worker not woken (the sweep will deliver it): %s", exc)
