@@ -240,7 +240,7 @@ class FloodgateLease(RedisStrategy):
                                ZoneInfo("UTC"), tuple(limits.items()), frozenset(), frozenset(), None)
         leases.mark_ready(self.r, self.buyer.id)
         self.store = Store(self.r)
-        self.r.script_load(self.store.reserve_lease.script)  # no NOSCRIPT round on first use
+        self.r.script_load(self.store.scripts["reserve_lease"].script)  # no NOSCRIPT round on first use
 
     def decide(self) -> bool:
         result = leases.reserve(self.store, self.buyer, self.now, lease_ttl_ms=LEASE_TTL_MS,

@@ -102,9 +102,9 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     store, q = counted.store, counted.journal.queue
     raw = encode(payload("paystack", "rt-pay-1", 5000))
     event = events.parse("paystack", raw)
-    delivery = ledger.delivery("paystack", raw, {"content-type": "application/json"})
-    for script in (store.payment_gate, store.finish_payment):  # once per Redis, not per delivery
-        store.redis.script_load(script.script)
+    delivery = ledger.receipt("paystack", raw, {"content-type": "application/json"})
+    for name in ("payment_gate", "finish_payment"):  # once per Redis, not per delivery
+        store.redis.script_load(store.scripts[name].script)
     first, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
     assert (first.verdict, trips) == ("claimed", 1)
     again, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))

@@ -16,6 +16,7 @@ from webhooks.payments import gate
 from webhooks.storage import keys
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import Backlog
 from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
 from workers.context import backends
 
@@ -75,7 +76,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
         with StopAfterBatch() as stop:
             while True:
                 recorded = record_deliveries(b.settle, job_id)
-                batch = b.settle.take_batch(keys=[keys.SETTLE_PENDING, processing], args=[batch_size])
+                batch = b.settle.take_batch(Backlog.SETTLEMENTS, job_id, batch_size)
                 if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
                     # steady stream of leads instead of one job being enqueued every few leads.
@@ -128,7 +129,7 @@ def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BAT
     database refuses (not an outage, which fails the job for RQ to retry) is parked in
     keys.DELIVERIES_FAILED with a log line, so that it cannot stop lead settlement."""
     processing = keys.deliveries_processing(job_id)
-    batch = settle.take_batch(keys=[keys.DELIVERIES_PENDING, processing], args=[batch_size])
+    batch = settle.take_batch(Backlog.PAYMENT_AUDIT, job_id, batch_size)
     if not batch:
         return 0
     try:

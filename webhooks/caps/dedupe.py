@@ -17,6 +17,7 @@ from webhooks.storage import keys, settle_queue
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 from webhooks.storage.redis import Store
+from webhooks.storage.states import LeadStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.buyers import BuyerRule
@@ -60,11 +61,12 @@ def sold_consumers(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict
     since = now - timedelta(days=buyer.dedupe_days)
     sales: list[tuple[datetime, str]] = []
     for item in settle_queue.unsettled(settle_r, mentioning=buyer.id) if pending is None else pending:
-        if item["status"] == "sold" and item["buyer_id"] == buyer.id:
+        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer.id:
             sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():
         rows = (Lead.select(Lead.sold_at, Lead.payload)
-                .where(Lead.buyer_id == buyer.id, Lead.status == "sold", Lead.sold_at >= since.replace(tzinfo=None))
+                .where(Lead.buyer_id == buyer.id, Lead.status == LeadStatus.SOLD,
+                       Lead.sold_at >= since.replace(tzinfo=None))
                 .tuples())
         sales += [(sold_at.replace(tzinfo=timezone.utc), payload) for sold_at, payload in rows]
     out: dict[str, int] = {}

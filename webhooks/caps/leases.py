@@ -1,5 +1,6 @@
 """Cap leases: reserve a slot under every cap of a buyer in one Lua call, then confirm or
-refund exactly what was reserved. Shared by the lead path, settlement and reconciliation."""
+refund exactly what was reserved (`finish`; `withdraw` refunds one never offered, leaving
+the breaker alone). Shared by the lead path, settlement and reconciliation."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,10 @@ from webhooks import metrics
 from webhooks.caps.windows import Window, window
 from webhooks.storage import keys
 from webhooks.storage import redis as redis_store
+from webhooks.storage.batch import Batch, Pending
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import BreakerRule, Charge, Extended, Lease, Reserved
+from webhooks.storage.states import AttemptOutcome, ReservationStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.buyers import BuyerRule
@@ -26,21 +30,7 @@ if TYPE_CHECKING:
 # carries the window, so a new window always starts from a new key at 0.
 EXPIRY_GRACE = timedelta(hours=1)
 CONFIRMED_TTL_MS = 48 * 3600 * 1000
-WITHDRAWN = "withdrawn"  # finish_lease outcome: a refund that leaves the breaker alone
-
-
-@dataclass(frozen=True)
-class Lease:
-    buyer_id: str
-    lease_id: str
-    counters: tuple[str, ...]
-    probe: bool = False
-    reserved_us: int = 0  # Redis time of the reservation; reconciliation orders sales by it
-    dedupe: tuple[str, ...] = ()  # the consumer's dedupe keys this lease set
-
-    @property
-    def key(self) -> str:
-        return keys.lease(self.buyer_id, self.lease_id)
+WITHDRAWN = AttemptOutcome.WITHDRAWN  # finish_lease outcome: a refund that leaves the breaker alone
 
 
 @dataclass(frozen=True)
@@ -60,9 +50,9 @@ class Note:
 
 @dataclass(frozen=True)
 class Reservation:
-    status: str  # ok | full | duplicate | circuit_open | not_ready
+    status: ReservationStatus
     lease: Lease | None = None
-    cap: str | None = None  # the full cap, when status == "full"
+    cap: str | None = None  # the full cap, when status is FULL
 
 
 def windows(buyer: BuyerRule, now: datetime) -> list[tuple[str, int, Window]]:
@@ -79,50 +69,56 @@ def expire_at(w: Window) -> int:
 
 
 @dataclass(frozen=True)
-class PendingReservation:
-    """One call of lua/reserve_lease.lua, prepared: its keys and arguments, the lease it will
-    open (its id is chosen here, so a note can name it before the call), and how to read the
-    script's answer."""
+class PreparedReservation:
+    """One reservation of a lead at a buyer (lua/reserve_lease.lua), prepared: the lease it
+    will open (its id is chosen here, so a note can name it before the call), what it adds to
+    each counter, and the caps those counters are of."""
 
-    script_keys: list
-    args: list
     lease: Lease
-    caps: list
+    charges: tuple[Charge, ...]
+    caps: tuple[str, ...]
+    lease_ttl_ms: int
+    probe_ttl_ms: int
+    dedupe_ms: int
+    note_key: str
 
-    def queue(self, store: Store, pipe) -> None:
-        """Add the call to `pipe` (a pipeline of `store.redis`), to share a round trip."""
-        store.queue(pipe, store.reserve_lease, self.script_keys, self.args)
+    def send(self, store: Store) -> Reservation:
+        """Make the reservation, in a round trip of its own."""
+        return self.result(store.reserve_lease(self.lease, self.charges, lease_ttl_ms=self.lease_ttl_ms,
+                                               probe_ttl_ms=self.probe_ttl_ms, dedupe_ms=self.dedupe_ms,
+                                               note_key=self.note_key))
 
-    def result(self, raw: list) -> Reservation:
-        status, lease = raw[0], self.lease
-        if status == "ok":
-            return Reservation("ok", Lease(lease.buyer_id, lease.lease_id, lease.counters, bool(raw[1]),
-                                           int(raw[2]), lease.dedupe))
-        if status == "full":
-            cap = self.caps[int(raw[1]) - 1][0]
+    def queue(self, batch: Batch) -> Pending[Reservation]:
+        """Add the reservation to `batch`, to share its round trip."""
+        return batch.reserve_lease(self.lease, self.charges, lease_ttl_ms=self.lease_ttl_ms,
+                                   probe_ttl_ms=self.probe_ttl_ms, dedupe_ms=self.dedupe_ms,
+                                   note_key=self.note_key).then(self.result)
+
+    def result(self, reserved: Reserved) -> Reservation:
+        lease = self.lease
+        if reserved.status is ReservationStatus.OK:
+            return Reservation(reserved.status, Lease(lease.buyer_id, lease.lease_id, lease.counters,
+                                                      reserved.probe, reserved.reserved_us, lease.dedupe))
+        if reserved.status is ReservationStatus.FULL and reserved.full is not None:
+            cap = self.caps[reserved.full]
             metrics.cap_refused(lease.buyer_id, cap)
-            return Reservation("full", cap=cap)
-        return Reservation(status)
+            return Reservation(reserved.status, cap=cap)
+        return Reservation(reserved.status)
 
 
 def prepare(buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
-            consumer: Sequence[str] = (), price_minor: int | None = None, note_key: str = "") -> PendingReservation:
+            consumer: Sequence[str] = (), price_minor: int | None = None, note_key: str = "") -> PreparedReservation:
     """The reservation of one lead under every cap of `buyer` at `now` (all or nothing),
     refused as a duplicate when one of `consumer`'s dedupe keys is set. `price_minor`
     (default: the buyer's price) is what counts against daily_budget. `note_key`, the
     attempt note written beside it, is kept in the lease (its `note` field)."""
     caps = windows(buyer, now)
-    counters = [counter_key(buyer.id, w) for _, _, w in caps]
-    lease_id = os.urandom(12).hex()
     amount = buyer.price_minor if price_minor is None else price_minor
-    args: list = [lease_id, lease_ttl_ms, probe_ttl_ms, len(caps)]
-    for cap, limit, w in caps:
-        args += [limit, amount if cap == "daily_budget" else 1, expire_at(w)]
-    args += [buyer.dedupe_days * 86_400_000, note_key]
-    script_keys = [keys.ready(buyer.id), keys.breaker(buyer.id), keys.lease(buyer.id, lease_id),
-                   keys.leases(buyer.id), *counters, *consumer]
-    return PendingReservation(script_keys, args, Lease(buyer.id, lease_id, tuple(counters), dedupe=tuple(consumer)),
-                              caps)
+    lease = Lease(buyer.id, os.urandom(12).hex(), tuple(counter_key(buyer.id, w) for _, _, w in caps),
+                  dedupe=tuple(consumer))
+    charges = tuple(Charge(limit, amount if cap == "daily_budget" else 1, expire_at(w)) for cap, limit, w in caps)
+    return PreparedReservation(lease, charges, tuple(cap for cap, _, _ in caps), lease_ttl_ms, probe_ttl_ms,
+                               buyer.dedupe_days * 86_400_000, note_key)
 
 
 def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
@@ -135,16 +131,16 @@ def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int,
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
             store.redis.set(note.key, note.value(call.lease), px=note.ttl_ms)
-        return call.result(_reserve_replicated(store, call.lease, call.script_keys, call.args))
+        return _reserve_replicated(store, call)
     if note is None:
-        return call.result(store.reserve_lease(keys=call.script_keys, args=call.args))
-    pipe = store.redis.pipeline(transaction=False)
-    call.queue(store, pipe)
-    pipe.set(note.key, note.value(call.lease), px=note.ttl_ms)
-    return call.result(pipe.execute()[0])
+        return call.send(store)
+    with store.batch() as b:
+        reserved = call.queue(b)
+        b.set(note.key, note.value(call.lease), px=note.ttl_ms)
+    return reserved.value
 
 
-def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args: list) -> list:
+def _reserve_replicated(store: Store, call: PreparedReservation) -> Reservation:
     """reserve_lease, then WAIT for `store.cap_wait.replicas` replicas on the same connection to
     the buyer's node (WAIT counts the replicas holding every write of its own connection).
     Replication is asynchronous: without this, a failover right after a reservation can
@@ -152,11 +148,11 @@ def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args
     is withdrawn and raises redis.TimeoutError (the lead path answers 503: retry)."""
     wait, r = store.cap_wait, store.redis
     for attempt in range(2):  # a second time only after the slot moved (MOVED / ASK)
-        pipe = redis_store.node_of(r, script_keys[0]).pipeline(transaction=False)
-        store.queue(pipe, store.reserve_lease, script_keys, args)
-        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+        b = store.batch(on_node_of=call.lease.key)
+        reserved = call.queue(b)
+        acked = b.wait(wait.replicas, wait.timeout_ms)
         try:
-            result, acked = pipe.execute()
+            b.execute()
             break
         except redis_store.REDIS_DOWN:
             redis_store.refresh_slots(r)  # the node is gone: learn the new primary for the next lead
@@ -164,47 +160,39 @@ def _reserve_replicated(store: Store, lease: Lease, script_keys: list[str], args
         except AskError:
             redis_store.refresh_slots(r)
             if attempt:
-                raise ClusterError(f"the slot of {script_keys[0]} is moving; retry") from None
-    if result[0] == "ok" and acked < wait.replicas:
-        withdraw(store, lease)
-        raise redis.TimeoutError(f"{acked} of {wait.replicas} replica(s) acknowledged the cap "
+                raise ClusterError(f"the slot of {call.lease.key} is moving; retry") from None
+    result = reserved.value
+    if result.lease is not None and acked.value < wait.replicas:
+        withdraw(store, result.lease)
+        raise redis.TimeoutError(f"{acked.value} of {wait.replicas} replica(s) acknowledged the cap "
                                  f"reservation within {wait.timeout_ms} ms")
     return result
 
 
-def take_over(store: Store, lease: Lease, ttl_ms: int) -> tuple[str, int]:
+def take_over(store: Store, lease: Lease, ttl_ms: int) -> Extended:
     """Extend the held lease of a routing whose process died: (state, reserved at us), state
-    held or confirmed, or ("gone", 0) when it was refunded or has expired."""
-    result = store.extend_lease(keys=[lease.key, keys.leases(lease.buyer_id), *lease.dedupe],
-                                args=[ttl_ms, lease.lease_id])
-    return (result[0], int(result[1])) if result[0] != "gone" else ("gone", 0)
+    held or confirmed, or (gone, 0) when it was refunded or has expired."""
+    return store.extend_lease(lease, ttl_ms)
 
 
-def _finish_call(lease: Lease, outcome: str, breaker_failures: int, breaker_cooldown_ms: int):
-    return ([lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters, *lease.dedupe],
-            [outcome, breaker_failures, breaker_cooldown_ms, CONFIRMED_TTL_MS, lease.lease_id])
-
-
-def finish(store: Store, lease: Lease, outcome: str, *, breaker_failures: int, breaker_cooldown_ms: int) -> bool:
+def finish(store: Store, lease: Lease, outcome: AttemptOutcome | str, *, breaker_failures: int,
+           breaker_cooldown_ms: int) -> bool:
     """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
-    k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
-    return bool(store.finish_lease(keys=k, args=a))
+    return store.finish_lease(lease, outcome, BreakerRule(breaker_failures, breaker_cooldown_ms), CONFIRMED_TTL_MS)
 
 
 def withdraw(store: Store, lease: Lease) -> None:
     """Give back a reservation that will not be offered (the breaker is left alone). If Redis
     cannot be reached the slot stays taken, which is safe; reconciliation gives it back."""
     try:
-        finish(store, lease, WITHDRAWN, breaker_failures=0, breaker_cooldown_ms=0)
+        store.finish_lease(lease, WITHDRAWN, BreakerRule(0, 0), CONFIRMED_TTL_MS)
     except redis_store.REDIS_DOWN:
         pass
 
 
-def finish_in(store: Store, pipe, lease: Lease, outcome: str, *, breaker_failures: int,
-              breaker_cooldown_ms: int) -> None:
-    """`finish`, queued on `pipe` (a pipeline of `store.redis`) to share a round trip."""
-    k, a = _finish_call(lease, outcome, breaker_failures, breaker_cooldown_ms)
-    store.queue(pipe, store.finish_lease, k, a)
+def finish_in(batch: Batch, lease: Lease, outcome: AttemptOutcome, breaker: BreakerRule) -> Pending[bool]:
+    """`finish`, queued in `batch` to share its round trip."""
+    return batch.finish_lease(lease, outcome, breaker, CONFIRMED_TTL_MS)
 
 
 def release_settled(r, leases: list[tuple[str, str]]) -> None:
@@ -226,26 +214,23 @@ def room(store: Store, buyers: Sequence[BuyerRule], now: datetime, budget_minor:
     is the least a buyer's lead can count against daily_budget (default: its price);
     `consumers` the lead's dedupe keys per buyer. A lead that passes here still reserves
     atomically later; this only spares buyers a ping they must not or cannot win."""
-    pipe = store.redis.pipeline(transaction=False)
-    plans = []
-    for buyer in buyers:
-        caps = windows(buyer, now)
-        consumer = (consumers or {}).get(buyer.id) or ()
-        pipe.hget(keys.breaker(buyer.id), "open_until")
-        pipe.exists(*consumer) if consumer else pipe.echo("0")
-        for _, _, w in caps:
-            pipe.get(counter_key(buyer.id, w))
-        plans.append((buyer, caps))
-    values = iter(pipe.execute()) if plans else iter(())
+    with store.batch() as b:
+        plans = []
+        for buyer in buyers:
+            caps = windows(buyer, now)
+            consumer = (consumers or {}).get(buyer.id) or ()
+            plans.append((buyer, caps, b.hget(keys.breaker(buyer.id), "open_until"),
+                          b.exists(*consumer) if consumer else None,
+                          [b.get(counter_key(buyer.id, w)) for _, _, w in caps]))
     now_ms = now.timestamp() * 1000
     out: dict[str, str | None] = {}
-    for buyer, caps in plans:
-        open_until, known = int(next(values) or 0), int(next(values) or 0)
-        used = [int(next(values) or 0) for _ in caps]
+    for buyer, caps, open_until, known, counters in plans:
+        used = [int(c.value or 0) for c in counters]
         amount = (budget_minor or {}).get(buyer.id, buyer.price_minor)
         full = [cap for (cap, limit, _), u in zip(caps, used) if u + (amount if cap == "daily_budget" else 1) > limit]
-        out[buyer.id] = ("duplicate" if known else f"cap_full:{full[0]}" if full
-                         else "circuit_open" if open_until > now_ms else None)
+        out[buyer.id] = (ReservationStatus.DUPLICATE if known is not None and known.value
+                         else f"cap_full:{full[0]}" if full
+                         else ReservationStatus.CIRCUIT_OPEN if int(open_until.value or 0) > now_ms else None)
     return out
 
 

@@ -3,7 +3,8 @@ counters of the current windows are rebuilt from the ledger plus the unsettled s
 
 The rebuild waits one delivery deadline and SETTLE_MARGIN_S first, so every lease taken before
 the loss has finished and its sale (if any) is in the ledger or in the settlement queue (a
-journal pushed again) when we count.
+journal pushed again) when we count. Part of the recovery from a Redis data loss: see
+webhooks/leads/redis_loss.py.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> 
     if store.redis.exists(keys.ready(buyer.id)):
         # The `not_ready` that sent us here was read before a rebuild that has finished
         # since (a busy process reads its answers late): not another one.
-        store.release_claim(keys=[keys.rebuild_lock(buyer.id)], args=[token])
+        store.release_claim(keys.rebuild_lock(buyer.id), token)
         return False
     log.warning("counters of buyer %s are not trusted (Redis lost data?): rebuilding", buyer.id)
     delay = buyer_timeout_ms / 1000 + SETTLE_MARGIN_S
@@ -82,15 +83,8 @@ def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime 
     pending = settle_queue.unsettled(settle_r, mentioning=buyer.id)
     restored = dedupe.restore(store, settle_r, buyer, now, pending)
     counts = sold_counts(settle_r, buyer, now, pending)
-    windows = leases.windows(buyer, now)
-    args: list = [token]
-    for cap, _, w in windows:
-        args += [counts[cap], leases.expire_at(w)]
-    done = bool(store.rebuild_counters(
-        keys=[keys.ready(buyer.id), keys.rebuild_lock(buyer.id),
-              *[leases.counter_key(buyer.id, w) for _, _, w in windows]],
-        args=args,
-    ))
+    done = store.rebuild_counters(buyer.id, token, [(leases.counter_key(buyer.id, w), counts[cap], leases.expire_at(w))
+                                                    for cap, _, w in leases.windows(buyer, now)])
     if done:
         log.warning("buyer %s counters rebuilt from the ledger: %s; %d consumer(s) remembered again",
                     buyer.id, counts, restored)

@@ -20,6 +20,8 @@ from webhooks.caps.sales import sales_since, total
 from webhooks.storage import audit, keys
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import CapSnapshot
+from webhooks.storage.states import SnapshotStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.buyers import BuyerRule
@@ -63,44 +65,33 @@ def reconcile_buyer(store: Store, settle_r, buyer: BuyerRule, now: datetime | No
 def _reconcile_windows(store: Store, settle_r, buyer: BuyerRule, windows: list) -> list[Finding]:
     counters = [leases.counter_key(buyer.id, w) for _, _, w in windows]
     snap = _snapshot(store, buyer.id, counters)
-    if snap[0] == "not_ready":
+    if snap.status is SnapshotStatus.NOT_READY:
         return []  # Redis lost data: the rebuild, not reconciliation, restores this buyer
-    if snap[0] == "changed":
+    if snap.status is SnapshotStatus.CHANGED:
         log.warning("leases of buyer %s kept changing: not reconciled this time", buyer.id)
         return []
-    n = len(counters)
-    at_us, values = int(snap[1]), [int(v) for v in snap[2:2 + n]]
-    in_flight = [0] * n
-    leased = set()
-    rows = snap[2 + n:]
-    for j in range(0, len(rows), n + 1):
-        leased.add(rows[j])
-        for i in range(n):
-            in_flight[i] += int(rows[j + 1 + i])
+    values = snap.counters
+    in_flight = [sum(amounts[i] for amounts in snap.leases.values()) for i in range(len(counters))]
     since = min(w.start for _, _, w in windows)
     sold = [s for s in sales_since(settle_r, buyer.id, since).values()
-            if s.lease_id not in leased and (s.reserved_us is None or s.reserved_us < at_us)]
+            if s.lease_id not in snap.leases and (s.reserved_us is None or s.reserved_us < snap.at_us)]
     findings = []
     for i, (cap, _, w) in enumerate(windows):
         expected = total(sold, cap, w) + in_flight[i]
         metrics.drift(buyer.id, cap, expected - values[i])
         corrected = None
         if values[i] != expected:
-            corrected = store.adjust_counter(keys=[counters[i]],
-                                                 args=[expected - values[i], leases.expire_at(w)])
+            corrected = store.adjust_counter(counters[i], expected - values[i], leases.expire_at(w))
         findings.append(Finding(buyer.id, cap, w.label, values[i], expected, corrected))
     return findings
 
 
-def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> list:
+def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> CapSnapshot:
     """lua/snapshot_caps.lua over the leases the zset holds now; read again (a few times at
     most) when a lease came or went between the two calls."""
     for _ in range(SNAPSHOT_TRIES):
-        ids = store.redis.zrange(keys.leases(buyer_id), 0, -1)
-        snap = store.snapshot_caps(
-            keys=[keys.ready(buyer_id), keys.leases(buyer_id), *counters, *(keys.lease(buyer_id, i) for i in ids)],
-            args=[len(counters), *ids])
-        if snap[0] != "changed":
+        snap = store.snapshot_caps(buyer_id, counters, store.redis.zrange(keys.leases(buyer_id), 0, -1))
+        if snap.status is not SnapshotStatus.CHANGED:
             break
     return snap
 

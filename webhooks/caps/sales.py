@@ -12,6 +12,7 @@ from webhooks.caps.windows import Window
 from webhooks.storage import settle_queue
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
+from webhooks.storage.states import LeadStatus
 from webhooks.validate import cents
 
 
@@ -27,7 +28,7 @@ def sold_since(buyer_id: str, since: datetime) -> list[tuple]:
     sales since `since`."""
     rows = (Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id,
                         Lead.reserved_us)
-            .where(Lead.buyer_id == buyer_id, Lead.status == "sold",
+            .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD,
                    Lead.sold_at >= since.replace(tzinfo=None)).tuples())
     return list(rows)
 
@@ -54,7 +55,7 @@ def queued_sales(settle_r, buyer_id: str, since: datetime,
     counts once."""
     sales: dict[tuple[str, str], Sale] = {}
     for item in settle_queue.unsettled(settle_r, mentioning=buyer_id) if pending is None else pending:
-        if item["status"] == "sold" and item["buyer_id"] == buyer_id:
+        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id:
             at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
             if at >= since:
                 lease = item.get("lease") or [None, None]
@@ -71,7 +72,7 @@ def settled_of(wanted: Iterable[tuple[str, str]], buyer_id: str | None = None,
     by_publisher: dict[str, list[str]] = {}
     for pub, lead_id in wanted:
         by_publisher.setdefault(pub, []).append(lead_id)
-    sold_to = () if buyer_id is None else (Lead.buyer_id == buyer_id, Lead.status == "sold")
+    sold_to = () if buyer_id is None else (Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD)
     found: set[tuple[str, str]] = set()
     for pub, ids in by_publisher.items():
         for i in range(0, len(ids), chunk):
@@ -84,7 +85,7 @@ def ledger_total(buyer_id: str, cap: str, w: Window) -> int:
     """Leads (or cents, for daily_budget) the ledger has sold to `buyer_id` inside window
     `w`, counted by the database (one row back, however many sales)."""
     count, amount = (Lead.select(fn.COUNT(Lead.id), fn.COALESCE(fn.SUM(fn.ROUND(Lead.price * 100)), 0))
-                     .where(Lead.buyer_id == buyer_id, Lead.status == "sold",
+                     .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD,
                             Lead.sold_at >= w.start.replace(tzinfo=None), Lead.sold_at < w.end.replace(tzinfo=None))
                      .tuples().get())
     return int(round(float(amount))) if cap == "daily_budget" else int(count)  # whole cents, summed

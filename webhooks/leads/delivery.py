@@ -23,18 +23,21 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from webhooks.leads.integration import DEFAULT_DELIVERY, Delivery
 from webhooks.logs import redact_text, redact_url
+from webhooks.storage.states import AttemptOutcome
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "Floodgate/1"
-ACCEPTED, REJECTED, ERROR, TIMEOUT, CIRCUIT_OPEN = "accepted", "rejected", "error", "timeout", "circuit_open"
+ACCEPTED, REJECTED, ERROR, TIMEOUT = (AttemptOutcome.ACCEPTED, AttemptOutcome.REJECTED, AttemptOutcome.ERROR,
+                                      AttemptOutcome.TIMEOUT)
+CIRCUIT_OPEN = AttemptOutcome.CIRCUIT_OPEN
 # An attempt whose answer was lost with a dead process and that the buyer did not confirm
 # when offered the lead again (API.md): the lead is unsold and flagged for review.
-UNKNOWN = "unknown"
+UNKNOWN = AttemptOutcome.UNKNOWN
 # Floodgate could not build or send the request (a header http.client refuses, a template over
 # its budget): the lead's problem, never the buyer's. Not an attempt: the buyer is skipped
 # with this reason and its breaker is left alone.
-NOT_SENT = "request_not_built"
+NOT_SENT = AttemptOutcome.NOT_SENT
 MAX_REPLY_BYTES = 64 * 1024  # of a buyer's or a ping's reply; a longer one is an unreadable reply
 # What http.client sends without complaint, and nothing else (RFC 9110 token and field-value).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -51,7 +54,7 @@ class _Deadline(Exception):
     """Raised by gevent.Timeout inside the delivery; never escapes `deliver`."""
 
 
-def classify(status: int, content: bytes) -> str:
+def classify(status: int, content: bytes) -> AttemptOutcome:
     if 200 <= status < 300:
         try:
             body = json.loads(content)
@@ -81,13 +84,14 @@ class Deliverer:
             "?" + parts.query if parts.query else "")
 
     def request(self, method: str, url: str, body: bytes, headers: dict[str, str],
-                timeout_s: float) -> tuple[int, bytes, str | None, int]:
+                timeout_s: float) -> tuple[int, bytes, AttemptOutcome | None, int]:
         """Send one request under a hard total deadline: (status, reply, failure, elapsed ms),
         failure being ERROR or TIMEOUT when no full reply came (status 0 then), or NOT_SENT
         when the request could not be built. A reply longer than MAX_REPLY_BYTES is not
         read past that: an ERROR. Never raises for the other side's faults."""
         started = time.perf_counter()
-        status, content, failure = 0, b"", None
+        failure: AttemptOutcome | None = None
+        status, content = 0, b""
         if not sendable(headers):
             log.warning("request to %s not sent: a header cannot be sent as it is", redact_url(url))
             return status, content, NOT_SENT, 0
@@ -117,7 +121,7 @@ class Deliverer:
         return status, content, failure, int((time.perf_counter() - started) * 1000)
 
     def deliver(self, url: str, body: bytes, idempotency_key: str,
-                delivery: Delivery = DEFAULT_DELIVERY) -> tuple[str, int]:
+                delivery: Delivery = DEFAULT_DELIVERY) -> tuple[AttemptOutcome, int]:
         """Post `body` to `url` as `delivery` says; return (outcome, elapsed ms)."""
         headers = {"Content-Type": delivery.content_type, "Content-Length": str(len(body)),
                    "Idempotency-Key": idempotency_key, "User-Agent": USER_AGENT, **dict(delivery.headers)}
@@ -128,7 +132,7 @@ class Deliverer:
             return classify(status, content), ms
         return judge(status, content, delivery), ms
 
-    def ping(self, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, str | None, int]:
+    def ping(self, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, AttemptOutcome | None, int]:
         """POST a ping's JSON `body`; (status, reply, failure, ms) as `request`."""
         headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "User-Agent": USER_AGENT}
         return self.request("POST", url, body, headers, timeout_s)
@@ -150,7 +154,7 @@ def _read_capped(resp) -> bytes | None:
     return None
 
 
-def judge(status: int, content: bytes, delivery: Delivery) -> str:
+def judge(status: int, content: bytes, delivery: Delivery) -> AttemptOutcome:
     """The outcome of a reply under a buyer's own accept rule."""
     if 200 <= status < 300:
         verdict = delivery.accepted(content)

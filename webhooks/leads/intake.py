@@ -10,19 +10,22 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import recovery, settlement
 from webhooks.leads.catalog import Snapshot
+from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import Deliverer
 from webhooks.leads.publishers import PublisherRule, key_hash
-from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, candidates, lead_ref
-from webhooks.leads.settlement import Journal
+from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, candidates
+from webhooks.leads.settlement import Journal, Settlement
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.scripts import LeadClaim
+from webhooks.storage.states import ClaimOutcome, LeadStatus
 from webhooks.validate import cents, is_id
 
 if TYPE_CHECKING:
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODE = "invalid_lead"
-WAIT = claims.Claim("", "")  # what _claim returns for a lead that must wait after a Redis data loss
 
 
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
@@ -82,10 +84,9 @@ class Intake:
     settle: Store  # the settlement queue (the same Store unless RQ has a Redis of its own)
     router: Router
     journal: Journal
+    settlement: Settlement  # how a lead ends (settlement.end_lead), through `journal`
     buyer_timeout_ms: int
     replay_ttl_s: int
-    breaker_failures: int
-    breaker_cooldown_ms: int
     claim_margin_ms: int = 10_000
     recovery_window_ms: int = 900_000
     _rebuilds_started: set[int] = field(default_factory=set)  # memory marks whose rebuilds were asked for
@@ -95,9 +96,9 @@ class Intake:
         """The lead path of one process, from its config and stores."""
         router = Router(store, settle.redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
                         cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms, cfg.ping_max_bid)
-        return cls(store, settle, router, journal, cfg.buyer_timeout_ms, cfg.lead_replay_ttl_s,
-                   cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.lead_claim_margin_ms,
-                   cfg.lead_recovery_window_ms)
+        ending = Settlement(store, settle, journal.push, router.breaker, cfg.lead_replay_ttl_s)
+        return cls(store, settle, router, journal, ending, cfg.buyer_timeout_ms, cfg.lead_replay_ttl_s,
+                   cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms)
 
     def take(self, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
              payload: str, received_at: datetime, request_id: str | None) -> str:
@@ -108,72 +109,67 @@ class Intake:
         started = time.monotonic()
         buyers, skipped = candidates(snapshot.buyers, lead.get("state"), publisher.id, now, snapshot.inactive)
         claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
-        deadline = started + claim_ttl / 1000  # the claim lives at least this long (set after `started`)
-        attempt_key = keys.lead_attempt(publisher.id, lead_id)
-        lease_ttl_ms = claim_ttl + self.recovery_window_ms
+        ctx = LeadContext(publisher, lead_id, lead, payload, now, request_id, claims.new_token(claims.ROUTING),
+                          claim_ttl, claim_ttl + self.recovery_window_ms,
+                          started + claim_ttl / 1000)  # the claim lives at least this long (set after `started`)
         plan = self.router.plan(buyers, publisher)
-        claim_key = keys.lead_claim(publisher.id, lead_id)
-        ref = lead_ref(publisher.id, lead_id, payload, request_id)
-        claim, held, attempt, first, mark = self._claim(publisher.id, claim_key, attempt_key, claim_ttl,
-                                                        lease_ttl_ms, plan[0] if plan else None, lead, now, ref)
-        if claim is WAIT:
-            self._wait_for_lost_claims(claim_ttl, int(mark), now, snapshot)
-        if claim is None:
-            return _replay(held)
-        if attempt is None and claims.memory_gap(mark, int(now.timestamp() * 1000), self.replay_ttl_s):
-            settled = self._settled_answer(claim, attempt_key, first, publisher.id, lead_id)
+        got, first = self._claim(ctx, plan[0] if plan else None)
+        if got.outcome is ClaimOutcome.WAIT:
+            self._refuse_after_claim_loss(ctx, got.memory_mark, snapshot)
+        if got.outcome is ClaimOutcome.HELD:
+            return _replay(got.held)
+        if got.dead_note is None and claims.memory_gap(got.memory_mark, int(now.timestamp() * 1000),
+                                                       self.replay_ttl_s):
+            settled = self._settled_answer(ctx, first)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
 
         try:
-            if attempt is not None:
+            if got.dead_note is not None:
                 # The request that held this claim died while offering the lead to a buyer.
-                outcome = self._recover(json.loads(attempt), snapshot, publisher, lead_id, lead, lease_ttl_ms)
+                outcome = recovery.reoffer(self.store, self.router.deliverer, snapshot.buyers, ctx,
+                                           json.loads(got.dead_note))
             else:
-                outcome = self.router.route(buyers, publisher, lead_id, lead, now, attempt_key, lease_ttl_ms,
-                                            skipped, plan, first, claim_deadline=deadline, ref=ref)
+                outcome = self.router.route(ctx, buyers, skipped, plan, first)
         except BaseException:
             # Killed (a deploy's graceful timeout) or failed mid-routing: a buyer may hold the
             # lead, so the attempt note stays for the retry (every refund already deleted it).
-            self._give_up(claim, None)
+            self._give_up(ctx, forget_note=False)
             raise
         if outcome.out_of_time:
             # This process stalled: the claim may be another request's by now, and so may the
             # attempt note. No buyer holds the lead from us (each earlier offer was settled).
             log.warning("lead %s:%s not offered further: its claim was about to expire (a stalled process)",
                         publisher.id, lead_id)
-            self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
+            self._give_up(ctx, forget_note=time.monotonic() < ctx.deadline)
             raise Unavailable("this request ran out of time; retry")
-        if outcome.status == "unsold" and outcome.waiting_for_rebuild:
-            self._give_up(claim, attempt_key if time.monotonic() < deadline else None)
+        if outcome.status == LeadStatus.UNSOLD and outcome.waiting_for_rebuild:
+            self._give_up(ctx, forget_note=time.monotonic() < ctx.deadline)
             raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly",
                               retry_after_s=math.ceil(self.buyer_timeout_ms / 1000 + rebuild.SETTLE_MARGIN_S))
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
-        if time.monotonic() > deadline - claims.LATE_S:
+        if time.monotonic() > ctx.deadline - claims.LATE_S:
             # The claim may have expired under a stalled process: write the answer first, and
             # settle only if it was ours to write (an expired claim nobody took is).
-            holder = self._answer(claim, attempt_key, answer)
+            holder = self._answer(ctx, answer)
             if holder is not None:
-                return self._finish_lost(claim, attempt_key, outcome, answer, item, holder)
-            self._finish(claim, attempt_key, outcome, answer, item, keep_claim=True)
+                return self._end_lost(ctx, outcome, answer, item, holder)
+            settlement.end_lead(self.settlement, ctx.token, outcome, item, answer, keep_claim=True)
             return answer
-        self._finish(claim, attempt_key, outcome, answer, item)
+        settlement.end_lead(self.settlement, ctx.token, outcome, item, answer)
         return answer
 
-    def _answer(self, claim: claims.Claim, attempt_key: str, answer: str) -> str | None:
+    def _answer(self, ctx: LeadContext, answer: str) -> str | None:
         """Write the answer into the lead's claim unless another request holds it now
         (lua/answer_lead.lua); None when written, else what the claim holds."""
         try:
-            written = self.store.answer_lead(keys=[claim.key, attempt_key], args=[claim.token, answer,
-                                                                                self.replay_ttl_s])
+            return self.store.answer_lead(ctx.key, ctx.token, answer, self.replay_ttl_s).held
         except REDIS_DOWN:
-            return None  # cannot tell: finish as usual (the settlement goes to the database)
-        return None if written == 1 else written
+            return None  # cannot tell: end as usual (the settlement goes to the database)
 
-    def _finish_lost(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
-                     holder: str) -> str:
+    def _end_lost(self, ctx: LeadContext, outcome: Outcome, answer: str, item: dict, holder: str) -> str:
         """The claim expired while this request routed (its process stalled) and another
         request holds it now. A sale stands (the buyer has the lead: it is confirmed and
         settled, the claim left alone); anything else is forgotten, so the ledger and the
@@ -182,25 +178,25 @@ class Intake:
                   item["publisher_id"], item["lead_id"], outcome.status,
                   " to " + str(outcome.buyer_id) if outcome.buyer_id else "")
         if outcome.lease is not None:
-            self._finish(claim, attempt_key, outcome, answer, item, keep_claim=True)
+            settlement.end_lead(self.settlement, ctx.token, outcome, item, answer, keep_claim=True)
             return answer
         return _replay(holder)
 
-    def _settled_answer(self, claim: claims.Claim, attempt_key: str, first: leases.Reservation | None,
-                        publisher_id: str, lead_id: str) -> str | None:
+    def _settled_answer(self, ctx: LeadContext, first: leases.Reservation | None) -> str | None:
         """Redis lost the publisher's replay memory lately (its mark is young): ask the
         ledger before routing. A settled lead's answer is put back as the claim's value and
         returned (its first reservation withdrawn); None when the ledger has no such lead.
-        Unavailable when the ledger cannot say: routing blind could sell the lead twice."""
+        Unavailable when the ledger cannot say: routing blind could sell the lead twice.
+        One piece of the recovery from a Redis data loss: see leads/redis_loss.py."""
         from webhooks.leads.ledger import answer_for
         from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 
         try:
             with db.connection_context():
-                found = answer_for(publisher_id, lead_id)
+                found = answer_for(ctx.publisher.id, ctx.lead_id)
         except UNAVAILABLE_ERRORS:
             self._withdraw(first)
-            self._give_up(claim, attempt_key)
+            self._give_up(ctx, forget_note=True)
             raise Unavailable("the lead ledger is unreachable and Redis lost its replay memory lately; "
                               "retry shortly") from None
         if found is None:
@@ -208,26 +204,24 @@ class Intake:
         answer = json.dumps(found)
         self._withdraw(first)
         try:
-            pipe = self.store.redis.pipeline(transaction=False)
-            self.store.queue(pipe, self.store.answer_lead, [claim.key, attempt_key],
-                             [claim.token, answer, self.replay_ttl_s])
-            pipe.execute()
+            with self.store.batch() as b:  # EVAL: no EVALSHA miss on a Redis that just lost its data
+                b.answer_lead(ctx.key, ctx.token, answer, self.replay_ttl_s)
         except REDIS_DOWN:
             pass  # the answer is known; the claim expires and the next retry reads the ledger again
-        log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", publisher_id, lead_id)
+        log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", ctx.publisher.id, ctx.lead_id)
         return answer
 
-    def _wait_for_lost_claims(self, claim_ttl: int, mark_ms: int, now: datetime, snapshot: Snapshot) -> None:
-        """Redis lost its claims at about `mark_ms`: a request that claimed this lead before
-        then may still be offering it to a buyer, and nothing here can tell (its claim and
-        note went with the data). Until such a request has ended, one claim's life after the
-        loss (the claim it held was as long as this one, for the same buyers), a lead whose
-        claim holds no answer is not claimed (lua/claim_lead.lua) and is refused here (503,
-        Retry-After), before the ledger is asked: the database is spared while every
-        publisher retries at once. After it, the lead is settled, answered (the request that
-        held it writes its answer into the empty claim, lua/answer_lead.lua) or was never
-        routed."""
-        left_ms = max(1, mark_ms + claim_ttl - int(now.timestamp() * 1000))
+    def _refuse_after_claim_loss(self, ctx: LeadContext, mark_ms: int, snapshot: Snapshot) -> NoReturn:
+        """Raise Unavailable: Redis lost its claims at about `mark_ms`, and a request that
+        claimed this lead before then may still be offering it to a buyer; nothing here can
+        tell (its claim and note went with the data). Until such a request has ended, one
+        claim's life after the loss (the claim it held was as long as this one, for the same
+        buyers), a lead whose claim holds no answer is not claimed (lua/claim_lead.lua) and
+        is refused here (503, Retry-After), before the ledger is asked: the database is
+        spared while every publisher retries at once. After it, the lead is settled, answered
+        (the request that held it writes its answer into the empty claim,
+        lua/answer_lead.lua) or was never routed. See leads/redis_loss.py."""
+        left_ms = max(1, mark_ms + ctx.claim_ttl_ms - int(ctx.now.timestamp() * 1000))
         self._start_rebuilds(snapshot, mark_ms)
         raise Unavailable("Redis lost its lead claims lately; requests routing this lead before then may "
                           "still be running: retry after Retry-After", retry_after_s=math.ceil(left_ms / 1000))
@@ -251,70 +245,43 @@ class Intake:
 
     def _withdraw(self, reservation: leases.Reservation | None) -> None:
         """Give back the speculative first reservation, if one was granted."""
-        if reservation is not None and reservation.status == "ok":
+        if reservation is not None and reservation.lease is not None:
             leases.withdraw(self.store, reservation.lease)
 
-    def _claim(self, publisher_id: str, claim_key: str, attempt_key: str, claim_ttl: int, lease_ttl_ms: int,
-               offer: Offer | None, lead: dict, now: datetime, ref: dict) -> tuple[claims.Claim | None, str | None,
-                                                                        str | None, leases.Reservation | None,
-                                                                        str]:
+    def _claim(self, ctx: LeadContext, offer: Offer | None) -> tuple[LeadClaim, leases.Reservation | None]:
         """Claim the lead id and, in the same round trip, reserve its first buyer and note the
         attempt (lua/claim_lead.lua writes the note only when the claim is ours and no dead
-        request left one). Returns (claim, holder, dead request's note, first reservation);
-        the claim is WAIT when the lead must wait after a Redis data loss. The reservation is
-        made before the claim's answer is known: when the claim is not ours, or a dead
-        request's offer must be finished first, it is withdrawn again (a round trip more on
-        that path only). Also returns the publisher's replay memory mark (claim_lead.lua)."""
-        token = claims.new_token(claims.ROUTING)
-        memory_key = keys.lead_memory(publisher_id)
-        now_ms = int(now.timestamp() * 1000)
+        request left one). Returns the claim's answer and the first reservation. The
+        reservation is made before the claim's answer is known: when the claim is not ours,
+        or a dead request's offer must be finished first, it is withdrawn again (a round trip
+        more on that path only)."""
+        now_ms = int(ctx.now.timestamp() * 1000)
         if offer is None or self.store.cap_wait.replicas:  # the WAIT path reserves on its own connection
-            raw = self.store.claim_lead(keys=[claim_key, attempt_key, memory_key],
-                                        args=[token, claim_ttl, "", lease_ttl_ms, now_ms])
-            call = None
-        else:
-            buyer = offer.buyer
-            call = leases.prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=self.router.probe_ttl_ms,
-                                  consumer=consumer_keys(buyer.id, buyer.dedupe_fields, lead),
-                                  price_minor=cents(offer.price), note_key=attempt_key)
-            note = attempt_note(attempt_key, offer, now, [], lease_ttl_ms, ref).value(call.lease)
-            pipe = self.store.redis.pipeline(transaction=False)
-            self.store.queue(pipe, self.store.claim_lead, [claim_key, attempt_key, memory_key],
-                             [token, claim_ttl, note, lease_ttl_ms, now_ms])
-            call.queue(self.store, pipe)
-            raw, reserved = pipe.execute()
-        claimed, value, mark = raw
-        first = call.result(reserved) if call is not None else None
-        if first is not None and (claimed != 1 or value is not None):
+            got = self.store.claim_lead(ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms,
+                                        note_ttl_ms=ctx.lease_ttl_ms)
+            return got, None
+        buyer = offer.buyer
+        call = leases.prepare(buyer, ctx.now, lease_ttl_ms=ctx.lease_ttl_ms, probe_ttl_ms=self.router.probe_ttl_ms,
+                              consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
+                              price_minor=cents(offer.price), note_key=ctx.attempt_key)
+        note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref).value(call.lease)
+        with self.store.batch() as b:
+            claimed = b.claim_lead(ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note=note,
+                                   note_ttl_ms=ctx.lease_ttl_ms)
+            reserved = call.queue(b)
+        got, first = claimed.value, reserved.value
+        if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:
             self._withdraw(first)
-            first = None
-        if claimed == 2:
-            return WAIT, None, None, None, mark
-        if claimed != 1:
-            return None, value, None, None, mark
-        return claims.Claim(claim_key, token), None, value, first, mark
+            return got, None
+        return got, first
 
-    def _recover(self, note: dict, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
-                 lease_ttl_ms: int) -> Outcome:
-        """The request that held this claim died while offering the lead: recovery.reoffer."""
-        return recovery.reoffer(self.store, self.router.deliverer, snapshot.buyers, publisher.id, lead_id, lead,
-                                note, lease_ttl_ms)
-
-    def _give_up(self, claim: claims.Claim, attempt_key: str | None) -> None:
-        """Free the claim so the publisher can retry, and with `attempt_key` its attempt note
+    def _give_up(self, ctx: LeadContext, forget_note: bool) -> None:
+        """Free the claim so the publisher can retry, and with `forget_note` its attempt note
         too (only when no buyer can hold the lead: every attempt was refunded)."""
         try:
-            pipe = self.store.redis.pipeline(transaction=False)
-            self.store.queue(pipe, self.store.release_claim, [claim.key], [claim.token])
-            if attempt_key is not None:
-                pipe.delete(attempt_key)
-            pipe.execute()
+            with self.store.batch() as b:
+                b.release_claim(ctx.key.claim, ctx.token)
+                if forget_note:
+                    b.delete(ctx.attempt_key)
         except REDIS_DOWN:
             pass  # both expire; a retry may find the note and end the lead unsold for review
-
-    def _finish(self, claim: claims.Claim, attempt_key: str, outcome: Outcome, answer: str, item: dict,
-                keep_claim: bool = False) -> None:
-        """settlement.finish, the settlement queued through this process's journal."""
-        settlement.finish(self.store, self.settle, claim, attempt_key, outcome, item, answer, self.journal.push,
-                          breaker_failures=self.breaker_failures, breaker_cooldown_ms=self.breaker_cooldown_ms,
-                          replay_ttl_s=self.replay_ttl_s, keep_claim=keep_claim)

@@ -24,14 +24,18 @@ from webhooks import metrics
 from webhooks.caps import leases
 from webhooks.leads import settlement
 from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
 from webhooks.leads.integration import RenderBudgetExceeded
 from webhooks.leads.publishers import PublisherRule
 from webhooks.leads.routing import Offer, Outcome, attempt_record, idempotency_key
 from webhooks.storage import claims, keys, settle_queue
+from webhooks.storage.batch import Batch
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import BreakerRule, LeadKey
+from webhooks.storage.states import ClaimOutcome, LeadStatus, LeaseState
 
 if TYPE_CHECKING:
     from webhooks.config import Config
@@ -42,26 +46,25 @@ SCAN = 500  # leases read per page
 BUDGET_S = 25.0  # a sweep's time at most; the next run (a minute later) takes the rest
 
 
-def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], publisher_id: str, lead_id: str,
-            lead: dict, note: dict, lease_ttl_ms: int) -> Outcome:
+def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx: LeadContext, note: dict) -> Outcome:
     """Offer the lead again to the one buyer a dead request was offering it to (`note`, its
     attempt note), with the same Idempotency-Key, on the same reservation. Accepted: sold to
     that buyer. Anything else, or a reservation that is gone: unsold, that attempt
     `unknown`, flagged for review; its slot stays taken until reconciliation. Never another
     buyer: the first may hold the lead already."""
-    buyer_id = note["buyer_id"]
+    buyer_id, publisher_id, lead_id = note["buyer_id"], ctx.publisher.id, ctx.lead_id
     lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
-    state, reserved_us = leases.take_over(store, lease, lease_ttl_ms)
+    state, reserved_us = leases.take_over(store, lease, ctx.lease_ttl_ms)
     out = Outcome(attempts=list(note.get("attempts", [])))
     rule = next((b for b in buyers if b.id == buyer_id), None)  # switched off since: no
     bid = None if note.get("bid") is None else Decimal(note["bid"])
     outcome, ms = UNKNOWN, 0
-    if state == "confirmed":
+    if state is LeaseState.CONFIRMED:
         outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
-    elif state != "gone" and rule is not None:
+    elif state is not LeaseState.GONE and rule is not None:
         offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
         try:
-            body = offer.body(lead_id, publisher_id, lead, json.dumps(lead, separators=(",", ":")))
+            body = offer.body(lead_id, publisher_id, ctx.lead, json.dumps(ctx.lead, separators=(",", ":")))
         except RenderBudgetExceeded:  # it could not be built before either: the buyer never had it
             outcome = NOT_SENT
         else:
@@ -69,7 +72,7 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], pub
                                             rule.delivery)
     if outcome == ACCEPTED:
         out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
-        out.status, out.buyer_id, out.price = "sold", buyer_id, Decimal(note["price"])
+        out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
         out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
                                  dedupe=lease.dedupe)
@@ -149,14 +152,19 @@ def _claim_key(note_key: str) -> str:
     return note_key.removesuffix(":attempt")
 
 
-def finish(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
-           publisher: PublisherRule, note_key: str, cfg: Config) -> Outcome | None:
+def _lead_of(note_key: str, publisher_id: str) -> LeadKey:
+    """The lead whose attempt note is `note_key` (keys.lead_attempt)."""
+    return LeadKey(publisher_id, _claim_key(note_key).removeprefix(keys.lead_claim(publisher_id, "")))
+
+
+def end_abandoned(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
+                  publisher: PublisherRule, note_key: str, cfg: Config) -> Outcome | None:
     """Claim the lead of an abandoned attempt note as a publisher's retry would
     (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
-    (leads/intake.py): confirm a sale, remember the answer for the publisher's replays and
-    queue the settlement, in one round trip; with Redis unreachable the settlement is written
-    to the ledger directly. None when it is not this sweep's to finish: a request claimed it
-    first, it was finished meanwhile, or Redis lost its data lately.
+    (settlement.end_lead): confirm a sale, remember the answer for the publisher's replays
+    and queue the settlement, in one round trip; with Redis unreachable the settlement is
+    written to the ledger directly. None when it is not this sweep's to end: a request
+    claimed it first, it was ended meanwhile, or Redis lost its data lately.
 
     The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
     the claim: near or past the claim's end the answer is written first (token-checked, as
@@ -168,52 +176,52 @@ def finish(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Ite
     lease_ttl_ms = claim_ttl + cfg.lead_recovery_window_ms
     token = claims.new_token(claims.ROUTING)
     started = time.monotonic()
-    claimed, raw, _mark = store.claim_lead(
-        keys=[claim_key, note_key, keys.lead_memory(publisher.id)],
-        args=[token, claim_ttl, "", lease_ttl_ms, int(time.time() * 1000)])
+    lead_key = _lead_of(note_key, publisher.id)
+    got = store.claim_lead(lead_key, token, ttl_ms=claim_ttl, now_ms=int(time.time() * 1000),
+                           note_ttl_ms=lease_ttl_ms)
     claim = claims.Claim(claim_key, token)
-    if claimed != 1:
+    if got.outcome is not ClaimOutcome.CLAIMED:
         return None
     try:
-        if raw is None:  # finished between the look and the claim
+        if got.dead_note is None:  # ended between the look and the claim
             claims.release(store, claim)
             return None
-        note = json.loads(raw)
-        lead_id = note["lead_id"]
+        note = json.loads(got.dead_note)
         lead = json.loads(note["payload"])
         lead.pop("lead_id", None)
-        outcome = reoffer(store, deliverer, buyers, publisher.id, lead_id, lead, note, lease_ttl_ms)
-        item = settlement.make_item(publisher, lead_id, outcome, note["payload"],
-                                    datetime.fromisoformat(note["at"]), note.get("request_id"))
+        ctx = LeadContext(publisher, note["lead_id"], lead, note["payload"], datetime.fromisoformat(note["at"]),
+                          note.get("request_id"), token, claim_ttl, lease_ttl_ms, started + claim_ttl / 1000)
+        outcome = reoffer(store, deliverer, buyers, ctx, note)
+        item = settlement.make_item(publisher, ctx.lead_id, outcome, note["payload"], ctx.now, ctx.request_id)
     except BaseException:
         claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
         raise
     answer = json.dumps(settlement.answer_of(item))
     keep_claim = False
     if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
-        held = store.answer_lead(keys=[claim_key, note_key], args=[token, answer, cfg.lead_replay_ttl_s])
-        if held != 1:
+        if not store.answer_lead(lead_key, token, answer, cfg.lead_replay_ttl_s).written:
             log.error("abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
-                      "it now; outcome %s", publisher.id, lead_id, outcome.status)
+                      "it now; outcome %s", publisher.id, ctx.lead_id, outcome.status)
             if outcome.lease is None:
                 return None
         keep_claim = True
 
-    def queue_item(item: dict, pipe, _answer: str) -> None:
-        settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], pipe, item["request_id"])
+    def queue_item(item: dict, batch: Batch | None, _answer: str) -> None:
+        settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], batch, item["request_id"])
 
-    settlement.finish(store, settle, claim, note_key, outcome, item, answer, queue_item,
-                      breaker_failures=cfg.breaker_failures, breaker_cooldown_ms=cfg.breaker_cooldown_ms,
-                      replay_ttl_s=cfg.lead_replay_ttl_s, keep_claim=keep_claim)
+    ending = settlement.Settlement(store, settle, queue_item, BreakerRule(cfg.breaker_failures,
+                                                                           cfg.breaker_cooldown_ms),
+                                   cfg.lead_replay_ttl_s)
+    settlement.end_lead(ending, token, outcome, item, answer, keep_claim)
     log.warning("abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
-                publisher.id, lead_id, outcome.status)
+                publisher.id, ctx.lead_id, outcome.status)
     return outcome
 
 
 def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tuple[BuyerRule, ...],
           buyer_ids: Iterable[str], publishers: dict[str, PublisherRule], cfg: Config,
           now: datetime | None = None, budget_s: float = BUDGET_S) -> SweepResult:
-    """Finish the abandoned leads (`abandoned`, `finish`) for `budget_s` at most (a job of
+    """End the abandoned leads (`abandoned`, `end_abandoned`) for `budget_s` at most (a job of
     the shared queue hands over within half a minute; the next run takes the rest). One
     lead's failure is logged and left for the next run; it does not stop the others.
     `buyers` are the active buyers (one switched off since is not asked again: its lead stays
@@ -227,15 +235,15 @@ def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tupl
             result.left += 1
             continue
         try:
-            outcome = finish(store, settle, queue, deliverer, buyers, publisher, note_key, cfg)
+            outcome = end_abandoned(store, settle, queue, deliverer, buyers, publisher, note_key, cfg)
         except Exception:
-            log.exception("abandoned lead %s could not be finished: the next sweep tries again", note_key)
+            log.exception("abandoned lead %s could not be ended: the next sweep tries again", note_key)
             outcome = None
         if outcome is None:
             result.left += 1
             continue
         ref = f"{note['publisher_id']}:{note['lead_id']}"
-        (result.sold if outcome.status == "sold" else result.unsold).append(ref)
+        (result.sold if outcome.status == LeadStatus.SOLD else result.unsold).append(ref)
     return result
 
 

@@ -16,10 +16,11 @@ from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import lead_record
-from webhooks.storage import audit, keys
+from webhooks.storage import audit
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Publisher
 from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.states import LeadStatus
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
@@ -48,16 +49,16 @@ def return_lead(store: Store, lead_id: str, publisher_id: str | None, reason: st
     naive_now = now.replace(tzinfo=None)
     with db.atomic():
         lead = find(lead_id, publisher_id)
-        if lead.status == "returned":
+        if lead.status == LeadStatus.RETURNED:
             raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
-        if lead.status != "sold":
+        if lead.status != LeadStatus.SOLD:
             raise Conflict(f"lead {lead_id!r} was not sold", code="not_sold")
         buyer = Buyer.get_by_id(lead.buyer_id)
         if naive_now > lead.sold_at + timedelta(days=buyer.return_window_days):
             raise Conflict(f"lead {lead_id!r} was sold more than {buyer.return_window_days} day(s) ago",
                            code="return_window_closed")
-        won = (Lead.update(status="returned", returned_at=naive_now, return_reason=reason)
-               .where(Lead.id == lead.id, Lead.status == "sold").execute())
+        won = (Lead.update(status=LeadStatus.RETURNED, returned_at=naive_now, return_reason=reason)
+               .where(Lead.id == lead.id, Lead.status == LeadStatus.SOLD).execute())
         if not won:  # a concurrent return committed first
             raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
         if lead.commission:
@@ -80,9 +81,8 @@ def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -
     if not current:
         return []
     try:
-        counters = [leases.counter_key(buyer.id, w) for _, w in current]
-        given = store.give_back(keys=[keys.reconciling(buyer.id), *counters],
-                                args=[cents(lead.price) if cap == "daily_budget" else 1 for cap, _ in current])
+        given = store.give_back(buyer.id, [(leases.counter_key(buyer.id, w), cents(lead.price)
+                                            if cap == "daily_budget" else 1) for cap, w in current])
     except REDIS_DOWN as exc:  # the ledger is right; reconciliation gives the slot back
         log.warning("return of %s:%s: slot not given back now (%s); reconciliation will", lead.publisher_id,
                     lead.lead_id, exc)

@@ -21,11 +21,14 @@ from webhooks import metrics
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.context import LeadContext, lead_ref
 from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.integration import RenderBudgetExceeded
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import BreakerRule
+from webhooks.storage.states import AttemptOutcome, LeadStatus, ReservationStatus
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
@@ -34,9 +37,13 @@ LEASE_MARGIN_MS = 10_000
 OFFER_SLACK_S = 0.5  # beyond the buyer deadline: recording an offer's outcome
 
 
+__all__ = ["LeadContext", "Offer", "Outcome", "Router", "attempt_note", "attempt_record", "candidates",
+           "idempotency_key", "lead_ref"]
+
+
 @dataclass
 class Outcome:
-    status: str = "unsold"
+    status: LeadStatus = LeadStatus.UNSOLD
     buyer_id: str | None = None
     price: Decimal | None = None
     sold_at: datetime | None = None
@@ -77,17 +84,12 @@ def attempt_note(attempt_key: str, offer: Offer, now: datetime, attempts: list[d
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
     in, and the attempts before it. `ref` (publisher_id, lead_id, payload, request_id: see
-    `lead_ref`) lets the abandoned-lead sweep (leads/recovery.py) do it when the
+    `LeadContext.ref`) lets the abandoned-lead sweep (leads/recovery.py) do it when the
     publisher never retries."""
     return leases.Note(attempt_key, {"url": offer.buyer.endpoint_url, "price": f"{offer.price:.2f}",
                                      "bid": None if offer.bid is None else f"{offer.bid:.2f}",
                                      "ping": offer.ping_reply, "at": now.isoformat(), "attempts": attempts,
                                      **(ref or {})}, ttl_ms)
-
-
-def lead_ref(publisher_id: str, lead_id: str, payload: str, request_id: str | None) -> dict:
-    """The lead itself, as its attempt notes carry it: enough to offer it again and settle it."""
-    return {"publisher_id": publisher_id, "lead_id": lead_id, "payload": payload, "request_id": request_id}
 
 
 @dataclass
@@ -149,17 +151,19 @@ class Router:
         """The longest one offer may take, with room to record its outcome."""
         return self.buyer_timeout_ms / 1000 + OFFER_SLACK_S
 
-    def _give_back(self, lease: leases.Lease, outcome: str, attempt_key: str | None) -> None:
+    @property
+    def breaker(self) -> BreakerRule:
+        return BreakerRule(self.breaker_failures, self.breaker_cooldown_ms)
+
+    def _refund(self, lease: leases.Lease, outcome: AttemptOutcome, attempt_key: str | None) -> None:
         """Refund a reservation (feeding the breaker with `outcome`; `withdrawn` leaves it
         alone) and, with `attempt_key`, forget the attempt note: one round trip. A refund
         that cannot reach Redis raises: the slot stays taken (safe for the cap; the
         reconciliation gives it back) and the publisher gets a 503 to retry."""
-        pipe = self.store.redis.pipeline(transaction=False)
-        leases.finish_in(self.store, pipe, lease, outcome, breaker_failures=self.breaker_failures,
-                         breaker_cooldown_ms=self.breaker_cooldown_ms)
-        if attempt_key is not None:
-            pipe.delete(attempt_key)
-        pipe.execute()
+        with self.store.batch() as b:
+            leases.finish_in(b, lease, outcome, self.breaker)
+            if attempt_key is not None:
+                b.delete(attempt_key)
 
     def plan(self, buyers: list[BuyerRule], publisher: PublisherRule) -> list[Offer] | None:
         """The order of the offers when it needs no I/O (no ping/post buyer, no round-robin
@@ -168,24 +172,22 @@ class Router:
             return None
         return order([Offer(b, b.price) for b in buyers], publisher.routing)
 
-    def route(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
-              now: datetime, attempt_key: str, lease_ttl_ms: int, skipped: list[dict] | None = None,
-              plan: list[Offer] | None = None, first: leases.Reservation | None = None,
-              claim_deadline: float | None = None, ref: dict | None = None) -> Outcome:
+    def route(self, ctx: LeadContext, buyers: list[BuyerRule], skipped: list[dict] | None = None,
+              plan: list[Offer] | None = None, first: leases.Reservation | None = None) -> Outcome:
         """Offer the lead to `buyers` (those the static filters passed) in the publisher's
         routing order until one accepts it. Ping/post buyers bid first, all at once. Each
         reservation writes, in its own round trip, which buyer and lease the lead is about
-        to be offered to (`attempt_key`); a refund clears it again in its round trip. Leases
-        live `lease_ttl_ms`: long enough for a retry to find the lease of a request that died.
-        `plan` is the order already drawn (see `plan`) and `first` the reservation of its
-        first offer, made by the caller in its claim's round trip. `claim_deadline`
-        (time.monotonic()) is when the caller's claim on the lead may expire: an offer that
-        could end after it is not made (the process stalled; a retry may hold the lead now),
-        its slot is given back and the outcome says `out_of_time`. `ref` (see `lead_ref`) goes
-        into every attempt note."""
+        to be offered to (`ctx.attempt_key`, with `ctx.ref`); a refund clears it again in its
+        round trip. Leases live `ctx.lease_ttl_ms`: long enough for a retry to find the lease
+        of a request that died. `plan` is the order already drawn (see `plan`) and `first`
+        the reservation of its first offer, made by the caller in its claim's round trip. An
+        offer that could end after `ctx.deadline` (when the caller's claim may expire) is not
+        made (the process stalled; a retry may hold the lead now): its slot is given back and
+        the outcome says `out_of_time`."""
+        publisher, lead, now = ctx.publisher, ctx.lead, ctx.now
         out = Outcome(skipped=list(skipped or ()))
         if plan is None:
-            offers = self._bids(buyers, publisher, lead_id, lead, now, out)
+            offers = self._bids(buyers, publisher, ctx.lead_id, lead, now, out)
             rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
             plan = order(offers, publisher.routing, rotation)
         lead_json = json.dumps(lead, separators=(",", ":"))
@@ -194,54 +196,56 @@ class Router:
             if i == 0 and first is not None:
                 reservation = first
             else:
-                note = attempt_note(attempt_key, offer, now, out.attempts, lease_ttl_ms, ref)
+                note = attempt_note(ctx.attempt_key, offer, now, out.attempts, ctx.lease_ttl_ms, ctx.ref)
                 consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead)
-                reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=lease_ttl_ms,
+                reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=ctx.lease_ttl_ms,
                                              probe_ttl_ms=self.probe_ttl_ms, note=note, consumer=consumer,
                                              price_minor=cents(offer.price))
-            if reservation.status == "full":
+            if reservation.status is ReservationStatus.FULL:
                 out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
                 continue
-            if reservation.status == "duplicate":
-                out.skipped.append({"buyer_id": buyer.id, "reason": "duplicate"})
+            if reservation.status is ReservationStatus.DUPLICATE:
+                out.skipped.append({"buyer_id": buyer.id, "reason": ReservationStatus.DUPLICATE})
                 continue
-            if reservation.status == "not_ready":
+            if reservation.status is ReservationStatus.NOT_READY:
                 rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
                 out.waiting_for_rebuild = True
                 continue
-            if reservation.status == "circuit_open":
+            if reservation.status is ReservationStatus.CIRCUIT_OPEN:
                 out.attempts.append(attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0))
                 out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
                 metrics.attempt(buyer.id, CIRCUIT_OPEN)
                 continue
-            if claim_deadline is not None and time.monotonic() + self.offer_s > claim_deadline:
+            assert reservation.lease is not None  # status OK
+            if time.monotonic() + self.offer_s > ctx.deadline:
                 # The note is ours to delete only while the claim surely is.
-                self._give_back(reservation.lease, leases.WITHDRAWN,
-                                attempt_key if time.monotonic() < claim_deadline else None)
+                self._refund(reservation.lease, leases.WITHDRAWN,
+                             ctx.attempt_key if time.monotonic() < ctx.deadline else None)
                 out.out_of_time = True
                 return out
             try:
-                body = offer.body(lead_id, publisher.id, lead, lead_json)
+                body = offer.body(ctx.lead_id, publisher.id, lead, lead_json)
             except RenderBudgetExceeded:
                 outcome, ms = NOT_SENT, 0
             else:
                 outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
-                                                     idempotency_key(publisher.id, lead_id, buyer.id), buyer.delivery)
+                                                     idempotency_key(publisher.id, ctx.lead_id, buyer.id),
+                                                     buyer.delivery)
             if outcome == NOT_SENT:
                 # This lead could not be made into a request for this buyer: the buyer was not
                 # called, so its breaker and its reply statistics are left alone.
-                self._give_back(reservation.lease, leases.WITHDRAWN, attempt_key)
+                self._refund(reservation.lease, leases.WITHDRAWN, ctx.attempt_key)
                 out.skipped.append({"buyer_id": buyer.id, "reason": NOT_SENT})
                 continue
             out.attempts.append(attempt_record(buyer.id, offer.bid, outcome, ms))
             metrics.attempt(buyer.id, outcome, ms)
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
-                out.status, out.buyer_id, out.price = "sold", buyer.id, offer.price
+                out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer.id, offer.price
                 out.sold_at, out.lease = now, reservation.lease
                 return out
             # The buyer said no: give the slot back and forget the attempt.
-            self._give_back(reservation.lease, outcome, attempt_key)
+            self._refund(reservation.lease, outcome, ctx.attempt_key)
         return out
 
     def _bids(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
@@ -302,7 +306,7 @@ class Router:
         return {p: n - 1 for p, n in zip(priorities, pipe.execute())}
 
 
-def attempt_record(buyer_id: str, bid: Decimal | None, outcome: str, ms: int) -> dict:
+def attempt_record(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms: int) -> dict:
     """One attempt as answers and the ledger show it; ping/post buyers carry their bid."""
     attempt = {"buyer_id": buyer_id, "outcome": outcome, "ms": ms}
     if bid is not None:

@@ -27,9 +27,11 @@ from webhooks.caps import leases
 from webhooks.leads.delivery import ACCEPTED
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
-from webhooks.storage.claims import Claim, restore_answers
+from webhooks.storage.batch import Batch
 from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.scripts import BreakerRule, LeadKey
 from webhooks.storage.settle_queue import push
+from webhooks.storage.states import LeadStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +51,7 @@ def commission(price: Decimal, pct: Decimal) -> Decimal:
 
 def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload: str,
               received_at: datetime, request_id: str | None) -> dict:
-    sold = outcome.status == "sold"
+    sold = outcome.status == LeadStatus.SOLD
     return {
         "publisher_id": publisher.id,
         "lead_id": lead_id,
@@ -82,7 +84,6 @@ class _Entry:
     at: float  # time.monotonic() when pushed
     head: str  # the settlement's JSON, its payload left out
     payload: bytes | None  # the lead's body, zlib-compressed when large; None once dropped
-    claim_key: str
     answer: str  # what the publisher was given
     lead: tuple[str, str]  # (publisher_id, lead_id)
 
@@ -137,18 +138,17 @@ class Journal:
         self.bytes = 0  # what the entries hold now (see _Entry.size)
         self._next_payload = 0  # entries before this index have given up their payload
         self.epoch: str | None = None
-        self._unrestored: list[tuple[str, str]] = []  # (claim key, answer) to put back after a loss
+        self._unrestored: list[tuple[LeadKey, str]] = []  # (lead, answer) to put back after a loss
         self._watcher: threading.Thread | None = None
 
-    def push(self, item: dict, pipe=None, answer: str | None = None) -> None:
+    def push(self, item: dict, batch: Batch | None = None, answer: str | None = None) -> None:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
         publisher was given."""
         raw = _dumps(item)
         entry = _Entry(time.monotonic(), _dumps({**item, "payload": None}), _pack(item["payload"]),
-                       keys.lead_claim(item["publisher_id"], item["lead_id"]), answer or json.dumps(answer_of(item)),
-                       (item["publisher_id"], item["lead_id"]))
+                       answer or json.dumps(answer_of(item)), (item["publisher_id"], item["lead_id"]))
         self._remember(entry)
-        push(self.settle_r, self.queue, [raw], pipe, item.get("request_id"))
+        push(self.settle_r, self.queue, [raw], batch, item.get("request_id"))
         self.start_watching()
 
     def _remember(self, entry: _Entry) -> None:
@@ -176,7 +176,8 @@ class Journal:
         """Push the journal again if Redis lost its data since we last looked; return how many.
         The new epoch is remembered only once every settlement is pushed again (a failure
         part-way pushes them all again on the next check: the ledger's unique keys make the
-        repeats harmless); the answers are put back after that, apart, as best effort."""
+        repeats harmless); the answers are put back after that, apart, as best effort. Part
+        of the recovery from a Redis data loss: see leads/redis_loss.py."""
         self._restore_answers()
         fresh = uuid.uuid4().hex
         if self.settle_r.set(keys.EPOCH, fresh, nx=True):
@@ -201,7 +202,7 @@ class Journal:
         if self.claims is not None:
             # The answers went with the data: without them a publisher's retry would route
             # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
-            self._unrestored = [(e.claim_key, e.answer) for e in entries]
+            self._unrestored = [(LeadKey(*e.lead), e.answer) for e in entries]
             self._restore_answers()
         return len(again)
 
@@ -211,7 +212,7 @@ class Journal:
         while self._unrestored:
             chunk = self._unrestored[:1000]
             try:
-                restore_answers(self.claims, chunk, self.replay_ttl_s)
+                self.claims.restore_answers(chunk, self.replay_ttl_s)
             except Exception as exc:
                 log.warning("%d answers not put back yet: %s", len(self._unrestored), exc)
                 return
@@ -258,27 +259,39 @@ def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, 
     return found
 
 
-def finish(store: Store, settle: Store, claim: Claim, attempt_key: str, outcome: Outcome, item: dict, answer: str,
-           queue_item: Callable, *, breaker_failures: int, breaker_cooldown_ms: int, replay_ttl_s: int,
-           keep_claim: bool = False) -> None:
+@dataclass(frozen=True)
+class Settlement:
+    """How a process ends its leads: the stores, how it queues a settlement (`queue_item(item,
+    batch, answer)`: a web process's journal, or the queue itself), the breaker rule a sale
+    feeds and how long an answer is remembered for replays."""
+
+    store: Store
+    settle: Store
+    queue_item: Callable[[dict, Batch | None, str], None]
+    breaker: BreakerRule
+    replay_ttl_s: int
+
+
+def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, answer: str, keep_claim: bool = False) -> None:
     """End a routed lead in one round trip: confirm its lease (a sale), remember the answer
-    for the publisher's replays and forget the attempt note, and queue the settlement
-    (`queue_item(item, pipe, answer)`: a web process's journal, or the queue itself). With
+    for the publisher's replays and forget the attempt note (if the claim still holds
+    `token`), and queue the settlement. The one end of a lead, for a request
+    (leads/intake.py) and for the abandoned-lead sweep (leads/recovery.py). With
     `keep_claim` (it is not the caller's any more) the claim and the note are left to the
     request that holds them. Redis unreachable: the buyer has the lead, the answer stands,
     and the settlement is written to the ledger directly (an unconfirmed lease just expires;
     its slot stays counted, as the sale is)."""
     try:
-        pipe = store.redis.pipeline(transaction=False)
+        batch = s.store.batch()
         if outcome.lease is not None:
-            leases.finish_in(store, pipe, outcome.lease, ACCEPTED, breaker_failures=breaker_failures,
-                             breaker_cooldown_ms=breaker_cooldown_ms)
+            leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
         if not keep_claim:
-            store.queue(pipe, store.answer_lead, [claim.key, attempt_key], [claim.token, answer, replay_ttl_s])
-        if settle is not store:
-            pipe.execute()
-            pipe = None
-        queue_item(item, pipe, answer)
+            batch.answer_lead(LeadKey(item["publisher_id"], item["lead_id"]), token, answer, s.replay_ttl_s)
+        if s.settle is s.store:
+            s.queue_item(item, batch, answer)  # the settlement shares the round trip
+        else:
+            batch.execute()
+            s.queue_item(item, None, answer)
     except REDIS_DOWN:
         settle_directly(item)
 

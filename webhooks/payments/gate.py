@@ -26,34 +26,34 @@ from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import WebhookDelivery
 from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.scripts import PaymentRef
+from webhooks.storage.states import GateVerdict
 
 log = logging.getLogger(__name__)
 
 PROCESSED_TTL_S = 7 * 24 * 3600
-CLAIMED, DUPLICATE, IN_FLIGHT = "claimed", "duplicate", "in_flight"
+CLAIMED, DUPLICATE, IN_FLIGHT = GateVerdict.CLAIMED, GateVerdict.DUPLICATE, GateVerdict.IN_FLIGHT
 STATUS = {DUPLICATE: 200, IN_FLIGHT: 409}
 
 
-def _key(event: PaymentEvent | RefundEvent, what: str) -> str:
-    """A payment's or a refund's Redis key (refunds have a key space of their own)."""
-    if isinstance(event, RefundEvent):
-        return keys.refund(event.provider, event.reference, what)
-    return keys.payment(event.provider, event.reference, what)
+def _ref(event: PaymentEvent | RefundEvent) -> PaymentRef:
+    """A payment's or a refund's reference (refunds have a key space of their own)."""
+    return PaymentRef(event.provider, event.reference, isinstance(event, RefundEvent))
 
 
 def marker_key(event: PaymentEvent | RefundEvent) -> str:
     """Holds the fingerprint of what was credited (or debited) under this reference."""
-    return _key(event, "processed")
+    return _ref(event).marker
 
 
 def claim_key(event: PaymentEvent | RefundEvent) -> str:
     """The key a request claims while it credits the payment (or debits the refund)."""
-    return _key(event, "claim")
+    return _ref(event).claim
 
 
 @dataclass(frozen=True)
 class Entry:
-    verdict: str  # claimed, duplicate or in_flight
+    verdict: GateVerdict
     claim: claims.Claim | None  # ours, when claimed
 
 
@@ -65,17 +65,14 @@ def enter(store: Store, settle: Store, queue, event: PaymentEvent | RefundEvent,
     row = audit_row(d, event)
     claim = claim_key(event)
     if settle is store and not isinstance(store.redis, RedisCluster):
-        verdict, enqueue = store.payment_gate(
-            keys=[marker_key(event), claim, keys.DELIVERIES_PENDING, keys.SETTLE_SCHEDULED],
-            args=[event.fingerprint, token, claim_ttl_ms, row[1:], settle_queue.SCHEDULED_TTL_MS])
+        verdict, enqueue = store.payment_gate(_ref(event), event.fingerprint, token, claim_ttl_ms, row[1:])
         if enqueue:
             try:
                 settle_queue.enqueue_drain(queue, request_id=request_id)
             except REDIS_DOWN as exc:  # the row is queued: the scheduler's drain (every minute) takes it
                 log.warning("audit row queued, drain job not enqueued: %s", exc)
     else:
-        verdict, _ = store.payment_gate(keys=[marker_key(event), claim],
-                                        args=[event.fingerprint, token, claim_ttl_ms, "", 0])
+        verdict, _ = store.payment_gate(_ref(event), event.fingerprint, token, claim_ttl_ms)
         if verdict != CLAIMED:
             _queue_apart(settle, queue, verdict, row, request_id)
     return Entry(verdict, claims.Claim(claim, token) if verdict == CLAIMED else None)
@@ -86,8 +83,7 @@ def finish(store: Store, event: PaymentEvent | RefundEvent, claim: claims.Claim,
     it committed) set the marker that makes the next repeat a duplicate. If Redis is gone the
     claim expires by itself, and a lost marker costs the next repeat a database read."""
     try:
-        store.finish_payment(keys=[marker_key(event), claim.key],
-                             args=[event.fingerprint if processed else "", PROCESSED_TTL_S, claim.token])
+        store.finish_payment(_ref(event), claim.token, event.fingerprint if processed else None, PROCESSED_TTL_S)
     except REDIS_DOWN as exc:
         log.warning("claim %s not released, marker not set (both expire): %s", claim.key, exc)
 

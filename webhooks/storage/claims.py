@@ -24,15 +24,13 @@ def new_token(prefix: str = "") -> str:
 def claim(store: Store, key: str, ttl_ms: int, token: str | None = None) -> tuple[Claim | None, str | None]:
     """(Claim, None) when we hold `key` now; (None, current value) when someone else does."""
     token = token or new_token()
-    result = store.claim_or_get(keys=[key], args=[token, ttl_ms])
-    if result[0] == 1:
-        return Claim(key, token), None
-    return None, result[1]
+    result = store.claim_or_get(key, token, ttl_ms)
+    return (Claim(key, token), None) if result.claimed else (None, result.held)
 
 
 def release(store: Store, c: Claim) -> bool:
     """Delete the claim only if it still holds our token."""
-    return bool(store.release_claim(keys=[c.key], args=[c.token]))
+    return store.release_claim(c.key, c.token)
 
 
 def remember_from_start(store: Store, publisher_id: str) -> None:
@@ -43,14 +41,7 @@ def remember_from_start(store: Store, publisher_id: str) -> None:
 
 def memory_gap(mark: str | int | None, now_ms: int, replay_ttl_s: int) -> bool:
     """Whether a lead with no claim may still have been answered before Redis lost its
-    memory: the mark (claim_lead.lua) is younger than the replay window."""
+    memory: the mark (claim_lead.lua) is younger than the replay window. One piece of the
+    recovery from a Redis data loss: see webhooks/leads/redis_loss.py."""
     since = int(mark or 0)
     return since > 0 and now_ms - since < replay_ttl_s * 1000
-
-
-def restore_answers(store: Store, answers: list[tuple[str, str]], ttl_s: int) -> int:
-    """Set the claims `answers` [(claim key, answer JSON)] that hold no answer; how many."""
-    pipe = store.redis.pipeline(transaction=False)
-    for key, answer in answers:
-        store.queue(pipe, store.restore_answer, [key], [answer, ttl_s])
-    return sum(1 for done in pipe.execute() if done)

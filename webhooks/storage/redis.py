@@ -9,16 +9,37 @@ the code does not care which kind of client it holds.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import redis
-from redis.cluster import ClusterPipeline, RedisCluster
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
 
 import lua
-from webhooks.storage import keys
+from webhooks.storage import scripts, settle_queue
+from webhooks.storage.batch import Batch
+from webhooks.storage.scripts import (
+    Answered,
+    Backlog,
+    BreakerRule,
+    Call,
+    CapSnapshot,
+    Charge,
+    Claimed,
+    Extended,
+    GateReply,
+    LeadClaim,
+    LeadKey,
+    Lease,
+    PaymentRef,
+    Reserved,
+)
+from webhooks.storage.states import AttemptOutcome
+
+T = TypeVar("T")
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -101,47 +122,114 @@ def make_redis(url: str, max_connections: int = 64) -> redis.Redis | RedisCluste
 
 class Store:
     """A Redis client (one server or a cluster) with Floodgate's Lua scripts registered on it
-    once, as typed attributes (the way alisaifee/limits' RedisStorage keeps its scripts).
-    `redis` takes every plain command; `cap_wait` is how many replicas must hold a cap
-    reservation before its lead is delivered."""
+    once (the way alisaifee/limits' RedisStorage keeps its scripts), each reached through one
+    typed method below that builds its KEYS from keys.py and returns a named result
+    (storage/scripts.py); `batch()` queues several in one round trip. `redis` takes every
+    plain command; `cap_wait` is how many replicas must hold a cap reservation before its
+    lead is delivered."""
 
     def __init__(self, client: redis.Redis | RedisCluster, cap_wait: ReplicaWait = ReplicaWait()):
         self.redis = client
         self.cap_wait = cap_wait
-        self.adjust_counter = self._register("adjust_counter")
-        self.answer_lead = self._register("answer_lead")
-        self.claim_lead = self._register("claim_lead")
-        self.claim_or_get = self._register("claim_or_get")
-        self.extend_lease = self._register("extend_lease")
-        self.finish_lease = self._register("finish_lease")
-        self.finish_payment = self._register("finish_payment")
-        self.give_back = self._register("give_back")
-        self.payment_gate = self._register("payment_gate")
-        self.rebuild_counters = self._register("rebuild_counters")
-        self.release_claim = self._register("release_claim")
-        self.reserve_lease = self._register("reserve_lease")
-        self.restore_answer = self._register("restore_answer")
-        self.snapshot_caps = self._register("snapshot_caps")
-        self.take_batch = self._register("take_batch")
-        self._take_token = self._register("take_token")
+        self.scripts: dict[str, Script] = {name: client.register_script(lua.source(name)) for name in scripts.NAMES}
 
-    def _register(self, name: str) -> Script:
-        return self.redis.register_script(lua.source(name))
+    def batch(self, on_node_of: str | None = None) -> Batch:
+        """Commands sent together (storage/batch.py); with `on_node_of`, on a plain client of
+        that key's node (the store's client itself unless a cluster): for WAIT, which counts
+        the replicas holding the writes of its own connection."""
+        return Batch(self.redis if on_node_of is None else node_of(self.redis, on_node_of))
+
+    def _run(self, call: Call[T]) -> T:
+        return call.read(self.scripts[call.name](keys=list(call.keys), args=list(call.args)))
 
     def take_token(self, publisher_id: str, per_second: int, burst: int) -> RateDecision:
         """One token of the publisher's bucket (lua/take_token.lua), in one round trip."""
-        allowed, wait_ms = self._take_token(keys=[keys.rate_bucket(publisher_id)], args=[per_second, burst])
-        return RateDecision(allowed == 1, int(wait_ms))
+        return RateDecision(*self._run(scripts.take_token(publisher_id, per_second, burst)))
 
-    def queue(self, pipe, script: Script, keys: list, args: list) -> None:
-        """Add a script call to a pipeline. EVAL, not EVALSHA: redis-py would otherwise check
-        SCRIPT EXISTS in an extra round trip on every pipeline (Redis caches the script).
-        A raw command, as redis-py's cluster pipeline has no `eval` method. There it is sent
-        to the node of its first key: left to find the node itself, that pipeline asks a node
-        which keys the EVAL has (COMMAND GETKEYS, with the whole script) in a round trip of
-        its own. A stale node answers MOVED, which the pipeline follows."""
-        options = {"target_nodes": pipe.get_node_from_key(keys[0])} if isinstance(pipe, ClusterPipeline) else {}
-        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args, **options)
+    # --- lead claims (lua/claim_lead.lua, answer_lead, restore_answer, claim_or_get, release_claim)
+
+    def claim_lead(self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "",
+                   note_ttl_ms: int = 0) -> LeadClaim:
+        """Claim `lead` for `token` for `ttl_ms` and, when the claim is ours and no dead
+        request left a note, write this request's attempt `note`; read the publisher's replay
+        memory mark (set anew at `now_ms` when Redis lost it)."""
+        return self._run(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms))
+
+    def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Answered:
+        """Remember the lead's answer for replays and forget its attempt note, unless another
+        request holds the claim now."""
+        return self._run(scripts.answer_lead(lead, token, answer, ttl_s))
+
+    def restore_answers(self, answers: Sequence[tuple[LeadKey, str]], ttl_s: int) -> int:
+        """Put back the answers of the leads `answers` [(lead, answer JSON)] whose claims hold
+        none (after Redis lost them), in one round trip; how many."""
+        with self.batch() as b:
+            done = [b.restore_answer(lead, answer, ttl_s) for lead, answer in answers]
+        return sum(1 for d in done if d.value)
+
+    def claim_or_get(self, key: str, token: str, ttl_ms: int) -> Claimed:
+        """SET `key` to `token` NX PX `ttl_ms`, else say who holds it."""
+        return self._run(scripts.claim_or_get(key, token, ttl_ms))
+
+    def release_claim(self, key: str, token: str) -> bool:
+        """Delete the claim `key` only if it still holds `token`."""
+        return self._run(scripts.release_claim(key, token))
+
+    # --- cap leases (lua/reserve_lease.lua, extend_lease, finish_lease) -------------------------
+
+    def reserve_lease(self, lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int,
+                      dedupe_ms: int, note_key: str) -> Reserved:
+        """Open `lease`: add `charges` to its counters (one per counter, in order), all or
+        nothing, and set its dedupe keys, gated on the buyer's ready key, dedupe keys and
+        breaker."""
+        return self._run(scripts.reserve_lease(lease, charges, lease_ttl_ms=lease_ttl_ms,
+                                               probe_ttl_ms=probe_ttl_ms, dedupe_ms=dedupe_ms, note_key=note_key))
+
+    def extend_lease(self, lease: Lease, ttl_ms: int) -> Extended:
+        """Give a held lease `ttl_ms` more; say its state."""
+        return self._run(scripts.extend_lease(lease, ttl_ms))
+
+    def finish_lease(self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule,
+                     confirmed_ttl_ms: int) -> bool:
+        """Confirm (accepted) or refund the lease, feeding the breaker; whether it changed state."""
+        return self._run(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms))
+
+    # --- counters (lua/give_back.lua, rebuild_counters, snapshot_caps, adjust_counter) ----------
+
+    def give_back(self, buyer_id: str, amounts: Sequence[tuple[str, int]]) -> bool:
+        """Give a returned lead's `amounts` [(counter, amount)] back, unless the buyer is being
+        reconciled (False: the reconciliation counts the return)."""
+        return self._run(scripts.give_back(buyer_id, amounts))
+
+    def rebuild_counters(self, buyer_id: str, token: str, values: Sequence[tuple[str, int, int]]) -> bool:
+        """Raise the buyer's counters to `values` [(counter, value, expire-at)] and mark them
+        trusted, if `token` still holds the rebuild lock."""
+        return self._run(scripts.rebuild_counters(buyer_id, token, values))
+
+    def snapshot_caps(self, buyer_id: str, counters: Sequence[str], lease_ids: Sequence[str]) -> CapSnapshot:
+        """The counters and every live lease at one instant (CHANGED when `lease_ids` are not
+        the leases the buyer holds)."""
+        return self._run(scripts.snapshot_caps(buyer_id, counters, lease_ids))
+
+    def adjust_counter(self, counter: str, delta: int, expire_at: int) -> int:
+        """Add `delta` to the counter, never below zero; its new value."""
+        return self._run(scripts.adjust_counter(counter, delta, expire_at))
+
+    # --- write-behind lists and payments (lua/take_batch.lua, payment_gate, finish_payment) -----
+
+    def take_batch(self, backlog: Backlog, job_id: str, size: int) -> list[str]:
+        """The job's batch of `backlog`: the one it took before it was killed, topped up to `size`."""
+        return self._run(scripts.take_batch(backlog, job_id, size))
+
+    def payment_gate(self, ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int,
+                     audit_row: str | None = None) -> GateReply:
+        """A payment webhook's duplicate check and claim in one step (see scripts.payment_gate)."""
+        return self._run(scripts.payment_gate(ref, fingerprint, token, claim_ttl_ms, audit_row,
+                                              settle_queue.SCHEDULED_TTL_MS))
+
+    def finish_payment(self, ref: PaymentRef, token: str, fingerprint: str | None, marker_ttl_s: int) -> None:
+        """Set the processed marker to `fingerprint` (None: leave it) and release the claim."""
+        self._run(scripts.finish_payment(ref, token, fingerprint, marker_ttl_s))
 
 
 def make_store(url: str, max_connections: int = 64, wait_replicas: int = 0,

@@ -10,6 +10,7 @@ import time
 from rq import Queue, Retry
 
 from webhooks.storage import keys
+from webhooks.storage.batch import Batch
 
 SETTLE = "floodgate"  # the one queue the `worker` process listens on
 # The first retry is immediate (a blip, or a job abandoned by a killed worker), then back-off.
@@ -27,15 +28,16 @@ def enqueue_drain(q: Queue, **meta) -> None:
     q.enqueue("workers.settle.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
               description="drain pending settlements")
 
-def push(settle_r, queue, raws: list[str], pipe=None, request_id: str | None = None,
+def push(settle_r, queue, raws: list[str], batch: Batch | None = None, request_id: str | None = None,
          key: str = keys.SETTLE_PENDING) -> None:
     """Queue serialised settlements (or, with `key` keys.DELIVERIES_PENDING, audit rows of
-    payment deliveries); start a drain job unless one is already scheduled. `pipe` lets the
-    caller send its own commands in the same round trip."""
-    pipe = settle_r.pipeline(transaction=False) if pipe is None else pipe
-    pipe.lpush(key, *raws)
-    pipe.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
-    if pipe.execute()[-1]:
+    payment deliveries); start a drain job unless one is already scheduled. `batch` (on
+    `settle_r`) lets the caller send its own commands in the same round trip; it is sent here."""
+    b = Batch(settle_r) if batch is None else batch
+    b.lpush(key, *raws)
+    scheduled = b.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
+    b.execute()
+    if scheduled.value:
         enqueue_drain(queue, request_id=request_id)
 
 

@@ -1,0 +1,44 @@
+"""One lead as it goes through the lead path: made once by Intake.take (or by the abandoned-lead
+sweep for a lead it takes over) and handed down to routing, recovery and settlement, instead
+of each taking a dozen parameters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from webhooks.leads.publishers import PublisherRule
+from webhooks.storage.scripts import LeadKey
+
+
+@dataclass(frozen=True)
+class LeadContext:
+    publisher: PublisherRule
+    lead_id: str
+    lead: dict  # the posted fields, lead_id left out
+    payload: str  # the lead's body as posted (its settlement keeps it)
+    now: datetime  # the time whose cap windows the lead counts in
+    request_id: str | None
+    token: str  # this request's claim token (claims.ROUTING...)
+    claim_ttl_ms: int
+    lease_ttl_ms: int  # a lease outlives the claim by LEAD_RECOVERY_WINDOW_MS: a retry finds it
+    deadline: float  # time.monotonic() until which the claim surely is ours
+
+    @property
+    def key(self) -> LeadKey:
+        return LeadKey(self.publisher.id, self.lead_id)
+
+    @property
+    def attempt_key(self) -> str:
+        """Its attempt note: the buyer (and lease) it is being offered to right now."""
+        return self.key.attempt
+
+    @property
+    def ref(self) -> dict:
+        """The lead itself, as its attempt notes carry it: enough to offer it again and settle
+        it (the abandoned-lead sweep, leads/recovery.py)."""
+        return lead_ref(self.publisher.id, self.lead_id, self.payload, self.request_id)
+
+
+def lead_ref(publisher_id: str, lead_id: str, payload: str, request_id: str | None) -> dict:
+    """The lead itself, as its attempt notes carry it: enough to offer it again and settle it."""
+    return {"publisher_id": publisher_id, "lead_id": lead_id, "payload": payload, "request_id": request_id}

@@ -1,0 +1,312 @@
+"""Every Lua script's call, typed: what it is given, the KEYS it builds from `keys.py`, and the
+named result its reply is read into. `Store` (storage/redis.py) sends a call on its own and
+`Batch` (storage/batch.py) queues it beside others; both take the call from here, so the
+order of KEYS and ARGV (each script's header) is written down once, in this module.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from webhooks.storage import keys
+from webhooks.storage.states import (
+    AttemptOutcome,
+    ClaimOutcome,
+    GateVerdict,
+    LeaseState,
+    ReservationStatus,
+    SnapshotStatus,
+)
+
+T = TypeVar("T")
+Arg = str | int
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One script call, ready to send: lua/<name>.lua, its KEYS (all in one hash slot; the
+    first names the node on a cluster) and ARGV, and how its reply is read."""
+
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+    read: Callable[[Any], T]
+
+
+# --- what the scripts are given -------------------------------------------------------------
+
+class LeadKey(NamedTuple):
+    """A lead, as its publisher names it: the keys of its claim, attempt note and the
+    publisher's replay memory mark."""
+
+    publisher_id: str
+    lead_id: str
+
+    @property
+    def claim(self) -> str:
+        return keys.lead_claim(self.publisher_id, self.lead_id)
+
+    @property
+    def attempt(self) -> str:
+        return keys.lead_attempt(self.publisher_id, self.lead_id)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A cap reservation: the counters it incremented and the consumer's dedupe keys it set."""
+
+    buyer_id: str
+    lease_id: str
+    counters: tuple[str, ...]
+    probe: bool = False
+    reserved_us: int = 0  # Redis time of the reservation; reconciliation orders sales by it
+    dedupe: tuple[str, ...] = ()  # the consumer's dedupe keys this lease set
+
+    @property
+    def key(self) -> str:
+        return keys.lease(self.buyer_id, self.lease_id)
+
+
+class Charge(NamedTuple):
+    """What a reservation adds to one counter of its lease, and under which limit."""
+
+    limit: int
+    amount: int
+    expire_at: int  # unix s, for a counter the reservation creates
+
+
+class BreakerRule(NamedTuple):
+    """BREAKER_FAILURES and BREAKER_COOLDOWN_MS: failures in a row that open a buyer's
+    circuit, and for how long."""
+
+    failures: int
+    cooldown_ms: int
+
+
+class PaymentRef(NamedTuple):
+    """A payment's (or, with `refund`, a refund's: a key space of its own) reference."""
+
+    provider: str
+    reference: str
+    refund: bool = False
+
+    def key(self, what: str) -> str:
+        return (keys.refund if self.refund else keys.payment)(self.provider, self.reference, what)
+
+    @property
+    def marker(self) -> str:
+        """Holds the fingerprint of what was credited (or debited) under this reference."""
+        return self.key("processed")
+
+    @property
+    def claim(self) -> str:
+        return self.key("claim")
+
+
+class Backlog(StrEnum):
+    """The write-behind lists a drain job takes batches of (workers/settle.py)."""
+
+    SETTLEMENTS = "settlements"  # routed leads for the ledger
+    PAYMENT_AUDIT = "payment_audit"  # audit rows of payment webhooks that changed nothing
+
+    def keys(self, job_id: str) -> tuple[str, str]:
+        if self is Backlog.SETTLEMENTS:
+            return keys.SETTLE_PENDING, keys.settle_processing(job_id)
+        return keys.DELIVERIES_PENDING, keys.deliveries_processing(job_id)
+
+
+# --- what they answer -----------------------------------------------------------------------
+
+class LeadClaim(NamedTuple):
+    """lua/claim_lead.lua's answer. `held`: what the claim holds when another request has it
+    (its token) or it holds the lead's answer; `dead_note`: the attempt note a dead request
+    left, when CLAIMED after one; `memory_mark`: since when (ms, 0: always) Redis remembers
+    every answer given to the publisher."""
+
+    outcome: ClaimOutcome
+    held: str | None
+    dead_note: str | None
+    memory_mark: int
+
+
+class Answered(NamedTuple):
+    """lua/answer_lead.lua's answer: written, or what the claim holds (another request's)."""
+
+    written: bool
+    held: str | None
+
+
+class Claimed(NamedTuple):
+    """lua/claim_or_get.lua's answer: ours, or who holds it."""
+
+    claimed: bool
+    held: str | None
+
+
+class Reserved(NamedTuple):
+    """lua/reserve_lease.lua's answer; `full` is the index of the full counter."""
+
+    status: ReservationStatus
+    probe: bool = False
+    reserved_us: int = 0
+    full: int | None = None
+
+
+class Extended(NamedTuple):
+    """lua/extend_lease.lua's answer: the lease's state and when it was reserved (0: gone)."""
+
+    state: LeaseState
+    reserved_us: int
+
+
+class CapSnapshot(NamedTuple):
+    """lua/snapshot_caps.lua's answer: at Redis time `at_us`, each counter's value and, per
+    live lease, its amount per counter (both in the order of the counters asked for)."""
+
+    status: SnapshotStatus
+    at_us: int = 0
+    counters: tuple[int, ...] = ()
+    leases: dict[str, tuple[int, ...]] = {}
+
+
+class GateReply(NamedTuple):
+    """lua/payment_gate.lua's answer; `enqueue_drain`: the audit row it queued needs a drain job."""
+
+    verdict: GateVerdict
+    enqueue_drain: bool
+
+
+# --- the calls ------------------------------------------------------------------------------
+
+def _lead_claim(raw: list) -> LeadClaim:
+    code, value, mark = raw
+    if code == 1:
+        return LeadClaim(ClaimOutcome.CLAIMED, None, value, int(mark))
+    if code == 2:
+        return LeadClaim(ClaimOutcome.WAIT, None, None, int(mark))
+    return LeadClaim(ClaimOutcome.HELD, value, None, int(mark))
+
+
+def claim_lead(lead: LeadKey, token: str, ttl_ms: int, now_ms: int, note: str, note_ttl_ms: int) -> Call[LeadClaim]:
+    return Call("claim_lead", (lead.claim, lead.attempt, keys.lead_memory(lead.publisher_id)),
+                (token, ttl_ms, note, note_ttl_ms, now_ms), _lead_claim)
+
+
+def answer_lead(lead: LeadKey, token: str, answer: str, ttl_s: int) -> Call[Answered]:
+    return Call("answer_lead", (lead.claim, lead.attempt), (token, answer, ttl_s),
+                lambda raw: Answered(True, None) if raw == 1 else Answered(False, raw))
+
+
+def restore_answer(lead: LeadKey, answer: str, ttl_s: int) -> Call[bool]:
+    return Call("restore_answer", (lead.claim,), (answer, ttl_s), bool)
+
+
+def claim_or_get(key: str, token: str, ttl_ms: int) -> Call[Claimed]:
+    return Call("claim_or_get", (key,), (token, ttl_ms),
+                lambda raw: Claimed(True, None) if raw[0] == 1 else Claimed(False, raw[1]))
+
+
+def release_claim(key: str, token: str) -> Call[bool]:
+    return Call("release_claim", (key,), (token,), bool)
+
+
+def _reserved(raw: list) -> Reserved:
+    status = ReservationStatus(raw[0])
+    if status is ReservationStatus.OK:
+        return Reserved(status, bool(raw[1]), int(raw[2]))
+    if status is ReservationStatus.FULL:
+        return Reserved(status, full=int(raw[1]) - 1)
+    return Reserved(status)
+
+
+def reserve_lease(lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int,
+                  dedupe_ms: int, note_key: str) -> Call[Reserved]:
+    args: list[Arg] = [lease.lease_id, lease_ttl_ms, probe_ttl_ms, len(charges)]
+    for charge in charges:
+        args += charge
+    args += [dedupe_ms, note_key]
+    b = lease.buyer_id
+    return Call("reserve_lease", (keys.ready(b), keys.breaker(b), lease.key, keys.leases(b), *lease.counters,
+                                  *lease.dedupe), tuple(args), _reserved)
+
+
+def extend_lease(lease: Lease, ttl_ms: int) -> Call[Extended]:
+    return Call("extend_lease", (lease.key, keys.leases(lease.buyer_id), *lease.dedupe), (ttl_ms, lease.lease_id),
+                lambda raw: Extended(LeaseState.GONE, 0) if raw[0] == LeaseState.GONE
+                else Extended(LeaseState(raw[0]), int(raw[1])))
+
+
+def finish_lease(lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+                 ) -> Call[bool]:
+    return Call("finish_lease", (lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id),
+                                 *lease.counters, *lease.dedupe),
+                (str(outcome), breaker.failures, breaker.cooldown_ms, confirmed_ttl_ms, lease.lease_id), bool)
+
+
+def give_back(buyer_id: str, amounts: Sequence[tuple[str, int]]) -> Call[bool]:
+    return Call("give_back", (keys.reconciling(buyer_id), *(counter for counter, _ in amounts)),
+                tuple(amount for _, amount in amounts), bool)
+
+
+def rebuild_counters(buyer_id: str, token: str, values: Sequence[tuple[str, int, int]]) -> Call[bool]:
+    args: list[Arg] = [token]
+    for _, value, expire_at in values:
+        args += [value, expire_at]
+    return Call("rebuild_counters", (keys.ready(buyer_id), keys.rebuild_lock(buyer_id),
+                                     *(counter for counter, _, _ in values)), tuple(args), bool)
+
+
+def _snapshot(n: int) -> Callable[[list], CapSnapshot]:
+    def read(raw: list) -> CapSnapshot:
+        status = SnapshotStatus(raw[0])
+        if status is not SnapshotStatus.OK:
+            return CapSnapshot(status)
+        rows = raw[2 + n:]
+        leased = {rows[j]: tuple(int(v) for v in rows[j + 1:j + 1 + n]) for j in range(0, len(rows), n + 1)}
+        return CapSnapshot(status, int(raw[1]), tuple(int(v) for v in raw[2:2 + n]), leased)
+    return read
+
+
+def snapshot_caps(buyer_id: str, counters: Sequence[str], lease_ids: Sequence[str]) -> Call[CapSnapshot]:
+    return Call("snapshot_caps", (keys.ready(buyer_id), keys.leases(buyer_id), *counters,
+                                  *(keys.lease(buyer_id, i) for i in lease_ids)),
+                (len(counters), *lease_ids), _snapshot(len(counters)))
+
+
+def adjust_counter(counter: str, delta: int, expire_at: int) -> Call[int]:
+    return Call("adjust_counter", (counter,), (delta, expire_at), int)
+
+
+def take_batch(backlog: Backlog, job_id: str, size: int) -> Call[list[str]]:
+    return Call("take_batch", backlog.keys(job_id), (size,), list)
+
+
+def payment_gate(ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, audit_row: str | None,
+                 scheduled_ttl_ms: int) -> Call[GateReply]:
+    """With `audit_row` (JSON, its opening brace left out) the row of a webhook that changes
+    nothing is queued by the script itself (the queue must live on this Redis, in one slot),
+    and the drain's scheduled flag set for `scheduled_ttl_ms`."""
+    if audit_row is None:
+        script_keys: tuple[str, ...] = (ref.marker, ref.claim)
+        args: tuple[Arg, ...] = (fingerprint, token, claim_ttl_ms, "", 0)
+    else:
+        script_keys = (ref.marker, ref.claim, keys.DELIVERIES_PENDING, keys.SETTLE_SCHEDULED)
+        args = (fingerprint, token, claim_ttl_ms, audit_row, scheduled_ttl_ms)
+    return Call("payment_gate", script_keys, args, lambda raw: GateReply(GateVerdict(raw[0]), bool(raw[1])))
+
+
+def finish_payment(ref: PaymentRef, token: str, fingerprint: str | None, marker_ttl_s: int) -> Call[None]:
+    return Call("finish_payment", (ref.marker, ref.claim), (fingerprint or "", marker_ttl_s, token),
+                lambda _raw: None)
+
+
+def take_token(publisher_id: str, per_second: int, burst: int) -> Call[tuple[bool, int]]:
+    return Call("take_token", (keys.rate_bucket(publisher_id),), (per_second, burst),
+                lambda raw: (raw[0] == 1, int(raw[1])))
+
+
+NAMES = ("adjust_counter", "answer_lead", "claim_lead", "claim_or_get", "extend_lease", "finish_lease",
+         "finish_payment", "give_back", "payment_gate", "rebuild_counters", "release_claim", "reserve_lease",
+         "restore_answer", "snapshot_caps", "take_batch", "take_token")

@@ -1,0 +1,76 @@
+"""The states Floodgate's Lua scripts, answers and ledger speak, as enums (rq's `JobStatus`).
+
+Each is a `StrEnum`: a member is the very string Redis, JSON and the database have always
+seen ("ok", "sold", "accepted"...), so it compares equal to that string and is written as it.
+They live at the bottom of the layers because the scripts (storage) already speak them.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ReservationStatus(StrEnum):
+    """lua/reserve_lease.lua's answer."""
+
+    OK = "ok"
+    FULL = "full"  # a cap has no room
+    DUPLICATE = "duplicate"  # the buyer bought this consumer already
+    CIRCUIT_OPEN = "circuit_open"  # the buyer's breaker is open (or its probe is out)
+    NOT_READY = "not_ready"  # the buyer's counters are not trusted (Redis lost data)
+
+
+class LeaseState(StrEnum):
+    """A lease as lua/extend_lease.lua finds it."""
+
+    HELD = "held"
+    CONFIRMED = "confirmed"
+    GONE = "gone"  # refunded, or expired
+
+
+class SnapshotStatus(StrEnum):
+    """lua/snapshot_caps.lua's answer."""
+
+    OK = "ok"
+    CHANGED = "changed"  # a lease came or went since the caller listed them
+    NOT_READY = "not_ready"
+
+
+class ClaimOutcome(StrEnum):
+    """What lua/claim_lead.lua did with a lead's claim."""
+
+    CLAIMED = "claimed"  # this request holds it now
+    HELD = "held"  # another request holds it, or it holds the lead's answer
+    WAIT = "wait"  # Redis lost its claims lately: no claim until the requests before may have ended
+
+
+class AttemptOutcome(StrEnum):
+    """How one offer of a lead to a buyer ended (API.md "attempts"), plus the two internal
+    outcomes that are never an attempt: WITHDRAWN (a reservation given back unoffered) and
+    NOT_SENT (the post could not be built: the buyer is skipped)."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    CIRCUIT_OPEN = "circuit_open"
+    # An attempt whose answer was lost with a dead process and that the buyer did not confirm
+    # when offered the lead again: the lead is unsold and flagged for review.
+    UNKNOWN = "unknown"
+    WITHDRAWN = "withdrawn"
+    NOT_SENT = "request_not_built"
+
+
+class LeadStatus(StrEnum):
+    """A lead's status in its answer and in the ledger."""
+
+    SOLD = "sold"
+    UNSOLD = "unsold"
+    RETURNED = "returned"  # the ledger's only: a buyer sent it back
+
+
+class GateVerdict(StrEnum):
+    """lua/payment_gate.lua's answer for a payment (or refund) webhook."""
+
+    CLAIMED = "claimed"
+    DUPLICATE = "duplicate"
+    IN_FLIGHT = "in_flight"
