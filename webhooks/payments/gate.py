@@ -21,7 +21,7 @@ from redis.cluster import RedisCluster
 
 from webhooks.payments import ledger
 from webhooks.payments.events import PaymentEvent, RefundEvent
-from webhooks.payments.ledger import Delivery
+from webhooks.payments.ledger import Receipt
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import WebhookDelivery
@@ -57,7 +57,7 @@ class Entry:
     claim: claims.Claim | None  # ours, when claimed
 
 
-def enter(store: Store, settle: Store, queue, event: PaymentEvent | RefundEvent, d: Delivery,
+def enter(store: Store, settle: Store, queue, event: PaymentEvent | RefundEvent, d: Receipt,
           claim_ttl_ms: int, request_id: str | None = None) -> Entry:
     """Dedupe and claim `event` in one round trip (lua/payment_gate.lua); a duplicate or
     in-flight delivery's audit row is queued, not written."""
@@ -88,10 +88,10 @@ def finish(store: Store, event: PaymentEvent | RefundEvent, claim: claims.Claim,
         log.warning("claim %s not released, marker not set (both expire): %s", claim.key, exc)
 
 
-def audit_row(d: Delivery, event: PaymentEvent | RefundEvent) -> str:
+def audit_row(d: Receipt, event: PaymentEvent | RefundEvent) -> str:
     """The webhook_deliveries row of a verified delivery as JSON (`ledger.record`'s columns,
     the body in base64), its verdict left out."""
-    row = ledger.delivery_fields(d, event)
+    row = ledger.receipt_fields(d, event)
     row.update(body=base64.b64encode(d.body).decode(), received_at=d.received_at.isoformat())
     return json.dumps(row, separators=(",", ":"))
 

@@ -54,10 +54,6 @@ class Receipt:
     sha256: str
 
 
-# The old name, still imported by gate.py (edited by another change at the same time): remove
-# it once gate.py says Receipt.
-Delivery = Receipt
-
 
 def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
     """Capture a webhook as it arrived; `headers` is case-insensitive (Flask's request.headers)."""
@@ -77,8 +73,6 @@ def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) 
             "body_truncated": d.truncated, "received_at": d.received_at, "body_length": d.length,
             "body_sha256": d.sha256}
 
-
-delivery_fields = receipt_fields  # the old name, for gate.py (see Delivery above)
 
 
 def record(d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
