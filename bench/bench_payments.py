@@ -8,12 +8,11 @@ measured around each request; server-side latency comes from the Server-Timing h
 view sets (verify + parse + dedupe = the "verification and dedupe" the seed article quotes).
 Results go to bench/out/payments.{json,md,png}.
 
-    python bench/bench_payments.py [--payments 2000] [--repeats 5] [--concurrency 50]
+    python -m bench.bench_payments [--payments 2000] [--repeats 5] [--concurrency 50]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import tempfile
@@ -21,19 +20,18 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
+from bench import stack
 from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md
 from tests.conftest import SECRETS
 from tests.payments_helpers import PROVIDERS, deliver, encode, payload
-from tests.servers import RedisServer, WebServer, create_mysql_db, mysql_admin_url
 from webhooks.storage.db import db, init_db
-from webhooks.storage.migrate import upgrade
 from webhooks.storage.models import Payment, Wallet
 
 
@@ -125,21 +123,11 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    admin = mysql_admin_url()
-    if not admin:
-        print("MariaDB/MySQL not reachable (FG_TEST_MYSQL); the bench measures the MySQL path only")
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="fg-bench-"))
-    redis_server = RedisServer(work / "redis")
-    redis_server.start()
-    url, drop = create_mysql_db(admin)
-    web = None
-    try:
-        init_db(url, pool_size=4)
-        upgrade(echo=lambda _m: None)
-        env = {**os.environ, **SECRETS, "REDIS_URL": redis_server.url, "DATABASE_URL": url,
-               "ADMIN_TOKEN": "bench-admin-token-0123456789"}
-        web = WebServer(env, work / "web.log", workers=args.workers)
+    with ExitStack() as es, tempfile.TemporaryDirectory(prefix="fg-bench-") as tmp:
+        base = stack.base(es, Path(tmp), SECRETS, mysql_only=True)
+        init_db(base.db_url, pool_size=4)
+        es.callback(db.close)
+        web = base.web(es, workers=args.workers)
         rng = random.Random(7)
         report = {"machine": machine_info(), "setup": {
             "payments": args.payments, "repeats": args.repeats, "concurrency": args.concurrency,
@@ -160,12 +148,6 @@ def main() -> int:
         ok = all(report[p]["double_credits"] == 0 and report[p]["lost_payments"] == 0
                  for p in ("burst", "shuffled"))
         return 0 if ok else 1
-    finally:
-        if web is not None:
-            web.stop()
-        db.close()
-        drop()
-        redis_server.kill()
 
 
 def render(report: dict) -> str:

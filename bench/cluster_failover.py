@@ -15,7 +15,7 @@
 3. End to end: wrk against the lead path (gunicorn, 2 gevent workers; buyer stub at 20 ms) on
    the same three.
 
-    python bench/cluster_failover.py [--reps 5] [--seconds 10] [--cut-ms 100]
+    python -m bench.cluster_failover [--reps 5] [--seconds 10] [--cut-ms 100]
 Writes bench/out/cluster.json, cluster.md and cluster.png; bench/e2e.py's wrk helper and
 lead.lua drive the end-to-end rows.
 """
@@ -42,7 +42,6 @@ import redis
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.common import (
     OUT,
@@ -263,7 +262,7 @@ def main() -> int:
         subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env={**base, "REDIS_URL": single.url},
                        cwd=ROOT, check=True, capture_output=True)
         stub_port = free_port()
-        stub = Proc([venv_bin("python"), "bench/buyer_server.py", str(stub_port)], base, tmp / "stub.log")
+        stub = Proc([venv_bin("python"), "-m", "bench.buyer_server", str(stub_port)], base, tmp / "stub.log")
         es.callback(stub.stop)
         buyers = BuyerServer()
         es.callback(buyers.close)

@@ -2,7 +2,7 @@
 consumer's dedupe keys (interleaved rounds on one private redis-server), and the memory of a
 remembered consumer in Redis. Writes bench/out/dedupe.{json,md,png}.
 
-    .venv/bin/python bench/dedupe.py [--reservations 10000] [--rounds 3] [--consumers 100000]
+    python -m bench.dedupe [--reservations 10000] [--rounds 3] [--consumers 100000]
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import matplotlib
 

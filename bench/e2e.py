@@ -23,23 +23,19 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
+from bench import stack
 from bench.common import OUT, machine_info, markdown_table, mysql_version, redis_version, write_json, write_md
 from tests.servers import (
     Proc,
-    RedisServer,
-    WebServer,
-    create_mysql_db,
     free_port,
-    mysql_admin_url,
     venv_bin,
     wait_until,
 )
 from webhooks.storage import keys
 
 API_KEY = "pk_bench_0123456789abcdef"
-ADMIN = "bench-admin-token-0123456789"
+ADMIN = stack.ADMIN
 BIG = 10**9
 
 
@@ -51,34 +47,17 @@ class Stack:
     """Every process of the run: Redis, MariaDB database, buyer, Floodgate, worker, bare app."""
 
     def __init__(self, es: ExitStack, tmp: Path, extra_env: dict | None = None):
-        self.redis = RedisServer(tmp / "redis")
-        self.redis.start()
-        es.callback(self.redis.kill)
-        admin = mysql_admin_url()
-        if admin:
-            self.db_url, drop = create_mysql_db(admin)
-            es.callback(drop)
-        else:
-            self.db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
-        env = {**os.environ, "REDIS_URL": self.redis.url, "DATABASE_URL": self.db_url,
-               "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1",
-               "PUBLISHER_RATE_LIMIT": "off", **(extra_env or {})}
-        subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=ROOT,
-                       check=True, capture_output=True)
-        buyer_port = free_port()
-        self.buyer = Proc([venv_bin("python"), "bench/buyer_server.py", str(buyer_port)], env, tmp / "buyer.log")
-        es.callback(self.buyer.stop)
-        self.web = WebServer(env, tmp / "web.log", workers=2)
-        es.callback(self.web.stop)
-        self.worker = Proc([venv_bin("rq"), "worker", "--url", self.redis.url, "--with-scheduler", "-w",
-                            "rq.worker.SimpleWorker", "-q", "floodgate"], env, tmp / "worker.log")
-        es.callback(self.worker.stop)
+        self.base = stack.base(es, tmp, extra_env)
+        self.redis, self.db_url, env = self.base.redis, self.base.db_url, self.base.env
+        self.buyer, buyer_url = self.base.buyer_stub(es)
+        self.web = self.base.web(es, workers=2)
+        self.worker = self.base.worker(es)
         self.bare_port = free_port()
         self.bare = Proc([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "bench.bare_app:app"],
                          {**env, "PORT": str(self.bare_port), "WEB_CONCURRENCY": "2"}, tmp / "bare.log")
         es.callback(self.bare.stop)
         self.bare_url = f"http://127.0.0.1:{self.bare_port}"
-        self._configure(f"http://127.0.0.1:{buyer_port}/acme")
+        self._configure(buyer_url)
 
     def _configure(self, buyer_url: str) -> None:
         h = {"Authorization": f"Bearer {ADMIN}"}
@@ -192,7 +171,7 @@ def main() -> int:
             steps.append({"connections": c, "floodgate": fg, "bare": bare,
                           "ratio": round(fg["rps"] / bare["rps"], 3), **extra})
         openloop, extra = measure_fg(stack, lambda: json.loads(subprocess.run(
-            [venv_bin("python"), "bench/openloop.py", stack.web.url, API_KEY, str(args.rate), str(args.rate_seconds)],
+            [venv_bin("python"), "-m", "bench.openloop", stack.web.url, API_KEY, str(args.rate), str(args.rate_seconds)],
             cwd=ROOT, capture_output=True, text=True, check=True, timeout=args.rate_seconds + 120).stdout),
             f"open loop {args.rate}/s")
         versions = {"redis": redis_version(stack.redis.client())}

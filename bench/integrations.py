@@ -3,7 +3,7 @@ judging a templated form post against the default contract, and the latency of t
 fan-out for 1, 3 and 10 ping/post buyers answering in 20 ms, under PING_TIMEOUT_MS=300.
 Writes bench/out/integrations.{json,md,png}.
 
-    .venv/bin/python bench/integrations.py [--leads 20000] [--pings 300]
+    python -m bench.integrations [--leads 20000] [--pings 300]
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import matplotlib
 

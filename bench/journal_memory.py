@@ -3,7 +3,7 @@ that nothing compresses them away): each lead's settlement stays in the worker's
 for JOURNAL_KEEP_S (10 minutes), so before the journal had a byte budget a publisher
 sending such leads grew every worker by their size (and three times that, escaped as JSON).
 
-    python bench/journal_memory.py [--leads 2000] [--code DIR]
+    python -m bench.journal_memory [--leads 2000] [--code DIR]
 
 `--code DIR` runs the web process from another checkout (e.g. a `git worktree` of an older
 commit) with this checkout's venv, so that before and after are measured by one script.
@@ -15,7 +15,6 @@ import argparse
 import json
 import random
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,12 +24,12 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
+from bench import stack
 from bench.common import machine_info, write_json
-from tests.servers import Proc, RedisServer, create_mysql_db, free_port, mysql_admin_url, venv_bin, wait_until
+from tests.servers import Proc, free_port, venv_bin, wait_until
 
-ADMIN = "bench-admin-token-0123456789abcdef"
+ADMIN = stack.ADMIN
 API_KEY = "pk_bench_journal_0123456789"
 
 
@@ -62,35 +61,24 @@ def main() -> int:
     label = args.label or ("this-checkout" if args.code == ROOT else args.code.name)
     with ExitStack() as es, tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        redis = RedisServer(tmp / "redis")
-        redis.start()
-        es.callback(redis.kill)
-        admin = mysql_admin_url()
-        if admin:
-            db_url, drop = create_mysql_db(admin)
-            es.callback(drop)
-        else:
-            db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
         port = free_port()
-        env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis.url, "DATABASE_URL": db_url, "ADMIN_TOKEN": ADMIN,
-               "PORT": str(port), "WEB_CONCURRENCY": "1", "PYTHONUNBUFFERED": "1",
-               "PROMETHEUS_MULTIPROC_DIR": str(tmp / "prom"), "PUBLISHER_RATE_LIMIT": "off"}
-        subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=args.code, check=True,
-                       capture_output=True)
+        base = stack.base(es, tmp, {"PORT": str(port), "WEB_CONCURRENCY": "1"}, code=args.code)
+        env, redis = base.env, base.redis
         web = Proc([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, tmp / "web.log", cwd=args.code)
         es.callback(web.stop)
         worker = Proc([venv_bin("rq"), "worker", "--url", redis.url, "-w", "rq.worker.SimpleWorker", "-q",
                        "floodgate"], env, tmp / "worker.log", cwd=args.code)
         es.callback(worker.stop)
-        base = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+
         def up() -> bool:
             try:
-                return requests.get(base + "/healthz", timeout=2).ok
+                return requests.get(url + "/healthz", timeout=2).ok
             except requests.ConnectionError:
                 return False
 
         wait_until(up, timeout=60, what="gunicorn")
-        requests.put(f"{base}/v1/admin/publishers/mem", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10,
+        requests.put(f"{url}/v1/admin/publishers/mem", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10,
                      json={"name": "Mem", "api_key": API_KEY}).raise_for_status()
         time.sleep(1.2)
         pid = worker_pid(web.pid)
@@ -98,7 +86,7 @@ def main() -> int:
         start_kb, samples = rss_kb(pid), []
 
         def send(i: int) -> int:
-            return session.post(base + "/v1/leads", data=lead_body(i), timeout=60,
+            return session.post(url + "/v1/leads", data=lead_body(i), timeout=60,
                                 headers={"Authorization": f"Bearer {API_KEY}",
                                          "Content-Type": "application/json"}).status_code
 

@@ -11,7 +11,7 @@ Floodgate with 2 gunicorn workers, an RQ worker, and the bare Flask app on the s
    double credit, none lost), every payment answered `credited` once, every lead settled,
    and both queues (settlements, delivery audit rows) drained.
 
-    python bench/knee.py [--steps-seconds 10] [--payment-rates 100,...] [--lead-rates 100,...]
+    python -m bench.knee [--steps-seconds 10] [--payment-rates 100,...] [--lead-rates 100,...]
 Writes bench/out/knee.json, knee.md and knee.png.
 """
 from __future__ import annotations
@@ -29,7 +29,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.bench_payments import make_payments
 from bench.common import OUT, machine_info, mysql_version, redis_version, write_json, write_md
@@ -106,7 +105,7 @@ def drained(stack: Stack) -> float:
 
 
 def openloop(args: list[str], timeout: float) -> dict:
-    return json.loads(subprocess.run([venv_bin("python"), "bench/openloop.py", *args], cwd=ROOT,
+    return json.loads(subprocess.run([venv_bin("python"), "-m", "bench.openloop", *args], cwd=ROOT,
                                      capture_output=True, text=True, check=True, timeout=timeout).stdout)
 
 

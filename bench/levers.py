@@ -6,7 +6,7 @@ buyer) and payment deliveries (2,000 payments × 5, shuffled; bench/pay.lua), wi
 processes' CPU per request. The report gives each arm's medians and the ratio of the
 medians, lever over base.
 
-    python bench/levers.py [--rounds 3] [--seconds 10] [--lever hiredis]
+    python -m bench.levers [--rounds 3] [--seconds 10] [--lever hiredis]
 
 Levers:
 - hiredis: redis-py's parser. redis-py uses hiredis when it can import it; the base arm runs
@@ -21,14 +21,12 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, cpu_seconds, log, wrk

@@ -7,7 +7,7 @@ Each webhook is one cap decision; a granted decision counts as one delivery. Lat
 around the decision only (including any wait for a pooled connection, which the webhook would
 also wait), never around the pacing. Writes bench/out/matrix.{json,md,png}.
 
-    python bench/matrix.py            # or: python -m bench.matrix
+    python -m bench.matrix
 """
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from zoneinfo import ZoneInfo
 import pymysql
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.common import (
     OUT,

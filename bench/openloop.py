@@ -2,8 +2,8 @@
 latency from the moment the request was due (so a slow server cannot slow the generator down
 and hide its own queueing: no coordinated omission). Runs as its own process:
 
-    python bench/openloop.py URL API_KEY RATE SECONDS  ->  one JSON line on stdout
-    python bench/openloop.py payments URL FILE RATE     ->  the same, for the payment
+    python -m bench.openloop URL API_KEY RATE SECONDS  ->  one JSON line on stdout
+    python -m bench.openloop payments URL FILE RATE     ->  the same, for the payment
         deliveries listed in FILE (JSON: [[provider, headers, body], ...]), sent in order
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 import gevent
 import urllib3
 
-sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 from bench.common import percentiles
 
 

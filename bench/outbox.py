@@ -11,30 +11,30 @@ to a credit. Writes bench/out/outbox.{json,md,png}.
    (announce: the balance read and the event row), in interleaved rounds, from 1 and from 16
    threads: p50/p99 of the whole credit transaction.
 
-    .venv/bin/python bench/outbox.py [--rate 300 [--rate 100 ...]] [--seconds 20] [--credits 3000] [--rounds 3]
+    python -m bench.outbox [--rate 300 [--rate 100 ...]] [--seconds 20] [--credits 3000] [--rounds 3]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from datetime import timezone
 from pathlib import Path
 
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench import stack
 from bench.common import (
     OUT,
     machine_info,
@@ -50,17 +50,13 @@ from tests.events_helpers import EVENTS_SECRET
 from tests.payments_helpers import PROVIDERS, deliver, encode, payload, signed_headers
 from tests.servers import (
     Proc,
-    RedisServer,
     WebServer,
-    create_mysql_db,
     free_port,
-    mysql_admin_url,
     venv_bin,
     wait_until,
 )
 from webhooks.payments import events, ledger
 from webhooks.storage.db import db, init_db
-from webhooks.storage.migrate import upgrade
 from webhooks.storage.models import PaymentEvent
 
 COST_THREADS = (1, 16)
@@ -122,7 +118,7 @@ def _listening(port: int) -> bool:
 def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> dict:
     """Open-loop payments at `rate`/s for `seconds`; each event's commit-to-receiver lag."""
     port, log = free_port(), work / f"arrivals-{rate}.txt"
-    receiver = Proc([sys.executable, __file__, "--receive", str(port), str(log)], env, work / "receiver.log")
+    receiver = Proc([sys.executable, "-m", "bench.outbox", "--receive", str(port), str(log)], env, work / "receiver.log")
     wait_until(lambda: _listening(port), what="the receiver")
     env = {**env, "PAYMENT_EVENTS_URL": f"http://127.0.0.1:{port}/floodgate-events"}
     web = WebServer(env, work / "web.log", workers=2)
@@ -276,20 +272,12 @@ def main() -> int:
     if args.receive:
         receive(int(args.receive[0]), args.receive[1])
         return 0
-    admin = mysql_admin_url()
-    if not admin:
-        print("MariaDB/MySQL not reachable (FG_TEST_MYSQL); the bench measures the MySQL path only")
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="fg-bench-outbox-"))
-    redis_server = RedisServer(work / "redis")
-    redis_server.start()
-    url, drop = create_mysql_db(admin)
-    try:
-        init_db(url, pool_size=max(COST_THREADS) + 4)
-        upgrade(echo=lambda _m: None)
-        env = {**os.environ, **SECRETS, "REDIS_URL": redis_server.url, "DATABASE_URL": url,
-               "ADMIN_TOKEN": "bench-admin-token-0123456789", "PAYMENT_EVENTS_SECRET": EVENTS_SECRET,
-               "PROMETHEUS_MULTIPROC_DIR": str(work / "prometheus")}
+    with ExitStack() as es, tempfile.TemporaryDirectory(prefix="fg-bench-outbox-") as tmp:
+        work = Path(tmp)
+        base = stack.base(es, work, {**SECRETS, "PAYMENT_EVENTS_SECRET": EVENTS_SECRET}, mysql_only=True)
+        redis_server, env = base.redis, base.env
+        init_db(base.db_url, pool_size=max(COST_THREADS) + 4)
+        es.callback(db.close)
         lag, lags = [], {}
         for rate in args.rate or [300]:
             print(f"lag: {rate} payments/s for {args.seconds} s", flush=True)
@@ -304,10 +292,6 @@ def main() -> int:
         with db.connection_context():
             mariadb = db.execute_sql("SELECT VERSION()").fetchone()[0]
         machine = machine_info(redis_version=redis_version(redis_server.client()), mariadb=mariadb)
-    finally:
-        db.close()
-        drop()
-        redis_server.kill()
     rows = []
     for threads, variants in cost.items():
         for variant, s in variants.items():

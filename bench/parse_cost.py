@@ -5,7 +5,7 @@ shapes) and against plain `json.loads` (no strict rules: the floor), with an hon
 Paystack-like payload as references. Medians of repeated calls, in µs of process CPU time per
 KiB. Writes bench/out/parse_cost.{json,md}.
 
-    .venv/bin/python bench/parse_cost.py [--sizes 16,64,256] [--budget-s 0.5] [--min-reps 7]
+    python -m bench.parse_cost [--sizes 16,64,256] [--budget-s 0.5] [--min-reps 7]
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import json
 import math
 import re
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_info, markdown_table, write_json, write_md
 from tests.payments_helpers import PAYSTACK

@@ -2,7 +2,7 @@
 bench/e2e.py's stack while wrk drives the payment path (2,000 payments × 5, shuffled) or the
 lead path at 50 connections.
 
-    python bench/profile.py [--path payments|leads|both] [--seconds 12]
+    python -m bench.profile [--path payments|leads|both] [--seconds 12]
 
 Writes bench/out/profile.md (per path: the share of samples under each layer — sends, Redis,
 the database, JSON, Flask, metrics, logging — and self time by function) and the raw
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import random
 import subprocess
-import sys
 import tempfile
 import threading
 from collections import Counter
@@ -22,7 +21,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, log, wrk

@@ -14,7 +14,7 @@ Each round and arm: wrk at 50 connections against POST /v1/leads, with the web p
 per lead. Then the script alone: the round trip of Store.take_token against a plain PING on
 the same single connection, in alternated blocks. The report gives the medians.
 
-    python bench/rate_limit_cost.py [--rounds 5] [--seconds 8] [--calls 5000]
+    python -m bench.rate_limit_cost [--rounds 5] [--seconds 8] [--calls 5000]
 
 Writes bench/out/rate_limit_cost.json and rate_limit_cost.md.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -32,7 +31,6 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.common import OUT, machine_info, redis_version, write_json, write_md
 from bench.e2e import ADMIN, API_KEY, Stack, cpu_seconds, log, wrk

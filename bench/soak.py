@@ -14,7 +14,7 @@ unreachable for 10 s, kill -9 of the scheduler, Redis restarted empty; one round
 minutes of run. bench/soak_checks.py then checks the invariants and writes the report.
 
 Writes bench/out/soak-<N>m.{json,md,png} and bench/out/soak.{md,png} (the Soak part of
-bench/REPORT.md: `python bench/report.py --part soak`); logs of every process under
+bench/REPORT.md: `python -m bench.report --part soak`); logs of every process under
 bench/out/soak-run-<N>m/. Exit status 0 when every invariant holds, 1 when one does not
 (the output names it), 2 when the stack could not be set up.
 """
@@ -37,7 +37,6 @@ import redis
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench import soak_checks
 from bench.common import machine_info, mysql_version, redis_version
@@ -139,7 +138,7 @@ class Stack:
         es.callback(lambda: self.keep_db or drop())
         a = urlparse(admin)
         port_file = run_dir / "dbproxy.port"
-        self.proxy = Proc([venv_bin("python"), "bench/soak_dbproxy.py", a.hostname or "127.0.0.1",
+        self.proxy = Proc([venv_bin("python"), "-m", "bench.soak_dbproxy", a.hostname or "127.0.0.1",
                            str(a.port or 3306), str(port_file)], dict(os.environ), run_dir / "dbproxy.log")
         es.callback(self.proxy.stop)
         wait_until(lambda: port_file.exists() and port_file.read_text(), what="the database proxy")
@@ -159,7 +158,7 @@ class Stack:
         (run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
         subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=self.env, cwd=ROOT,
                        check=True, capture_output=True)
-        self.buyers = Proc([venv_bin("python"), "bench/soak_buyers.py", str(self.buyer_port),
+        self.buyers = Proc([venv_bin("python"), "-m", "bench.soak_buyers", str(self.buyer_port),
                             str(run_dir / "buyers.jsonl"), str(BUYER_TIMEOUT_MS)], self.env, run_dir / "buyers.log")
         es.callback(self.buyers.stop)
         self.web = WebServer(self.env, run_dir / "web.log", workers=2)
@@ -495,7 +494,7 @@ def main() -> int:
                        "drain_s": args.drain_seconds, "out_dir": str(run_dir), "tag": "s" + str(int(time.time())),
                        "refunds": refunds, "seed": 17}
         (run_dir / "traffic.json").write_text(json.dumps(traffic_cfg))
-        traffic = Proc([venv_bin("python"), "bench/soak_traffic.py", str(run_dir / "traffic.json")], stack.env,
+        traffic = Proc([venv_bin("python"), "-m", "bench.soak_traffic", str(run_dir / "traffic.json")], stack.env,
                        run_dir / "traffic.log")
         es.callback(traffic.stop)
         t0 = time.time() + 0.5  # the traffic's own start (bench/soak_traffic.py)

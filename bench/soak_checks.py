@@ -7,15 +7,12 @@ import json
 import math
 import os
 import shutil
-import sys
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common
 from bench.common import markdown_table, percentiles

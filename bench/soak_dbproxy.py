@@ -3,7 +3,7 @@ own, so that forwarding every query of the stack does not compete with the orche
 one interpreter lock. SIGUSR1 cuts it (every connection dropped, new ones refused), SIGUSR2
 restores it on the same port.
 
-    python bench/soak_dbproxy.py TARGET_HOST TARGET_PORT PORT_FILE
+    python -m bench.soak_dbproxy TARGET_HOST TARGET_PORT PORT_FILE
 """
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import signal
 import sys
 import threading
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.servers import TcpProxy
 

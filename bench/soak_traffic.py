@@ -2,7 +2,7 @@
 at fixed offered rates (open loop: a slow answer never slows the sending down), each retried
 as publishers and providers do, until it has an answer.
 
-    python bench/soak_traffic.py CONFIG_JSON
+    python -m bench.soak_traffic CONFIG_JSON
 
 - Leads: `lead_rate` per second, states weighted TX/CA/NY/FL/OK. A 409 (in_flight), a 503, a
   5xx, a connection error or a time-out is retried with the same `lead_id`, with back-off
@@ -37,7 +37,6 @@ import gevent.pool
 import urllib3
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from tests.payments_helpers import PROVIDERS, encode, payload, signed_headers
 
