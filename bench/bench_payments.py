@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack
 from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md
-from tests.conftest import SECRETS
-from tests.payments_helpers import PROVIDERS, deliver, encode, payload
+from testkit.config import SECRETS
+from testkit.payments import PROVIDERS, deliver, encode, payload
 from webhooks.storage.db import db, init_db
 from webhooks.storage.models import Payment, Wallet
 

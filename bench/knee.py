@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench.bench_payments import make_payments
 from bench.common import OUT, machine_info, mysql_version, redis_version, write_json, write_md
 from bench.e2e import API_KEY, Stack, cpu_seconds, log, wrk
-from tests.conftest import SECRETS
-from tests.payments_helpers import signed_headers
+from testkit.config import SECRETS
+from testkit.payments import signed_headers
 from tests.servers import venv_bin, wait_until
 from webhooks.storage import keys
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, cpu_seconds, log, wrk
 from bench.knee import drained, lua_list, make_deliveries, wrk_payments
-from tests.conftest import SECRETS
+from testkit.config import SECRETS
 
 LEVERS = {
     # lever: (base arm's extra env, lever arm's extra env)

@@ -45,9 +45,9 @@ from bench.common import (
     write_json,
     write_md,
 )
-from tests.conftest import SECRETS
-from tests.events_helpers import EVENTS_SECRET
-from tests.payments_helpers import PROVIDERS, deliver, encode, payload, signed_headers
+from testkit.config import SECRETS
+from testkit.events import EVENTS_SECRET
+from testkit.payments import PROVIDERS, deliver, encode, payload, signed_headers
 from tests.servers import (
     Proc,
     WebServer,

@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench.common import machine_info, markdown_table, write_json, write_md
-from tests.payments_helpers import PAYSTACK
+from testkit.payments import PAYSTACK
 from webhooks import strictjson
 from webhooks.errors import InvalidJSON, MalformedJSON
 

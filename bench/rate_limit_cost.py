@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench.common import OUT, machine_info, redis_version, write_json, write_md
 from bench.e2e import ADMIN, API_KEY, Stack, cpu_seconds, log, wrk
 from bench.knee import drained
-from tests.conftest import SECRETS
+from testkit.config import SECRETS
 from webhooks.storage.redis import Store, make_redis
 
 ARMS = {"off": None, "on": {"per_second": 100_000, "burst": 100_000}}

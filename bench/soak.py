@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench import soak_checks
 from bench.common import machine_info, mysql_version, redis_version
 from bench.soak_checks import OUT
-from tests.conftest import SECRETS
-from tests.payments_helpers import child_pids, encode, signed_headers
+from testkit.config import SECRETS
+from testkit.payments import child_pids, encode, signed_headers
 from tests.servers import (
     Proc,
     RedisServer,

@@ -38,7 +38,7 @@ import urllib3
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from tests.payments_helpers import PROVIDERS, encode, payload, signed_headers
+from testkit.payments import PROVIDERS, encode, payload, signed_headers
 
 STATES = (("TX", 30), ("CA", 25), ("NY", 20), ("FL", 15), ("OK", 10))
 CURRENCIES = ("NGN", "USD", "GHS", "KES")

@@ -13,6 +13,8 @@ import requests
 import requests.adapters
 import requests.structures
 
+from testkit import payments as testkit_payments
+from testkit.config import ADMIN_TOKEN, SECRETS
 from tests.cluster import LocalCluster
 from tests.servers import (
     BuyerServer,
@@ -30,15 +32,6 @@ from webhooks.storage.db import db, init_db
 from webhooks.storage.migrate import upgrade
 from webhooks.storage.models import ALL_MODELS, SchemaMigration
 
-ADMIN_TOKEN = "test-admin-token-0123456789"
-SECRETS = {
-    "PAYSTACK_SECRET_KEY": "sk_test_paystack_secret",
-    "FLUTTERWAVE_SECRET_HASH": "flw-secret-hash-of-the-tests",  # >= 16 characters (config.py)
-    "MONNIFY_CLIENT_SECRET": "monnify-client-secret",
-    "INTERSWITCH_SECRET": "interswitch-secret",
-    "STRIPE_WEBHOOK_SECRET": "whsec_stripe_test_secret",
-    "STANDARD_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-}
 IN_PROCESS_URL = "http://floodgate.test"
 CONFIG_SETTLE_S = 0.35  # > CONFIG_CHECK_INTERVAL_MS below: every web process has the change
 
@@ -49,15 +42,15 @@ CLUSTER = os.environ.get("FG_TEST_REDIS_CLUSTER") == "1"
 _RQ_ON_DB_INDEX = "settlement runs on RQ_REDIS_URL, a single Redis in every deployment; this test " \
                   "isolates its queue in a database index of redis_server, which a cluster node lacks"
 NOT_ON_CLUSTER = {
-    "tests/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once":
+    "tests/caps/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once":
         "rq-scheduler runs on RQ_REDIS_URL, a single Redis in every deployment; this test gives it a "
         "database index of redis_server, which a cluster node lacks",
-    "tests/test_settlement.py::test_a_drain_job_run_twice_settles_once": _RQ_ON_DB_INDEX,
-    "tests/test_settlement.py::test_database_outage_is_retried_and_settles_after_it_returns": _RQ_ON_DB_INDEX,
-    "tests/test_settlement.py::test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once":
+    "tests/leads/test_settlement.py::test_a_drain_job_run_twice_settles_once": _RQ_ON_DB_INDEX,
+    "tests/leads/test_settlement.py::test_database_outage_is_retried_and_settles_after_it_returns": _RQ_ON_DB_INDEX,
+    "tests/leads/test_settlement.py::test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once":
         _RQ_ON_DB_INDEX,
-    "tests/test_settlement.py::test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
-    **{f"tests/test_roundtrips.py::{name}": "counts the writes of one connection to one redis-server" for name in (
+    "tests/leads/test_settlement.py::test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
+    **{f"tests/storage/test_batch.py::{name}": "counts the writes of one connection to one redis-server" for name in (
         "test_a_lead_sold_at_its_first_buyer_costs_two_round_trips",
         "test_each_further_buyer_costs_a_reservation_and_a_refund",
         "test_a_replay_gives_back_the_reservation_made_with_its_claim")},
@@ -79,7 +72,7 @@ E2E_FIXTURES = {"web", "web_api", "second_web", "metrics_web", "cluster", "chrom
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) or item.nodeid.startswith("tests/e2e/"):
             item.add_marker(pytest.mark.e2e)
     if CLUSTER:
         for item in items:
@@ -101,21 +94,17 @@ def redis_server(tmp_root):
     server.kill()
 
 
-QUEUE_URL: str | None = None  # the queue_server's, once it runs (payments_helpers reads it)
-
-
 @pytest.fixture(scope="session")
 def queue_server(tmp_root, redis_server):
     """The Redis of RQ and the settlement lists: redis_server, or beside a cluster a
     redis-server of its own (RQ_REDIS_URL), as RQ cannot use a cluster."""
-    global QUEUE_URL
     if not CLUSTER:
-        QUEUE_URL = redis_server.url
+        testkit_payments.QUEUE_URL = redis_server.url
         yield redis_server
         return
     server = RedisServer(tmp_root / "queue-redis")
     server.start()
-    QUEUE_URL = server.url
+    testkit_payments.QUEUE_URL = server.url
     yield server
     server.kill()
 
@@ -150,7 +139,7 @@ def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
         "PYTHONUNBUFFERED": "1",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
         "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
-        # bursts of 1,000 leads from one publisher; tests/test_rate_limit.py turns the default on
+        # bursts of 1,000 leads from one publisher; tests/leads/test_publishers.py turns the default on
         "PUBLISHER_RATE_LIMIT": "off",
     })
     if queue_server is not redis_server:

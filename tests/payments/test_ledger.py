@@ -12,7 +12,7 @@ import pymysql
 import pytest
 import requests
 
-from tests.payments_helpers import balance, child_pids, counts, deliver, encode, payload, verdicts
+from testkit.payments import balance, child_pids, counts, deliver, encode, payload, verdicts
 from tests.servers import WebServer, free_port, wait_until
 from webhooks.payments.ledger import _is_deadlock
 from webhooks.storage import keys

@@ -21,8 +21,8 @@ import redis
 import requests
 from rq import Queue
 
+from testkit.payments import child_pids
 from tests.conftest import Api
-from tests.payments_helpers import child_pids
 from tests.servers import WebServer, wait_until
 from webhooks import services
 from webhooks.caps import leases

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.payments_helpers import PROVIDERS, encode, payload
+from testkit.payments import PROVIDERS, encode, payload
 from webhooks.errors import InvalidJSON
 from webhooks.payments.events import parse
 from webhooks.payments.money import InvalidPayload

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.payments_helpers import PROVIDERS, balance, deliver, encode, payload, signed_headers
+from testkit.payments import PROVIDERS, balance, deliver, encode, payload, signed_headers
 from tests.servers import TcpProxy, wait_until
 from webhooks import services
 from webhooks.storage import keys

@@ -7,7 +7,7 @@ import pytest
 import stripe
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tests.payments_helpers import PROVIDERS, SECRET, encode, payload, signed_headers
+from testkit.payments import PROVIDERS, SECRET, encode, payload, signed_headers
 from webhooks.payments.signatures import InvalidSignature, verify
 
 NOW = time.time()

@@ -17,7 +17,7 @@ import requests
 import stripe
 from standardwebhooks.webhooks import Webhook
 
-from tests.conftest import SECRETS
+from testkit.config import SECRETS
 from tests.servers import wait_until
 from webhooks.storage import keys
 from webhooks.storage.db import db
@@ -83,6 +83,10 @@ STRIPE = {"id": "evt_3OXYZ", "object": "event", "api_version": "2024-06-20", "cr
 STANDARD = {"type": "payment.succeeded", "timestamp": "2026-11-29T10:00:00Z",
             "data": {"reference": "std-0001", "amount_minor": 2500, "currency": "GHS",
                      "customer": {"email": "kofi@example.com"}}}
+
+# The queue Redis of the test run (tests/conftest.py's queue_server sets it): where the
+# delivery audit rows wait to be written.
+QUEUE_URL: str | None = None
 
 
 def _major(amount_minor: int, currency: str) -> float | int:
@@ -229,13 +233,12 @@ def balance(customer: str, currency: str) -> int | None:
 def write_queued_deliveries() -> int:
     """Write the audit rows of duplicate and in-flight deliveries still queued in Redis, as the
     settlement drain does (workers/settle.py record_deliveries), so a test reads them all."""
-    from tests import conftest
     from webhooks.storage.redis import make_store
     from workers.settle import record_deliveries
 
-    if conftest.QUEUE_URL is None:
+    if QUEUE_URL is None:
         return 0
-    store = make_store(conftest.QUEUE_URL, 2)
+    store = make_store(QUEUE_URL, 2)
     written = 0
     try:
         with db.connection_context():

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.payments_helpers import balance, counts, deliver, encode, payload, verdicts
+from testkit.payments import balance, counts, deliver, encode, payload, verdicts
 from tests.servers import free_port
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog

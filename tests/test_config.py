@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
+from testkit.payments import PROVIDERS, SECRET, balance, deliver, encode, payload, signed_headers
 from tests.conftest import ADMIN_TOKEN, SECRETS
-from tests.payments_helpers import PROVIDERS, SECRET, balance, deliver, encode, payload, signed_headers
 from tests.servers import ROOT, free_port, venv_bin
 from webhooks import config, services
 from webhooks.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.payments_helpers import counts, deliver, verdicts
+from testkit.payments import counts, deliver, verdicts
 from webhooks import strictjson
 from webhooks.errors import InvalidJSON, MalformedJSON
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.payments_helpers import PROVIDERS, balance, counts, deliver, encode, payload, signed_headers, verdicts
+from testkit.payments import PROVIDERS, balance, counts, deliver, encode, payload, signed_headers, verdicts
 from tests.servers import WebServer
 from webhooks import services
 from webhooks.storage import keys
@@ -48,7 +48,7 @@ def forgeries(provider: str, raw: bytes) -> dict[str, tuple[bytes, dict]]:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_forged_deliveries_get_401_and_no_row(api, provider):
-    """No row at all: they are listed in Redis only (tests/test_forged_deliveries.py)."""
+    """No row at all: they are listed in Redis only (tests/payments/test_rejected.py)."""
     raw = encode(payload(provider, f"{provider}-forged", 100000))
     cases = forgeries(provider, raw)
     for what, (body, headers) in cases.items():

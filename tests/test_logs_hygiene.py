@@ -8,8 +8,8 @@ import logging
 import pytest
 import requests
 
+from testkit.payments import deliver, encode, payload, signed_headers
 from tests.conftest import ADMIN_TOKEN, SECRETS, Api
-from tests.payments_helpers import deliver, encode, payload, signed_headers
 from tests.servers import WebServer, wait_until
 from webhooks.logs import JsonFormatter
 

@@ -307,7 +307,7 @@ def test_a_refusal_writes_nothing_and_says_how_long_to_wait(app, redis_server):
 
 
 @pytest.mark.skipif(CLUSTER, reason="cluster run: killing every node and forming the cluster again is "
-                    "tests/test_cluster.py's subject")
+                    "tests/e2e/test_cluster.py's subject")
 def test_redis_down_is_503_unavailable_and_no_lead_is_routed(api, buyer_server, redis_server):
     acme = buyer_server.add("acme")
     key = api.put_publisher("surge", rate_limit={"per_second": 100, "burst": 100})

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.events_helpers import EVENTS_SECRET, EventReceiver
-from tests.payments_helpers import PROVIDERS, REFUND_PROVIDERS, deliver, encode, payload, refund_payload
+from testkit.events import EVENTS_SECRET, EventReceiver
+from testkit.payments import PROVIDERS, REFUND_PROVIDERS, deliver, encode, payload, refund_payload
 from tests.servers import ROOT, Proc, RedisServer, WebServer, free_port, venv_bin, wait_until
 from webhooks.storage.db import db
 from webhooks.storage.models import PaymentEvent, Wallet

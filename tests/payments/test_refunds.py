@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.payments_helpers import REFUND_PROVIDERS, balance, deliver, encode, payload, refund_payload, verdicts
+from testkit.payments import REFUND_PROVIDERS, balance, deliver, encode, payload, refund_payload, verdicts
 from webhooks import services
 from webhooks.payments.events import REFUND_SPECS, PaymentEvent, RefundEvent, parse
 from webhooks.storage.db import db
@@ -189,7 +189,7 @@ def test_a_refund_that_did_not_go_through_is_ignored(api, provider, change):
 
 
 def test_documented_refund_samples_read_as_docs_payments_md_says():
-    from tests.payments_helpers import MONNIFY_REFUND, PAYSTACK_REFUND, STANDARD_REFUND, STRIPE_REFUND
+    from testkit.payments import MONNIFY_REFUND, PAYSTACK_REFUND, STANDARD_REFUND, STRIPE_REFUND
 
     paystack = parse("paystack", encode(PAYSTACK_REFUND))
     assert isinstance(paystack, RefundEvent)

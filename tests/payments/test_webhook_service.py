@@ -10,7 +10,7 @@ import time
 import pytest
 from requests.structures import CaseInsensitiveDict
 
-from tests.payments_helpers import balance, counts, encode, payload, refund_payload, signed_headers, verdicts
+from testkit.payments import balance, counts, encode, payload, refund_payload, signed_headers, verdicts
 from webhooks import services
 from webhooks.errors import FloodgateError, InvalidPayload, NotFound
 from webhooks.payments import events, gate, ledger, rejected

@@ -94,7 +94,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     """Issue "Performance": dedupe and claim are one script; a delivery that changes nothing
     has its audit row queued in that same script, and the database sees it only when the
     settlement drain writes its batch."""
-    from tests.payments_helpers import encode, payload, write_queued_deliveries
+    from testkit.payments import encode, payload, write_queued_deliveries
     from webhooks.payments import events, gate, ledger
     from webhooks.storage import keys
     from webhooks.storage.models import WebhookDelivery

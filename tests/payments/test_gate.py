@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.payments_helpers import PROVIDERS, balance, counts, deliver, encode, payload
+from testkit.payments import PROVIDERS, balance, counts, deliver, encode, payload
 from tests.servers import WebServer
 from webhooks.storage.db import db
 from webhooks.storage.models import Payment, Wallet

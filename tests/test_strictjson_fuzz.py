@@ -16,7 +16,7 @@ import requests
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.payments_helpers import child_pids, deliver
+from testkit.payments import child_pids, deliver
 from webhooks import strictjson
 from webhooks.errors import InvalidJSON
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from tests.payments_helpers import counts
+from testkit.payments import counts
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 

@@ -2,7 +2,7 @@
 wallet change, written with it; delivered signed per Standard Webhooks to a real local receiver
 that verifies them with the standardwebhooks library; retried with back-off under a stable
 `webhook-id`; one customer's events in order; `failed` after the retry window, visible and
-requeued. The delivery batches run in this process; tests/test_payment_lifecycle_e2e.py runs
+requeued. The delivery batches run in this process; tests/e2e/test_payment_lifecycle.py runs
 the real worker."""
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import redis
 from rq import Queue
 from standardwebhooks.webhooks import Webhook
 
+from testkit.events import EVENTS_SECRET, EventReceiver, deliver_inline, event_rows
+from testkit.payments import deliver, encode, payload, refund_payload
 from tests.conftest import ADMIN_TOKEN
-from tests.events_helpers import EVENTS_SECRET, EventReceiver, deliver_inline, event_rows
-from tests.payments_helpers import deliver, encode, payload, refund_payload
 from tests.servers import ROOT, venv_bin
 from webhooks import config
 from webhooks.errors import ConfigError

@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
+from tests.caps.test_leases import BREAKER, TTL, rule
 from tests.cluster import LocalCluster, wait_for_failover
 from tests.servers import wait_until
-from tests.test_caps import BREAKER, TTL, rule
 from webhooks import config
 from webhooks.caps import leases
 from webhooks.errors import ConfigError

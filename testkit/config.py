@@ -1,0 +1,12 @@
+"""The secrets and admin token of the test runs and the benchmarks (never a real one)."""
+from __future__ import annotations
+
+ADMIN_TOKEN = "test-admin-token-0123456789"
+SECRETS = {
+    "PAYSTACK_SECRET_KEY": "sk_test_paystack_secret",
+    "FLUTTERWAVE_SECRET_HASH": "flw-secret-hash-of-the-tests",  # >= 16 characters (config.py)
+    "MONNIFY_CLIENT_SECRET": "monnify-client-secret",
+    "INTERSWITCH_SECRET": "interswitch-secret",
+    "STRIPE_WEBHOOK_SECRET": "whsec_stripe_test_secret",
+    "STANDARD_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+}
