@@ -277,9 +277,9 @@ def _buyer_row(buyer_id: str) -> Any:
 
 
 def _table(rows: Iterable[Iterable[Any]]) -> None:
-    rows = [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
@@ -325,7 +325,8 @@ def buyer_leads(buyer_id: str, limit: int) -> None:
     pairs = [(a.publisher_id, a.lead_id) for a in attempts]
     leads = {(lead.publisher_id, lead.lead_id): lead for lead in
              Lead.select().where(Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))}
-    rows = [("received (UTC)", "publisher", "lead", "outcome", "ms", "lead status", "sold to", "price")]
+    rows: list[tuple[Any, ...]] = [("received (UTC)", "publisher", "lead", "outcome", "ms", "lead status", "sold to",
+                                    "price")]
     # The last settled, newest received first (one settlement batch holds leads in any order).
     attempts.sort(key=lambda a: leads[(a.publisher_id, a.lead_id)].received_at, reverse=True)
     for a in attempts:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError
@@ -136,7 +137,7 @@ RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/pu
 MIN_FLUTTERWAVE_HASH = 16
 
 
-def load(environ: Mapping[str, str] | None = None, **overrides) -> Config:
+def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     """Build a Config from `environ` (default: os.environ); raise ConfigError on bad values."""
     env = os.environ if environ is None else environ
     values: dict = {}

@@ -8,6 +8,7 @@ import logging
 import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +18,7 @@ class _Handler(BaseHTTPRequestHandler):
     seen: set[str] = set()
     lock = threading.Lock()
 
-    def log_message(self, fmt: str, *args) -> None:
+    def log_message(self, fmt: str, *args: Any) -> None:
         log.info("demo buyer: " + fmt, *args)
 
     def do_POST(self) -> None:

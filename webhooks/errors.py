@@ -1,6 +1,8 @@
 """Every error Floodgate raises on purpose, each mapped to the JSON error shape of API.md."""
 from __future__ import annotations
 
+from typing import Any
+
 
 class FloodgateError(Exception):
     """Base class: `status` and `code` are what the HTTP layer answers."""
@@ -112,7 +114,7 @@ class Unavailable(FloodgateError):
     status = 503
     code = "unavailable"
 
-    def __init__(self, message: str = "", *, retry_after_s: int | None = None, **kw):
+    def __init__(self, message: str = "", *, retry_after_s: int | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after_s = retry_after_s
 
@@ -124,6 +126,6 @@ class RateLimited(FloodgateError):
     status = 429
     code = "rate_limited"
 
-    def __init__(self, message: str = "", *, retry_after_s: int, **kw):
+    def __init__(self, message: str = "", *, retry_after_s: int, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after_s = max(1, retry_after_s)

@@ -8,11 +8,12 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rq import get_current_job
+from rq import Queue, get_current_job
 
 from webhooks import metrics
 from webhooks.payments import outbox
 from webhooks.storage import claims, keys, outbox_queue
+from webhooks.storage.batch import Client
 from webhooks.storage.db import close_db
 from webhooks.storage.models import utcnow
 from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
@@ -28,7 +29,7 @@ LOCK_WAIT_S = 5.0  # a drain started while another is finishing waits for its lo
 THREADS = 16  # customers served at once
 
 
-def _queue(b: Backends):
+def _queue(b: Backends) -> Queue:
     job = get_current_job()
     return queue(job.connection) if job else queue(make_queue_redis(b.cfg.queue_redis_url))
 
@@ -48,7 +49,7 @@ def _acquire(b: Backends, ttl_ms: int) -> claims.Claim | None:
         time.sleep(0.05)
 
 
-def _keep(r, lock: claims.Claim, ttl_ms: int) -> bool:
+def _keep(r: Client, lock: claims.Claim, ttl_ms: int) -> bool:
     """Extend our lock; False when it is no longer ours (it expired while a batch stalled and
     another drain took it: this one stops; at worst an event in that batch went out twice)."""
     if r.get(lock.key) != lock.token:

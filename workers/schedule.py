@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 from datetime import datetime, timezone
+from typing import Any
 
 from redis import Redis
 from rq.registry import StartedJobRegistry
@@ -87,7 +88,7 @@ class _Scheduler(Scheduler):
     everything else, and the sweeps among them are what recovers from that (a no-op otherwise).
     Each poll also hands the jobs of dead workers back to the queue."""
 
-    def enqueue_jobs(self):
+    def enqueue_jobs(self) -> Any:
         register(self)
         try:
             requeue_abandoned(self.connection)

@@ -6,6 +6,9 @@ import logging
 import signal
 import time
 import uuid
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import peewee as pw
 from rq import get_current_job
@@ -36,7 +39,7 @@ class StopAfterBatch:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def __enter__(self) -> StopAfterBatch:
         try:
@@ -45,13 +48,13 @@ class StopAfterBatch:
             self._previous = None
         return self
 
-    def _on_term(self, signum, frame) -> None:
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         log.info("stop requested: finishing the batch in hand")
         if callable(self._previous):
             self._previous(signum, frame)
 
-    def __exit__(self, *_exc) -> None:
+    def __exit__(self, *_exc: object) -> None:
         # RQ's handler replaces itself with its force-stop handler: leave that one in place.
         if self._previous is not None and signal.getsignal(signal.SIGTERM) == self._on_term:
             signal.signal(signal.SIGTERM, self._previous)
@@ -80,8 +83,8 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                 if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
                     # steady stream of leads instead of one job being enqueued every few leads.
-                    if not stop.requested and r.blmove(keys.SETTLE_PENDING, processing, LINGER_S,
-                                                       "RIGHT", "LEFT") is not None:
+                    if not stop.requested and r.blmove(keys.SETTLE_PENDING, processing, LINGER_S,  # type: ignore[arg-type]
+                                                       "RIGHT", "LEFT") is not None:  # (a float timeout is fine)
                         continue
                     # Clear the flag, then look once more: an item pushed in between either
                     # sees the flag gone (and enqueues a job) or is picked up here.

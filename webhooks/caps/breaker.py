@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from webhooks.storage import keys
+from webhooks.storage.batch import Client
 
 BREAKER_STATES = ("closed", "open", "half_open")
 
@@ -18,7 +19,7 @@ class Breaker:
     open_until_ms: int
 
 
-def breakers(r, buyer_ids: list[str]) -> dict[str, Breaker]:
+def breakers(r: Client, buyer_ids: list[str]) -> dict[str, Breaker]:
     """The circuit breaker of each buyer (lua/reserve_lease.lua), read in one round trip."""
     pipe = r.pipeline(transaction=False)
     for buyer_id in buyer_ids:

@@ -11,9 +11,10 @@ import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from webhooks.storage import keys, settle_queue
+from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 from webhooks.storage.redis import Store
@@ -40,7 +41,7 @@ def normalise(field: str, value: Any) -> str | None:
     return digits or None
 
 
-def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict) -> list[str]:
+def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict[str, Any]) -> list[str]:
     """The dedupe keys of `lead`'s consumer at `buyer_id` (none when no field is present)."""
     out = []
     for field in fields:
@@ -51,7 +52,8 @@ def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict) -> list[str]
     return out
 
 
-def sold_consumers(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> dict[str, int]:
+def sold_consumers(settle_r: Client, buyer: BuyerRule, now: datetime,
+                   pending: list[dict[str, Any]] | None = None) -> dict[str, int]:
     """Dedupe key -> when it expires (unix ms) of every consumer `buyer` bought within its
     dedupe days, from the ledger and the settlements not yet in it (`pending`, when the
     caller already read them)."""
@@ -68,7 +70,8 @@ def sold_consumers(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict
                 .where(Lead.buyer_id == buyer.id, Lead.status == LeadStatus.SOLD,
                        Lead.sold_at >= since.replace(tzinfo=None))
                 .tuples())
-        sales += [(sold_at.replace(tzinfo=timezone.utc), payload) for sold_at, payload in rows]
+        sales += [(sold_at.replace(tzinfo=timezone.utc), payload)
+                  for sold_at, payload in cast("Iterable[tuple[datetime, str]]", rows)]  # .tuples(): see sales.py
     out: dict[str, int] = {}
     for sold_at, payload in sales:
         try:
@@ -82,7 +85,8 @@ def sold_consumers(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict
     return out
 
 
-def restore(store: Store, settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> int:
+def restore(store: Store, settle_r: Client, buyer: BuyerRule, now: datetime,
+            pending: list[dict[str, Any]] | None = None) -> int:
     """Set the dedupe keys of `buyer`'s sales within its window that Redis lacks (after a
     data loss, or drift); never shortens or removes one. Returns how many were missing."""
     remembered = sold_consumers(settle_r, buyer, now, pending)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.exceptions import AskError, ClusterError
@@ -18,7 +18,7 @@ from webhooks import metrics
 from webhooks.caps.windows import Window, window
 from webhooks.storage import keys
 from webhooks.storage import redis as redis_store
-from webhooks.storage.batch import Batch, Pending
+from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule, Charge, Extended, Lease, Reserved
 from webhooks.storage.states import AttemptOutcome, ReservationStatus
@@ -39,7 +39,7 @@ class Note:
     caller is about to do with the lease. JSON of `fields` plus buyer_id, lease_id, counters."""
 
     key: str
-    fields: dict
+    fields: dict[str, Any]
     ttl_ms: int
 
     def value(self, lease: Lease) -> str:
@@ -195,7 +195,7 @@ def finish_in(batch: Batch, lease: Lease, outcome: AttemptOutcome, breaker: Brea
     return batch.finish_lease(lease, outcome, breaker, CONFIRMED_TTL_MS)
 
 
-def release_settled(r, leases: list[tuple[str, str]]) -> None:
+def release_settled(r: Client, leases: list[tuple[str, str]]) -> None:
     """These sales are in the ledger now: their confirmed leases (buyer id, lease id) no
     longer need counting. One round trip for the lot."""
     if not leases:
@@ -234,17 +234,17 @@ def room(store: Store, buyers: Sequence[BuyerRule], now: datetime, budget_minor:
     return out
 
 
-def mark_ready(r, buyer_id: str) -> None:
+def mark_ready(r: Client, buyer_id: str) -> None:
     """A buyer with no history yet: its counters (all zero) can be trusted as they are."""
     r.set(keys.ready(buyer_id), "1", nx=True)
 
 
-def usage(r, buyer: BuyerRule, now: datetime | None = None) -> dict:
+def usage(r: Client, buyer: BuyerRule, now: datetime | None = None) -> dict[str, Any]:
     """Live use of each cap in its current window, for the admin API and the ops page."""
     now = now or datetime.now(timezone.utc)
     caps = windows(buyer, now)
     values = r.mget([counter_key(buyer.id, w) for _, _, w in caps]) if caps else []
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for (cap, limit, w), raw in zip(caps, values):
         used = int(raw or 0)
         if cap == "daily_budget":

@@ -13,11 +13,12 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from webhooks.caps import dedupe, leases
 from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total
 from webhooks.storage import keys, settle_queue
+from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 
@@ -33,7 +34,7 @@ LOCK_TTL_MS = 60_000
 SETTLE_MARGIN_S = 4.0
 
 
-def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
+def request(store: Store, settle_r: Client, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
     """Start a rebuild of `buyer` in the background unless one is running; True if started."""
     token = uuid.uuid4().hex
     if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
@@ -49,7 +50,7 @@ def request(store: Store, settle_r, buyer: BuyerRule, buyer_timeout_ms: int) -> 
     return True
 
 
-def _run(store: Store, settle_r, buyer: BuyerRule, token: str, delay: float) -> None:
+def _run(store: Store, settle_r: Client, buyer: BuyerRule, token: str, delay: float) -> None:
     time.sleep(delay)
     try:
         rebuild(store, settle_r, buyer, token)
@@ -58,7 +59,8 @@ def _run(store: Store, settle_r, buyer: BuyerRule, token: str, delay: float) -> 
         log.exception("rebuild of buyer %s failed", buyer.id)
 
 
-def sold_counts(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] | None = None) -> dict[str, int]:
+def sold_counts(settle_r: Client, buyer: BuyerRule, now: datetime,
+                pending: list[dict[str, Any]] | None = None) -> dict[str, int]:
     """Sold leads (and cents for daily_budget) of each current window: the ledger's, counted
     by the database, plus the unsettled sales it does not have yet. The queue is read first
     and the ledger after it (which queued sales it has, then the totals): a sale settled
@@ -74,7 +76,7 @@ def sold_counts(settle_r, buyer: BuyerRule, now: datetime, pending: list[dict] |
     return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}
 
 
-def rebuild(store: Store, settle_r, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
+def rebuild(store: Store, settle_r: Client, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
     now = now or datetime.now(timezone.utc)
     # The consumers bought within the dedupe window first: `ready` (set below) must not come
     # before them, or a duplicate could be sold in between.

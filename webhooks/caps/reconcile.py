@@ -12,12 +12,14 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from webhooks import metrics
 from webhooks.caps import dedupe, leases
 from webhooks.caps.sales import sales_since, total
+from webhooks.caps.windows import Window
 from webhooks.storage import audit, keys
+from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import CapSnapshot
@@ -40,7 +42,7 @@ class Finding:
     corrected_to: int | None  # None when there was nothing to correct
 
 
-def reconcile_buyer(store: Store, settle_r, buyer: BuyerRule, now: datetime | None = None) -> list[Finding]:
+def reconcile_buyer(store: Store, settle_r: Client, buyer: BuyerRule, now: datetime | None = None) -> list[Finding]:
     now = now or datetime.now(timezone.utc)
     if buyer.dedupe_fields and store.redis.exists(keys.ready(buyer.id)):
         missing = dedupe.restore(store, settle_r, buyer, now)
@@ -62,7 +64,8 @@ def reconcile_buyer(store: Store, settle_r, buyer: BuyerRule, now: datetime | No
         store.redis.delete(lock)
 
 
-def _reconcile_windows(store: Store, settle_r, buyer: BuyerRule, windows: list) -> list[Finding]:
+def _reconcile_windows(store: Store, settle_r: Client, buyer: BuyerRule,
+                       windows: list[tuple[str, int, Window]]) -> list[Finding]:
     counters = [leases.counter_key(buyer.id, w) for _, _, w in windows]
     snap = _snapshot(store, buyer.id, counters)
     if snap.status is SnapshotStatus.NOT_READY:
@@ -90,13 +93,14 @@ def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> CapSnapshot:
     """lua/snapshot_caps.lua over the leases the zset holds now; read again (a few times at
     most) when a lease came or went between the two calls."""
     for _ in range(SNAPSHOT_TRIES):
-        snap = store.snapshot_caps(buyer_id, counters, store.redis.zrange(keys.leases(buyer_id), 0, -1))
+        lease_ids = cast("list[str]", store.redis.zrange(keys.leases(buyer_id), 0, -1))  # decoded replies
+        snap = store.snapshot_caps(buyer_id, counters, lease_ids)
         if snap.status is not SnapshotStatus.CHANGED:
             break
     return snap
 
 
-def reconcile_all(store: Store, settle_r, buyers: Iterable[BuyerRule]) -> list[dict]:
+def reconcile_all(store: Store, settle_r: Client, buyers: Iterable[BuyerRule]) -> list[dict[str, Any]]:
     """Reconcile each of `buyers` (the active ones); log and audit each drift; return the drifts found."""
     drifts = []
     for buyer in buyers:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -85,12 +86,12 @@ def _schedule(value: Any) -> dict | None:
     return value
 
 
-def _caps(value: Any) -> dict:
+def _caps(value: Any) -> dict[str, Decimal | int]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ValidationError(CODE, "caps", "must be an object")
-    caps = {}
+    caps: dict[str, Decimal | int] = {}
     for name, limit in value.items():
         field = f"caps.{name}"
         if name not in CAPS:
@@ -118,7 +119,7 @@ def _dedupe(value: Any) -> dict | None:
     return {"fields": fields, "days": days}
 
 
-def _list(field: str, value: Any, ok) -> list[str]:
+def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(ok(x) for x in value):
@@ -224,7 +225,7 @@ class BuyerRule:
                 tuple((_minutes("", a), _minutes("", b)) for a, b in days.get(d, ())) for d in DAYS
             )
         price = Decimal(row.price).quantize(v.CENTS)
-        dedupe = json.loads(row.dedupe) if row.dedupe else {"fields": [], "days": 0}
+        dedupe: dict[str, Any] = json.loads(row.dedupe) if row.dedupe else {"fields": [], "days": 0}
         return cls(row.id, row.endpoint_url, row.priority, price, cents(price),
                    ZoneInfo(row.timezone), limits, frozenset(json.loads(row.states)),
                    frozenset(json.loads(row.blocked_publishers)), schedule,

@@ -12,10 +12,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import cast
 
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
+from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Publisher
 
@@ -33,7 +35,7 @@ class Snapshot:
     inactive: tuple[str, ...] = ()  # ids of the buyers switched off (not deleted), for the trace
 
 
-def bump_version(r) -> None:
+def bump_version(r: Client) -> None:
     """Tell every process that config changed (call after the database commit)."""
     r.set(keys.CONFIG_VERSION, uuid.uuid4().hex)
 
@@ -49,7 +51,7 @@ def load_snapshot(version: str | None) -> Snapshot:
 
 
 class Catalog:
-    def __init__(self, redis, check_interval: float = CHECK_INTERVAL):
+    def __init__(self, redis: Client, check_interval: float = CHECK_INTERVAL):
         self.redis = redis
         self.check_interval = check_interval
         self._snapshot: Snapshot | None = None
@@ -78,9 +80,9 @@ class Catalog:
                 version = self.redis.get(keys.CONFIG_VERSION)
             current = self._snapshot
             if current is None or version != current.version or now - self._loaded > MAX_AGE:
-                self._snapshot = load_snapshot(version)
+                current = self._snapshot = load_snapshot(cast("str | None", version))  # decoded replies
                 self._loaded = now
                 log.info("config loaded: %d buyers, %d publishers",
-                         len(self._snapshot.buyers), len(self._snapshot.publishers_by_key))
+                         len(current.buyers), len(current.publishers_by_key))
             self._checked = now
-            return self._snapshot
+            return current

@@ -78,7 +78,7 @@ class Deliverer:
         self.adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (one Deliverer per process, for its life)
-    def _target(self, url: str):
+    def _target(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
         parts = urlsplit(url)
         return self.adapter.poolmanager.connection_from_url(url), (parts.path or "/") + (
             "?" + parts.query if parts.query else "")
@@ -103,10 +103,12 @@ class Deliverer:
                                     assert_same_host=False, preload_content=False,
                                     timeout=self._timeout if timeout_s == self.timeout_s else
                                     urllib3.Timeout(connect=timeout_s, read=timeout_s))
-                status, content = resp.status, _read_capped(resp)
-            if content is None:
+                status, reply = resp.status, _read_capped(resp)
+            if reply is None:
                 log.info("reply of %s is longer than %d bytes: not read", redact_url(url), MAX_REPLY_BYTES)
-                status, content, failure = 0, b"", ERROR
+                status, failure = 0, ERROR
+            else:
+                content = reply
         except NewConnectionError as exc:  # a ConnectTimeoutError subclass, but a refusal
             log.info("delivery to %s failed: %s", redact_url(url), redact_text(str(exc)))
             failure = ERROR
@@ -138,7 +140,7 @@ class Deliverer:
         return self.request("POST", url, body, headers, timeout_s)
 
 
-def _read_capped(resp) -> bytes | None:
+def _read_capped(resp: urllib3.BaseHTTPResponse) -> bytes | None:
     """The reply's body, or None when it is longer than MAX_REPLY_BYTES (its connection is then
     closed, not pooled: the rest of the reply is never read)."""
     declared = resp.headers.get("Content-Length", "")

@@ -211,7 +211,7 @@ def _bounded_filters(filters: dict) -> dict:
         return original["slice"](value, slices, fill_with)
 
     for name, wrapper in (("replace", replace), ("join", checked_join)):
-        wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[attr-defined]  (eval context first)
+        wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[union-attr]  # eval context first
     kept = {k: v for k, v in original.items() if k not in _REFUSED_FILTERS}
     kept.update(join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch,
                 slice=slice_)
@@ -259,13 +259,14 @@ class _Field:
     def value(self, context: dict, native: bool) -> Any:
         """The field's value for `context`, within the render budget of the caller (see
         render_budget; without one, a budget of its own)."""
-        if _BUDGET.get() is None:
+        budget = _BUDGET.get()
+        if budget is None:
             with render_budget():
                 return self.value(context, native)
         if self.expr is not None:
             result = self.expr(**context)
             if isinstance(result, str):
-                _BUDGET.get().spend(len(result))
+                budget.spend(len(result))
             if isinstance(result, Undefined):
                 if result._undefined_exception is SecurityError:
                     raise SecurityError(str(result._undefined_message))
@@ -274,7 +275,8 @@ class _Field:
                 return result if isinstance(result, (str, int, float, bool, list, dict)) or result is None \
                     else str(result)
             return "" if result is None else str(result)
-        budget, out = _BUDGET.get(), []
+        assert self.template is not None  # no expression: __init__ compiled a template
+        out = []
         for chunk in self.template.generate(**context):
             budget.spend(len(chunk))
             out.append(chunk)

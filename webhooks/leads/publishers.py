@@ -79,7 +79,10 @@ def _rate_columns(limit: RateLimit | None) -> dict:
 
 
 def _rate_of(row: Publisher) -> RateLimit | None:
-    return RateLimit(row.rate_per_second, row.rate_burst) if row.rate_per_second else None
+    if not row.rate_per_second:
+        return None
+    assert row.rate_burst is not None  # written together with rate_per_second (_rate_columns)
+    return RateLimit(row.rate_per_second, row.rate_burst)
 
 
 def to_json(row: Publisher) -> dict:

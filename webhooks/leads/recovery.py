@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
@@ -109,7 +111,8 @@ def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config
     for buyer_id in buyer_ids:
         start = 0
         while True:
-            ids = store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=start, num=SCAN)
+            ids = cast("list[str]", store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=start,
+                                                              num=SCAN))  # decoded replies
             out += _abandoned_of(store, buyer_id, ids)
             if len(ids) < SCAN:
                 break
@@ -157,7 +160,7 @@ def _lead_of(note_key: str, publisher_id: str) -> LeadKey:
     return LeadKey(publisher_id, _claim_key(note_key).removeprefix(keys.lead_claim(publisher_id, "")))
 
 
-def end_abandoned(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
+def end_abandoned(store: Store, settle: Store, queue: Queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
                   publisher: PublisherRule, note_key: str, cfg: Config) -> Outcome | None:
     """Claim the lead of an abandoned attempt note as a publisher's retry would
     (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
@@ -218,7 +221,7 @@ def end_abandoned(store: Store, settle: Store, queue, deliverer: Deliverer, buye
     return outcome
 
 
-def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tuple[BuyerRule, ...],
+def sweep(store: Store, settle: Store, queue: Queue, deliverer: Deliverer, buyers: tuple[BuyerRule, ...],
           buyer_ids: Iterable[str], publishers: dict[str, PublisherRule], cfg: Config,
           now: datetime | None = None, budget_s: float = BUDGET_S) -> SweepResult:
     """End the abandoned leads (`abandoned`, `end_abandoned`) for `budget_s` at most (a job of
@@ -247,7 +250,8 @@ def sweep(store: Store, settle: Store, queue, deliverer: Deliverer, buyers: tupl
     return result
 
 
-def sweep_all(cfg: Config, store: Store, settle: Store, queue, abandoned_after_ms: int | None = None) -> SweepResult:
+def sweep_all(cfg: Config, store: Store, settle: Store, queue: Queue,
+              abandoned_after_ms: int | None = None) -> SweepResult:
     """`sweep` with the current config of buyers and publishers read from the database (the
     leases of buyers switched off or deleted since are looked at too); `abandoned_after_ms`
     instead of LEAD_ABANDONED_AFTER_MS when given."""

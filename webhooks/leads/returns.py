@@ -80,6 +80,7 @@ def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -
     current = [(cap, w) for cap, _, w in leases.windows(buyer, now) if then.get(cap) == w]
     if not current:
         return []
+    assert lead.price is not None  # a sold lead has its price
     try:
         given = store.give_back(buyer.id, [(leases.counter_key(buyer.id, w), cents(lead.price)
                                             if cap == "daily_budget" else 1) for cap, w in current])

@@ -26,6 +26,7 @@ from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.integration import RenderBudgetExceeded
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
+from webhooks.storage.batch import Client
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule
 from webhooks.storage.states import AttemptOutcome, LeadStatus, ReservationStatus
@@ -119,8 +120,8 @@ def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None
     if mode not in ("round_robin", "weighted"):
         return ranked
     out: list[Offer] = []
-    for priority, group in itertools.groupby(ranked, key=lambda o: o.buyer.priority):
-        group = list(group)
+    for priority, grouped in itertools.groupby(ranked, key=lambda o: o.buyer.priority):
+        group = list(grouped)
         if mode == "round_robin":
             start = (rotation or {}).get(priority, 0) % len(group)
             out += group[start:] + group[:start]
@@ -134,7 +135,7 @@ class Router:
     """Everything routing needs, built once per process."""
 
     store: Store  # caps, leases and breakers
-    settle_r: object  # Redis holding unsettled sales (counted by a rebuild)
+    settle_r: Client  # Redis holding unsettled sales (counted by a rebuild)
     deliverer: Deliverer
     buyer_timeout_ms: int
     breaker_failures: int
@@ -257,7 +258,7 @@ class Router:
         pingers = [b for b in buyers if b.ping is not None]
         if not pingers:
             return list(offers.values())
-        room = leases.room(self.store, pingers, now, {b.id: max(1, cents(b.ping.min_bid)) for b in pingers},
+        room = leases.room(self.store, pingers, now, {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
                            {b.id: consumer_keys(b.id, b.dedupe_fields, lead) for b in pingers if b.dedupe_fields})
         for b in pingers:
             if room[b.id] is not None:
@@ -266,18 +267,20 @@ class Router:
         deadline = time.monotonic() + self.ping_timeout_ms / 1000
 
         def ping(b: BuyerRule) -> tuple[Decimal | None, Any]:
+            spec = b.ping
+            assert spec is not None  # a pinger
             try:
-                body = b.ping.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher.id, "buyer_id": b.id,
+                body = spec.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher.id, "buyer_id": b.id,
                                     "price": f"{b.price:.2f}"})
             except RenderBudgetExceeded:
                 return None, NOT_SENT
-            status, content, failure, _ms = self.deliverer.ping(b.ping.url, body,
+            status, content, failure, _ms = self.deliverer.ping(spec.url, body,
                                                                 max(0.001, deadline - time.monotonic()))
             if failure == NOT_SENT:
                 return None, NOT_SENT
             if failure is not None or not 200 <= status < 300:
                 return None, None
-            bid, reply = b.ping.read_bid(content)
+            bid, reply = spec.read_bid(content)
             if bid is not None and bid > self.max_bid:
                 log.info("bid %s of buyer %s is above PING_MAX_BID: ignored", bid, b.id)
                 return None, reply

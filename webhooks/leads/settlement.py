@@ -21,13 +21,15 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
+
+from rq import Queue
 
 from webhooks.caps import leases
 from webhooks.leads.delivery import ACCEPTED
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
-from webhooks.storage.batch import Batch
+from webhooks.storage.batch import Batch, Client
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.scripts import BreakerRule, LeadKey
 from webhooks.storage.settle_queue import push
@@ -50,24 +52,29 @@ def commission(price: Decimal, pct: Decimal) -> Decimal:
 
 
 def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload: str,
-              received_at: datetime, request_id: str | None) -> dict:
-    sold = outcome.status == LeadStatus.SOLD
-    return {
+              received_at: datetime, request_id: str | None) -> dict[str, Any]:
+    item: dict[str, Any] = {
         "publisher_id": publisher.id,
         "lead_id": lead_id,
         "status": outcome.status,
         "buyer_id": outcome.buyer_id,
-        "price": f"{outcome.price:.2f}" if sold else None,
-        "commission": f"{commission(outcome.price, publisher.commission_pct):.2f}" if sold else None,
+        "price": None,
+        "commission": None,
         "attempts": outcome.attempts,
         "skipped": outcome.skipped,
         "payload": payload,
         "received_at": received_at.isoformat(),
-        "sold_at": outcome.sold_at.isoformat() if sold else None,
-        "lease": [outcome.lease.buyer_id, outcome.lease.lease_id] if sold else None,
-        "reserved_us": outcome.lease.reserved_us if sold else None,
+        "sold_at": None,
+        "lease": None,
+        "reserved_us": None,
         "request_id": request_id,
     }
+    if outcome.status == LeadStatus.SOLD:  # the sale's columns, in their places above
+        price, sold_at, lease = outcome.price, outcome.sold_at, outcome.lease
+        assert price is not None and sold_at is not None and lease is not None  # a sale has all three
+        item.update(price=f"{price:.2f}", commission=f"{commission(price, publisher.commission_pct):.2f}",
+                    sold_at=sold_at.isoformat(), lease=[lease.buyer_id, lease.lease_id], reserved_us=lease.reserved_us)
+    return item
 
 
 
@@ -128,7 +135,7 @@ class Journal:
 
     CHECK_INTERVAL_S = 0.5  # well under rebuild's wait, so a rebuild counts the re-pushes
 
-    def __init__(self, settle_r, queue, keep_s: float = 600, max_items: int = 100_000,
+    def __init__(self, settle_r: Client, queue: Queue, keep_s: float = 600, max_items: int = 100_000,
                  claims: Store | None = None, replay_ttl_s: int = 7 * 24 * 3600,
                  max_bytes: int = 64 * 1024 * 1024):
         self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
@@ -180,10 +187,11 @@ class Journal:
         of the recovery from a Redis data loss: see leads/redis_loss.py."""
         self._restore_answers()
         fresh = uuid.uuid4().hex
+        current: str | None
         if self.settle_r.set(keys.EPOCH, fresh, nx=True):
             current = fresh
         else:
-            current = self.settle_r.get(keys.EPOCH)
+            current = cast("str | None", self.settle_r.get(keys.EPOCH))  # decoded replies
         previous = self.epoch
         cutoff = time.monotonic() - self.keep_s
         while self.entries and self.entries[0].at < cutoff:
@@ -211,6 +219,7 @@ class Journal:
         is tried again on the next check."""
         while self._unrestored:
             chunk = self._unrestored[:1000]
+            assert self.claims is not None  # only a journal with claims has answers to restore
             try:
                 self.claims.restore_answers(chunk, self.replay_ttl_s)
             except Exception as exc:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from redis.cluster import RedisCluster
+from rq import Queue
 
 from webhooks.payments import ledger
 from webhooks.payments.events import PaymentEvent, RefundEvent
@@ -38,6 +39,7 @@ STATUS = {DUPLICATE: 200, IN_FLIGHT: 409}
 
 def _ref(event: PaymentEvent | RefundEvent) -> PaymentRef:
     """A payment's or a refund's reference (refunds have a key space of their own)."""
+    assert event.reference is not None  # only refunds and succeeded payments (parse() wants one) get here
     return PaymentRef(event.provider, event.reference, isinstance(event, RefundEvent))
 
 
@@ -57,7 +59,7 @@ class Entry:
     claim: claims.Claim | None  # ours, when claimed
 
 
-def enter(store: Store, settle: Store, queue, event: PaymentEvent | RefundEvent, d: Receipt,
+def enter(store: Store, settle: Store, queue: Queue, event: PaymentEvent | RefundEvent, d: Receipt,
           claim_ttl_ms: int, request_id: str | None = None) -> Entry:
     """Dedupe and claim `event` in one round trip (lua/payment_gate.lua); a duplicate or
     in-flight delivery's audit row is queued, not written."""
@@ -96,11 +98,11 @@ def audit_row(d: Receipt, event: PaymentEvent | RefundEvent) -> str:
     return json.dumps(row, separators=(",", ":"))
 
 
-def _with_verdict(verdict: str, row: str) -> str:
+def _with_verdict(verdict: GateVerdict, row: str) -> str:
     return f'{{"verdict":"{verdict}","status_code":{STATUS[verdict]},{row[1:]}'
 
 
-def _queue_apart(settle: Store, queue, verdict: str, row: str, request_id: str | None) -> None:
+def _queue_apart(settle: Store, queue: Queue, verdict: GateVerdict, row: str, request_id: str | None) -> None:
     raw = _with_verdict(verdict, row)
     try:
         settle_queue.push(settle.redis, queue, [raw], request_id=request_id, key=keys.DELIVERIES_PENDING)

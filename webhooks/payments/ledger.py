@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import peewee as pw
 
@@ -143,6 +143,8 @@ def credit(event: PaymentEvent, d: Receipt, announce: bool = False) -> Verdict:
                            received_at=d.received_at, credited_at=now).execute()
             _credit_wallet(event, now)
             if announce:  # the wallet row is locked by the upsert: its balance is this change's
+                # a succeeded payment: parse() refused it without any of these
+                assert event.reference and event.customer and event.currency and event.amount_minor is not None
                 outbox.record(outbox.CREDITED, event.provider, event.reference, event.customer, event.currency,
                               event.amount_minor, balance(event.customer, event.currency), now)
             record(d, Verdict.CREDITED, 200, event)
@@ -192,4 +194,4 @@ def balances(customer: str) -> dict[str, int]:
     """Balance per currency of one payer e-mail (empty when never credited)."""
     rows = (Wallet.select(Wallet.currency, Wallet.balance_minor)
             .where(Wallet.customer == customer).order_by(Wallet.currency).tuples())
-    return dict(rows)
+    return dict(cast("list[tuple[str, int]]", rows))  # peewee's stubs: .tuples() yields models

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
+from typing import cast
 
 import peewee as pw
 import requests
@@ -135,7 +136,7 @@ class Batch:
         return len(self.delivered) + self.failed_attempts
 
 
-def _heads():
+def _heads() -> pw.ModelSelect[PaymentEvent]:
     """Each customer's oldest event not yet delivered: the only one of theirs that may be sent."""
     return (PaymentEvent.select(pw.fn.MIN(PaymentEvent.id))
             .where(PaymentEvent.status.in_([PENDING, FAILED])).group_by(PaymentEvent.customer))
@@ -182,7 +183,7 @@ def next_due_s(now: datetime) -> float | None:
 def _send_chain(sender: Sender, chain: list[PaymentEvent], deadline: float) -> list[tuple[PaymentEvent, str | None,
                                                                                             datetime]]:
     """Send one customer's events in order; stop at the first failure (the rest must wait)."""
-    sent = []
+    sent: list[tuple[PaymentEvent, str | None, datetime]] = []
     for event in chain:
         if sent and time.monotonic() > deadline:
             break
@@ -252,8 +253,9 @@ def listing(statuses: tuple[EventStatus, ...], limit: int) -> list[dict]:
 
 def counts() -> dict[str, int]:
     """How many events are pending and failed (delivered ones are not counted)."""
-    found = dict(PaymentEvent.select(PaymentEvent.status, pw.fn.COUNT(PaymentEvent.id))
-                 .where(PaymentEvent.status.in_([PENDING, FAILED])).group_by(PaymentEvent.status).tuples())
+    found: dict[str, int] = dict(cast("list[tuple[str, int]]", PaymentEvent.select(  # .tuples(): no models
+        PaymentEvent.status, pw.fn.COUNT(PaymentEvent.id)).where(PaymentEvent.status.in_([PENDING, FAILED]))
+        .group_by(PaymentEvent.status).tuples()))
     return {PENDING: found.get(PENDING, 0), FAILED: found.get(FAILED, 0)}
 
 

@@ -9,6 +9,7 @@ sum never passes the payment's amount.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import peewee as pw
 
@@ -32,7 +33,7 @@ class _Refused(Exception):
         self.error, self.verdict, self.status, self.flag = error, verdict, status, flag
 
 
-def _writing():
+def _writing() -> pw._atomic:
     """A transaction that writes from its first statement: SQLite's BEGIN IMMEDIATE takes the
     write lock up front (a deferred one reading first could not write later); MySQL locks rows."""
     return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
@@ -56,7 +57,7 @@ def _check_same_payer(event: RefundEvent, payment: Payment) -> None:
                        Verdict.REFERENCE_CONFLICT, 422, ("refund.reference_conflict", detail))
 
 
-def _debit_wallet(customer: str, currency: str, amount: int, now) -> int:
+def _debit_wallet(customer: str, currency: str, amount: int, now: datetime) -> int:
     """Take `amount` from the wallet (below zero if need be: the provider already returned the
     money) and return the balance after it."""
     changed = (Wallet.update(balance_minor=Wallet.balance_minor - amount, updated_at=now)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass
+from typing import cast
 
 from webhooks.payments.ledger import Receipt
 from webhooks.storage import keys
+from webhooks.storage.batch import Client
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class Listing:
     entries: list[RejectedWebhook]  # newest first
 
 
-def record(redis, d: Receipt, request_id: str | None) -> None:
+def record(redis: Client, d: Receipt, request_id: str | None) -> None:
     """Push the webhook's metadata and trim the list, in one MULTI/EXEC round trip (a
     transaction on one key works on a cluster too), so it never holds more than KEEP."""
     entry = RejectedWebhook(d.provider, d.length, d.sha256, d.received_at.isoformat() + "Z", request_id)
@@ -51,11 +53,12 @@ def _parse(raw: str) -> RejectedWebhook | None:
         return None
 
 
-def listing(redis, provider: str | None = None, limit: int = KEEP) -> Listing:
+def listing(redis: Client, provider: str | None = None, limit: int = KEEP) -> Listing:
     """The newest `limit` entries (of `provider` only, if given) and the list's length. Two
     plain commands, not a pipeline: an unreachable cluster then is a 503 (storage/redis.py
     maps it for single commands only), and this is read by operators, not by the flood."""
     count = redis.llen(keys.REJECTED_WEBHOOKS)
-    raws = redis.lrange(keys.REJECTED_WEBHOOKS, 0, (limit if provider is None else KEEP) - 1)
+    raws = cast("list[str]", redis.lrange(keys.REJECTED_WEBHOOKS, 0,  # decoded replies
+                                          (limit if provider is None else KEEP) - 1))
     entries = [e for e in map(_parse, raws) if e is not None and provider in (None, e.provider)]
     return Listing(count, entries[:limit])

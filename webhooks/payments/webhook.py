@@ -140,6 +140,7 @@ class PaymentWebhooks:
         watch.lap("dedupe")
         if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
             return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
+        assert entry.claim is not None  # claimed: the claim is ours
         try:
             verdict = self._act(event, receipt, entry.claim)
         except PaymentNotFound as exc:

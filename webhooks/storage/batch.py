@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import redis
 from redis.cluster import ClusterPipeline, RedisCluster
@@ -29,6 +29,7 @@ from webhooks.storage.states import AttemptOutcome
 T = TypeVar("T")
 U = TypeVar("U")
 _UNSENT = object()
+Client: TypeAlias = "redis.Redis | RedisCluster"  # one Redis, a cluster, or one node of it
 
 
 class Pending(Generic[T]):

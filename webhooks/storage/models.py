@@ -1,4 +1,4 @@
-"""peewee models of the ledger. They must agree with sql/*.sql (tests/test_schema.py checks it)."""
+"""peewee models of the ledger. They must agree with sql/*.sql (tests/storage/test_migrate.py checks it)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone

@@ -8,10 +8,12 @@ starts a drain again from what the database holds, so delivery depends only on t
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from rq import Queue
 
 from webhooks.storage import keys
+from webhooks.storage.batch import Client
 from webhooks.storage.settle_queue import RETRY
 
 log = logging.getLogger(__name__)
@@ -20,13 +22,13 @@ JOB_TIMEOUT = 180  # a drain hands over to a fresh job well before this (workers
 SCHEDULED_TTL_MS = 60_000  # a drain is scheduled or running while keys.OUTBOX_SCHEDULED lives
 
 
-def enqueue_drain(q: Queue, **meta) -> None:
+def enqueue_drain(q: Queue, **meta: Any) -> None:
     """Ask a worker to deliver the pending payment events."""
     q.enqueue("workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
               description="deliver payment events")
 
 
-def signal(queue_r, q: Queue, request_id: str | None = None) -> None:
+def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
     """After a commit that made an event: wake a drain that is waiting for work, and start one
     unless one is scheduled already. One round trip (plus the enqueue when one is needed)."""
     pipe = queue_r.pipeline(transaction=False)
@@ -37,7 +39,7 @@ def signal(queue_r, q: Queue, request_id: str | None = None) -> None:
         enqueue_drain(q, request_id=request_id)
 
 
-def ensure_drain(queue_r, q: Queue) -> bool:
+def ensure_drain(queue_r: Client, q: Queue) -> bool:
     """Start a drain unless one is scheduled or running (the sweep); True when one was enqueued."""
     if queue_r.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
         enqueue_drain(q, reason="sweep")
@@ -45,17 +47,17 @@ def ensure_drain(queue_r, q: Queue) -> bool:
     return False
 
 
-def still_draining(queue_r) -> None:
+def still_draining(queue_r: Client) -> None:
     """A running drain keeps the flag alive, so that commits wake it instead of enqueueing more."""
     queue_r.set(keys.OUTBOX_SCHEDULED, "1", px=SCHEDULED_TTL_MS)
 
 
-def wait_for_work(queue_r, timeout_s: float) -> bool:
+def wait_for_work(queue_r: Client, timeout_s: float) -> bool:
     """Block until a commit signals new events, at most `timeout_s`; True when one did."""
     return queue_r.blpop([keys.OUTBOX_WAKE], timeout=max(0.01, timeout_s)) is not None
 
 
-def stop_draining(queue_r) -> None:
+def stop_draining(queue_r: Client) -> None:
     """Clear the flag before a drain's last look at the database: a commit after that look
     finds the flag gone and starts a new drain."""
     queue_r.delete(keys.OUTBOX_SCHEDULED)

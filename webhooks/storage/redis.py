@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
+from redis.typing import PatternT
 
 import lua
 from webhooks.storage import scripts, settle_queue
@@ -63,20 +64,20 @@ class Cluster(RedisCluster):
     503, like an unreachable single Redis, while a CROSSSLOT bug stays a 500), and `ping` and
     `keys` covering every slot (as on one Redis) rather than one or every node."""
 
-    def execute_command(self, *args, **kwargs):
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().execute_command(*args, **kwargs)
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
         except RedisClusterException as exc:
             if _unreachable(exc):
                 raise ClusterUnreachable(str(exc)) from exc
             raise
 
-    def ping(self, **kwargs) -> bool:
+    def ping(self, **kwargs: Any) -> bool:
         """PING every primary. redis-py pings every node, replicas too: a replica down would
         then make each web process unready although every lead can still be routed."""
         return super().ping(target_nodes=self.PRIMARIES, **kwargs)
 
-    def keys(self, pattern: str = "*", **kwargs) -> list:
+    def keys(self, pattern: PatternT = "*", **kwargs: Any) -> list[bytes | str]:
         """KEYS of every primary, as on one Redis (redis-py asks one node only)."""
         return super().keys(pattern, target_nodes=self.PRIMARIES, **kwargs)
 

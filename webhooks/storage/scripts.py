@@ -180,7 +180,7 @@ class GateReply(NamedTuple):
 
 # --- the calls ------------------------------------------------------------------------------
 
-def _lead_claim(raw: list) -> LeadClaim:
+def _lead_claim(raw: list[Any]) -> LeadClaim:
     code, value, mark = raw
     if code == 1:
         return LeadClaim(ClaimOutcome.CLAIMED, None, value, int(mark))
@@ -212,7 +212,7 @@ def release_claim(key: str, token: str) -> Call[bool]:
     return Call("release_claim", (key,), (token,), bool)
 
 
-def _reserved(raw: list) -> Reserved:
+def _reserved(raw: list[Any]) -> Reserved:
     status = ReservationStatus(raw[0])
     if status is ReservationStatus.OK:
         return Reserved(status, bool(raw[1]), int(raw[2]))
@@ -258,8 +258,8 @@ def rebuild_counters(buyer_id: str, token: str, values: Sequence[tuple[str, int,
                                      *(counter for counter, _, _ in values)), tuple(args), bool)
 
 
-def _snapshot(n: int) -> Callable[[list], CapSnapshot]:
-    def read(raw: list) -> CapSnapshot:
+def _snapshot(n: int) -> Callable[[list[Any]], CapSnapshot]:
+    def read(raw: list[Any]) -> CapSnapshot:
         status = SnapshotStatus(raw[0])
         if status is not SnapshotStatus.OK:
             return CapSnapshot(status)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any, cast
 
+import redis
 from rq import Queue, Retry
 
 from webhooks.storage import keys
-from webhooks.storage.batch import Batch
+from webhooks.storage.batch import Batch, Client
 
 SETTLE = "floodgate"  # the one queue the `worker` process listens on
 # The first retry is immediate (a blip, or a job abandoned by a killed worker), then back-off.
@@ -19,16 +21,17 @@ JOB_TIMEOUT = 120
 SCHEDULED_TTL_MS = 60_000  # a drain job is scheduled or running while keys.SETTLE_SCHEDULED lives
 
 
-def queue(connection, name: str = SETTLE) -> Queue:
-    return Queue(name, connection=connection)
+def queue(connection: Client, name: str = SETTLE) -> Queue:
+    # RQ runs on one Redis (RQ_REDIS_URL names no cluster), the settle store's client included
+    return Queue(name, connection=cast(redis.Redis, connection))
 
 
-def enqueue_drain(q: Queue, **meta) -> None:
+def enqueue_drain(q: Queue, **meta: Any) -> None:
     """Ask a worker to drain the pending settlements."""
     q.enqueue("workers.settle.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
               description="drain pending settlements")
 
-def push(settle_r, queue, raws: list[str], batch: Batch | None = None, request_id: str | None = None,
+def push(settle_r: Client, queue: Queue, raws: list[str], batch: Batch | None = None, request_id: str | None = None,
          key: str = keys.SETTLE_PENDING) -> None:
     """Queue serialised settlements (or, with `key` keys.DELIVERIES_PENDING, audit rows of
     payment deliveries); start a drain job unless one is already scheduled. `batch` (on
@@ -41,7 +44,7 @@ def push(settle_r, queue, raws: list[str], batch: Batch | None = None, request_i
         enqueue_drain(queue, request_id=request_id)
 
 
-def unsettled(settle_r, mentioning: str | None = None) -> list[dict]:
+def unsettled(settle_r: Client, mentioning: str | None = None) -> list[dict[str, Any]]:
     """Every settlement not yet in the ledger: pending, or taken by a job not yet done. With
     `mentioning` (an id), only those whose JSON holds it as a string somewhere: a superset of
     the ones sold to that buyer, decoded without decoding the rest. After a Redis data loss
@@ -53,7 +56,7 @@ def unsettled(settle_r, mentioning: str | None = None) -> list[dict]:
     if mentioning is not None:
         needle = json.dumps(mentioning)  # ids need no escaping, so every encoding holds this
         raw = [x for x in raw if needle in x]
-    decoded = []
+    decoded: list[dict[str, Any]] = []
     for start in range(0, len(raw), 2000):
         decoded += [json.loads(x) for x in raw[start:start + 2000]]
         time.sleep(0)  # in a gevent web worker: let its requests run between chunks

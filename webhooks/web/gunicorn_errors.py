@@ -9,6 +9,7 @@ which can carry `?token=`.
 from __future__ import annotations
 
 import json
+import socket
 
 from gunicorn import util
 
@@ -23,7 +24,7 @@ ANSWERS = {
 }
 
 
-def write_error(sock, status_int: int, reason: str, mesg: str) -> None:
+def write_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
     """gunicorn's util.write_error, answering the JSON error of API.md."""
     code, message = ANSWERS.get(status_int, ("http_error", reason))
     body = json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()

@@ -4,8 +4,11 @@ from __future__ import annotations
 import io
 import logging
 import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from flask import Flask, Response, g, jsonify, request
+from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
@@ -15,6 +18,9 @@ from webhooks.logs import REQUEST_ID
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.validate import is_id
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +40,10 @@ class BodyLimit:
     one with 413 exactly as it refuses a declared one. Werkzeug alone stops reading such a
     stream at the limit and passes its first 256 KiB on as if they were the whole body."""
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app: WSGIApplication, limit: int) -> None:
         self.app, self.limit = app, limit
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("CONTENT_LENGTH", "") == "" and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
             stream, chunks, size = environ["wsgi.input"], [], 0
             while size <= self.limit:
@@ -65,7 +71,7 @@ def json_body() -> object:
     return strictjson.loads(request.get_data(cache=True))
 
 
-def _on_floodgate_error(exc: FloodgateError):
+def _on_floodgate_error(exc: FloodgateError) -> ResponseReturnValue:
     resp = error(exc.code, exc.message, exc.status)
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
@@ -73,28 +79,28 @@ def _on_floodgate_error(exc: FloodgateError):
     return resp
 
 
-def _on_http_exception(exc: HTTPException):
+def _on_http_exception(exc: HTTPException) -> ResponseReturnValue:
     code = _HTTP_CODES.get(exc.code or 500, "http_error")
     message = "request body exceeds 256 KiB" if exc.code == 413 else (exc.description or code)
     return error(code, message, exc.code or 500)
 
 
-def _on_redis_down(exc: Exception):
+def _on_redis_down(exc: Exception) -> ResponseReturnValue:
     log.warning("redis unavailable: %s", exc)
     return error("unavailable", "Redis is unavailable; nothing was done, retry later", 503)
 
 
-def _on_db_down(exc: Exception):
+def _on_db_down(exc: Exception) -> ResponseReturnValue:
     log.warning("database unavailable: %s", exc)
     return error("unavailable", "the database is unavailable; nothing was done, retry later", 503)
 
 
-def _on_unexpected(exc: Exception):
+def _on_unexpected(exc: Exception) -> ResponseReturnValue:
     log.exception("unhandled error")
     return error("internal_error", "internal error", 500)
 
 
-def _assign_request_id():
+def _assign_request_id() -> None:
     """A caller's X-Request-Id only when it is an id (API.md, Conventions): it is echoed,
     logged and carried into RQ jobs, whose dashboard renders their metadata unescaped."""
     rid = request.headers.get("X-Request-Id", "")
@@ -114,14 +120,14 @@ def _echo_request_id(resp: Response) -> Response:
 
 
 def init_app(app: Flask) -> None:
-    app.wsgi_app = BodyLimit(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"])
+    app.wsgi_app = BodyLimit(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"])  # type: ignore[method-assign]
     app.url_map.converters["id"] = IdConverter
     app.register_error_handler(FloodgateError, _on_floodgate_error)
     app.register_error_handler(HTTPException, _on_http_exception)
     for exc in REDIS_DOWN:
         app.register_error_handler(exc, _on_redis_down)
-    for exc in UNAVAILABLE_ERRORS:
-        app.register_error_handler(exc, _on_db_down)
+    for db_exc in UNAVAILABLE_ERRORS:
+        app.register_error_handler(db_exc, _on_db_down)
     app.register_error_handler(Exception, _on_unexpected)
     app.before_request(_assign_request_id)
     app.after_request(_echo_request_id)

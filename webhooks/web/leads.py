@@ -5,6 +5,7 @@ import time
 from datetime import datetime, timezone
 
 from flask import Blueprint, Response, g, request
+from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
 from webhooks.leads.intake import authenticate, parse_lead
@@ -34,7 +35,7 @@ def _count(resp: Response) -> Response:
 
 
 @bp.post("/v1/leads")
-def post_lead():
+def post_lead() -> ResponseReturnValue:
     received_at = datetime.now(timezone.utc)
     svc = services.current()
     snapshot = svc.catalog.snapshot()

@@ -8,6 +8,8 @@ raised there and rendered as the JSON error shape by web/http.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import cast
 
 from flask import Blueprint, Response, g, jsonify, request
 
@@ -31,7 +33,8 @@ def _count(resp: Response) -> Response:
 def receive(provider: str) -> Response:
     payments = services.current().payments
     payments.secrets_of(provider)  # reject: 404 or 503, the body not even read
-    answer = payments.receive(provider, request.get_data(cache=True), request.headers, g.get("request_id"),
+    headers = cast("Mapping[str, str]", request.headers)  # Headers: get (any case), items, []
+    answer = payments.receive(provider, request.get_data(cache=True), headers, g.get("request_id"),
                               time.time())
     resp = jsonify(answer.body())
     resp.status_code = answer.http_status

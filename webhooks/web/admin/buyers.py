@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from flask import jsonify
+from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.caps import leases
@@ -11,17 +12,18 @@ from webhooks.errors import NotFound
 from webhooks.leads import buyers, preview
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.catalog import bump_version
+from webhooks.storage.batch import Client
 from webhooks.storage.models import Buyer
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body
 
 
-def _redis():
+def _redis() -> Client:
     return services.current().store.redis
 
 
 @bp.put("/buyers/<id:buyer_id>")
-def put_buyer(buyer_id: str):
+def put_buyer(buyer_id: str) -> ResponseReturnValue:
     stored = Buyer.get_or_none(Buyer.id == buyer_id)
     row, created = buyers.save(buyer_id, buyers.parse(json_body(), stored))
     r = _redis()
@@ -32,7 +34,7 @@ def put_buyer(buyer_id: str):
 
 
 @bp.get("/buyers/<id:buyer_id>")
-def get_buyer(buyer_id: str):
+def get_buyer(buyer_id: str) -> ResponseReturnValue:
     row = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
     if row is None:
         raise NotFound(f"no buyer {buyer_id!r}")
@@ -42,7 +44,7 @@ def get_buyer(buyer_id: str):
 
 
 @bp.delete("/buyers/<id:buyer_id>")
-def delete_buyer(buyer_id: str):
+def delete_buyer(buyer_id: str) -> ResponseReturnValue:
     if not buyers.delete(buyer_id):
         raise NotFound(f"no buyer {buyer_id!r}")
     bump_version(_redis())
@@ -50,7 +52,7 @@ def delete_buyer(buyer_id: str):
 
 
 @bp.post("/buyers/<id:buyer_id>/preview")
-def preview_buyer(buyer_id: str):
+def preview_buyer(buyer_id: str) -> ResponseReturnValue:
     """The request Floodgate would send this buyer for a sample lead: nothing is sent,
     reserved or stored."""
     row = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from flask import jsonify, request
+from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
@@ -20,12 +21,12 @@ def _publisher_id() -> str | None:
 
 
 @bp.get("/leads/<id:lead_id>")
-def get_lead(lead_id: str):
+def get_lead(lead_id: str) -> ResponseReturnValue:
     return jsonify(lead_record(returns.find(lead_id, _publisher_id())))
 
 
 @bp.post("/leads/<id:lead_id>/return")
-def return_lead(lead_id: str):
+def return_lead(lead_id: str) -> ResponseReturnValue:
     body = json_body() if request.get_data(cache=True) else {}
     if not isinstance(body, dict) or set(body) - {"reason"}:
         raise ValidationError("invalid_return", "body", 'must be an object {"reason": "..."}')

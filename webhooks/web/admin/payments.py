@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from flask import jsonify, request
+from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
@@ -20,7 +21,7 @@ from webhooks.web.admin import bp
 
 
 @bp.get("/wallets/<string:customer>")
-def get_wallet(customer: str):
+def get_wallet(customer: str) -> ResponseReturnValue:
     customer = customer.strip().lower()
     found = balances(customer) if "@" in customer and len(customer) <= 254 else {}
     if not found:
@@ -29,7 +30,7 @@ def get_wallet(customer: str):
 
 
 @bp.get("/payments/<id:provider>/<string:reference>")
-def get_payment(provider: str, reference: str):
+def get_payment(provider: str, reference: str) -> ResponseReturnValue:
     row = None
     if provider in VERIFIERS and len(reference) <= 128:
         row = Payment.get_or_none(Payment.provider == provider, Payment.reference == reference)
@@ -43,7 +44,7 @@ MAX_EVENTS = 1000
 
 
 @bp.get("/payment-events")
-def list_payment_events():
+def list_payment_events() -> ResponseReturnValue:
     """What is not yet delivered to PAYMENT_EVENTS_URL, oldest first: `?status=pending` (still being
     retried, or held behind an earlier event of the same customer), `?status=failed` (given up:
     `flask --app wsgi events retry`), or both without `status`; `limit` (default 100)."""
@@ -63,7 +64,7 @@ def _limit(most: int) -> int:
 
 
 @bp.get("/webhooks/rejected")
-def list_rejected_webhooks():
+def list_rejected_webhooks() -> ResponseReturnValue:
     """The payment webhooks refused for their signature, newest first, from the capped Redis
     list (never the database): `?provider=` to see one provider's, `limit` (default 100, at
     most 1000). `count` is the list's length, every provider's."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from flask import jsonify
+from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound
@@ -14,7 +15,7 @@ from webhooks.web.http import json_body
 
 
 @bp.put("/publishers/<id:publisher_id>")
-def put_publisher(publisher_id: str):
+def put_publisher(publisher_id: str) -> ResponseReturnValue:
     row, fresh = publishers.save(publisher_id, publishers.parse(json_body()))
     if fresh:
         claims.remember_from_start(services.current().store, publisher_id)
@@ -23,7 +24,7 @@ def put_publisher(publisher_id: str):
 
 
 @bp.get("/publishers/<id:publisher_id>")
-def get_publisher(publisher_id: str):
+def get_publisher(publisher_id: str) -> ResponseReturnValue:
     row = Publisher.get_or_none(Publisher.id == publisher_id)
     if row is None:
         raise NotFound(f"no publisher {publisher_id!r}")

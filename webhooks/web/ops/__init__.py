@@ -5,11 +5,14 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
+from typing import Any
 
 import yaml
 from flask import Blueprint, Response, jsonify
+from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
+from webhooks.leads.buyers import BuyerRule
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.web.ops import csp
@@ -19,12 +22,12 @@ bp = Blueprint("ops", __name__, template_folder="templates")
 
 
 @bp.get("/healthz")
-def healthz():
+def healthz() -> ResponseReturnValue:
     return jsonify(status="ok")
 
 
 @bp.get("/readyz")
-def readyz():
+def readyz() -> ResponseReturnValue:
     down = []
     try:
         services.current().store.redis.ping()
@@ -50,12 +53,12 @@ def openapi_spec() -> str:
 
 
 @bp.get("/openapi.json")
-def openapi():
+def openapi() -> ResponseReturnValue:
     return Response(openapi_spec(), mimetype="application/json")
 
 
 @bp.get("/metrics")
-def prometheus_metrics():
+def prometheus_metrics() -> ResponseReturnValue:
     svc = services.current()
     buyer_ids = [b.id for b in _buyers()]
     body, content_type = metrics.scrape(LiveCollector(svc.store.redis, svc.settle.redis, svc.queue, buyer_ids),
@@ -63,7 +66,7 @@ def prometheus_metrics():
     return Response(body, content_type=content_type)
 
 
-def _buyers():
+def _buyers() -> tuple[BuyerRule, ...]:
     """Active buyers from the per-process config cache; none when it cannot be refreshed (the
     scrape still answers, with floodgate_redis_up telling whether Redis could be read)."""
     try:
@@ -75,7 +78,7 @@ def _buyers():
 
 
 @bp.record_once
-def _secure_headers(state) -> None:
+def _secure_headers(state: Any) -> None:  # a BlueprintSetupState
     csp.init_app(state.app)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from typing import cast
 from urllib.parse import urlencode, urlsplit
 
-from flask import Response, redirect, request, url_for
+from flask import redirect, request, url_for
+from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
 from webhooks.errors import Forbidden
@@ -34,7 +36,9 @@ def _digest(value: str) -> str:
 
 def _is_admin_token(presented: str | None) -> bool:
     token = services.current().config.admin_token
-    return bool(presented and token) and hmac.compare_digest(presented.encode(), token.encode())
+    if not presented or not token:
+        return False
+    return hmac.compare_digest(presented.encode(), token.encode())
 
 
 def open_session() -> str:
@@ -51,7 +55,7 @@ def _session_is_live(session_id: str | None) -> bool:
     token = services.current().config.admin_token
     if not token or not session_id or len(session_id) > 128:
         return False
-    stored = services.current().store.redis.get(keys.ops_session(_digest(session_id)))
+    stored = cast("str | None", services.current().store.redis.get(keys.ops_session(_digest(session_id))))  # decoded
     return stored is not None and hmac.compare_digest(stored.encode(), _digest(token).encode())
 
 

@@ -6,11 +6,13 @@ import logging
 from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily
+from rq import Queue
 from rq.registry import FailedJobRegistry
 
 from webhooks.caps.breaker import BREAKER_STATES, breakers
 from webhooks.payments import outbox
 from webhooks.storage import keys
+from webhooks.storage.batch import Client
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
 
@@ -21,7 +23,7 @@ class LiveCollector:
     """Gauges read from Redis at scrape time: breaker state per buyer, RQ queue depth and
     failed jobs, pending settlements. A Redis that does not answer is reported, not raised."""
 
-    def __init__(self, redis, settle_redis, queue, buyer_ids: list[str]):
+    def __init__(self, redis: Client, settle_redis: Client, queue: Queue, buyer_ids: list[str]):
         self.redis, self.settle_redis, self.queue, self.buyer_ids = redis, settle_redis, queue, buyer_ids
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from decimal import Decimal
+from typing import Any
 
 from flask import render_template
+from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.caps import leases
@@ -15,6 +17,7 @@ from webhooks.caps.breaker import breakers
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import flagged, lead_record
 from webhooks.payments import outbox, rejected
+from webhooks.storage.batch import Client
 from webhooks.storage.models import Buyer, Lead
 from webhooks.web.ops import bp
 from webhooks.web.ops.auth import require_admin
@@ -24,7 +27,7 @@ LAST_LEADS = 20
 LAST_REJECTED = 20
 
 
-def _bar(cap: str, use: dict) -> dict:
+def _bar(cap: str, use: dict[str, Any]) -> dict[str, Any]:
     """A usage bar: used / limit and the filled percentage (a cap of 0 is full)."""
     used, limit = Decimal(str(use["used"])), Decimal(str(use["limit"]))
     pct = 100 if limit == 0 else min(100, int(used * 100 / limit))
@@ -32,7 +35,7 @@ def _bar(cap: str, use: dict) -> dict:
             "window_start": use["window_start"]}
 
 
-def buyer_panels(r, now: datetime) -> list[dict]:
+def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
     """Every buyer not deleted, in waterfall order, with its cap bars and breaker."""
     rows = list(Buyer.select().where(Buyer.deleted_at.is_null())
                 .order_by(Buyer.priority, Buyer.price.desc(), Buyer.id))
@@ -44,7 +47,7 @@ def buyer_panels(r, now: datetime) -> list[dict]:
 
 
 @bp.get("/ops")
-def ops_page():
+def ops_page() -> ResponseReturnValue:
     redirect = require_admin()
     if redirect is not None:
         return redirect

@@ -9,8 +9,11 @@ number or page) answer 4xx JSON instead of a 500.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import rq_dashboard
 from flask import Flask, request
+from flask.typing import ResponseReturnValue
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq_dashboard.web import setup_rq_connection
 
@@ -24,7 +27,7 @@ URL_PREFIX = "/ops/rq"
 REQUEUE_ALL = "rq_dashboard.requeue_all"
 
 
-def guard():
+def guard() -> ResponseReturnValue | None:
     """before_request of every dashboard route: the admin token (and same origin for a change
     under the cookie), then POST only for requeue-all, which the library also serves on GET."""
     answer = require_admin()
@@ -33,20 +36,20 @@ def guard():
     return answer
 
 
-def _not_found(exc: Exception):
+def _not_found(exc: Exception) -> ResponseReturnValue:
     return error("not_found", f"no such job, queue or dashboard instance: {exc}", 404)
 
 
-def _bad_request(exc: Exception):
+def _bad_request(exc: Exception) -> ResponseReturnValue:
     return error("bad_request", f"malformed dashboard request: {exc}", 400)
 
 
-def _conflict(exc: Exception):
+def _conflict(exc: Exception) -> ResponseReturnValue:
     return error("conflict", f"the job cannot do that now: {exc}", 409)
 
 
 @bp.record_once
-def _mount(state) -> None:
+def _mount(state: Any) -> None:  # a BlueprintSetupState
     app: Flask = state.app
     app.config.setdefault("RQ_DASHBOARD_REDIS_URL", services.of(app).config.queue_redis_url)
     app.config.setdefault("RQ_DASHBOARD_POLL_INTERVAL", 5000)
