@@ -1,6 +1,7 @@
 """Gunicorn settings for `web`, from config.load() like every other setting. gevent patches
 the standard library here, before the app (and with it ssl, socket, redis and pymysql) is
 imported by any worker."""
+
 from gevent import monkey
 
 monkey.patch_all()

@@ -10,6 +10,7 @@ Results go to bench/out/payments.{json,md,png}.
 
     python -m bench.bench_payments [--payments 2000] [--repeats 5] [--concurrency 50]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,11 @@ from webhooks.storage.models import Payment, Wallet
 
 def latency(values: list[float]) -> dict:
     """Count, p50/p95/p99 (bench.common, nearest rank) and max of `values` in ms."""
-    return {"n": len(values), **{k + "_ms": v for k, v in percentiles(values).items()},
-            "max_ms": round(max(values), 2) if values else None}
+    return {
+        "n": len(values),
+        **{k + "_ms": v for k, v in percentiles(values).items()},
+        "max_ms": round(max(values), 2) if values else None,
+    }
 
 
 def server_timing(header: str) -> dict[str, float]:
@@ -74,8 +78,12 @@ def run_phase(base: str, deliveries: list, concurrency: int) -> list[dict]:
         resp = deliver(base, provider, raw, session=local.session)
         client_ms = (time.perf_counter() - started) * 1000
         status = resp.json().get("status") if resp.status_code in (200, 409) else f"http_{resp.status_code}"
-        return {"reference": reference, "status": status, "client_ms": client_ms,
-                "server": server_timing(resp.headers.get("Server-Timing", ""))}
+        return {
+            "reference": reference,
+            "status": status,
+            "client_ms": client_ms,
+            "server": server_timing(resp.headers.get("Server-Timing", "")),
+        }
 
     with ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(one, deliveries))
@@ -85,14 +93,16 @@ def summarise(results: list[dict], seconds: float) -> dict:
     by_status = defaultdict(list)
     for r in results:
         by_status[r["status"]].append(r)
-    summary = {"deliveries": len(results), "seconds": round(seconds, 2),
-               "deliveries_per_s": round(len(results) / seconds, 1),
-               "statuses": dict(Counter(r["status"] for r in results))}
+    summary = {
+        "deliveries": len(results),
+        "seconds": round(seconds, 2),
+        "deliveries_per_s": round(len(results) / seconds, 1),
+        "statuses": dict(Counter(r["status"] for r in results)),
+    }
     labels = (("credited", "first_deliveries"), ("duplicate", "duplicates"), ("in_flight", "in_flight"))
     for status, label in labels:
         rows = by_status.get(status, [])
-        decide = [sum(r["server"].get(k, 0.0) for k in ("verify", "parse", "dedupe"))
-                  for r in rows if r["server"]]
+        decide = [sum(r["server"].get(k, 0.0) for k in ("verify", "parse", "dedupe")) for r in rows if r["server"]]
         summary[label] = {
             "client": latency([r["client_ms"] for r in rows]),
             "server_verify_dedupe": latency(decide),
@@ -104,10 +114,13 @@ def summarise(results: list[dict], seconds: float) -> dict:
 def check_ledger(payments: list, expected: dict, results: list[dict]) -> dict:
     credited = Counter(r["reference"] for r in results if r["status"] == "credited")
     with db.connection_context():
-        stored = {p.reference for p in Payment.select(Payment.reference).where(
-            Payment.reference.in_([ref for ref, _p, _raw in payments]))}
-        wallets = {(w.customer, w.currency): w.balance_minor for w in Wallet.select()
-                   if (w.customer, w.currency) in expected}
+        stored = {
+            p.reference
+            for p in Payment.select(Payment.reference).where(Payment.reference.in_([ref for ref, _p, _raw in payments]))
+        }
+        wallets = {
+            (w.customer, w.currency): w.balance_minor for w in Wallet.select() if (w.customer, w.currency) in expected
+        }
     return {
         "double_credits": sum(1 for n in credited.values() if n > 1)
         + sum(1 for k, v in expected.items() if wallets.get(k, 0) > v),
@@ -129,9 +142,17 @@ def main() -> int:
         es.callback(db.close)
         web = base.web(es, workers=args.workers)
         rng = random.Random(7)
-        report = {"machine": machine_info(), "setup": {
-            "payments": args.payments, "repeats": args.repeats, "concurrency": args.concurrency,
-            "gunicorn_workers": args.workers, "database": "MariaDB", "redis": "private redis-server"}}
+        report = {
+            "machine": machine_info(),
+            "setup": {
+                "payments": args.payments,
+                "repeats": args.repeats,
+                "concurrency": args.concurrency,
+                "gunicorn_workers": args.workers,
+                "database": "MariaDB",
+                "redis": "private redis-server",
+            },
+        }
         for phase in ("burst", "shuffled"):
             payments, expected = make_payments(args.payments, phase, rng)
             deliveries = [p for p in payments for _ in range(args.repeats)]
@@ -139,14 +160,15 @@ def main() -> int:
                 rng.shuffle(deliveries)
             started = time.perf_counter()
             results = run_phase(web.url, deliveries, args.concurrency)
-            report[phase] = {**summarise(results, time.perf_counter() - started),
-                             **check_ledger(payments, expected, results)}
+            report[phase] = {
+                **summarise(results, time.perf_counter() - started),
+                **check_ledger(payments, expected, results),
+            }
         write_json("payments.json", report)
         write_md("payments.md", render(report))
         plot(report, OUT / "payments.png")
         print(render(report))
-        ok = all(report[p]["double_credits"] == 0 and report[p]["lost_payments"] == 0
-                 for p in ("burst", "shuffled"))
+        ok = all(report[p]["double_credits"] == 0 and report[p]["lost_payments"] == 0 for p in ("burst", "shuffled"))
         return 0 if ok else 1
 
 
@@ -156,27 +178,54 @@ def render(report: dict) -> str:
         p = report[phase]
         for label in ("first_deliveries", "duplicates"):
             q = p[label]
-            rows.append({"phase": phase, "kind": label.replace("_", " "), "n": q["client"]["n"],
-                         "s50": q["server_verify_dedupe"]["p50_ms"], "s99": q["server_verify_dedupe"]["p99_ms"],
-                         "t50": q["server_total"]["p50_ms"], "t99": q["server_total"]["p99_ms"],
-                         "c50": q["client"]["p50_ms"], "c99": q["client"]["p99_ms"]})
-    table = markdown_table(rows, (("phase", "phase"), ("deliveries", "kind"), ("n", "n"),
-                                  ("server verify+dedupe p50 ms", "s50"), ("p99 ms", "s99"),
-                                  ("server total p50 ms", "t50"), ("p99 ms", "t99"),
-                                  ("client p50 ms", "c50"), ("p99 ms", "c99")))
+            rows.append(
+                {
+                    "phase": phase,
+                    "kind": label.replace("_", " "),
+                    "n": q["client"]["n"],
+                    "s50": q["server_verify_dedupe"]["p50_ms"],
+                    "s99": q["server_verify_dedupe"]["p99_ms"],
+                    "t50": q["server_total"]["p50_ms"],
+                    "t99": q["server_total"]["p99_ms"],
+                    "c50": q["client"]["p50_ms"],
+                    "c99": q["client"]["p99_ms"],
+                }
+            )
+    table = markdown_table(
+        rows,
+        (
+            ("phase", "phase"),
+            ("deliveries", "kind"),
+            ("n", "n"),
+            ("server verify+dedupe p50 ms", "s50"),
+            ("p99 ms", "s99"),
+            ("server total p50 ms", "t50"),
+            ("p99 ms", "t99"),
+            ("client p50 ms", "c50"),
+            ("p99 ms", "c99"),
+        ),
+    )
     s = report["setup"]
-    lines = [f"{s['payments']} distinct payments × {s['repeats']} deliveries each, concurrency "
-             f"{s['concurrency']}, {s['gunicorn_workers']} gunicorn workers, {s['database']}.", "", table, ""]
+    lines = [
+        f"{s['payments']} distinct payments × {s['repeats']} deliveries each, concurrency "
+        f"{s['concurrency']}, {s['gunicorn_workers']} gunicorn workers, {s['database']}.",
+        "",
+        table,
+        "",
+    ]
     for phase in ("burst", "shuffled"):
         p = report[phase]
-        lines.append(f"- {phase}: {p['deliveries_per_s']} deliveries/s, outcomes {p['statuses']}; "
-                     f"double credits **{p['double_credits']}**, lost payments **{p['lost_payments']}**, "
-                     f"wallets off {p['wallets_off']}.")
+        lines.append(
+            f"- {phase}: {p['deliveries_per_s']} deliveries/s, outcomes {p['statuses']}; "
+            f"double credits **{p['double_credits']}**, lost payments **{p['lost_payments']}**, "
+            f"wallets off {p['wallets_off']}."
+        )
     return "\n".join(lines)
 
 
 def plot(report: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -194,8 +243,9 @@ def plot(report: dict, path: Path) -> None:
         ax.bar([i + 0.2 for i in x], p99, 0.4, label="p99")
         ax.set_xticks(list(x), labels, fontsize=8)
         ax.set_yscale("log")
-        ax.set_title(f"{phase}: double credits {report[phase]['double_credits']}, "
-                     f"lost {report[phase]['lost_payments']}")
+        ax.set_title(
+            f"{phase}: double credits {report[phase]['double_credits']}, lost {report[phase]['lost_payments']}"
+        )
     axes[0].set_ylabel("ms (log)")
     axes[0].legend()
     fig.tight_layout()

@@ -3,6 +3,7 @@
 A bare keep-alive HTTP/1.1 responder on gevent's StreamServer rather than a WSGI stack: the
 buyer shares the machine's two cores with the system under test, so it should cost as little
 CPU as possible per lead."""
+
 from __future__ import annotations
 
 from gevent import monkey

@@ -19,6 +19,7 @@
 Writes bench/out/cluster.json, cluster.md and cluster.png; bench/e2e.py's wrk helper and
 lead.lua drive the end-to-end rows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -110,8 +111,7 @@ def spread_buyers(cluster: LocalCluster, prefix: str) -> dict[int, list[str]]:
     return found
 
 
-def failover_rep(cluster: LocalCluster, web: WebServer, buyers: BuyerServer, tag: str, rep: int,
-                 cut_ms: int) -> dict:
+def failover_rep(cluster: LocalCluster, web: WebServer, buyers: BuyerServer, tag: str, rep: int, cut_ms: int) -> dict:
     """One chaos burst with a primary killed in it (its replica cut off from it `cut_ms`
     before, when not 0); deliveries per buyer against the cap."""
     admin = Admin(web.url)
@@ -121,8 +121,16 @@ def failover_rep(cluster: LocalCluster, web: WebServer, buyers: BuyerServer, tag
     ids = [b for group in by_primary.values() for b in group]
     for i, bid in enumerate(ids):
         buyers.add(bid)
-        admin.put(f"/v1/admin/buyers/{bid}", {"name": bid, "endpoint_url": buyers.url(bid), "price": "10.00",
-                                             "caps": {"daily": CAP}, "states": [f"S{i}"]})
+        admin.put(
+            f"/v1/admin/buyers/{bid}",
+            {
+                "name": bid,
+                "endpoint_url": buyers.url(bid),
+                "price": "10.00",
+                "caps": {"daily": CAP},
+                "states": [f"S{i}"],
+            },
+        )
     time.sleep(1.2)  # every web process has the buyers
     promoted: dict = {}
     local = threading.local()
@@ -131,8 +139,12 @@ def failover_rep(cluster: LocalCluster, web: WebServer, buyers: BuyerServer, tag
         s = getattr(local, "s", None) or requests.Session()
         local.s = s
         try:
-            resp = s.post(f"{web.url}/v1/leads", json={"lead_id": lead_id, "state": f"S{i % len(ids)}"},
-                          headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+            resp = s.post(
+                f"{web.url}/v1/leads",
+                json={"lead_id": lead_id, "state": f"S{i % len(ids)}"},
+                headers={"Authorization": f"Bearer {API_KEY}"},
+                timeout=30,
+            )
             body = resp.json()
             return body.get("status") or body["error"]["code"]
         except (requests.RequestException, ValueError, KeyError):
@@ -174,11 +186,23 @@ def failover_rep(cluster: LocalCluster, web: WebServer, buyers: BuyerServer, tag
     for bid in ids:
         admin.delete_buyer(bid)
     over = {bid: max(0, n - CAP) for bid, n in delivered.items()}
-    row = {"rep": rep, "cut_ms": cut_ms, "killed": victim, "burst_s": round(burst_s, 2), "promotion_s": round(promoted.get("s", -1), 2),
-           "statuses": dict(statuses), "fill": dict(fill), "delivered": delivered, "over_cap": over, "over_total": sum(over.values()),
-           "buyers_over": sum(1 for v in over.values() if v)}
-    log(f"{tag}: over cap {row['over_total']} ({row['buyers_over']} buyers), promotion "
-        f"{row['promotion_s']} s, {dict(statuses)}")
+    row = {
+        "rep": rep,
+        "cut_ms": cut_ms,
+        "killed": victim,
+        "burst_s": round(burst_s, 2),
+        "promotion_s": round(promoted.get("s", -1), 2),
+        "statuses": dict(statuses),
+        "fill": dict(fill),
+        "delivered": delivered,
+        "over_cap": over,
+        "over_total": sum(over.values()),
+        "buyers_over": sum(1 for v in over.values() if v),
+    }
+    log(
+        f"{tag}: over cap {row['over_total']} ({row['buyers_over']} buyers), promotion "
+        f"{row['promotion_s']} s, {dict(statuses)}"
+    )
     return row
 
 
@@ -186,8 +210,21 @@ def lease_rows(label: str, url: str, wait: int) -> list[dict]:
     """leases.reserve latency from 50 threads, paced and as fast as possible."""
     r = make_store(url, wait_replicas=wait, wait_timeout_ms=int(WAIT_ENV["CAP_WAIT_TIMEOUT_MS"]))
     limits = (("hourly", BIG), ("daily", BIG), ("daily_budget", BIG * 100))
-    buyers = [BuyerRule(f"lease{i}", "http://127.0.0.1:9/", 0, Decimal("1.00"), 100, ZoneInfo("UTC"), limits,
-                        frozenset(), frozenset(), None) for i in range(6)]
+    buyers = [
+        BuyerRule(
+            f"lease{i}",
+            "http://127.0.0.1:9/",
+            0,
+            Decimal("1.00"),
+            100,
+            ZoneInfo("UTC"),
+            limits,
+            frozenset(),
+            frozenset(),
+            None,
+        )
+        for i in range(6)
+    ]
     for b in buyers:
         leases.mark_ready(r.redis, b.id)
     now = datetime.now(timezone.utc)
@@ -197,15 +234,23 @@ def lease_rows(label: str, url: str, wait: int) -> list[dict]:
 
         def decide(i: int, ms: list[float] = ms) -> str:
             t = time.perf_counter()
-            status = leases.reserve(r, buyers[i % len(buyers)], now, lease_ttl_ms=LEASE_TTL_MS,
-                                  probe_ttl_ms=LEASE_TTL_MS).status
+            status = leases.reserve(
+                r, buyers[i % len(buyers)], now, lease_ttl_ms=LEASE_TTL_MS, probe_ttl_ms=LEASE_TTL_MS
+            ).status
             ms.append((time.perf_counter() - t) * 1000)
             return status
 
         run = paced_threads(THREADS, n, duration, decide)
         errors = sum(isinstance(x, Exception) for x in run.results)
-        rows.append({"backend": label, "load": load, **percentiles(ms), "errors": errors,
-                     "decisions_per_s": round(len(ms) / run.elapsed_s, 1)})
+        rows.append(
+            {
+                "backend": label,
+                "load": load,
+                **percentiles(ms),
+                "errors": errors,
+                "decisions_per_s": round(len(ms) / run.elapsed_s, 1),
+            }
+        )
         log(f"lease {label} {load}: {rows[-1]}")
     r.close()
     return rows
@@ -216,8 +261,13 @@ def e2e_row(label: str, web: WebServer, seconds: int, round_: int) -> dict:
     web processes' CPU per lead: on this machine the cluster's six servers share its two
     cores with the web processes, which a real deployment does not."""
     slug = "".join(c for c in label if c.isalnum()) + str(round_)  # lead ids never repeat
-    pids = [web.pid, *map(int, subprocess.run(["pgrep", "-P", str(web.pid)], capture_output=True, text=True,
-                                               check=False).stdout.split())]
+    pids = [
+        web.pid,
+        *map(
+            int,
+            subprocess.run(["pgrep", "-P", str(web.pid)], capture_output=True, text=True, check=False).stdout.split(),
+        ),
+    ]
     wrk(web.url, 50, 2, f"warm{slug}")
     before = cpu_seconds(pids)
     result = wrk(web.url, 50, seconds, f"e2e{slug}")
@@ -231,8 +281,15 @@ def configure_e2e(web: WebServer, buyer_id: str, buyer_url: str) -> None:
     rebuilt from the ledger: 503s meanwhile)."""
     admin = Admin(web.url)
     admin.put("/v1/admin/publishers/bench", {"name": "Bench", "api_key": API_KEY, "commission_pct": "10"})
-    admin.put(f"/v1/admin/buyers/{buyer_id}", {"name": "Acme", "endpoint_url": buyer_url, "price": "12.50",
-                                        "caps": {"hourly": BIG, "daily": BIG, "daily_budget": "999999999.00"}})
+    admin.put(
+        f"/v1/admin/buyers/{buyer_id}",
+        {
+            "name": "Acme",
+            "endpoint_url": buyer_url,
+            "price": "12.50",
+            "caps": {"hourly": BIG, "daily": BIG, "daily_budget": "999999999.00"},
+        },
+    )
     time.sleep(1.2)
 
 
@@ -257,10 +314,20 @@ def main() -> int:
             es.callback(drop)
         else:
             db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
-        base = {**os.environ, "DATABASE_URL": db_url, "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1",
-               "PUBLISHER_RATE_LIMIT": "off"}
-        subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env={**base, "REDIS_URL": single.url},
-                       cwd=ROOT, check=True, capture_output=True)
+        base = {
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "ADMIN_TOKEN": ADMIN,
+            "PYTHONUNBUFFERED": "1",
+            "PUBLISHER_RATE_LIMIT": "off",
+        }
+        subprocess.run(
+            [venv_bin("flask"), "--app", "wsgi", "db", "upgrade"],
+            env={**base, "REDIS_URL": single.url},
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         stub_port = free_port()
         stub = Proc([venv_bin("python"), "-m", "bench.buyer_server", str(stub_port)], base, tmp / "stub.log")
         es.callback(stub.stop)
@@ -268,15 +335,30 @@ def main() -> int:
         es.callback(buyers.close)
         # One Redis as deployed today (the queue on it too); the cluster with its queue beside it.
         on_cluster = {"REDIS_URL": cluster.url, "RQ_REDIS_URL": queue.url}
-        backends = (("one Redis", {"REDIS_URL": single.url}), ("cluster", on_cluster),
-                    ("cluster + CAP_WAIT_REPLICAS=1", {**on_cluster, **WAIT_ENV}))
+        backends = (
+            ("one Redis", {"REDIS_URL": single.url}),
+            ("cluster", on_cluster),
+            ("cluster + CAP_WAIT_REPLICAS=1", {**on_cluster, **WAIT_ENV}),
+        )
         webs = []
         for n, (_label, extra) in enumerate(backends):
             env = {**base, **extra}
             webs.append(WebServer(env, tmp / f"web{n}.log", workers=2))
             es.callback(webs[-1].stop)
-            worker = Proc([venv_bin("rq"), "worker", "--url", env.get("RQ_REDIS_URL", env["REDIS_URL"]), "-w",
-                           "rq.worker.SimpleWorker", "-q", "floodgate"], env, tmp / f"worker{n}.log")
+            worker = Proc(
+                [
+                    venv_bin("rq"),
+                    "worker",
+                    "--url",
+                    env.get("RQ_REDIS_URL", env["REDIS_URL"]),
+                    "-w",
+                    "rq.worker.SimpleWorker",
+                    "-q",
+                    "floodgate",
+                ],
+                env,
+                tmp / f"worker{n}.log",
+            )
             es.callback(worker.stop)
             configure_e2e(webs[-1], f"acme{n}", f"http://127.0.0.1:{stub_port}/acme")
         # Rounds interleave the backends, so that other work on the machine weighs on each alike.
@@ -291,14 +373,31 @@ def main() -> int:
         for (_, extra), web in zip(backends, webs):
             if "RQ_REDIS_URL" in extra:
                 tag = "on" if "CAP_WAIT_REPLICAS" in extra else "off"
-                failover[tag] = [failover_rep(cluster, web, buyers, tag, rep, cut)
-                                 for cut in (0, args.cut_ms) for rep in range(args.reps)]
+                failover[tag] = [
+                    failover_rep(cluster, web, buyers, tag, rep, cut)
+                    for cut in (0, args.cut_ms)
+                    for rep in range(args.reps)
+                ]
         versions = {"redis": redis_version(single.client())}
-    data = {"machine": machine_info(**versions), "took_s": round(time.monotonic() - started, 1),
-            "setup": {"cap": CAP, "leads": LEADS, "threads": THREADS, "kill_at_lead": KILL_AT, "cut_ms": args.cut_ms,
-                      "buyers": 3 * PER_PRIMARY, "cluster_node_timeout_ms": 1000, "wait": WAIT_ENV},
-            "failover": failover, "lease": medians(leases, ("backend", "load")), "lease_rounds": leases,
-            "e2e": medians(e2e, ("backend",)), "e2e_rounds": e2e}
+    data = {
+        "machine": machine_info(**versions),
+        "took_s": round(time.monotonic() - started, 1),
+        "setup": {
+            "cap": CAP,
+            "leads": LEADS,
+            "threads": THREADS,
+            "kill_at_lead": KILL_AT,
+            "cut_ms": args.cut_ms,
+            "buyers": 3 * PER_PRIMARY,
+            "cluster_node_timeout_ms": 1000,
+            "wait": WAIT_ENV,
+        },
+        "failover": failover,
+        "lease": medians(leases, ("backend", "load")),
+        "lease_rounds": leases,
+        "e2e": medians(e2e, ("backend",)),
+        "e2e_rounds": e2e,
+    }
     write_json("cluster.json", data)
     write_md("cluster.md", render(data))
     plot(data, OUT / "cluster.png")
@@ -311,9 +410,18 @@ def medians(rows: list[dict], by: tuple[str, ...]) -> list[dict]:
     out: dict[tuple, list[dict]] = {}
     for row in rows:
         out.setdefault(tuple(row[k] for k in by), []).append(row)
-    return [{**same[0], **{k: statistics.median(r[k] for r in same) for k, v in same[0].items()
-                           if isinstance(v, (int, float)) and all(r[k] is not None for r in same)},
-             "rounds": len(same)} for same in out.values()]
+    return [
+        {
+            **same[0],
+            **{
+                k: statistics.median(r[k] for r in same)
+                for k, v in same[0].items()
+                if isinstance(v, (int, float)) and all(r[k] is not None for r in same)
+            },
+            "rounds": len(same),
+        }
+        for same in out.values()
+    ]
 
 
 def groups(d: dict) -> list[tuple[str, str, list[dict]]]:
@@ -322,68 +430,142 @@ def groups(d: dict) -> list[tuple[str, str, list[dict]]]:
     for tag, reps in d["failover"].items():
         for cut in sorted({r["cut_ms"] for r in reps}):
             failure = f"replica cut off {cut} ms before kill -9" if cut else "kill -9, replica in sync"
-            out.append((f"CAP_WAIT_REPLICAS={'1' if tag == 'on' else '0'}", failure,
-                        [r for r in reps if r["cut_ms"] == cut]))
+            out.append(
+                (f"CAP_WAIT_REPLICAS={'1' if tag == 'on' else '0'}", failure, [r for r in reps if r["cut_ms"] == cut])
+            )
     return out
 
 
 def summary(setting: str, failure: str, reps: list[dict]) -> dict:
     over = [r["over_total"] for r in reps]
-    return {"setting": setting, "failure": failure, "reps": len(reps), "reps_over": sum(1 for o in over if o),
-            "over_total": sum(over), "over_max": max(over, default=0),
-            "promotion_s": max((r["promotion_s"] for r in reps), default=None),
-            "unavailable": sum(r["statuses"].get("unavailable", 0) + r["statuses"].get("error", 0) for r in reps)}
+    return {
+        "setting": setting,
+        "failure": failure,
+        "reps": len(reps),
+        "reps_over": sum(1 for o in over if o),
+        "over_total": sum(over),
+        "over_max": max(over, default=0),
+        "promotion_s": max((r["promotion_s"] for r in reps), default=None),
+        "unavailable": sum(r["statuses"].get("unavailable", 0) + r["statuses"].get("error", 0) for r in reps),
+    }
 
 
 def render(d: dict) -> str:
     fo = [summary(*g) for g in groups(d)]
-    per_rep = [{"setting": setting, "failure": failure, "sold": r["statuses"].get("sold", 0),
-                "503": r["statuses"].get("unavailable", 0),
-                **{k: r[k] for k in ("rep", "over_total", "buyers_over", "promotion_s", "burst_s")}}
-               for setting, failure, reps in groups(d) for r in reps]
+    per_rep = [
+        {
+            "setting": setting,
+            "failure": failure,
+            "sold": r["statuses"].get("sold", 0),
+            "503": r["statuses"].get("unavailable", 0),
+            **{k: r[k] for k in ("rep", "over_total", "buyers_over", "promotion_s", "burst_s")},
+        }
+        for setting, failure, reps in groups(d)
+        for r in reps
+    ]
     by = {(r["backend"], r["load"]): r for r in d["lease"]}
     e2e = {r["backend"]: r for r in d["e2e"]}
     m, s = d["machine"], d["setup"]
-    reading = [f"- {f['setting']}, {f['failure']}: {f['reps_over']} of {f['reps']} failovers let a cap be exceeded, "
-               f"by {f['over_total']} deliveries in all (at most {f['over_max']} in one)." for f in fo]
+    reading = [
+        f"- {f['setting']}, {f['failure']}: {f['reps_over']} of {f['reps']} failovers let a cap be exceeded, "
+        f"by {f['over_total']} deliveries in all (at most {f['over_max']} in one)."
+        for f in fo
+    ]
     paced = "paced 1,000 over 5 s"
     one, cl, cw = (by.get((b, paced)) for b in ("one Redis", "cluster", "cluster + CAP_WAIT_REPLICAS=1"))
     if one and cl and cw:
-        reading.append(f"- Lease p50/p99 at the seed's load: one Redis {one['p50']}/{one['p99']} ms, cluster "
-                       f"{cl['p50']}/{cl['p99']} ms, cluster with the wait {cw['p50']}/{cw['p99']} ms.")
+        reading.append(
+            f"- Lease p50/p99 at the seed's load: one Redis {one['p50']}/{one['p99']} ms, cluster "
+            f"{cl['p50']}/{cl['p99']} ms, cluster with the wait {cw['p50']}/{cw['p99']} ms."
+        )
     if len(e2e) == 3:
         a, b, c = (e2e[k]["rps"] for k in ("one Redis", "cluster", "cluster + CAP_WAIT_REPLICAS=1"))
-        reading.append(f"- End to end at 50 connections: {a} leads/s on one Redis, {b} on the cluster "
-                       f"({b / a:.0%}), {c} with the wait ({c / a:.0%}).")
-    return "\n".join([
-        "# Redis Cluster: failover, replica wait, one Redis against the cluster", "",
-        f"{m['date']} · {m['nproc']} CPUs ({m['cpu_model']}) · Redis {m['redis']} · Python {m['python']} · "
-        f"run took {d['took_s']} s; load average {m['loadavg_1m_5m_15m']} at the end. Every process "
-        f"(8 redis-servers, 3 gunicorns, wrk, MariaDB) shares the machine; "
-        f"the cluster is 3 primaries + 3 replicas on loopback, cluster-node-timeout {s['cluster_node_timeout_ms']} ms.",
-        "", f"## Failover during the chaos burst ({s['leads']} leads, {s['threads']} threads, {s['buyers']} buyers "
-        f"with a daily cap of {s['cap']}, a primary killed at lead {s['kill_at_lead']})", "",
-        markdown_table(fo, (("setting", "setting"), ("failure", "failure"), ("failovers", "reps"),
-                            ("failovers over a cap", "reps_over"),
-                            ("deliveries over cap, all", "over_total"), ("most in one failover", "over_max"),
-                            ("slowest promotion s", "promotion_s"), ("503 / errors", "unavailable"))), "",
-        markdown_table(per_rep, (("setting", "setting"), ("failure", "failure"), ("rep", "rep"),
-                                 ("over cap", "over_total"),
-                                 ("buyers over", "buyers_over"), ("promotion s", "promotion_s"),
-                                 ("burst s", "burst_s"), ("sold", "sold"), ("503", "503"))), "",
-        f"## Lease (leases.reserve from 50 threads; ms; median of {ROUNDS} interleaved rounds)", "",
-        markdown_table(d["lease"], (("backend", "backend"), ("load", "load"), ("p50", "p50"), ("p95", "p95"),
-                                    ("p99", "p99"), ("decisions/s", "decisions_per_s"), ("errors", "errors"))), "",
-        f"## End to end (wrk, 50 connections, buyer stub at 20 ms; median of {ROUNDS} interleaved rounds)", "",
-        markdown_table(d["e2e"], (("backend", "backend"), ("leads/s", "rps"), ("p50 ms", "p50_ms"),
-                                  ("p99 ms", "p99_ms"), ("errors", "errors"),
-                                  ("web CPU ms per lead", "web_cpu_ms_per_lead"))), "",
-        "## Reading", "", *reading, "", "![cluster](cluster.png)",
-    ])
+        reading.append(
+            f"- End to end at 50 connections: {a} leads/s on one Redis, {b} on the cluster "
+            f"({b / a:.0%}), {c} with the wait ({c / a:.0%})."
+        )
+    return "\n".join(
+        [
+            "# Redis Cluster: failover, replica wait, one Redis against the cluster",
+            "",
+            f"{m['date']} · {m['nproc']} CPUs ({m['cpu_model']}) · Redis {m['redis']} · Python {m['python']} · "
+            f"run took {d['took_s']} s; load average {m['loadavg_1m_5m_15m']} at the end. Every process "
+            f"(8 redis-servers, 3 gunicorns, wrk, MariaDB) shares the machine; "
+            f"the cluster is 3 primaries + 3 replicas on loopback, cluster-node-timeout {s['cluster_node_timeout_ms']} ms.",
+            "",
+            f"## Failover during the chaos burst ({s['leads']} leads, {s['threads']} threads, {s['buyers']} buyers "
+            f"with a daily cap of {s['cap']}, a primary killed at lead {s['kill_at_lead']})",
+            "",
+            markdown_table(
+                fo,
+                (
+                    ("setting", "setting"),
+                    ("failure", "failure"),
+                    ("failovers", "reps"),
+                    ("failovers over a cap", "reps_over"),
+                    ("deliveries over cap, all", "over_total"),
+                    ("most in one failover", "over_max"),
+                    ("slowest promotion s", "promotion_s"),
+                    ("503 / errors", "unavailable"),
+                ),
+            ),
+            "",
+            markdown_table(
+                per_rep,
+                (
+                    ("setting", "setting"),
+                    ("failure", "failure"),
+                    ("rep", "rep"),
+                    ("over cap", "over_total"),
+                    ("buyers over", "buyers_over"),
+                    ("promotion s", "promotion_s"),
+                    ("burst s", "burst_s"),
+                    ("sold", "sold"),
+                    ("503", "503"),
+                ),
+            ),
+            "",
+            f"## Lease (leases.reserve from 50 threads; ms; median of {ROUNDS} interleaved rounds)",
+            "",
+            markdown_table(
+                d["lease"],
+                (
+                    ("backend", "backend"),
+                    ("load", "load"),
+                    ("p50", "p50"),
+                    ("p95", "p95"),
+                    ("p99", "p99"),
+                    ("decisions/s", "decisions_per_s"),
+                    ("errors", "errors"),
+                ),
+            ),
+            "",
+            f"## End to end (wrk, 50 connections, buyer stub at 20 ms; median of {ROUNDS} interleaved rounds)",
+            "",
+            markdown_table(
+                d["e2e"],
+                (
+                    ("backend", "backend"),
+                    ("leads/s", "rps"),
+                    ("p50 ms", "p50_ms"),
+                    ("p99 ms", "p99_ms"),
+                    ("errors", "errors"),
+                    ("web CPU ms per lead", "web_cpu_ms_per_lead"),
+                ),
+            ),
+            "",
+            "## Reading",
+            "",
+            *reading,
+            "",
+            "![cluster](cluster.png)",
+        ]
+    )
 
 
 def plot(d: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -391,8 +573,12 @@ def plot(d: dict, path: Path) -> None:
     found = groups(d)
     width = 0.8 / max(1, len(found))
     for k, (setting, failure, reps) in enumerate(found):
-        a.bar([r["rep"] + (k - (len(found) - 1) / 2) * width for r in reps], [r["over_total"] for r in reps],
-              width=width, label=f"{setting}, {failure}")
+        a.bar(
+            [r["rep"] + (k - (len(found) - 1) / 2) * width for r in reps],
+            [r["over_total"] for r in reps],
+            width=width,
+            label=f"{setting}, {failure}",
+        )
     a.set(xlabel="failover (repetition)", ylabel="deliveries over the cap", title="Over-cap deliveries per failover")
     a.legend(fontsize=7)
     paced = [r for r in d["lease"] if r["load"].startswith("paced")]

@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: percentiles, a description of the machine, a paced
 multi-threaded runner, and writers for the reports under bench/out/ (git-ignored)."""
+
 from __future__ import annotations
 
 import json
@@ -105,8 +106,9 @@ class PacedRun:
         return sum(r is not None for r in self.results)
 
 
-def paced_threads(n_threads: int, n_items: int, duration_s: float, fn: Callable[[int], Any], *,
-                  deadline_s: float = 60.0) -> PacedRun:
+def paced_threads(
+    n_threads: int, n_items: int, duration_s: float, fn: Callable[[int], Any], *, deadline_s: float = 60.0
+) -> PacedRun:
     """Run fn(0) .. fn(n_items - 1) from `n_threads` threads, item i due at
     start + i * duration_s / n_items (duration_s=0: all due at once, as fast as possible).
 
@@ -148,5 +150,4 @@ def paced_threads(n_threads: int, n_items: int, duration_s: float, fn: Callable[
     for t in threads:
         t.join(max(0.0, t0 + deadline_s + 5.0 - time.perf_counter()))
     started = [late_ms[i] for i, r in enumerate(results) if r is not None]
-    return PacedRun(results, started, (max(ends) - t0) if ends else 0.0,
-                    sum(t.is_alive() for t in threads))
+    return PacedRun(results, started, (max(ends) - t0) if ends else 0.0, sum(t.is_alive() for t in threads))

@@ -4,6 +4,7 @@ remembered consumer in Redis. Writes bench/out/dedupe.{json,md,png}.
 
     python -m bench.dedupe [--reservations 10000] [--rounds 3] [--consumers 100000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,20 @@ BIG = 10**9
 
 def buyer(dedupe: bool) -> BuyerRule:
     limits = (("hourly", BIG), ("daily", BIG), ("daily_budget", BIG * 100))
-    return BuyerRule("dd" if dedupe else "plain", "http://127.0.0.1:9/", 0, Decimal("1.00"), 100,
-                     ZoneInfo("UTC"), limits, frozenset(), frozenset(), None,
-                     ("email", "phone") if dedupe else (), 30 if dedupe else 0)
+    return BuyerRule(
+        "dd" if dedupe else "plain",
+        "http://127.0.0.1:9/",
+        0,
+        Decimal("1.00"),
+        100,
+        ZoneInfo("UTC"),
+        limits,
+        frozenset(),
+        frozenset(),
+        None,
+        ("email", "phone") if dedupe else (),
+        30 if dedupe else 0,
+    )
 
 
 def run(store, rule: BuyerRule, n: int, offset: int) -> list[float]:
@@ -58,8 +70,9 @@ def run(store, rule: BuyerRule, n: int, offset: int) -> list[float]:
             lead = {"email": f"c{i}@example.com", "phone": f"512{i:07d}"}
             consumer = consumer_keys(rule.id, rule.dedupe_fields, lead) if rule.dedupe_fields else ()
             t = time.perf_counter()
-            status = leases.reserve(store, rule, now, lease_ttl_ms=60_000, probe_ttl_ms=60_000,
-                                    consumer=consumer).status
+            status = leases.reserve(
+                store, rule, now, lease_ttl_ms=60_000, probe_ttl_ms=60_000, consumer=consumer
+            ).status
             mine.append((time.perf_counter() - t) * 1000)
             assert status == "ok", status
         with lock:
@@ -79,16 +92,23 @@ def memory_per_consumer(store, n: int) -> dict:
     r = store.redis
     r.flushdb()
     before = r.info("memory")["used_memory"]
-    keys = [k for i in range(n) for k in consumer_keys("mem", ("email", "phone"),
-                                                        {"email": f"m{i}@example.com", "phone": f"415{i:07d}"})]
+    keys = [
+        k
+        for i in range(n)
+        for k in consumer_keys("mem", ("email", "phone"), {"email": f"m{i}@example.com", "phone": f"415{i:07d}"})
+    ]
     for start in range(0, len(keys), 10_000):
         pipe = r.pipeline(transaction=False)
-        for k in keys[start:start + 10_000]:
+        for k in keys[start : start + 10_000]:
             pipe.set(k, "0123456789abcdef01234567", px=30 * 86_400_000)  # a lease id, 30 days
         pipe.execute()
     after = r.info("memory")["used_memory"]
-    return {"consumers": n, "keys": len(keys), "bytes_per_consumer": round((after - before) / n, 1),
-            "memory_usage_of_one_key": r.memory_usage(keys[0])}
+    return {
+        "consumers": n,
+        "keys": len(keys),
+        "bytes_per_consumer": round((after - before) / n, 1),
+        "memory_usage_of_one_key": r.memory_usage(keys[0]),
+    }
 
 
 def main() -> int:
@@ -120,8 +140,16 @@ def main() -> int:
     rows = [{"variant": name, "reservations": len(s), **percentiles(s)} for name, s in samples.items()]
     base, with_dd = rows[0], rows[1]
     ratio = {q: round(with_dd[q] / base[q], 2) for q in ("p50", "p99")}
-    write_json("dedupe.json", {"machine": machine_info(redis_version=version), "threads": THREADS, "rows": rows,
-                          "ratio_with_to_without": ratio, "memory": memory})
+    write_json(
+        "dedupe.json",
+        {
+            "machine": machine_info(redis_version=version),
+            "threads": THREADS,
+            "rows": rows,
+            "ratio_with_to_without": ratio,
+            "memory": memory,
+        },
+    )
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for name, s in samples.items():
         ordered = sorted(s)
@@ -134,15 +162,24 @@ def main() -> int:
     fig.tight_layout()
     OUT.mkdir(exist_ok=True)
     fig.savefig(OUT / "dedupe.png", dpi=110)
-    md = [f"### Reservation latency ({THREADS} threads, ms, {args.rounds} interleaved rounds)", "",
-          markdown_table(rows, (("variant", "variant"), ("reservations", "reservations"), ("p50", "p50"),
-                                ("p95", "p95"), ("p99", "p99"))), "",
-          f"With dedupe / without, same run: p50 × {ratio['p50']}, p99 × {ratio['p99']}. The check and "
-          "the two keys' SETs run inside the one reservation script: no extra round trip.", "",
-          "### Memory per remembered consumer", "",
-          f"{memory['consumers']:,} consumers, {memory['keys']:,} keys (e-mail and phone, 30-day expiry): "
-          f"**{memory['bytes_per_consumer']} bytes per consumer** (used_memory before and after); "
-          f"`MEMORY USAGE` of one key: {memory['memory_usage_of_one_key']} bytes.", ""]
+    md = [
+        f"### Reservation latency ({THREADS} threads, ms, {args.rounds} interleaved rounds)",
+        "",
+        markdown_table(
+            rows,
+            (("variant", "variant"), ("reservations", "reservations"), ("p50", "p50"), ("p95", "p95"), ("p99", "p99")),
+        ),
+        "",
+        f"With dedupe / without, same run: p50 × {ratio['p50']}, p99 × {ratio['p99']}. The check and "
+        "the two keys' SETs run inside the one reservation script: no extra round trip.",
+        "",
+        "### Memory per remembered consumer",
+        "",
+        f"{memory['consumers']:,} consumers, {memory['keys']:,} keys (e-mail and phone, 30-day expiry): "
+        f"**{memory['bytes_per_consumer']} bytes per consumer** (used_memory before and after); "
+        f"`MEMORY USAGE` of one key: {memory['memory_usage_of_one_key']} bytes.",
+        "",
+    ]
     write_md("dedupe.md", "\n".join(md))
     print("\n".join(md))
     return 0

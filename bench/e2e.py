@@ -6,6 +6,7 @@ settlement queue. Load comes from separate processes (wrk; bench/openloop.py).
     python bench/e2e.py [--seconds 10] [--concurrency 10,50,200,500] [--rate 400]
 Writes bench/out/e2e.json, e2e.md and e2e.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,23 +54,43 @@ class Stack:
         self.web = self.base.web(es, workers=2)
         self.worker = self.base.worker(es)
         self.bare_port = free_port()
-        self.bare = Proc([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "bench.bare_app:app"],
-                         {**env, "PORT": str(self.bare_port), "WEB_CONCURRENCY": "2"}, tmp / "bare.log")
+        self.bare = Proc(
+            [venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "bench.bare_app:app"],
+            {**env, "PORT": str(self.bare_port), "WEB_CONCURRENCY": "2"},
+            tmp / "bare.log",
+        )
         es.callback(self.bare.stop)
         self.bare_url = f"http://127.0.0.1:{self.bare_port}"
         self._configure(buyer_url)
 
     def _configure(self, buyer_url: str) -> None:
         h = {"Authorization": f"Bearer {ADMIN}"}
-        requests.put(f"{self.web.url}/v1/admin/publishers/bench", headers=h, timeout=10,
-                     json={"name": "Bench", "api_key": API_KEY, "commission_pct": "10"}).raise_for_status()
+        requests.put(
+            f"{self.web.url}/v1/admin/publishers/bench",
+            headers=h,
+            timeout=10,
+            json={"name": "Bench", "api_key": API_KEY, "commission_pct": "10"},
+        ).raise_for_status()
         caps = {"hourly": BIG, "daily": BIG, "weekly": BIG, "monthly": BIG, "daily_budget": "999999999.00"}
-        requests.put(f"{self.web.url}/v1/admin/buyers/acme", headers=h, timeout=10,
-                     json={"name": "Acme", "endpoint_url": buyer_url, "price": "12.50", "caps": caps,
-                           "timezone": "America/Chicago"}).raise_for_status()
+        requests.put(
+            f"{self.web.url}/v1/admin/buyers/acme",
+            headers=h,
+            timeout=10,
+            json={
+                "name": "Acme",
+                "endpoint_url": buyer_url,
+                "price": "12.50",
+                "caps": caps,
+                "timezone": "America/Chicago",
+            },
+        ).raise_for_status()
         time.sleep(1.2)  # every web process has the config
-        lead = lambda url: requests.post(url + "/v1/leads", json={"state": "TX"}, timeout=10,  # noqa: E731
-                                         headers={"Authorization": f"Bearer {API_KEY}"})
+
+        def lead(url: str) -> requests.Response:
+            return requests.post(
+                url + "/v1/leads", json={"state": "TX"}, timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}
+            )
+
         wait_until(lambda: lead(self.bare_url).status_code == 200, timeout=30, what="bare app")
         answer = lead(self.web.url).json()
         if answer.get("status") != "sold":
@@ -77,13 +98,19 @@ class Stack:
 
     def pids(self) -> dict[str, list[int]]:
         """Processes whose CPU time a run is charged with."""
+
         def tree(pid: int) -> list[int]:
             out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
             return [pid] + [int(p) for p in out.split()]
+
         maria = subprocess.run(["pgrep", "-x", "mariadbd"], capture_output=True, text=True).stdout.split()
-        return {"web (2 gunicorn workers)": tree(self.web.pid), "rq worker": tree(self.worker.pid),
-                "redis-server": [self.redis.proc.pid], "buyer stub": [self.buyer.pid],
-                "mariadbd": [int(p) for p in maria]}
+        return {
+            "web (2 gunicorn workers)": tree(self.web.pid),
+            "rq worker": tree(self.worker.pid),
+            "redis-server": [self.redis.proc.pid],
+            "buyer stub": [self.buyer.pid],
+            "mariadbd": [int(p) for p in maria],
+        }
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -119,14 +146,36 @@ class QueueWatch:
 
 def wrk(url: str, connections: int, seconds: int, tag: str) -> dict:
     threads = min(2, connections)
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
-                          "-s", str(ROOT / "bench" / "lead.lua"), url, "--", tag, API_KEY],
-                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    out = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--timeout",
+            "5s",
+            "-s",
+            str(ROOT / "bench" / "lead.lua"),
+            url,
+            "--",
+            tag,
+            API_KEY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
     data = json.loads(next(line for line in out.splitlines() if line.startswith("JSON "))[5:])
     errors = sum(data["errors"].values())
-    return {"rps": round(data["requests"] / (data["duration_us"] / 1e6), 1), "requests": data["requests"],
-            "errors": errors, "p50_ms": data["p50_us"] / 1000, "p95_ms": data["p95_us"] / 1000,
-            "p99_ms": data["p99_us"] / 1000}
+    return {
+        "rps": round(data["requests"] / (data["duration_us"] / 1e6), 1),
+        "requests": data["requests"],
+        "errors": errors,
+        "p50_ms": data["p50_us"] / 1000,
+        "p95_ms": data["p95_us"] / 1000,
+        "p99_ms": data["p99_us"] / 1000,
+    }
 
 
 def measure_fg(stack: Stack, run, label: str) -> tuple[dict, dict]:
@@ -140,10 +189,13 @@ def measure_fg(stack: Stack, run, label: str) -> tuple[dict, dict]:
     cpu = {name: round((cpu_seconds(p) - before[name]) / n * 1000, 3) for name, p in pids.items()}
     drained_at = time.monotonic()
     wait_until(lambda: stack.redis.client().llen(keys.SETTLE_PENDING) == 0, timeout=120, what="drain")
-    queue = {"max_pending": max((s[1] for s in samples), default=0), "last_pending": samples[-1][1] if samples else 0,
-             "drain_after_s": round(time.monotonic() - drained_at, 2), "samples": samples}
-    log(f"{label}: {json.dumps({k: v for k, v in result.items() if k != 'statuses'})} queue max "
-        f"{queue['max_pending']}")
+    queue = {
+        "max_pending": max((s[1] for s in samples), default=0),
+        "last_pending": samples[-1][1] if samples else 0,
+        "drain_after_s": round(time.monotonic() - drained_at, 2),
+        "samples": samples,
+    }
+    log(f"{label}: {json.dumps({k: v for k, v in result.items() if k != 'statuses'})} queue max {queue['max_pending']}")
     return result, {"cpu_ms_per_lead": cpu, "queue": queue}
 
 
@@ -166,22 +218,46 @@ def main() -> int:
             wrk(stack.web.url, c, 2, f"warm{c}")
             bare = wrk(stack.bare_url, c, args.seconds, f"bare{c}")
             log(f"bare c={c}: {bare}")
-            fg, extra = measure_fg(stack, lambda c=c: wrk(stack.web.url, c, args.seconds, f"fg{c}"),
-                                    f"floodgate c={c}")
-            steps.append({"connections": c, "floodgate": fg, "bare": bare,
-                          "ratio": round(fg["rps"] / bare["rps"], 3), **extra})
-        openloop, extra = measure_fg(stack, lambda: json.loads(subprocess.run(
-            [venv_bin("python"), "-m", "bench.openloop", stack.web.url, API_KEY, str(args.rate), str(args.rate_seconds)],
-            cwd=ROOT, capture_output=True, text=True, check=True, timeout=args.rate_seconds + 120).stdout),
-            f"open loop {args.rate}/s")
+            fg, extra = measure_fg(stack, lambda c=c: wrk(stack.web.url, c, args.seconds, f"fg{c}"), f"floodgate c={c}")
+            steps.append(
+                {"connections": c, "floodgate": fg, "bare": bare, "ratio": round(fg["rps"] / bare["rps"], 3), **extra}
+            )
+        openloop, extra = measure_fg(
+            stack,
+            lambda: json.loads(
+                subprocess.run(
+                    [
+                        venv_bin("python"),
+                        "-m",
+                        "bench.openloop",
+                        stack.web.url,
+                        API_KEY,
+                        str(args.rate),
+                        str(args.rate_seconds),
+                    ],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    timeout=args.rate_seconds + 120,
+                ).stdout
+            ),
+            f"open loop {args.rate}/s",
+        )
         versions = {"redis": redis_version(stack.redis.client())}
         if stack.db_url.startswith("mysql://"):
             import pymysql
+
             conn = pymysql.connect(host="127.0.0.1", user="root")
             versions["database"] = mysql_version(conn)
             conn.close()
-    data = {"machine": machine_info(**versions), "seconds": args.seconds, "buyer_delay_ms": 20,
-            "steps": steps, "openloop": {**openloop, **extra}}
+    data = {
+        "machine": machine_info(**versions),
+        "seconds": args.seconds,
+        "buyer_delay_ms": 20,
+        "steps": steps,
+        "openloop": {**openloop, **extra},
+    }
     write_json("e2e.json", data)
     write_md("e2e.md", render(data))
     plot(data, OUT / "e2e.png")
@@ -190,34 +266,64 @@ def main() -> int:
 
 
 def render(d: dict) -> str:
-    rows = [{"c": s["connections"], "fg": s["floodgate"]["rps"], "bare": s["bare"]["rps"], "ratio": s["ratio"],
-             "p50": s["floodgate"]["p50_ms"], "p95": s["floodgate"]["p95_ms"], "p99": s["floodgate"]["p99_ms"],
-             "err": s["floodgate"]["errors"], "q": s["queue"]["max_pending"],
-             "cpu": round(sum(s["cpu_ms_per_lead"].values()), 2)} for s in d["steps"]]
-    table = markdown_table(rows, (("connections", "c"), ("Floodgate leads/s", "fg"), ("bare Flask req/s", "bare"),
-                                  ("ratio", "ratio"), ("p50 ms", "p50"), ("p95 ms", "p95"), ("p99 ms", "p99"),
-                                  ("errors", "err"), ("max queued settlements", "q"),
-                                  ("CPU ms per lead, all processes", "cpu")))
+    rows = [
+        {
+            "c": s["connections"],
+            "fg": s["floodgate"]["rps"],
+            "bare": s["bare"]["rps"],
+            "ratio": s["ratio"],
+            "p50": s["floodgate"]["p50_ms"],
+            "p95": s["floodgate"]["p95_ms"],
+            "p99": s["floodgate"]["p99_ms"],
+            "err": s["floodgate"]["errors"],
+            "q": s["queue"]["max_pending"],
+            "cpu": round(sum(s["cpu_ms_per_lead"].values()), 2),
+        }
+        for s in d["steps"]
+    ]
+    table = markdown_table(
+        rows,
+        (
+            ("connections", "c"),
+            ("Floodgate leads/s", "fg"),
+            ("bare Flask req/s", "bare"),
+            ("ratio", "ratio"),
+            ("p50 ms", "p50"),
+            ("p95 ms", "p95"),
+            ("p99 ms", "p99"),
+            ("errors", "err"),
+            ("max queued settlements", "q"),
+            ("CPU ms per lead, all processes", "cpu"),
+        ),
+    )
     heavy = max(d["steps"], key=lambda s: s["connections"])
     cpu_rows = [{"process": k, "ms": v} for k, v in heavy["cpu_ms_per_lead"].items()]
     ol = d["openloop"]
     best = max(d["steps"], key=lambda s: s["ratio"])
-    return "\n".join([
-        f"Buyer stub answering after {d['buyer_delay_ms']} ms; {d['seconds']} s per step; wrk, 2 threads.",
-        "", table, "",
-        f"Best ratio to the bare Flask ceiling: **{best['ratio']}** at {best['connections']} connections.",
-        "", f"CPU per lead by process at {heavy['connections']} connections (ms):", "",
-        markdown_table(cpu_rows, (("process", "process"), ("CPU ms per lead", "ms"))), "",
-        f"Open loop at {ol['offered_rate']:.0f} leads/s for {ol['seconds']:.0f} s (latency from the moment each "
-        f"request was due): achieved {ol['achieved_rate']} leads/s, p50 {ol['p50_ms']} ms, p95 {ol['p95_ms']} ms, "
-        f"p99 **{ol['p99_ms']} ms**; outcomes {ol['statuses']}. Settlement queue: at most "
-        f"{ol['queue']['max_pending']} pending, {ol['queue']['last_pending']} at the end, empty "
-        f"{ol['queue']['drain_after_s']} s later.",
-    ])
+    return "\n".join(
+        [
+            f"Buyer stub answering after {d['buyer_delay_ms']} ms; {d['seconds']} s per step; wrk, 2 threads.",
+            "",
+            table,
+            "",
+            f"Best ratio to the bare Flask ceiling: **{best['ratio']}** at {best['connections']} connections.",
+            "",
+            f"CPU per lead by process at {heavy['connections']} connections (ms):",
+            "",
+            markdown_table(cpu_rows, (("process", "process"), ("CPU ms per lead", "ms"))),
+            "",
+            f"Open loop at {ol['offered_rate']:.0f} leads/s for {ol['seconds']:.0f} s (latency from the moment each "
+            f"request was due): achieved {ol['achieved_rate']} leads/s, p50 {ol['p50_ms']} ms, p95 {ol['p95_ms']} ms, "
+            f"p99 **{ol['p99_ms']} ms**; outcomes {ol['statuses']}. Settlement queue: at most "
+            f"{ol['queue']['max_pending']} pending, {ol['queue']['last_pending']} at the end, empty "
+            f"{ol['queue']['drain_after_s']} s later.",
+        ]
+    )
 
 
 def plot(d: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -226,20 +332,33 @@ def plot(d: dict, path: Path) -> None:
     a.plot(cs, [s["bare"]["rps"] for s in d["steps"]], "o-", label="bare Flask (ceiling)")
     a.plot(cs, [s["floodgate"]["rps"] for s in d["steps"]], "o-", label="Floodgate lead path")
     for s in d["steps"]:
-        a.annotate(f"{s['ratio']:.2f}", (s["connections"], s["floodgate"]["rps"]), textcoords="offset points",
-                   xytext=(0, 8), ha="center")
+        a.annotate(
+            f"{s['ratio']:.2f}",
+            (s["connections"], s["floodgate"]["rps"]),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+        )
     a.set(xscale="log", xlabel="concurrent connections", ylabel="requests/s", title="Throughput (ratio annotated)")
     a.legend()
     for key in ("p50_ms", "p95_ms", "p99_ms"):
         b.plot(cs, [s["floodgate"][key] for s in d["steps"]], "o-", label=key.replace("_ms", ""))
-    b.set(xscale="log", yscale="log", xlabel="concurrent connections", ylabel="ms",
-          title="Floodgate publisher-side latency")
+    b.set(
+        xscale="log",
+        yscale="log",
+        xlabel="concurrent connections",
+        ylabel="ms",
+        title="Floodgate publisher-side latency",
+    )
     b.legend()
     ol = d["openloop"]
     t, q = zip(*ol["queue"]["samples"]) if ol["queue"]["samples"] else ((0,), (0,))
     c.plot(t, q)
-    c.set(xlabel="seconds", ylabel="pending settlements",
-          title=f"Open loop {ol['offered_rate']:.0f}/s: p99 {ol['p99_ms']} ms, queue")
+    c.set(
+        xlabel="seconds",
+        ylabel="pending settlements",
+        title=f"Open loop {ol['offered_rate']:.0f}/s: p99 {ol['p99_ms']} ms, queue",
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -5,6 +5,7 @@ Writes bench/out/integrations.{json,md,png}.
 
     python -m bench.integrations [--leads 20000] [--pings 300]
 """
+
 from __future__ import annotations
 
 from gevent import monkey
@@ -39,19 +40,54 @@ from webhooks.leads.publishers import PublisherRule
 from webhooks.leads.routing import Offer, Outcome, Router
 from webhooks.storage.redis import make_store
 
-LEAD = {"first_name": "Ada", "last_name": "Lovelace", "email": "ada@example.com", "phone": "+15125550100",
-        "state": "TX", "zip": "73301", "address": "12 Analytical Row", "city": "Austin", "age": 36}
-FORM = {"method": "POST", "format": "form", "headers": {"X-Api-Key": "sk_acme_123"},
-        "fields": {"email": "{{ lead.email }}", "name": "{{ lead.first_name }} {{ lead.last_name }}",
-                   "phone": "{{ lead.phone }}", "zip": "{{ lead.zip }}", "source": "{{ publisher_id }}",
-                   "ref": "{{ lead_id }}", "bid": "{{ price }}", "vendor": "floodgate"},
-        "accept": "result == 'success'"}
+LEAD = {
+    "first_name": "Ada",
+    "last_name": "Lovelace",
+    "email": "ada@example.com",
+    "phone": "+15125550100",
+    "state": "TX",
+    "zip": "73301",
+    "address": "12 Analytical Row",
+    "city": "Austin",
+    "age": 36,
+}
+FORM = {
+    "method": "POST",
+    "format": "form",
+    "headers": {"X-Api-Key": "sk_acme_123"},
+    "fields": {
+        "email": "{{ lead.email }}",
+        "name": "{{ lead.first_name }} {{ lead.last_name }}",
+        "phone": "{{ lead.phone }}",
+        "zip": "{{ lead.zip }}",
+        "source": "{{ publisher_id }}",
+        "ref": "{{ lead_id }}",
+        "bid": "{{ price }}",
+        "vendor": "floodgate",
+    },
+    "accept": "result == 'success'",
+}
 PING_TIMEOUT_MS = 300
 
 
 def rule(buyer_id: str, delivery=None, ping=None, url="http://127.0.0.1:9/") -> BuyerRule:
-    return BuyerRule(buyer_id, url, 0, Decimal("12.50"), 1250, ZoneInfo("UTC"), (), frozenset(), frozenset(), None,
-                     (), 0, 7, compile_delivery(delivery), compile_ping(ping))
+    return BuyerRule(
+        buyer_id,
+        url,
+        0,
+        Decimal("12.50"),
+        1250,
+        ZoneInfo("UTC"),
+        (),
+        frozenset(),
+        frozenset(),
+        None,
+        (),
+        0,
+        7,
+        compile_delivery(delivery),
+        compile_ping(ping),
+    )
 
 
 def cpu_per_lead(n: int, rounds: int) -> list[dict]:
@@ -61,7 +97,10 @@ def cpu_per_lead(n: int, rounds: int) -> list[dict]:
     ok_default, ok_form = b'{"accepted": true}', b'{"result": "success", "id": 7}'
     samples: dict[str, list[float]] = {"default contract": [], "templated form post": []}
     for _ in range(rounds):  # interleaved: both see the same machine
-        for name, buyer, reply in (("default contract", plain, ok_default), ("templated form post", templated, ok_form)):
+        for name, buyer, reply in (
+            ("default contract", plain, ok_default),
+            ("templated form post", templated, ok_form),
+        ):
             offer = Offer(buyer, buyer.price)
             t = time.process_time()
             for i in range(n):
@@ -71,8 +110,10 @@ def cpu_per_lead(n: int, rounds: int) -> list[dict]:
                 else:
                     judge(200, reply, buyer.delivery)
             samples[name].append((time.process_time() - t) / n * 1e6)
-    return [{"post": name, "rounds": rounds, "leads_per_round": n,
-             "us_per_lead_median": round(sorted(v)[len(v) // 2], 1)} for name, v in samples.items()]
+    return [
+        {"post": name, "rounds": rounds, "leads_per_round": n, "us_per_lead_median": round(sorted(v)[len(v) // 2], 1)}
+        for name, v in samples.items()
+    ]
 
 
 def fan_out_latency(store, pings: int, ping_url: str) -> list[dict]:
@@ -80,8 +121,13 @@ def fan_out_latency(store, pings: int, ping_url: str) -> list[dict]:
     publisher = PublisherRule("surge", True, Decimal("10"))
     rows, curves = [], {}
     for k in (1, 3, 10):
-        buyers = [rule(f"p{k}-{j}", ping={"url": ping_url, "fields": {"state": "{{ lead.state }}"},
-                                           "bid": "`9.50`", "min_bid": "1.00"}) for j in range(k)]
+        buyers = [
+            rule(
+                f"p{k}-{j}",
+                ping={"url": ping_url, "fields": {"state": "{{ lead.state }}"}, "bid": "`9.50`", "min_bid": "1.00"},
+            )
+            for j in range(k)
+        ]
         for b in buyers:
             leases.mark_ready(store.redis, b.id)
         ms, no_bid = [], 0
@@ -115,8 +161,10 @@ def main() -> int:
     cpu = cpu_per_lead(args.leads, 3)
     ratio = round(cpu[1]["us_per_lead_median"] / cpu[0]["us_per_lead_median"], 2)
     port = free_port()
-    buyer = subprocess.Popen([sys.executable, str(ROOT / "bench" / "buyer_server.py"), str(port)],
-                             env={"BUYER_DELAY_MS": "20", "PATH": "/usr/bin:/bin"})
+    buyer = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "buyer_server.py"), str(port)],
+        env={"BUYER_DELAY_MS": "20", "PATH": "/usr/bin:/bin"},
+    )
     with tempfile.TemporaryDirectory() as tmp:
         redis_server = RedisServer(Path(tmp) / "redis")
         redis_server.start()
@@ -127,8 +175,10 @@ def main() -> int:
         finally:
             redis_server.kill()
             buyer.kill()
-    write_json("integrations.json", {"machine": machine_info(), "cpu": cpu, "cpu_ratio": ratio, "fan_out": fan,
-                                     "ping_timeout_ms": PING_TIMEOUT_MS})
+    write_json(
+        "integrations.json",
+        {"machine": machine_info(), "cpu": cpu, "cpu_ratio": ratio, "fan_out": fan, "ping_timeout_ms": PING_TIMEOUT_MS},
+    )
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for k, ordered in curves.items():
         ax.plot([100 * i / len(ordered) for i in range(len(ordered))], ordered, label=f"{k} ping buyer(s)")
@@ -140,14 +190,31 @@ def main() -> int:
     fig.tight_layout()
     OUT.mkdir(exist_ok=True)
     fig.savefig(OUT / "integrations.png", dpi=110)
-    md = ["### CPU per lead: building the post and judging the reply (µs, median of 3 interleaved rounds)", "",
-          markdown_table(cpu, (("post", "post"), ("leads per round", "leads_per_round"),
-                               ("µs per lead", "us_per_lead_median"))), "",
-          f"A templated form post (8 Jinja2 fields, a JMESPath accept rule) costs × {ratio} the default "
-          "contract's body and check, in the same run.", "",
-          f"### Ping fan-out (PING_TIMEOUT_MS={PING_TIMEOUT_MS}; ms per lead, room check included)", "",
-          markdown_table(fan, (("ping buyers", "ping_buyers"), ("leads", "leads"), ("p50", "p50"), ("p95", "p95"),
-                               ("p99", "p99"), ("pings without a bid", "no_bid"))), ""]
+    md = [
+        "### CPU per lead: building the post and judging the reply (µs, median of 3 interleaved rounds)",
+        "",
+        markdown_table(
+            cpu, (("post", "post"), ("leads per round", "leads_per_round"), ("µs per lead", "us_per_lead_median"))
+        ),
+        "",
+        f"A templated form post (8 Jinja2 fields, a JMESPath accept rule) costs × {ratio} the default "
+        "contract's body and check, in the same run.",
+        "",
+        f"### Ping fan-out (PING_TIMEOUT_MS={PING_TIMEOUT_MS}; ms per lead, room check included)",
+        "",
+        markdown_table(
+            fan,
+            (
+                ("ping buyers", "ping_buyers"),
+                ("leads", "leads"),
+                ("p50", "p50"),
+                ("p95", "p95"),
+                ("p99", "p99"),
+                ("pings without a bid", "no_bid"),
+            ),
+        ),
+        "",
+    ]
     write_md("integrations.md", "\n".join(md))
     print("\n".join(md))
     return 0

@@ -9,6 +9,7 @@ sending such leads grew every worker by their size (and three times that, escape
 commit) with this checkout's venv, so that before and after are measured by one script.
 Writes bench/out/journal_memory-<label>.json; prints one line per 250 leads.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,12 @@ def main() -> int:
         env, redis = base.env, base.redis
         web = Proc([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, tmp / "web.log", cwd=args.code)
         es.callback(web.stop)
-        worker = Proc([venv_bin("rq"), "worker", "--url", redis.url, "-w", "rq.worker.SimpleWorker", "-q",
-                       "floodgate"], env, tmp / "worker.log", cwd=args.code)
+        worker = Proc(
+            [venv_bin("rq"), "worker", "--url", redis.url, "-w", "rq.worker.SimpleWorker", "-q", "floodgate"],
+            env,
+            tmp / "worker.log",
+            cwd=args.code,
+        )
         es.callback(worker.stop)
         url = f"http://127.0.0.1:{port}"
 
@@ -78,28 +83,45 @@ def main() -> int:
                 return False
 
         wait_until(up, timeout=60, what="gunicorn")
-        requests.put(f"{url}/v1/admin/publishers/mem", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10,
-                     json={"name": "Mem", "api_key": API_KEY}).raise_for_status()
+        requests.put(
+            f"{url}/v1/admin/publishers/mem",
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=10,
+            json={"name": "Mem", "api_key": API_KEY},
+        ).raise_for_status()
         time.sleep(1.2)
         pid = worker_pid(web.pid)
         session = requests.Session()
         start_kb, samples = rss_kb(pid), []
 
         def send(i: int) -> int:
-            return session.post(url + "/v1/leads", data=lead_body(i), timeout=60,
-                                headers={"Authorization": f"Bearer {API_KEY}",
-                                         "Content-Type": "application/json"}).status_code
+            return session.post(
+                url + "/v1/leads",
+                data=lead_body(i),
+                timeout=60,
+                headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+            ).status_code
 
         with ThreadPoolExecutor(8) as pool:
             for chunk in range(0, args.leads, 250):
                 codes = list(pool.map(send, range(chunk, min(args.leads, chunk + 250))))
-                samples.append({"leads": chunk + len(codes), "rss_mb": rss_kb(pid) / 1024,
-                                "ok": sum(c == 200 for c in codes)})
-                print(f"{label}: {samples[-1]['leads']} leads, worker RSS {samples[-1]['rss_mb']:.0f} MB "
-                      f"({samples[-1]['ok']} of {len(codes)} answered 200)", flush=True)
-        result = {"label": label, "leads": args.leads, "lead_bytes": len(lead_body(0)),
-                  "start_rss_mb": start_kb / 1024, "peak_rss_mb": max(s["rss_mb"] for s in samples),
-                  "samples": samples, "machine": machine_info()}
+                samples.append(
+                    {"leads": chunk + len(codes), "rss_mb": rss_kb(pid) / 1024, "ok": sum(c == 200 for c in codes)}
+                )
+                print(
+                    f"{label}: {samples[-1]['leads']} leads, worker RSS {samples[-1]['rss_mb']:.0f} MB "
+                    f"({samples[-1]['ok']} of {len(codes)} answered 200)",
+                    flush=True,
+                )
+        result = {
+            "label": label,
+            "leads": args.leads,
+            "lead_bytes": len(lead_body(0)),
+            "start_rss_mb": start_kb / 1024,
+            "peak_rss_mb": max(s["rss_mb"] for s in samples),
+            "samples": samples,
+            "machine": machine_info(),
+        }
         write_json(f"journal_memory-{label}", result)
         print(json.dumps({k: v for k, v in result.items() if k not in ("samples", "machine")}))
     return 0

@@ -14,6 +14,7 @@ Floodgate with 2 gunicorn workers, an RQ worker, and the bare Flask app on the s
     python -m bench.knee [--steps-seconds 10] [--payment-rates 100,...] [--lead-rates 100,...]
 Writes bench/out/knee.json, knee.md and knee.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,6 +55,7 @@ def make_deliveries(tag: str, payments: int, rng: random.Random) -> tuple[list, 
 
 def lua_list(deliveries: list, path: Path) -> None:
     """bench/pay.lua's input: a Lua file returning {{path, headers, body}, ...}."""
+
     def s(text: str) -> str:
         return "[==[" + text + "]==]"
 
@@ -67,13 +69,35 @@ def lua_list(deliveries: list, path: Path) -> None:
 
 def wrk_payments(url: str, listing: Path, connections: int, seconds: int) -> dict:
     threads = min(2, connections)
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
-                          "-s", str(ROOT / "bench" / "pay.lua"), url, "--", str(listing), str(threads)],
-                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    out = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--timeout",
+            "5s",
+            "-s",
+            str(ROOT / "bench" / "pay.lua"),
+            url,
+            "--",
+            str(listing),
+            str(threads),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
     data = json.loads(next(line for line in out.splitlines() if line.startswith("JSON "))[5:])
-    return {"rps": round(data["requests"] / (data["duration_us"] / 1e6), 1), "requests": data["requests"],
-            "non_2xx_or_errors": sum(data["errors"].values()), "p50_ms": data["p50_us"] / 1000,
-            "p95_ms": data["p95_us"] / 1000, "p99_ms": data["p99_us"] / 1000}
+    return {
+        "rps": round(data["requests"] / (data["duration_us"] / 1e6), 1),
+        "requests": data["requests"],
+        "non_2xx_or_errors": sum(data["errors"].values()),
+        "p50_ms": data["p50_us"] / 1000,
+        "p95_ms": data["p95_us"] / 1000,
+        "p99_ms": data["p99_us"] / 1000,
+    }
 
 
 class Watch:
@@ -99,14 +123,26 @@ class Watch:
 def drained(stack: Stack) -> float:
     """Seconds until both queues are empty."""
     t0, r = time.monotonic(), stack.redis.client()
-    wait_until(lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.DELIVERIES_PENDING) == 0,
-               timeout=180, interval=0.2, what="both queues drained")
+    wait_until(
+        lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.DELIVERIES_PENDING) == 0,
+        timeout=180,
+        interval=0.2,
+        what="both queues drained",
+    )
     return round(time.monotonic() - t0, 2)
 
 
 def openloop(args: list[str], timeout: float) -> dict:
-    return json.loads(subprocess.run([venv_bin("python"), "-m", "bench.openloop", *args], cwd=ROOT,
-                                     capture_output=True, text=True, check=True, timeout=timeout).stdout)
+    return json.loads(
+        subprocess.run(
+            [venv_bin("python"), "-m", "bench.openloop", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=timeout,
+        ).stdout
+    )
 
 
 def check_payments(db_url: str, expected: dict, payments: int) -> dict:
@@ -119,8 +155,13 @@ def check_payments(db_url: str, expected: dict, payments: int) -> dict:
         wallets = {(w.customer, w.currency): w.balance_minor for w in Wallet.select()}
         rows = Payment.select().count()
     off = sum(1 for k, v in expected.items() if wallets.get(k) != v)
-    return {"payments_expected": payments, "payment_rows": rows, "wallets_checked": len(expected),
-            "wallets_off": off, "unexpected_wallets": len(set(wallets) - set(expected))}
+    return {
+        "payments_expected": payments,
+        "payment_rows": rows,
+        "wallets_checked": len(expected),
+        "wallets_off": off,
+        "unexpected_wallets": len(set(wallets) - set(expected)),
+    }
 
 
 def main() -> int:
@@ -165,8 +206,13 @@ def main() -> int:
         pay = wrk_payments(stack.web.url, listing, 50, args.seconds)
         cpu = {n: round((cpu_seconds(p) - before[n]) / pay["requests"] * 1000, 3) for n, p in pids.items()}
         log(f"payments: {pay}")
-        throughput = {"bare": bare, "payments": pay, "ratio": round(pay["rps"] / bare["rps"], 3),
-                      "cpu_ms_per_delivery": cpu, "drain_s": drained(stack)}
+        throughput = {
+            "bare": bare,
+            "payments": pay,
+            "ratio": round(pay["rps"] / bare["rps"], 3),
+            "cpu_ms_per_delivery": cpu,
+            "drain_s": drained(stack),
+        }
 
         # 2. open loop, stepped
         pay_steps, lead_steps = [], []
@@ -183,16 +229,20 @@ def main() -> int:
             peaks = watch.stop()
             first_answers.update(result["statuses"])
             step = {**result, "queue_peaks": peaks, "drain_s": drained(stack), "payments": n}
-            log(f"payments open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
-                f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}")
+            log(
+                f"payments open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
+                f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}"
+            )
             pay_steps.append(step)
         for rate in (float(x) for x in args.lead_rates.split(",")):
             watch = Watch(stack.redis.client())
             result = openloop([stack.web.url, API_KEY, str(rate), str(args.step_seconds)], args.step_seconds + 120)
             peaks = watch.stop()
             step = {**result, "queue_peaks": peaks, "drain_s": drained(stack)}
-            log(f"leads open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
-                f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}")
+            log(
+                f"leads open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
+                f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}"
+            )
             lead_steps.append(step)
 
         invariants = check_payments(stack.db_url, expected, total_payments)
@@ -201,11 +251,18 @@ def main() -> int:
         versions = {"redis": redis_version(stack.redis.client())}
         if stack.db_url.startswith("mysql://"):
             import pymysql
+
             conn = pymysql.connect(host="127.0.0.1", user="root")
             versions["database"] = mysql_version(conn)
             conn.close()
-    data = {"machine": machine_info(**versions), "throughput": throughput, "payments": pay_steps,
-            "leads": lead_steps, "invariants": invariants, "step_seconds": args.step_seconds}
+    data = {
+        "machine": machine_info(**versions),
+        "throughput": throughput,
+        "payments": pay_steps,
+        "leads": lead_steps,
+        "invariants": invariants,
+        "step_seconds": args.step_seconds,
+    }
     write_json("knee.json", data)
     write_md("knee.md", render(data))
     plot(data, OUT / "knee.png")
@@ -231,64 +288,125 @@ def table(headings: list[str], rows: list[list]) -> str:
 
 def render(d: dict) -> str:
     t, inv = d["throughput"], d["invariants"]
-    out = ["### Payment deliveries at 50 connections (wrk; 2,000 payments × 5, shuffled)", "",
-           table(["", "req/s", "p50 ms", "p99 ms"], [
-               ["bare Flask endpoint", t["bare"]["rps"], t["bare"]["p50_ms"], t["bare"]["p99_ms"]],
-               ["payment deliveries", t["payments"]["rps"], t["payments"]["p50_ms"], t["payments"]["p99_ms"]]]),
-           "", f"Ratio to the bare ceiling: **{t['ratio']}**. CPU per delivery (ms): "
-           + ", ".join(f"{k} {v}" for k, v in t["cpu_ms_per_delivery"].items())
-           + f". Both queues drained {t['drain_s']} s after the run.", ""]
+    out = [
+        "### Payment deliveries at 50 connections (wrk; 2,000 payments × 5, shuffled)",
+        "",
+        table(
+            ["", "req/s", "p50 ms", "p99 ms"],
+            [
+                ["bare Flask endpoint", t["bare"]["rps"], t["bare"]["p50_ms"], t["bare"]["p99_ms"]],
+                ["payment deliveries", t["payments"]["rps"], t["payments"]["p50_ms"], t["payments"]["p99_ms"]],
+            ],
+        ),
+        "",
+        f"Ratio to the bare ceiling: **{t['ratio']}**. CPU per delivery (ms): "
+        + ", ".join(f"{k} {v}" for k, v in t["cpu_ms_per_delivery"].items())
+        + f". Both queues drained {t['drain_s']} s after the run.",
+        "",
+    ]
     for name, steps, unit in (("Payment deliveries", d["payments"], "deliveries/s"), ("Leads", d["leads"], "leads/s")):
-        out += [f"### {name}: open loop, {d['step_seconds']:.0f} s per offered rate", "",
-                table([f"offered {unit}", "achieved", "p50 ms", "p95 ms", "p99 ms", "answers",
-                                "peak queued settlements", "peak queued audit rows", "drained after s"],
-                               [[s["offered_rate"], s["achieved_rate"], s["p50_ms"], s["p95_ms"], s["p99_ms"],
-                                 ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items())),
-                                 s["queue_peaks"].get("settlements", 0), s["queue_peaks"].get("audit_rows", 0),
-                                 s["drain_s"]] for s in steps]), ""]
+        out += [
+            f"### {name}: open loop, {d['step_seconds']:.0f} s per offered rate",
+            "",
+            table(
+                [
+                    f"offered {unit}",
+                    "achieved",
+                    "p50 ms",
+                    "p95 ms",
+                    "p99 ms",
+                    "answers",
+                    "peak queued settlements",
+                    "peak queued audit rows",
+                    "drained after s",
+                ],
+                [
+                    [
+                        s["offered_rate"],
+                        s["achieved_rate"],
+                        s["p50_ms"],
+                        s["p95_ms"],
+                        s["p99_ms"],
+                        ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items())),
+                        s["queue_peaks"].get("settlements", 0),
+                        s["queue_peaks"].get("audit_rows", 0),
+                        s["drain_s"],
+                    ]
+                    for s in steps
+                ],
+            ),
+            "",
+        ]
     if d.get("before"):
         out += before_after(d["before"], d)
-    out += [f"Invariants of the same run: {inv['payments_expected']} distinct payments sent, "
-            f"{inv['payment_rows']} payment rows, {inv['wallets_checked']} wallets checked, "
-            f"**{inv['wallets_off']} off** ({inv['unexpected_wallets']} unexpected); "
-            f"{inv['leads_answered']} leads answered in the open loop, {inv['leads_settled']} settled, "
-            f"**{inv['leads_missing']} missing**.", "", "![latency over offered rate](figures/knee.png)", ""]
+    out += [
+        f"Invariants of the same run: {inv['payments_expected']} distinct payments sent, "
+        f"{inv['payment_rows']} payment rows, {inv['wallets_checked']} wallets checked, "
+        f"**{inv['wallets_off']} off** ({inv['unexpected_wallets']} unexpected); "
+        f"{inv['leads_answered']} leads answered in the open loop, {inv['leads_settled']} settled, "
+        f"**{inv['leads_missing']} missing**.",
+        "",
+        "![latency over offered rate](figures/knee.png)",
+        "",
+    ]
     return "\n".join(out)
 
 
 def before_after(before: dict, after: dict) -> list[str]:
     """The payment rows of a run of the code before the payment gate (same bench, run just
     before or after this one on the same machine) beside this run's."""
+
     def step(d: dict, rate: float) -> dict:
         return next((s for s in d["payments"] if s["offered_rate"] == rate), {})
 
-    rows = [["deliveries/s at 50 connections (wrk)", before["throughput"]["payments"]["rps"],
-             after["throughput"]["payments"]["rps"]],
-            ["ratio to the bare endpoint", before["throughput"]["ratio"], after["throughput"]["ratio"]],
-            ["web CPU ms per delivery", before["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"],
-             after["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"]],
-            ["mariadbd CPU ms per delivery", before["throughput"]["cpu_ms_per_delivery"]["mariadbd"],
-             after["throughput"]["cpu_ms_per_delivery"]["mariadbd"]]]
+    rows = [
+        [
+            "deliveries/s at 50 connections (wrk)",
+            before["throughput"]["payments"]["rps"],
+            after["throughput"]["payments"]["rps"],
+        ],
+        ["ratio to the bare endpoint", before["throughput"]["ratio"], after["throughput"]["ratio"]],
+        [
+            "web CPU ms per delivery",
+            before["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"],
+            after["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"],
+        ],
+        [
+            "mariadbd CPU ms per delivery",
+            before["throughput"]["cpu_ms_per_delivery"]["mariadbd"],
+            after["throughput"]["cpu_ms_per_delivery"]["mariadbd"],
+        ],
+    ]
     for rate in (300.0, 500.0, 600.0):
         b, a = step(before, rate), step(after, rate)
         if b and a:
-            rows.append([f"open loop {rate:.0f}/s: p50 / p99 ms", f"{b['p50_ms']} / {b['p99_ms']}",
-                         f"{a['p50_ms']} / {a['p99_ms']}"])
-    return ["### Payments before and after the Redis-only repeats", "",
-            f"Before: the code as it was ({before.get('commit', '?')}), every repeat writing its audit row "
-            "and four Redis round trips per first delivery; after: one script for dedupe + claim + the "
-            "repeat's queued row, one for marker + release. Same bench, run back to back.", "",
-            table(["", "before", "after"], rows), ""]
+            rows.append(
+                [
+                    f"open loop {rate:.0f}/s: p50 / p99 ms",
+                    f"{b['p50_ms']} / {b['p99_ms']}",
+                    f"{a['p50_ms']} / {a['p99_ms']}",
+                ]
+            )
+    return [
+        "### Payments before and after the Redis-only repeats",
+        "",
+        f"Before: the code as it was ({before.get('commit', '?')}), every repeat writing its audit row "
+        "and four Redis round trips per first delivery; after: one script for dedupe + claim + the "
+        "repeat's queued row, one for marker + release. Same bench, run back to back.",
+        "",
+        table(["", "before", "after"], rows),
+        "",
+    ]
 
 
 def plot(d: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, (name, steps, target) in zip(axes, (("payment deliveries", d["payments"], 15),
-                                                ("leads", d["leads"], 100))):
+    for ax, (name, steps, target) in zip(axes, (("payment deliveries", d["payments"], 15), ("leads", d["leads"], 100))):
         rates = [s["offered_rate"] for s in steps]
         ax.plot(rates, [s["p50_ms"] for s in steps], "o-", label="p50")
         ax.plot(rates, [s["p99_ms"] for s in steps], "s-", label="p99")

@@ -15,6 +15,7 @@ Levers:
 
 Writes bench/out/levers.json and levers.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,33 +60,59 @@ def one_arm(env: dict, seconds: int, rng: random.Random) -> dict:
         pay = wrk_payments(stack.web.url, listing, 50, seconds)
         pay_cpu = (cpu_seconds(web) - before) / max(1, pay["requests"]) * 1000
         drained(stack)
-    return {"bare_rps": bare["rps"], "lead_rps": leads["rps"], "lead_p99_ms": leads["p99_ms"],
-            "lead_errors": leads["errors"], "lead_web_cpu_ms": round(lead_cpu, 3),
-            "pay_rps": pay["rps"], "pay_p99_ms": pay["p99_ms"], "pay_non_2xx": pay["non_2xx_or_errors"],
-            "pay_web_cpu_ms": round(pay_cpu, 3),
-            "lead_ratio": round(leads["rps"] / bare["rps"], 3), "pay_ratio": round(pay["rps"] / bare["rps"], 3)}
+    return {
+        "bare_rps": bare["rps"],
+        "lead_rps": leads["rps"],
+        "lead_p99_ms": leads["p99_ms"],
+        "lead_errors": leads["errors"],
+        "lead_web_cpu_ms": round(lead_cpu, 3),
+        "pay_rps": pay["rps"],
+        "pay_p99_ms": pay["p99_ms"],
+        "pay_non_2xx": pay["non_2xx_or_errors"],
+        "pay_web_cpu_ms": round(pay_cpu, 3),
+        "lead_ratio": round(leads["rps"] / bare["rps"], 3),
+        "pay_ratio": round(pay["rps"] / bare["rps"], 3),
+    }
 
 
-MEASURES = (("lead_rps", "leads/s (c=50)"), ("lead_ratio", "lead path / bare"),
-            ("lead_web_cpu_ms", "web CPU per lead (ms)"), ("lead_p99_ms", "lead p99 (ms)"),
-            ("pay_rps", "deliveries/s (c=50)"), ("pay_ratio", "payments / bare"),
-            ("pay_web_cpu_ms", "web CPU per delivery (ms)"), ("pay_p99_ms", "payment p99 (ms)"),
-            ("bare_rps", "bare endpoint req/s"))
+MEASURES = (
+    ("lead_rps", "leads/s (c=50)"),
+    ("lead_ratio", "lead path / bare"),
+    ("lead_web_cpu_ms", "web CPU per lead (ms)"),
+    ("lead_p99_ms", "lead p99 (ms)"),
+    ("pay_rps", "deliveries/s (c=50)"),
+    ("pay_ratio", "payments / bare"),
+    ("pay_web_cpu_ms", "web CPU per delivery (ms)"),
+    ("pay_p99_ms", "payment p99 (ms)"),
+    ("bare_rps", "bare endpoint req/s"),
+)
 
 
 def render(d: dict) -> str:
     lever = d["lever"]
     machine = ", ".join(f"{k} {v}" for k, v in d["machine"].items())
-    lines = [f"### Lever: {lever}", "", f"Machine: {machine}.", "",
-             f"{d['rounds']} rounds, arms alternated (base first in odd rounds); wrk at 50 connections, "
-             f"{d['seconds']} s per run. Medians of the rounds; ratio = {lever} / base.", "",
-             f"| measure | base | {lever} | ratio |", "|---|---|---|---|"]
+    lines = [
+        f"### Lever: {lever}",
+        "",
+        f"Machine: {machine}.",
+        "",
+        f"{d['rounds']} rounds, arms alternated (base first in odd rounds); wrk at 50 connections, "
+        f"{d['seconds']} s per run. Medians of the rounds; ratio = {lever} / base.",
+        "",
+        f"| measure | base | {lever} | ratio |",
+        "|---|---|---|---|",
+    ]
     for key, name in MEASURES:
         b = statistics.median(r[key] for r in d["arms"]["base"])
         a = statistics.median(r[key] for r in d["arms"][lever])
         lines.append(f"| {name} | {b:g} | {a:g} | {a / b:.2f} |" if b else f"| {name} | {b:g} | {a:g} | — |")
-    lines += ["", "Every round:", "", "| round | arm | " + " | ".join(k for k, _ in MEASURES) + " |",
-              "|---|---|" + "---|" * len(MEASURES)]
+    lines += [
+        "",
+        "Every round:",
+        "",
+        "| round | arm | " + " | ".join(k for k, _ in MEASURES) + " |",
+        "|---|---|" + "---|" * len(MEASURES),
+    ]
     for arm, rows in d["arms"].items():
         for i, r in enumerate(rows, 1):
             lines.append(f"| {i} | {arm} | " + " | ".join(f"{r[k]:g}" for k, _ in MEASURES) + " |")
@@ -111,8 +138,13 @@ def main() -> int:
             t0 = time.monotonic()
             arms[name].append(one_arm(env, args.seconds, rng))
             log(f"round {i + 1} {name}: {json.dumps(arms[name][-1])} ({time.monotonic() - t0:.0f} s)")
-    data = {"lever": args.lever, "rounds": args.rounds, "seconds": args.seconds, "arms": arms,
-            "machine": machine_info()}
+    data = {
+        "lever": args.lever,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "arms": arms,
+        "machine": machine_info(),
+    }
     write_json("levers.json", data)
     write_md("levers.md", render(data))
     log(f"wrote {OUT / 'levers.md'}")

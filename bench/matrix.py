@@ -9,6 +9,7 @@ also wait), never around the pacing. Writes bench/out/matrix.{json,md,png}.
 
     python -m bench.matrix
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,8 +100,11 @@ class MySQLPool:
     def __init__(self, kw: dict, size: int, autocommit: bool):
         self.free: queue.Queue = queue.Queue()
         for _ in range(size):
-            self.free.put(pymysql.connect(**kw, autocommit=autocommit, read_timeout=QUERY_TIMEOUT_S,
-                                          write_timeout=QUERY_TIMEOUT_S))
+            self.free.put(
+                pymysql.connect(
+                    **kw, autocommit=autocommit, read_timeout=QUERY_TIMEOUT_S, write_timeout=QUERY_TIMEOUT_S
+                )
+            )
 
     def run(self, decide) -> bool:
         """decide(conn) on a pooled connection; after a failure, leave the connection clean."""
@@ -138,10 +142,11 @@ class MySQLStrategy:
     def reset(self) -> None:
         with pymysql.connect(**self.kw, autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("DROP TABLE IF EXISTS sales, caps")
-            cur.execute("CREATE TABLE sales (id BIGINT AUTO_INCREMENT PRIMARY KEY, buyer_id INT NOT NULL,"
-                        " day DATE NOT NULL, KEY (buyer_id, day)) ENGINE=InnoDB")
-            cur.execute("CREATE TABLE caps (id INT PRIMARY KEY, cap INT NOT NULL, used INT NOT NULL)"
-                        " ENGINE=InnoDB")
+            cur.execute(
+                "CREATE TABLE sales (id BIGINT AUTO_INCREMENT PRIMARY KEY, buyer_id INT NOT NULL,"
+                " day DATE NOT NULL, KEY (buyer_id, day)) ENGINE=InnoDB"
+            )
+            cur.execute("CREATE TABLE caps (id INT PRIMARY KEY, cap INT NOT NULL, used INT NOT NULL) ENGINE=InnoDB")
             cur.execute("INSERT INTO caps VALUES (1, %s, 0)", (CAP,))
 
     def decide(self) -> bool:
@@ -235,15 +240,24 @@ class FloodgateLease(RedisStrategy):
         super().__init__(servers, scenario, now)
         limits = dict.fromkeys(CAPS, LARGE) | {BINDING_CAP: CAP}
         limits["daily_budget"] *= 100  # minor units: room for LARGE leads at 1.00 each
-        self.buyer = BuyerRule("bench-buyer", "http://127.0.0.1:9/", 0, Decimal("1.00"), 100,
-                               ZoneInfo("UTC"), tuple(limits.items()), frozenset(), frozenset(), None)
+        self.buyer = BuyerRule(
+            "bench-buyer",
+            "http://127.0.0.1:9/",
+            0,
+            Decimal("1.00"),
+            100,
+            ZoneInfo("UTC"),
+            tuple(limits.items()),
+            frozenset(),
+            frozenset(),
+            None,
+        )
         leases.mark_ready(self.r, self.buyer.id)
         self.store = Store(self.r)
         self.r.script_load(self.store.scripts["reserve_lease"].script)  # no NOSCRIPT round on first use
 
     def decide(self) -> bool:
-        result = leases.reserve(self.store, self.buyer, self.now, lease_ttl_ms=LEASE_TTL_MS,
-                              probe_ttl_ms=LEASE_TTL_MS)
+        result = leases.reserve(self.store, self.buyer, self.now, lease_ttl_ms=LEASE_TTL_MS, probe_ttl_ms=LEASE_TTL_MS)
         if result.status not in ("ok", "full"):
             raise UnexpectedReservation(result.status)
         return result.status == "ok"
@@ -285,8 +299,9 @@ def measure(cls, servers: Servers, scenario: Scenario) -> dict[str, Any]:
     load_1m = round(os.getloadavg()[0], 2)
     strategy = cls(servers, scenario, now)
     try:
-        run = paced_threads(scenario.threads, scenario.webhooks, scenario.duration_s,
-                            lambda _i: timed(strategy), deadline_s=DEADLINE_S)
+        run = paced_threads(
+            scenario.threads, scenario.webhooks, scenario.duration_s, lambda _i: timed(strategy), deadline_s=DEADLINE_S
+        )
         stored = strategy.stored()
     finally:
         strategy.close()
@@ -298,27 +313,52 @@ def measure(cls, servers: Servers, scenario: Scenario) -> dict[str, Any]:
     lat = percentiles([o.ms for o in outcomes])
     mean_ms = round(statistics.fmean(o.ms for o in outcomes), 3) if outcomes else None
     return {
-        "strategy": cls.name, "label": cls.label, "scenario": scenario.name,
-        "threads": scenario.threads, "webhooks": scenario.webhooks, "load": scenario.load,
-        "connections": scenario.connections, "granted": granted, "over_cap": granted - CAP,
-        "stored": stored, "p50_ms": lat["p50"], "p95_ms": lat["p95"], "p99_ms": lat["p99"],
+        "strategy": cls.name,
+        "label": cls.label,
+        "scenario": scenario.name,
+        "threads": scenario.threads,
+        "webhooks": scenario.webhooks,
+        "load": scenario.load,
+        "connections": scenario.connections,
+        "granted": granted,
+        "over_cap": granted - CAP,
+        "stored": stored,
+        "p50_ms": lat["p50"],
+        "p95_ms": lat["p95"],
+        "p99_ms": lat["p99"],
         "mean_ms": mean_ms,
         "decisions_per_s": round(decided / run.elapsed_s, 1) if run.elapsed_s else 0.0,
-        "errors": kinds["error"], "deadlocks": kinds["deadlock"],
+        "errors": kinds["error"],
+        "deadlocks": kinds["deadlock"],
         "lock_wait_timeouts": kinds["lock_wait_timeout"],
-        "not_started": scenario.webhooks - len(done), "stuck_threads": run.stuck_threads,
-        "start_lag_p99_ms": percentiles(run.late_ms)["p99"], "elapsed_s": round(run.elapsed_s, 2),
-        "load_1m": load_1m, "error_samples": dict(Counter(m for _, m in done if m).most_common(5)),
+        "not_started": scenario.webhooks - len(done),
+        "stuck_threads": run.stuck_threads,
+        "start_lag_p99_ms": percentiles(run.late_ms)["p99"],
+        "elapsed_s": round(run.elapsed_s, 2),
+        "load_1m": load_1m,
+        "error_samples": dict(Counter(m for _, m in done if m).most_common(5)),
     }
 
 
 COLUMNS = (  # (heading, row key) of the report's table
-    ("strategy", "label"), ("threads", "threads"), ("webhooks", "webhooks"), ("offered", "load"),
-    ("conns", "connections"), ("granted", "granted"), ("over cap", "over_cap"), ("store count", "stored"),
-    ("p50 ms", "p50_ms"), ("p95 ms", "p95_ms"), ("p99 ms", "p99_ms"), ("decisions/s", "decisions_per_s"),
-    ("errors", "errors"), ("deadlocks (1213)", "deadlocks"),
-    ("lock waits timed out (1205)", "lock_wait_timeouts"), ("not started", "not_started"),
-    ("start lag p99 ms", "start_lag_p99_ms"), ("load avg 1m", "load_1m"),
+    ("strategy", "label"),
+    ("threads", "threads"),
+    ("webhooks", "webhooks"),
+    ("offered", "load"),
+    ("conns", "connections"),
+    ("granted", "granted"),
+    ("over cap", "over_cap"),
+    ("store count", "stored"),
+    ("p50 ms", "p50_ms"),
+    ("p95 ms", "p95_ms"),
+    ("p99 ms", "p99_ms"),
+    ("decisions/s", "decisions_per_s"),
+    ("errors", "errors"),
+    ("deadlocks (1213)", "deadlocks"),
+    ("lock waits timed out (1205)", "lock_wait_timeouts"),
+    ("not started", "not_started"),
+    ("start lag p99 ms", "start_lag_p99_ms"),
+    ("load avg 1m", "load_1m"),
 )
 
 
@@ -327,30 +367,44 @@ def reading(rows: list[dict]) -> list[str]:
     by = {(r["strategy"], r["threads"]): r for r in rows}
     seed, burst = (s.threads for s in SCENARIOS)
     out = [over_delivery(rows)]
-    if (r := by.get(("for_update", burst))):
-        out.append(f"The seed's failure mode B (FOR UPDATE at 200 workers, p95 past 4 s): here p95 "
-                   f"{r['p95_ms']} ms, p99 {r['p99_ms']} ms on {r['connections']} connections.")
+    if r := by.get(("for_update", burst)):
+        out.append(
+            f"The seed's failure mode B (FOR UPDATE at 200 workers, p95 past 4 s): here p95 "
+            f"{r['p95_ms']} ms, p99 {r['p99_ms']} ms on {r['connections']} connections."
+        )
     if (r := by.get(("floodgate_lease", seed))) and r["p99_ms"] is not None:
         verdict = "meets" if r["p99_ms"] < 2 else "misses"
-        out.append(f"Floodgate's lease p99 at {seed} threads: {r['p99_ms']} ms ({verdict} the seed's "
-                   f"2 ms; p50 {r['p50_ms']} ms), {r['over_cap']} over the cap.")
+        out.append(
+            f"Floodgate's lease p99 at {seed} threads: {r['p99_ms']} ms ({verdict} the seed's "
+            f"2 ms; p50 {r['p50_ms']} ms), {r['over_cap']} over the cap."
+        )
     if (r := by.get(("floodgate_lease", burst))) and r["decisions_per_s"]:
-        out.append(f"In the {burst}-thread burst each thread asks again as soon as it is answered, so "
-                   f"latency is mostly queueing in the client: {burst} in flight at {r['decisions_per_s']} "
-                   f"decisions/s means {burst / r['decisions_per_s'] * 1000:.1f} ms each on average "
-                   f"(Little's law); Floodgate's lease measured a mean of {r['mean_ms']} ms.")
-    if (ratios := sorted((r["p99_ms"] / r["mean_ms"], r["strategy"]) for r in rows
-                         if r["threads"] == burst and r["mean_ms"])):
-        out.append(f"There the p99 is {ratios[0][0]:.0f}x ({ratios[0][1]}) to {ratios[-1][0]:.0f}x "
-                   f"({ratios[-1][1]}) the mean for the same work: waits for a pooled connection are "
-                   f"far from first come, first served.")
-    if (fastest := max((r for r in rows if r["threads"] == burst), default=None,
-                       key=lambda r: r["decisions_per_s"])):
+        out.append(
+            f"In the {burst}-thread burst each thread asks again as soon as it is answered, so "
+            f"latency is mostly queueing in the client: {burst} in flight at {r['decisions_per_s']} "
+            f"decisions/s means {burst / r['decisions_per_s'] * 1000:.1f} ms each on average "
+            f"(Little's law); Floodgate's lease measured a mean of {r['mean_ms']} ms."
+        )
+    if ratios := sorted(
+        (r["p99_ms"] / r["mean_ms"], r["strategy"]) for r in rows if r["threads"] == burst and r["mean_ms"]
+    ):
+        out.append(
+            f"There the p99 is {ratios[0][0]:.0f}x ({ratios[0][1]}) to {ratios[-1][0]:.0f}x "
+            f"({ratios[-1][1]}) the mean for the same work: waits for a pooled connection are "
+            f"far from first come, first served."
+        )
+    if fastest := max((r for r in rows if r["threads"] == burst), default=None, key=lambda r: r["decisions_per_s"]):
         out.append(f"Most decisions/s at {burst} threads: {fastest['label']} ({fastest['decisions_per_s']}).")
-    out.append(f"MySQL deadlocks (1213): {sum(r['deadlocks'] for r in rows)}; lock waits timed out (1205): "
-               f"{sum(r['lock_wait_timeouts'] for r in rows)}.")
-    out += [f"{r['label']} at {r['threads']} threads: {r['errors']} errors, mostly "
-            f"\"{max(r['error_samples'], key=r['error_samples'].get)}\"." for r in rows if r["errors"]]
+    out.append(
+        f"MySQL deadlocks (1213): {sum(r['deadlocks'] for r in rows)}; lock waits timed out (1205): "
+        f"{sum(r['lock_wait_timeouts'] for r in rows)}."
+    )
+    out += [
+        f"{r['label']} at {r['threads']} threads: {r['errors']} errors, mostly "
+        f'"{max(r["error_samples"], key=r["error_samples"].get)}".'
+        for r in rows
+        if r["errors"]
+    ]
     return out
 
 
@@ -359,49 +413,59 @@ def over_delivery(rows: list[dict]) -> str:
     leaky = [r for r in rows if r["over_cap"] > 0]
     if not leaky:
         return f"No strategy delivered past the cap of {CAP} (the seed's failure mode A claims 18 over)."
-    return "Over-delivery: " + "; ".join(f"{r['label']} delivered {r['over_cap']} over the cap of {CAP} "
-                                         f"at {r['threads']} threads" for r in leaky) + \
-        " (the seed's failure mode A: 18 over at 20 workers)."
+    return (
+        "Over-delivery: "
+        + "; ".join(
+            f"{r['label']} delivered {r['over_cap']} over the cap of {CAP} at {r['threads']} threads" for r in leaky
+        )
+        + " (the seed's failure mode A: 18 over at 20 workers)."
+    )
 
 
 def markdown(data: dict) -> str:
     """The report: machine, method, the table, the reading; every figure from `data`."""
     m = data["machine"]
-    return "\n\n".join([
-        "# Concurrency matrix: enforcing a cap of 100",
-        f"{m['date']} · {m['nproc']} CPUs ({m['cpu_model']}) · MariaDB {m['mariadb']} · Redis {m['redis']} "
-        f"· Python {m['python']} · run took {data['runtime_s']} s. "
-        f"Clients, MariaDB and Redis share the machine.",
-        f"Each webhook is one cap decision; latency is timed around the decision only. With more threads "
-        f"than {MAX_CONNECTIONS} connections, threads wait for a pooled connection and that wait is part "
-        f"of their latency; after {POOL_WAIT_S:g} s of waiting the decision fails (an error), as in "
-        f"Floodgate's Redis pool. Decisions/s excludes errors; under pacing it is bounded by the offered load. "
-        f"Start lag is how late a webhook began against its schedule: near 0 means the strategy kept up "
-        f"with the paced load (in the as-fast-as-possible burst it is the queue). Load average "
-        f"{m['loadavg_1m_5m_15m']} at the start (1, 5, 15 min); each row shows the 1-minute figure "
-        f"as it began, since other work on the machine skews timings.",
-        markdown_table(data["rows"], COLUMNS),
-        "\n".join(f"- {s}" for s in reading(data["rows"])),
-        "![matrix](matrix.png)",
-    ])
+    return "\n\n".join(
+        [
+            "# Concurrency matrix: enforcing a cap of 100",
+            f"{m['date']} · {m['nproc']} CPUs ({m['cpu_model']}) · MariaDB {m['mariadb']} · Redis {m['redis']} "
+            f"· Python {m['python']} · run took {data['runtime_s']} s. "
+            f"Clients, MariaDB and Redis share the machine.",
+            f"Each webhook is one cap decision; latency is timed around the decision only. With more threads "
+            f"than {MAX_CONNECTIONS} connections, threads wait for a pooled connection and that wait is part "
+            f"of their latency; after {POOL_WAIT_S:g} s of waiting the decision fails (an error), as in "
+            f"Floodgate's Redis pool. Decisions/s excludes errors; under pacing it is bounded by the offered load. "
+            f"Start lag is how late a webhook began against its schedule: near 0 means the strategy kept up "
+            f"with the paced load (in the as-fast-as-possible burst it is the queue). Load average "
+            f"{m['loadavg_1m_5m_15m']} at the start (1, 5, 15 min); each row shows the 1-minute figure "
+            f"as it began, since other work on the machine skews timings.",
+            markdown_table(data["rows"], COLUMNS),
+            "\n".join(f"- {s}" for s in reading(data["rows"])),
+            "![matrix](matrix.png)",
+        ]
+    )
 
 
 def plot(rows: list[dict], path: Path) -> None:
     """Over-cap deliveries, p99 latency and decisions/s, grouped by strategy, one bar per scenario."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [cls.name for cls in STRATEGIES]
-    panels = (("over_cap", "deliveries over the cap", False),
-              ("p99_ms", "p99 decision latency (ms, log)", True),
-              ("decisions_per_s", "decisions/s", False))
+    panels = (
+        ("over_cap", "deliveries over the cap", False),
+        ("p99_ms", "p99 decision latency (ms, log)", True),
+        ("decisions_per_s", "decisions/s", False),
+    )
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     width = 0.8 / len(SCENARIOS)
     for ax, (key, title, log_scale) in zip(axes, panels):
         for j, sc in enumerate(SCENARIOS):
-            values = [next((r[key] or 0 for r in rows if r["strategy"] == n and r["threads"] == sc.threads), 0)
-                      for n in names]
+            values = [
+                next((r[key] or 0 for r in rows if r["strategy"] == n and r["threads"] == sc.threads), 0) for n in names
+            ]
             xs = [i + (j - (len(SCENARIOS) - 1) / 2) * width for i in range(len(names))]
             bars = ax.bar(xs, values, width, label=f"{sc.threads} threads, {sc.webhooks:,} webhooks, {sc.load}")
             ax.bar_label(bars, fmt="%.4g", fontsize=7)
@@ -410,8 +474,7 @@ def plot(rows: list[dict], path: Path) -> None:
         if log_scale:
             ax.set_yscale("log")
             ax.axhline(2, color="grey", linestyle="--", linewidth=1)
-            ax.text(1.0, 2, " seed's\n 2 ms", transform=ax.get_yaxis_transform(), va="center",
-                    fontsize=7, color="grey")
+            ax.text(1.0, 2, " seed's\n 2 ms", transform=ax.get_yaxis_transform(), va="center", fontsize=7, color="grey")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Cap of {CAP}: five strategies, same servers, same run")
     fig.tight_layout()
@@ -422,8 +485,14 @@ def plot(rows: list[dict], path: Path) -> None:
 def mysql_kwargs(url: str) -> dict:
     """PyMySQL connect() keywords for a mysql://user:pass@host:port/db URL."""
     p = urlparse(url)
-    return dict(host=p.hostname, port=p.port or 3306, user=p.username or "root", password=p.password or "",
-                database=p.path.lstrip("/"), connect_timeout=5)
+    return dict(
+        host=p.hostname,
+        port=p.port or 3306,
+        user=p.username or "root",
+        password=p.password or "",
+        database=p.path.lstrip("/"),
+        connect_timeout=5,
+    )
 
 
 def run_all(servers: Servers, strategies: tuple) -> list[dict]:
@@ -431,12 +500,19 @@ def run_all(servers: Servers, strategies: tuple) -> list[dict]:
     rows = []
     for scenario in SCENARIOS:
         for cls in strategies:
-            log.info("%s: %d webhooks from %d threads, %s ...", cls.name, scenario.webhooks,
-                     scenario.threads, scenario.load)
+            log.info(
+                "%s: %d webhooks from %d threads, %s ...", cls.name, scenario.webhooks, scenario.threads, scenario.load
+            )
             row = measure(cls, servers, scenario)
-            log.info("  granted %d (over cap %d), p99 %s ms, %s decisions/s, errors %d, deadlocks %d",
-                     row["granted"], row["over_cap"], row["p99_ms"], row["decisions_per_s"],
-                     row["errors"], row["deadlocks"])
+            log.info(
+                "  granted %d (over cap %d), p99 %s ms, %s decisions/s, errors %d, deadlocks %d",
+                row["granted"],
+                row["over_cap"],
+                row["p99_ms"],
+                row["decisions_per_s"],
+                row["errors"],
+                row["deadlocks"],
+            )
             rows.append(row)
     return rows
 
@@ -444,8 +520,9 @@ def run_all(servers: Servers, strategies: tuple) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """Start the servers, run the matrix, drop them, write the report; 2 without MySQL."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--strategies", default=",".join(c.name for c in STRATEGIES),
-                        help="comma-separated subset of: %(default)s")
+    parser.add_argument(
+        "--strategies", default=",".join(c.name for c in STRATEGIES), help="comma-separated subset of: %(default)s"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[matrix] %(message)s")
     chosen = tuple(c for c in STRATEGIES if c.name in args.strategies.split(","))
@@ -464,9 +541,14 @@ def main(argv: list[str] | None = None) -> int:
         with pymysql.connect(**servers.mysql) as conn, redis_server.client() as r:
             machine = machine_info(mariadb=mysql_version(conn), redis=redis_version(r))
         rows = run_all(servers, chosen)
-    data = {"machine": machine, "cap": CAP, "max_connections": MAX_CONNECTIONS,
-            "scenarios": [vars(s) | {"load": s.load} for s in SCENARIOS], "rows": rows,
-            "runtime_s": round(time.monotonic() - started, 1)}
+    data = {
+        "machine": machine,
+        "cap": CAP,
+        "max_connections": MAX_CONNECTIONS,
+        "scenarios": [vars(s) | {"load": s.load} for s in SCENARIOS],
+        "rows": rows,
+        "runtime_s": round(time.monotonic() - started, 1),
+    }
     write_json("matrix.json", data)
     write_md("matrix.md", markdown(data))
     plot(rows, OUT / "matrix.png")

@@ -6,6 +6,7 @@ and hide its own queueing: no coordinated omission). Runs as its own process:
     python -m bench.openloop payments URL FILE RATE     ->  the same, for the payment
         deliveries listed in FILE (JSON: [[provider, headers, body], ...]), sent in order
 """
+
 from __future__ import annotations
 
 from gevent import monkey
@@ -34,8 +35,9 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
     def one(i: int, due: float) -> None:
         body = json.dumps({"lead_id": f"{tag}-{i}", "state": "TX", "email": "ada@example.com"})
         try:
-            resp = pool.request("POST", url + "/v1/leads", body=body, headers=headers,
-                                timeout=urllib3.Timeout(total=10))
+            resp = pool.request(
+                "POST", url + "/v1/leads", body=body, headers=headers, timeout=urllib3.Timeout(total=10)
+            )
             key = str(resp.status) if resp.status != 200 else json.loads(resp.data)["status"]
         except Exception as exc:
             key = type(exc).__name__
@@ -50,9 +52,15 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
         greenlets.append(gevent.spawn(one, i, due))
     gevent.joinall(greenlets, timeout=30)
     elapsed = time.perf_counter() - start
-    return {"offered_rate": rate, "seconds": seconds, "sent": n, "completed": len(latencies),
-            "statuses": statuses, "achieved_rate": round(len(latencies) / elapsed, 1),
-            **{k + "_ms": v for k, v in percentiles(latencies).items()}}
+    return {
+        "offered_rate": rate,
+        "seconds": seconds,
+        "sent": n,
+        "completed": len(latencies),
+        "statuses": statuses,
+        "achieved_rate": round(len(latencies) / elapsed, 1),
+        **{k + "_ms": v for k, v in percentiles(latencies).items()},
+    }
 
 
 def run_payments(url: str, deliveries: list, rate: float) -> dict:
@@ -64,11 +72,18 @@ def run_payments(url: str, deliveries: list, rate: float) -> dict:
 
     def one(provider: str, headers: dict, body: str, due: float) -> None:
         try:
-            resp = pool.request("POST", f"{url}/v1/webhooks/{provider}", body=body.encode(),
-                                headers={"Content-Type": "application/json", **headers},
-                                timeout=urllib3.Timeout(total=10))
-            key = json.loads(resp.data).get("status") or str(resp.status) if resp.status in (200, 409) \
+            resp = pool.request(
+                "POST",
+                f"{url}/v1/webhooks/{provider}",
+                body=body.encode(),
+                headers={"Content-Type": "application/json", **headers},
+                timeout=urllib3.Timeout(total=10),
+            )
+            key = (
+                json.loads(resp.data).get("status") or str(resp.status)
+                if resp.status in (200, 409)
                 else str(resp.status)
+            )
         except Exception as exc:
             key = type(exc).__name__
         latencies.append((time.perf_counter() - due) * 1000)
@@ -82,10 +97,15 @@ def run_payments(url: str, deliveries: list, rate: float) -> dict:
         greenlets.append(gevent.spawn(one, provider, headers, body, due))
     gevent.joinall(greenlets, timeout=30)
     elapsed = time.perf_counter() - start
-    return {"offered_rate": rate, "seconds": round(len(deliveries) / rate, 1), "sent": len(deliveries),
-            "completed": len(latencies), "statuses": statuses,
-            "achieved_rate": round(len(latencies) / elapsed, 1),
-            **{k + "_ms": v for k, v in percentiles(latencies).items()}}
+    return {
+        "offered_rate": rate,
+        "seconds": round(len(deliveries) / rate, 1),
+        "sent": len(deliveries),
+        "completed": len(latencies),
+        "statuses": statuses,
+        "achieved_rate": round(len(latencies) / elapsed, 1),
+        **{k + "_ms": v for k, v in percentiles(latencies).items()},
+    }
 
 
 if __name__ == "__main__":

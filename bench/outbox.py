@@ -13,6 +13,7 @@ to a credit. Writes bench/out/outbox.{json,md,png}.
 
     python -m bench.outbox [--rate 300 [--rate 100 ...]] [--seconds 20] [--credits 3000] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,20 +119,32 @@ def _listening(port: int) -> bool:
 def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> dict:
     """Open-loop payments at `rate`/s for `seconds`; each event's commit-to-receiver lag."""
     port, log = free_port(), work / f"arrivals-{rate}.txt"
-    receiver = Proc([sys.executable, "-m", "bench.outbox", "--receive", str(port), str(log)], env, work / "receiver.log")
+    receiver = Proc(
+        [sys.executable, "-m", "bench.outbox", "--receive", str(port), str(log)], env, work / "receiver.log"
+    )
     wait_until(lambda: _listening(port), what="the receiver")
     env = {**env, "PAYMENT_EVENTS_URL": f"http://127.0.0.1:{port}/floodgate-events"}
     web = WebServer(env, work / "web.log", workers=2)
-    worker = Proc([venv_bin("rq"), "worker", "--url", redis_url, "--with-scheduler", "-w",
-                   "rq.worker.SimpleWorker", "floodgate"], env, work / "worker.log")
+    worker = Proc(
+        [venv_bin("rq"), "worker", "--url", redis_url, "--with-scheduler", "-w", "rq.worker.SimpleWorker", "floodgate"],
+        env,
+        work / "worker.log",
+    )
     try:
         rng = random.Random(11)
         n = rate * seconds
         bodies = []
         for i in range(n):
             provider = PROVIDERS[i % len(PROVIDERS)]
-            raw = encode(payload(provider, f"lag{rate}-{i}", rng.randint(100, 5_000_000), "NGN",
-                                 f"payer{rng.randrange(500)}@example.com"))
+            raw = encode(
+                payload(
+                    provider,
+                    f"lag{rate}-{i}",
+                    rng.randint(100, 5_000_000),
+                    "NGN",
+                    f"payer{rng.randrange(500)}@example.com",
+                )
+            )
             bodies.append((provider, raw))
         local = threading.local()
 
@@ -154,15 +167,26 @@ def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> d
         drained_s = time.time() - load_done
         first_arrival, unverified = arrivals(log)
         with db.connection_context():
-            made = {e.event_id: e.created_at.replace(tzinfo=timezone.utc).timestamp()
-                    for e in PaymentEvent.select(PaymentEvent.event_id, PaymentEvent.created_at)}
+            made = {
+                e.event_id: e.created_at.replace(tzinfo=timezone.utc).timestamp()
+                for e in PaymentEvent.select(PaymentEvent.event_id, PaymentEvent.created_at)
+            }
             PaymentEvent.delete().execute()  # the next rate starts from an empty outbox
         lags = [(first_arrival[i] - made[i]) * 1000 for i in made if i in first_arrival]
-        return {"rate_per_s": rate, "seconds": seconds, "payments": n, "credited": credited,
-                "achieved_per_s": round(run.started / run.elapsed_s, 1) if run.elapsed_s else None,
-                "late_start_ms": percentiles(run.late_ms), "events": len(made), "arrived": len(lags),
-                "unverified_arrivals": unverified, "last_delivered_after_load_s": round(drained_s, 2),
-                "lag_ms": {**percentiles(lags), "max": round(max(lags), 1) if lags else None}, "_lags": lags}
+        return {
+            "rate_per_s": rate,
+            "seconds": seconds,
+            "payments": n,
+            "credited": credited,
+            "achieved_per_s": round(run.started / run.elapsed_s, 1) if run.elapsed_s else None,
+            "late_start_ms": percentiles(run.late_ms),
+            "events": len(made),
+            "arrived": len(lags),
+            "unverified_arrivals": unverified,
+            "last_delivered_after_load_s": round(drained_s, 2),
+            "lag_ms": {**percentiles(lags), "max": round(max(lags), 1) if lags else None},
+            "_lags": lags,
+        }
     finally:
         worker.stop()
         web.stop()
@@ -186,8 +210,9 @@ def cost_run(n: int, rounds: int, threads: int, offset: int) -> dict[str, list[f
                             if next(todo, None) is None:
                                 break
                             i = next(counter)
-                        raw = encode(payload("standard", f"cost-{i}", 1_000 + i % 997, "NGN",
-                                             f"cost{i % 200}@example.com"))
+                        raw = encode(
+                            payload("standard", f"cost-{i}", 1_000 + i % 997, "NGN", f"cost{i % 200}@example.com")
+                        )
                         event = events.parse("standard", raw)
                         d = ledger.receipt("standard", raw, signed_headers("standard", raw))
                         t = time.perf_counter()
@@ -233,32 +258,71 @@ def plot(lags: dict[int, list[float]], cost: dict, path: Path) -> None:
 
 
 def render(machine: dict, lag: list[dict], rows: list[dict], extra: dict) -> str:
-    lag_rows = [{"offered": r["rate_per_s"], "achieved": r["achieved_per_s"], "late": r["late_start_ms"]["p99"],
-                 "credited": f"{r['credited']:,}", "arrived": f"{r['arrived']:,}", "bad": r["unverified_arrivals"],
-                 **{k: r["lag_ms"][k] for k in ("p50", "p95", "p99", "max")},
-                 "drained": r["last_delivered_after_load_s"]} for r in lag]
-    return "\n".join([
-        f"### Event lag: commit → receiver ({lag[0]['seconds']} s of open-loop payments per rate)", "",
-        markdown_table(lag_rows, (("offered /s", "offered"), ("started /s", "achieved"),
-                                  ("p99 start late ms", "late"), ("credited", "credited"),
-                                  ("events arrived", "arrived"), ("failed verification", "bad"),
-                                  ("lag p50 ms", "p50"), ("p95 ms", "p95"), ("p99 ms", "p99"), ("max ms", "max"),
-                                  ("last event after the load s", "drained"))), "",
-        "Every credited payment's event arrived and verified. The load generator, two gevent web "
-        "workers, one RQ worker, the receiver and MariaDB share the machine's CPUs; when the web "
-        "cannot start payments at the offered rate (started /s below it, starts late), the lag is "
-        "measured at the rate it achieved.", "",
-        "### What the outbox adds to a credit (`ledger.credit`, MariaDB, interleaved rounds)", "",
-        markdown_table(rows, (("threads", "threads"), ("variant", "variant"), ("credits", "credits"),
-                              ("p50 ms", "p50"), ("p95 ms", "p95"), ("p99 ms", "p99"))), "",
-        "With the outbox minus without, same run: " + "; ".join(
-            f"{t} thread(s): p50 {d['p50']:+.2f} ms, p99 {d['p99']:+.2f} ms" for t, d in extra.items())
-        + ". The outbox adds one indexed SELECT of the locked wallet row and one INSERT to the same "
-        "transaction; after the commit the web process pays one pipelined Redis round trip to wake "
-        "the worker (not in these figures).", "",
-        f"Machine: {machine['nproc']} CPUs ({machine['cpu_model']}), load average "
-        f"{machine['loadavg_1m_5m_15m']} when the run ended (other work on the machine, e.g. a soak, "
-        "skews every figure here).", ""])
+    lag_rows = [
+        {
+            "offered": r["rate_per_s"],
+            "achieved": r["achieved_per_s"],
+            "late": r["late_start_ms"]["p99"],
+            "credited": f"{r['credited']:,}",
+            "arrived": f"{r['arrived']:,}",
+            "bad": r["unverified_arrivals"],
+            **{k: r["lag_ms"][k] for k in ("p50", "p95", "p99", "max")},
+            "drained": r["last_delivered_after_load_s"],
+        }
+        for r in lag
+    ]
+    return "\n".join(
+        [
+            f"### Event lag: commit → receiver ({lag[0]['seconds']} s of open-loop payments per rate)",
+            "",
+            markdown_table(
+                lag_rows,
+                (
+                    ("offered /s", "offered"),
+                    ("started /s", "achieved"),
+                    ("p99 start late ms", "late"),
+                    ("credited", "credited"),
+                    ("events arrived", "arrived"),
+                    ("failed verification", "bad"),
+                    ("lag p50 ms", "p50"),
+                    ("p95 ms", "p95"),
+                    ("p99 ms", "p99"),
+                    ("max ms", "max"),
+                    ("last event after the load s", "drained"),
+                ),
+            ),
+            "",
+            "Every credited payment's event arrived and verified. The load generator, two gevent web "
+            "workers, one RQ worker, the receiver and MariaDB share the machine's CPUs; when the web "
+            "cannot start payments at the offered rate (started /s below it, starts late), the lag is "
+            "measured at the rate it achieved.",
+            "",
+            "### What the outbox adds to a credit (`ledger.credit`, MariaDB, interleaved rounds)",
+            "",
+            markdown_table(
+                rows,
+                (
+                    ("threads", "threads"),
+                    ("variant", "variant"),
+                    ("credits", "credits"),
+                    ("p50 ms", "p50"),
+                    ("p95 ms", "p95"),
+                    ("p99 ms", "p99"),
+                ),
+            ),
+            "",
+            "With the outbox minus without, same run: "
+            + "; ".join(f"{t} thread(s): p50 {d['p50']:+.2f} ms, p99 {d['p99']:+.2f} ms" for t, d in extra.items())
+            + ". The outbox adds one indexed SELECT of the locked wallet row and one INSERT to the same "
+            "transaction; after the commit the web process pays one pipelined Redis round trip to wake "
+            "the worker (not in these figures).",
+            "",
+            f"Machine: {machine['nproc']} CPUs ({machine['cpu_model']}), load average "
+            f"{machine['loadavg_1m_5m_15m']} when the run ended (other work on the machine, e.g. a soak, "
+            "skews every figure here).",
+            "",
+        ]
+    )
 
 
 def main() -> int:
@@ -296,8 +360,10 @@ def main() -> int:
     for threads, variants in cost.items():
         for variant, s in variants.items():
             rows.append({"threads": threads, "variant": variant, "credits": len(s), **percentiles(s)})
-    extra = {t: {q: round(percentiles(v["with outbox"])[q] - percentiles(v["without outbox"])[q], 3)
-                 for q in ("p50", "p99")} for t, v in cost.items()}
+    extra = {
+        t: {q: round(percentiles(v["with outbox"])[q] - percentiles(v["without outbox"])[q], 3) for q in ("p50", "p99")}
+        for t, v in cost.items()
+    }
     write_json("outbox.json", {"machine": machine, "lag": lag, "cost": rows, "outbox_adds_ms": extra})
     plot(lags, cost, OUT / "outbox.png")
     md = render(machine, lag, rows, extra)

@@ -7,6 +7,7 @@ KiB. Writes bench/out/parse_cost.{json,md}.
 
     python -m bench.parse_cost [--sizes 16,64,256] [--budget-s 0.5] [--min-reps 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,13 @@ def _old_loads(raw: bytes, *, decimals: bool = False) -> Any:
         raise InvalidJSON("request body is not UTF-8") from None
     _old_check_depth(text)
     try:
-        value = json.loads(text, object_pairs_hook=_old_object, parse_constant=_old_constant,
-                           parse_int=_old_int, parse_float=_old_decimal if decimals else _old_float)
+        value = json.loads(
+            text,
+            object_pairs_hook=_old_object,
+            parse_constant=_old_constant,
+            parse_int=_old_int,
+            parse_float=_old_decimal if decimals else _old_float,
+        )
     except json.JSONDecodeError as exc:
         raise MalformedJSON(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -124,6 +130,8 @@ def _old_check_strings(value: Any) -> None:
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 raise InvalidJSON("JSON string is not UTF-8 text (a lone surrogate)") from None
+
+
 # ------------------------------------------------------------ end of the old implementation
 
 
@@ -138,8 +146,17 @@ def _keys(size: int, duplicate: bool) -> bytes:
 
 def _honest_lead(size: int) -> bytes:
     """A lead as a publisher sends one, grown by a long note and a page history."""
-    lead = {"lead_id": "lead-000123", "state": "TX", "email": "ada.lovelace@example.com", "phone": "+15125550123",
-            "first_name": "Ada", "last_name": "Lovelace", "zip": "78701", "score": 0.87, "consent": True}
+    lead = {
+        "lead_id": "lead-000123",
+        "state": "TX",
+        "email": "ada.lovelace@example.com",
+        "phone": "+15125550123",
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "zip": "78701",
+        "score": 0.87,
+        "consent": True,
+    }
     note = "Called back on Tuesday; prefers e-mail. Intéressée par l'offre — 東京 office. "
     visit = {"page": "/quote/auto", "seconds": 12.5, "referrer": "https://search.example/?q=insurance"}
     base = len(json.dumps(lead))
@@ -164,7 +181,7 @@ SHAPES: dict[str, tuple[Callable[[int], bytes], bool]] = {
     "honest lead (reference)": (_honest_lead, False),
     "Paystack-like payment (reference, decimals)": (_paystack, True),
     'unterminated "\\ repeated': (lambda n: _fill(b"", b'"\\', b"", n), False),
-    "unterminated string of a\\\" ": (lambda n: _fill(b'{"lead_id": "', b'a\\"', b"", n), False),
+    'unterminated string of a\\" ': (lambda n: _fill(b'{"lead_id": "', b'a\\"', b"", n), False),
     "unterminated string of escapes": (lambda n: _fill(b'{"notes": "', b"\\u00e9\\n", b"", n), False),
     "[ repeated (deep nesting)": (lambda n: _fill(b"", b"[", b"", n), False),
     "64 deep, repeated (valid)": (lambda n: _fill(b"[", b"[" * 63 + b"]" * 63 + b",", b"[]]", n), False),
@@ -219,8 +236,12 @@ def cpu_us_per_kib(fn: Callable, raw: bytes, decimals: bool, min_reps: int, targ
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="16,64,256", help="body sizes in KiB")
-    parser.add_argument("--budget-s", type=float, default=0.5,
-                        help="the old implementation runs at a size only while one call stayed under this")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.5,
+        help="the old implementation runs at a size only while one call stayed under this",
+    )
     parser.add_argument("--min-reps", type=int, default=7)
     parser.add_argument("--target-s", type=float, default=0.3, help="run calls until they add up to this")
     args = parser.parse_args()
@@ -238,27 +259,54 @@ def main() -> None:
                 old, first_s = cpu_us_per_kib(_old_loads, raw, decimals, 3 if kib > sizes[0] else 1, 0)
                 if first_s > args.budget_s:
                     old_over = f"over budget ({first_s:.1f} s at {kib} KiB)"
-            entry = {"shape": name, "kib": kib, "outcome": _outcome(strictjson.loads, raw, decimals),
-                     "old_outcome": _outcome(_old_loads, raw, decimals) if old is not None and kib == sizes[0] else None,
-                     "new_us_per_kib": round(new, 2), "old_us_per_kib": None if old is None else round(old, 1),
-                     "plain_us_per_kib": round(plain, 2), "new_ms_per_body": round(new * kib / 1000, 3)}
+            entry = {
+                "shape": name,
+                "kib": kib,
+                "outcome": _outcome(strictjson.loads, raw, decimals),
+                "old_outcome": _outcome(_old_loads, raw, decimals) if old is not None and kib == sizes[0] else None,
+                "new_us_per_kib": round(new, 2),
+                "old_us_per_kib": None if old is None else round(old, 1),
+                "plain_us_per_kib": round(plain, 2),
+                "new_ms_per_body": round(new * kib / 1000, 3),
+            }
             data.append(entry)
-            rows.append({**entry, "old": f"{old:,.1f}" if old is not None else (old_over or "—"),
-                         "ratio": f"{new / plain:.1f}" if plain else "—"})
-            print(f"{name:45s} {kib:4d} KiB  new {new:9.2f}  old {rows[-1]['old']:>28s}  plain {plain:8.2f}"
-                  f"  µs/KiB  -> {entry['outcome']}", flush=True)
+            rows.append(
+                {
+                    **entry,
+                    "old": f"{old:,.1f}" if old is not None else (old_over or "—"),
+                    "ratio": f"{new / plain:.1f}" if plain else "—",
+                }
+            )
+            print(
+                f"{name:45s} {kib:4d} KiB  new {new:9.2f}  old {rows[-1]['old']:>28s}  plain {plain:8.2f}"
+                f"  µs/KiB  -> {entry['outcome']}",
+                flush=True,
+            )
     info = machine_info()
-    write_json("parse_cost.json", {"machine": info, "sizes_kib": sizes, "results": data,
-                                   "took_s": round(time.time() - started, 1)})
-    table = markdown_table(rows, (("shape", "shape"), ("KiB", "kib"), ("answer", "outcome"),
-                                  ("new µs/KiB", "new_us_per_kib"), ("new ms per body", "new_ms_per_body"),
-                                  ("old µs/KiB", "old"), ("json.loads µs/KiB", "plain_us_per_kib"),
-                                  ("new / json.loads", "ratio")))
+    write_json(
+        "parse_cost.json",
+        {"machine": info, "sizes_kib": sizes, "results": data, "took_s": round(time.time() - started, 1)},
+    )
+    table = markdown_table(
+        rows,
+        (
+            ("shape", "shape"),
+            ("KiB", "kib"),
+            ("answer", "outcome"),
+            ("new µs/KiB", "new_us_per_kib"),
+            ("new ms per body", "new_ms_per_body"),
+            ("old µs/KiB", "old"),
+            ("json.loads µs/KiB", "plain_us_per_kib"),
+            ("new / json.loads", "ratio"),
+        ),
+    )
     worst = max((r for r in data if r["kib"] == max(sizes)), key=lambda r: r["new_us_per_kib"])
-    md = (f"{info['date']} · {info['nproc']} CPUs ({info['cpu_model']}) · Python {info['python']} · load "
-          f"average {info['loadavg_1m_5m_15m']} at the end · run took {time.time() - started:.0f} s.\n\n"
-          f"{table}\n\nCostliest shape at {max(sizes)} KiB for the new parser: {worst['shape']}, "
-          f"{worst['new_us_per_kib']} µs/KiB ({worst['new_ms_per_body']} ms per body).\n")
+    md = (
+        f"{info['date']} · {info['nproc']} CPUs ({info['cpu_model']}) · Python {info['python']} · load "
+        f"average {info['loadavg_1m_5m_15m']} at the end · run took {time.time() - started:.0f} s.\n\n"
+        f"{table}\n\nCostliest shape at {max(sizes)} KiB for the new parser: {worst['shape']}, "
+        f"{worst['new_us_per_kib']} µs/KiB ({worst['new_ms_per_body']} ms per body).\n"
+    )
     print(write_md("parse_cost.md", md))
     print(md)
 

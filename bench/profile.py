@@ -9,6 +9,7 @@ the database, JSON, Flask, metrics, logging — and self time by function) and t
 collapsed stacks (profile-<path>.txt). py-spy needs ptrace: run as root, or with
 kernel.yama.ptrace_scope=0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,17 +90,38 @@ def profile(path: str, seconds: int) -> list[str]:
         result: dict = {}
         load = threading.Thread(target=lambda: result.update(run()))
         load.start()
-        subprocess.run([venv_bin("py-spy"), "record", "-r", "200", "-f", "raw", "-d", str(seconds),
-                        "-p", str(worker), "-o", str(raw_path)], check=True, capture_output=True,
-                       timeout=seconds + 60)
+        subprocess.run(
+            [
+                venv_bin("py-spy"),
+                "record",
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-d",
+                str(seconds),
+                "-p",
+                str(worker),
+                "-o",
+                str(raw_path),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=seconds + 60,
+        )
         load.join()
     total, leaves, layers, packages = summarize(raw_path.read_text())
     log(f"{path}: {total} samples, {result.get('rps')} requests/s")
-    lines = [f"### The {path} path", "",
-             f"`py-spy record -r 200 -f raw` of one of the two gunicorn workers for {seconds} s under wrk "
-             f"at 50 connections ({result.get('rps')} requests/s over the whole run): {total} samples of the "
-             "worker's main thread (a thread-pool thread waiting on its lock is left out).", "",
-             "| layer (a sample counts when any frame of its stack is in it) | share |", "|---|---|"]
+    lines = [
+        f"### The {path} path",
+        "",
+        f"`py-spy record -r 200 -f raw` of one of the two gunicorn workers for {seconds} s under wrk "
+        f"at 50 connections ({result.get('rps')} requests/s over the whole run): {total} samples of the "
+        "worker's main thread (a thread-pool thread waiting on its lock is left out).",
+        "",
+        "| layer (a sample counts when any frame of its stack is in it) | share |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {n / total:.1%} |" for name, n in layers]
     lines += ["", "| package where the sample was taken (self time) | share |", "|---|---|"]
     lines += [f"| {name} | {n / total:.1%} |" for name, n in packages]

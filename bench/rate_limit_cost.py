@@ -18,6 +18,7 @@ the same single connection, in alternated blocks. The report gives the medians.
 
 Writes bench/out/rate_limit_cost.json and rate_limit_cost.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,12 @@ def set_arm(stack: Stack, rate_limit: dict | None) -> None:
     body = {"name": "Bench", "api_key": API_KEY, "commission_pct": "10"}
     if rate_limit is not None:
         body["rate_limit"] = rate_limit
-    requests.put(f"{stack.web.url}/v1/admin/publishers/{PUBLISHER}", json=body, timeout=10,
-                 headers={"Authorization": f"Bearer {ADMIN}"}).raise_for_status()
+    requests.put(
+        f"{stack.web.url}/v1/admin/publishers/{PUBLISHER}",
+        json=body,
+        timeout=10,
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    ).raise_for_status()
     time.sleep(1.2)  # > CONFIG_CHECK_INTERVAL_MS: every web process has the change
 
 
@@ -68,8 +73,13 @@ def one_run(stack: Stack, arm: str, seconds: int) -> dict:
     cpu_ms = (cpu_seconds(web) - before) / n * 1000
     scripts_per_lead = (scripts_run(r) - scripts) / n
     drained(stack)
-    return {"lead_rps": leads["rps"], "lead_p99_ms": leads["p99_ms"], "lead_errors": leads["errors"],
-            "lead_web_cpu_ms": round(cpu_ms, 3), "scripts_per_lead": round(scripts_per_lead, 3)}
+    return {
+        "lead_rps": leads["rps"],
+        "lead_p99_ms": leads["p99_ms"],
+        "lead_errors": leads["errors"],
+        "lead_web_cpu_ms": round(cpu_ms, 3),
+        "scripts_per_lead": round(scripts_per_lead, 3),
+    }
 
 
 def script_round_trips(url: str, calls: int, blocks: int) -> dict:
@@ -80,7 +90,7 @@ def script_round_trips(url: str, calls: int, blocks: int) -> dict:
     ops = {"take_token": lambda: store.take_token("micro", 100_000, 100_000), "ping": store.redis.ping}
     before = store.redis.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
     for i in range(blocks):
-        for name in (("take_token", "ping") if i % 2 == 0 else ("ping", "take_token")):
+        for name in ("take_token", "ping") if i % 2 == 0 else ("ping", "take_token"):
             op = ops[name]
             t0 = time.perf_counter()
             for _ in range(calls):
@@ -89,38 +99,62 @@ def script_round_trips(url: str, calls: int, blocks: int) -> dict:
     med = {name: round(statistics.median(v), 1) for name, v in samples.items()}
     after = store.redis.info("commandstats")["cmdstat_evalsha"]  # only take_token ran EVALSHA here
     server_us = (after["usec"] - before["usec"]) / max(1, after["calls"] - before["calls"])
-    return {"calls_per_block": calls, "blocks": blocks, "median_us": med,
-            "extra_us": round(med["take_token"] - med["ping"], 1), "server_us": round(server_us, 2),
-            "blocks_us": samples}
+    return {
+        "calls_per_block": calls,
+        "blocks": blocks,
+        "median_us": med,
+        "extra_us": round(med["take_token"] - med["ping"], 1),
+        "server_us": round(server_us, 2),
+        "blocks_us": samples,
+    }
 
 
-MEASURES = (("lead_rps", "leads/s (c=50)"), ("lead_web_cpu_ms", "web CPU per lead (ms)"),
-            ("lead_p99_ms", "lead p99 (ms)"), ("scripts_per_lead", "Lua scripts Redis ran per lead"))
+MEASURES = (
+    ("lead_rps", "leads/s (c=50)"),
+    ("lead_web_cpu_ms", "web CPU per lead (ms)"),
+    ("lead_p99_ms", "lead p99 (ms)"),
+    ("scripts_per_lead", "Lua scripts Redis ran per lead"),
+)
 
 
 def render(d: dict) -> str:
     machine = ", ".join(f"{k} {v}" for k, v in d["machine"].items())
-    lines = [f"Machine: {machine}.", "",
-             f"{d['rounds']} rounds, arms alternated (off first in odd rounds); wrk at 50 connections, "
-             f"{d['seconds']} s per run, buyer ~20 ms. Medians of the rounds; ratio = on / off.", "",
-             "| measure | off (no limiter call) | on (take_token per lead) | ratio |", "|---|---|---|---|"]
+    lines = [
+        f"Machine: {machine}.",
+        "",
+        f"{d['rounds']} rounds, arms alternated (off first in odd rounds); wrk at 50 connections, "
+        f"{d['seconds']} s per run, buyer ~20 ms. Medians of the rounds; ratio = on / off.",
+        "",
+        "| measure | off (no limiter call) | on (take_token per lead) | ratio |",
+        "|---|---|---|---|",
+    ]
     for key, name in MEASURES:
         off = statistics.median(r[key] for r in d["arms"]["off"])
         on = statistics.median(r[key] for r in d["arms"]["on"])
         lines.append(f"| {name} | {off:g} | {on:g} | {on / off:.2f} |" if off else f"| {name} | {off:g} | {on:g} | — |")
     s = d["script"]
-    lines += ["", f"The script alone, one connection, {s['blocks']} alternated blocks of {s['calls_per_block']} "
-              "calls (median µs per call):", "",
-              "| call | µs |", "|---|---|",
-              f"| `Store.take_token` (EVALSHA lua/take_token.lua) | {s['median_us']['take_token']:g} |",
-              f"| `PING` | {s['median_us']['ping']:g} |",
-              f"| the script's cost over a bare round trip | {s['extra_us']:g} |",
-              f"| of which inside Redis (commandstats, mean per EVALSHA) | {s['server_us']:g} |",
-              "", "Every round:", "", "| round | arm | " + " | ".join(k for k, _ in MEASURES) + " | errors |",
-              "|---|---|" + "---|" * (len(MEASURES) + 1)]
+    lines += [
+        "",
+        f"The script alone, one connection, {s['blocks']} alternated blocks of {s['calls_per_block']} "
+        "calls (median µs per call):",
+        "",
+        "| call | µs |",
+        "|---|---|",
+        f"| `Store.take_token` (EVALSHA lua/take_token.lua) | {s['median_us']['take_token']:g} |",
+        f"| `PING` | {s['median_us']['ping']:g} |",
+        f"| the script's cost over a bare round trip | {s['extra_us']:g} |",
+        f"| of which inside Redis (commandstats, mean per EVALSHA) | {s['server_us']:g} |",
+        "",
+        "Every round:",
+        "",
+        "| round | arm | " + " | ".join(k for k, _ in MEASURES) + " | errors |",
+        "|---|---|" + "---|" * (len(MEASURES) + 1),
+    ]
     for arm, rows in d["arms"].items():
         for i, r in enumerate(rows, 1):
-            lines.append(f"| {i} | {arm} | " + " | ".join(f"{r[k]:g}" for k, _ in MEASURES) + f" | {r['lead_errors']} |")
+            lines.append(
+                f"| {i} | {arm} | " + " | ".join(f"{r[k]:g}" for k, _ in MEASURES) + f" | {r['lead_errors']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -141,15 +175,21 @@ def main() -> int:
                 set_arm(stack, ARMS[arm])
                 arms[arm].append(one_run(stack, arm, args.seconds))
                 log(f"round {i + 1} {arm}: {json.dumps(arms[arm][-1])}")
-        extra = (statistics.median(r["scripts_per_lead"] for r in arms["on"])
-                 - statistics.median(r["scripts_per_lead"] for r in arms["off"]))
+        extra = statistics.median(r["scripts_per_lead"] for r in arms["on"]) - statistics.median(
+            r["scripts_per_lead"] for r in arms["off"]
+        )
         if not 0.9 <= extra <= 1.1:
             raise SystemExit(f"the arms differ by {extra:.2f} scripts per lead, not the limiter's one")
         script = script_round_trips(stack.redis.url, args.calls, 10)
         log(f"script: {json.dumps(script['median_us'])}")
         versions = {"redis": redis_version(stack.redis.client())}
-    data = {"rounds": args.rounds, "seconds": args.seconds, "arms": arms, "script": script,
-            "machine": machine_info(**versions)}
+    data = {
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "arms": arms,
+        "script": script,
+        "machine": machine_info(**versions),
+    }
     write_json("rate_limit_cost.json", data)
     write_md("rate_limit_cost.md", render(data))
     log(f"wrote {OUT / 'rate_limit_cost.md'}")

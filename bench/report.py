@@ -1,5 +1,6 @@
 """Assemble bench/REPORT.md from the fragments the benchmarks wrote to bench/out/ (their own
 output: no figure here is typed by hand), with the machine's description and the date."""
+
 from __future__ import annotations
 
 import json
@@ -14,35 +15,72 @@ from bench.common import OUT, machine_info
 REPORT = ROOT / "bench" / "REPORT.md"
 FIGURES = ROOT / "bench" / "figures"
 PARTS = [
-    ("matrix", "1. The concurrency matrix",
-     "The seed's chaos test for five ways to enforce a cap (`bench/matrix.py`)."),
-    ("e2e", "2. The lead path end to end",
-     "Floodgate under gunicorn+gevent against a buyer answering in ~20 ms, beside a bare Flask "
-     "endpoint on the same gunicorn settings in the same run (`bench/e2e.py`)."),
-    ("payments", "3. Payment webhooks",
-     "2,000 distinct payments, each delivered 5 times concurrently (`bench/bench_payments.py`)."),
-    ("cluster", "4. Redis Cluster", "One Redis against a 3-primary cluster, and failover (`bench/cluster_failover.py`)."),
-    ("dedupe", "5. Duplicate suppression",
-     "What the dedupe check adds to a cap reservation, and what a remembered consumer costs in Redis "
-     "(`bench/dedupe.py`)."),
-    ("soak", "6. Soak under faults",
-     "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
-     "`bench/soak.py`); not part of `scripts/bench`, which takes minutes."),
-    ("integrations", "7. Buyer integrations",
-     "CPU of a templated post against the default contract, and the ping fan-out's latency "
-     "(`bench/integrations.py`)."),
-    ("perf", "8. Lead path performance",
-     "The lead path after each performance lever, and what bounds it (`bench/e2e.py`, py-spy)."),
-    ("outbox", "9. Payment events (the outbox)",
-     "How late wallet events reach the application at 300 payments/s, and what the outbox adds to "
-     "a credit (`bench/outbox.py`)."),
-    ("knee", "10. Latency over offered rate (the knee)",
-     "Payment deliveries against the bare endpoint, and open-loop latency over stepped offered rates "
-     "for both paths, with the invariants of the same run (`bench/knee.py`, wrk, `bench/openloop.py`)."),
-    ("levers", "11. One lever at a time",
-     "A lever's effect on both paths, A/B in one run with the arms alternated (`bench/levers.py`)."),
-    ("profile", "12. What bounds each path",
-     "Where a web worker's CPU goes at 50 connections, by py-spy (`bench/profile.py`)."),
+    (
+        "matrix",
+        "1. The concurrency matrix",
+        "The seed's chaos test for five ways to enforce a cap (`bench/matrix.py`).",
+    ),
+    (
+        "e2e",
+        "2. The lead path end to end",
+        "Floodgate under gunicorn+gevent against a buyer answering in ~20 ms, beside a bare Flask "
+        "endpoint on the same gunicorn settings in the same run (`bench/e2e.py`).",
+    ),
+    (
+        "payments",
+        "3. Payment webhooks",
+        "2,000 distinct payments, each delivered 5 times concurrently (`bench/bench_payments.py`).",
+    ),
+    (
+        "cluster",
+        "4. Redis Cluster",
+        "One Redis against a 3-primary cluster, and failover (`bench/cluster_failover.py`).",
+    ),
+    (
+        "dedupe",
+        "5. Duplicate suppression",
+        "What the dedupe check adds to a cap reservation, and what a remembered consumer costs in Redis "
+        "(`bench/dedupe.py`).",
+    ),
+    (
+        "soak",
+        "6. Soak under faults",
+        "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
+        "`bench/soak.py`); not part of `scripts/bench`, which takes minutes.",
+    ),
+    (
+        "integrations",
+        "7. Buyer integrations",
+        "CPU of a templated post against the default contract, and the ping fan-out's latency "
+        "(`bench/integrations.py`).",
+    ),
+    (
+        "perf",
+        "8. Lead path performance",
+        "The lead path after each performance lever, and what bounds it (`bench/e2e.py`, py-spy).",
+    ),
+    (
+        "outbox",
+        "9. Payment events (the outbox)",
+        "How late wallet events reach the application at 300 payments/s, and what the outbox adds to "
+        "a credit (`bench/outbox.py`).",
+    ),
+    (
+        "knee",
+        "10. Latency over offered rate (the knee)",
+        "Payment deliveries against the bare endpoint, and open-loop latency over stepped offered rates "
+        "for both paths, with the invariants of the same run (`bench/knee.py`, wrk, `bench/openloop.py`).",
+    ),
+    (
+        "levers",
+        "11. One lever at a time",
+        "A lever's effect on both paths, A/B in one run with the arms alternated (`bench/levers.py`).",
+    ),
+    (
+        "profile",
+        "12. What bounds each path",
+        "Where a web worker's CPU goes at 50 connections, by py-spy (`bench/profile.py`).",
+    ),
 ]
 
 
@@ -73,11 +111,15 @@ def _sections(report: str) -> dict[str, str]:
 def main() -> int:
     FIGURES.mkdir(exist_ok=True)
     info = machine_info()
-    out = ["# Floodgate benchmarks", "",
-           f"Generated by `scripts/bench` on {info['date']}: {info['nproc']} CPUs ({info['cpu_model']}), "
-           f"{info['os']}, Python {info['python']}. The machine is shared and noisy; compare figures "
-           "within one run (each part measures its baseline in the same run), and read each part's "
-           "load average.", ""]
+    out = [
+        "# Floodgate benchmarks",
+        "",
+        f"Generated by `scripts/bench` on {info['date']}: {info['nproc']} CPUs ({info['cpu_model']}), "
+        f"{info['os']}, Python {info['python']}. The machine is shared and noisy; compare figures "
+        "within one run (each part measures its baseline in the same run), and read each part's "
+        "load average.",
+        "",
+    ]
     kept = _sections(REPORT.read_text()) if REPORT.exists() else {}
     for name, title, intro in PARTS:
         md, data = OUT / f"{name}.md", OUT / f"{name}.json"
@@ -89,9 +131,13 @@ def main() -> int:
         if data.exists():
             machine = json.loads(data.read_text()).get("machine", {})
             if machine:
-                out += [f"Measured {machine.get('date', '?')}; load average {machine.get('loadavg_1m_5m_15m')}; "
-                        + ", ".join(f"{k} {v}" for k, v in machine.items()
-                                    if k in ("redis", "database", "mariadb", "redis_version")), ""]
+                out += [
+                    f"Measured {machine.get('date', '?')}; load average {machine.get('loadavg_1m_5m_15m')}; "
+                    + ", ".join(
+                        f"{k} {v}" for k, v in machine.items() if k in ("redis", "database", "mariadb", "redis_version")
+                    ),
+                    "",
+                ]
         out += [_fragment(md.read_text()), ""]
         png = OUT / f"{name}.png"
         if png.exists():

@@ -18,6 +18,7 @@ bench/REPORT.md: `python -m bench.report --part soak`); logs of every process un
 bench/out/soak-run-<N>m/. Exit status 0 when every invariant holds, 1 when one does not
 (the output names it), 2 when the stack could not be set up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,15 +74,40 @@ def buyers_config(minutes: float, url) -> dict[str, dict]:
     within it: acme's hourly cap is about 70% of an hour of its expected flow."""
     m = min(minutes, 60)
     return {
-        "acme": {"name": "Acme", "endpoint_url": url("acme"), "priority": 1, "price": "12.50",
-                 "timezone": "America/Chicago", "states": ["TX", "OK", "CA"],
-                 "caps": {"hourly": int(4100 * m), "daily": int(6000 * m), "monthly": int(100000 * m)}},
-        "flaky": {"name": "Flaky", "endpoint_url": url("flaky"), "priority": 2, "price": "9.00",
-                  "timezone": "Europe/London", "caps": {"hourly": int(2200 * m), "weekly": int(30000 * m)}},
-        "slow": {"name": "Slow", "endpoint_url": url("slow"), "priority": 3, "price": "7.25",
-                 "timezone": "Asia/Tokyo", "states": ["CA", "NY", "FL"], "caps": {"daily": int(900 * m)}},
-        "steady": {"name": "Steady", "endpoint_url": url("steady"), "priority": 4, "price": "5.00",
-                   "timezone": "UTC", "caps": {"daily_budget": f"{5 * 500 * m:.2f}", "hourly": int(1000 * m)}},
+        "acme": {
+            "name": "Acme",
+            "endpoint_url": url("acme"),
+            "priority": 1,
+            "price": "12.50",
+            "timezone": "America/Chicago",
+            "states": ["TX", "OK", "CA"],
+            "caps": {"hourly": int(4100 * m), "daily": int(6000 * m), "monthly": int(100000 * m)},
+        },
+        "flaky": {
+            "name": "Flaky",
+            "endpoint_url": url("flaky"),
+            "priority": 2,
+            "price": "9.00",
+            "timezone": "Europe/London",
+            "caps": {"hourly": int(2200 * m), "weekly": int(30000 * m)},
+        },
+        "slow": {
+            "name": "Slow",
+            "endpoint_url": url("slow"),
+            "priority": 3,
+            "price": "7.25",
+            "timezone": "Asia/Tokyo",
+            "states": ["CA", "NY", "FL"],
+            "caps": {"daily": int(900 * m)},
+        },
+        "steady": {
+            "name": "Steady",
+            "endpoint_url": url("steady"),
+            "priority": 4,
+            "price": "5.00",
+            "timezone": "UTC",
+            "caps": {"daily_budget": f"{5 * 500 * m:.2f}", "hourly": int(1000 * m)},
+        },
     }
 
 
@@ -108,8 +134,15 @@ class Supervised:
     def check(self) -> None:
         if self.stopping or self.proc.alive():
             return
-        self.events.append({"at": time.time(), "process": self.name, "event": "exit", "pid": self.proc.pid,
-                            "rc": self.proc.proc.returncode})
+        self.events.append(
+            {
+                "at": time.time(),
+                "process": self.name,
+                "event": "exit",
+                "pid": self.proc.pid,
+                "rc": self.proc.proc.returncode,
+            }
+        )
         self.proc.stop()
         time.sleep(RESTART_DELAY_S)
         if not self.stopping:
@@ -138,8 +171,18 @@ class Stack:
         es.callback(lambda: self.keep_db or drop())
         a = urlparse(admin)
         port_file = run_dir / "dbproxy.port"
-        self.proxy = Proc([venv_bin("python"), "-m", "bench.soak_dbproxy", a.hostname or "127.0.0.1",
-                           str(a.port or 3306), str(port_file)], dict(os.environ), run_dir / "dbproxy.log")
+        self.proxy = Proc(
+            [
+                venv_bin("python"),
+                "-m",
+                "bench.soak_dbproxy",
+                a.hostname or "127.0.0.1",
+                str(a.port or 3306),
+                str(port_file),
+            ],
+            dict(os.environ),
+            run_dir / "dbproxy.log",
+        )
         es.callback(self.proxy.stop)
         wait_until(lambda: port_file.exists() and port_file.read_text(), what="the database proxy")
         d = urlparse(self.db_url)
@@ -147,28 +190,63 @@ class Stack:
         self.proxy_url = f"{d.scheme}://{auth}127.0.0.1:{port_file.read_text()}{d.path}"
         self.buyer_port = free_port()
         self.events_url = f"http://127.0.0.1:{self.buyer_port}/_events"
-        self.env = {**{k: v for k, v in os.environ.items() if k not in ("ACCESS_LOG", "WEB_CONCURRENCY")},
-                    **SECRETS, "REDIS_URL": self.redis.url, "DATABASE_URL": self.proxy_url,
-                    "ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1",
-               "PUBLISHER_RATE_LIMIT": "off", "BUYER_TIMEOUT_MS": str(BUYER_TIMEOUT_MS),
-                    "PROMETHEUS_MULTIPROC_DIR": str(run_dir / "prometheus"),
-                    "PAYMENT_EVENTS_URL": self.events_url,
-                    "PAYMENT_EVENTS_SECRET": SECRETS["STANDARD_WEBHOOK_SECRET"],
-                    "PYTHONPATH": str(ROOT)}  # this tree's code, before the installed (editable) one
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k not in ("ACCESS_LOG", "WEB_CONCURRENCY")},
+            **SECRETS,
+            "REDIS_URL": self.redis.url,
+            "DATABASE_URL": self.proxy_url,
+            "ADMIN_TOKEN": ADMIN,
+            "PYTHONUNBUFFERED": "1",
+            "PUBLISHER_RATE_LIMIT": "off",
+            "BUYER_TIMEOUT_MS": str(BUYER_TIMEOUT_MS),
+            "PROMETHEUS_MULTIPROC_DIR": str(run_dir / "prometheus"),
+            "PAYMENT_EVENTS_URL": self.events_url,
+            "PAYMENT_EVENTS_SECRET": SECRETS["STANDARD_WEBHOOK_SECRET"],
+            "PYTHONPATH": str(ROOT),
+        }  # this tree's code, before the installed (editable) one
         (run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
-        subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=self.env, cwd=ROOT,
-                       check=True, capture_output=True)
-        self.buyers = Proc([venv_bin("python"), "-m", "bench.soak_buyers", str(self.buyer_port),
-                            str(run_dir / "buyers.jsonl"), str(BUYER_TIMEOUT_MS)], self.env, run_dir / "buyers.log")
+        subprocess.run(
+            [venv_bin("flask"), "--app", "wsgi", "db", "upgrade"],
+            env=self.env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        self.buyers = Proc(
+            [
+                venv_bin("python"),
+                "-m",
+                "bench.soak_buyers",
+                str(self.buyer_port),
+                str(run_dir / "buyers.jsonl"),
+                str(BUYER_TIMEOUT_MS),
+            ],
+            self.env,
+            run_dir / "buyers.log",
+        )
         es.callback(self.buyers.stop)
         self.web = WebServer(self.env, run_dir / "web.log", workers=2)
         es.callback(self.web.stop)
-        self.worker = Supervised("rq-worker", [venv_bin("rq"), "worker", "--url", self.redis.url, "--with-scheduler",
-                                               "-w", "rq.worker.SimpleWorker", "floodgate"],
-                                 self.env, run_dir, self.events)
+        self.worker = Supervised(
+            "rq-worker",
+            [
+                venv_bin("rq"),
+                "worker",
+                "--url",
+                self.redis.url,
+                "--with-scheduler",
+                "-w",
+                "rq.worker.SimpleWorker",
+                "floodgate",
+            ],
+            self.env,
+            run_dir,
+            self.events,
+        )
         es.callback(self.worker.stop)
-        self.scheduler = Supervised("scheduler", [venv_bin("python"), "-m", "workers.schedule"],
-                                    self.env, run_dir, self.events)
+        self.scheduler = Supervised(
+            "scheduler", [venv_bin("python"), "-m", "workers.schedule"], self.env, run_dir, self.events
+        )
         es.callback(self.scheduler.stop)
         self._stop = threading.Event()
         es.callback(self._stop.set)
@@ -182,14 +260,18 @@ class Stack:
                 proc.check()
 
     def admin(self, method: str, path: str, **kw) -> requests.Response:
-        resp = requests.request(method, self.web.url + path, headers={"Authorization": f"Bearer {ADMIN}"},
-                                timeout=10, **kw)
+        resp = requests.request(
+            method, self.web.url + path, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10, **kw
+        )
         resp.raise_for_status()
         return resp
 
     def _configure(self) -> None:
-        self.admin("PUT", f"/v1/admin/publishers/{PUBLISHER}",
-                   json={"name": "Soak", "api_key": API_KEY, "commission_pct": "10"})
+        self.admin(
+            "PUT",
+            f"/v1/admin/publishers/{PUBLISHER}",
+            json={"name": "Soak", "api_key": API_KEY, "commission_pct": "10"},
+        )
         for buyer_id, rule in self.buyer_rules.items():
             self.admin("PUT", f"/v1/admin/buyers/{buyer_id}", json=rule)
         time.sleep(1.5)  # every web process has the config
@@ -197,11 +279,24 @@ class Stack:
     def has_refunds(self) -> bool:
         """Refunds exist in the running code when a refund of an unknown payment is 409
         payment_not_found (without them it is a valid event that credits nothing: 200)."""
-        raw = encode({"type": "payment.refunded", "data": {
-            "reference": "probe-rf-1", "payment_reference": "probe-pay-none", "amount_minor": 1,
-            "currency": "NGN", "customer": {"email": "probe@example.com"}}})
-        resp = requests.post(self.web.url + "/v1/webhooks/standard", data=raw, timeout=10,
-                             headers={"Content-Type": "application/json", **signed_headers("standard", raw)})
+        raw = encode(
+            {
+                "type": "payment.refunded",
+                "data": {
+                    "reference": "probe-rf-1",
+                    "payment_reference": "probe-pay-none",
+                    "amount_minor": 1,
+                    "currency": "NGN",
+                    "customer": {"email": "probe@example.com"},
+                },
+            }
+        )
+        resp = requests.post(
+            self.web.url + "/v1/webhooks/standard",
+            data=raw,
+            timeout=10,
+            headers={"Content-Type": "application/json", **signed_headers("standard", raw)},
+        )
         body = resp.json() if resp.headers.get("Content-Type", "").startswith("application/json") else {}
         code = body.get("status") or (body.get("error") or {}).get("code")
         return resp.status_code == 409 and code == "payment_not_found"
@@ -235,8 +330,11 @@ class Stack:
 def proc_stats(pid: int) -> tuple[int, float] | None:
     """(RSS kB, CPU seconds) of a live process, from /proc."""
     try:
-        rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                   if line.startswith("VmRSS:"))
+        rss = next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS:")
+        )
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, StopIteration, IndexError, ValueError):
@@ -267,8 +365,12 @@ class Sampler:
         try:
             r = self.stack.redis_client()
             processing = list(r.scan_iter(match=keys.settle_processing("*"), count=1000))
-            s.update(pending=r.llen(keys.SETTLE_PENDING), processing=sum(r.llen(k) for k in processing),
-                     redis_keys=r.dbsize(), redis_used_mb=round(r.info("memory")["used_memory"] / 2**20, 1))
+            s.update(
+                pending=r.llen(keys.SETTLE_PENDING),
+                processing=sum(r.llen(k) for k in processing),
+                redis_keys=r.dbsize(),
+                redis_used_mb=round(r.info("memory")["used_memory"] / 2**20, 1),
+            )
         except redis.RedisError:
             s.update(redis_down=True)
         return s
@@ -299,6 +401,7 @@ class Faults:
 
     def probe(self, fault: dict, name: str, predicate, timeout: float = PROBE_TIMEOUT_S) -> None:
         """Record milestone `name` of `fault` when `predicate()` first holds (in a thread)."""
+
         def run():
             deadline = time.time() + timeout
             while time.time() < deadline:
@@ -310,6 +413,7 @@ class Faults:
                     pass
                 time.sleep(0.25)
             fault["milestones"][name] = None
+
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         self.threads.append(thread)
@@ -317,8 +421,13 @@ class Faults:
     def web_worker_kill(self, fault: dict) -> str:
         before = child_pids(self.stack.web.pid)
         os.kill(before[0], signal.SIGKILL)
-        self.probe(fault, "healed", lambda: len(set(child_pids(self.stack.web.pid)) - set(before)) >= 1
-                   and len(child_pids(self.stack.web.pid)) == 2)
+        self.probe(
+            fault,
+            "healed",
+            lambda: (
+                len(set(child_pids(self.stack.web.pid)) - set(before)) >= 1 and len(child_pids(self.stack.web.pid)) == 2
+            ),
+        )
         return f"pid {before[0]}"
 
     def buyer_hang(self, fault: dict) -> str:
@@ -328,6 +437,7 @@ class Faults:
         def accepting_again():
             stats = requests.get(f"http://127.0.0.1:{self.stack.buyer_port}/_stats", timeout=5).json()
             return stats["last_accept"].get("acme", 0) > end
+
         self.probe(fault, "healed", accepting_again)
         return f"acme holds every post {HANG_S} s unanswered"
 
@@ -339,9 +449,15 @@ class Faults:
         os.kill(pid, signal.SIGKILL)
         self.probe(fault, "restarted", lambda: self.stack.worker.pid != pid and self.stack.worker.proc.alive())
         # healed: the killed job's batch is written and the queue is back to its usual length
-        self.probe(fault, "healed", lambda: self.stack.worker.pid != pid
-                   and not any(self.stack.redis_client().exists(k) for k in orphans)
-                   and self.stack.redis_client().llen(keys.SETTLE_PENDING) < 300)
+        self.probe(
+            fault,
+            "healed",
+            lambda: (
+                self.stack.worker.pid != pid
+                and not any(self.stack.redis_client().exists(k) for k in orphans)
+                and self.stack.redis_client().llen(keys.SETTLE_PENDING) < 300
+            ),
+        )
         return f"pid {pid}, holding {held} settlements in {len(orphans)} batch(es)"
 
     def db_outage(self, fault: dict) -> str:
@@ -352,14 +468,20 @@ class Faults:
             os.kill(self.stack.proxy.pid, signal.SIGUSR2)
             fault["milestones"]["restored"] = round(self.rel() - fault["t"], 2)
             self.probe(fault, "healed", lambda: requests.get(self.stack.web.url + "/readyz", timeout=5).ok)
+
         threading.Thread(target=restore, daemon=True).start()
         return f"every connection cut, new ones refused for {DB_OUTAGE_S} s"
 
     def scheduler_kill(self, fault: dict) -> str:
         pid = self.stack.scheduler.pid
         os.kill(pid, signal.SIGKILL)
-        self.probe(fault, "healed", lambda: self.stack.scheduler.pid != pid and self.stack.scheduler.proc.alive()
-                   and periodic_jobs(self.stack) == 2)
+        self.probe(
+            fault,
+            "healed",
+            lambda: (
+                self.stack.scheduler.pid != pid and self.stack.scheduler.proc.alive() and periodic_jobs(self.stack) == 2
+            ),
+        )
         return f"pid {pid}"
 
     def redis_restart(self, fault: dict) -> str:
@@ -374,6 +496,7 @@ def periodic_jobs(stack: Stack) -> int:
     from rq_scheduler import Scheduler
 
     from workers.schedule import ID_PREFIX
+
     conn = redis.Redis(port=stack.redis.port, socket_timeout=2)
     return sum(job.id.startswith(ID_PREFIX) for job in Scheduler(queue_name="floodgate", connection=conn).get_jobs())
 
@@ -412,8 +535,13 @@ def wait_settled(stack: Stack, outcomes: Path, timeout: float) -> float | None:
         try:
             r = stack.redis_client()
             busy = r.llen(keys.SETTLE_PENDING) + sum(1 for _ in r.scan_iter(match=keys.settle_processing("*")))
-            conn = pymysql.connect(host=p.hostname, port=p.port or 3306, user=p.username or "root",
-                                   password=p.password or "", database=p.path.lstrip("/"))
+            conn = pymysql.connect(
+                host=p.hostname,
+                port=p.port or 3306,
+                user=p.username or "root",
+                password=p.password or "",
+                database=p.path.lstrip("/"),
+            )
             with conn.cursor() as c:
                 c.execute("SELECT COUNT(*) FROM leads WHERE publisher_id=%s", (PUBLISHER,))
                 settled = c.fetchone()[0]
@@ -433,8 +561,13 @@ def wait_outbox(stack: Stack, timeout: float) -> float | None:
     started, d = time.time(), urlparse(stack.db_url)
     while time.time() - started < timeout:
         try:
-            conn = pymysql.connect(host=d.hostname, port=d.port or 3306, user=d.username or "root",
-                                   password=d.password or "", database=d.path.lstrip("/"))
+            conn = pymysql.connect(
+                host=d.hostname,
+                port=d.port or 3306,
+                user=d.username or "root",
+                password=d.password or "",
+                database=d.path.lstrip("/"),
+            )
             with conn.cursor() as c:
                 c.execute("SELECT COUNT(*) FROM payment_events WHERE status <> 'delivered'")
                 left = c.fetchone()[0]
@@ -452,17 +585,28 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--lead-rate", type=float, default=150)
     ap.add_argument("--payment-rate", type=float, default=60)
-    ap.add_argument("--drain-seconds", type=float, default=240,
-                    help="after the last send, how long clients keep retrying")
-    ap.add_argument("--settle-timeout", type=float, default=900,
-                    help="after the traffic, how long to wait for the ledger to hold every answer")
+    ap.add_argument(
+        "--drain-seconds", type=float, default=240, help="after the last send, how long clients keep retrying"
+    )
+    ap.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=900,
+        help="after the traffic, how long to wait for the ledger to hold every answer",
+    )
     ap.add_argument("--no-faults", action="store_true", help="the same traffic without faults (a baseline)")
-    ap.add_argument("--faults", metavar="KIND,...", help="only these faults, in turn, as many as the six would be "
-                    f"(of: {', '.join(FAULTS)})")
+    ap.add_argument(
+        "--faults",
+        metavar="KIND,...",
+        help=f"only these faults, in turn, as many as the six would be (of: {', '.join(FAULTS)})",
+    )
     ap.add_argument("--keep-db", action="store_true", help="keep the run's database (its URL is printed)")
     ap.add_argument("--reanalyse", metavar="RUN_DIR", help="check a finished run again (its database was kept)")
-    ap.add_argument("--rejudge-rss", metavar="NAME", help="judge the memory of a finished run again "
-                    "(bench/out/NAME.json; its database is not needed)")
+    ap.add_argument(
+        "--rejudge-rss",
+        metavar="NAME",
+        help="judge the memory of a finished run again (bench/out/NAME.json; its database is not needed)",
+    )
     args = ap.parse_args()
     if args.rejudge_rss:
         return 0 if soak_checks.rejudge_rss(args.rejudge_rss) else 1
@@ -489,13 +633,24 @@ def main() -> int:
             log(f"the database is kept: {stack.db_url}")
         refunds, outbox = stack.has_refunds(), stack.has_outbox()
         log(f"refunds in the running code: {refunds}; payment-events outbox: {outbox}")
-        traffic_cfg = {"url": stack.web.url, "api_key": API_KEY, "lead_rate": args.lead_rate,
-                       "payment_rate": args.payment_rate, "seconds": args.minutes * 60,
-                       "drain_s": args.drain_seconds, "out_dir": str(run_dir), "tag": "s" + str(int(time.time())),
-                       "refunds": refunds, "seed": 17}
+        traffic_cfg = {
+            "url": stack.web.url,
+            "api_key": API_KEY,
+            "lead_rate": args.lead_rate,
+            "payment_rate": args.payment_rate,
+            "seconds": args.minutes * 60,
+            "drain_s": args.drain_seconds,
+            "out_dir": str(run_dir),
+            "tag": "s" + str(int(time.time())),
+            "refunds": refunds,
+            "seed": 17,
+        }
         (run_dir / "traffic.json").write_text(json.dumps(traffic_cfg))
-        traffic = Proc([venv_bin("python"), "-m", "bench.soak_traffic", str(run_dir / "traffic.json")], stack.env,
-                       run_dir / "traffic.log")
+        traffic = Proc(
+            [venv_bin("python"), "-m", "bench.soak_traffic", str(run_dir / "traffic.json")],
+            stack.env,
+            run_dir / "traffic.log",
+        )
         es.callback(traffic.stop)
         t0 = time.time() + 0.5  # the traffic's own start (bench/soak_traffic.py)
         sampler = Sampler(stack, t0, {"traffic": traffic.pid})
@@ -509,9 +664,11 @@ def main() -> int:
             if time.time() - last_note >= 60:
                 last_note = time.time()
                 s = sampler.samples[-1] if sampler.samples else {}
-                log(f"{now / 60:.1f} min: {count_lines(run_dir / 'outcomes.jsonl')} answers, "
+                log(
+                    f"{now / 60:.1f} min: {count_lines(run_dir / 'outcomes.jsonl')} answers, "
                     f"pending settlements {s.get('pending')}, redis {s.get('redis_used_mb')} MB, "
-                    f"process exits {sum(e['event'] == 'exit' for e in stack.events)}")
+                    f"process exits {sum(e['event'] == 'exit' for e in stack.events)}"
+                )
             time.sleep(0.2)
         summary_line = (run_dir / "traffic.log").read_text().strip().splitlines()
         log(f"traffic done: {summary_line[-1] if summary_line else 'no summary'}")
@@ -526,18 +683,33 @@ def main() -> int:
         samples = sampler.stop()
         versions = {"redis": redis_version(stack.redis_client())}
         import pymysql
+
         conn = pymysql.connect(host="127.0.0.1", user="root")
         versions["database"] = mysql_version(conn)
         conn.close()
-        meta = {"name": name, "t0": t0, "minutes": args.minutes, "commit": os.environ.get("FG_SOAK_COMMIT", "working tree"), "lead_rate": args.lead_rate,
-                "payment_rate": args.payment_rate, "refunds": refunds, "outbox": outbox, "faults": faults.log,
-                "no_faults": args.no_faults, "samples": samples,
-                "process_events": [{**e, "t": round(e.pop("at") - t0, 2)} for e in stack.events],
-                "settled_after_s": settled_after, "outbox_delivered_after_s": outbox_after,
-                "periodic_jobs_at_end": periodic_jobs(stack),
-                "buyers": stack.buyer_rules, "publisher": PUBLISHER, "buyer_timeout_ms": BUYER_TIMEOUT_MS,
-                "rq_failed_jobs": rq_failed(stack), "machine": machine_info(**versions),
-                "traffic": json.loads(summary_line[-1]) if summary_line and summary_line[-1].startswith("{") else {}}
+        meta = {
+            "name": name,
+            "t0": t0,
+            "minutes": args.minutes,
+            "commit": os.environ.get("FG_SOAK_COMMIT", "working tree"),
+            "lead_rate": args.lead_rate,
+            "payment_rate": args.payment_rate,
+            "refunds": refunds,
+            "outbox": outbox,
+            "faults": faults.log,
+            "no_faults": args.no_faults,
+            "samples": samples,
+            "process_events": [{**e, "t": round(e.pop("at") - t0, 2)} for e in stack.events],
+            "settled_after_s": settled_after,
+            "outbox_delivered_after_s": outbox_after,
+            "periodic_jobs_at_end": periodic_jobs(stack),
+            "buyers": stack.buyer_rules,
+            "publisher": PUBLISHER,
+            "buyer_timeout_ms": BUYER_TIMEOUT_MS,
+            "rq_failed_jobs": rq_failed(stack),
+            "machine": machine_info(**versions),
+            "traffic": json.loads(summary_line[-1]) if summary_line and summary_line[-1].startswith("{") else {},
+        }
         (run_dir / "meta.json").write_text(json.dumps({**meta, "db_url": stack.db_url}, default=str))
         try:  # the database is dropped with the stack: analyse it first
             result = soak_checks.analyse(run_dir, meta, stack.db_url)

@@ -15,6 +15,7 @@ Every post is one JSON line in LOG_PATH: buyer, key, answer, arrival time (epoch
 it was held (ms), and whether it was a repeat of a key already seen. An accept sent later
 than BUYER_TIMEOUT_MS after arrival is marked `late` (Floodgate has timed it out by then).
 """
+
 from __future__ import annotations
 
 from gevent import monkey
@@ -70,8 +71,11 @@ STATE: State
 
 def reply(sock, status: int, body: bytes) -> None:
     reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}.get(status, "OK")
-    sock.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                 % (status, reason.encode(), len(body)) + body)
+    sock.sendall(
+        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % (status, reason.encode(), len(body))
+        + body
+    )
 
 
 def read_request(sock, buf: bytes):
@@ -106,8 +110,16 @@ def buyer_post(sock, name: str, headers: dict) -> bool:
     s.seen.add(key)
     if s.hang_until.get(name, 0) > arrived:
         gevent.sleep(s.hang_until[name] - arrived)
-        s.write({"b": name, "k": key, "a": "hung", "t": round(arrived, 3),
-                 "ms": round((time.time() - arrived) * 1000), "r": repeat})
+        s.write(
+            {
+                "b": name,
+                "k": key,
+                "a": "hung",
+                "t": round(arrived, 3),
+                "ms": round((time.time() - arrived) * 1000),
+                "r": repeat,
+            }
+        )
         return False  # hold, then drop: no answer at all
     delays, p_error, p_reject = BUYERS[name]
     answer = s.decided.get(key)
@@ -149,9 +161,17 @@ def handle(sock, _addr) -> None:
                     data = event.get("data", {})
                 except ValueError:
                     event, data = {}, {}
-                STATE.write({"b": "_events", "id": headers.get("webhook-id"), "type": event.get("type"),
-                             "provider": data.get("provider"), "ref": data.get("reference"),
-                             "amount": data.get("amount_minor"), "t": round(time.time(), 3)})
+                STATE.write(
+                    {
+                        "b": "_events",
+                        "id": headers.get("webhook-id"),
+                        "type": event.get("type"),
+                        "provider": data.get("provider"),
+                        "ref": data.get("reference"),
+                        "amount": data.get("amount_minor"),
+                        "t": round(time.time(), 3),
+                    }
+                )
                 reply(sock, *ANSWERS["ok"])
             elif method == "GET" and parts[0] == "_hang" and len(parts) == 3:
                 STATE.hang_until[parts[1]] = time.time() + float(parts[2])

@@ -1,6 +1,7 @@
 """The soak's checks and report (bench/soak.py): the invariants, from the ledger (MariaDB),
 what the buyers' servers accepted (bench/soak_buyers.py) and every answer the clients got
 (bench/soak_traffic.py); latency, memory and errors over time; the plot."""
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ def write_json(name: str, data) -> None:
 def write_md(name: str, text: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(text.rstrip("\n") + "\n")
+
 
 QUIET_S = 10  # a fault's errors are over after this long without one
 # A web worker's settlement journal fills for JOURNAL_KEEP_S (600 s): judge its memory after
@@ -60,37 +62,60 @@ def _ledger(db_url: str, publisher: str, tag: str) -> dict:
     import pymysql
 
     p = urlparse(db_url)
-    conn = pymysql.connect(host=p.hostname, port=p.port or 3306, user=p.username or "root",
-                           password=p.password or "", database=p.path.lstrip("/"))
+    conn = pymysql.connect(
+        host=p.hostname,
+        port=p.port or 3306,
+        user=p.username or "root",
+        password=p.password or "",
+        database=p.path.lstrip("/"),
+    )
     with conn.cursor() as c:
         c.execute("SELECT lead_id, status, buyer_id, price, sold_at FROM leads WHERE publisher_id=%s", (publisher,))
         leads = {row[0]: row[1:] for row in c.fetchall()}
         c.execute("SELECT COUNT(*) FROM (SELECT 1 FROM leads GROUP BY publisher_id, lead_id HAVING COUNT(*) > 1) d")
         dup_leads = c.fetchone()[0]
-        c.execute("SELECT lead_id, buyer_id, outcome FROM lead_attempts WHERE publisher_id=%s "
-                  "AND outcome IN ('unknown', 'timeout')", (publisher,))
+        c.execute(
+            "SELECT lead_id, buyer_id, outcome FROM lead_attempts WHERE publisher_id=%s "
+            "AND outcome IN ('unknown', 'timeout')",
+            (publisher,),
+        )
         attempts = {(row[0], row[1]): row[2] for row in c.fetchall()}  # unknown wins: it comes last
         unknown = [lead for (lead, _b), outcome in attempts.items() if outcome == "unknown"]
         c.execute("SHOW COLUMNS FROM payments")
         columns = {row[0] for row in c.fetchall()}
         refunded = ", refunded_minor" if "refunded_minor" in columns else ", 0"
-        c.execute(f"SELECT provider, reference, amount_minor, currency, customer, status{refunded} FROM payments "
-                  "WHERE reference LIKE %s", (tag + "-%",))
+        c.execute(
+            f"SELECT provider, reference, amount_minor, currency, customer, status{refunded} FROM payments "
+            "WHERE reference LIKE %s",
+            (tag + "-%",),
+        )
         payments = {(row[0], row[1]): row[2:] for row in c.fetchall()}
         c.execute("SELECT customer, currency, balance_minor FROM wallets WHERE customer LIKE %s", (tag + "-%",))
         wallets = {(row[0], row[1]): row[2] for row in c.fetchall()}
         c.execute("SHOW TABLES")
         tables = [row[0] for row in c.fetchall()]
     conn.close()
-    return {"leads": leads, "dup_leads": dup_leads, "unknown": unknown, "attempts": attempts, "payments": payments,
-            "wallets": wallets, "has_refunded_column": "refunded_minor" in columns, "tables": tables}
+    return {
+        "leads": leads,
+        "dup_leads": dup_leads,
+        "unknown": unknown,
+        "attempts": attempts,
+        "payments": payments,
+        "wallets": wallets,
+        "has_refunded_column": "refunded_minor" in columns,
+        "tables": tables,
+    }
 
 
 def _windows(sold_at: datetime, tz: str) -> dict[str, str]:
     local = sold_at.replace(tzinfo=timezone.utc).astimezone(ZoneInfo(tz))
     monday = local.date() - timedelta(days=local.weekday())
-    return {"hourly": local.strftime("%Y-%m-%dT%H%z"), "daily": local.date().isoformat(),
-            "weekly": monday.isoformat(), "monthly": local.strftime("%Y-%m")}
+    return {
+        "hourly": local.strftime("%Y-%m-%dT%H%z"),
+        "daily": local.date().isoformat(),
+        "weekly": monday.isoformat(),
+        "monthly": local.strftime("%Y-%m"),
+    }
 
 
 def _check(name: str, ok: bool, figures: str, **data) -> dict:
@@ -117,12 +142,26 @@ def check_leads(meta: dict, ledger: dict, buyer_log: list[dict], outcomes: list[
         limit_units = int(Decimal(limit) * 100) if cap == "daily_budget" else int(limit)
         if n > limit_units:
             over.append(f"{buyer} {cap} {window}: {n} > {limit_units}")
-        caps_rows.append({"buyer": buyer, "cap": cap, "window": window, "limit": limit,
-                          "sold": f"{n / 100:.2f}" if cap == "daily_budget" else n,
-                          "full": "yes" if n == limit_units else ""})
-    checks = [_check("sold per buyer per window <= cap", not over,
-                     f"{len(caps_rows)} (buyer, cap, window) pairs, {sum(r['full'] == 'yes' for r in caps_rows)} "
-                     f"filled exactly to the cap, {len(over)} over", over=over[:20], windows=caps_rows)]
+        caps_rows.append(
+            {
+                "buyer": buyer,
+                "cap": cap,
+                "window": window,
+                "limit": limit,
+                "sold": f"{n / 100:.2f}" if cap == "daily_budget" else n,
+                "full": "yes" if n == limit_units else "",
+            }
+        )
+    checks = [
+        _check(
+            "sold per buyer per window <= cap",
+            not over,
+            f"{len(caps_rows)} (buyer, cap, window) pairs, {sum(r['full'] == 'yes' for r in caps_rows)} "
+            f"filled exactly to the cap, {len(over)} over",
+            over=over[:20],
+            windows=caps_rows,
+        )
+    ]
 
     accepted, on_time, late, arrivals, hung = defaultdict(set), defaultdict(set), defaultdict(set), Counter(), 0
     for rec in buyer_log:
@@ -149,34 +188,59 @@ def check_leads(meta: dict, ledger: dict, buyer_log: list[dict], outcomes: list[
                 missing.discard(lead_id)
         extra = sold[buyer] - accepted[buyer]  # sold to a buyer that never accepted it
         only_late = late[buyer] - on_time[buyer]
-        rows.append({"buyer": buyer, "accepted": len(accepted[buyer]), "sold": len(sold[buyer]),
-                     "timeout": sum(1 for _l, b in explained["timeout"] if b == buyer),
-                     "unknown": sum(1 for _l, b in explained["unknown"] if b == buyer),
-                     "missing": len(missing), "extra": len(extra), "late": len(only_late),
-                     "late_sold": len(only_late & sold[buyer])})
+        rows.append(
+            {
+                "buyer": buyer,
+                "accepted": len(accepted[buyer]),
+                "sold": len(sold[buyer]),
+                "timeout": sum(1 for _l, b in explained["timeout"] if b == buyer),
+                "unknown": sum(1 for _l, b in explained["unknown"] if b == buyer),
+                "missing": len(missing),
+                "extra": len(extra),
+                "late": len(only_late),
+                "late_sold": len(only_late & sold[buyer]),
+            }
+        )
         if missing or extra:
             mismatch.append({"buyer": buyer, "missing": sorted(missing)[:10], "extra": sorted(extra)[:10]})
-    checks.append(_check("sold per buyer = accepted by its server (a repeated key once)", not mismatch,
-                         "; ".join(f"{r['buyer']} {r['sold']} sold / {r['accepted']} accepted "
-                                   f"({r['timeout']} after Floodgate's deadline, {r['unknown']} unknown, "
-                                   f"{r['missing'] + r['extra']} unexplained)" for r in rows),
-                         per_buyer=rows, mismatch=mismatch))
+    checks.append(
+        _check(
+            "sold per buyer = accepted by its server (a repeated key once)",
+            not mismatch,
+            "; ".join(
+                f"{r['buyer']} {r['sold']} sold / {r['accepted']} accepted "
+                f"({r['timeout']} after Floodgate's deadline, {r['unknown']} unknown, "
+                f"{r['missing'] + r['extra']} unexplained)"
+                for r in rows
+            ),
+            per_buyer=rows,
+            mismatch=mismatch,
+        )
+    )
 
     owners = defaultdict(list)
     for buyer, ids in on_time.items():
         for lead_id in ids:
             owners[lead_id].append(buyer)
-    twice = {k: v for k, v in owners.items()
-             if len([b for b in v if (k, b) not in explained["timeout"] | explained["unknown"]]) > 1}
+    twice = {
+        k: v
+        for k, v in owners.items()
+        if len([b for b in v if (k, b) not in explained["timeout"] | explained["unknown"]]) > 1
+    }
     timed_out_twice = sum(1 for k, v in owners.items() if len(v) > 1) - len(twice)
     not_in_ledger = [k for k in owners if k not in ledger["leads"]]
-    checks.append(_check("every accepted lead in the ledger exactly once", not twice and not not_in_ledger
-                         and ledger["dup_leads"] == 0,
-                         f"{len(owners)} leads accepted, {len(not_in_ledger)} not in the ledger, "
-                         f"{len(twice)} sold to two buyers ({timed_out_twice} accepted by a second buyer after "
-                         f"the first's accept came past Floodgate's deadline), {ledger['dup_leads']} duplicate "
-                         "ledger rows",
-                         twice=dict(list(twice.items())[:10]), not_in_ledger=not_in_ledger[:10]))
+    checks.append(
+        _check(
+            "every accepted lead in the ledger exactly once",
+            not twice and not not_in_ledger and ledger["dup_leads"] == 0,
+            f"{len(owners)} leads accepted, {len(not_in_ledger)} not in the ledger, "
+            f"{len(twice)} sold to two buyers ({timed_out_twice} accepted by a second buyer after "
+            f"the first's accept came past Floodgate's deadline), {ledger['dup_leads']} duplicate "
+            "ledger rows",
+            twice=dict(list(twice.items())[:10]),
+            not_in_ledger=not_in_ledger[:10],
+        )
+    )
 
     final = Counter(o["final"] for o in outcomes if o["k"] == "L")
     wrong = []
@@ -185,22 +249,40 @@ def check_leads(meta: dict, ledger: dict, buyer_log: list[dict], outcomes: list[
             continue
         row = ledger["leads"].get(o["id"])
         if row is None or row[0] != o["final"] or (o["final"] == "sold" and row[1] != o.get("buyer")):
-            wrong.append({"lead": o["id"], "answer": [o["final"], o.get("buyer")],
-                          "ledger": None if row is None else [row[0], row[1]]})
+            wrong.append(
+                {
+                    "lead": o["id"],
+                    "answer": [o["final"], o.get("buyer")],
+                    "ledger": None if row is None else [row[0], row[1]],
+                }
+            )
     no_answer = sum(n for k, n in final.items() if k not in ("sold", "unsold"))
     settled_ok = not wrong and no_answer == 0 and meta["settled_after_s"] is not None and meta["rq_failed_jobs"] == 0
-    checks.append(_check("every settlement queued was settled", settled_ok,
-                         f"{final['sold'] + final['unsold']} answers, {len(wrong)} not in the ledger as answered, "
-                         f"{no_answer} leads without an answer, queue empty after "
-                         f"{meta['settled_after_s']} s, {meta['rq_failed_jobs']} failed RQ jobs",
-                         wrong=wrong[:20], finals=dict(final)))
+    checks.append(
+        _check(
+            "every settlement queued was settled",
+            settled_ok,
+            f"{final['sold'] + final['unsold']} answers, {len(wrong)} not in the ledger as answered, "
+            f"{no_answer} leads without an answer, queue empty after "
+            f"{meta['settled_after_s']} s, {meta['rq_failed_jobs']} failed RQ jobs",
+            wrong=wrong[:20],
+            finals=dict(final),
+        )
+    )
     reoffers = sum(1 for k, n in arrivals.items() if n > 1)
     client_unknown = sum(1 for o in outcomes if o["k"] == "L" and "unknown" in o.get("outcomes", []))
-    extra = {"reoffers": reoffers, "unknown_attempts_ledger": len(ledger["unknown"]),
-             "unknown_in_answers": client_unknown, "hung_posts": hung, "lead_finals": dict(final),
-             "replayed_answers": sum(1 for o in outcomes if o["k"] == "L" and o.get("replayed")),
-             "per_buyer": rows, "timeout_accepts": len(explained["timeout"]),
-             "unknown_accepts": len(explained["unknown"]), "accepted_twice_past_deadline": timed_out_twice}
+    extra = {
+        "reoffers": reoffers,
+        "unknown_attempts_ledger": len(ledger["unknown"]),
+        "unknown_in_answers": client_unknown,
+        "hung_posts": hung,
+        "lead_finals": dict(final),
+        "replayed_answers": sum(1 for o in outcomes if o["k"] == "L" and o.get("replayed")),
+        "per_buyer": rows,
+        "timeout_accepts": len(explained["timeout"]),
+        "unknown_accepts": len(explained["unknown"]),
+        "accepted_twice_past_deadline": timed_out_twice,
+    }
     return checks, extra
 
 
@@ -231,14 +313,21 @@ def check_payments(meta: dict, ledger: dict, outcomes: list[dict], events: list[
     # outcome line yet, so a ledger row without one is not a phantom
     phantom = [r for r in stored if r in ignored]
     no_outcome = [r for r in stored if r not in sent]
-    checks = [_check("every payment that got a 200 is credited once", not twice and not lost and not phantom
-                     and not unanswered,
-                     f"{len(got_200)} payments answered 200 ({sum(credited.values())} `credited`), "
-                     f"{len(lost)} of them not in the ledger, {len(twice)} credited twice, "
-                     f"{len(unanswered)} never answered 200 ({len(unanswered_stored)} of those in the ledger), "
-                     f"{len(phantom)} failed charges credited; {len(no_outcome)} credited whose deliveries were "
-                     "still being retried when the run stopped",
-                     twice=twice[:10], lost=lost[:10], unanswered=unanswered[:10], phantom=phantom[:10])]
+    checks = [
+        _check(
+            "every payment that got a 200 is credited once",
+            not twice and not lost and not phantom and not unanswered,
+            f"{len(got_200)} payments answered 200 ({sum(credited.values())} `credited`), "
+            f"{len(lost)} of them not in the ledger, {len(twice)} credited twice, "
+            f"{len(unanswered)} never answered 200 ({len(unanswered_stored)} of those in the ledger), "
+            f"{len(phantom)} failed charges credited; {len(no_outcome)} credited whose deliveries were "
+            "still being retried when the run stopped",
+            twice=twice[:10],
+            lost=lost[:10],
+            unanswered=unanswered[:10],
+            phantom=phantom[:10],
+        )
+    ]
 
     expected = Counter()  # wallet -> credits - refunds, from the ledger rows
     for (_prov, _ref), (amount, currency, customer, _status, refunded) in stored.items():
@@ -256,28 +345,50 @@ def check_payments(meta: dict, ledger: dict, outcomes: list[dict], events: list[
     off = [w for w in set(expected) | set(wallets) if wallets.get(w, 0) != expected.get(w, 0)]
     off_client = [w for w in set(client) | set(wallets) if wallets.get(w, 0) != client.get(w, 0)]
     minus = "minus refunds " if meta["refunds"] else ""
-    checks.append(_check(f"wallets = sum of credits {minus}".strip(), not off and not off_client,
-                         f"{len(wallets)} wallets, total {sum(wallets.values())} minor units; {len(off)} differ from "
-                         f"the ledger's payments{' minus refunds' if meta['refunds'] else ''}, {len(off_client)} "
-                         "from the 200 answers plus the ledger's credits whose answer was lost",
-                         off=[list(w) for w in off[:10]], off_client=[list(w) for w in off_client[:10]]))
+    checks.append(
+        _check(
+            f"wallets = sum of credits {minus}".strip(),
+            not off and not off_client,
+            f"{len(wallets)} wallets, total {sum(wallets.values())} minor units; {len(off)} differ from "
+            f"the ledger's payments{' minus refunds' if meta['refunds'] else ''}, {len(off_client)} "
+            "from the 200 answers plus the ledger's credits whose answer was lost",
+            off=[list(w) for w in off[:10]],
+            off_client=[list(w) for w in off_client[:10]],
+        )
+    )
     if meta["outbox"]:
         seen = {(e.get("type"), e.get("ref")) for e in events}
-        want = {("wallet.credited", ref) for (_p, ref) in stored} | \
-               {("wallet.debited", o["ref"]) for o in refunds_200.values()}
+        want = {("wallet.credited", ref) for (_p, ref) in stored} | {
+            ("wallet.debited", o["ref"]) for o in refunds_200.values()
+        }
         missing = sorted(want - seen)
-        checks.append(_check("every outbox event reached the receiver", not missing,
-                             f"{len(want)} wallet changes, {len(seen & want)} announced, {len(missing)} missing, "
-                             f"{len(events)} deliveries ({len({e.get('id') for e in events})} distinct webhook-id); "
-                             f"outbox empty {meta.get('outbox_delivered_after_s')} s after the ledger settled",
-                             missing=missing[:10]))
+        checks.append(
+            _check(
+                "every outbox event reached the receiver",
+                not missing,
+                f"{len(want)} wallet changes, {len(seen & want)} announced, {len(missing)} missing, "
+                f"{len(events)} deliveries ({len({e.get('id') for e in events})} distinct webhook-id); "
+                f"outbox empty {meta.get('outbox_delivered_after_s')} s after the ledger settled",
+                missing=missing[:10],
+            )
+        )
     else:
-        checks.append(_check("every outbox event reached the receiver", True,
-                             "not applicable yet: the running code has no payment-events outbox "
-                             "(its configuration does not read PAYMENT_EVENTS_URL)", not_applicable=True))
+        checks.append(
+            _check(
+                "every outbox event reached the receiver",
+                True,
+                "not applicable yet: the running code has no payment-events outbox "
+                "(its configuration does not read PAYMENT_EVENTS_URL)",
+                not_applicable=True,
+            )
+        )
     finals = Counter(f"{o['k']}:{o['final']}" for o in outcomes if o["k"] in ("P", "R"))
-    return checks, {"payment_finals": dict(finals), "payments_stored": len(stored), "wallets": len(wallets),
-                    "refunds_answered": len(refunds_200)}
+    return checks, {
+        "payment_finals": dict(finals),
+        "payments_stored": len(stored),
+        "wallets": len(wallets),
+        "refunds_answered": len(refunds_200),
+    }
 
 
 def is_error(kind: str, result: str) -> bool:
@@ -317,8 +428,10 @@ def timeline(meta: dict, requests: list[dict], t0: float) -> dict:
         row["errors"] = sum(1 for t in error_times if m * 60 <= t < (m + 1) * 60)
         row.update(rss.get(m, {}))
         per_minute.append(row)
-    series10 = {k: sorted((b * 10 + 5, percentiles(v)["p50"], percentiles(v)["p99"]) for b, v in lat10[k].items())
-                for k in lat10}
+    series10 = {
+        k: sorted((b * 10 + 5, percentiles(v)["p50"], percentiles(v)["p99"]) for b, v in lat10[k].items())
+        for k in lat10
+    }
     error_times.sort()
     faults = []
     for i, f in enumerate(meta["faults"]):
@@ -331,15 +444,32 @@ def timeline(meta: dict, requests: list[dict], t0: float) -> dict:
                 start = t
             else:
                 break
-        faults.append({"n": i + 1, "kind": f["kind"], "t": f["t"], "detail": f["detail"],
-                       "milestones": f["milestones"], "healed_s": f["milestones"].get("healed"),
-                       "errors_quiet_after_s": round(quiet, 1), "errors_in_window": len(in_window)})
-    windows = [{"window": "before the first fault" if w == 0 else f"{w} {meta['faults'][w - 1]['kind']}",
-                **dict(c)} for w, c in sorted(by_window.items())]
-    return {"per_minute": per_minute, "series10": series10, "errors_by_kind": dict(errors_by_kind.most_common()),
-            "errors_by_window": windows, "err10": sorted(err10.items()), "faults": faults,
-            "lead_latency": percentiles([r["ms"] for r in requests if r["k"] == "L"]),
-            "payment_latency": percentiles([r["ms"] for r in requests if r["k"] != "L"])}
+        faults.append(
+            {
+                "n": i + 1,
+                "kind": f["kind"],
+                "t": f["t"],
+                "detail": f["detail"],
+                "milestones": f["milestones"],
+                "healed_s": f["milestones"].get("healed"),
+                "errors_quiet_after_s": round(quiet, 1),
+                "errors_in_window": len(in_window),
+            }
+        )
+    windows = [
+        {"window": "before the first fault" if w == 0 else f"{w} {meta['faults'][w - 1]['kind']}", **dict(c)}
+        for w, c in sorted(by_window.items())
+    ]
+    return {
+        "per_minute": per_minute,
+        "series10": series10,
+        "errors_by_kind": dict(errors_by_kind.most_common()),
+        "errors_by_window": windows,
+        "err10": sorted(err10.items()),
+        "faults": faults,
+        "lead_latency": percentiles([r["ms"] for r in requests if r["k"] == "L"]),
+        "payment_latency": percentiles([r["ms"] for r in requests if r["k"] != "L"]),
+    }
 
 
 ROLES = ("web worker", "web master", "rq worker", "scheduler", "redis-server", "buyers", "traffic")
@@ -372,9 +502,13 @@ def rss_trend(samples: list[dict], resets: list[tuple[float, float]] = ()) -> li
             continue
         first = points[0][0]
         warm = first + RSS_SETTLE_S.get(role, RSS_SETTLE_DEFAULT_S)
-        row = {"process": key, "lived_min": round((points[-1][0] - first) / 60, 1),
-               "first_mb": round(points[0][1], 1), "last_mb": round(points[-1][1], 1),
-               "max_mb": round(max(mb for _, mb in points), 1)}
+        row = {
+            "process": key,
+            "lived_min": round((points[-1][0] - first) / 60, 1),
+            "first_mb": round(points[0][1], 1),
+            "last_mb": round(points[-1][1], 1),
+            "max_mb": round(max(mb for _, mb in points), 1),
+        }
         starts = [warm] + [t + settle for t, settle in sorted(resets) if t + settle > warm]
         ends = sorted(t for t, _ in resets)
         slopes = []
@@ -406,25 +540,37 @@ def analyse(run_dir: Path, meta: dict, db_url: str) -> dict:
     events = [r for r in buyer_log if r["b"] == "_events"]
     pay_checks, pay_figures = check_payments(meta, ledger, outcomes, events)
     trend, rss_check = judge_rss(meta["samples"], meta["faults"])
-    return {"meta": {k: v for k, v in meta.items() if k != "samples"}, "samples": meta["samples"],
-            "checks": lead_checks + pay_checks + [rss_check], "leads": lead_figures, "payments": pay_figures,
-            "timeline": timeline(meta, requests, t0), "rss_trend": trend,
-            "requests": len(requests), "tables": ledger["tables"]}
+    return {
+        "meta": {k: v for k, v in meta.items() if k != "samples"},
+        "samples": meta["samples"],
+        "checks": lead_checks + pay_checks + [rss_check],
+        "leads": lead_figures,
+        "payments": pay_figures,
+        "timeline": timeline(meta, requests, t0),
+        "rss_trend": trend,
+        "requests": len(requests),
+        "tables": ledger["tables"],
+    }
 
 
 def judge_rss(samples: list[dict], faults: list[dict]) -> tuple[list[dict], dict]:
     """(rss_trend, the RSS check) of a run."""
-    trend = rss_trend(samples, [(f["t"], RSS_AFTER_FAULT_S[f["kind"]]) for f in faults
-                                if f["kind"] in RSS_AFTER_FAULT_S])
+    trend = rss_trend(
+        samples, [(f["t"], RSS_AFTER_FAULT_S[f["kind"]]) for f in faults if f["kind"] in RSS_AFTER_FAULT_S]
+    )
     judged = [r for r in trend if "growing" in r]
     growing = [r["process"] for r in judged if r["growing"]]
-    return trend, _check("no RSS growth trend in Floodgate's processes", not growing,
-                         f"{len(judged)} processes were judged ({RSS_MIN_SPAN_S} s or more of samples between "
-                         f"Redis restarts and database outages, past their warm-up: a web worker's "
-                         f"{RSS_SETTLE_S['web worker'] // 60} min, its settlement journal filling); "
-                         f"growing: {growing or 'none'}"
-                         if judged else "not judged: no process lived long enough past its warm-up",
-                         not_applicable=not judged)
+    return trend, _check(
+        "no RSS growth trend in Floodgate's processes",
+        not growing,
+        f"{len(judged)} processes were judged ({RSS_MIN_SPAN_S} s or more of samples between "
+        f"Redis restarts and database outages, past their warm-up: a web worker's "
+        f"{RSS_SETTLE_S['web worker'] // 60} min, its settlement journal filling); "
+        f"growing: {growing or 'none'}"
+        if judged
+        else "not judged: no process lived long enough past its warm-up",
+        not_applicable=not judged,
+    )
 
 
 def rejudge_rss(name: str) -> bool:
@@ -438,81 +584,172 @@ def rejudge_rss(name: str) -> bool:
 
 # -- writing --------------------------------------------------------------------------------
 
+
 def render(res: dict) -> str:
     meta, tl = res["meta"], res["timeline"]
     ok = all(c["ok"] for c in res["checks"])
     m = meta["machine"]
-    lines = [f"**{meta['minutes']:g}-minute run** of commit `{str(meta.get('commit', '?'))[:10]}` "
-             f"({m['date']}, {m['nproc']} CPUs, load average "
-             f"{m['loadavg_1m_5m_15m']} at the end; redis {m.get('redis')}, {m.get('database')}): offered "
-             f"{meta['lead_rate']:g} leads/s and {meta['payment_rate']:g} payment deliveries/s; refunds "
-             f"{'sent' if meta['refunds'] else 'not sent (not in the running code)'}; "
-             f"{len(meta['faults'])} faults. Invariants: **{'all hold' if ok else 'NOT all hold'}**.", "",
-             markdown_table([{"check": c["name"], "ok": "yes" if c["ok"] else "**NO**", "figures": c["figures"]}
-                             for c in res["checks"]], (("invariant", "check"), ("holds", "ok"), ("figures", "figures"))),
-             ""]
+    lines = [
+        f"**{meta['minutes']:g}-minute run** of commit `{str(meta.get('commit', '?'))[:10]}` "
+        f"({m['date']}, {m['nproc']} CPUs, load average "
+        f"{m['loadavg_1m_5m_15m']} at the end; redis {m.get('redis')}, {m.get('database')}): offered "
+        f"{meta['lead_rate']:g} leads/s and {meta['payment_rate']:g} payment deliveries/s; refunds "
+        f"{'sent' if meta['refunds'] else 'not sent (not in the running code)'}; "
+        f"{len(meta['faults'])} faults. Invariants: **{'all hold' if ok else 'NOT all hold'}**.",
+        "",
+        markdown_table(
+            [
+                {"check": c["name"], "ok": "yes" if c["ok"] else "**NO**", "figures": c["figures"]}
+                for c in res["checks"]
+            ],
+            (("invariant", "check"), ("holds", "ok"), ("figures", "figures")),
+        ),
+        "",
+    ]
     lf = res["leads"]
-    lines += [f"Leads: answers {lf['lead_finals']}; {lf['replayed_answers']} answers were replays. Re-offers (a "
-              f"repeated Idempotency-Key at a buyer): **{lf['reoffers']}**; `unknown` attempts: "
-              f"**{lf['unknown_attempts_ledger']}** in the ledger ({lf['unknown_in_answers']} in answers); "
-              f"{lf['hung_posts']} posts held by the hung buyer.", "",
-              markdown_table(lf["per_buyer"], (("buyer", "buyer"), ("accepted by its server", "accepted"),
-                                               ("sold in the ledger", "sold"),
-                                               ("accepted, recorded `timeout`", "timeout"),
-                                               ("accepted, left `unknown`", "unknown"),
-                                               ("accepted, not sold, unexplained", "missing"),
-                                               ("sold, not accepted", "extra"),
-                                               ("accepted after the deadline", "late"), ("of those sold", "late_sold"))),
-              "", "Caps, per window (the buyer's local time):", "",
-              markdown_table(res["checks"][0]["windows"], (("buyer", "buyer"), ("cap", "cap"), ("window", "window"),
-                                                          ("limit", "limit"), ("sold", "sold"), ("full", "full"))),
-              "", f"Payments: {res['payments']['payment_finals']}; {res['payments']['payments_stored']} in the "
-              f"ledger, {res['payments']['wallets']} wallets.", ""]
-    lines += [f"Latency over the whole run (ms, each request; a first try from the moment it was due): leads p50 "
-              f"{tl['lead_latency']['p50']}, p99 {tl['lead_latency']['p99']}; payments p50 "
-              f"{tl['payment_latency']['p50']}, p99 {tl['payment_latency']['p99']}.", "",
-              "Faults (seconds from the start; `healed`: the fault's own probe — a new process up, Redis "
-              "counters rebuilt, the database answering /readyz, the hung buyer selling again, the killed "
-              "worker's batch gone; `errors quiet`: until the clients saw 10 s without an error):", "",
-              markdown_table([{**f, "milestones": ", ".join(f"{k} {v}" for k, v in f["milestones"].items())}
-                              for f in tl["faults"]],
-                             (("#", "n"), ("fault", "kind"), ("at s", "t"), ("what", "detail"),
-                              ("healed after s", "healed_s"), ("milestones s", "milestones"),
-                              ("errors quiet after s", "errors_quiet_after_s"), ("errors in its window", "errors_in_window"))),
-              "", "Process exits and restarts (supervisor): " + (", ".join(
-                  f"{e['process']} {e['event']} at {e['t']} s" + (f" (rc {e['rc']})" if "rc" in e else "")
-                  for e in meta["process_events"] if e["t"] > 0) or "none"), "",
-              "Errors by kind (requests that did not get a 200; a payment's `409:in_flight` is the designed "
-              "answer to a concurrent repeat and is not counted as an error elsewhere):", "",
-              markdown_table([{"kind": k, "n": n} for k, n in tl["errors_by_kind"].items()],
-                             (("kind", "kind"), ("requests", "n"))), ""]
+    lines += [
+        f"Leads: answers {lf['lead_finals']}; {lf['replayed_answers']} answers were replays. Re-offers (a "
+        f"repeated Idempotency-Key at a buyer): **{lf['reoffers']}**; `unknown` attempts: "
+        f"**{lf['unknown_attempts_ledger']}** in the ledger ({lf['unknown_in_answers']} in answers); "
+        f"{lf['hung_posts']} posts held by the hung buyer.",
+        "",
+        markdown_table(
+            lf["per_buyer"],
+            (
+                ("buyer", "buyer"),
+                ("accepted by its server", "accepted"),
+                ("sold in the ledger", "sold"),
+                ("accepted, recorded `timeout`", "timeout"),
+                ("accepted, left `unknown`", "unknown"),
+                ("accepted, not sold, unexplained", "missing"),
+                ("sold, not accepted", "extra"),
+                ("accepted after the deadline", "late"),
+                ("of those sold", "late_sold"),
+            ),
+        ),
+        "",
+        "Caps, per window (the buyer's local time):",
+        "",
+        markdown_table(
+            res["checks"][0]["windows"],
+            (
+                ("buyer", "buyer"),
+                ("cap", "cap"),
+                ("window", "window"),
+                ("limit", "limit"),
+                ("sold", "sold"),
+                ("full", "full"),
+            ),
+        ),
+        "",
+        f"Payments: {res['payments']['payment_finals']}; {res['payments']['payments_stored']} in the "
+        f"ledger, {res['payments']['wallets']} wallets.",
+        "",
+    ]
+    lines += [
+        f"Latency over the whole run (ms, each request; a first try from the moment it was due): leads p50 "
+        f"{tl['lead_latency']['p50']}, p99 {tl['lead_latency']['p99']}; payments p50 "
+        f"{tl['payment_latency']['p50']}, p99 {tl['payment_latency']['p99']}.",
+        "",
+        "Faults (seconds from the start; `healed`: the fault's own probe — a new process up, Redis "
+        "counters rebuilt, the database answering /readyz, the hung buyer selling again, the killed "
+        "worker's batch gone; `errors quiet`: until the clients saw 10 s without an error):",
+        "",
+        markdown_table(
+            [{**f, "milestones": ", ".join(f"{k} {v}" for k, v in f["milestones"].items())} for f in tl["faults"]],
+            (
+                ("#", "n"),
+                ("fault", "kind"),
+                ("at s", "t"),
+                ("what", "detail"),
+                ("healed after s", "healed_s"),
+                ("milestones s", "milestones"),
+                ("errors quiet after s", "errors_quiet_after_s"),
+                ("errors in its window", "errors_in_window"),
+            ),
+        ),
+        "",
+        "Process exits and restarts (supervisor): "
+        + (
+            ", ".join(
+                f"{e['process']} {e['event']} at {e['t']} s" + (f" (rc {e['rc']})" if "rc" in e else "")
+                for e in meta["process_events"]
+                if e["t"] > 0
+            )
+            or "none"
+        ),
+        "",
+        "Errors by kind (requests that did not get a 200; a payment's `409:in_flight` is the designed "
+        "answer to a concurrent repeat and is not counted as an error elsewhere):",
+        "",
+        markdown_table(
+            [{"kind": k, "n": n} for k, n in tl["errors_by_kind"].items()], (("kind", "kind"), ("requests", "n"))
+        ),
+        "",
+    ]
     kinds = list(tl["errors_by_kind"])[:8]
     if kinds:
-        lines += ["Errors by fault window (from a fault to the next):", "",
-                  markdown_table([{**{k: w.get(k, 0) for k in kinds}, "window": w["window"]} for w in tl["errors_by_window"]],
-                                 (("window", "window"), *((k, k) for k in kinds))), ""]
+        lines += [
+            "Errors by fault window (from a fault to the next):",
+            "",
+            markdown_table(
+                [{**{k: w.get(k, 0) for k in kinds}, "window": w["window"]} for w in tl["errors_by_window"]],
+                (("window", "window"), *((k, k) for k in kinds)),
+            ),
+            "",
+        ]
     rss_cols = sorted({k for row in tl["per_minute"] for k in row if k.startswith("rss_")})
-    lines += ["Per minute: requests, latency (ms), errors, and the largest RSS (MB) of each kind of process:", "",
-              markdown_table(tl["per_minute"], (("min", "minute"), ("leads", "lead_n"), ("lead p50", "lead_p50"),
-                                                ("lead p99", "lead_p99"), ("payments", "pay_n"), ("pay p50", "pay_p50"),
-                                                ("pay p99", "pay_p99"), ("errors", "errors"),
-                                                *((c[4:].replace("_", " "), c) for c in rss_cols))), "",
-              "Memory trend per process (MB; the steepest slope fitted between Redis restarts and database "
-              f"outages, after its warm-up — a web worker's first {RSS_SETTLE_S['web worker'] // 60} minutes, "
-              "while its settlement journal fills, another's first minute — and "
-              f"{RSS_AFTER_FAULT_S['redis_restart']} s after each restart, {RSS_AFTER_FAULT_S['db_outage']} s "
-              "after each outage, whose recovery steps memory up to a high-water mark; a process needs "
-              f"{RSS_MIN_SPAN_S} s of samples between them to be judged):", "",
-              markdown_table([{**r, "slope": r.get("slope_mb_per_h", "not judged (lived too short)"),
-                               "growing": {True: "**yes**", False: "no"}.get(r.get("growing"), "")}
-                              for r in res["rss_trend"]],
-                             (("process", "process"), ("lived min", "lived_min"), ("first", "first_mb"),
-                              ("last", "last_mb"), ("max", "max_mb"), ("slope MB/h", "slope"), ("growing", "growing")))]
+    lines += [
+        "Per minute: requests, latency (ms), errors, and the largest RSS (MB) of each kind of process:",
+        "",
+        markdown_table(
+            tl["per_minute"],
+            (
+                ("min", "minute"),
+                ("leads", "lead_n"),
+                ("lead p50", "lead_p50"),
+                ("lead p99", "lead_p99"),
+                ("payments", "pay_n"),
+                ("pay p50", "pay_p50"),
+                ("pay p99", "pay_p99"),
+                ("errors", "errors"),
+                *((c[4:].replace("_", " "), c) for c in rss_cols),
+            ),
+        ),
+        "",
+        "Memory trend per process (MB; the steepest slope fitted between Redis restarts and database "
+        f"outages, after its warm-up — a web worker's first {RSS_SETTLE_S['web worker'] // 60} minutes, "
+        "while its settlement journal fills, another's first minute — and "
+        f"{RSS_AFTER_FAULT_S['redis_restart']} s after each restart, {RSS_AFTER_FAULT_S['db_outage']} s "
+        "after each outage, whose recovery steps memory up to a high-water mark; a process needs "
+        f"{RSS_MIN_SPAN_S} s of samples between them to be judged):",
+        "",
+        markdown_table(
+            [
+                {
+                    **r,
+                    "slope": r.get("slope_mb_per_h", "not judged (lived too short)"),
+                    "growing": {True: "**yes**", False: "no"}.get(r.get("growing"), ""),
+                }
+                for r in res["rss_trend"]
+            ],
+            (
+                ("process", "process"),
+                ("lived min", "lived_min"),
+                ("first", "first_mb"),
+                ("last", "last_mb"),
+                ("max", "max_mb"),
+                ("slope MB/h", "slope"),
+                ("growing", "growing"),
+            ),
+        ),
+    ]
     return "\n".join(lines)
 
 
 def plot(res: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -524,26 +761,46 @@ def plot(res: dict, path: Path) -> None:
             t = [p[0] / 60 for p in pts]
             a.plot(t, [p[1] for p in pts], lw=1, label=f"{label} p50")
             a.plot(t, [p[2] for p in pts], lw=1, label=f"{label} p99")
-    a.set(yscale="log", ylabel="ms (per 10 s)", title=f"Soak, {res['meta']['minutes']:g} minutes: latency, memory, "
-                                                       "errors; faults marked")
+    a.set(
+        yscale="log",
+        ylabel="ms (per 10 s)",
+        title=f"Soak, {res['meta']['minutes']:g} minutes: latency, memory, errors; faults marked",
+    )
     a.legend(loc="upper left", fontsize=8, ncol=4)
     series = defaultdict(list)
     for s in res["samples"]:
         for key, kb in s["rss_kb"].items():
             series[key].append((s["t"] / 60, kb / 1024))
-    colours = {"web worker": "tab:blue", "web master": "tab:cyan", "rq worker": "tab:orange",
-               "scheduler": "tab:green", "redis-server": "tab:red", "buyers": "tab:gray", "traffic": "tab:purple"}
+    colours = {
+        "web worker": "tab:blue",
+        "web master": "tab:cyan",
+        "rq worker": "tab:orange",
+        "scheduler": "tab:green",
+        "redis-server": "tab:red",
+        "buyers": "tab:gray",
+        "traffic": "tab:purple",
+    }
     labelled = set()
     for key, pts in series.items():
         role = key.split(":")[0]
-        b.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, color=colours.get(role, "k"),
-               label=None if role in labelled else role)
+        b.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            lw=1,
+            color=colours.get(role, "k"),
+            label=None if role in labelled else role,
+        )
         labelled.add(role)
     b.set(ylabel="RSS MB (each process)")
     b.legend(loc="upper left", fontsize=8, ncol=4)
     if tl["err10"]:
-        c.bar([e[0] * 10 / 60 + 1 / 12 for e in tl["err10"]], [e[1] for e in tl["err10"]], width=1 / 6,
-              color="tab:red", label="failed requests per 10 s")
+        c.bar(
+            [e[0] * 10 / 60 + 1 / 12 for e in tl["err10"]],
+            [e[1] for e in tl["err10"]],
+            width=1 / 6,
+            color="tab:red",
+            label="failed requests per 10 s",
+        )
     c2 = c.twinx()
     pend = [(s["t"] / 60, s.get("pending", 0) + s.get("processing", 0)) for s in res["samples"] if "pending" in s]
     if pend:
@@ -552,13 +809,26 @@ def plot(res: dict, path: Path) -> None:
     c2.set_ylabel("settlements queued")
     c.legend(loc="upper left", fontsize=8)
     c2.legend(loc="upper right", fontsize=8)
-    short = {"web_worker_kill": "web -9", "buyer_hang": "hang", "rq_worker_kill": "rq -9", "db_outage": "db cut",
-             "scheduler_kill": "sched -9", "redis_restart": "redis empty"}
+    short = {
+        "web_worker_kill": "web -9",
+        "buyer_hang": "hang",
+        "rq_worker_kill": "rq -9",
+        "db_outage": "db cut",
+        "scheduler_kill": "sched -9",
+        "redis_restart": "redis empty",
+    }
     for f in tl["faults"]:
         for ax in (a, b, c):
             ax.axvline(f["t"] / 60, color="k", alpha=0.35, lw=0.8, ls="--")
-        a.annotate(short.get(f["kind"], f["kind"]), (f["t"] / 60, 1), xycoords=("data", "axes fraction"),
-                   rotation=90, va="top", ha="right", fontsize=7)
+        a.annotate(
+            short.get(f["kind"], f["kind"]),
+            (f["t"] / 60, 1),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=7,
+        )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -585,29 +855,52 @@ def assemble() -> None:
     rows = []
     for _stem, d in runs:
         m, tl, lf = d["meta"], d["timeline"], d["leads"]
-        rows.append({"run": f"{m['minutes']:g} min", "date": m["machine"]["date"],
-                     "holds": "all" if all(c["ok"] for c in d["checks"]) else
-                     "**not: " + ", ".join(c["name"] for c in d["checks"] if not c["ok"]) + "**",
-                     "faults": len(m["faults"]), "leads": sum(lf["lead_finals"].get(k, 0) for k in ("sold", "unsold")),
-                     "sold": lf["lead_finals"].get("sold", 0),
-                     "payments": d["payments"]["payments_stored"],
-                     "lat": f"{tl['lead_latency']['p50']} / {tl['lead_latency']['p99']}",
-                     "plat": f"{tl['payment_latency']['p50']} / {tl['payment_latency']['p99']}",
-                     "reoffers": lf["reoffers"], "unknown": lf["unknown_attempts_ledger"]})
+        rows.append(
+            {
+                "run": f"{m['minutes']:g} min",
+                "date": m["machine"]["date"],
+                "holds": "all"
+                if all(c["ok"] for c in d["checks"])
+                else "**not: " + ", ".join(c["name"] for c in d["checks"] if not c["ok"]) + "**",
+                "faults": len(m["faults"]),
+                "leads": sum(lf["lead_finals"].get(k, 0) for k in ("sold", "unsold")),
+                "sold": lf["lead_finals"].get("sold", 0),
+                "payments": d["payments"]["payments_stored"],
+                "lat": f"{tl['lead_latency']['p50']} / {tl['lead_latency']['p99']}",
+                "plat": f"{tl['payment_latency']['p50']} / {tl['payment_latency']['p99']}",
+                "reoffers": lf["reoffers"],
+                "unknown": lf["unknown_attempts_ledger"],
+            }
+        )
     main_stem, main = max(runs, key=lambda r: r[1]["meta"]["minutes"])
-    text = ["`scripts/soak --minutes N` (`bench/soak.py`): the Procfile stack — gunicorn with 2 gevent workers, "
-            "the RQ worker and the scheduler each restarted by a supervisor when they die — on a throw-away "
-            "MariaDB database behind a TCP proxy and a private redis-server, under open-loop traffic from a "
-            "process of its own (leads to 4 capped buyers, one flaky and one slow; payment deliveries from the "
-            "six providers with repeats), retried as publishers and providers do, while faults are injected "
-            "in turn: kill -9 of a gunicorn worker, a buyer hanging 30 s, kill -9 of the RQ worker, the database "
-            "cut for 10 s, kill -9 of the scheduler, Redis restarted empty. Then the invariants are checked "
-            "against the ledger, the buyers' own records and every answer the clients got.", "",
-            markdown_table(rows, (("run", "run"), ("date", "date"), ("invariants", "holds"), ("faults", "faults"),
-                                  ("leads answered", "leads"), ("sold", "sold"), ("payments credited", "payments"),
-                                  ("lead p50 / p99 ms", "lat"), ("payment p50 / p99 ms", "plat"),
-                                  ("re-offers", "reoffers"), ("unknown", "unknown"))), "",
-            ]
+    text = [
+        "`scripts/soak --minutes N` (`bench/soak.py`): the Procfile stack — gunicorn with 2 gevent workers, "
+        "the RQ worker and the scheduler each restarted by a supervisor when they die — on a throw-away "
+        "MariaDB database behind a TCP proxy and a private redis-server, under open-loop traffic from a "
+        "process of its own (leads to 4 capped buyers, one flaky and one slow; payment deliveries from the "
+        "six providers with repeats), retried as publishers and providers do, while faults are injected "
+        "in turn: kill -9 of a gunicorn worker, a buyer hanging 30 s, kill -9 of the RQ worker, the database "
+        "cut for 10 s, kill -9 of the scheduler, Redis restarted empty. Then the invariants are checked "
+        "against the ledger, the buyers' own records and every answer the clients got.",
+        "",
+        markdown_table(
+            rows,
+            (
+                ("run", "run"),
+                ("date", "date"),
+                ("invariants", "holds"),
+                ("faults", "faults"),
+                ("leads answered", "leads"),
+                ("sold", "sold"),
+                ("payments credited", "payments"),
+                ("lead p50 / p99 ms", "lat"),
+                ("payment p50 / p99 ms", "plat"),
+                ("re-offers", "reoffers"),
+                ("unknown", "unknown"),
+            ),
+        ),
+        "",
+    ]
     notes = Path(__file__).resolve().parent / "soak_notes.md"  # the analysis of the runs, by hand
     if notes.exists():
         text += [notes.read_text().strip(), ""]

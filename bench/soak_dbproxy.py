@@ -5,6 +5,7 @@ restores it on the same port.
 
     python -m bench.soak_dbproxy TARGET_HOST TARGET_PORT PORT_FILE
 """
+
 from __future__ import annotations
 
 import signal

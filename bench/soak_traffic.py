@@ -20,6 +20,7 @@ ms, result; a first try's latency counts from the moment it was due) and outcome
 line per lead, delivery or refund: its final answer). Stops sending after `seconds`, keeps
 retrying until `seconds + drain_s`, prints a summary line and exits.
 """
+
 from __future__ import annotations
 
 from gevent import monkey
@@ -89,8 +90,9 @@ class Traffic:
     def post(self, path: str, body: bytes, headers: dict) -> tuple[str, dict | None]:
         """(result kind, JSON body of a 200 or 409/422) of one POST."""
         try:
-            resp = self.pool.request("POST", self.url + path, body=body, headers=headers,
-                                     timeout=urllib3.Timeout(connect=5, read=15))
+            resp = self.pool.request(
+                "POST", self.url + path, body=body, headers=headers, timeout=urllib3.Timeout(connect=5, read=15)
+            )
         except urllib3.exceptions.TimeoutError:
             return "timeout", None
         except Exception as exc:  # refused / reset while a process died, or a full backlog: retried
@@ -119,8 +121,7 @@ class Traffic:
             ms = (time.time() - (due if n == 0 else sent)) * 1000
             self.request_line(kind, sent, ms, result, n)
             n += 1
-            retry = result in ("timeout", "409:in_flight", "409:payment_not_found") or \
-                result.startswith(("5", "conn"))
+            retry = result in ("timeout", "409:in_flight", "409:payment_not_found") or result.startswith(("5", "conn"))
             if not retry:
                 return result, data, n
             top = backoff[min(n - 1, len(backoff) - 1)]
@@ -133,15 +134,20 @@ class Traffic:
     def lead(self, i: int, due: float) -> None:
         lead_id = f"{self.cfg['tag']}-{i}"
         state = self.states[i % len(self.states)]
-        body = json.dumps({"lead_id": lead_id, "state": state, "email": f"p{i}@example.com",
-                           "first_name": "Ada"}).encode()
+        body = json.dumps(
+            {"lead_id": lead_id, "state": state, "email": f"p{i}@example.com", "first_name": "Ada"}
+        ).encode()
         result, data, tries = self.retrying(
-            "L", due, lambda: self.post("/v1/leads", body, self.lead_headers), LEAD_BACKOFF)
+            "L", due, lambda: self.post("/v1/leads", body, self.lead_headers), LEAD_BACKOFF
+        )
         record = {"k": "L", "id": lead_id, "st": state, "due": round(due, 3), "tries": tries}
         if result == "200" and data:
-            record.update(final=data["status"], buyer=data.get("buyer_id"),
-                          outcomes=[a["outcome"] for a in data.get("attempts", [])],
-                          replayed=bool(data.get("replayed")))
+            record.update(
+                final=data["status"],
+                buyer=data.get("buyer_id"),
+                outcomes=[a["outcome"] for a in data.get("attempts", [])],
+                replayed=bool(data.get("replayed")),
+            )
         else:
             record.update(final=result)
         self.outcome(record)
@@ -180,15 +186,21 @@ class Traffic:
         amount = rng.randint(100, 5_000_000)
         success = rng.random() >= P_FAILED
         raw = encode(payload(provider, ref, amount, currency, customer, success=success))
-        record = {"k": "P", "ref": ref, "prov": provider, "amt": amount, "cur": currency, "cust": customer,
-                  "ok": success}
+        record = {
+            "k": "P",
+            "ref": ref,
+            "prov": provider,
+            "amt": amount,
+            "cur": currency,
+            "cust": customer,
+            "ok": success,
+        }
         dues = [due]
         if success and rng.random() < P_CONCURRENT:
             dues.append(due + rng.uniform(0, 0.05))
         if success and rng.random() < P_LATER:
             dues.append(due + rng.uniform(1, 30))
-        jobs = [gevent.spawn(self.delivery, "P", provider, raw, {**record, "nth": n}, d)
-                for n, d in enumerate(dues)]
+        jobs = [gevent.spawn(self.delivery, "P", provider, raw, {**record, "nth": n}, d) for n, d in enumerate(dues)]
         refund = success and provider == "standard" and self.cfg.get("refunds") and rng.random() < P_REFUND
         gevent.joinall(jobs)
         if refund:
@@ -198,16 +210,31 @@ class Traffic:
         rng = self.rng
         refund_ref = "rf-" + ref
         part = rng.randint(1, amount)
-        body = {"type": "payment.refunded", "data": {"reference": refund_ref, "payment_reference": ref,
-                                                     "amount_minor": part, "currency": currency,
-                                                     "customer": {"email": customer}}}
+        body = {
+            "type": "payment.refunded",
+            "data": {
+                "reference": refund_ref,
+                "payment_reference": ref,
+                "amount_minor": part,
+                "currency": currency,
+                "customer": {"email": customer},
+            },
+        }
         raw = encode(body)
-        record = {"k": "R", "ref": refund_ref, "pref": ref, "prov": "standard", "amt": part, "cur": currency,
-                  "cust": customer}
+        record = {
+            "k": "R",
+            "ref": refund_ref,
+            "pref": ref,
+            "prov": "standard",
+            "amt": part,
+            "cur": currency,
+            "cust": customer,
+        }
         due = time.time() + rng.uniform(2, 20)
         dues = [due] + ([due + rng.uniform(0, 5)] if rng.random() < 0.3 else [])
-        gevent.joinall([gevent.spawn(self.delivery, "R", "standard", raw, {**record, "nth": n}, d)
-                        for n, d in enumerate(dues)])
+        gevent.joinall(
+            [gevent.spawn(self.delivery, "R", "standard", raw, {**record, "nth": n}, d) for n, d in enumerate(dues)]
+        )
 
     def payments(self) -> None:
         rate, i = self.cfg["payment_rate"] / MEAN_DELIVERIES, 0
@@ -227,9 +254,13 @@ class Traffic:
         self.jobs.join(timeout=max(1.0, self.deadline - time.time() + 30))
         self.requests.flush()
         self.outcomes.flush()
-        return {"t0": self.t0, "stop_sending": self.stop_sending, "counts": self.counts,
-                "unfinished": len(self.jobs),
-                "conn_errors": dict(sorted(self.conn_errors.items(), key=lambda kv: -kv[1])[:10])}
+        return {
+            "t0": self.t0,
+            "stop_sending": self.stop_sending,
+            "counts": self.counts,
+            "unfinished": len(self.jobs),
+            "conn_errors": dict(sorted(self.conn_errors.items(), key=lambda kv: -kv[1])[:10]),
+        }
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ the environment Floodgate's processes run with; then, as a bench needs them, gun
 worker and the buyer stub. The one set-up of bench/ (the soak and the cluster failover build
 fault-injecting variants of their own on these parts).
 """
+
 from __future__ import annotations
 
 import os
@@ -69,17 +70,26 @@ def redis(es: ExitStack, tmp: Path, name: str = "redis") -> RedisServer:
     return server
 
 
-def base(es: ExitStack, tmp: Path, extra_env: dict | None = None, *, mysql_only: bool = False,
-         code: Path = ROOT) -> Base:
+def base(
+    es: ExitStack, tmp: Path, extra_env: dict | None = None, *, mysql_only: bool = False, code: Path = ROOT
+) -> Base:
     """Redis and a database with the schema applied (by `code`'s `flask db upgrade`), and the
     environment: the admin token, no default publisher rate limit (benches send thousands of
     leads a second from one publisher), a metrics directory of the run's own."""
     server = redis(es, tmp)
     db_url = database(es, tmp, mysql_only=mysql_only)
     (tmp / "prometheus").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "REDIS_URL": server.url, "DATABASE_URL": db_url, "ADMIN_TOKEN": ADMIN,
-           "PYTHONUNBUFFERED": "1", "PUBLISHER_RATE_LIMIT": "off",
-           "PROMETHEUS_MULTIPROC_DIR": str(tmp / "prometheus"), **(extra_env or {})}
-    subprocess.run([venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=code, check=True,
-                   capture_output=True)
+    env = {
+        **os.environ,
+        "REDIS_URL": server.url,
+        "DATABASE_URL": db_url,
+        "ADMIN_TOKEN": ADMIN,
+        "PYTHONUNBUFFERED": "1",
+        "PUBLISHER_RATE_LIMIT": "off",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp / "prometheus"),
+        **(extra_env or {}),
+    }
+    subprocess.run(
+        [venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=code, check=True, capture_output=True
+    )
     return Base(server, db_url, env, tmp)

@@ -5,6 +5,7 @@ whose Script object calls EVALSHA and falls back to EVAL by itself after a Redis
 emptied the script cache (the way alisaifee/limits loads its scripts); a batch of calls
 (webhooks/storage/batch.py) sends their text with EVAL.
 """
+
 from __future__ import annotations
 
 import functools

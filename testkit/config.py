@@ -1,4 +1,5 @@
 """The secrets and admin token of the test runs and the benchmarks (never a real one)."""
+
 from __future__ import annotations
 
 ADMIN_TOKEN = "test-admin-token-0123456789"

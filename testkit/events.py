@@ -2,6 +2,7 @@
 verifies every delivery with the standardwebhooks library (as an application would), and a
 way to run the outbox's delivery batches in this process (the fast tier; e2e tests run the
 real RQ worker)."""
+
 from __future__ import annotations
 
 import json
@@ -124,13 +125,15 @@ class EventReceiver:
         self.stop()
 
 
-def deliver_inline(url: str, policy: outbox.RetryPolicy = FAST, secret: str = EVENTS_SECRET,
-                   until=None, timeout: float = 30) -> None:
+def deliver_inline(
+    url: str, policy: outbox.RetryPolicy = FAST, secret: str = EVENTS_SECRET, until=None, timeout: float = 30
+) -> None:
     """Run the worker's delivery batches in this process until `until()` (default: nothing is
     pending), as workers/outbox.py's drain does."""
     sender = outbox.Sender(url, (secret,), timeout_s=5)
     done = until or (lambda: outbox.counts()[outbox.PENDING] == 0)
     with ThreadPoolExecutor(8) as pool, db.connection_context():
+
         def step():
             outbox.deliver_due(sender, policy, pool)
             return done()
@@ -143,6 +146,14 @@ def event_rows() -> list[dict]:
     from webhooks.storage.models import PaymentEvent
 
     with db.connection_context():
-        return [{"id": e.event_id, "type": e.type, "status": e.status, "customer": e.customer,
-                 "attempts": e.attempts, "body": json.loads(e.body)}
-                for e in PaymentEvent.select().order_by(PaymentEvent.id)]
+        return [
+            {
+                "id": e.event_id,
+                "type": e.type,
+                "status": e.status,
+                "customer": e.customer,
+                "attempts": e.attempts,
+                "body": json.loads(e.body),
+            }
+            for e in PaymentEvent.select().order_by(PaymentEvent.id)
+        ]

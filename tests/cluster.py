@@ -7,6 +7,7 @@ node down, `restart_empty` brings every node back without its data (each keeps i
 nodes.conf, so the cluster re-forms with the same slots), as a data loss of the whole tier.
 `kill_node` takes one node down, for failovers.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -79,9 +80,20 @@ class LocalCluster:
                     self.start_node(port)
             if not self.formed:
                 nodes = [f"127.0.0.1:{p}" for p in self.ports]
-                subprocess.run([redis_cli(), "--cluster", "create", *nodes, "--cluster-replicas",
-                                str(self.replicas), "--cluster-yes"], check=True, capture_output=True,
-                               timeout=60)
+                subprocess.run(
+                    [
+                        redis_cli(),
+                        "--cluster",
+                        "create",
+                        *nodes,
+                        "--cluster-replicas",
+                        str(self.replicas),
+                        "--cluster-yes",
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=60,
+                )
                 self.formed = True
             self.wait_ok()
         except BaseException:
@@ -92,12 +104,36 @@ class LocalCluster:
         workdir = self.dir / str(port)
         workdir.mkdir(parents=True, exist_ok=True)
         self.procs[port] = subprocess.Popen(
-            [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-             "--cluster-node-timeout", str(self.node_timeout_ms), "--repl-diskless-sync-delay", "0",
-             "--maxclients", "2000",
-             "--loglevel", "warning", "--logfile", str(workdir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                redis_binary(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(self.node_timeout_ms),
+                "--repl-diskless-sync-delay",
+                "0",
+                "--maxclients",
+                "2000",
+                "--loglevel",
+                "warning",
+                "--logfile",
+                str(workdir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         node = redis.Redis(port=port)
         wait_until(lambda: _pings(node), what=f"cluster node {port}")
 
@@ -105,6 +141,7 @@ class LocalCluster:
         """Until every live node says cluster_state:ok and agrees on which nodes hold slots,
         and every live replica is in sync with its primary (until then WAIT counts no
         replica, and a replica that never synced refuses to take over)."""
+
         def ok() -> bool:
             views, seen = set(), {}
             for port in self.live_ports():
@@ -129,8 +166,11 @@ class LocalCluster:
         looks for the replica of the promoted node must not start in that moment."""
         serving = _serving(nodes)
         ids = {info["node_id"] for info in serving.values()}
-        return all(port in serving or ("slave" in nodes[port]["flags"] and nodes[port]["master_id"] in ids)
-                   for port in self.live_ports() if port in nodes)
+        return all(
+            port in serving or ("slave" in nodes[port]["flags"] and nodes[port]["master_id"] in ids)
+            for port in self.live_ports()
+            if port in nodes
+        )
 
     def live_ports(self) -> list[int]:
         return [p for p, proc in self.procs.items() if proc.poll() is None]
@@ -154,12 +194,18 @@ class LocalCluster:
 
     def replica_of(self, primary: int) -> int:
         """Port of a live replica of `primary`; waits while a rejoining node takes that role."""
+
         def found() -> int | None:
             nodes = self.nodes()
             live = set(self.live_ports())
-            return next((port for port, info in nodes.items()
-                         if port in live and info["master_id"] == nodes[primary]["node_id"]
-                         and "fail" not in info["flags"]), None)
+            return next(
+                (
+                    port
+                    for port, info in nodes.items()
+                    if port in live and info["master_id"] == nodes[primary]["node_id"] and "fail" not in info["flags"]
+                ),
+                None,
+            )
 
         return wait_until(found, timeout=STATE_TIMEOUT_S, interval=0.1, what=f"a replica of {primary}")
 
@@ -201,8 +247,11 @@ def _by_port(nodes: dict) -> dict[int, dict]:
 
 def _serving(nodes: dict[int, dict]) -> dict[int, dict]:
     """The primaries among `nodes` (by port) that serve slots and are not failed."""
-    return {port: info for port, info in nodes.items()
-            if "master" in info["flags"] and "fail" not in info["flags"] and info["slots"]}
+    return {
+        port: info
+        for port, info in nodes.items()
+        if "master" in info["flags"] and "fail" not in info["flags"] and info["slots"]
+    }
 
 
 def _pings(client: redis.Redis) -> bool:
@@ -215,7 +264,13 @@ def _pings(client: redis.Redis) -> bool:
 def wait_for_failover(cluster: LocalCluster, dead: int, timeout: float = STATE_TIMEOUT_S) -> float:
     """Seconds until a replica took over the slots of the killed primary `dead`."""
     started = time.monotonic()
-    wait_until(lambda: dead not in cluster.primaries() and len(cluster.primaries()) == len(cluster.ports)
-               // (1 + cluster.replicas), timeout=timeout, interval=0.05, what="replica promotion")
+    wait_until(
+        lambda: (
+            dead not in cluster.primaries() and len(cluster.primaries()) == len(cluster.ports) // (1 + cluster.replicas)
+        ),
+        timeout=timeout,
+        interval=0.05,
+        what="replica promotion",
+    )
     cluster.wait_ok(timeout)
     return time.monotonic() - started

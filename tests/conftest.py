@@ -1,4 +1,5 @@
 """Real servers for the whole run, clean state for each test. No mocks of Redis, MySQL or HTTP."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,30 +40,43 @@ CONFIG_SETTLE_S = 0.35  # > CONFIG_CHECK_INTERVAL_MS below: every web process ha
 # RQ_REDIS_URL a single redis-server beside it, as in a cluster deployment. The tests below
 # cannot apply to that run; it skips them, saying why.
 CLUSTER = os.environ.get("FG_TEST_REDIS_CLUSTER") == "1"
-_RQ_ON_DB_INDEX = "settlement runs on RQ_REDIS_URL, a single Redis in every deployment; this test " \
-                  "isolates its queue in a database index of redis_server, which a cluster node lacks"
+_RQ_ON_DB_INDEX = (
+    "settlement runs on RQ_REDIS_URL, a single Redis in every deployment; this test "
+    "isolates its queue in a database index of redis_server, which a cluster node lacks"
+)
+_SCHEDULER_ON_DB_INDEX = (
+    "rq-scheduler runs on RQ_REDIS_URL, a single Redis in every deployment; this test gives it a "
+    "database index of redis_server, which a cluster node lacks"
+)
+_RQ_ON_REDIS_SERVER = (
+    "RQ runs on RQ_REDIS_URL, a single Redis in every deployment; this test enqueues its jobs on "
+    "redis_server, a cluster node in this run"
+)
+_SETTLEMENT = "tests/leads/test_settlement.py::"
 NOT_ON_CLUSTER = {
-    "tests/caps/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once":
-        "rq-scheduler runs on RQ_REDIS_URL, a single Redis in every deployment; this test gives it a "
-        "database index of redis_server, which a cluster node lacks",
-    "tests/leads/test_settlement.py::test_a_drain_job_run_twice_settles_once": _RQ_ON_DB_INDEX,
-    "tests/leads/test_settlement.py::test_database_outage_is_retried_and_settles_after_it_returns": _RQ_ON_DB_INDEX,
-    "tests/leads/test_settlement.py::test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once":
-        _RQ_ON_DB_INDEX,
-    "tests/leads/test_settlement.py::test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
-    **{f"tests/storage/test_batch.py::{name}": "counts the writes of one connection to one redis-server" for name in (
-        "test_a_lead_sold_at_its_first_buyer_costs_two_round_trips",
-        "test_each_further_buyer_costs_a_reservation_and_a_refund",
-        "test_a_replay_gives_back_the_reservation_made_with_its_claim")},
-    "tests/test_cli.py::test_settlements_status_and_requeue_of_failed_jobs":
-        "RQ runs on RQ_REDIS_URL, a single Redis in every deployment; this test enqueues its jobs on "
-        "redis_server, a cluster node in this run",
+    "tests/caps/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once": (
+        _SCHEDULER_ON_DB_INDEX
+    ),
+    _SETTLEMENT + "test_a_drain_job_run_twice_settles_once": _RQ_ON_DB_INDEX,
+    _SETTLEMENT + "test_database_outage_is_retried_and_settles_after_it_returns": _RQ_ON_DB_INDEX,
+    _SETTLEMENT + "test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once": _RQ_ON_DB_INDEX,
+    _SETTLEMENT + "test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
+    **{
+        f"tests/storage/test_batch.py::{name}": "counts the writes of one connection to one redis-server"
+        for name in (
+            "test_a_lead_sold_at_its_first_buyer_costs_two_round_trips",
+            "test_each_further_buyer_costs_a_reservation_and_a_refund",
+            "test_a_replay_gives_back_the_reservation_made_with_its_claim",
+        )
+    },
+    "tests/test_cli.py::test_settlements_status_and_requeue_of_failed_jobs": _RQ_ON_REDIS_SERVER,
 }
 
 
 def pytest_report_header(config) -> str:
-    return "redis: " + ("a local cluster, 3 primaries + 3 replicas (FG_TEST_REDIS_CLUSTER=1)" if CLUSTER
-                        else "one redis-server")
+    return "redis: " + (
+        "a local cluster, 3 primaries + 3 replicas (FG_TEST_REDIS_CLUSTER=1)" if CLUSTER else "one redis-server"
+    )
 
 
 # A test is of the multi-process tier (marker `e2e`) when it uses one of these fixtures, or
@@ -127,21 +141,23 @@ def database_url(tmp_root):
 def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY"))}
     env.update(SECRETS)
-    env.update({
-        "REDIS_URL": redis_server.url,
-        "DATABASE_URL": database_url,
-        "ADMIN_TOKEN": ADMIN_TOKEN,
-        "CONFIG_CHECK_INTERVAL_MS": "100",
-        "JOURNAL_KEEP_S": "30",
-        "BREAKER_FAILURES": "3",
-        "BREAKER_COOLDOWN_MS": "1500",
-        "DB_POOL_SIZE": "8",
-        "PYTHONUNBUFFERED": "1",
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
-        "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
-        # bursts of 1,000 leads from one publisher; tests/leads/test_publishers.py turns the default on
-        "PUBLISHER_RATE_LIMIT": "off",
-    })
+    env.update(
+        {
+            "REDIS_URL": redis_server.url,
+            "DATABASE_URL": database_url,
+            "ADMIN_TOKEN": ADMIN_TOKEN,
+            "CONFIG_CHECK_INTERVAL_MS": "100",
+            "JOURNAL_KEEP_S": "30",
+            "BREAKER_FAILURES": "3",
+            "BREAKER_COOLDOWN_MS": "1500",
+            "DB_POOL_SIZE": "8",
+            "PYTHONUNBUFFERED": "1",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
+            "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
+            # bursts of 1,000 leads from one publisher; tests/leads/test_publishers.py turns the default on
+            "PUBLISHER_RATE_LIMIT": "off",
+        }
+    )
     if queue_server is not redis_server:
         env["RQ_REDIS_URL"] = queue_server.url
     return env
@@ -172,9 +188,20 @@ class Worker:
             self.starts += 1
             self.generation = self.redis.generation
             url = self.env.get("RQ_REDIS_URL") or self.env["REDIS_URL"]
-            self.proc = Proc([venv_bin("rq"), "worker", "--url", url, "--with-scheduler",
-                              "-w", "rq.worker.SimpleWorker", "floodgate"], self.env,
-                             self.log_dir / f"worker{self.starts}.log")
+            self.proc = Proc(
+                [
+                    venv_bin("rq"),
+                    "worker",
+                    "--url",
+                    url,
+                    "--with-scheduler",
+                    "-w",
+                    "rq.worker.SimpleWorker",
+                    "floodgate",
+                ],
+                self.env,
+                self.log_dir / f"worker{self.starts}.log",
+            )
         return self.proc
 
     def stop(self) -> None:
@@ -211,6 +238,9 @@ def clean(request):
                 server.start()
             # emptying keys between tests is not a Redis data loss: the epoch stays
             server.delete_keys(keys.PREFIX + "*", keep=(keys.EPOCH,))
+        # nor a job an earlier test queued and no worker ran: under xdist the tests before this
+        # one are not those of a serial run (a worker started by one of those drained them)
+        queue.delete_keys("rq:queue:*")
     if "database_url" in request.fixturenames or "web" in request.fixturenames:
         request.getfixturevalue("database_url")
         with db.connection_context():
@@ -241,13 +271,16 @@ class InProcess(requests.adapters.BaseAdapter):
         if body is not None and not isinstance(body, (bytes, str)):
             # A generator: a chunked upload. The app sees it as a WSGI server passes one on,
             # without CONTENT_LENGTH, its stream terminated by the server (gunicorn's way).
-            kw = {"input_stream": io.BytesIO(b"".join(body)),
-                  "environ_overrides": {"CONTENT_LENGTH": "", "wsgi.input_terminated": True}}
+            kw = {
+                "input_stream": io.BytesIO(b"".join(body)),
+                "environ_overrides": {"CONTENT_LENGTH": "", "wsgi.input_terminated": True},
+            }
         else:
             kw = {"data": body}
         client = self.app.test_client(use_cookies=False)  # a jar of its own would drop the Cookie header
-        got = client.open(url.path, query_string=url.query, method=request.method,
-                          headers=list(request.headers.items()), **kw)
+        got = client.open(
+            url.path, query_string=url.query, method=request.method, headers=list(request.headers.items()), **kw
+        )
         resp = requests.Response()
         resp.status_code, resp.url, resp.request = got.status_code, request.url, request
         resp.headers = requests.structures.CaseInsensitiveDict(got.headers.items())
@@ -285,8 +318,14 @@ class Api:
         return api_key
 
     def put_buyer(self, bid: str, endpoint_url: str, **fields) -> dict:
-        body = {"name": bid.title(), "endpoint_url": endpoint_url, "priority": 1, "price": "10.00",
-                "timezone": "UTC", **fields}
+        body = {
+            "name": bid.title(),
+            "endpoint_url": endpoint_url,
+            "priority": 1,
+            "price": "10.00",
+            "timezone": "UTC",
+            **fields,
+        }
         resp = self.http.put(f"{self.base}/v1/admin/buyers/{bid}", json=body, headers=self.admin)
         assert resp.status_code == 200, resp.text
         return resp.json()
@@ -295,8 +334,9 @@ class Api:
         return self.http.get(self.base + path, headers=self.admin, **kw)
 
     def post_lead(self, api_key: str, body: dict, session: requests.Session | None = None):
-        return (session or self.http).post(f"{self.base}/v1/leads", json=body,
-                                           headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+        return (session or self.http).post(
+            f"{self.base}/v1/leads", json=body, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
+        )
 
     def settle_config(self) -> None:
         """Let every web process pick up the admin changes just made: the app in this process

@@ -1,5 +1,6 @@
 """Real servers for the tests: a private redis-server, a throw-away MySQL database, the app
 under gunicorn+gevent, an RQ worker, and a programmable buyer HTTP server."""
+
 from __future__ import annotations
 
 import json
@@ -63,10 +64,25 @@ class RedisServer:
         self.generation += 1
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if self.appendonly else "no", "--dir", str(self.dir),
-             "--maxclients", "2000", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                redis_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes" if self.appendonly else "no",
+                "--dir",
+                str(self.dir),
+                "--maxclients",
+                "2000",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port)
         wait_until(lambda: _pings(client), what="redis-server")
@@ -109,8 +125,9 @@ class Proc:
         self.log = log
         self.args = args
         self._fh = open(log, "ab")  # noqa: SIM115  (open for the life of the process)
-        self.proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._fh, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, env=env, cwd=cwd, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     @property
     def pid(self) -> int:
@@ -212,8 +229,13 @@ class BuyerServer:
                     parsed = json.loads(body)
                 except ValueError:
                     parsed = None  # a form post, say: see "raw"
-                record = {"body": parsed, "raw": body, "headers": dict(self.headers), "answered": mode,
-                          "method": self.command}
+                record = {
+                    "body": parsed,
+                    "raw": body,
+                    "headers": dict(self.headers),
+                    "answered": mode,
+                    "method": self.command,
+                }
                 with buyer.lock:
                     buyer.arrived.append(record)
                 if mode == "sleep":
@@ -257,7 +279,7 @@ class BuyerServer:
                 self.end_headers()
                 try:
                     for i in range(len(payload)):
-                        self.wfile.write(payload[i:i + 1])
+                        self.wfile.write(payload[i : i + 1])
                         self.wfile.flush()
                         time.sleep(0.1)
                 except OSError:
@@ -292,8 +314,13 @@ def mysql_admin_url() -> str | None:
 
     p = urlparse(url)
     try:
-        conn = pymysql.connect(host=p.hostname, port=p.port or 3306, user=p.username or "root",
-                               password=p.password or "", connect_timeout=2)
+        conn = pymysql.connect(
+            host=p.hostname,
+            port=p.port or 3306,
+            user=p.username or "root",
+            password=p.password or "",
+            connect_timeout=2,
+        )
         conn.close()
         return url.rstrip("/")
     except pymysql.MySQLError:

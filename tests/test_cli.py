@@ -1,5 +1,6 @@
 """Operator CLI: every command as a real `flask --app wsgi ...` process against the run's
 database (MariaDB when reachable) and Redis, including its error paths."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,15 +27,23 @@ COMMANDS = {
     "buyers": ["export", "import", "leads", "show"],
     "publishers": ["export", "import", "trust-replay-memory"],
 }
-ACME = {"id": "acme", "name": "Acme Insurance", "endpoint_url": "http://127.0.0.1:9100/acme", "priority": 1,
-        "price": "12.50", "timezone": "America/Chicago",
-        "caps": {"hourly": 10, "daily": 100, "daily_budget": "900.00"}, "states": ["TX"]}
+ACME = {
+    "id": "acme",
+    "name": "Acme Insurance",
+    "endpoint_url": "http://127.0.0.1:9100/acme",
+    "priority": 1,
+    "price": "12.50",
+    "timezone": "America/Chicago",
+    "caps": {"hourly": 10, "daily": 100, "daily_budget": "900.00"},
+    "states": ["TX"],
+}
 ZEN = {"id": "zen", "name": "Zen Leads", "endpoint_url": "http://127.0.0.1:9100/zen", "price": "9.00"}
 
 
 def flask(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([venv_bin("flask"), "--app", "wsgi", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [venv_bin("flask"), "--app", "wsgi", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def ok(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -98,16 +107,19 @@ def test_buyers_import_validates_everything_first_and_export_reads_back(env, tmp
     assert "(0 new)" in ok(env, "buyers", "import", str(out)).stdout  # an export imports back as is
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "is not valid JSON"),
-    ('{"id": "acme"}', "must hold a JSON list of buyers"),
-    ([{"name": "no id"}], 'buyers[0]: must be an object with an "id"'),
-    ([{**ZEN, "id": "bad id!"}], 'buyers[0]: must be an object with an "id"'),
-    ([ZEN, ZEN], "buyers[1]: id 'zen' appears twice"),
-    ([ZEN, {**ACME, "timezone": "Mars/Base"}], "buyers[1] (acme): timezone: 'Mars/Base' is not an IANA"),
-    ([ZEN, {**ACME, "caps": {"hourly": -1}}], "buyers[1] (acme): caps.hourly: must be between 0"),
-    ([ZEN, {**ACME, "cap": {}}], "buyers[1] (acme): cap: unknown field"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"id": "acme"}', "must hold a JSON list of buyers"),
+        ([{"name": "no id"}], 'buyers[0]: must be an object with an "id"'),
+        ([{**ZEN, "id": "bad id!"}], 'buyers[0]: must be an object with an "id"'),
+        ([ZEN, ZEN], "buyers[1]: id 'zen' appears twice"),
+        ([ZEN, {**ACME, "timezone": "Mars/Base"}], "buyers[1] (acme): timezone: 'Mars/Base' is not an IANA"),
+        ([ZEN, {**ACME, "caps": {"hourly": -1}}], "buyers[1] (acme): caps.hourly: must be between 0"),
+        ([ZEN, {**ACME, "cap": {}}], "buyers[1] (acme): cap: unknown field"),
+    ],
+)
 def test_buyers_import_refuses_bad_input_and_saves_nothing(env, tmp_path, content, message):
     assert message in fails(env, "buyers", "import", write(tmp_path, "bad.json", content))
     assert Buyer.select().count() == 0
@@ -118,8 +130,10 @@ def test_import_of_a_missing_file_is_a_usage_error(env, tmp_path):
 
 
 def test_publishers_export_has_no_keys_and_import_needs_them(env, tmp_path, redis_server):
-    pubs = [{"id": "surge", "name": "Surge Media", "api_key": "pk_live_surge_0123456789", "commission_pct": "10"},
-            {"id": "wave", "name": "Wave", "api_key": "pk_live_wave_0123456789", "active": False}]
+    pubs = [
+        {"id": "surge", "name": "Surge Media", "api_key": "pk_live_surge_0123456789", "commission_pct": "10"},
+        {"id": "wave", "name": "Wave", "api_key": "pk_live_wave_0123456789", "active": False},
+    ]
     assert "imported 2 publisher(s)" in ok(env, "publishers", "import", write(tmp_path, "p.json", pubs)).stdout
     # new publishers: Redis holds every answer they will be given (docs/leads.md)
     assert redis_server.client().get(keys.lead_memory("surge")) == "0"
@@ -137,7 +151,8 @@ def test_publishers_export_has_no_keys_and_import_needs_them(env, tmp_path, redi
     assert "publishers[0] (surge): api_key: is required" in error and "only their hash is stored" in error
     taken = [{**pubs[0], "id": "copy"}]  # the same key for another publisher
     assert "publishers[0] (copy): api_key: is already used" in fails(
-        env, "publishers", "import", write(tmp_path, "taken.json", taken))
+        env, "publishers", "import", write(tmp_path, "taken.json", taken)
+    )
     assert Publisher.select().count() == 2
 
 
@@ -184,8 +199,9 @@ def test_caps_reconcile_corrects_a_drifted_counter(env, tmp_path, redis_server):
     out = ok(env, "caps", "reconcile").stdout
     assert "acme hourly" in out and "counter 7 -> 0" in out and "1 drift(s) corrected" in out
     assert "0 drift(s) corrected" in ok(env, "caps", "reconcile").stdout
-    assert "Redis is unavailable" in fails({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
-                                           "caps", "reconcile")
+    assert "Redis is unavailable" in fails(
+        {**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "caps", "reconcile"
+    )
 
 
 def test_settlements_status_and_requeue_of_failed_jobs(env, redis_server):
@@ -202,8 +218,9 @@ def test_settlements_status_and_requeue_of_failed_jobs(env, redis_server):
     done = ok(env, "settlements", "requeue")
     assert f"requeued {failed} job(s) on floodgate" in done.stdout and "requeueing" in done.stderr
     assert registry.count == 0
-    assert "Redis is unavailable" in fails({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
-                                           "settlements", "status")
+    assert "Redis is unavailable" in fails(
+        {**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "settlements", "status"
+    )
 
 
 def test_trust_replay_memory_marks_publishers_without_a_mark(env, redis_server):
@@ -211,8 +228,7 @@ def test_trust_replay_memory_marks_publishers_without_a_mark(env, redis_server):
     week; the command marks them, and keeps a mark a data loss left unless --force."""
     with db.connection_context():
         for pid in ("old-a", "old-b"):
-            Publisher.create(id=pid, name=pid, api_key_hash=pid.ljust(64, "0"), api_key_hint="0000",
-                             commission_pct=0)
+            Publisher.create(id=pid, name=pid, api_key_hash=pid.ljust(64, "0"), api_key_hint="0000", commission_pct=0)
     r = redis_server.client()
     r.set(keys.lead_memory("old-b"), "1796000000000")  # Redis lost its data at that time
     assert "1 of 2 publisher(s) marked" in ok(env, "publishers", "trust-replay-memory").stdout

@@ -1,5 +1,6 @@
 """Secrets: two per provider variable while rotating, unusable ones stop start-up with a clear
 message (never showing the secret), and the Authorization scheme in any case."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,9 +13,14 @@ from tests.servers import ROOT, free_port, venv_bin
 from webhooks import config, services
 from webhooks.errors import ConfigError
 
-OLD = {"paystack": "sk_old_paystack_secret", "flutterwave": "flw-old-secret-hash", "monnify": "monnify-old",
-       "interswitch": "interswitch-old", "stripe": "whsec_old_stripe_secret",
-       "standard": "whsec_b2xkLXN0YW5kYXJkLXNlY3JldC1rZXk="}
+OLD = {
+    "paystack": "sk_old_paystack_secret",
+    "flutterwave": "flw-old-secret-hash",
+    "monnify": "monnify-old",
+    "interswitch": "interswitch-old",
+    "stripe": "whsec_old_stripe_secret",
+    "standard": "whsec_b2xkLXN0YW5kYXJkLXNlY3JldC1rZXk=",
+}
 STRANGER = "whsec_c2VjcmV0LW9mLXNvbWVvbmUtZWxzZQ=="
 
 
@@ -38,19 +44,26 @@ def test_during_a_rotation_deliveries_signed_with_either_secret_are_credited(api
     assert balance("ada@example.com", "NGN") == 2000
 
 
-@pytest.mark.parametrize("env, names", [
-    ({"STANDARD_WEBHOOK_SECRET": "whsec_not*base64!"}, ("STANDARD_WEBHOOK_SECRET", "base64")),
-    ({"STANDARD_WEBHOOK_SECRET": "whsec_"}, ("STANDARD_WEBHOOK_SECRET", "decodes to no bytes")),
-    ({"STANDARD_WEBHOOK_SECRET": "whsec_abcde"}, ("STANDARD_WEBHOOK_SECRET", "base64")),
-    ({"STANDARD_WEBHOOK_SECRET": f"{SECRETS['STANDARD_WEBHOOK_SECRET']} whsec_#bad#"},
-     ("STANDARD_WEBHOOK_SECRET", "secret 2 of 2")),
-    ({"PAYSTACK_SECRET_KEY": "one two three"}, ("PAYSTACK_SECRET_KEY", "at most two")),
-    ({"ADMIN_TOKEN": "short-admin-token"}, ("ADMIN_TOKEN", "at least 24")),
-    ({"FLUTTERWAVE_VERIFY": "1"}, ("FLUTTERWAVE_SECRET_KEY",)),
-    ({"FLUTTERWAVE_SECRET_HASH": "fifteen-chars-x"}, ("FLUTTERWAVE_SECRET_HASH", "15 characters", "at least 16")),
-    ({"FLUTTERWAVE_SECRET_HASH": "a-long-enough-old-hash short-new-hash"},
-     ("FLUTTERWAVE_SECRET_HASH", "secret 2 of 2", "at least 16")),
-])
+@pytest.mark.parametrize(
+    "env, names",
+    [
+        ({"STANDARD_WEBHOOK_SECRET": "whsec_not*base64!"}, ("STANDARD_WEBHOOK_SECRET", "base64")),
+        ({"STANDARD_WEBHOOK_SECRET": "whsec_"}, ("STANDARD_WEBHOOK_SECRET", "decodes to no bytes")),
+        ({"STANDARD_WEBHOOK_SECRET": "whsec_abcde"}, ("STANDARD_WEBHOOK_SECRET", "base64")),
+        (
+            {"STANDARD_WEBHOOK_SECRET": f"{SECRETS['STANDARD_WEBHOOK_SECRET']} whsec_#bad#"},
+            ("STANDARD_WEBHOOK_SECRET", "secret 2 of 2"),
+        ),
+        ({"PAYSTACK_SECRET_KEY": "one two three"}, ("PAYSTACK_SECRET_KEY", "at most two")),
+        ({"ADMIN_TOKEN": "short-admin-token"}, ("ADMIN_TOKEN", "at least 24")),
+        ({"FLUTTERWAVE_VERIFY": "1"}, ("FLUTTERWAVE_SECRET_KEY",)),
+        ({"FLUTTERWAVE_SECRET_HASH": "fifteen-chars-x"}, ("FLUTTERWAVE_SECRET_HASH", "15 characters", "at least 16")),
+        (
+            {"FLUTTERWAVE_SECRET_HASH": "a-long-enough-old-hash short-new-hash"},
+            ("FLUTTERWAVE_SECRET_HASH", "secret 2 of 2", "at least 16"),
+        ),
+    ],
+)
 def test_an_unusable_secret_stops_loading_with_a_clear_message(env, names):
     with pytest.raises(ConfigError) as refused:
         config.load(env)
@@ -69,14 +82,23 @@ def test_a_flutterwave_secret_hash_of_16_characters_is_accepted():
 
 
 @pytest.mark.e2e  # starts gunicorn
-@pytest.mark.parametrize("var, value, message", [
-    ("STANDARD_WEBHOOK_SECRET", "whsec_%%not-base64%%", "secret 1 of 1 is not valid base64"),
-    ("FLUTTERWAVE_SECRET_HASH", "flw%%too-short", "secret 1 of 1 is 14 characters; it must be at least 16"),
-])
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        ("STANDARD_WEBHOOK_SECRET", "whsec_%%not-base64%%", "secret 1 of 1 is not valid base64"),
+        ("FLUTTERWAVE_SECRET_HASH", "flw%%too-short", "secret 1 of 1 is 14 characters; it must be at least 16"),
+    ],
+)
 def test_gunicorn_does_not_start_with_an_unusable_secret(base_env, tmp_path, var, value, message):
     env = {**base_env, var: value, "PORT": str(free_port())}
-    done = subprocess.run([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert f"floodgate: configuration error: {var}: {message}" in done.stderr, done.stderr[-2000:]
     assert value not in done.stderr + done.stdout

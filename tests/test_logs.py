@@ -1,5 +1,6 @@
 """Structured logs: JSON lines carrying the request id, in the web process and in the RQ job
 the request enqueued."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,7 @@ def _json_lines(path) -> list[dict]:
 
 
 def test_a_record_in_a_request_is_one_json_line_with_the_request_id():
-    record = logging.LogRecord("webhooks.test", logging.WARNING, __file__, 1, "sold %s to %s", ("l1", "acme"),
-                               None)
+    record = logging.LogRecord("webhooks.test", logging.WARNING, __file__, 1, "sold %s to %s", ("l1", "acme"), None)
     record.buyer_id = "acme"  # as passed with extra=
     token = REQUEST_ID.set("req-123")  # what web/http.py does for each request
     try:
@@ -49,14 +49,18 @@ def test_request_id_reaches_the_web_log_and_the_settlement_job_log(web_api, web,
     key = api.put_publisher("pub")
     api.put_buyer("gone", f"http://127.0.0.1:{free_port()}/gone")  # refused: logged by delivery
     api.settle_config()
-    resp = api.http.post(f"{api.base}/v1/leads", json={"lead_id": "traced"},
-                         headers={"Authorization": f"Bearer {key}", "X-Request-Id": "trace-7f3a"})
+    resp = api.http.post(
+        f"{api.base}/v1/leads",
+        json={"lead_id": "traced"},
+        headers={"Authorization": f"Bearer {key}", "X-Request-Id": "trace-7f3a"},
+    )
     assert resp.headers["X-Request-Id"] == "trace-7f3a"
     assert resp.json()["attempts"][0]["outcome"] == "error"
 
     def logged(path, logger):
-        return [line for line in _json_lines(path)
-                if line.get("request_id") == "trace-7f3a" and line["logger"] == logger]
+        return [
+            line for line in _json_lines(path) if line.get("request_id") == "trace-7f3a" and line["logger"] == logger
+        ]
 
     web_lines = wait_until(lambda: logged(web.log, "webhooks.leads.delivery"), what="the web log line")
     assert "delivery to http://127.0.0.1" in web_lines[0]["message"]

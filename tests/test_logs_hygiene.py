@@ -1,5 +1,6 @@
 """Logs carry no payer e-mail at WARNING or above (the payment reference instead) and no
 secret at any level: provider secrets, the admin token, the ops session, URL credentials."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ def test_a_busy_web_process_logs_no_secret_and_no_e_mail_at_warning(base_env, tm
         session = requests.Session()
         session.get(f"{server.url}/ops?token={ADMIN_TOKEN}", timeout=10)
         session.get(f"{server.url}/ops/rq/0/data/queues.json", timeout=10)
-        requests.get(f"{server.url}/v1/admin/buyers/x", headers={"Authorization": "Bearer a-wrong-admin-token"},
-                     timeout=10)
+        requests.get(
+            f"{server.url}/v1/admin/buyers/x", headers={"Authorization": "Bearer a-wrong-admin-token"}, timeout=10
+        )
         api.put_publisher("surge", api_key="pk_live_secret_publisher_key")
         wait_until(lambda: log.read_text().count("/v1/webhooks/") >= 5, what="the access log lines")
     finally:
@@ -52,7 +54,10 @@ def test_a_busy_web_process_logs_no_secret_and_no_e_mail_at_warning(base_env, tm
     cookie = session.cookies.get("floodgate_ops")
     for secret in [*SECRETS.values(), ADMIN_TOKEN, cookie, "pk_live_secret_publisher_key"]:
         assert secret not in text, f"a secret is in the log: {secret[:6]}..."
-    warnings = [line for line in text.splitlines() if line.startswith("{")
-                and json.loads(line)["level"] in ("WARNING", "ERROR", "CRITICAL")]
+    warnings = [
+        line
+        for line in text.splitlines()
+        if line.startswith("{") and json.loads(line)["level"] in ("WARNING", "ERROR", "CRITICAL")
+    ]
     assert any("ps-busy" in line for line in warnings), text[-3000:]
     assert not any(PAYER in line or OTHER in line for line in warnings)

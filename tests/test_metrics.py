@@ -1,6 +1,7 @@
 """GET /metrics: prometheus_client in multiprocess mode. Counters of every gunicorn worker (and
 of other processes sharing PROMETHEUS_MULTIPROC_DIR, such as the CLI or RQ workers) appear
 summed in one scrape, whichever worker answers it."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,11 @@ from webhooks.storage.models import Buyer
 
 def samples(text: str) -> dict[tuple, float]:
     """{(sample name, frozenset of labels): value} of an exposition."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(scraped: dict, name: str, **labels) -> float:
@@ -53,8 +57,12 @@ def _send_leads(api: Api, key: str, start: int, count: int) -> int:
     sold = []
 
     def post(i: int) -> None:
-        resp = requests.post(f"{api.base}/v1/leads", json={"lead_id": f"m{i}", "state": "TX"},
-                             headers={"Authorization": f"Bearer {key}", "Connection": "close"}, timeout=30)
+        resp = requests.post(
+            f"{api.base}/v1/leads",
+            json={"lead_id": f"m{i}", "state": "TX"},
+            headers={"Authorization": f"Bearer {key}", "Connection": "close"},
+            timeout=30,
+        )
         assert resp.status_code == 200, resp.text
         sold.append(resp.json()["status"] == "sold")
 
@@ -117,8 +125,7 @@ def test_scrape_reports_replays_errors_payments_breakers_and_queues(metrics_web,
     assert value(scraped, "floodgate_leads_total", outcome="replayed") == 1
     assert value(scraped, "floodgate_leads_total", outcome="error") == 1
     assert value(scraped, "floodgate_buyer_attempts_total", buyer_id="down", outcome="error") == 1
-    assert value(scraped, "floodgate_payment_deliveries_total", provider="paystack",
-                 status="invalid_signature") == 1
+    assert value(scraped, "floodgate_payment_deliveries_total", provider="paystack", status="invalid_signature") == 1
     assert value(scraped, "floodgate_breaker_failures", buyer_id="down") == 1
     assert value(scraped, "floodgate_breaker_state", buyer_id="down") == 0  # closed: 1 of 3 failures
     assert value(scraped, "floodgate_redis_up") == 1
@@ -127,8 +134,7 @@ def test_scrape_reports_replays_errors_payments_breakers_and_queues(metrics_web,
     assert ("floodgate_settlements_pending", frozenset()) in scraped
 
 
-def test_reconciliation_run_elsewhere_reports_its_drift_in_the_web_scrape(metrics_web, redis_server,
-                                                                         buyer_server):
+def test_reconciliation_run_elsewhere_reports_its_drift_in_the_web_scrape(metrics_web, redis_server, buyer_server):
     """The CLI (like an RQ worker) writes to the same directory: its drift shows up here."""
     api = Api(metrics_web.url)
     api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 100})
@@ -136,8 +142,14 @@ def test_reconciliation_run_elsewhere_reports_its_drift_in_the_web_scrape(metric
     counter = leases.counter_key("acme", leases.windows(rule, datetime.now(timezone.utc))[0][2])
     redis_server.client().set(counter, 5)  # five sales Redis believes in, none in the ledger
 
-    out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "caps", "reconcile"], env=metrics_web.env,
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [venv_bin("flask"), "--app", "wsgi", "caps", "reconcile"],
+        env=metrics_web.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "1 drift(s) corrected" in out.stdout
     scraped = samples(requests.get(metrics_web.url + "/metrics", timeout=10).text)

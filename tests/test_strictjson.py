@@ -1,5 +1,6 @@
 """Strict JSON on every body Floodgate parses (API.md, Conventions): NaN/Infinity/1e999,
 duplicate keys, nesting deeper than 64 and non-UTF-8 are 400 invalid_json, never a 500."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,8 +27,11 @@ REFUSED = {
 def test_lead_body_the_strict_rules_refuse_is_invalid_json(api, what):
     key = api.put_publisher("surge")
     api.settle_config()
-    resp = api.http.post(f"{api.base}/v1/leads", data=REFUSED[what],
-                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    resp = api.http.post(
+        f"{api.base}/v1/leads",
+        data=REFUSED[what],
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     assert resp.status_code == 400, (what, resp.text)
     assert resp.json()["error"]["code"] == "invalid_json", what
 
@@ -35,8 +39,9 @@ def test_lead_body_the_strict_rules_refuse_is_invalid_json(api, what):
 @pytest.mark.parametrize("what", REFUSED)
 def test_admin_body_the_strict_rules_refuse_is_invalid_json(api, what):
     raw = REFUSED[what].replace(b'"state"', b'"name"')
-    resp = api.http.put(f"{api.base}/v1/admin/publishers/surge", data=raw,
-                        headers={**api.admin, "Content-Type": "application/json"})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/publishers/surge", data=raw, headers={**api.admin, "Content-Type": "application/json"}
+    )
     assert resp.status_code == 400, (what, resp.text)
     assert resp.json()["error"]["code"] == "invalid_json", what
 
@@ -46,8 +51,10 @@ def test_signed_payment_body_the_strict_rules_refuse_is_invalid_json_and_credits
     raw = {
         "NaN": b'{"event": "charge.success", "data": {"amount": NaN}}',
         "overflowing number": b'{"event": "charge.success", "data": {"amount": 1e999}}',
-        "duplicate key": (b'{"event": "charge.success", "data": {"reference": "r1", "amount": 100,'
-                          b' "amount": 100000, "currency": "NGN", "customer": {"email": "a@b.co"}}}'),
+        "duplicate key": (
+            b'{"event": "charge.success", "data": {"reference": "r1", "amount": 100,'
+            b' "amount": 100000, "currency": "NGN", "customer": {"email": "a@b.co"}}}'
+        ),
         "nested 100000 deep": REFUSED["nested 100000 deep"],
         "not UTF-8": b'{"event": "charge.success", "data": {"reference": "r\xff"}}',
     }[what]
@@ -66,7 +73,9 @@ def test_signed_payment_body_that_is_not_json_at_all_stays_invalid_payload(api):
 def test_depth_64_and_escaped_pairs_are_still_json():
     assert strictjson.loads(b"[" * 64 + b"]" * 64) is not None
     assert strictjson.loads(b'{"brackets": "[[[[{{{{", "emoji": "\\ud83d\\ude00"}') == {
-        "brackets": "[[[[{{{{", "emoji": "\U0001F600"}
+        "brackets": "[[[[{{{{",
+        "emoji": "\U0001f600",
+    }
     assert str(strictjson.loads(b"[12.50]", decimals=True)[0]) == "12.50"
 
 

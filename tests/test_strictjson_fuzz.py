@@ -4,6 +4,7 @@ repeating a generated unit: deep nesting, unterminated strings, escape runs, sur
 escapes, long numbers, huge and duplicate keys, invalid UTF-8 and their mixtures. The parser
 returns a value or raises InvalidJSON, agrees with a slow reference of the same rules, and the
 HTTP endpoints answer a 4xx JSON error, never a 500. Timings live in bench/parse_cost.py."""
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,16 @@ from webhooks.errors import InvalidJSON
 
 LIMIT = 256 * 1024  # the body limit (API.md): the largest body any parser call ever sees
 FAST = settings(max_examples=60, deadline=None, database=None)
-HTTP = settings(max_examples=15, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+HTTP = settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # --- generated hostile bodies ---------------------------------------------------------------
+
 
 @st.composite
 def _repeated(draw, unit, head=st.just(b""), tail=st.just(b""), size: int = LIMIT) -> bytes:
@@ -37,17 +43,41 @@ def _repeated(draw, unit, head=st.just(b""), tail=st.just(b""), size: int = LIMI
     return h + u * n + t
 
 
-ESCAPE = st.sampled_from([b"\\\\", b'\\"', b"\\n", b"\\/", b"\\u", b"\\ud800", b"\\uDBFF", b"\\udc00",
-                          b"\\uDFFF", b"\\ud83d\\ude00", b"\\u00e9", b"\\", b'"', b"a", b"\\x", b"]", b"{"])
+ESCAPE = st.sampled_from(
+    [
+        b"\\\\",
+        b'\\"',
+        b"\\n",
+        b"\\/",
+        b"\\u",
+        b"\\ud800",
+        b"\\uDBFF",
+        b"\\udc00",
+        b"\\uDFFF",
+        b"\\ud83d\\ude00",
+        b"\\u00e9",
+        b"\\",
+        b'"',
+        b"a",
+        b"\\x",
+        b"]",
+        b"{",
+    ]
+)
 ESCAPES = st.lists(ESCAPE, min_size=1, max_size=6).map(b"".join)
-BAD_UTF8 = st.one_of(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"]),
-                     st.binary(min_size=1, max_size=4))
+BAD_UTF8 = st.one_of(
+    st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"]),
+    st.binary(min_size=1, max_size=4),
+)
 DIGITS = st.text("0123456789", min_size=1, max_size=8).map(str.encode)
 OPEN = st.sampled_from([b"[", b'{"a":', b"[1,", b'{"a":[', b'[{"b":'])
 
 # A string that may never end: its escapes repeated, closed or not.
-STRINGS = _repeated(ESCAPES, head=st.sampled_from([b'"', b'["', b'{"k":"', b'{"', b"[1, \"x\", \""]),
-                    tail=st.sampled_from([b"", b'"', b'"]', b'"}', b'": 1}', b"\\"]))
+STRINGS = _repeated(
+    ESCAPES,
+    head=st.sampled_from([b'"', b'["', b'{"k":"', b'{"', b'[1, "x", "']),
+    tail=st.sampled_from([b"", b'"', b'"]', b'"}', b'": 1}', b"\\"]),
+)
 
 
 @st.composite
@@ -63,8 +93,10 @@ def _nested(draw) -> bytes:
 @st.composite
 def _number(draw) -> bytes:
     """A long number: a sign, a repeated digit run, a fraction, an exponent, each maybe."""
+
     def run():
         return draw(DIGITS) * draw(st.one_of(st.integers(0, 50), st.integers(0, LIMIT // 32)))
+
     text = draw(st.sampled_from([b"", b"-"])) + (run() or b"0")
     if draw(st.booleans()):
         text += b"." + (run() or b"5")
@@ -91,18 +123,27 @@ def _bad_utf8(draw) -> bytes:
     return draw(st.sampled_from([b'{"name": "%s"}', b'["%s"]', b"%s"])) % inner
 
 
-FRAGMENT = st.one_of(ESCAPES, OPEN, DIGITS, BAD_UTF8,
-                     st.sampled_from([b"]", b"}", b",", b":", b'"', b"NaN", b"-Infinity", b"1e999", b"true", b" "]))
-MIXTURE = _repeated(st.lists(FRAGMENT, min_size=1, max_size=8).map(b"".join),
-                    head=st.sampled_from([b"", b"[", b"{", b'{"a": "', b'{"lead_id": "x", "n": ']),
-                    tail=st.sampled_from([b"", b"]", b"}", b'"}', b"\xff"]))
+FRAGMENT = st.one_of(
+    ESCAPES,
+    OPEN,
+    DIGITS,
+    BAD_UTF8,
+    st.sampled_from([b"]", b"}", b",", b":", b'"', b"NaN", b"-Infinity", b"1e999", b"true", b" "]),
+)
+MIXTURE = _repeated(
+    st.lists(FRAGMENT, min_size=1, max_size=8).map(b"".join),
+    head=st.sampled_from([b"", b"[", b"{", b'{"a": "', b'{"lead_id": "x", "n": ']),
+    tail=st.sampled_from([b"", b"]", b"}", b'"}', b"\xff"]),
+)
 HOSTILE = st.one_of(_nested(), STRINGS, _number(), _keys(), _bad_utf8(), MIXTURE)
 
 
 # --- a slow reference of the same rules -----------------------------------------------------
 
+
 def _reference(raw: bytes, decimals: bool) -> tuple[bool, object]:
     """(accepted, value) by the rules of API.md, checked the plain way: every node walked."""
+
     def pairs(items):
         if len({k for k, _ in items}) != len(items):
             raise InvalidJSON("duplicate")
@@ -129,8 +170,9 @@ def _reference(raw: bytes, decimals: bool) -> tuple[bool, object]:
         return value
 
     try:
-        value = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant,
-                           parse_int=integer, parse_float=number)
+        value = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant, parse_int=integer, parse_float=number
+        )
     except (UnicodeDecodeError, ValueError, RecursionError, InvalidJSON):
         return False, None
     stack = [(value, 0)]
@@ -159,6 +201,7 @@ def _parse(raw: bytes, decimals: bool = False) -> tuple[bool, object]:
 
 # --- the parser -----------------------------------------------------------------------------
 
+
 @FAST
 @given(raw=HOSTILE, decimals=st.booleans())
 def test_every_hostile_body_is_a_value_or_invalid_json_and_agrees_with_the_reference(raw, decimals):
@@ -167,10 +210,14 @@ def test_every_hostile_body_is_a_value_or_invalid_json_and_agrees_with_the_refer
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**300), 10**300) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**300), 10**300)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
-    max_leaves=40)
+    max_leaves=40,
+)
 
 
 @FAST
@@ -188,13 +235,25 @@ def test_depth_just_below_and_above_64(depth, accepted, opening):
     assert _parse(raw)[0] is accepted
 
 
-@pytest.mark.parametrize("raw, accepted", [
-    (rb'["\ud83d\ude00"]', True), (rb'["\\ud800"]', True), (rb'["\\\ud800"]', False), (rb'["\ud800"]', False),
-    (rb'["\udc00"]', False), (rb'["\\ud800\udc00"]', False), (rb'["\ud800\ud800\udc00"]', False),
-    (rb'["\ud800\udc00\udc00"]', False), (rb'["\ud800", "\udc00"]', False), (rb'{"\uDBFF\uDFFF": 1}', True),
-    (rb'{"\udfff": 1}', False), (rb'["\ud800\u0041"]', False), (rb'["\\\\\ud83d\ude00\\"]', True),
-    (rb'["\ud800\\\udc00"]', False),  # an escaped backslash between them: no pair
-])
+@pytest.mark.parametrize(
+    "raw, accepted",
+    [
+        (rb'["\ud83d\ude00"]', True),
+        (rb'["\\ud800"]', True),
+        (rb'["\\\ud800"]', False),
+        (rb'["\ud800"]', False),
+        (rb'["\udc00"]', False),
+        (rb'["\\ud800\udc00"]', False),
+        (rb'["\ud800\ud800\udc00"]', False),
+        (rb'["\ud800\udc00\udc00"]', False),
+        (rb'["\ud800", "\udc00"]', False),
+        (rb'{"\uDBFF\uDFFF": 1}', True),
+        (rb'{"\udfff": 1}', False),
+        (rb'["\ud800\u0041"]', False),
+        (rb'["\\\\\ud83d\ude00\\"]', True),
+        (rb'["\ud800\\\udc00"]', False),  # an escaped backslash between them: no pair
+    ],
+)
 def test_escaped_surrogates_are_refused_only_when_lone(raw, accepted):
     assert _parse(raw)[0] is accepted
     assert _reference(raw, False)[0] is accepted
@@ -207,6 +266,7 @@ def test_a_decimal_exponent_past_decimals_range_is_invalid_json():
 
 
 # --- the worst shapes at the body limit ---------------------------------------------------
+
 
 def _fill(head: bytes, unit: bytes, tail: bytes, size: int = LIMIT) -> bytes:
     return head + unit * ((size - len(head) - len(tail)) // len(unit)) + tail
@@ -225,12 +285,21 @@ WORST = {
     "unterminated string of escaped quotes": (_fill(b'{"lead_id": "', b'a\\"', b""), 400, "invalid_json"),
     "unterminated string of escapes": (_fill(b'{"notes": "', b"\\u00e9\\n", b""), 400, "invalid_json"),
     "deep nesting": (_fill(b"", b"[", b""), 400, "invalid_json"),
-    "65 deep after 256 KiB of strings": (_fill(b'{"n": [' + b"[" * 64, b'"", ', b'""' + b"]" * 64 + b"]}"),
-                                         400, "invalid_json"),
-    "lone surrogate after surrogate pairs": (_fill(b'{"notes": "', b"\\ud83d\\ude00", b'\\ud800"}'), 400,
-                                             "invalid_json"),
-    "duplicate key after many keys": (b"{" + b",".join(b'"k%d": 1' % i for i in range(20000)) + b', "k0": 2}',
-                                      400, "invalid_json"),
+    "65 deep after 256 KiB of strings": (
+        _fill(b'{"n": [' + b"[" * 64, b'"", ', b'""' + b"]" * 64 + b"]}"),
+        400,
+        "invalid_json",
+    ),
+    "lone surrogate after surrogate pairs": (
+        _fill(b'{"notes": "', b"\\ud83d\\ude00", b'\\ud800"}'),
+        400,
+        "invalid_json",
+    ),
+    "duplicate key after many keys": (
+        b"{" + b",".join(b'"k%d": 1' % i for i in range(20000)) + b', "k0": 2}',
+        400,
+        "invalid_json",
+    ),
     "309-digit ints and an overflowing one": (_fill(b"[", b"9" * 308 + b",", b"9" * 309 + b"]"), 400, "invalid_json"),
     "bad UTF-8 at the end": (_fill(b'{"notes": "', b"\xc3\xa9", b'\xff"}'), 400, "invalid_json"),
     "64 deep, repeated": (_lead(b"[" * 62 + b"]" * 62), 200, None),  # with the lead and its notes: 64
@@ -248,8 +317,9 @@ def test_each_worst_shape_at_the_body_limit_finishes_with_the_right_answer(api, 
     assert len(raw) <= LIMIT
     key = api.put_publisher("surge")
     api.settle_config()
-    resp = api.http.post(f"{api.base}/v1/leads", data=raw,
-                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    resp = api.http.post(
+        f"{api.base}/v1/leads", data=raw, headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    )
     assert resp.status_code == status, (what, resp.text[:300])
     if code is not None:
         assert resp.json()["error"]["code"] == code
@@ -257,8 +327,16 @@ def test_each_worst_shape_at_the_body_limit_finishes_with_the_right_answer(api, 
         assert resp.json()["lead_id"] == "worst"
 
 
-@pytest.mark.parametrize("what", ["quote-backslash", "deep nesting", "65 deep after 256 KiB of strings",
-                                  "duplicate key after many keys", "lone surrogate after surrogate pairs"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "quote-backslash",
+        "deep nesting",
+        "65 deep after 256 KiB of strings",
+        "duplicate key after many keys",
+        "lone surrogate after surrogate pairs",
+    ],
+)
 def test_each_worst_shape_in_a_signed_payment_finishes_as_a_400(api, what):
     raw = WORST[what][0]
     resp = deliver(api, "paystack", raw)  # signed: only the JSON is wrong
@@ -267,6 +345,7 @@ def test_each_worst_shape_in_a_signed_payment_finishes_as_a_400(api, what):
 
 
 # --- through the in-process app ---------------------------------------------------------
+
 
 def _assert_a_4xx_json_error_or_an_answer(resp: requests.Response, codes: tuple[str, ...]) -> None:
     assert resp.status_code < 500, resp.text[:300]
@@ -283,8 +362,9 @@ def _assert_a_4xx_json_error_or_an_answer(resp: requests.Response, codes: tuple[
 def test_a_hostile_lead_body_is_a_400_never_a_500(api, raw):
     key = api.put_publisher("fuzz")
     api.settle_config()
-    resp = api.http.post(f"{api.base}/v1/leads", data=raw,
-                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    resp = api.http.post(
+        f"{api.base}/v1/leads", data=raw, headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    )
     _assert_a_4xx_json_error_or_an_answer(resp, ("invalid_json", "invalid_lead"))
 
 
@@ -319,8 +399,12 @@ def test_hostile_bodies_hold_no_worker_and_a_clean_lead_of_another_publisher_is_
 
     def hostile(raw: bytes) -> None:
         try:
-            resp = requests.post(f"{api.base}/v1/leads", data=raw, timeout=60,
-                                 headers={"Authorization": f"Bearer {attacker}", "Content-Type": "application/json"})
+            resp = requests.post(
+                f"{api.base}/v1/leads",
+                data=raw,
+                timeout=60,
+                headers={"Authorization": f"Bearer {attacker}", "Content-Type": "application/json"},
+            )
             answers.append((resp.status_code, resp.json()["error"]["code"]))
         except BaseException as exc:  # a reset connection is the failure this test is about
             failures.append(exc)

@@ -1,4 +1,5 @@
 """Floodgate: webhook intake for lead routing under caps and exactly-once payment webhooks."""
+
 from __future__ import annotations
 
 from flask import Flask

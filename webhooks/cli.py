@@ -4,6 +4,7 @@ Every command exits 0 on success and non-zero with one "Error: ..." line on bad 
 a malformed command line, 1 for anything else), including a database or Redis that does not
 answer. Imports validate with the admin API's own parse functions and are all or nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,10 @@ def upgrade_command() -> None:
     click.echo(f"applied {len(applied)} migration(s)" if applied else "nothing to apply")
 
 
-@caps_cli.command("reconcile", help="Compare every active buyer's counters with the ledger now and "
-                                    "correct drift (what the hourly job does).")
+@caps_cli.command(
+    "reconcile",
+    help="Compare every active buyer's counters with the ledger now and correct drift (what the hourly job does).",
+)
 def reconcile_command() -> None:
     from webhooks.caps.reconcile import reconcile_all
     from webhooks.leads.catalog import load_snapshot
@@ -77,8 +80,10 @@ def reconcile_command() -> None:
     click.echo(f"{len(drifts)} drift(s) corrected")
 
 
-@settle_cli.command("requeue", help="Requeue settlement jobs that ran out of retries (RQ's failed "
-                                    "registry), e.g. after a long database outage.")
+@settle_cli.command(
+    "requeue",
+    help="Requeue settlement jobs that ran out of retries (RQ's failed registry), e.g. after a long database outage.",
+)
 def requeue_command() -> None:
     from rq.registry import FailedJobRegistry
 
@@ -108,8 +113,11 @@ def status_command() -> None:
     click.echo()
 
 
-@events_cli.command("status", help="Payment events not yet delivered: pending (being retried, or held behind "
-                                   "an earlier event of the same customer) and failed (given up).")
+@events_cli.command(
+    "status",
+    help="Payment events not yet delivered: pending (being retried, or held behind "
+    "an earlier event of the same customer) and failed (given up).",
+)
 def events_status() -> None:
     from webhooks.payments import outbox
 
@@ -117,8 +125,11 @@ def events_status() -> None:
     click.echo()
 
 
-@events_cli.command("retry", help="Give every failed payment event a new round of delivery attempts, due now "
-                                  "(each customer's events still go out in order), and wake the worker.")
+@events_cli.command(
+    "retry",
+    help="Give every failed payment event a new round of delivery attempts, due now "
+    "(each customer's events still go out in order), and wake the worker.",
+)
 def events_retry() -> None:
     from webhooks.payments import outbox
     from webhooks.storage import outbox_queue
@@ -131,6 +142,7 @@ def events_retry() -> None:
 
 
 # --- import / export -------------------------------------------------------------------------
+
 
 def _write(entries: list[dict], output: Any) -> None:
     json.dump(entries, output, indent=2)
@@ -148,16 +160,20 @@ def _read_entries(file: Any, what: str) -> list[dict]:
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not is_id(entry.get("id")):
-            raise click.ClickException(f"{what}[{i}]: must be an object with an \"id\" matching "
-                                       "[A-Za-z0-9._-]{1,64}")
+            raise click.ClickException(f'{what}[{i}]: must be an object with an "id" matching [A-Za-z0-9._-]{{1,64}}')
         if entry["id"] in seen:
             raise click.ClickException(f"{what}[{i}]: id {entry['id']!r} appears twice")
         seen.add(entry["id"])
     return entries
 
 
-def _import(entries: list[dict], what: str, parse: Callable[[Any], dict],
-            save: Callable[[str, dict], Any], hint: Callable[[ValidationError], str] = lambda e: "") -> list:
+def _import(
+    entries: list[dict],
+    what: str,
+    parse: Callable[[Any], dict],
+    save: Callable[[str, dict], Any],
+    hint: Callable[[ValidationError], str] = lambda e: "",
+) -> list:
     """Validate every entry, then save them all in one transaction (all or nothing); return
     what `save` returned for each."""
     from webhooks.storage.db import db
@@ -176,8 +192,11 @@ def _import(entries: list[dict], what: str, parse: Callable[[Any], dict],
     return results
 
 
-@buyers_cli.command("export", help="Write every buyer (deleted ones excepted) as a JSON list, in "
-                                   "the admin API's form; `buyers import` reads it back.")
+@buyers_cli.command(
+    "export",
+    help="Write every buyer (deleted ones excepted) as a JSON list, in "
+    "the admin API's form; `buyers import` reads it back.",
+)
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_buyers(output: Any) -> None:
     from webhooks.leads.buyers import to_json
@@ -190,9 +209,12 @@ def export_buyers(output: Any) -> None:
     click.echo(f"exported {len(entries)} buyer(s)", err=True)
 
 
-@buyers_cli.command("import", help="Create or replace the buyers of FILE (a JSON list as `buyers "
-                                   "export` writes; each needs an \"id\"). Every buyer is validated "
-                                   "as the admin API does first; nothing is saved if one is invalid.")
+@buyers_cli.command(
+    "import",
+    help="Create or replace the buyers of FILE (a JSON list as `buyers "
+    'export` writes; each needs an "id"). Every buyer is validated '
+    "as the admin API does first; nothing is saved if one is invalid.",
+)
 @click.argument("file", type=click.File("r"))
 def import_buyers(file: Any) -> None:
     from webhooks.caps import leases
@@ -210,13 +232,15 @@ def import_buyers(file: Any) -> None:
 
 def _publisher_key_hint(exc: ValidationError) -> str:
     if exc.field == "api_key":
-        return (" (exports carry no API keys: only their hash is stored; add each publisher's "
-                "\"api_key\" before importing)")
+        return (
+            ' (exports carry no API keys: only their hash is stored; add each publisher\'s "api_key" before importing)'
+        )
     return ""
 
 
-@publishers_cli.command("export", help="Write every publisher as a JSON list. API keys are not "
-                                       "exported: only a hash of each is stored.")
+@publishers_cli.command(
+    "export", help="Write every publisher as a JSON list. API keys are not exported: only a hash of each is stored."
+)
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_publishers(output: Any) -> None:
     from webhooks.leads.publishers import to_json
@@ -226,21 +250,28 @@ def export_publishers(output: Any) -> None:
     with _progress(rows, "exporting publishers") as bar:
         entries = [to_json(row) for row in bar]
     _write(entries, output)
-    click.echo(f"exported {len(entries)} publisher(s); API keys are not included (only a hash is "
-               "stored): add \"api_key\" to each before importing", err=True)
+    click.echo(
+        f"exported {len(entries)} publisher(s); API keys are not included (only a hash is "
+        'stored): add "api_key" to each before importing',
+        err=True,
+    )
 
 
-@publishers_cli.command("import", help="Create or replace the publishers of FILE (a JSON list; each "
-                                       "needs an \"id\" and its \"api_key\"). Validated as the admin "
-                                       "API does; nothing is saved if one is invalid.")
+@publishers_cli.command(
+    "import",
+    help="Create or replace the publishers of FILE (a JSON list; each "
+    'needs an "id" and its "api_key"). Validated as the admin '
+    "API does; nothing is saved if one is invalid.",
+)
 @click.argument("file", type=click.File("r"))
 def import_publishers(file: Any) -> None:
     from webhooks.leads import publishers
     from webhooks.leads.catalog import bump_version
     from webhooks.storage import claims
 
-    saved = _import(_read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save,
-                    _publisher_key_hint)
+    saved = _import(
+        _read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save, _publisher_key_hint
+    )
     for row, fresh in saved:
         if fresh:
             claims.remember_from_start(services.current().store, row.id)
@@ -248,12 +279,14 @@ def import_publishers(file: Any) -> None:
     click.echo(f"imported {len(saved)} publisher(s)")
 
 
-@publishers_cli.command("trust-replay-memory",
-                        help="Mark every publisher's lead answers as all held by Redis, so that no lead "
-                             "of theirs reads the ledger before it is routed (docs/leads.md \"After Redis "
-                             "lost its data\"). Run it once when upgrading to this version, while Redis "
-                             "has kept its data since the publishers' first leads; a mark a real data "
-                             "loss left is kept unless --force.")
+@publishers_cli.command(
+    "trust-replay-memory",
+    help="Mark every publisher's lead answers as all held by Redis, so that no lead "
+    'of theirs reads the ledger before it is routed (docs/leads.md "After Redis '
+    'lost its data"). Run it once when upgrading to this version, while Redis '
+    "has kept its data since the publishers' first leads; a mark a real data "
+    "loss left is kept unless --force.",
+)
 @click.option("--force", is_flag=True, help="Also replace marks that say when Redis lost its data.")
 def trust_replay_memory(force: bool) -> None:
     from webhooks.storage import keys
@@ -266,6 +299,7 @@ def trust_replay_memory(force: bool) -> None:
 
 
 # --- reading one buyer ------------------------------------------------------------------------
+
 
 def _buyer_row(buyer_id: str) -> Any:
     from webhooks.storage.models import Buyer
@@ -283,8 +317,9 @@ def _table(rows: Iterable[Iterable[Any]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
-@buyers_cli.command("show", help="A buyer's caps, their use in the current windows (the buyer's "
-                                 "local time) and its circuit breaker.")
+@buyers_cli.command(
+    "show", help="A buyer's caps, their use in the current windows (the buyer's local time) and its circuit breaker."
+)
 @click.argument("buyer_id", callback=_id_argument)
 def show_buyer(buyer_id: str) -> None:
     from webhooks.caps import leases
@@ -294,51 +329,73 @@ def show_buyer(buyer_id: str) -> None:
     row = _buyer_row(buyer_id)
     r = services.current().store.redis
     state = "deleted" if row.deleted_at else "active" if row.active else "inactive"
-    click.echo(f"{row.id}: {row.name} ({state}), price {row.price:.2f}, priority {row.priority}, "
-               f"time zone {row.timezone}")
+    click.echo(
+        f"{row.id}: {row.name} ({state}), price {row.price:.2f}, priority {row.priority}, time zone {row.timezone}"
+    )
     breaker = breakers(r, [row.id])[row.id]
     click.echo(f"breaker: {breaker.state.replace('_', '-')} ({breaker.failures} consecutive failure(s))")
     usage = leases.usage(r, BuyerRule.from_row(row), datetime.now(timezone.utc))
     if not usage:
         click.echo("caps: none (unlimited)")
         return
-    _table([("cap", "window start", "used", "limit")] +
-           [(cap, u["window_start"], u["used"], u["limit"]) for cap, u in usage.items()])
+    _table(
+        [("cap", "window start", "used", "limit")]
+        + [(cap, u["window_start"], u["used"], u["limit"]) for cap, u in usage.items()]
+    )
 
 
-@buyers_cli.command("leads", help="The leads most recently offered to a buyer, newest first: this "
-                                  "buyer's outcome, and the lead's final status and buyer.")
+@buyers_cli.command(
+    "leads",
+    help="The leads most recently offered to a buyer, newest first: this "
+    "buyer's outcome, and the lead's final status and buyer.",
+)
 @click.argument("buyer_id", callback=_id_argument)
-@click.option("-n", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True,
-              help="How many leads.")
+@click.option("-n", "--limit", type=click.IntRange(1, 1000), default=20, show_default=True, help="How many leads.")
 def buyer_leads(buyer_id: str, limit: int) -> None:
     from peewee import Tuple
 
     from webhooks.storage.models import Lead, LeadAttempt
 
     _buyer_row(buyer_id)
-    attempts = list(LeadAttempt.select().where(LeadAttempt.buyer_id == buyer_id)
-                    .order_by(LeadAttempt.id.desc()).limit(limit))
+    attempts = list(
+        LeadAttempt.select().where(LeadAttempt.buyer_id == buyer_id).order_by(LeadAttempt.id.desc()).limit(limit)
+    )
     if not attempts:
         click.echo(f"no leads offered to {buyer_id!r} in the ledger")
         return
     pairs = [(a.publisher_id, a.lead_id) for a in attempts]
-    leads = {(lead.publisher_id, lead.lead_id): lead for lead in
-             Lead.select().where(Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))}
-    rows: list[tuple[Any, ...]] = [("received (UTC)", "publisher", "lead", "outcome", "ms", "lead status", "sold to",
-                                    "price")]
+    leads = {
+        (lead.publisher_id, lead.lead_id): lead
+        for lead in Lead.select().where(Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))
+    }
+    rows: list[tuple[Any, ...]] = [
+        ("received (UTC)", "publisher", "lead", "outcome", "ms", "lead status", "sold to", "price")
+    ]
     # The last settled, newest received first (one settlement batch holds leads in any order).
     attempts.sort(key=lambda a: leads[(a.publisher_id, a.lead_id)].received_at, reverse=True)
     for a in attempts:
         lead = leads[(a.publisher_id, a.lead_id)]
-        rows.append((lead.received_at.isoformat(timespec="seconds"), a.publisher_id, a.lead_id, a.outcome,
-                     a.ms, lead.status, lead.buyer_id or "-", "-" if lead.price is None else f"{lead.price:.2f}"))
+        rows.append(
+            (
+                lead.received_at.isoformat(timespec="seconds"),
+                a.publisher_id,
+                a.lead_id,
+                a.outcome,
+                a.ms,
+                lead.status,
+                lead.buyer_id or "-",
+                "-" if lead.price is None else f"{lead.price:.2f}",
+            )
+        )
     _table(rows)
 
 
-@leads_cli.command("unknown", help="Leads flagged for review, newest first: a buyer may hold each without "
-                                    "it being sold (its routing died mid-offer and the buyer did not "
-                                    "confirm it when offered it again). Settle each with the buyer.")
+@leads_cli.command(
+    "unknown",
+    help="Leads flagged for review, newest first: a buyer may hold each without "
+    "it being sold (its routing died mid-offer and the buyer did not "
+    "confirm it when offered it again). Settle each with the buyer.",
+)
 @click.option("-n", "--limit", type=click.IntRange(1, 10000), default=50, show_default=True, help="How many leads.")
 def unknown_leads(limit: int) -> None:
     from webhooks.leads.ledger import flagged, lead_record
@@ -347,15 +404,27 @@ def unknown_leads(limit: int) -> None:
     if not rows:
         click.echo("no leads flagged for review")
         return
-    _table([("received (UTC)", "publisher", "lead", "buyer (unknown)", "attempts")] +
-           [(r["received_at"][:19], r["publisher_id"], r["lead_id"],
-             ",".join(a["buyer_id"] for a in r["attempts"] if a["outcome"] == "unknown"),
-             " ".join(f"{a['buyer_id']}:{a['outcome']}" for a in r["attempts"])) for r in rows])
+    _table(
+        [("received (UTC)", "publisher", "lead", "buyer (unknown)", "attempts")]
+        + [
+            (
+                r["received_at"][:19],
+                r["publisher_id"],
+                r["lead_id"],
+                ",".join(a["buyer_id"] for a in r["attempts"] if a["outcome"] == "unknown"),
+                " ".join(f"{a['buyer_id']}:{a['outcome']}" for a in r["attempts"]),
+            )
+            for r in rows
+        ]
+    )
 
 
-@leads_cli.command("return", help="Return the sold leads of FILE, a CSV with a header line and the columns "
-                                   "lead_id, publisher_id (may be empty when one publisher used the id) and "
-                                   "reason (optional), as POST /v1/admin/leads/<id>/return does for each.")
+@leads_cli.command(
+    "return",
+    help="Return the sold leads of FILE, a CSV with a header line and the columns "
+    "lead_id, publisher_id (may be empty when one publisher used the id) and "
+    "reason (optional), as POST /v1/admin/leads/<id>/return does for each.",
+)
 @click.argument("file", type=click.File("r"))
 def return_leads(file: Any) -> None:
     import csv
@@ -377,8 +446,9 @@ def return_leads(file: Any) -> None:
                 results["invalid"] = results.get("invalid", 0) + 1
                 continue
             try:
-                returns.return_lead(store, lead_id, publisher_id, (row.get("reason") or "").strip() or None,
-                                    actor="cli")
+                returns.return_lead(
+                    store, lead_id, publisher_id, (row.get("reason") or "").strip() or None, actor="cli"
+                )
                 results["returned"] = results.get("returned", 0) + 1
             except FloodgateError as exc:
                 problems.append(f"line {n} ({lead_id}): {exc.code}: {exc.message}")
@@ -390,8 +460,11 @@ def return_leads(file: Any) -> None:
         sys.exit(1)
 
 
-@click.command("demo-buyer", help="Run a buyer to try Floodgate with: it accepts every lead posted to "
-                                  "http://HOST:PORT/<name> and bids on pings at /<name>/ping. Ctrl-C stops it.")
+@click.command(
+    "demo-buyer",
+    help="Run a buyer to try Floodgate with: it accepts every lead posted to "
+    "http://HOST:PORT/<name> and bids on pings at /<name>/ping. Ctrl-C stops it.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=9100, show_default=True)
 def demo_buyer(host: str, port: int) -> None:

@@ -1,4 +1,5 @@
 """Configuration from environment variables, validated in `load()`, never at import."""
+
 from __future__ import annotations
 
 import os
@@ -189,7 +190,7 @@ def _max_bid(env: Mapping[str, str]) -> Decimal:
     if not raw:
         return Config.ping_max_bid
     if not DECIMAL_STRING.fullmatch(raw) or Decimal(raw) <= 0:
-        raise ConfigError(f"PING_MAX_BID must be a positive decimal such as \"1000.00\", got {raw[:32]!r}")
+        raise ConfigError(f'PING_MAX_BID must be a positive decimal such as "1000.00", got {raw[:32]!r}')
     return Decimal(raw)
 
 
@@ -202,8 +203,10 @@ def _rate_limit(raw: str) -> tuple[int, int] | None:
     m = re.fullmatch(r"([0-9]{1,6})(?:/([0-9]{1,6}))?", text)
     limit = (int(m.group(1)), int(m.group(2) or m.group(1))) if m else None
     if limit is None or not all(1 <= n <= RATE_LIMIT_MAX for n in limit):
-        raise ConfigError(f"PUBLISHER_RATE_LIMIT must be <per_second>/<burst> (each 1 to {RATE_LIMIT_MAX}, "
-                          f"e.g. 100/200), <per_second>, or off; got {raw!r}")
+        raise ConfigError(
+            f"PUBLISHER_RATE_LIMIT must be <per_second>/<burst> (each 1 to {RATE_LIMIT_MAX}, "
+            f"e.g. 100/200), <per_second>, or off; got {raw!r}"
+        )
     return limit
 
 
@@ -214,9 +217,11 @@ def _check_abandoned_after(values: dict) -> None:
     if "lead_abandoned_after_ms" not in values:
         values["lead_abandoned_after_ms"] = min(Config.lead_abandoned_after_ms, window // 2)
     elif values["lead_abandoned_after_ms"] + SWEEP_INTERVAL_MS >= window:
-        raise ConfigError(f"LEAD_ABANDONED_AFTER_MS must be at least {SWEEP_INTERVAL_MS} ms (the sweep's interval) "
-                          "shorter than LEAD_RECOVERY_WINDOW_MS: the sweep must find a dead routing's lease "
-                          "before it expires")
+        raise ConfigError(
+            f"LEAD_ABANDONED_AFTER_MS must be at least {SWEEP_INTERVAL_MS} ms (the sweep's interval) "
+            "shorter than LEAD_RECOVERY_WINDOW_MS: the sweep must find a dead routing's lease "
+            "before it expires"
+        )
 
 
 def _events_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -225,14 +230,18 @@ def _events_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
     var = "PAYMENT_EVENTS_SECRET"
     secrets = tuple(env.get(var, "").split())
     if len(secrets) > 2:
-        raise ConfigError(f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
-                          "separated by a space) while rotating")
+        raise ConfigError(
+            f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
+            "separated by a space) while rotating"
+        )
     for i, secret in enumerate(secrets, 1):
         try:
             standard_key(secret)
         except ValueError as exc:
-            raise ConfigError(f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed by the "
-                              "base64 of the key (Standard Webhooks)") from None
+            raise ConfigError(
+                f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed by the "
+                "base64 of the key (Standard Webhooks)"
+            ) from None
     return secrets
 
 
@@ -243,8 +252,10 @@ def _check_payment_events(values: dict) -> None:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError("PAYMENT_EVENTS_URL must be an http(s) URL with a host")
         if not values.get("payment_events_secrets"):
-            raise ConfigError("PAYMENT_EVENTS_URL needs PAYMENT_EVENTS_SECRET, the whsec_ secret that signs "
-                              "each event (Standard Webhooks)")
+            raise ConfigError(
+                "PAYMENT_EVENTS_URL needs PAYMENT_EVENTS_SECRET, the whsec_ secret that signs "
+                "each event (Standard Webhooks)"
+            )
     base = values.get("payment_events_retry_base_ms", Config.payment_events_retry_base_ms)
     if base > values.get("payment_events_retry_max_ms", Config.payment_events_retry_max_ms):
         raise ConfigError("PAYMENT_EVENTS_RETRY_BASE_MS must not exceed PAYMENT_EVENTS_RETRY_MAX_MS")
@@ -259,21 +270,26 @@ def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
         if not secrets:
             continue
         if len(secrets) > 2:
-            raise ConfigError(f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
-                              "separated by a space) while rotating")
+            raise ConfigError(
+                f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
+                "separated by a space) while rotating"
+            )
         if provider == "standard":
             for i, secret in enumerate(secrets, 1):
                 try:
                     standard_key(secret)
                 except ValueError as exc:
-                    raise ConfigError(f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed "
-                                      "by the base64 of the key") from None
+                    raise ConfigError(
+                        f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed by the base64 of the key"
+                    ) from None
         if provider == "flutterwave":
             for i, secret in enumerate(secrets, 1):
                 if len(secret) < MIN_FLUTTERWAVE_HASH:
-                    raise ConfigError(f"{var}: secret {i} of {len(secrets)} is {len(secret)} characters; it must "
-                                      f"be at least {MIN_FLUTTERWAVE_HASH} (set a long random secret hash in "
-                                      "Flutterwave's dashboard)")
+                    raise ConfigError(
+                        f"{var}: secret {i} of {len(secrets)} is {len(secret)} characters; it must "
+                        f"be at least {MIN_FLUTTERWAVE_HASH} (set a long random secret hash in "
+                        "Flutterwave's dashboard)"
+                    )
         found[provider] = secrets
     return found
 
@@ -281,11 +297,15 @@ def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
 def _check_secrets(values: dict) -> None:
     token = values.get("admin_token", "")
     if token and len(token) < MIN_ADMIN_TOKEN:
-        raise ConfigError(f"ADMIN_TOKEN is {len(token)} characters; it must be at least {MIN_ADMIN_TOKEN} "
-                          "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        raise ConfigError(
+            f"ADMIN_TOKEN is {len(token)} characters; it must be at least {MIN_ADMIN_TOKEN} "
+            "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     if values.get("flutterwave_verify") and not values.get("flutterwave_secret_key"):
-        raise ConfigError("FLUTTERWAVE_VERIFY=1 needs FLUTTERWAVE_SECRET_KEY, the API secret key Flutterwave's "
-                          "verify endpoint is called with")
+        raise ConfigError(
+            "FLUTTERWAVE_VERIFY=1 needs FLUTTERWAVE_SECRET_KEY, the API secret key Flutterwave's "
+            "verify endpoint is called with"
+        )
     base = values.get("flutterwave_api_base", Config.flutterwave_api_base)
     if not base.startswith(("https://", "http://")):
         raise ConfigError("FLUTTERWAVE_API_BASE must be an http(s) URL")
@@ -310,5 +330,7 @@ def _check_redis(redis_url: str, rq_redis_url: str) -> None:
     if is_cluster_url(rq_redis_url):
         raise ConfigError("RQ_REDIS_URL must name a single Redis: RQ does not support Redis Cluster")
     if is_cluster_url(redis_url) and not rq_redis_url:
-        raise ConfigError("REDIS_URL names a Redis Cluster, which RQ cannot use: set RQ_REDIS_URL to a "
-                          "single Redis (or a Sentinel-managed primary) for the settlement queue")
+        raise ConfigError(
+            "REDIS_URL names a Redis Cluster, which RQ cannot use: set RQ_REDIS_URL to a "
+            "single Redis (or a Sentinel-managed primary) for the settlement queue"
+        )

@@ -1,6 +1,7 @@
 """A buyer to try Floodgate with (`flask --app wsgi demo-buyer`, or `scripts/run --demo`):
 accepts every lead posted to /<name>, counts each Idempotency-Key once, and bids on pings at
 /<name>/ping. For the quick start and docs/buyers.md; never for production."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Every error Floodgate raises on purpose, each mapped to the JSON error shape of API.md."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -3,6 +3,7 @@
 returned as X-Request-Id) or, inside an RQ job, the request id the
 job was enqueued with (job.meta["request_id"]), so a lead can be followed from intake to ledger.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ the metrics, once per process, before any sample is taken (create_app, the RQ jo
 gunicorn's master call it). Call sites use the one-line functions below; the lead path pays a
 few in-memory increments, never a Redis round trip. Before `init` they count nothing.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,36 +64,72 @@ def init(cfg: Config) -> None:
         values.ValueClass = values.get_value_class()
     _dir = cfg.metrics_dir
     _m = _Metrics(
-        leads=Counter("floodgate_leads_total", "Answers to POST /v1/leads by outcome "
-                      "(sold, unsold, replayed, in_flight, error)", ["outcome"]),
-        lead_seconds=Histogram("floodgate_publisher_response_seconds",
-                               "Time to answer POST /v1/leads, by outcome", ["outcome"],
-                               buckets=LATENCY_BUCKETS),
-        attempts=Counter("floodgate_buyer_attempts_total", "Offers of a lead to a buyer by outcome "
-                         "(accepted, rejected, timeout, error, circuit_open, unknown)",
-                         ["buyer_id", "outcome"]),
-        delivery_seconds=Histogram("floodgate_buyer_delivery_seconds", "Duration of one delivery to "
-                                   "a buyer", ["buyer_id"], buckets=LATENCY_BUCKETS),
-        cap_refusals=Counter("floodgate_cap_refusals_total", "Buyers skipped because a cap was full",
-                             ["buyer_id", "cap"]),
-        rate_limited=Counter("floodgate_rate_limited_total", "Leads refused because their publisher "
-                             "was over its rate_limit (429 rate_limited)", ["publisher"]),
-        payments=Counter("floodgate_payment_deliveries_total", "Payment webhook deliveries by "
-                         "provider and answer (credited, duplicate, ignored, in_flight, or the error "
-                         "code)", ["provider", "status"]),
-        rejected_bytes=Counter("floodgate_payment_rejected_bytes_total", "Body bytes of payment webhook "
-                               "deliveries that failed their signature check (none of them is stored)",
-                               ["provider"]),
-        drift=Gauge("floodgate_cap_drift", "Sold + in flight minus the Redis counter, per buyer and "
-                    "cap, as found by the last reconciliation (0: no drift)", ["buyer_id", "cap"],
-                    multiprocess_mode="mostrecent"),
-        reconciled_at=Gauge("floodgate_reconcile_last_run_timestamp_seconds",
-                            "When the last reconciliation finished", multiprocess_mode="mostrecent"),
-        event_attempts=Counter("floodgate_payment_event_attempts_total", "Deliveries of payment events to "
-                               "PAYMENT_EVENTS_URL by outcome (delivered; failed: retried later; given_up: "
-                               "the event is now failed)", ["outcome"]),
-        event_lag=Histogram("floodgate_payment_event_lag_seconds", "From the commit of a wallet change to "
-                            "the application's 2xx for its event", buckets=EVENT_LAG_BUCKETS),
+        leads=Counter(
+            "floodgate_leads_total",
+            "Answers to POST /v1/leads by outcome (sold, unsold, replayed, in_flight, error)",
+            ["outcome"],
+        ),
+        lead_seconds=Histogram(
+            "floodgate_publisher_response_seconds",
+            "Time to answer POST /v1/leads, by outcome",
+            ["outcome"],
+            buckets=LATENCY_BUCKETS,
+        ),
+        attempts=Counter(
+            "floodgate_buyer_attempts_total",
+            "Offers of a lead to a buyer by outcome (accepted, rejected, timeout, error, circuit_open, unknown)",
+            ["buyer_id", "outcome"],
+        ),
+        delivery_seconds=Histogram(
+            "floodgate_buyer_delivery_seconds",
+            "Duration of one delivery to a buyer",
+            ["buyer_id"],
+            buckets=LATENCY_BUCKETS,
+        ),
+        cap_refusals=Counter(
+            "floodgate_cap_refusals_total", "Buyers skipped because a cap was full", ["buyer_id", "cap"]
+        ),
+        rate_limited=Counter(
+            "floodgate_rate_limited_total",
+            "Leads refused because their publisher was over its rate_limit (429 rate_limited)",
+            ["publisher"],
+        ),
+        payments=Counter(
+            "floodgate_payment_deliveries_total",
+            "Payment webhook deliveries by "
+            "provider and answer (credited, duplicate, ignored, in_flight, or the error "
+            "code)",
+            ["provider", "status"],
+        ),
+        rejected_bytes=Counter(
+            "floodgate_payment_rejected_bytes_total",
+            "Body bytes of payment webhook deliveries that failed their signature check (none of them is stored)",
+            ["provider"],
+        ),
+        drift=Gauge(
+            "floodgate_cap_drift",
+            "Sold + in flight minus the Redis counter, per buyer and "
+            "cap, as found by the last reconciliation (0: no drift)",
+            ["buyer_id", "cap"],
+            multiprocess_mode="mostrecent",
+        ),
+        reconciled_at=Gauge(
+            "floodgate_reconcile_last_run_timestamp_seconds",
+            "When the last reconciliation finished",
+            multiprocess_mode="mostrecent",
+        ),
+        event_attempts=Counter(
+            "floodgate_payment_event_attempts_total",
+            "Deliveries of payment events to "
+            "PAYMENT_EVENTS_URL by outcome (delivered; failed: retried later; given_up: "
+            "the event is now failed)",
+            ["outcome"],
+        ),
+        event_lag=Histogram(
+            "floodgate_payment_event_lag_seconds",
+            "From the commit of a wallet change to the application's 2xx for its event",
+            buckets=EVENT_LAG_BUCKETS,
+        ),
     )
 
 

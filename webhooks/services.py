@@ -4,6 +4,7 @@ builds a worker's Backends), reached by views and CLI commands through `current(
 It holds the one Config the process runs with; what needs settings is built from it here
 (and built again by `reconfigure`), nothing reads the environment or app.config itself.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,16 +37,32 @@ class Services:
     @classmethod
     def build(cls, cfg: Config) -> Services:
         """Every client and cache of one web process (connections open lazily)."""
-        store = Store(make_redis(cfg.redis_url, cfg.redis_max_connections),
-                      ReplicaWait(cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms))
+        store = Store(
+            make_redis(cfg.redis_url, cfg.redis_max_connections),
+            ReplicaWait(cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms),
+        )
         same = cfg.queue_redis_url == cfg.redis_url
         settle = store if same else Store(make_redis(cfg.queue_redis_url, cfg.redis_max_connections))
         rq_queue = queue(make_queue_redis(cfg.queue_redis_url))
-        journal = Journal(settle.redis, rq_queue, cfg.journal_keep_s, claims=store,
-                          replay_ttl_s=cfg.lead_replay_ttl_s, max_bytes=cfg.journal_max_bytes)
+        journal = Journal(
+            settle.redis,
+            rq_queue,
+            cfg.journal_keep_s,
+            claims=store,
+            replay_ttl_s=cfg.lead_replay_ttl_s,
+            max_bytes=cfg.journal_max_bytes,
+        )
         catalog = Catalog(store.redis, cfg.config_check_interval_ms / 1000)
-        return cls(cfg, store, settle, rq_queue, journal, catalog, Intake.build(cfg, store, settle, journal),
-                   PaymentWebhooks.build(cfg, store, settle, rq_queue))
+        return cls(
+            cfg,
+            store,
+            settle,
+            rq_queue,
+            journal,
+            catalog,
+            Intake.build(cfg, store, settle, journal),
+            PaymentWebhooks.build(cfg, store, settle, rq_queue),
+        )
 
     def reconfigure(self, cfg: Config) -> None:
         """Run with `cfg` from now on (the clients stay: a test changing a setting)."""

@@ -13,6 +13,7 @@ text known to be valid JSON, where every string ends, so nothing can rescan an u
 one; and they are C-level passes over the bytes (translate, replace, split, count, a regex
 search of fixed width), never a Python loop per character or per node.
 """
+
 from __future__ import annotations
 
 import gc
@@ -43,8 +44,10 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # A high surrogate escape not followed by a low one, or a low one not preceded by a high one;
 # only meaningful once every escaped backslash (`\\`) is gone, so that each `\` left starts
 # an escape.
-_LONE_SURROGATE = re.compile(rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
-                             rb"|[c-fC-F](?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F]))")
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD](?:[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|[c-fC-F](?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F]))"
+)
 
 
 def loads(raw: bytes, *, decimals: bool = False) -> Any:

@@ -1,4 +1,5 @@
 """Small field validators shared by the admin, lead and payment bodies."""
+
 from __future__ import annotations
 
 import re
@@ -45,12 +46,12 @@ def money(code: str, field: str, value: Any, *, max_value: Decimal = Decimal("99
     The text must be ASCII digits with an optional fraction (API.md, Conventions): Decimal()
     alone would also take "1_0.00", "１２.50" or "١٢", " 12 " and "1e2"."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValidationError(code, field, "must be a decimal string such as \"12.50\"")
+        raise ValidationError(code, field, 'must be a decimal string such as "12.50"')
     text = value if isinstance(value, str) else str(value)
     if not DECIMAL_STRING.fullmatch(text):
         if (m := _DECIMAL_PLACES.fullmatch(text)) and len(m.group(1)) > 2:
             raise ValidationError(code, field, "must have at most two decimal places")
-        raise ValidationError(code, field, f"{value!r} is not a decimal string of ASCII digits such as \"12.50\"")
+        raise ValidationError(code, field, f'{value!r} is not a decimal string of ASCII digits such as "12.50"')
     try:
         amount = Decimal(text)
     except InvalidOperation:  # not reachable after the pattern; kept so no input can raise
@@ -78,6 +79,7 @@ def boolean(code: str, field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(code, field, "must be true or false")
     return value
+
 
 def cents(amount: Decimal | str) -> int:
     """A price or budget in cents (the unit cap counters count `daily_budget` in)."""

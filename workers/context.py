@@ -1,4 +1,5 @@
 """What a job needs, built once per worker process from config.load() (never at import)."""
+
 from __future__ import annotations
 
 import functools

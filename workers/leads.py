@@ -1,6 +1,7 @@
 """The abandoned-lead sweep (webhooks/leads/recovery.py): leads whose routing died while a
 buyer held them and whose publisher never retried are offered again to that buyer and
 settled. Run by the scheduler every minute (workers/schedule.py)."""
+
 from __future__ import annotations
 
 import logging

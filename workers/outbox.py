@@ -2,6 +2,7 @@
 (the worker is non-forking, as for settlements), and a periodic sweep starts a drain again from
 the database when the job that should deliver them was lost (Redis restarted empty, a worker
 killed), so that delivery depends only on the database."""
+
 from __future__ import annotations
 
 import logging
@@ -73,8 +74,9 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
         log.info("another drain is delivering payment events")
         return 0
     sender = outbox.Sender(cfg.payment_events_url, cfg.payment_events_secrets, cfg.payment_events_timeout_ms / 1000)
-    policy = outbox.RetryPolicy(cfg.payment_events_retry_base_ms, cfg.payment_events_retry_max_ms,
-                                cfg.payment_events_retry_for_s)
+    policy = outbox.RetryPolicy(
+        cfg.payment_events_retry_base_ms, cfg.payment_events_retry_max_ms, cfg.payment_events_retry_for_s
+    )
     delivered, started = 0, time.monotonic()
     try:
         with ThreadPoolExecutor(THREADS, thread_name_prefix="events") as pool, StopAfterBatch() as stop:
@@ -85,8 +87,11 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
                 outbox_queue.still_draining(r)
                 batch = outbox.deliver_due(sender, policy, pool)
                 delivered += len(batch.delivered)
-                metrics.payment_events([(e.delivered_at - e.created_at).total_seconds() for e in batch.delivered],
-                                       batch.failed_attempts, batch.gave_up)
+                metrics.payment_events(
+                    [(e.delivered_at - e.created_at).total_seconds() for e in batch.delivered],
+                    batch.failed_attempts,
+                    batch.gave_up,
+                )
                 if stop.requested or time.monotonic() - started > time_budget_s:
                     outbox_queue.enqueue_drain(_queue(b), reason="handover")  # the flag stays set
                     return delivered

@@ -1,4 +1,5 @@
 """Reconciliation of Redis cap counters with the ledger (see webhooks/caps/reconcile.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,12 @@ def reconcile_all() -> list[dict]:
     except UNAVAILABLE_ERRORS as exc:
         job = get_current_job()
         if job is not None:  # the worker's own scheduler (--with-scheduler) runs it
-            queue(job.connection).enqueue_in(timedelta(seconds=OUTAGE_RETRY_S), "workers.reconcile.reconcile_all",
-                                              job_timeout=JOB_TIMEOUT, description="reconcile caps (after an outage)")
+            queue(job.connection).enqueue_in(
+                timedelta(seconds=OUTAGE_RETRY_S),
+                "workers.reconcile.reconcile_all",
+                job_timeout=JOB_TIMEOUT,
+                description="reconcile caps (after an outage)",
+            )
         log.warning("database unavailable (%s): reconciliation runs again in %d s", exc, OUTAGE_RETRY_S)
         return []
     finally:

@@ -2,6 +2,7 @@
 definition, so starting the scheduler twice (or restarting it) never schedules a job twice,
 and a changed definition replaces the old one. `python -m workers.schedule` runs the
 scheduler (the Procfile's `scheduler`)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,11 @@ PERIODIC = [
     {"func": "workers.reconcile.reconcile_all", "interval": 3600, "description": "reconcile caps"},
     {"func": "workers.settle.sweep", "interval": 60, "description": "drain settlements (safety net)"},
     {"func": "workers.outbox.sweep", "interval": 10, "description": "deliver due payment events (safety net)"},
-    {"func": "workers.leads.sweep_abandoned", "interval": config.SWEEP_INTERVAL_MS // 1000,
-     "description": "finish leads no retry came for"},
+    {
+        "func": "workers.leads.sweep_abandoned",
+        "interval": config.SWEEP_INTERVAL_MS // 1000,
+        "description": "finish leads no retry came for",
+    },
 ]
 
 
@@ -47,9 +51,16 @@ def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[s
     for jid, d in wanted.items():
         if jid not in existing:
             log.info("scheduling %s every %ss", d["func"], d["interval"])
-            scheduler.schedule(scheduled_time=datetime.now(timezone.utc), func=d["func"],
-                               interval=d["interval"], repeat=None, id=jid, queue_name=SETTLE,
-                               timeout=JOB_TIMEOUT, description=d["description"])
+            scheduler.schedule(
+                scheduled_time=datetime.now(timezone.utc),
+                func=d["func"],
+                interval=d["interval"],
+                repeat=None,
+                id=jid,
+                queue_name=SETTLE,
+                timeout=JOB_TIMEOUT,
+                description=d["description"],
+            )
     return list(wanted)
 
 
@@ -57,8 +68,10 @@ def _give_back_held(connection: Redis, jid: str) -> int:
     """Put the batches a cancelled periodic job still held (its run failed or was killed, and
     only a run under its id would have taken them back) on their queues again; how many."""
     moved = 0
-    for held, pending in ((keys.settle_processing(jid), keys.SETTLE_PENDING),
-                          (keys.deliveries_processing(jid), keys.DELIVERIES_PENDING)):
+    for held, pending in (
+        (keys.settle_processing(jid), keys.SETTLE_PENDING),
+        (keys.deliveries_processing(jid), keys.DELIVERIES_PENDING),
+    ):
         while connection.lmove(held, pending, "RIGHT", "RIGHT") is not None:
             moved += 1
     if moved:
@@ -78,8 +91,11 @@ def requeue_abandoned(connection: Redis) -> list[str]:
     expired = registry.get_expired_job_ids()
     if expired:
         registry.cleanup()
-        log.warning("%d job(s) of a dead worker handed to RQ's abandoned-job handling (retried if they have "
-                    "retries left): %s", len(expired), ", ".join(expired))
+        log.warning(
+            "%d job(s) of a dead worker handed to RQ's abandoned-job handling (retried if they have retries left): %s",
+            len(expired),
+            ", ".join(expired),
+        )
     return expired
 
 

@@ -1,4 +1,5 @@
 """Settlement: drain the pending list into the ledger in batches (one job, many leads)."""
+
 from __future__ import annotations
 
 import json
@@ -83,14 +84,24 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                 if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
                     # steady stream of leads instead of one job being enqueued every few leads.
-                    if not stop.requested and r.blmove(keys.SETTLE_PENDING, processing, LINGER_S,  # type: ignore[arg-type]
-                                                       "RIGHT", "LEFT") is not None:  # (a float timeout is fine)
+                    if (
+                        not stop.requested
+                        and r.blmove(
+                            keys.SETTLE_PENDING,
+                            processing,
+                            LINGER_S,  # type: ignore[arg-type]
+                            "RIGHT",
+                            "LEFT",
+                        )
+                        is not None
+                    ):  # (a float timeout is fine)
                         continue
                     # Clear the flag, then look once more: an item pushed in between either
                     # sees the flag gone (and enqueues a job) or is picked up here.
                     r.delete(keys.SETTLE_SCHEDULED)
                     if (r.llen(keys.SETTLE_PENDING) or r.llen(keys.DELIVERIES_PENDING)) and r.set(
-                            keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
+                        keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS
+                    ):
                         if not stop.requested:
                             continue
                         enqueue_drain(queue(job.connection) if job else queue(r))  # hand over
@@ -149,8 +160,12 @@ def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BAT
             except UNAVAILABLE_ERRORS:
                 raise
             except (pw.DatabaseError, ValueError, KeyError) as one:
-                log.error("delivery audit row refused by the database, parked in %s: %s (%s)",
-                          keys.DELIVERIES_FAILED, raw[:300], one)
+                log.error(
+                    "delivery audit row refused by the database, parked in %s: %s (%s)",
+                    keys.DELIVERIES_FAILED,
+                    raw[:300],
+                    one,
+                )
                 settle.redis.lpush(keys.DELIVERIES_FAILED, raw)
     settle.redis.delete(processing)
     return len(batch)

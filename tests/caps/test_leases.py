@@ -1,4 +1,5 @@
 """Cap leases against a real redis-server: all-or-nothing, exact refunds, breaker states."""
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,18 @@ def rule(buyer_id="acme", price="10.00", tz="UTC", **limits) -> BuyerRule:
     from zoneinfo import ZoneInfo
 
     minor = {k: (int(Decimal(v) * 100) if k == "daily_budget" else v) for k, v in limits.items()}
-    return BuyerRule(buyer_id, "http://x", 1, Decimal(price), int(Decimal(price) * 100), ZoneInfo(tz),
-                     tuple(minor.items()), frozenset(), frozenset(), None)
+    return BuyerRule(
+        buyer_id,
+        "http://x",
+        1,
+        Decimal(price),
+        int(Decimal(price) * 100),
+        ZoneInfo(tz),
+        tuple(minor.items()),
+        frozenset(),
+        frozenset(),
+        None,
+    )
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """Reconciliation of Redis counters with the ledger, and the idempotent periodic schedule."""
+
 from __future__ import annotations
 
 import threading
@@ -29,8 +30,7 @@ def counter(r, buyer_id, cap):
     return leases.counter_key(buyer_id, w)
 
 
-def test_injected_drift_is_corrected_both_ways_and_a_lost_counter_restored(api, buyer_server, worker,
-                                                                           redis_server):
+def test_injected_drift_is_corrected_both_ways_and_a_lost_counter_restored(api, buyer_server, worker, redis_server):
     buyer_server.add("acme")
     key = api.put_publisher("surge")
     api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 50, "hourly": 20, "daily_budget": "1000.00"})
@@ -64,8 +64,10 @@ def test_a_lease_in_flight_is_not_reconciled_away(api, buyer_server, redis_serve
     first = {}
     t = threading.Thread(target=lambda: first.update(r=api.post_lead(key, {"lead_id": "slow-1"}).json()))
     t.start()
-    wait_until(lambda: buyer_server.buyers["slow"].received or r.get(counter(r, "slow", "daily")) == "1",
-               what="the lease to be taken")
+    wait_until(
+        lambda: buyer_server.buyers["slow"].received or r.get(counter(r, "slow", "daily")) == "1",
+        what="the lease to be taken",
+    )
     findings = reconcile.reconcile_buyer(store, r, buyer_rule("slow"))
     assert findings[0].expected == 1 and findings[0].corrected_to is None
     assert api.post_lead(key, {"lead_id": "slow-2"}).json()["status"] == "unsold"
@@ -73,8 +75,7 @@ def test_a_lease_in_flight_is_not_reconciled_away(api, buyer_server, redis_serve
     assert first["r"]["status"] == "sold"
 
 
-def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, buyer_server, redis_server,
-                                                                          worker):
+def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, buyer_server, redis_server, worker):
     acme = buyer_server.add("live", delay=0.02)
     key = api.put_publisher("surge")
     api.put_buyer("live", buyer_server.url("live"), caps={"daily": 100})
@@ -93,8 +94,12 @@ def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, bu
     loop.start()
 
     def one(i):
-        resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": f"live-{i}"},
-                             headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        resp = api.session().post(
+            f"{api.base}/v1/leads",
+            json={"lead_id": f"live-{i}"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
         return resp.json()["status"]
 
     try:
@@ -105,9 +110,14 @@ def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, bu
         loop.join()
     assert len(passes) >= 2  # it really ran while leads were sold
     assert acme.accepted == statuses["sold"] <= 100
-    wait_until(lambda: api.get("/v1/admin/leads/live-0").status_code in (200, 404) and
-               all(f.corrected_to is None for f in reconcile.reconcile_buyer(store, r, buyer_rule("live"))),
-               timeout=20, what="a clean reconciliation")
+    wait_until(
+        lambda: (
+            api.get("/v1/admin/leads/live-0").status_code in (200, 404)
+            and all(f.corrected_to is None for f in reconcile.reconcile_buyer(store, r, buyer_rule("live")))
+        ),
+        timeout=20,
+        what="a clean reconciliation",
+    )
     assert int(r.get(counter(r, "live", "daily"))) == acme.accepted
 
 
@@ -169,10 +179,17 @@ def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(
     from webhooks.storage import keys, settle_queue
 
     r = redis_server.client()
-    items = [{"lead_id": "a", "status": "sold", "buyer_id": "acme", "payload": "{}"},
-             {"lead_id": "b", "status": "sold", "buyer_id": "acme-2", "payload": "{}"},
-             {"lead_id": "c", "status": "sold", "buyer_id": "zen", "payload": "{}",
-              "attempts": [{"buyer_id": "acme", "outcome": "rejected"}]}]  # decoded, as it names acme
+    items = [
+        {"lead_id": "a", "status": "sold", "buyer_id": "acme", "payload": "{}"},
+        {"lead_id": "b", "status": "sold", "buyer_id": "acme-2", "payload": "{}"},
+        {
+            "lead_id": "c",
+            "status": "sold",
+            "buyer_id": "zen",
+            "payload": "{}",
+            "attempts": [{"buyer_id": "acme", "outcome": "rejected"}],
+        },
+    ]  # decoded, as it names acme
     r.lpush(keys.SETTLE_PENDING, json.dumps(items[0], indent=2), *(json.dumps(i) for i in items[1:]))
     r.rpush(keys.settle_processing("job-1"), json.dumps({**items[0], "lead_id": "d"}, separators=(",", ":")))
     found = {i["lead_id"] for i in settle_queue.unsettled(r, mentioning="acme")}
@@ -180,8 +197,9 @@ def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(
     assert {i["lead_id"] for i in settle_queue.unsettled(r)} == {"a", "b", "c", "d"}
 
 
-def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(api, buyer_server, worker_manager,
-                                                                              queue_server):
+def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(
+    api, buyer_server, worker_manager, queue_server
+):
     """After a data loss the queue holds journals pushed again: sales already in the ledger,
     some twice. The rebuild's counts (the ledger's by SQL aggregate, plus the queued sales it
     does not have) equal the sales, as the row-by-row count of reconciliation finds them."""
@@ -194,8 +212,9 @@ def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(a
 
     buyer_server.add("tally")
     key = api.put_publisher("surge")
-    api.put_buyer("tally", buyer_server.url("tally"), price="12.35",
-                  caps={"hourly": 100, "daily": 100, "daily_budget": "900.00"})
+    api.put_buyer(
+        "tally", buyer_server.url("tally"), price="12.35", caps={"hourly": 100, "daily": 100, "daily_budget": "900.00"}
+    )
     api.settle_config()
     r = queue_server.client()  # the settlement lists' Redis
     worker_manager.stop()
@@ -234,7 +253,8 @@ def test_a_rebuild_asked_for_after_the_counters_were_rebuilt_is_not_started(redi
 
 
 def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_restores_every_answer(
-        api, redis_server, queue_server):
+    api, redis_server, queue_server
+):
     """The soak's Redis restart re-queued 68,000 journaled settlements, nearly all in the
     ledger already: the worker drained them again for a minute and every counter rebuild read
     them. Only the ones the ledger lacks are pushed again; every answer is put back."""
@@ -258,9 +278,14 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     pub = PublisherRule("surge", True, Decimal("10"))
     items = []
     for i in range(5):
-        out = Outcome(status="sold", buyer_id="acme", price=Decimal("20.00"), sold_at=datetime.now(timezone.utc),
-                      lease=Lease("acme", f"lease-j{i}", ()), attempts=[{"buyer_id": "acme", "outcome": "accepted",
-                                                                          "ms": 5}])
+        out = Outcome(
+            status="sold",
+            buyer_id="acme",
+            price=Decimal("20.00"),
+            sold_at=datetime.now(timezone.utc),
+            lease=Lease("acme", f"lease-j{i}", ()),
+            attempts=[{"buyer_id": "acme", "outcome": "accepted", "ms": 5}],
+        )
         items.append(settlement.make_item(pub, f"j{i}", out, "{}", datetime.now(timezone.utc), None))
         journal.push(items[-1])
     journal.check_epoch()  # the epoch this process knows

@@ -1,4 +1,5 @@
 """Calendar windows and opening hours in the buyer's time zone, DST days included."""
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,16 @@ def test_week_starts_monday_and_month_on_the_first_local():
 
 
 def _rule(schedule, tz="America/Chicago"):
-    row = Buyer(id="b", endpoint_url="http://x", priority=1, price="1.00", timezone=tz,
-                states="[]", blocked_publishers="[]",
-                schedule=None if schedule is None else json.dumps(schedule))  # unsaved: defaults apply
+    row = Buyer(
+        id="b",
+        endpoint_url="http://x",
+        priority=1,
+        price="1.00",
+        timezone=tz,
+        states="[]",
+        blocked_publishers="[]",
+        schedule=None if schedule is None else json.dumps(schedule),
+    )  # unsaved: defaults apply
     return BuyerRule.from_row(row)
 
 

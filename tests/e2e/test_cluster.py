@@ -2,6 +2,7 @@
 configuration, and the replica wait that keeps cap reservations through a failover. The lead,
 payment, cap and reconciliation suites run whole against a cluster too (FG_TEST_REDIS_CLUSTER=1,
 see conftest.py and .ci/run)."""
+
 from __future__ import annotations
 
 import signal
@@ -38,8 +39,14 @@ def test_a_cluster_redis_url_needs_a_single_redis_for_rq():
         config.load({"REDIS_URL": "redis://10.0.0.1:7000", "REDIS_CLUSTER": "1"})
     with pytest.raises(ConfigError, match="RQ_REDIS_URL must name a single Redis"):
         config.load({"RQ_REDIS_URL": "redis+cluster://10.0.0.1:7000"})
-    cfg = config.load({"REDIS_URL": "rediss://10.0.0.1:7000", "REDIS_CLUSTER": "1",
-                       "RQ_REDIS_URL": "redis://10.0.0.2:6379/0", "CAP_WAIT_REPLICAS": "1"})
+    cfg = config.load(
+        {
+            "REDIS_URL": "rediss://10.0.0.1:7000",
+            "REDIS_CLUSTER": "1",
+            "RQ_REDIS_URL": "redis://10.0.0.2:6379/0",
+            "CAP_WAIT_REPLICAS": "1",
+        }
+    )
     assert (cfg.redis_url, cfg.queue_redis_url) == ("rediss+cluster://10.0.0.1:7000", "redis://10.0.0.2:6379/0")
     assert (cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms) == (1, 100)
     with pytest.raises(ConfigError, match="CAP_WAIT_REPLICAS"):
@@ -121,8 +128,7 @@ def test_withdrawing_a_probe_leaves_the_breaker_as_it_was(cluster):
     r = store.redis
     leases.mark_ready(r, b.id)
     for _ in range(3):
-        leases.finish(store, leases.reserve(store, b, datetime.now(timezone.utc), **TTL).lease, "timeout",
-                      **BREAKER)
+        leases.finish(store, leases.reserve(store, b, datetime.now(timezone.utc), **TTL).lease, "timeout", **BREAKER)
     opened = r.hgetall(keys.breaker(b.id))
     threading.Event().wait(0.5)  # past the cool-down (400 ms): the next reservation is the probe
     probe = leases.reserve(store, b, datetime.now(timezone.utc), **TTL).lease

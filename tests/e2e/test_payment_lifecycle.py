@@ -1,6 +1,7 @@
 """The payment lifecycle on the whole stack: gunicorn + gevent, the RQ worker, the scheduler, a
 private redis-server that is restarted empty, the database, and the application as a real
 HTTP server that verifies every event with the standardwebhooks library."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,19 @@ class Stack:
         return proc
 
     def worker(self) -> Proc:
-        return self.start("worker", [venv_bin("rq"), "worker", "--url", self.redis.url, "--with-scheduler",
-                                     "-w", "rq.worker.SimpleWorker", "floodgate"])
+        return self.start(
+            "worker",
+            [
+                venv_bin("rq"),
+                "worker",
+                "--url",
+                self.redis.url,
+                "--with-scheduler",
+                "-w",
+                "rq.worker.SimpleWorker",
+                "floodgate",
+            ],
+        )
 
     def scheduler(self) -> Proc:
         return self.start("scheduler", [sys.executable, "-m", "workers.schedule"])
@@ -60,10 +72,17 @@ def receiver():
 def stack(base_env, database_url, receiver, tmp_path):
     redis_server = RedisServer(tmp_path / "redis")
     redis_server.start()
-    env = {**base_env, "REDIS_URL": redis_server.url, "RQ_REDIS_URL": redis_server.url,
-           "PAYMENT_EVENTS_URL": receiver.url, "PAYMENT_EVENTS_SECRET": EVENTS_SECRET,
-           "PAYMENT_EVENTS_RETRY_BASE_MS": "50", "PAYMENT_EVENTS_RETRY_MAX_MS": "500",
-           "PAYMENT_EVENTS_TIMEOUT_MS": "5000", "DB_POOL_SIZE": "6"}
+    env = {
+        **base_env,
+        "REDIS_URL": redis_server.url,
+        "RQ_REDIS_URL": redis_server.url,
+        "PAYMENT_EVENTS_URL": receiver.url,
+        "PAYMENT_EVENTS_SECRET": EVENTS_SECRET,
+        "PAYMENT_EVENTS_RETRY_BASE_MS": "50",
+        "PAYMENT_EVENTS_RETRY_MAX_MS": "500",
+        "PAYMENT_EVENTS_TIMEOUT_MS": "5000",
+        "DB_POOL_SIZE": "6",
+    }
     web = WebServer(env, tmp_path / "web.log", workers=2)
     made = Stack(env, redis_server, web, tmp_path)
     yield made
@@ -88,8 +107,11 @@ def all_events() -> list[PaymentEvent]:
 
 def all_delivered(receiver: EventReceiver, expected: int) -> bool:
     events = all_events()
-    return len(events) == expected and all(e.status == "delivered" for e in events) and \
-        receiver.accepted_ids() == {e.event_id for e in events}
+    return (
+        len(events) == expected
+        and all(e.status == "delivered" for e in events)
+        and receiver.accepted_ids() == {e.event_id for e in events}
+    )
 
 
 def assert_in_order_per_wallet(receiver: EventReceiver) -> None:
@@ -126,8 +148,9 @@ def test_every_event_arrives_through_receiver_failures_a_killed_worker_and_an_em
         for _ in range(count):
             n = made["n"] = made["n"] + 1
             customer = customers[n % len(customers)]
-            resp = deliver_until_answered(stack.web.url, "standard",
-                                          encode(payload("standard", f"std-{n}", 1_000 + n, "NGN", customer)), session)
+            resp = deliver_until_answered(
+                stack.web.url, "standard", encode(payload("standard", f"std-{n}", 1_000 + n, "NGN", customer)), session
+            )
             assert resp.json() == {"status": "credited"}, resp.text
             if n % 3 == 0:
                 raw = encode(refund_payload("standard", f"rf-{n}", f"std-{n}", 100 + n, "NGN", customer))
@@ -146,8 +169,11 @@ def test_every_event_arrives_through_receiver_failures_a_killed_worker_and_an_em
     # 2. the application is down for a while: attempts fail and back off, nothing is lost
     receiver.stop()
     credits(9)
-    wait_until(lambda: sum(e.attempts for e in all_events() if e.status == "pending") >= 6, timeout=60,
-               what="attempts against a receiver that is down")
+    wait_until(
+        lambda: sum(e.attempts for e in all_events() if e.status == "pending") >= 6,
+        timeout=60,
+        what="attempts against a receiver that is down",
+    )
     receiver.start()
     wait_until(lambda: all_delivered(receiver, changes()), timeout=60, what="events after the receiver is back")
 
@@ -188,8 +214,14 @@ def test_thousand_payments_five_shuffled_deliveries_and_a_refund_for_every_tenth
         expected[(customer, currency)] += amount
         if refunded:
             back = rng.randint(1, amount)
-            work += [("refund", n, provider,
-                      encode(refund_payload(provider, f"bulk-rf-{n}", f"bulk-{n}", back, currency, customer)))] * 5
+            work += [
+                (
+                    "refund",
+                    n,
+                    provider,
+                    encode(refund_payload(provider, f"bulk-rf-{n}", f"bulk-{n}", back, currency, customer)),
+                )
+            ] * 5
             expected[(customer, currency)] -= back
     rng.shuffle(work)
     queue, lock, answers, early = deque(work), threading.Lock(), [], Counter()
@@ -234,10 +266,20 @@ def test_thousand_payments_five_shuffled_deliveries_and_a_refund_for_every_tenth
 
 
 def test_gunicorn_does_not_start_with_an_unusable_events_secret(base_env):
-    env = {**base_env, "PAYMENT_EVENTS_URL": "http://127.0.0.1:9/events",
-           "PAYMENT_EVENTS_SECRET": "whsec_%%not-base64%%", "PORT": str(free_port())}
-    done = subprocess.run([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        **base_env,
+        "PAYMENT_EVENTS_URL": "http://127.0.0.1:9/events",
+        "PAYMENT_EVENTS_SECRET": "whsec_%%not-base64%%",
+        "PORT": str(free_port()),
+    }
+    done = subprocess.run(
+        [venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "PAYMENT_EVENTS_SECRET: secret 1 of 1 is not valid base64" in done.stderr, done.stderr[-2000:]
     assert "%%not-base64%%" not in done.stderr + done.stdout and "Traceback" not in done.stderr

@@ -1,5 +1,6 @@
 """Buyer endpoint URLs carry no credentials and no control characters, and no log line ever
 shows a URL's user:password@."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,11 @@ REFUSED = {
 
 @pytest.mark.parametrize("what", REFUSED)
 def test_buyer_url_with_userinfo_or_control_characters_is_refused(api, what):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", headers=api.admin,
-                        json={"name": "Acme", "endpoint_url": REFUSED[what], "price": "1.00"})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/acme",
+        headers=api.admin,
+        json={"name": "Acme", "endpoint_url": REFUSED[what], "price": "1.00"},
+    )
     assert resp.status_code == 400, (what, resp.text)
     err = resp.json()["error"]
     assert err["code"] == "invalid_buyer" and err["message"].startswith("endpoint_url:"), err
@@ -37,8 +41,11 @@ def test_buyer_url_with_userinfo_or_control_characters_is_refused(api, what):
 
 def test_plain_http_and_https_urls_are_still_accepted(api):
     for url in ("https://buyer.example:8443/leads?src=fg&x=%40", "http://127.0.0.1:9100/acme"):
-        resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", headers=api.admin,
-                            json={"name": "Acme", "endpoint_url": url, "price": "1.00"})
+        resp = api.http.put(
+            f"{api.base}/v1/admin/buyers/acme",
+            headers=api.admin,
+            json={"name": "Acme", "endpoint_url": url, "price": "1.00"},
+        )
         assert resp.status_code == 200 and resp.json()["endpoint_url"] == url
 
 

@@ -1,5 +1,6 @@
 """POST /v1/leads end to end: the app under gunicorn+gevent, real Redis, real MariaDB, buyers
 played by a real local HTTP server."""
+
 from __future__ import annotations
 
 import threading
@@ -13,8 +14,13 @@ def test_sold_lead_reaches_the_buyer_with_the_contract_body_and_header(api, buye
     key = api.put_publisher("surge", commission_pct="10")
     api.put_buyer("acme", buyer_server.url("acme"), price="12.50")
     api.settle_config()
-    lead = {"lead_id": "surge-000123", "state": "TX", "zip": "73301", "email": "ada@example.com",
-            "extra": {"nested": [1, 2]}}
+    lead = {
+        "lead_id": "surge-000123",
+        "state": "TX",
+        "zip": "73301",
+        "email": "ada@example.com",
+        "extra": {"nested": [1, 2]},
+    }
     resp = api.post_lead(key, lead)
     assert resp.status_code == 200, resp.text
     body = resp.json()
@@ -24,8 +30,12 @@ def test_sold_lead_reaches_the_buyer_with_the_contract_body_and_header(api, buye
     assert resp.headers["X-Request-Id"]
     (received,) = acme.received
     assert received["headers"]["Idempotency-Key"] == "surge:surge-000123:acme"
-    assert received["body"] == {"lead_id": "surge-000123", "publisher_id": "surge", "price": "12.50",
-                                "lead": {k: v for k, v in lead.items() if k != "lead_id"}}
+    assert received["body"] == {
+        "lead_id": "surge-000123",
+        "publisher_id": "surge",
+        "price": "12.50",
+        "lead": {k: v for k, v in lead.items() if k != "lead_id"},
+    }
     record = api.wait_settled("surge-000123", "surge")
     assert record["status"] == "sold" and record["commission"] == "1.25"
     assert record["attempts"] == [{"buyer_id": "acme", "outcome": "accepted", "ms": body["attempts"][0]["ms"]}]
@@ -91,7 +101,10 @@ def test_waterfall_priority_order_ties_by_price_and_cascade(api, buyer_server):
     api.settle_config()
     body = api.post_lead(key, {"lead_id": "w1"}).json()
     assert [(a["buyer_id"], a["outcome"]) for a in body["attempts"]] == [
-        ("rich", "error"), ("cheap", "rejected"), ("last", "accepted")]
+        ("rich", "error"),
+        ("cheap", "rejected"),
+        ("last", "accepted"),
+    ]
     assert body["buyer_id"] == "last" and body["price"] == "1.00"
     assert not buyer_server.buyers["never"].received
 
@@ -110,7 +123,11 @@ def test_outcome_classification(web_api, buyer_server):
     body = api.post_lead(key, {"lead_id": "c1"}).json()
     # A trickling buyer would finish in ~6 s; the hard deadline cuts it at BUYER_TIMEOUT_MS.
     assert [(a["buyer_id"], a["outcome"]) for a in body["attempts"]] == [
-        ("reject400", "rejected"), ("garbage", "error"), ("trickle", "timeout"), ("gone", "error")]
+        ("reject400", "rejected"),
+        ("garbage", "error"),
+        ("trickle", "timeout"),
+        ("gone", "error"),
+    ]
     assert body["status"] == "unsold" and body["buyer_id"] is None
 
 
@@ -122,8 +139,12 @@ def _blast(api, key, n, threads, prefix, bases=None):
     def one(i):
         s = getattr(local, "s", None) or api.session()
         local.s = s
-        resp = s.post(f"{bases[i % len(bases)]}/v1/leads", json={"lead_id": f"{prefix}{i}", "state": "TX"},
-                      headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        resp = s.post(
+            f"{bases[i % len(bases)]}/v1/leads",
+            json={"lead_id": f"{prefix}{i}", "state": "TX"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
         assert resp.status_code == 200, resp.text
         return resp.json()
 
@@ -165,8 +186,9 @@ def test_chaos_across_four_web_processes_sharing_one_redis(web_api, base_env, tm
         api.put_buyer("acme", buyer_server.url("acme"), caps={"hourly": 100})
         api.settle_config()
         answers = _blast(api, key, 1000, 50, "multi-", bases=[api.base, second.url])
-        assert Counter(a["status"] for a in answers) == {"sold": 100, "unsold": 900}, \
-            Counter(t["outcome"] for a in answers if a["status"] == "unsold" for t in a["attempts"])
+        assert Counter(a["status"] for a in answers) == {"sold": 100, "unsold": 900}, Counter(
+            t["outcome"] for a in answers if a["status"] == "unsold" for t in a["attempts"]
+        )
         assert acme.accepted == 100
         assert api.get("/v1/admin/buyers/acme").json()["usage"]["hourly"]["used"] == 100
     finally:
@@ -230,8 +252,9 @@ def test_same_lead_id_posted_20_times_concurrently_is_routed_once(api, buyer_ser
 
     def post(_):
         barrier.wait()
-        resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": "dup-1"},
-                             headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        resp = api.session().post(
+            f"{api.base}/v1/leads", json={"lead_id": "dup-1"}, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
         return resp.status_code, resp.json()
 
     with ThreadPoolExecutor(20) as pool:
@@ -240,8 +263,9 @@ def test_same_lead_id_posted_20_times_concurrently_is_routed_once(api, buyer_ser
     firsts = [b for s, b in results if s == 200 and not b.get("replayed")]
     assert len(firsts) == 1 and firsts[0]["status"] == "sold"
     for status, body in results:
-        assert (status == 409 and body["error"]["code"] == "in_flight") or \
-               (status == 200 and body["buyer_id"] == "acme")
+        assert (status == 409 and body["error"]["code"] == "in_flight") or (
+            status == 200 and body["buyer_id"] == "acme"
+        )
     replay = api.post_lead(key, {"lead_id": "dup-1"}).json()
     assert replay["replayed"] is True and replay["buyer_id"] == "acme" and len(acme.received) == 1
 

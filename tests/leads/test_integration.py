@@ -1,5 +1,6 @@
 """Buyer integrations (API.md "Buyer integrations"): post templates and accept rules, the
 preview, ping/post bidding and routing modes, against real HTTP buyers, Redis and database."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,20 @@ import pytest
 from tests.conftest import Api
 from tests.servers import WebServer
 
-FORM = {"method": "POST", "format": "form", "headers": {"X-Api-Key": "sk_acme_secret_1234"},
-        "fields": {"email": "{{ lead.email }}", "name": "{{ lead.first_name }} {{ lead.last_name }}",
-                   "source": "{{ publisher_id }}", "ref": "{{ lead_id }}", "bid": "{{ price }}",
-                   "vendor": "floodgate"},
-        "accept": "result == 'success'"}
+FORM = {
+    "method": "POST",
+    "format": "form",
+    "headers": {"X-Api-Key": "sk_acme_secret_1234"},
+    "fields": {
+        "email": "{{ lead.email }}",
+        "name": "{{ lead.first_name }} {{ lead.last_name }}",
+        "source": "{{ publisher_id }}",
+        "ref": "{{ lead_id }}",
+        "bid": "{{ price }}",
+        "vendor": "floodgate",
+    },
+    "accept": "result == 'success'",
+}
 
 
 def _reply(buyer, body, status=200, ctype="application/json"):
@@ -38,9 +48,14 @@ def test_a_form_post_with_a_header_credential_judged_by_a_jmespath_rule(api, buy
     [got] = acme.received
     assert got["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
     assert got["headers"]["X-Api-Key"] == "sk_acme_secret_1234" and got["headers"]["Idempotency-Key"] == "surge:f1:acme"
-    assert parse_qs(got["raw"].decode()) == {"email": ["ada@example.com"], "name": ["Ada Lovelace"],
-                                             "source": ["surge"], "ref": ["f1"], "bid": ["12.50"],
-                                             "vendor": ["floodgate"]}
+    assert parse_qs(got["raw"].decode()) == {
+        "email": ["ada@example.com"],
+        "name": ["Ada Lovelace"],
+        "source": ["surge"],
+        "ref": ["f1"],
+        "bid": ["12.50"],
+        "vendor": ["floodgate"],
+    }
     _reply(acme, {"result": "duplicate"})  # 2xx, but the rule says no
     assert api.post_lead(key, {"lead_id": "f2"}).json()["attempts"][0]["outcome"] == "rejected"
     _reply(acme, b"<html>", ctype="text/html")  # a 2xx the rule cannot read: an error
@@ -51,10 +66,21 @@ def test_a_text_reply_judged_by_accept_regex_and_a_json_post_keeping_types(api, 
     xml = buyer_server.add("xml")
     _reply(xml, b"<response><status>ACCEPTED</status></response>", ctype="application/xml")
     key = api.put_publisher("surge")
-    api.put_buyer("xml", buyer_server.url("xml"), delivery={
-        "method": "PUT", "fields": {"age": "{{ lead.age }}", "zip": "{{ lead.zip }}", "note": "age {{ lead.age }}",
-                                    "missing": "{{ lead.nothing }}", "deep": "{{ ping.bid_id }}"},
-        "accept_regex": "<status>ACCEPTED</status>"})
+    api.put_buyer(
+        "xml",
+        buyer_server.url("xml"),
+        delivery={
+            "method": "PUT",
+            "fields": {
+                "age": "{{ lead.age }}",
+                "zip": "{{ lead.zip }}",
+                "note": "age {{ lead.age }}",
+                "missing": "{{ lead.nothing }}",
+                "deep": "{{ ping.bid_id }}",
+            },
+            "accept_regex": "<status>ACCEPTED</status>",
+        },
+    )
     api.settle_config()
     assert api.post_lead(key, {"lead_id": "x1", "age": 42, "zip": "73301"}).json()["status"] == "sold"
     [got] = xml.received
@@ -64,30 +90,56 @@ def test_a_text_reply_judged_by_accept_regex_and_a_json_post_keeping_types(api, 
     assert api.post_lead(key, {"lead_id": "x2"}).json()["status"] == "unsold"
 
 
-@pytest.mark.parametrize("template", [
-    "{{ lead.email ", "{% for %}", "{{ ''.__class__.__mro__ }}", "x {{ ''.__class__.__mro__[1].__subclasses__() }}",
-    "{{ lead.__class__ }}", "{{ (lead.get).__self__.__class__ }}", "{{ cycler.__init__.__globals__.os }}",
-    "{{ [''.__class__] }}", "{{ lead.pop('email') }}", "{{ lead.update({'email': ''}) }}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ lead.email ",
+        "{% for %}",
+        "{{ ''.__class__.__mro__ }}",
+        "x {{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ lead.__class__ }}",
+        "{{ (lead.get).__self__.__class__ }}",
+        "{{ cycler.__init__.__globals__.os }}",
+        "{{ [''.__class__] }}",
+        "{{ lead.pop('email') }}",
+        "{{ lead.update({'email': ''}) }}",
+    ],
+)
 def test_templates_that_do_not_parse_or_escape_the_sandbox_are_refused_at_put(api, buyer_server, template):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/evil", headers=api.admin, json={
-        "name": "Evil", "endpoint_url": buyer_server.url("evil"), "price": "1.00",
-        "delivery": {"fields": {"x": template}}})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/evil",
+        headers=api.admin,
+        json={
+            "name": "Evil",
+            "endpoint_url": buyer_server.url("evil"),
+            "price": "1.00",
+            "delivery": {"fields": {"x": template}},
+        },
+    )
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["code"] == "invalid_buyer" and "delivery.fields.x" in error["message"]
     assert api.get("/v1/admin/buyers/evil").status_code == 404  # nothing stored
 
 
-@pytest.mark.parametrize("delivery, field", [
-    ({"accept": "result =="}, "delivery.accept"), ({"accept_regex": "("}, "delivery.accept_regex"),
-    ({"format": "xml"}, "delivery.format"), ({"method": "GET"}, "delivery.method"),
-    ({"headers": {"Content-Type": "text/plain"}}, "delivery.headers.Content-Type"),
-    ({"headers": {"X-A": "a\r\nX-B: b"}}, "delivery.headers.X-A"), ({"fields": {}}, "delivery.fields"),
-])
+@pytest.mark.parametrize(
+    "delivery, field",
+    [
+        ({"accept": "result =="}, "delivery.accept"),
+        ({"accept_regex": "("}, "delivery.accept_regex"),
+        ({"format": "xml"}, "delivery.format"),
+        ({"method": "GET"}, "delivery.method"),
+        ({"headers": {"Content-Type": "text/plain"}}, "delivery.headers.Content-Type"),
+        ({"headers": {"X-A": "a\r\nX-B: b"}}, "delivery.headers.X-A"),
+        ({"fields": {}}, "delivery.fields"),
+    ],
+)
 def test_bad_delivery_settings_are_refused_naming_the_field(api, delivery, field):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/b", headers=api.admin, json={
-        "name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "delivery": delivery})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/b",
+        headers=api.admin,
+        json={"name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "delivery": delivery},
+    )
     assert resp.status_code == 400 and field in resp.json()["error"]["message"], resp.text
 
 
@@ -109,8 +161,11 @@ def test_header_secrets_are_redacted_on_get_and_kept_when_the_redacted_form_come
 def test_preview_shows_the_request_and_sends_reserves_stores_nothing(api, buyer_server):
     acme = buyer_server.add("acme")
     api.put_buyer("acme", buyer_server.url("acme"), price="12.50", caps={"daily": 1}, delivery=FORM)
-    resp = api.http.post(f"{api.base}/v1/admin/buyers/acme/preview", headers=api.admin,
-                         json={"lead_id": "p1", "email": "ada@example.com", "first_name": "Ada"})
+    resp = api.http.post(
+        f"{api.base}/v1/admin/buyers/acme/preview",
+        headers=api.admin,
+        json={"lead_id": "p1", "email": "ada@example.com", "first_name": "Ada"},
+    )
     assert resp.status_code == 200, resp.text
     preview = resp.json()
     assert preview["method"] == "POST" and preview["url"] == buyer_server.url("acme")
@@ -138,17 +193,26 @@ def test_ping_post_under_price_routing_sells_to_the_best_bid_within_its_budget(a
     buyer_server.add("fixed")
     key = api.put_publisher("surge", routing="price", commission_pct="10")
     url = buyer_server.url
-    api.put_buyer("hi", url("hi"), priority=3, price="1.00", ping={**PING, "url": url("hi/ping")},
-                  delivery=POST_WITH_BID_ID, caps={"daily_budget": "60.00"})
+    api.put_buyer(
+        "hi",
+        url("hi"),
+        priority=3,
+        price="1.00",
+        ping={**PING, "url": url("hi/ping")},
+        delivery=POST_WITH_BID_ID,
+        caps={"daily_budget": "60.00"},
+    )
     api.put_buyer("mid", url("mid"), priority=1, price="1.00", ping={**PING, "url": url("mid/ping")})
     api.put_buyer("low", url("low"), priority=1, price="1.00", ping={**PING, "url": url("low/ping")})
     api.put_buyer("fixed", url("fixed"), priority=2, price="10.00")
     api.settle_config()
 
     def post(i: int) -> dict:
-        resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": f"pp{i}", "state": "TX",
-                                                               "email": f"c{i}@x.io"},
-                                  headers={"Authorization": f"Bearer {key}"})
+        resp = api.session().post(
+            f"{api.base}/v1/leads",
+            json={"lead_id": f"pp{i}", "state": "TX", "email": f"c{i}@x.io"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
         assert resp.status_code == 200, resp.text
         return resp.json()
 
@@ -200,8 +264,12 @@ def _round_robin_shares(api, buyer_server, bases: list[str]) -> Counter:
     def one(i: int) -> dict:
         s = getattr(local, "s", None) or api.session()
         local.s = s
-        return s.post(f"{bases[i % len(bases)]}/v1/leads", json={"lead_id": f"rr{i}"},
-                      headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+        return s.post(
+            f"{bases[i % len(bases)]}/v1/leads",
+            json={"lead_id": f"rr{i}"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        ).json()
 
     with ThreadPoolExecutor(30) as pool:
         return Counter(a["buyer_id"] for a in pool.map(one, range(300)))
@@ -231,9 +299,16 @@ def test_weighted_routing_draws_by_weight(api, buyer_server):
     api.put_buyer("later", buyer_server.url("later"), priority=2, weight=100)  # a lower priority waits
     api.settle_config()
     with ThreadPoolExecutor(20) as pool:
-        answers = list(pool.map(lambda i: api.session().post(
-            f"{api.base}/v1/leads", json={"lead_id": f"w{i}"}, headers={"Authorization": f"Bearer {key}"}).json(),
-            range(400)))
+        answers = list(
+            pool.map(
+                lambda i: (
+                    api.session()
+                    .post(f"{api.base}/v1/leads", json={"lead_id": f"w{i}"}, headers={"Authorization": f"Bearer {key}"})
+                    .json()
+                ),
+                range(400),
+            )
+        )
     shares = Counter(a["buyer_id"] for a in answers)
     assert shares["later"] == 0
     assert abs(shares["w3"] / 400 - 0.75) <= 0.1 and abs(shares["w1"] / 400 - 0.25) <= 0.1, shares
@@ -248,20 +323,33 @@ def test_caps_stay_exact_under_every_routing_mode(api, buyer_server, mode):
     api.put_buyer("b", buyer_server.url("b"), priority=1, caps={"daily": 5}, price="11.00")
     api.settle_config()
     with ThreadPoolExecutor(20) as pool:
-        answers = list(pool.map(lambda i: api.session().post(
-            f"{api.base}/v1/leads", json={"lead_id": f"c{i}"}, headers={"Authorization": f"Bearer {key}"}).json(),
-            range(40)))
+        answers = list(
+            pool.map(
+                lambda i: (
+                    api.session()
+                    .post(f"{api.base}/v1/leads", json={"lead_id": f"c{i}"}, headers={"Authorization": f"Bearer {key}"})
+                    .json()
+                ),
+                range(40),
+            )
+        )
     sold = Counter(a["buyer_id"] for a in answers if a["status"] == "sold")
     assert sold == {"a": 7, "b": 5}
     assert len(buyer_server.buyers["a"].received) == 7 and len(buyer_server.buyers["b"].received) == 5
 
 
 def test_bad_routing_mode_and_weight_are_refused(api):
-    resp = api.http.put(f"{api.base}/v1/admin/publishers/p", headers=api.admin,
-                        json={"name": "P", "api_key": "pk_test_0123456789abcdef", "routing": "random"})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/publishers/p",
+        headers=api.admin,
+        json={"name": "P", "api_key": "pk_test_0123456789abcdef", "routing": "random"},
+    )
     assert resp.status_code == 400 and "routing" in resp.json()["error"]["message"]
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/b", headers=api.admin,
-                        json={"name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "weight": 0})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/b",
+        headers=api.admin,
+        json={"name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "weight": 0},
+    )
     assert resp.status_code == 400 and "weight" in resp.json()["error"]["message"]
 
 
@@ -273,11 +361,20 @@ def test_demo_buyer_quick_start_sells_a_lead(api, app):
     port = free_port()
     threading.Thread(target=demo_buyer.serve, args=("127.0.0.1", port), daemon=True).start()
     key = api.put_publisher("surge")
-    api.put_buyer("acme", f"http://127.0.0.1:{port}/acme", price="12.50", states=["TX", "OK"],
-                  caps={"hourly": 10, "daily": 100, "daily_budget": "900.00"})
+    api.put_buyer(
+        "acme",
+        f"http://127.0.0.1:{port}/acme",
+        price="12.50",
+        states=["TX", "OK"],
+        caps={"hourly": 10, "daily": 100, "daily_budget": "900.00"},
+    )
     api.settle_config()
-    body = wait_until(lambda: (r := api.post_lead(key, {"lead_id": "surge-1", "state": "TX"}).json())
-                      and r.get("status") == "sold" and r, what="a sale to the demo buyer")
+    body = wait_until(
+        lambda: (
+            (r := api.post_lead(key, {"lead_id": "surge-1", "state": "TX"}).json()) and r.get("status") == "sold" and r
+        ),
+        what="a sale to the demo buyer",
+    )
     assert body["buyer_id"] == "acme" and Decimal(body["price"]) == Decimal("12.50")
 
 
@@ -288,8 +385,12 @@ def test_api_keeps_working_without_integrations(api: Api, buyer_server):
     api.put_buyer("acme", buyer_server.url("acme"))
     api.settle_config()
     assert api.post_lead(key, {"lead_id": "d1", "state": "TX"}).json()["status"] == "sold"
-    assert acme.received[0]["body"] == {"lead_id": "d1", "publisher_id": "surge", "price": "10.00",
-                                        "lead": {"state": "TX"}}
+    assert acme.received[0]["body"] == {
+        "lead_id": "d1",
+        "publisher_id": "surge",
+        "price": "10.00",
+        "lead": {"state": "TX"},
+    }
 
 
 def test_a_reply_nested_past_pythons_stack_is_an_error_not_a_500(api, buyer_server):

@@ -2,6 +2,7 @@
 `rate_limit`): a token bucket per publisher in one Lua script (lua/take_token.lua), shared by
 every web process, checked right after authentication: a lead over it is 429 `rate_limited`
 with Retry-After, and nothing else is done for it."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ from webhooks.errors import ConfigError
 from webhooks.storage import keys
 
 
-def _post(api, key: str, body: dict | None = None, session: requests.Session | None = None,
-          data: bytes | None = None) -> requests.Response:
+def _post(
+    api, key: str, body: dict | None = None, session: requests.Session | None = None, data: bytes | None = None
+) -> requests.Response:
     headers = {"Authorization": f"Bearer {key}"}
     if data is not None:
         return (session or api.http).post(f"{api.base}/v1/leads", data=data, headers=headers, timeout=30)
@@ -74,8 +76,12 @@ def _exhaust_bounded(api, redis_server, key: str, prefix: str, per_second: int, 
 
 
 def _scraped(text: str, name: str, **labels) -> float:
-    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name == name and s.labels == labels)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels == labels
+    )
 
 
 def test_a_burst_is_accepted_then_refused_with_retry_after_and_counted(api, redis_server):
@@ -96,8 +102,9 @@ def test_a_refused_lead_is_not_parsed_claimed_routed_or_stored(api, buyer_server
     _exhaust(api, key, "x")
     # The next lead is refused, unless a token came back meanwhile (a whole second: a slow
     # machine); then the one after it is.
-    lead_id = next(f"held{i}" for i in range(5)
-                   if _post(api, key, {"lead_id": f"held{i}", "state": "TX"}).status_code == 429)
+    lead_id = next(
+        f"held{i}" for i in range(5) if _post(api, key, {"lead_id": f"held{i}", "state": "TX"}).status_code == 429
+    )
     r = redis_server.client()
     assert not r.exists(keys.lead_claim("surge", lead_id))
     assert not r.exists(keys.lead_attempt("surge", lead_id))
@@ -107,8 +114,12 @@ def test_a_refused_lead_is_not_parsed_claimed_routed_or_stored(api, buyer_server
     assert all(a.status_code == 400 or _is_rate_limited(a) for a in not_json)
     assert any(a.status_code == 429 for a in not_json)
     # Once the bucket has a token again, the same lead_id is routed as a new lead.
-    resent = wait_until(lambda: (resp := _post(api, key, {"lead_id": lead_id, "state": "TX"})).status_code == 200
-                        and resp, timeout=10, interval=0.2, what="a token")
+    resent = wait_until(
+        lambda: (resp := _post(api, key, {"lead_id": lead_id, "state": "TX"})).status_code == 200 and resp,
+        timeout=10,
+        interval=0.2,
+        what="a token",
+    )
     assert resent.json()["status"] == "sold" and "replayed" not in resent.json()
 
 
@@ -124,8 +135,12 @@ def test_the_bucket_refills_at_per_second(api):
     key = api.put_publisher("surge", rate_limit={"per_second": 50, "burst": 2})
     api.settle_config()
     assert _is_rate_limited(_exhaust(api, key, "a")[-1])
-    resp = wait_until(lambda: (r := _post(api, key, {"lead_id": "after"})).status_code == 200 and r,
-                      timeout=10, interval=0.05, what="a refilled token")
+    resp = wait_until(
+        lambda: (r := _post(api, key, {"lead_id": "after"})).status_code == 200 and r,
+        timeout=10,
+        interval=0.05,
+        what="a refilled token",
+    )
     assert resp.json()["lead_id"] == "after"
 
 
@@ -235,8 +250,11 @@ def test_rate_limit_is_stored_shown_and_put_back(api):
     api.put_publisher("surge", rate_limit={"per_second": 50, "burst": 100})
     shown = api.get("/v1/admin/publishers/surge").json()
     assert shown["rate_limit"] == {"per_second": 50, "burst": 100}
-    resp = api.http.put(f"{api.base}/v1/admin/publishers/surge", headers=api.admin,
-                        json={**shown, "api_key": "pk_test_surge_0123456789"})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/publishers/surge",
+        headers=api.admin,
+        json={**shown, "api_key": "pk_test_surge_0123456789"},
+    )
     assert resp.status_code == 200 and resp.json()["rate_limit"] == {"per_second": 50, "burst": 100}
     api.put_publisher("surge", rate_limit={"per_second": 7})  # burst: one second's worth
     assert api.get("/v1/admin/publishers/surge").json()["rate_limit"] == {"per_second": 7, "burst": 7}
@@ -244,41 +262,57 @@ def test_rate_limit_is_stored_shown_and_put_back(api):
     assert api.get("/v1/admin/publishers/surge").json()["rate_limit"] is None
 
 
-@pytest.mark.parametrize("rate_limit, field", [
-    ("fast", "rate_limit"),
-    ([50, 100], "rate_limit"),
-    ({"burst": 5}, "rate_limit.per_second"),
-    ({"per_second": True}, "rate_limit.per_second"),
-    ({"per_second": 0}, "rate_limit.per_second"),
-    ({"per_second": -1}, "rate_limit.per_second"),
-    ({"per_second": 100_001}, "rate_limit.per_second"),
-    ({"per_second": 2.5}, "rate_limit.per_second"),
-    ({"per_second": "50"}, "rate_limit.per_second"),
-    ({"per_second": 5, "burst": 0}, "rate_limit.burst"),
-    ({"per_second": 5, "burst": False}, "rate_limit.burst"),
-    ({"per_second": 5, "burst": 10**30}, "rate_limit.burst"),
-    ({"per_second": 5, "burst": 5, "window": 1}, "rate_limit.window"),
-])
+@pytest.mark.parametrize(
+    "rate_limit, field",
+    [
+        ("fast", "rate_limit"),
+        ([50, 100], "rate_limit"),
+        ({"burst": 5}, "rate_limit.per_second"),
+        ({"per_second": True}, "rate_limit.per_second"),
+        ({"per_second": 0}, "rate_limit.per_second"),
+        ({"per_second": -1}, "rate_limit.per_second"),
+        ({"per_second": 100_001}, "rate_limit.per_second"),
+        ({"per_second": 2.5}, "rate_limit.per_second"),
+        ({"per_second": "50"}, "rate_limit.per_second"),
+        ({"per_second": 5, "burst": 0}, "rate_limit.burst"),
+        ({"per_second": 5, "burst": False}, "rate_limit.burst"),
+        ({"per_second": 5, "burst": 10**30}, "rate_limit.burst"),
+        ({"per_second": 5, "burst": 5, "window": 1}, "rate_limit.window"),
+    ],
+)
 def test_invalid_rate_limit_is_refused_naming_the_field(api, rate_limit, field):
-    resp = api.http.put(f"{api.base}/v1/admin/publishers/surge", headers=api.admin,
-                        json={"name": "Surge", "api_key": "pk_test_surge_0123456789", "rate_limit": rate_limit})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/publishers/surge",
+        headers=api.admin,
+        json={"name": "Surge", "api_key": "pk_test_surge_0123456789", "rate_limit": rate_limit},
+    )
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == "invalid_publisher"
     assert resp.json()["error"]["message"].startswith(field + ":")
     assert api.get("/v1/admin/publishers/surge").status_code == 404
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("50/100", (50, 100)), ("50", (50, 50)), (" 7/9 ", (7, 9)), ("off", None), ("OFF", None), ("0", None),
-    ("", (100, 200)),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("50/100", (50, 100)),
+        ("50", (50, 50)),
+        (" 7/9 ", (7, 9)),
+        ("off", None),
+        ("OFF", None),
+        ("0", None),
+        ("", (100, 200)),
+    ],
+)
 def test_publisher_rate_limit_from_the_environment(raw, expected):
     assert config.load({"PUBLISHER_RATE_LIMIT": raw}).publisher_rate_limit == expected
     assert config.load({}).publisher_rate_limit == (100, 200)
 
 
-@pytest.mark.parametrize("raw", ["abc", "0/5", "5/0", "100001/1", "1/100001", "-1", "1.5", "50/100/2",
-                                 "50 / 100", "\u0665\u0660", "1e3", "50/"])
+@pytest.mark.parametrize(
+    "raw",
+    ["abc", "0/5", "5/0", "100001/1", "1/100001", "-1", "1.5", "50/100/2", "50 / 100", "\u0665\u0660", "1e3", "50/"],
+)
 def test_bad_publisher_rate_limit_stops_start_up(raw):
     with pytest.raises(ConfigError, match="PUBLISHER_RATE_LIMIT"):
         config.load({"PUBLISHER_RATE_LIMIT": raw})
@@ -306,8 +340,10 @@ def test_a_refusal_writes_nothing_and_says_how_long_to_wait(app, redis_server):
     assert r.hgetall(keys.rate_bucket("slow")) == before
 
 
-@pytest.mark.skipif(CLUSTER, reason="cluster run: killing every node and forming the cluster again is "
-                    "tests/e2e/test_cluster.py's subject")
+@pytest.mark.skipif(
+    CLUSTER,
+    reason="cluster run: killing every node and forming the cluster again is tests/e2e/test_cluster.py's subject",
+)
 def test_redis_down_is_503_unavailable_and_no_lead_is_routed(api, buyer_server, redis_server):
     acme = buyer_server.add("acme")
     key = api.put_publisher("surge", rate_limit={"per_second": 100, "burst": 100})

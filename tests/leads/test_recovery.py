@@ -5,6 +5,7 @@ The fast tests leave Redis as a routing that died mid-offer leaves it (its reser
 attempt note, written by the same functions the router uses; its claim expired) and post the
 publisher's retry to the app in-process. The e2e tests kill -9 a real gunicorn worker while a
 real buyer holds the lead, and send SIGTERM mid-delivery."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ from webhooks.storage.models import Lead, LeadAttempt
 from webhooks.storage.settle_queue import SETTLE
 
 
-def _die_while_offering(app, publisher_id: str, lead_id: str, buyer_id: str, attempts=(),
-                        payload: str | None = None) -> leases.Lease:
+def _die_while_offering(
+    app, publisher_id: str, lead_id: str, buyer_id: str, attempts=(), payload: str | None = None
+) -> leases.Lease:
     """What a routing leaves behind when its process dies after offering `lead_id` to
     `buyer_id`: the reservation and the attempt note (one round trip, as the router makes
     it), carrying the lead (`payload`, the publisher's body) when given; the claim has
@@ -46,10 +48,17 @@ def _die_while_offering(app, publisher_id: str, lead_id: str, buyer_id: str, att
     with db.connection_context():
         [buyer] = [b for b in load_snapshot(None).buyers if b.id == buyer_id]
     ref = None if payload is None else lead_ref(publisher_id, lead_id, payload, "req-1")
-    note = attempt_note(keys.lead_attempt(publisher_id, lead_id), Offer(buyer, buyer.price),
-                        datetime.now(timezone.utc), list(attempts), 60_000, ref)
-    reservation = leases.reserve(store, buyer, datetime.now(timezone.utc), lease_ttl_ms=60_000,
-                                 probe_ttl_ms=60_000, note=note)
+    note = attempt_note(
+        keys.lead_attempt(publisher_id, lead_id),
+        Offer(buyer, buyer.price),
+        datetime.now(timezone.utc),
+        list(attempts),
+        60_000,
+        ref,
+    )
+    reservation = leases.reserve(
+        store, buyer, datetime.now(timezone.utc), lease_ttl_ms=60_000, probe_ttl_ms=60_000, note=note
+    )
     assert reservation.status == "ok"
     return reservation.lease
 
@@ -63,15 +72,15 @@ def _setup_x_and_y(api: Api, buyer_server, x_mode: str = "accept"):
     return key, x, y
 
 
-def test_retry_after_a_dead_routing_offers_the_lead_to_the_same_buyer_who_confirms_it(api, app, buyer_server,
-                                                                                      worker):
+def test_retry_after_a_dead_routing_offers_the_lead_to_the_same_buyer_who_confirms_it(api, app, buyer_server, worker):
     key, x, y = _setup_x_and_y(api, buyer_server)
-    lease = _die_while_offering(app, "surge", "L1", "x", attempts=[{"buyer_id": "z", "outcome": "rejected",
-                                                                    "ms": 7}])
+    lease = _die_while_offering(app, "surge", "L1", "x", attempts=[{"buyer_id": "z", "outcome": "rejected", "ms": 7}])
     body = api.post_lead(key, {"lead_id": "L1", "state": "TX"}).json()
     assert (body["status"], body["buyer_id"], body["price"]) == ("sold", "x", "10.00")
-    assert body["attempts"] == [{"buyer_id": "z", "outcome": "rejected", "ms": 7},
-                                {"buyer_id": "x", "outcome": "accepted", "ms": body["attempts"][1]["ms"]}]
+    assert body["attempts"] == [
+        {"buyer_id": "z", "outcome": "rejected", "ms": 7},
+        {"buyer_id": "x", "outcome": "accepted", "ms": body["attempts"][1]["ms"]},
+    ]
     assert y.received == []
     [offer] = x.received
     assert offer["headers"]["Idempotency-Key"] == "surge:L1:x" and offer["body"]["lead"] == {"state": "TX"}
@@ -87,7 +96,8 @@ def test_retry_after_a_dead_routing_offers_the_lead_to_the_same_buyer_who_confir
 
 @pytest.mark.parametrize("answer", ["reject", "error500"])
 def test_a_buyer_not_confirming_the_reoffer_leaves_the_lead_unsold_unknown_and_never_offers_another(
-        api, app, buyer_server, worker, answer):
+    api, app, buyer_server, worker, answer
+):
     key, x, y = _setup_x_and_y(api, buyer_server, x_mode=answer)
     lease = _die_while_offering(app, "surge", "L2", "x")
     body = api.post_lead(key, {"lead_id": "L2"}).json()
@@ -141,8 +151,14 @@ def _sweep(app, after_ms: int = 0) -> recovery.SweepResult:
 
 def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_sweep(api, app, buyer_server, worker):
     key, x, y = _setup_x_and_y(api, buyer_server)
-    lease = _die_while_offering(app, "surge", "A1", "x", attempts=[{"buyer_id": "z", "outcome": "rejected", "ms": 3}],
-                                payload='{"lead_id":"A1","state":"TX"}')
+    lease = _die_while_offering(
+        app,
+        "surge",
+        "A1",
+        "x",
+        attempts=[{"buyer_id": "z", "outcome": "rejected", "ms": 3}],
+        payload='{"lead_id":"A1","state":"TX"}',
+    )
     result = _sweep(app)
     assert (result.sold, result.unsold, result.left) == (["surge:A1"], [], 0)
     [offer] = x.received  # the re-offer: same key, same lead; nobody else asked
@@ -190,7 +206,8 @@ def test_the_sweep_settles_a_confirmed_sale_without_asking_the_buyer_again(api, 
 
 
 def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_took_the_claim(
-        api, app, buyer_server, worker):
+    api, app, buyer_server, worker
+):
     """The sweep runs outside gevent, where only socket timeouts bound a buyer's answer: its
     claim (201 ms here) expires while x takes 0.8 s, a publisher retry claims the lead and
     offers it to x again. Both hear `accepted`; the lead is sold once, to x, and the sweep
@@ -199,14 +216,24 @@ def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_t
     x.delay = 0.8
     _die_while_offering(app, "surge", "D1", "x", payload='{"lead_id":"D1"}')
     ext, r = services.of(app), services.of(app).store.redis
-    cfg = dataclasses.replace(services.of(app).config, lead_abandoned_after_ms=0, lead_claim_margin_ms=1,
-                              buyer_timeout_ms=100)
+    cfg = dataclasses.replace(
+        services.of(app).config, lead_abandoned_after_ms=0, lead_claim_margin_ms=1, buyer_timeout_ms=100
+    )
     with db.connection_context():
         snapshot = load_snapshot(None)
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     with ThreadPoolExecutor(1) as pool:
-        sweeping = pool.submit(recovery.sweep, ext.store, ext.settle, ext.queue, Deliverer(3000),
-                               snapshot.buyers, ["x", "y"], publishers, cfg)
+        sweeping = pool.submit(
+            recovery.sweep,
+            ext.store,
+            ext.settle,
+            ext.queue,
+            Deliverer(3000),
+            snapshot.buyers,
+            ["x", "y"],
+            publishers,
+            cfg,
+        )
         wait_until(lambda: x.arrived, what="the sweep's re-offer to reach x")
         wait_until(lambda: not r.exists(keys.lead_claim("surge", "D1")), what="the sweep's claim to expire")
         retry = api.post_lead(key, {"lead_id": "D1"}).json()
@@ -260,6 +287,7 @@ def test_a_retry_and_the_sweep_racing_for_one_abandoned_lead_sell_it_once(api, a
 
 # --- real processes --------------------------------------------------------------------------
 
+
 @pytest.fixture
 def one_worker_web(base_env, tmp_path):
     """gunicorn with one gevent worker; short claims so a retry finds a dead one's soon."""
@@ -271,6 +299,7 @@ def one_worker_web(base_env, tmp_path):
 
 def _post_until_answered(api: Api, key: str, lead_id: str, timeout: float = 30) -> dict:
     """Retry as a publisher does: the same lead_id on 409, 503 and connection errors."""
+
     def attempt():
         try:
             resp = api.post_lead(key, {"lead_id": lead_id})
@@ -292,7 +321,8 @@ def _post_once_into_the_kill(api: Api, key: str, lead_id: str) -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize("reoffer", ["accept", "reject"])
 def test_worker_killed_after_the_buyer_got_the_lead_never_sells_it_to_another_buyer(
-        one_worker_web, buyer_server, worker, reoffer):
+    one_worker_web, buyer_server, worker, reoffer
+):
     api = Api(one_worker_web.url)
     key, x, y = _setup_x_and_y(api, buyer_server, x_mode="sleep")
     x.delay = 0.9  # x answers `accepted` after 0.9 s: into the void
@@ -318,7 +348,8 @@ def test_worker_killed_after_the_buyer_got_the_lead_never_sells_it_to_another_bu
 
 @pytest.mark.e2e
 def test_worker_killed_after_the_buyer_accepted_and_no_retry_ever_comes_is_sold_by_the_sweep(
-        one_worker_web, buyer_server, worker, redis_server, queue_server):
+    one_worker_web, buyer_server, worker, redis_server, queue_server
+):
     """What the 60-minute soak lost once: a web worker killed -9 right after its buyer
     accepted, and a publisher that never retried. The scheduler's sweep (the job it runs,
     on the real RQ worker) offers the lead again to that buyer alone and settles the sale."""
@@ -335,9 +366,13 @@ def test_worker_killed_after_the_buyer_accepted_and_no_retry_ever_comes_is_sold_
     r = redis_server.client()
     wait_until(lambda: not r.exists(keys.lead_claim("surge", "K9")), timeout=20, what="the dead claim to expire")
     job = Queue(SETTLE, connection=redis.Redis.from_url(queue_server.url)).enqueue(
-        "workers.leads.sweep_abandoned", after_ms=0)  # the scheduler's job, without its 2-minute wait
-    assert wait_until(lambda: job.refresh() or job.return_value(), timeout=30,
-                      what="the sweep") == {"sold": 1, "unsold": 0, "left": 0}
+        "workers.leads.sweep_abandoned", after_ms=0
+    )  # the scheduler's job, without its 2-minute wait
+    assert wait_until(lambda: job.refresh() or job.return_value(), timeout=30, what="the sweep") == {
+        "sold": 1,
+        "unsold": 0,
+        "left": 0,
+    }
 
     def settled():
         with db.connection_context():
@@ -375,9 +410,9 @@ def test_sigterm_mid_delivery_lets_the_lead_finish_and_answers_its_publisher(bas
 
 
 @pytest.mark.e2e
-def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_once(base_env, tmp_path,
-                                                                                    buyer_server, worker,
-                                                                                    record_property):
+def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_once(
+    base_env, tmp_path, buyer_server, worker, record_property
+):
     """1,000 leads from 50 threads across 2 web workers, each killed -9 in turn mid-run, with
     publishers retrying: no lead accepted by two buyers, no cap exceeded, and the ledger
     sells exactly what the buyers accepted (a repeated Idempotency-Key counted once)."""
@@ -402,8 +437,12 @@ def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_o
 
             def attempt():
                 try:
-                    resp = s.post(f"{server.url}/v1/leads", json={"lead_id": lead_id}, timeout=30,
-                                  headers={"Authorization": f"Bearer {key}"})
+                    resp = s.post(
+                        f"{server.url}/v1/leads",
+                        json={"lead_id": lead_id},
+                        timeout=30,
+                        headers={"Authorization": f"Bearer {key}"},
+                    )
                 except requests.RequestException:  # the connection died with its worker
                     return None
                 return resp.json() if resp.status_code == 200 else None
@@ -418,8 +457,11 @@ def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_o
                 wait_until(lambda t=threshold: done["n"] >= t, timeout=120, what=f"{threshold} answers")
                 victims = child_pids(server.pid)
                 os.kill(victims[0], signal.SIGKILL)
-                wait_until(lambda v=victims: len(set(child_pids(server.pid)) - set(v)) >= 1, timeout=30,
-                           what="gunicorn to replace the killed worker")
+                wait_until(
+                    lambda v=victims: len(set(child_pids(server.pid)) - set(v)) >= 1,
+                    timeout=30,
+                    what="gunicorn to replace the killed worker",
+                )
 
         kill = threading.Thread(target=killer, daemon=True)
         kill.start()
@@ -447,8 +489,10 @@ def test_thousand_leads_while_each_web_worker_is_killed_sell_each_lead_at_most_o
             ledger = _ledger_sold()
             missing = {k: v for k, v in sold.items() if ledger.get(k) != v}
             extra = {k: v for k, v in ledger.items() if k not in sold}
-            raise AssertionError(f"ledger differs: {len(missing)} sold leads missing or other, {len(extra)} extra: "
-                                 f"{list(missing.items())[:5]} {list(extra.items())[:5]}") from None
+            raise AssertionError(
+                f"ledger differs: {len(missing)} sold leads missing or other, {len(extra)} extra: "
+                f"{list(missing.items())[:5]} {list(extra.items())[:5]}"
+            ) from None
     finally:
         server.stop()
 

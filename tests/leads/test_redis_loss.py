@@ -2,6 +2,7 @@
 
 The web server lives for the whole run and its settlement journal outlives a test, so each
 test here uses buyer ids of its own."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -31,8 +32,7 @@ def test_redis_down_answers_503_and_sells_nothing(api, buyer_server, redis_serve
         redis_server.start()
 
 
-def test_after_data_loss_counters_are_rebuilt_from_the_ledger_before_selling(
-        api, buyer_server, redis_server, worker):
+def test_after_data_loss_counters_are_rebuilt_from_the_ledger_before_selling(api, buyer_server, redis_server, worker):
     lossy = buyer_server.add("lossy")
     key = api.put_publisher("pub-lossy")
     api.put_buyer("lossy", buyer_server.url("lossy"), caps={"daily": 5, "hourly": 4})
@@ -73,8 +73,12 @@ def test_redis_restarted_empty_mid_burst_never_exceeds_the_cap(api, buyer_server
         if i == 60:
             redis_server.restart_empty()
         try:
-            resp = api.session().post(f"{api.base}/v1/leads", json={"lead_id": f"burst-{i}"},
-                                 headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            resp = api.session().post(
+                f"{api.base}/v1/leads",
+                json={"lead_id": f"burst-{i}"},
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=30,
+            )
         except requests.RequestException:
             return "error"
         return resp.json().get("status") or resp.json()["error"]["code"]
@@ -84,8 +88,12 @@ def test_redis_restarted_empty_mid_burst_never_exceeds_the_cap(api, buyer_server
     assert burst.accepted <= 100
     assert statuses["sold"] == burst.accepted
     # after the rebuild, selling resumes until the cap is reached
-    wait_until(lambda: api.post_lead(key, {"lead_id": f"after-{burst.accepted}"}).status_code == 200,
-               timeout=45, interval=0.3, what="routing to resume")
+    wait_until(
+        lambda: api.post_lead(key, {"lead_id": f"after-{burst.accepted}"}).status_code == 200,
+        timeout=45,
+        interval=0.3,
+        what="routing to resume",
+    )
     for i in range(150):
         if api.post_lead(key, {"lead_id": f"fill-{i}"}).json()["status"] == "unsold":
             break
@@ -95,6 +103,7 @@ def test_redis_restarted_empty_mid_burst_never_exceeds_the_cap(api, buyer_server
 def _retry_until_answered(api, key: str, lead_id: str) -> dict:
     """A publisher's retries: again on 503 (caps being rebuilt, or a claim's life after the
     loss not over) until an answer comes."""
+
     def answered():
         resp = api.post_lead(key, {"lead_id": lead_id})
         return resp.json() if resp.status_code == 200 else None
@@ -113,7 +122,8 @@ def _publisher_and_two_buyers(api, buyer_server, name: str):
 
 
 def test_a_lead_settled_before_redis_lost_its_data_is_answered_from_the_ledger_not_sold_again(
-        api, buyer_server, redis_server, worker):
+    api, buyer_server, redis_server, worker
+):
     """The publisher retries a lead it sent before Redis restarted empty: the claim that held
     its answer is gone, the ledger still has the sale. The retry gets that answer; no buyer
     is offered the lead again."""
@@ -132,7 +142,8 @@ def test_a_lead_settled_before_redis_lost_its_data_is_answered_from_the_ledger_n
 
 
 def test_a_lead_still_queued_for_the_ledger_when_redis_lost_its_data_gets_its_answer_back(
-        api, app, buyer_server, redis_server, worker_manager):
+    api, app, buyer_server, redis_server, worker_manager
+):
     """No worker runs: the sale is only in the settlement queue (lost with Redis) and in the
     web process's journal. The journal pushes it again and puts its answer back, so the retry
     is a replay, and the ledger gets the one sale once a worker drains the queue."""

@@ -1,5 +1,6 @@
 """Per-buyer duplicate suppression, the routing trace and lead returns (API.md "dedupe",
 "Routing trace", "Lead returns"), against the real Redis, database and HTTP buyers."""
+
 from __future__ import annotations
 
 import threading
@@ -61,8 +62,11 @@ def test_200_concurrent_leads_of_40_consumers_reach_a_dedupe_buyer_once_per_cons
             start.wait()
         s = getattr(local, "s", None) or api.session()
         local.s = s
-        resp = s.post(f"{api.base}/v1/leads", json={"lead_id": f"d{i}", **consumer(i % 40, i // 40)},
-                      headers={"Authorization": f"Bearer {key}"})
+        resp = s.post(
+            f"{api.base}/v1/leads",
+            json={"lead_id": f"d{i}", **consumer(i % 40, i // 40)},
+            headers={"Authorization": f"Bearer {key}"},
+        )
         assert resp.status_code == 200, resp.text
         return resp.json()
 
@@ -72,8 +76,11 @@ def test_200_concurrent_leads_of_40_consumers_reach_a_dedupe_buyer_once_per_cons
     assert set(bought.values()) == {1}  # no consumer reached the buyer twice
     # Every consumer reached it once, unless the buyer's connection failed under this load for
     # each of that consumer's offers (a failed delivery frees the consumer: API.md).
-    failed = {normalise("email", consumer(i % 40, i // 40)["email"]) for i, a in enumerate(answers)
-              if any(t["buyer_id"] == "dd" and t["outcome"] in ("error", "timeout") for t in a["attempts"])}
+    failed = {
+        normalise("email", consumer(i % 40, i // 40)["email"])
+        for i, a in enumerate(answers)
+        if any(t["buyer_id"] == "dd" and t["outcome"] in ("error", "timeout") for t in a["attempts"])
+    }
     assert len(bought) + len(failed - set(bought)) == 40
     sold_to = Counter(a["buyer_id"] for a in answers)
     assert sold_to["dd"] == len(bought)
@@ -129,10 +136,14 @@ def test_the_trace_says_why_each_buyer_was_not_attempted(api, buyer_server, work
     assert body["buyer_id"] == "taker"
     record = api.wait_settled("t1", "surge")
     assert record["skipped"] == [
-        {"buyer_id": "off", "reason": "inactive"}, {"buyer_id": "texas", "reason": "state"},
-        {"buyer_id": "blocks", "reason": "blocked_publisher"}, {"buyer_id": "closed", "reason": "closed"},
-        {"buyer_id": "full", "reason": "cap_full:daily"}, {"buyer_id": "dd", "reason": "duplicate"},
-        {"buyer_id": "flaky", "reason": "circuit_open"}]
+        {"buyer_id": "off", "reason": "inactive"},
+        {"buyer_id": "texas", "reason": "state"},
+        {"buyer_id": "blocks", "reason": "blocked_publisher"},
+        {"buyer_id": "closed", "reason": "closed"},
+        {"buyer_id": "full", "reason": "cap_full:daily"},
+        {"buyer_id": "dd", "reason": "duplicate"},
+        {"buyer_id": "flaky", "reason": "circuit_open"},
+    ]
     page = api.get("/ops").text
     assert "cap_full:daily" in page and "duplicate" in page
 
@@ -140,8 +151,7 @@ def test_the_trace_says_why_each_buyer_was_not_attempted(api, buyer_server, work
 def _sell(api, buyer_server, worker_needed=True, **buyer):
     acme = buyer_server.add("acme")
     key = api.put_publisher("surge", commission_pct="10")
-    api.put_buyer("acme", buyer_server.url("acme"), price="20.00", caps={"daily": 5, "daily_budget": "100.00"},
-                  **buyer)
+    api.put_buyer("acme", buyer_server.url("acme"), price="20.00", caps={"daily": 5, "daily_budget": "100.00"}, **buyer)
     api.settle_config()
     assert api.post_lead(key, {"lead_id": "sold-1"}).json()["status"] == "sold"
     api.wait_settled("sold-1", "surge")
@@ -162,8 +172,11 @@ def test_ten_concurrent_returns_of_one_lead_succeed_once(api, buyer_server, work
 
     def ret(_):
         start.wait()
-        return api.session().post(f"{api.base}/v1/admin/leads/sold-1/return?publisher_id=surge",
-                                  json={"reason": "disconnected phone"}, headers=api.admin)
+        return api.session().post(
+            f"{api.base}/v1/admin/leads/sold-1/return?publisher_id=surge",
+            json={"reason": "disconnected phone"},
+            headers=api.admin,
+        )
 
     with ThreadPoolExecutor(10) as pool:
         answers = list(pool.map(ret, range(10)))
@@ -193,8 +206,13 @@ def test_return_refusals(api, buyer_server, worker):
 def test_a_return_after_the_sales_day_rolled_over_leaves_the_new_days_cap_alone(api, buyer_server, worker):
     key, _ = _sell(api, buyer_server)  # today's sale: daily used 1
     yesterday = datetime.now(timezone.utc) - timedelta(days=1, hours=1)
-    out = Outcome(status="sold", buyer_id="acme", price=Decimal("20.00"), sold_at=yesterday,
-                  lease=leases.Lease("acme", "old-lease", ()))
+    out = Outcome(
+        status="sold",
+        buyer_id="acme",
+        price=Decimal("20.00"),
+        sold_at=yesterday,
+        lease=leases.Lease("acme", "old-lease", ()),
+    )
     item = settlement.make_item(PublisherRule("surge", True, Decimal("10")), "old-1", out, "{}", yesterday, None)
     with db.connection_context():
         assert ledger.settle([item]) == 1
@@ -217,18 +235,35 @@ def test_leads_return_cli_returns_a_csv_of_leads(api, app, buyer_server, worker,
     assert api.get("/v1/admin/leads/sold-2").json()["status"] == "returned"
 
 
-@pytest.mark.parametrize("dedupe", [{"fields": ["fax"]}, {"fields": []}, {"fields": ["email"], "days": 0},
-                                    {"fields": ["email", "email"]}, ["email"], {"fields": ["email"], "x": 1}])
+@pytest.mark.parametrize(
+    "dedupe",
+    [
+        {"fields": ["fax"]},
+        {"fields": []},
+        {"fields": ["email"], "days": 0},
+        {"fields": ["email", "email"]},
+        ["email"],
+        {"fields": ["email"], "x": 1},
+    ],
+)
 def test_bad_dedupe_settings_are_refused(api, dedupe):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/b", headers=api.admin,
-                        json={"name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "dedupe": dedupe})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/b",
+        headers=api.admin,
+        json={"name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "dedupe": dedupe},
+    )
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_buyer"
     assert "dedupe" in resp.json()["error"]["message"]
 
 
 def test_dedupe_and_return_window_are_stored_and_shown(api):
-    body = {"name": "B", "endpoint_url": "http://127.0.0.1:9/", "price": "1.00", "dedupe": DEDUPE,
-            "return_window_days": 14}
+    body = {
+        "name": "B",
+        "endpoint_url": "http://127.0.0.1:9/",
+        "price": "1.00",
+        "dedupe": DEDUPE,
+        "return_window_days": 14,
+    }
     assert api.http.put(f"{api.base}/v1/admin/buyers/b", json=body, headers=api.admin).status_code == 200
     got = api.get("/v1/admin/buyers/b").json()
     assert got["dedupe"] == DEDUPE and got["return_window_days"] == 14
@@ -246,8 +281,9 @@ def test_a_consumer_is_remembered_for_the_lease_only_until_the_sale_is_confirmed
         [rule] = [b for b in load_snapshot(None).buyers if b.id == "dd"]
     store = services.of(app).store
     keys_ = consumer_keys("dd", rule.dedupe_fields, consumer(4, 0))
-    held = leases.reserve(store, rule, datetime.now(timezone.utc), lease_ttl_ms=5_000, probe_ttl_ms=5_000,
-                          consumer=keys_)
+    held = leases.reserve(
+        store, rule, datetime.now(timezone.utc), lease_ttl_ms=5_000, probe_ttl_ms=5_000, consumer=keys_
+    )
     assert held.status == "ok" and all(0 < r.pttl(k) <= 5_000 for k in keys_)  # as long as the lease
 
 
@@ -257,8 +293,13 @@ def test_a_ping_buyer_is_not_pinged_for_a_consumer_it_bought(api, buyer_server):
     ping.mode, ping.reply = "reply", (200, b'{"price": "9.00"}', "application/json")
     buyer_server.add("fallback")
     key = api.put_publisher("surge")
-    api.put_buyer("pp", buyer_server.url("pp"), priority=1, dedupe={"fields": ["email"], "days": 1},
-                  ping={"url": buyer_server.url("pp/ping"), "bid": "price"})
+    api.put_buyer(
+        "pp",
+        buyer_server.url("pp"),
+        priority=1,
+        dedupe={"fields": ["email"], "days": 1},
+        ping={"url": buyer_server.url("pp/ping"), "bid": "price"},
+    )
     api.put_buyer("fallback", buyer_server.url("fallback"), priority=2)
     api.settle_config()
     assert api.post_lead(key, {"lead_id": "q1", "email": "a@x.io"}).json()["buyer_id"] == "pp"

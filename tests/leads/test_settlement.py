@@ -1,5 +1,6 @@
 """Settlement jobs against real processes: idempotent, retried through a database outage,
 run again after a kill -9, requeued from RQ's failed registry."""
+
 from __future__ import annotations
 
 import json
@@ -34,29 +35,35 @@ PUB = PublisherRule("pub", True, Decimal("10"))
 
 
 def sold_item(lead_id: str, price: str = "20.00") -> dict:
-    out = Outcome(status="sold", buyer_id="acme", price=Decimal(price),
-                  sold_at=datetime.now(timezone.utc),
-                  lease=leases.Lease("acme", "lease" + lead_id, (), False, 1),
-                  attempts=[{"buyer_id": "zen", "outcome": "timeout", "ms": 1500},
-                            {"buyer_id": "acme", "outcome": "accepted", "ms": 41}])
-    return settlement.make_item(PUB, lead_id, out, '{"lead_id": "%s"}' % lead_id,
-                                datetime.now(timezone.utc), "req-1")
+    out = Outcome(
+        status="sold",
+        buyer_id="acme",
+        price=Decimal(price),
+        sold_at=datetime.now(timezone.utc),
+        lease=leases.Lease("acme", "lease" + lead_id, (), False, 1),
+        attempts=[
+            {"buyer_id": "zen", "outcome": "timeout", "ms": 1500},
+            {"buyer_id": "acme", "outcome": "accepted", "ms": 41},
+        ],
+    )
+    return settlement.make_item(PUB, lead_id, out, '{"lead_id": "%s"}' % lead_id, datetime.now(timezone.utc), "req-1")
 
 
 @pytest.fixture
 def publisher(database_url):
     with db.connection_context():
-        Publisher.create(id="pub", name="Pub", api_key_hash="h" * 64, api_key_hint="abcd",
-                         commission_pct=Decimal("10"))
+        Publisher.create(id="pub", name="Pub", api_key_hash="h" * 64, api_key_hint="abcd", commission_pct=Decimal("10"))
 
 
 def ledger_state():
     with db.connection_context():
         # only this module's publisher: other tests' settlements may still be draining
-        return (Lead.select().where(Lead.publisher_id == "pub").count(),
-                LeadAttempt.select().where(LeadAttempt.publisher_id == "pub").count(),
-                Publisher.get_by_id("pub").balance,
-                AuditLog.select().where(AuditLog.entity_id.startswith("pub:")).count())
+        return (
+            Lead.select().where(Lead.publisher_id == "pub").count(),
+            LeadAttempt.select().where(LeadAttempt.publisher_id == "pub").count(),
+            Publisher.get_by_id("pub").balance,
+            AuditLog.select().where(AuditLog.entity_id.startswith("pub:")).count(),
+        )
 
 
 def test_settling_the_same_item_twice_writes_it_once(publisher):
@@ -81,8 +88,11 @@ class IsolatedQueue:
         self.workers: list[Proc] = []
 
     def start_worker(self) -> Proc:
-        proc = Proc([venv_bin("rq"), "worker", "--url", self.url, "--with-scheduler", "-w",
-                     "rq.worker.SimpleWorker", SETTLE], self.env, self.tmp / f"worker{len(self.workers)}.log")
+        proc = Proc(
+            [venv_bin("rq"), "worker", "--url", self.url, "--with-scheduler", "-w", "rq.worker.SimpleWorker", SETTLE],
+            self.env,
+            self.tmp / f"worker{len(self.workers)}.log",
+        )
         self.workers.append(proc)
         return proc
 
@@ -114,8 +124,10 @@ def test_a_drain_job_run_twice_settles_once(publisher, isolated):
     q.push(sold_item("L1"), sold_item("L2"))
     enqueue_drain(q.queue)  # a second job for the same work
     q.start_worker()
-    wait_until(lambda: ledger_state()[0] == 2 and q.queue.count == 0 and
-               q.client.llen(keys.SETTLE_PENDING) == 0, what="settlement")
+    wait_until(
+        lambda: ledger_state()[0] == 2 and q.queue.count == 0 and q.client.llen(keys.SETTLE_PENDING) == 0,
+        what="settlement",
+    )
     # the same items queued again (a re-push after a Redis loss, say) change nothing
     q.push(sold_item("L1"), sold_item("L2"))
     wait_until(lambda: q.client.llen(keys.SETTLE_PENDING) == 0, what="second drain")
@@ -165,8 +177,9 @@ def test_database_outage_is_retried_and_settles_after_it_returns(publisher, isol
     assert ledger_state() == (1, 2, Decimal("2.00"), 1)
 
 
-def test_the_periodic_safety_net_rides_out_a_database_outage_without_a_failed_job(publisher, isolated,
-                                                                                 database_url, db_proxy):
+def test_the_periodic_safety_net_rides_out_a_database_outage_without_a_failed_job(
+    publisher, isolated, database_url, db_proxy
+):
     """The soak's database outage left the scheduler's drain in RQ's failed registry, an
     operator's alarm for an outage that healed by itself. That job now ends quietly; its next
     run (the same job id, as rq-scheduler repeats it) takes back the batch and settles it."""
@@ -187,8 +200,9 @@ def test_the_periodic_safety_net_rides_out_a_database_outage_without_a_failed_jo
 
 
 @pytest.mark.parametrize("func", ["workers.reconcile.reconcile_all", "workers.leads.sweep_abandoned"])
-def test_the_other_periodic_jobs_ride_out_a_database_outage_without_a_failed_job(publisher, isolated, database_url,
-                                                                                db_proxy, func):
+def test_the_other_periodic_jobs_ride_out_a_database_outage_without_a_failed_job(
+    publisher, isolated, database_url, db_proxy, func
+):
     """A soak run with a database outage every three minutes left two failed reconciliation
     jobs (the run that follows each Redis restart met an outage). Both periodic jobs that read
     the database end quietly; reconciliation asks for another run a minute later."""
@@ -252,8 +266,13 @@ def test_failed_settlement_job_is_requeued_by_the_cli(publisher, isolated, datab
     wait_until(lambda: failed.count == 1, timeout=20, what="the job to fail")
     db_proxy.start()
     env = {**q.env, "DATABASE_URL": database_url}
-    out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "settlements", "requeue"], env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [venv_bin("flask"), "--app", "wsgi", "settlements", "requeue"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "requeued 1 job(s)" in out.stdout
     wait_until(lambda: ledger_state()[0] == 1, timeout=30, what="the requeued job")

@@ -1,4 +1,5 @@
 """Provider payloads to PaymentEvent: the API.md table, on the providers' documented samples."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,11 @@ def test_success_event_gives_reference_minor_amount_currency_and_payer(provider)
     event = parse(provider, encode(payload(provider, "ref-42", 123456, "GHS", "Ada@Example.COM")))
     assert event.succeeded
     assert (event.reference, event.amount_minor, event.currency, event.customer) == (
-        "ref-42", 123456, "GHS", "ada@example.com")
+        "ref-42",
+        123456,
+        "GHS",
+        "ada@example.com",
+    )
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -49,8 +54,16 @@ def test_unparseable_body_is_invalid_payload(raw):
         parse("paystack", raw)
 
 
-@pytest.mark.parametrize("raw", [b'{"event": NaN}', b"\xff\xfe", b'{"event": "a", "event": "charge.success"}',
-                                 b'{"data": {"amount": 1e999}}', b'{"d": ' * 65 + b"1" + b"}" * 65])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"event": NaN}',
+        b"\xff\xfe",
+        b'{"event": "a", "event": "charge.success"}',
+        b'{"data": {"amount": 1e999}}',
+        b'{"d": ' * 65 + b"1" + b"}" * 65,
+    ],
+)
 def test_json_the_strict_rules_refuse_is_invalid_json(raw):
     with pytest.raises(InvalidJSON):
         parse("paystack", raw)

@@ -1,6 +1,7 @@
 """FLUTTERWAVE_VERIFY=1: a Flutterwave payment is credited only once Flutterwave's verify
 endpoint confirms it (its verif-hash is a static secret that signs nothing). A local HTTP
 server plays Flutterwave's API."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,10 @@ class FakeFlutterwave:
                 outer.requests.append({"path": self.path, "authorization": self.headers.get("Authorization")})
                 parts = self.path.strip("/").split("/")
                 found = len(parts) == 4 and parts[:2] == ["v3", "transactions"] and parts[3] == "verify"
-                status, body = outer.transactions.get(parts[2] if found else "", (
-                    404, {"status": "error", "message": "No transaction was found for this id", "data": None}))
+                status, body = outer.transactions.get(
+                    parts[2] if found else "",
+                    (404, {"status": "error", "message": "No transaction was found for this id", "data": None}),
+                )
                 raw = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -48,14 +51,35 @@ class FakeFlutterwave:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def knows(self, tx_ref: str, amount, currency="NGN", email="ada@example.com", status="successful",
-              tx_id: str = TX_ID, http_status: int = 200) -> None:
+    def knows(
+        self,
+        tx_ref: str,
+        amount,
+        currency="NGN",
+        email="ada@example.com",
+        status="successful",
+        tx_id: str = TX_ID,
+        http_status: int = 200,
+    ) -> None:
         """Flutterwave's answer for transaction `tx_id` (the fields of its documented sample)."""
-        self.transactions[tx_id] = (http_status, {
-            "status": "success", "message": "Transaction fetched successfully",
-            "data": {"id": int(tx_id), "tx_ref": tx_ref, "flw_ref": "FLW-MOCK-1", "amount": amount,
-                     "currency": currency, "charged_amount": amount, "status": status,
-                     "payment_type": "card", "customer": {"id": 1, "name": "Ada", "email": email}}})
+        self.transactions[tx_id] = (
+            http_status,
+            {
+                "status": "success",
+                "message": "Transaction fetched successfully",
+                "data": {
+                    "id": int(tx_id),
+                    "tx_ref": tx_ref,
+                    "flw_ref": "FLW-MOCK-1",
+                    "amount": amount,
+                    "currency": currency,
+                    "charged_amount": amount,
+                    "status": status,
+                    "payment_type": "card",
+                    "customer": {"id": 1, "name": "Ada", "email": email},
+                },
+            },
+        )
 
     def close(self):
         self.httpd.shutdown()
@@ -84,18 +108,22 @@ def test_a_payment_flutterwave_confirms_is_credited(api, flutterwave):
     resp = deliver(api, "flutterwave", webhook("flw-ok", 250000))
     assert resp.json() == {"status": "credited"}, resp.text
     assert balance("ada@example.com", "NGN") == 250000
-    assert flutterwave.requests == [{"path": f"/v3/transactions/{TX_ID}/verify",
-                                     "authorization": f"Bearer {SECRET_KEY}"}]
+    assert flutterwave.requests == [
+        {"path": f"/v3/transactions/{TX_ID}/verify", "authorization": f"Bearer {SECRET_KEY}"}
+    ]
 
 
-@pytest.mark.parametrize("what, answer", [
-    ("another amount", {"amount": 100}),
-    ("another currency", {"currency": "USD"}),
-    ("another payer", {"email": "mallory@example.com"}),
-    ("another tx_ref", {"tx_ref": "flw-someone-else"}),
-    ("not successful", {"status": "failed"}),
-    ("pending", {"status": "pending"}),
-])
+@pytest.mark.parametrize(
+    "what, answer",
+    [
+        ("another amount", {"amount": 100}),
+        ("another currency", {"currency": "USD"}),
+        ("another payer", {"email": "mallory@example.com"}),
+        ("another tx_ref", {"tx_ref": "flw-someone-else"}),
+        ("not successful", {"status": "failed"}),
+        ("pending", {"status": "pending"}),
+    ],
+)
 def test_a_webhook_flutterwave_does_not_confirm_credits_nothing_and_is_flagged(api, flutterwave, what, answer):
     flutterwave.knows(**{"tx_ref": "flw-forged", "amount": 1_000_000, **answer})
     resp = deliver(api, "flutterwave", webhook("flw-forged", 100_000_000))  # knows the static hash
@@ -112,8 +140,11 @@ def test_a_transaction_flutterwave_does_not_know_credits_nothing(api, flutterwav
 
 
 def test_flutterwave_unreachable_is_503_and_its_retry_credits(api, flutterwave, reconfigure):
-    reconfigure(flutterwave_verify=True, flutterwave_api_base=f"http://127.0.0.1:{free_port()}",
-                flutterwave_secret_key=SECRET_KEY)
+    reconfigure(
+        flutterwave_verify=True,
+        flutterwave_api_base=f"http://127.0.0.1:{free_port()}",
+        flutterwave_secret_key=SECRET_KEY,
+    )
     raw = webhook("flw-later", 70000)
     resp = deliver(api, "flutterwave", raw)
     assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable"

@@ -1,4 +1,5 @@
 """Exactly-once under real concurrency: many threads, several gunicorn processes, one ledger."""
+
 from __future__ import annotations
 
 import random
@@ -92,8 +93,12 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
 
     def written() -> list[str]:
         with db.connection_context():
-            return [d.verdict for d in WebhookDelivery.select().where(WebhookDelivery.reference == "flw-repeats")
-                    .order_by(WebhookDelivery.received_at)]
+            return [
+                d.verdict
+                for d in WebhookDelivery.select()
+                .where(WebhookDelivery.reference == "flw-repeats")
+                .order_by(WebhookDelivery.received_at)
+            ]
 
     wait_until(lambda: len(written()) == 6, timeout=20, what="the worker to write the queued rows")
     assert written() == answers

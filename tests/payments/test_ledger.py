@@ -1,5 +1,6 @@
 """Failures that must not lose or double a payment: Redis down, the database refusing the
 transaction, the claim holder killed mid-request. All real: no mocks."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,14 @@ def mysql(database_url):
     if not database_url.startswith("mysql://"):
         pytest.skip("needs MySQL/MariaDB (locks, triggers)")
     p = urlparse(database_url)
-    return dict(host=p.hostname, port=p.port or 3306, user=p.username or "root",
-                password=p.password or "", database=p.path.lstrip("/"), autocommit=True)
+    return dict(
+        host=p.hostname,
+        port=p.port or 3306,
+        user=p.username or "root",
+        password=p.password or "",
+        database=p.path.lstrip("/"),
+        autocommit=True,
+    )
 
 
 def test_redis_down_answers_503_records_nothing_and_the_retry_credits(api, redis_server):
@@ -51,9 +58,11 @@ def test_database_refusing_after_the_claim_gets_5xx_then_the_retry_credits_once(
     raw = encode(payload("monnify", "MNFY|refused|1", 150000, "NGN", "refused@example.com"))
     conn = pymysql.connect(**mysql)
     with conn.cursor() as c:  # the wallet write fails after the payment row went in
-        c.execute("CREATE TRIGGER fg_test_refuse_wallet BEFORE INSERT ON wallets FOR EACH ROW "
-                  "BEGIN IF NEW.customer = 'refused@example.com' THEN "
-                  "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'wallet writes refused'; END IF; END")
+        c.execute(
+            "CREATE TRIGGER fg_test_refuse_wallet BEFORE INSERT ON wallets FOR EACH ROW "
+            "BEGIN IF NEW.customer = 'refused@example.com' THEN "
+            "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'wallet writes refused'; END IF; END"
+        )
     try:
         resp = deliver(api, "monnify", raw)
         assert resp.status_code >= 500 and resp.json()["error"]["code"] == "unavailable"
@@ -105,7 +114,8 @@ def test_no_free_database_connection_answers_503_and_the_retry_credits(api, mysq
 
 @pytest.mark.e2e  # a gunicorn of its own
 def test_database_unreachable_answers_503_releases_the_claim_and_the_retry_credits(
-        api, base_env, tmp_root, redis_server):
+    api, base_env, tmp_root, redis_server
+):
     dead = f"mysql://root@127.0.0.1:{free_port()}/floodgate"  # nothing listens there
     server = WebServer({**base_env, "DATABASE_URL": dead}, tmp_root / "web-nodb.log", workers=1)
     raw = encode(payload("interswitch", "ISW-nodb", 990000, "NGN", "ada@example.com"))
@@ -177,8 +187,10 @@ def test_claim_of_a_killed_worker_expires_and_the_retry_credits_once(base_env, t
 def test_innodb_deadlock_is_recognised_for_retry(mysql):
     """credit() retries deadlocks; check the error peewee raises for a real one is recognised."""
     with db.connection_context():
-        db.execute_sql("INSERT INTO wallets (customer, currency, balance_minor, updated_at) VALUES "
-                       "('a@x.io', 'NGN', 0, NOW(6)), ('b@x.io', 'NGN', 0, NOW(6))")
+        db.execute_sql(
+            "INSERT INTO wallets (customer, currency, balance_minor, updated_at) VALUES "
+            "('a@x.io', 'NGN', 0, NOW(6)), ('b@x.io', 'NGN', 0, NOW(6))"
+        )
     barrier, errors = threading.Barrier(2), []
 
     def cross(first: str, second: str) -> None:

@@ -1,4 +1,5 @@
 """Minor-unit normalisation with Decimal, by ISO 4217 exponent."""
+
 from __future__ import annotations
 
 from decimal import Decimal
@@ -8,27 +9,33 @@ import pytest
 from webhooks.payments.money import InvalidPayload, currency, to_minor
 
 
-@pytest.mark.parametrize("value, code, major, expected", [
-    (Decimal("100.50"), "NGN", True, 10050),
-    ("100.5", "GHS", True, 10050),
-    (100, "KES", True, 10000),
-    (Decimal("0.01"), "ZAR", True, 1),
-    (Decimal("1999.99"), "USD", True, 199999),
-    (500, "JPY", True, 500),
-    (Decimal("25000"), "UGX", True, 25000),
-    (Decimal("1.234"), "KWD", True, 1234),
-    (10050, "NGN", False, 10050),
-    (Decimal("10050.0"), "NGN", False, 10050),
-])
+@pytest.mark.parametrize(
+    "value, code, major, expected",
+    [
+        (Decimal("100.50"), "NGN", True, 10050),
+        ("100.5", "GHS", True, 10050),
+        (100, "KES", True, 10000),
+        (Decimal("0.01"), "ZAR", True, 1),
+        (Decimal("1999.99"), "USD", True, 199999),
+        (500, "JPY", True, 500),
+        (Decimal("25000"), "UGX", True, 25000),
+        (Decimal("1.234"), "KWD", True, 1234),
+        (10050, "NGN", False, 10050),
+        (Decimal("10050.0"), "NGN", False, 10050),
+    ],
+)
 def test_amounts_become_integer_minor_units(value, code, major, expected):
     assert to_minor(value, code, major=major) == expected
 
 
-@pytest.mark.parametrize("value, code, major", [
-    (Decimal("100.005"), "NGN", True),  # half a kobo
-    (Decimal("500.5"), "JPY", True),  # yen has no minor unit
-    (Decimal("10050.5"), "NGN", False),  # fractional minor amount
-])
+@pytest.mark.parametrize(
+    "value, code, major",
+    [
+        (Decimal("100.005"), "NGN", True),  # half a kobo
+        (Decimal("500.5"), "JPY", True),  # yen has no minor unit
+        (Decimal("10050.5"), "NGN", False),  # fractional minor amount
+    ],
+)
 def test_fractional_minor_amount_is_invalid(value, code, major):
     with pytest.raises(InvalidPayload, match="whole number of minor units"):
         to_minor(value, code, major=major)

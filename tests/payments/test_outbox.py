@@ -4,6 +4,7 @@ that verifies them with the standardwebhooks library; retried with back-off unde
 `webhook-id`; one customer's events in order; `failed` after the retry window, visible and
 requeued. The delivery batches run in this process; tests/e2e/test_payment_lifecycle.py runs
 the real worker."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,9 @@ def credit(api, provider: str, reference: str, amount: int, email: str = "ada@ex
     return resp.json()["status"]
 
 
-def debit(api, provider: str, reference: str, paid: str, amount: int, email: str = "ada@example.com",
-          currency: str = "NGN"):
+def debit(
+    api, provider: str, reference: str, paid: str, amount: int, email: str = "ada@example.com", currency: str = "NGN"
+):
     resp = deliver(api, provider, encode(refund_payload(provider, reference, paid, amount, currency, email)))
     return resp.json().get("status") or resp.json()["error"]["code"]
 
@@ -67,10 +69,14 @@ def test_each_credit_and_debit_writes_one_event_with_it_and_nothing_else_does(ap
     rows = event_rows()
     ada = {"provider": "paystack", "customer": "ada@example.com", "currency": "NGN"}
     assert [r["body"] for r in rows] == [
-        {"type": "wallet.credited", "data": {**ada, "reference": "ps-ev", "amount_minor": 10_000,
-                                             "balance_minor": 10_000}},
-        {"type": "wallet.debited", "data": {**ada, "reference": "rf-ev", "amount_minor": 4_000,
-                                            "balance_minor": 6_000}},
+        {
+            "type": "wallet.credited",
+            "data": {**ada, "reference": "ps-ev", "amount_minor": 10_000, "balance_minor": 10_000},
+        },
+        {
+            "type": "wallet.debited",
+            "data": {**ada, "reference": "rf-ev", "amount_minor": 4_000, "balance_minor": 6_000},
+        },
     ]
     assert [list(r["body"]["data"]) for r in rows] == [CONTRACT_FIELDS] * 2
     assert all(r["status"] == "pending" and r["id"].startswith("msg_") for r in rows)
@@ -120,8 +126,12 @@ def test_one_customers_events_wait_for_the_earlier_one_others_go_on(api, events_
     debit(api, "paystack", "rf-a1", "ps-a1", 500, "a@example.com")
     blocked = {"on": True}
     events_on.fail = lambda body: blocked["on"] and body["data"]["reference"] == "ps-a1"
-    deliver_inline(events_on.url, until=lambda: "ps-b1" in refs(events_on) and
-                   sum(a.body["data"]["reference"] == "ps-a1" for a in events_on.arrivals) >= 3)
+    deliver_inline(
+        events_on.url,
+        until=lambda: (
+            "ps-b1" in refs(events_on) and sum(a.body["data"]["reference"] == "ps-a1" for a in events_on.arrivals) >= 3
+        ),
+    )
     assert refs(events_on) == ["ps-b1"]  # a's first keeps failing: a's later events wait behind it
     assert {a.body["data"]["reference"] for a in events_on.arrivals} == {"ps-a1", "ps-b1"}
     blocked["on"] = False
@@ -137,7 +147,9 @@ def test_a_refund_before_its_payment_is_announced_after_the_credit(api, events_o
     assert deliver(api, "standard", raw).json() == {"status": "debited"}
     deliver_inline(events_on.url)
     assert [(a.body["type"], a.body["data"]["balance_minor"]) for a in events_on.accepted()] == [
-        ("wallet.credited", 1_000), ("wallet.debited", 700)]
+        ("wallet.credited", 1_000),
+        ("wallet.debited", 700),
+    ]
 
 
 def refs(receiver: EventReceiver) -> list[str]:
@@ -162,8 +174,14 @@ def test_an_event_failing_past_the_retry_window_is_failed_shown_and_requeued_by_
     assert row["id"] in page.text and 'data-failed="1"' in page.text
 
     events_on.fail = None
-    done = subprocess.run([venv_bin("flask"), "--app", "wsgi", "events", "retry"], env=base_env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [venv_bin("flask"), "--app", "wsgi", "events", "retry"],
+        env=base_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and "requeued 1 failed payment event(s)" in done.stdout, done.stderr
     deliver_inline(events_on.url)
     assert events_on.accepted_ids() == {row["id"]}
@@ -193,22 +211,36 @@ def test_commits_start_one_drain_and_the_sweep_only_when_none_is_scheduled(redis
 def test_the_sweep_is_a_periodic_job():
     from workers.schedule import PERIODIC
 
-    assert {"func": "workers.outbox.sweep", "interval": 10,
-            "description": "deliver due payment events (safety net)"} in PERIODIC
+    assert {
+        "func": "workers.outbox.sweep",
+        "interval": 10,
+        "description": "deliver due payment events (safety net)",
+    } in PERIODIC
 
 
-@pytest.mark.parametrize("env, names", [
-    ({"PAYMENT_EVENTS_URL": "https://app.example.com/hooks"}, ("PAYMENT_EVENTS_SECRET",)),
-    ({"PAYMENT_EVENTS_URL": "https://app.example.com/hooks", "PAYMENT_EVENTS_SECRET": "whsec_not*base64!"},
-     ("PAYMENT_EVENTS_SECRET", "base64")),
-    ({"PAYMENT_EVENTS_SECRET": "whsec_"}, ("PAYMENT_EVENTS_SECRET", "decodes to no bytes")),
-    ({"PAYMENT_EVENTS_SECRET": f"{EVENTS_SECRET} {EVENTS_SECRET} {EVENTS_SECRET}"},
-     ("PAYMENT_EVENTS_SECRET", "at most two")),
-    ({"PAYMENT_EVENTS_URL": "ftp://app.example.com/", "PAYMENT_EVENTS_SECRET": EVENTS_SECRET},
-     ("PAYMENT_EVENTS_URL",)),
-    ({"PAYMENT_EVENTS_RETRY_BASE_MS": "5000", "PAYMENT_EVENTS_RETRY_MAX_MS": "1000"},
-     ("PAYMENT_EVENTS_RETRY_BASE_MS",)),
-])
+@pytest.mark.parametrize(
+    "env, names",
+    [
+        ({"PAYMENT_EVENTS_URL": "https://app.example.com/hooks"}, ("PAYMENT_EVENTS_SECRET",)),
+        (
+            {"PAYMENT_EVENTS_URL": "https://app.example.com/hooks", "PAYMENT_EVENTS_SECRET": "whsec_not*base64!"},
+            ("PAYMENT_EVENTS_SECRET", "base64"),
+        ),
+        ({"PAYMENT_EVENTS_SECRET": "whsec_"}, ("PAYMENT_EVENTS_SECRET", "decodes to no bytes")),
+        (
+            {"PAYMENT_EVENTS_SECRET": f"{EVENTS_SECRET} {EVENTS_SECRET} {EVENTS_SECRET}"},
+            ("PAYMENT_EVENTS_SECRET", "at most two"),
+        ),
+        (
+            {"PAYMENT_EVENTS_URL": "ftp://app.example.com/", "PAYMENT_EVENTS_SECRET": EVENTS_SECRET},
+            ("PAYMENT_EVENTS_URL",),
+        ),
+        (
+            {"PAYMENT_EVENTS_RETRY_BASE_MS": "5000", "PAYMENT_EVENTS_RETRY_MAX_MS": "1000"},
+            ("PAYMENT_EVENTS_RETRY_BASE_MS",),
+        ),
+    ],
+)
 def test_an_unusable_events_setting_stops_loading_with_a_clear_message(env, names):
     with pytest.raises(ConfigError) as refused:
         config.load(env)

@@ -1,6 +1,7 @@
 """Refunds and reversals (API.md "Refunds and reversals"): each debits its payer's wallet exactly
 once per refund reference, the refunds of a payment never pass it, and a refund that arrives
 before its payment waits for it. Real Redis and database, the app in this process."""
+
 from __future__ import annotations
 
 import threading
@@ -22,10 +23,22 @@ def pay(api, provider: str, reference: str, amount: int, currency: str = "NGN", 
     return resp
 
 
-def refund(api, provider: str, reference: str, payment_reference: str, amount: int, currency: str = "NGN",
-           email: str = "ada@example.com", session=None):
-    return deliver(api, provider, encode(refund_payload(provider, reference, payment_reference, amount, currency,
-                                                        email)), session=session)
+def refund(
+    api,
+    provider: str,
+    reference: str,
+    payment_reference: str,
+    amount: int,
+    currency: str = "NGN",
+    email: str = "ada@example.com",
+    session=None,
+):
+    return deliver(
+        api,
+        provider,
+        encode(refund_payload(provider, reference, payment_reference, amount, currency, email)),
+        session=session,
+    )
 
 
 def until_answered(api, provider: str, raw: bytes):
@@ -60,7 +73,9 @@ def test_refunds_debit_the_wallet_and_show_on_the_payment(api, provider):
     assert refund(api, provider, "rf-2", "pay-1", 7_500).json() == {"status": "debited"}
     assert balance("ada@example.com", "NGN") == 0
     assert (payment(api, provider, "pay-1")["refunded_minor"], payment(api, provider, "pay-1")["status"]) == (
-        10_000, "refunded")
+        10_000,
+        "refunded",
+    )
     assert refund(api, provider, "rf-2", "pay-1", 7_500).json() == {"status": "duplicate"}
     assert verdicts(provider, "rf-2") == ["debited", "duplicate"]
 
@@ -169,15 +184,18 @@ def test_a_refund_of_no_whole_number_of_minor_units_is_400(api):
     assert verdicts("monnify", "mn-frac") == ["invalid_payload"]
 
 
-@pytest.mark.parametrize("provider, change", [
-    ("paystack", lambda b: b.update(event="refund.pending")),
-    ("paystack", lambda b: b.update(event="refund.failed")),
-    ("monnify", lambda b: b.update(eventType="FAILED_REFUND")),
-    ("monnify", lambda b: b["eventData"].update(refundStatus="FAILED")),
-    ("stripe", lambda b: b["data"]["object"].update(status="pending")),
-    ("stripe", lambda b: b.update(type="refund.failed")),
-    ("stripe", lambda b: b.update(type="charge.refunded")),
-])
+@pytest.mark.parametrize(
+    "provider, change",
+    [
+        ("paystack", lambda b: b.update(event="refund.pending")),
+        ("paystack", lambda b: b.update(event="refund.failed")),
+        ("monnify", lambda b: b.update(eventType="FAILED_REFUND")),
+        ("monnify", lambda b: b["eventData"].update(refundStatus="FAILED")),
+        ("stripe", lambda b: b["data"]["object"].update(status="pending")),
+        ("stripe", lambda b: b.update(type="refund.failed")),
+        ("stripe", lambda b: b.update(type="charge.refunded")),
+    ],
+)
 def test_a_refund_that_did_not_go_through_is_ignored(api, provider, change):
     pay(api, provider, "pay-ig", 10_000, "USD" if provider == "stripe" else "NGN")
     body = refund_payload(provider, "rf-ig", "pay-ig", 1_000, "USD" if provider == "stripe" else "NGN")
@@ -193,19 +211,36 @@ def test_documented_refund_samples_read_as_docs_payments_md_says():
 
     paystack = parse("paystack", encode(PAYSTACK_REFUND))
     assert isinstance(paystack, RefundEvent)
-    assert (paystack.reference, paystack.payment_reference, paystack.amount_minor("NGN"), paystack.currency,
-            paystack.customer) == ("132013318360", "T2154954_412829_3be32076_6lcg3", 5_000, "NGN",
-                                   "damilola@email.com")
+    assert (
+        paystack.reference,
+        paystack.payment_reference,
+        paystack.amount_minor("NGN"),
+        paystack.currency,
+        paystack.customer,
+    ) == ("132013318360", "T2154954_412829_3be32076_6lcg3", 5_000, "NGN", "damilola@email.com")
     monnify = parse("monnify", encode(MONNIFY_REFUND))
-    assert (monnify.reference, monnify.payment_reference, monnify.amount_minor("NGN"), monnify.currency,
-            monnify.customer) == ("refund-0001", "MNFY|76|20211117154810|000001", 10_000, None, None)
+    assert (
+        monnify.reference,
+        monnify.payment_reference,
+        monnify.amount_minor("NGN"),
+        monnify.currency,
+        monnify.customer,
+    ) == ("refund-0001", "MNFY|76|20211117154810|000001", 10_000, None, None)
     for kind in ("refund.created", "refund.updated", "charge.refund.updated"):
         stripe = parse("stripe", encode({**STRIPE_REFUND, "type": kind}))
         assert (stripe.reference, stripe.payment_reference, stripe.amount_minor("USD"), stripe.currency) == (
-            "re_3OXYZ", "pi_3OXYZ", 1_000, "USD")
+            "re_3OXYZ",
+            "pi_3OXYZ",
+            1_000,
+            "USD",
+        )
     standard = parse("standard", encode(STANDARD_REFUND))
     assert (standard.reference, standard.payment_reference, standard.amount_minor("NGN"), standard.customer) == (
-        "rf_1", "pay_1", 2_000, "ada@example.com")
+        "rf_1",
+        "pay_1",
+        2_000,
+        "ada@example.com",
+    )
 
 
 def test_flutterwave_and_interswitch_have_no_refund_mapping():

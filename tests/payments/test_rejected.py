@@ -1,6 +1,7 @@
 """A delivery that fails its signature check writes nothing to the database, takes no
 connection from it, and leaves a metric and an entry in a capped Redis list (provider,
 length, body hash, time; the last 1,000), never its body, headers or signature."""
+
 from __future__ import annotations
 
 import base64
@@ -42,9 +43,14 @@ def redis_text(redis_server) -> str:
     """Every key and value in Redis as one string, to look for what a forger sent (read as
     bytes: RQ's job data beside it is compressed pickle, no text)."""
     client, parts = redis_server.client(decode_responses=False), []
-    readers = {"string": client.get, "list": lambda k: client.lrange(k, 0, -1), "hash": client.hgetall,
-               "set": client.smembers, "zset": lambda k: client.zrange(k, 0, -1, withscores=True),
-               "stream": lambda k: client.xrange(k)}
+    readers = {
+        "string": client.get,
+        "list": lambda k: client.lrange(k, 0, -1),
+        "hash": client.hgetall,
+        "set": client.smembers,
+        "zset": lambda k: client.zrange(k, 0, -1, withscores=True),
+        "stream": lambda k: client.xrange(k),
+    }
     for key in client.scan_iter(count=1000):
         parts.append(f"{key!r}={readers[client.type(key).decode()](key)!r}")
     return "\n".join(parts)
@@ -78,8 +84,13 @@ def test_forged_delivery_leaves_one_list_entry_a_metric_and_no_row(api, redis_se
 
     assert table_counts() == tables  # no WebhookDelivery row, nor any other
     (entry,) = listed(redis_server)
-    assert entry == {"provider": provider, "body_length": len(raw), "body_sha256": hashlib.sha256(raw).hexdigest(),
-                     "received_at": entry["received_at"], "request_id": resp.headers["X-Request-Id"]}
+    assert entry == {
+        "provider": provider,
+        "body_length": len(raw),
+        "body_sha256": hashlib.sha256(raw).hexdigest(),
+        "received_at": entry["received_at"],
+        "request_id": resp.headers["X-Request-Id"],
+    }
     assert entry["request_id"] == "forged-rid.1"
     at = datetime.fromisoformat(entry["received_at"].removesuffix("Z")).replace(tzinfo=timezone.utc)
     assert entry["received_at"].endswith("Z") and abs(datetime.now(timezone.utc) - at) < timedelta(minutes=1)
@@ -156,8 +167,16 @@ def test_admin_lists_them_newest_first_filtered_by_provider(api):
     assert listing(limit="2") == (newest_first[:2], 6)
     assert listing(provider="paystack", limit="1") == (newest_first[:1], 6)
     assert listing(provider="monnify") == ([], 6)
-    for params in ({"limit": "0"}, {"limit": "1001"}, {"limit": "-1"}, {"limit": "2.5"}, {"limit": "9" * 5000},
-                   {"limit": "١٠"}, {"provider": "nobody"}, {"provider": ""}):
+    for params in (
+        {"limit": "0"},
+        {"limit": "1001"},
+        {"limit": "-1"},
+        {"limit": "2.5"},
+        {"limit": "9" * 5000},
+        {"limit": "١٠"},
+        {"provider": "nobody"},
+        {"provider": ""},
+    ):
         resp = api.get("/v1/admin/webhooks/rejected", params=params)
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_query", (params, resp.text)
     resp = api.http.get(api.base + "/v1/admin/webhooks/rejected")
@@ -174,8 +193,8 @@ def test_ops_page_shows_the_count_and_the_last_rejected_webhooks(api):
     assert page.status_code == 200
     html = page.text
     assert 'id="rejected-webhooks" data-count="2"' in html
-    section = html[html.index('id="rejected"'):]
-    section = section[:section.index("</table>")]
+    section = html[html.index('id="rejected"') :]
+    section = section[: section.index("</table>")]
     rows = re.findall(r'<tr data-sha256="([0-9a-f]{64})">', section)
     assert rows == hashes[::-1]  # newest first
     assert all(f"{h[:12]}…" in section for h in hashes) and "interswitch" in section

@@ -1,4 +1,5 @@
 """Signature checks alone: pure functions, signed by the providers' own libraries where they exist."""
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """POST /v1/webhooks/<provider> against the real app (gunicorn + gevent, Redis, MySQL)."""
+
 from __future__ import annotations
 
 import time
@@ -120,7 +121,11 @@ def test_admin_reads_wallet_balances_and_payment_rows(api):
     assert wallet.json() == {"customer": "ada@example.com", "balances_minor": {"NGN": 1251000, "USD": 500}}
     row = api.get("/v1/admin/payments/monnify/MNFY%7C1%7C2").json()
     assert {k: row[k] for k in ("amount_minor", "currency", "customer", "status")} == {
-        "amount_minor": 1000, "currency": "NGN", "customer": "ada@example.com", "status": "credited"}
+        "amount_minor": 1000,
+        "currency": "NGN",
+        "customer": "ada@example.com",
+        "status": "credited",
+    }
     assert row["received_at"].endswith("Z") and row["credited_at"].endswith("Z")
     assert api.get("/v1/admin/wallets/nobody@example.com").status_code == 404
     assert api.get("/v1/admin/payments/stripe/pi_unknown").status_code == 404

@@ -1,6 +1,7 @@
 """webhooks/payments/webhook.py driven directly, with no Flask request: the Answer (status,
 HTTP status, Server-Timing) of a forged, an ignored, a credited, a duplicate, an in-flight and
 an early refund webhook, against the run's real Redis and database."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,9 @@ def hooks(app, redis_server, database_url) -> PaymentWebhooks:
     return build(app)
 
 
-def receive(hooks: PaymentWebhooks, provider: str, raw: bytes, headers: dict | None = None,
-            request_id: str = "req-unit-1"):
+def receive(
+    hooks: PaymentWebhooks, provider: str, raw: bytes, headers: dict | None = None, request_id: str = "req-unit-1"
+):
     """One webhook as the view passes it: the headers case-insensitive, as Flask's are."""
     sent = CaseInsensitiveDict(signed_headers(provider, raw) if headers is None else headers)
     with db.connection_context():
@@ -50,8 +52,7 @@ def test_a_forged_webhook_raises_401_and_is_listed_in_redis_only(hooks):
         receive(hooks, "paystack", raw, headers={"x-paystack-signature": "0" * 128}, request_id="req-forger")
     assert (caught.value.status, caught.value.code) == (401, "invalid_signature")
     listed = rejected.listing(hooks.store.redis)
-    assert [(e.provider, e.body_length, e.request_id) for e in listed.entries] == [
-        ("paystack", len(raw), "req-forger")]
+    assert [(e.provider, e.body_length, e.request_id) for e in listed.entries] == [("paystack", len(raw), "req-forger")]
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}
 
 
@@ -77,8 +78,14 @@ def test_a_credit_then_its_repeat_answer_credited_then_duplicate(hooks):
 
 def test_a_webhook_whose_reference_is_claimed_answers_409_in_flight(hooks):
     raw = encode(payload("paystack", "unit-held", 5000))
-    held = gate.enter(hooks.store, hooks.settle, hooks.queue, events.parse("paystack", raw),
-                      ledger.receipt("paystack", raw, {}), 30_000)
+    held = gate.enter(
+        hooks.store,
+        hooks.settle,
+        hooks.queue,
+        events.parse("paystack", raw),
+        ledger.receipt("paystack", raw, {}),
+        30_000,
+    )
     assert held.verdict == gate.CLAIMED
     answer = receive(hooks, "paystack", raw)
     assert (answer.status, answer.http_status, answer.body()) == (Verdict.IN_FLIGHT, 409, {"status": "in_flight"})
@@ -115,8 +122,7 @@ def test_an_unknown_or_unconfigured_provider_is_refused_before_anything_is_read(
     assert unset.secrets_of("paystack") == ("sk_only_paystack",)
 
 
-def test_with_payment_events_a_credit_wakes_the_outbox_worker_and_a_duplicate_does_not(app, redis_server,
-                                                                                       database_url):
+def test_with_payment_events_a_credit_wakes_the_outbox_worker_and_a_duplicate_does_not(app, redis_server, database_url):
     announcing = build(app, payment_events_url="http://127.0.0.1:9/events")
     assert announcing.announce
     redis = announcing.settle.redis

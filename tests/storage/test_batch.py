@@ -2,6 +2,7 @@
 its first buyer costs two: claim + reserve, then confirm + answer + settle). The lead path is
 built from the same config as the app's, on a Redis client whose connections count what they
 send; a real buyer and the real Redis answer."""
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,7 @@ class CountingConnection(redis.Connection):
 @pytest.fixture
 def counted(api, base_env, redis_server):
     cfg = config.load(base_env)
-    pool = redis.ConnectionPool.from_url(redis_server.url, connection_class=CountingConnection,
-                                         decode_responses=True)
+    pool = redis.ConnectionPool.from_url(redis_server.url, connection_class=CountingConnection, decode_responses=True)
     store = Store(redis.Redis(connection_pool=pool))
     store.redis.ping()  # open the connection now: its handshake is not the lead path's
     journal = Journal(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
@@ -54,8 +54,12 @@ def _take(intake: Intake, api_key_owner: str, lead_id: str, lead: dict) -> tuple
 def test_a_lead_sold_at_its_first_buyer_costs_two_round_trips(api, buyer_server, counted):
     buyer_server.add("acme")
     api.put_publisher("surge")
-    api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 10, "daily_budget": "500.00"},
-                  dedupe={"fields": ["email"], "days": 1})
+    api.put_buyer(
+        "acme",
+        buyer_server.url("acme"),
+        caps={"daily": 10, "daily_budget": "500.00"},
+        dedupe={"fields": ["email"], "days": 1},
+    )
     answer, trips = _take(counted, "surge", "rt-1", {"email": "a@x.io"})
     assert '"status": "sold"' in answer
     assert trips == 2

@@ -6,6 +6,7 @@ the soak, where a stalled request's late `unsold` was settled while a retry had 
 The stall is made real the cheap way: a small claim margin leaves a claim about the buyers'
 deadlines long, so a buyer that uses its whole deadline eats the time of the next offer, and
 a request near its claim's end checks it before it answers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,6 +34,7 @@ def tight(api, base_env, redis_server, worker_manager):
     """The lead path with a 300 ms buyer deadline and a claim margin of `margin_ms`; no RQ
     worker drains the settlement queue, so the tests read what was queued."""
     worker_manager.stop()
+
     def build(margin_ms: int) -> Intake:
         cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=300, lead_claim_margin_ms=margin_ms)
         store = Store(redis.Redis.from_url(redis_server.url, decode_responses=True))
@@ -110,7 +112,8 @@ def _rebuilt_now(store: Store, buyer_ids: list[str]) -> None:
 
 
 def test_after_redis_lost_its_data_a_retry_waits_out_a_request_still_offering_the_lead(
-        api, buyer_server, tight, redis_server):
+    api, buyer_server, tight, redis_server
+):
     """A request is offering the lead to x when Redis loses its data: the claim and the
     attempt note go with it. Its process stalls (here: it is merely slower than the test) long
     enough for the buyers' counters to be rebuilt, and the publisher's retry comes. The retry

@@ -1,4 +1,5 @@
 """The peewee models agree with sql/*.sql on MySQL/MariaDB: columns, types, nullability, unique keys."""
+
 from __future__ import annotations
 
 import re
@@ -56,14 +57,18 @@ def test_models_agree_with_the_ddl(mysql):
                 name: (normalise(ctype), nullable == "YES")
                 for name, ctype, nullable in db.execute_sql(
                     "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS"
-                    " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (schema, table))
+                    " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                    (schema, table),
+                )
             }
             want = {f.column_name: (expected_type(f), f.null) for f in model._meta.sorted_fields}
             assert cols == want, table
             uniques = {}
             for index, column, seq in db.execute_sql(
-                    "SELECT INDEX_NAME, COLUMN_NAME, SEQ_IN_INDEX FROM information_schema.STATISTICS"
-                    " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0", (schema, table)):
+                "SELECT INDEX_NAME, COLUMN_NAME, SEQ_IN_INDEX FROM information_schema.STATISTICS"
+                " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0",
+                (schema, table),
+            ):
                 uniques.setdefault(index, []).append((seq, column))
             got = {tuple(c for _, c in sorted(cols_)) for cols_ in uniques.values()}
             expect = {(model._meta.primary_key.column_name,)}

@@ -2,6 +2,7 @@
 service down): full-match ids, requests Floodgate cannot build never move a buyer's breaker,
 caller request ids only when they are ids, bounded replies, templates and journal, the ops
 pages' CSP and logout, and secrets kept out of the audit log, logs and stored errors."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,12 @@ from webhooks.storage.models import AuditLog, Lead
 BAD_IDS = ["nl1\n", "nl1\r\n", "a b", "x" * 65, "caf\u00e9", "tab\t", "", "semi;colon", "nul\x00", "\n"]
 # A field template that is cheap on the sample lead and explodes on this one: a loop bound by
 # the lead (Jinja's sandbox lets range() go to 100,000), each turn writing a long field.
-EXPLODING = {"fields": {"email": "{{ lead.email }}",
-                        "pad": "{% for i in range(lead.n|default('1')|int) %}{{ lead.pad }}{% endfor %}"}}
+EXPLODING = {
+    "fields": {
+        "email": "{{ lead.email }}",
+        "pad": "{% for i in range(lead.n|default('1')|int) %}{{ lead.pad }}{% endfor %}",
+    }
+}
 
 
 def _breaker(redis_server, buyer_id: str) -> dict:
@@ -63,7 +68,8 @@ def test_path_ids_with_a_trailing_newline_are_not_found(api):
 
 
 def test_a_post_its_template_cannot_render_within_budget_skips_the_buyer_and_moves_no_breaker(
-        api, buyer_server, redis_server, worker):
+    api, buyer_server, redis_server, worker
+):
     fancy, plain = buyer_server.add("fancy"), buyer_server.add("plain")
     key = api.put_publisher("surge")
     api.put_buyer("fancy", buyer_server.url("fancy"), priority=1, caps={"hourly": 100}, delivery=EXPLODING)
@@ -82,32 +88,46 @@ def test_a_post_its_template_cannot_render_within_budget_skips_the_buyer_and_mov
     assert body["buyer_id"] == "fancy" and fancy.received[0]["body"]["pad"] == "okok"
 
 
-@pytest.mark.parametrize("template", [
-    "{% for i in lead.a %}{% for j in lead.a %}{{ j }}{% endfor %}{% endfor %}",
-    "{% set a = lead.email %}{{ a ~ a }}",
-    "{% macro m() %}x{% endmacro %}{{ m() }}",
-    "{{ 'x' * 1000000000000 }}",  # Jinja would fold this constant while compiling
-    "{{ 9 ** 999999 }}",
-    "{{ '%999999999s' % lead.email }}",
-    "{{ lead.email|center(1000000000) }}",
-    "{{ lead.email|striptags }}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{% for i in lead.a %}{% for j in lead.a %}{{ j }}{% endfor %}{% endfor %}",
+        "{% set a = lead.email %}{{ a ~ a }}",
+        "{% macro m() %}x{% endmacro %}{{ m() }}",
+        "{{ 'x' * 1000000000000 }}",  # Jinja would fold this constant while compiling
+        "{{ 9 ** 999999 }}",
+        "{{ '%999999999s' % lead.email }}",
+        "{{ lead.email|center(1000000000) }}",
+        "{{ lead.email|striptags }}",
+    ],
+)
 def test_field_templates_that_could_explode_are_refused_at_put(api, buyer_server, template):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/boom", headers=api.admin, json={
-        "name": "Boom", "endpoint_url": buyer_server.url("boom"), "priority": 1, "price": "1.00",
-        "timezone": "UTC", "delivery": {"fields": {"x": template}}})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/boom",
+        headers=api.admin,
+        json={
+            "name": "Boom",
+            "endpoint_url": buyer_server.url("boom"),
+            "priority": 1,
+            "price": "1.00",
+            "timezone": "UTC",
+            "delivery": {"fields": {"x": template}},
+        },
+    )
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["code"] == "invalid_buyer"
 
 
-@pytest.mark.parametrize("lead", [
-    {"s": "y" * 1000, "n": "100000"},  # replace with an empty needle: len(s) insertions of s
-])
+@pytest.mark.parametrize(
+    "lead",
+    [
+        {"s": "y" * 1000, "n": "100000"},  # replace with an empty needle: len(s) insertions of s
+    ],
+)
 def test_a_lead_that_blows_a_filter_up_is_not_sent(api, buyer_server, lead):
     fancy = buyer_server.add("fancy")
     key = api.put_publisher("surge")
-    api.put_buyer("fancy", buyer_server.url("fancy"),
-                  delivery={"fields": {"x": "{{ lead.s|replace('', lead.s) }}"}})
+    api.put_buyer("fancy", buyer_server.url("fancy"), delivery={"fields": {"x": "{{ lead.s|replace('', lead.s) }}"}})
     api.settle_config()
     body = api.post_lead(key, lead).json()
     assert body["status"] == "unsold" and not fancy.received
@@ -118,8 +138,10 @@ def test_x_request_id_is_taken_only_when_it_is_an_id(api):
     for rid in hostile:
         got = api.http.get(api.base + "/healthz", headers={"X-Request-Id": rid}).headers["X-Request-Id"]
         assert got != rid and len(got) == 32 and all(c in "0123456789abcdef" for c in got)
-    assert api.http.get(api.base + "/healthz", headers={"X-Request-Id": "req-1.A_b"}).headers["X-Request-Id"] \
+    assert (
+        api.http.get(api.base + "/healthz", headers={"X-Request-Id": "req-1.A_b"}).headers["X-Request-Id"]
         == "req-1.A_b"
+    )
 
 
 def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_server):
@@ -127,8 +149,11 @@ def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_serve
     key = api.put_publisher("surge")
     api.put_buyer("acme", buyer_server.url("acme"))
     api.settle_config()
-    resp = api.http.post(f"{api.base}/v1/leads", json={"lead_id": "x1"},
-                         headers={"Authorization": f"Bearer {key}", "X-Request-Id": "<script>alert(1)</script>"})
+    resp = api.http.post(
+        f"{api.base}/v1/leads",
+        json={"lead_id": "x1"},
+        headers={"Authorization": f"Bearer {key}", "X-Request-Id": "<script>alert(1)</script>"},
+    )
     assert resp.status_code == 200
     from rq import Queue
 
@@ -161,8 +186,9 @@ def test_a_bid_above_the_ceiling_is_no_bid(api, buyer_server):
     greedy, _ = _bidder(buyer_server, "greedy", "5000.00")  # PING_MAX_BID defaults to 1000.00
     fair, _ = _bidder(buyer_server, "fair", "999.99")
     key = api.put_publisher("surge", routing="price")
-    api.put_buyer("greedy", buyer_server.url("greedy"), price="1.00",
-                  ping={**PING, "url": buyer_server.url("greedy/ping")})
+    api.put_buyer(
+        "greedy", buyer_server.url("greedy"), price="1.00", ping={**PING, "url": buyer_server.url("greedy/ping")}
+    )
     api.put_buyer("fair", buyer_server.url("fair"), price="1.00", ping={**PING, "url": buyer_server.url("fair/ping")})
     api.settle_config()
     body = api.post_lead(key, {"lead_id": "bid-1"}).json()
@@ -188,11 +214,13 @@ def test_logout_ends_the_session_in_redis(api, redis_server):
     key = keys.ops_session(hashlib.sha256(session_id.encode()).hexdigest())
     cookies = {"floodgate_ops": session_id}
     assert api.http.get(api.base + "/ops", cookies=cookies).status_code == 200
-    cross = api.http.post(api.base + "/ops/logout", cookies=cookies, headers={"Sec-Fetch-Site": "cross-site"},
-                          allow_redirects=False)
+    cross = api.http.post(
+        api.base + "/ops/logout", cookies=cookies, headers={"Sec-Fetch-Site": "cross-site"}, allow_redirects=False
+    )
     assert cross.status_code == 403 and redis_server.client().exists(key)
-    out = api.http.post(api.base + "/ops/logout", cookies=cookies, headers={"Sec-Fetch-Site": "same-origin"},
-                        allow_redirects=False)
+    out = api.http.post(
+        api.base + "/ops/logout", cookies=cookies, headers={"Sec-Fetch-Site": "same-origin"}, allow_redirects=False
+    )
     assert out.status_code == 303 and not redis_server.client().exists(key)
     assert 'floodgate_ops=""' in out.headers["Set-Cookie"] or "Max-Age=0" in out.headers["Set-Cookie"]
     assert api.http.get(api.base + "/ops", cookies=cookies).status_code == 401  # a kept copy is worthless
@@ -212,11 +240,18 @@ def test_secrets_in_url_queries_are_redacted_in_logs_and_stored_errors(caplog):
     from webhooks.logs import JsonFormatter, redact_text
     from webhooks.payments.outbox import Sender
 
-    line = JsonFormatter().format(logging.makeLogRecord(
-        {"msg": "post to %s failed", "args": ("https://u:pw@buyer.example/in?api_key=KEYSECRET1&x=1&token=TOKSECRET2",)}))
+    line = JsonFormatter().format(
+        logging.makeLogRecord(
+            {
+                "msg": "post to %s failed",
+                "args": ("https://u:pw@buyer.example/in?api_key=KEYSECRET1&x=1&token=TOKSECRET2",),
+            }
+        )
+    )
     assert "KEYSECRET1" not in line and "TOKSECRET2" not in line and "pw@" not in line and "x=1" in line
-    assert redact_text("http://h/p?signature=abc;code=zz&ok=1") == \
-        "http://h/p?signature=<redacted>;code=<redacted>&ok=1"
+    assert (
+        redact_text("http://h/p?signature=abc;code=zz&ok=1") == "http://h/p?signature=<redacted>;code=<redacted>&ok=1"
+    )
     sender = Sender("http://127.0.0.1:9/hook?token=SECRET123", ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",), 1.0)
     error = sender.send("evt_1", "{}")
     assert error and "SECRET123" not in error and "token=<redacted>" in error
@@ -256,8 +291,7 @@ def test_the_journal_keeps_what_it_needs_within_its_byte_budget(database_url, qu
         assert Lead.select().count() == 0  # (nothing settled here: the test reads the queue only)
 
 
-def test_under_gunicorn_bad_ids_and_unbuildable_posts_leave_every_breaker_closed(web_api, buyer_server,
-                                                                                 redis_server):
+def test_under_gunicorn_bad_ids_and_unbuildable_posts_leave_every_breaker_closed(web_api, buyer_server, redis_server):
     """The attack as it was run: leads whose id ends in a newline (which http.client refused to
     put into the buyer's Idempotency-Key, counted as the buyer's failure) and leads its template
     cannot render within budget, against two gevent workers: no breaker moves, and another

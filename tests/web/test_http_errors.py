@@ -1,5 +1,6 @@
 """Every error is the JSON shape of API.md, also when gunicorn refuses a request before the
 app sees it (an over-long request line, too large or too many header fields, garbage)."""
+
 from __future__ import annotations
 
 import socket

@@ -1,5 +1,6 @@
 """GET /openapi.json: a valid OpenAPI 3 description of every route in API.md, kept honest by
 schemathesis against the live app under gunicorn (no 5xx, no answer outside the contract)."""
+
 from __future__ import annotations
 
 import re
@@ -27,17 +28,38 @@ PUBLISHER_KEY = "pk_test_openapi_0123456789"
 MAX_EXAMPLES = 25  # per operation and phase: the whole run stays well under a minute
 # Every route of API.md's tables, as "METHOD path" of the description.
 CONTRACT = {
-    "PUT /v1/admin/publishers/{publisher_id}", "GET /v1/admin/publishers/{publisher_id}",
-    "PUT /v1/admin/buyers/{buyer_id}", "GET /v1/admin/buyers/{buyer_id}",
-    "DELETE /v1/admin/buyers/{buyer_id}", "GET /v1/admin/leads/{lead_id}",
-    "GET /v1/admin/wallets/{customer}", "GET /v1/admin/payments/{provider}/{reference}",
-    "POST /v1/leads", "POST /v1/webhooks/{provider}", "GET /healthz", "GET /readyz", "GET /metrics",
-    "GET /openapi.json", "GET /ops", "GET /ops/rq", "GET /ops/rq/",
-    "POST /v1/admin/leads/{lead_id}/return", "POST /v1/admin/buyers/{buyer_id}/preview",
-    "GET /v1/admin/payment-events", "GET /v1/admin/webhooks/rejected", "POST /ops/logout", "GET /ops/logged-out",
+    "PUT /v1/admin/publishers/{publisher_id}",
+    "GET /v1/admin/publishers/{publisher_id}",
+    "PUT /v1/admin/buyers/{buyer_id}",
+    "GET /v1/admin/buyers/{buyer_id}",
+    "DELETE /v1/admin/buyers/{buyer_id}",
+    "GET /v1/admin/leads/{lead_id}",
+    "GET /v1/admin/wallets/{customer}",
+    "GET /v1/admin/payments/{provider}/{reference}",
+    "POST /v1/leads",
+    "POST /v1/webhooks/{provider}",
+    "GET /healthz",
+    "GET /readyz",
+    "GET /metrics",
+    "GET /openapi.json",
+    "GET /ops",
+    "GET /ops/rq",
+    "GET /ops/rq/",
+    "POST /v1/admin/leads/{lead_id}/return",
+    "POST /v1/admin/buyers/{buyer_id}/preview",
+    "GET /v1/admin/payment-events",
+    "GET /v1/admin/webhooks/rejected",
+    "POST /ops/logout",
+    "GET /ops/logged-out",
 }
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance, response_headers_conformance, ignored_auth]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+    ignored_auth,
+]
 
 
 def _spec(web) -> dict:
@@ -49,8 +71,12 @@ def _spec(web) -> dict:
 def test_spec_is_valid_openapi_and_describes_every_route(web):
     spec = _spec(web)
     validate(spec)  # raises on an invalid document
-    described = {f"{method.upper()} {path}" for path, item in spec["paths"].items()
-                 for method in item if method in ("get", "put", "post", "delete", "patch")}
+    described = {
+        f"{method.upper()} {path}"
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in ("get", "put", "post", "delete", "patch")
+    }
     assert described == CONTRACT
     schemes = spec["components"]["securitySchemes"]
     assert schemes["adminBearer"]["scheme"] == schemes["publisherBearer"]["scheme"] == "bearer"
@@ -61,8 +87,15 @@ def test_every_route_of_the_app_is_described(web, base_env):
     """The other direction: every route `flask routes` lists is described (but the dashboard's
     own pages and files under /ops/rq/, and Flask's static files)."""
     spec_paths = {re.sub(r"\{(\w+)\}", r"<\1>", p) for p in _spec(web)["paths"]}
-    out = subprocess.run([venv_bin("flask"), "--app", "wsgi", "routes"], env=base_env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [venv_bin("flask"), "--app", "wsgi", "routes"],
+        env=base_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     rules = [line.split()[-1] for line in out.splitlines()[2:] if line.strip()]
     assert "/v1/leads" in rules
     for rule in rules:
@@ -101,8 +134,11 @@ def test_live_app_honours_its_description(case, web, configured, buyer_server):
         headers = {"Authorization": f"Bearer {PUBLISHER_KEY}"}
     else:
         headers = {}
-    if path == "/v1/admin/buyers/{buyer_id}" and isinstance(case.body, dict) \
-            and isinstance(case.body.get("endpoint_url"), str):
+    if (
+        path == "/v1/admin/buyers/{buyer_id}"
+        and isinstance(case.body, dict)
+        and isinstance(case.body.get("endpoint_url"), str)
+    ):
         # A generated buyer that is accepted gets leads: keep every delivery on this machine.
         case.body["endpoint_url"] = buyer_server.url("fuzzed")
     case.call_and_validate(base_url=web.url, headers=headers, checks=CHECKS, timeout=30)

@@ -1,6 +1,7 @@
 """A buyer's circuit breaker as operators see it. The breaker itself lives in Redis and is
 changed only by lua/reserve_lease.lua (a half-open probe) and lua/finish_lease.lua
 (failures counted, opened, closed); this reads it."""
+
 from __future__ import annotations
 
 import time

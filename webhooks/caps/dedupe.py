@@ -5,6 +5,7 @@ only, the leading 1 of an 11-digit US number dropped) and hashed, name keys besi
 cap keys (same hash tag). lua/reserve_lease.lua refuses the buyer when one exists and sets them
 with the reservation (one atomic step); a refund deletes them again (lua/finish_lease.lua).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,8 +53,9 @@ def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict[str, Any]) ->
     return out
 
 
-def sold_consumers(settle_r: Client, buyer: BuyerRule, now: datetime,
-                   pending: list[dict[str, Any]] | None = None) -> dict[str, int]:
+def sold_consumers(
+    settle_r: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+) -> dict[str, int]:
     """Dedupe key -> when it expires (unix ms) of every consumer `buyer` bought within its
     dedupe days, from the ledger and the settlements not yet in it (`pending`, when the
     caller already read them)."""
@@ -66,12 +68,17 @@ def sold_consumers(settle_r: Client, buyer: BuyerRule, now: datetime,
         if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer.id:
             sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():
-        rows = (Lead.select(Lead.sold_at, Lead.payload)
-                .where(Lead.buyer_id == buyer.id, Lead.status == LeadStatus.SOLD,
-                       Lead.sold_at >= since.replace(tzinfo=None))
-                .tuples())
-        sales += [(sold_at.replace(tzinfo=timezone.utc), payload)
-                  for sold_at, payload in cast("Iterable[tuple[datetime, str]]", rows)]  # .tuples(): see sales.py
+        rows = (
+            Lead.select(Lead.sold_at, Lead.payload)
+            .where(
+                Lead.buyer_id == buyer.id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None)
+            )
+            .tuples()
+        )
+        sales += [
+            (sold_at.replace(tzinfo=timezone.utc), payload)
+            for sold_at, payload in cast("Iterable[tuple[datetime, str]]", rows)
+        ]  # .tuples(): see sales.py
     out: dict[str, int] = {}
     for sold_at, payload in sales:
         try:
@@ -85,8 +92,9 @@ def sold_consumers(settle_r: Client, buyer: BuyerRule, now: datetime,
     return out
 
 
-def restore(store: Store, settle_r: Client, buyer: BuyerRule, now: datetime,
-            pending: list[dict[str, Any]] | None = None) -> int:
+def restore(
+    store: Store, settle_r: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+) -> int:
     """Set the dedupe keys of `buyer`'s sales within its window that Redis lacks (after a
     data loss, or drift); never shortens or removes one. Returns how many were missing."""
     remembered = sold_consumers(settle_r, buyer, now, pending)

@@ -1,6 +1,7 @@
 """Cap leases: reserve a slot under every cap of a buyer in one Lua call, then confirm or
 refund exactly what was reserved (`finish`; `withdraw` refunds one never offered, leaving
 the breaker alone). Shared by the lead path, settlement and reconciliation."""
+
 from __future__ import annotations
 
 import json
@@ -43,9 +44,16 @@ class Note:
     ttl_ms: int
 
     def value(self, lease: Lease) -> str:
-        return json.dumps({**self.fields, "buyer_id": lease.buyer_id, "lease_id": lease.lease_id,
-                           "counters": list(lease.counters), "dedupe": list(lease.dedupe)},
-                          separators=(",", ":"))
+        return json.dumps(
+            {
+                **self.fields,
+                "buyer_id": lease.buyer_id,
+                "lease_id": lease.lease_id,
+                "counters": list(lease.counters),
+                "dedupe": list(lease.dedupe),
+            },
+            separators=(",", ":"),
+        )
 
 
 @dataclass(frozen=True)
@@ -84,21 +92,37 @@ class PreparedReservation:
 
     def send(self, store: Store) -> Reservation:
         """Make the reservation, in a round trip of its own."""
-        return self.result(store.reserve_lease(self.lease, self.charges, lease_ttl_ms=self.lease_ttl_ms,
-                                               probe_ttl_ms=self.probe_ttl_ms, dedupe_ms=self.dedupe_ms,
-                                               note_key=self.note_key))
+        return self.result(
+            store.reserve_lease(
+                self.lease,
+                self.charges,
+                lease_ttl_ms=self.lease_ttl_ms,
+                probe_ttl_ms=self.probe_ttl_ms,
+                dedupe_ms=self.dedupe_ms,
+                note_key=self.note_key,
+            )
+        )
 
     def queue(self, batch: Batch) -> Pending[Reservation]:
         """Add the reservation to `batch`, to share its round trip."""
-        return batch.reserve_lease(self.lease, self.charges, lease_ttl_ms=self.lease_ttl_ms,
-                                   probe_ttl_ms=self.probe_ttl_ms, dedupe_ms=self.dedupe_ms,
-                                   note_key=self.note_key).then(self.result)
+        return batch.reserve_lease(
+            self.lease,
+            self.charges,
+            lease_ttl_ms=self.lease_ttl_ms,
+            probe_ttl_ms=self.probe_ttl_ms,
+            dedupe_ms=self.dedupe_ms,
+            note_key=self.note_key,
+        ).then(self.result)
 
     def result(self, reserved: Reserved) -> Reservation:
         lease = self.lease
         if reserved.status is ReservationStatus.OK:
-            return Reservation(reserved.status, Lease(lease.buyer_id, lease.lease_id, lease.counters,
-                                                      reserved.probe, reserved.reserved_us, lease.dedupe))
+            return Reservation(
+                reserved.status,
+                Lease(
+                    lease.buyer_id, lease.lease_id, lease.counters, reserved.probe, reserved.reserved_us, lease.dedupe
+                ),
+            )
         if reserved.status is ReservationStatus.FULL and reserved.full is not None:
             cap = self.caps[reserved.full]
             metrics.cap_refused(lease.buyer_id, cap)
@@ -106,28 +130,59 @@ class PreparedReservation:
         return Reservation(reserved.status)
 
 
-def prepare(buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
-            consumer: Sequence[str] = (), price_minor: int | None = None, note_key: str = "") -> PreparedReservation:
+def prepare(
+    buyer: BuyerRule,
+    now: datetime,
+    *,
+    lease_ttl_ms: int,
+    probe_ttl_ms: int,
+    consumer: Sequence[str] = (),
+    price_minor: int | None = None,
+    note_key: str = "",
+) -> PreparedReservation:
     """The reservation of one lead under every cap of `buyer` at `now` (all or nothing),
     refused as a duplicate when one of `consumer`'s dedupe keys is set. `price_minor`
     (default: the buyer's price) is what counts against daily_budget. `note_key`, the
     attempt note written beside it, is kept in the lease (its `note` field)."""
     caps = windows(buyer, now)
     amount = buyer.price_minor if price_minor is None else price_minor
-    lease = Lease(buyer.id, os.urandom(12).hex(), tuple(counter_key(buyer.id, w) for _, _, w in caps),
-                  dedupe=tuple(consumer))
+    lease = Lease(
+        buyer.id, os.urandom(12).hex(), tuple(counter_key(buyer.id, w) for _, _, w in caps), dedupe=tuple(consumer)
+    )
     charges = tuple(Charge(limit, amount if cap == "daily_budget" else 1, expire_at(w)) for cap, limit, w in caps)
-    return PreparedReservation(lease, charges, tuple(cap for cap, _, _ in caps), lease_ttl_ms, probe_ttl_ms,
-                               buyer.dedupe_days * 86_400_000, note_key)
+    return PreparedReservation(
+        lease,
+        charges,
+        tuple(cap for cap, _, _ in caps),
+        lease_ttl_ms,
+        probe_ttl_ms,
+        buyer.dedupe_days * 86_400_000,
+        note_key,
+    )
 
 
-def reserve(store: Store, buyer: BuyerRule, now: datetime, *, lease_ttl_ms: int, probe_ttl_ms: int,
-            note: Note | None = None, consumer: Sequence[str] = (), price_minor: int | None = None
-            ) -> Reservation:
+def reserve(
+    store: Store,
+    buyer: BuyerRule,
+    now: datetime,
+    *,
+    lease_ttl_ms: int,
+    probe_ttl_ms: int,
+    note: Note | None = None,
+    consumer: Sequence[str] = (),
+    price_minor: int | None = None,
+) -> Reservation:
     """`prepare` and make the reservation. `note`, if given, is written in the same round
     trip, whatever the outcome."""
-    call = prepare(buyer, now, lease_ttl_ms=lease_ttl_ms, probe_ttl_ms=probe_ttl_ms, consumer=consumer,
-                   price_minor=price_minor, note_key="" if note is None else note.key)
+    call = prepare(
+        buyer,
+        now,
+        lease_ttl_ms=lease_ttl_ms,
+        probe_ttl_ms=probe_ttl_ms,
+        consumer=consumer,
+        price_minor=price_minor,
+        note_key="" if note is None else note.key,
+    )
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
             store.redis.set(note.key, note.value(call.lease), px=note.ttl_ms)
@@ -164,8 +219,9 @@ def _reserve_replicated(store: Store, call: PreparedReservation) -> Reservation:
     result = reserved.value
     if result.lease is not None and acked.value < wait.replicas:
         withdraw(store, result.lease)
-        raise redis.TimeoutError(f"{acked.value} of {wait.replicas} replica(s) acknowledged the cap "
-                                 f"reservation within {wait.timeout_ms} ms")
+        raise redis.TimeoutError(
+            f"{acked.value} of {wait.replicas} replica(s) acknowledged the cap reservation within {wait.timeout_ms} ms"
+        )
     return result
 
 
@@ -175,8 +231,9 @@ def take_over(store: Store, lease: Lease, ttl_ms: int) -> Extended:
     return store.extend_lease(lease, ttl_ms)
 
 
-def finish(store: Store, lease: Lease, outcome: AttemptOutcome | str, *, breaker_failures: int,
-           breaker_cooldown_ms: int) -> bool:
+def finish(
+    store: Store, lease: Lease, outcome: AttemptOutcome | str, *, breaker_failures: int, breaker_cooldown_ms: int
+) -> bool:
     """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
     return store.finish_lease(lease, outcome, BreakerRule(breaker_failures, breaker_cooldown_ms), CONFIRMED_TTL_MS)
 
@@ -207,8 +264,13 @@ def release_settled(r: Client, leases: list[tuple[str, str]]) -> None:
     pipe.execute()
 
 
-def room(store: Store, buyers: Sequence[BuyerRule], now: datetime, budget_minor: dict[str, int] | None = None,
-         consumers: dict[str, Sequence[str]] | None = None) -> dict[str, str | None]:
+def room(
+    store: Store,
+    buyers: Sequence[BuyerRule],
+    now: datetime,
+    budget_minor: dict[str, int] | None = None,
+    consumers: dict[str, Sequence[str]] | None = None,
+) -> dict[str, str | None]:
     """Whether each buyer could take one more lead now, read without reserving (one round
     trip): None, or why not: "duplicate", "cap_full:<cap>" or "circuit_open". `budget_minor`
     is the least a buyer's lead can count against daily_budget (default: its price);
@@ -219,18 +281,30 @@ def room(store: Store, buyers: Sequence[BuyerRule], now: datetime, budget_minor:
         for buyer in buyers:
             caps = windows(buyer, now)
             consumer = (consumers or {}).get(buyer.id) or ()
-            plans.append((buyer, caps, b.hget(keys.breaker(buyer.id), "open_until"),
-                          b.exists(*consumer) if consumer else None,
-                          [b.get(counter_key(buyer.id, w)) for _, _, w in caps]))
+            plans.append(
+                (
+                    buyer,
+                    caps,
+                    b.hget(keys.breaker(buyer.id), "open_until"),
+                    b.exists(*consumer) if consumer else None,
+                    [b.get(counter_key(buyer.id, w)) for _, _, w in caps],
+                )
+            )
     now_ms = now.timestamp() * 1000
     out: dict[str, str | None] = {}
     for buyer, caps, open_until, known, counters in plans:
         used = [int(c.value or 0) for c in counters]
         amount = (budget_minor or {}).get(buyer.id, buyer.price_minor)
         full = [cap for (cap, limit, _), u in zip(caps, used) if u + (amount if cap == "daily_budget" else 1) > limit]
-        out[buyer.id] = (ReservationStatus.DUPLICATE if known is not None and known.value
-                         else f"cap_full:{full[0]}" if full
-                         else ReservationStatus.CIRCUIT_OPEN if int(open_until.value or 0) > now_ms else None)
+        out[buyer.id] = (
+            ReservationStatus.DUPLICATE
+            if known is not None and known.value
+            else f"cap_full:{full[0]}"
+            if full
+            else ReservationStatus.CIRCUIT_OPEN
+            if int(open_until.value or 0) > now_ms
+            else None
+        )
     return out
 
 

@@ -6,6 +6,7 @@ the loss has finished and its sale (if any) is in the ledger or in the settlemen
 journal pushed again) when we count. Part of the recovery from a Redis data loss: see
 webhooks/leads/redis_loss.py.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +60,9 @@ def _run(store: Store, settle_r: Client, buyer: BuyerRule, token: str, delay: fl
         log.exception("rebuild of buyer %s failed", buyer.id)
 
 
-def sold_counts(settle_r: Client, buyer: BuyerRule, now: datetime,
-                pending: list[dict[str, Any]] | None = None) -> dict[str, int]:
+def sold_counts(
+    settle_r: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+) -> dict[str, int]:
     """Sold leads (and cents for daily_budget) of each current window: the ledger's, counted
     by the database, plus the unsettled sales it does not have yet. The queue is read first
     and the ledger after it (which queued sales it has, then the totals): a sale settled
@@ -85,9 +87,16 @@ def rebuild(store: Store, settle_r: Client, buyer: BuyerRule, token: str, now: d
     pending = settle_queue.unsettled(settle_r, mentioning=buyer.id)
     restored = dedupe.restore(store, settle_r, buyer, now, pending)
     counts = sold_counts(settle_r, buyer, now, pending)
-    done = store.rebuild_counters(buyer.id, token, [(leases.counter_key(buyer.id, w), counts[cap], leases.expire_at(w))
-                                                    for cap, _, w in leases.windows(buyer, now)])
+    done = store.rebuild_counters(
+        buyer.id,
+        token,
+        [
+            (leases.counter_key(buyer.id, w), counts[cap], leases.expire_at(w))
+            for cap, _, w in leases.windows(buyer, now)
+        ],
+    )
     if done:
-        log.warning("buyer %s counters rebuilt from the ledger: %s; %d consumer(s) remembered again",
-                    buyer.id, counts, restored)
+        log.warning(
+            "buyer %s counters rebuilt from the ledger: %s; %d consumer(s) remembered again", buyer.id, counts, restored
+        )
     return done

@@ -6,6 +6,7 @@ a sale counts unless its lease is in that snapshot (then the lease counts) or wa
 after it. The correction is applied as a delta, so reservations made while the ledger was
 being read are kept: reconciliation can neither open room past a cap nor hide a sale.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_TRIES = 5
 RECONCILE_LOCK_MS = 60_000
 
+
 @dataclass(frozen=True)
 class Finding:
     buyer_id: str
@@ -47,8 +49,11 @@ def reconcile_buyer(store: Store, settle_r: Client, buyer: BuyerRule, now: datet
     if buyer.dedupe_fields and store.redis.exists(keys.ready(buyer.id)):
         missing = dedupe.restore(store, settle_r, buyer, now)
         if missing:
-            log.warning("buyer %s: %d consumer(s) sold within the dedupe window were not remembered; "
-                        "restored from the ledger", buyer.id, missing)
+            log.warning(
+                "buyer %s: %d consumer(s) sold within the dedupe window were not remembered; restored from the ledger",
+                buyer.id,
+                missing,
+            )
     windows = leases.windows(buyer, now)
     if not windows:
         return []
@@ -64,8 +69,9 @@ def reconcile_buyer(store: Store, settle_r: Client, buyer: BuyerRule, now: datet
         store.redis.delete(lock)
 
 
-def _reconcile_windows(store: Store, settle_r: Client, buyer: BuyerRule,
-                       windows: list[tuple[str, int, Window]]) -> list[Finding]:
+def _reconcile_windows(
+    store: Store, settle_r: Client, buyer: BuyerRule, windows: list[tuple[str, int, Window]]
+) -> list[Finding]:
     counters = [leases.counter_key(buyer.id, w) for _, _, w in windows]
     snap = _snapshot(store, buyer.id, counters)
     if snap.status is SnapshotStatus.NOT_READY:
@@ -76,8 +82,11 @@ def _reconcile_windows(store: Store, settle_r: Client, buyer: BuyerRule,
     values = snap.counters
     in_flight = [sum(amounts[i] for amounts in snap.leases.values()) for i in range(len(counters))]
     since = min(w.start for _, _, w in windows)
-    sold = [s for s in sales_since(settle_r, buyer.id, since).values()
-            if s.lease_id not in snap.leases and (s.reserved_us is None or s.reserved_us < snap.at_us)]
+    sold = [
+        s
+        for s in sales_since(settle_r, buyer.id, since).values()
+        if s.lease_id not in snap.leases and (s.reserved_us is None or s.reserved_us < snap.at_us)
+    ]
     findings = []
     for i, (cap, _, w) in enumerate(windows):
         expected = total(sold, cap, w) + in_flight[i]
@@ -107,8 +116,14 @@ def reconcile_all(store: Store, settle_r: Client, buyers: Iterable[BuyerRule]) -
         for f in reconcile_buyer(store, settle_r, buyer):
             if f.corrected_to is not None:
                 drifts.append(asdict(f))
-                log.warning("cap drift %s %s %s: counter %d, sold+in flight %d, corrected",
-                            f.buyer_id, f.cap, f.window, f.counter, f.expected)
+                log.warning(
+                    "cap drift %s %s %s: counter %d, sold+in flight %d, corrected",
+                    f.buyer_id,
+                    f.cap,
+                    f.window,
+                    f.counter,
+                    f.expected,
+                )
     with db.connection_context(), db.atomic():
         for d in drifts:
             audit.record("reconcile", "cap.drift", "buyer", d["buyer_id"], d)

@@ -1,5 +1,6 @@
 """A buyer's sales as the ledger and the settlement queue know them, for cap rebuilds and
 reconciliation."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -25,18 +26,21 @@ class Sale:
     lease_id: str | None
     reserved_us: int | None  # Redis time of the lease
 
+
 def sold_since(buyer_id: str, since: datetime) -> list[tuple[Any, ...]]:
     """(publisher_id, lead_id, sold_at naive UTC, price, lease_id, reserved_us) of the buyer's
     sales since `since`."""
-    rows = (Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id,
-                        Lead.reserved_us)
-            .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD,
-                   Lead.sold_at >= since.replace(tzinfo=None)).tuples())
+    rows = (
+        Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id, Lead.reserved_us)
+        .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None))
+        .tuples()
+    )
     return list(cast("Iterable[tuple[Any, ...]]", rows))  # peewee's stubs: .tuples() yields models
 
 
-def sales_since(settle_r: Client, buyer_id: str, since: datetime,
-                pending: list[dict[str, Any]] | None = None) -> dict[tuple[str, str], Sale]:
+def sales_since(
+    settle_r: Client, buyer_id: str, since: datetime, pending: list[dict[str, Any]] | None = None
+) -> dict[tuple[str, str], Sale]:
     """Sales of `buyer_id` since `since` (aware): settled, queued, or taken by a running job,
     keyed by (publisher_id, lead_id) so a sale seen in two places counts once. `pending` is
     the queue as `settle_queue.unsettled` read it, when the caller already has it."""
@@ -45,13 +49,13 @@ def sales_since(settle_r: Client, buyer_id: str, since: datetime,
     # still seen (in the ledger), and the key de-duplicates one seen in both.
     with db.connection_context():
         for pub, lead_id, sold_at, price, lease_id, reserved_us in sold_since(buyer_id, since):
-            sales[(pub, lead_id)] = Sale(sold_at.replace(tzinfo=timezone.utc), cents(price),
-                                         lease_id, reserved_us)
+            sales[(pub, lead_id)] = Sale(sold_at.replace(tzinfo=timezone.utc), cents(price), lease_id, reserved_us)
     return sales
 
 
-def queued_sales(settle_r: Client, buyer_id: str, since: datetime,
-                 pending: list[dict[str, Any]] | None = None) -> dict[tuple[str, str], Sale]:
+def queued_sales(
+    settle_r: Client, buyer_id: str, since: datetime, pending: list[dict[str, Any]] | None = None
+) -> dict[tuple[str, str], Sale]:
     """The buyer's sales since `since` still in the settlement queue (or taken by a running
     job), keyed by (publisher_id, lead_id): a sale queued twice (a journal pushed again)
     counts once."""
@@ -61,13 +65,15 @@ def queued_sales(settle_r: Client, buyer_id: str, since: datetime,
             at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
             if at >= since:
                 lease = item.get("lease") or [None, None]
-                sales[(item["publisher_id"], item["lead_id"])] = Sale(at, cents(item["price"]), lease[1],
-                                                                      item.get("reserved_us"))
+                sales[(item["publisher_id"], item["lead_id"])] = Sale(
+                    at, cents(item["price"]), lease[1], item.get("reserved_us")
+                )
     return sales
 
 
-def settled_of(wanted: Iterable[tuple[str, str]], buyer_id: str | None = None,
-               chunk: int = 500) -> set[tuple[str, str]]:
+def settled_of(
+    wanted: Iterable[tuple[str, str]], buyer_id: str | None = None, chunk: int = 500
+) -> set[tuple[str, str]]:
     """Which of the (publisher_id, lead_id) pairs the ledger holds: as any status, or with
     `buyer_id` as sold to that buyer. One query per publisher and `chunk` leads, reading two
     short columns."""
@@ -78,19 +84,32 @@ def settled_of(wanted: Iterable[tuple[str, str]], buyer_id: str | None = None,
     found: set[tuple[str, str]] = set()
     for pub, ids in by_publisher.items():
         for i in range(0, len(ids), chunk):
-            found.update(cast("Iterable[tuple[str, str]]", Lead.select(Lead.publisher_id, Lead.lead_id)
-                         .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i:i + chunk]), *sold_to).tuples()))
+            found.update(
+                cast(
+                    "Iterable[tuple[str, str]]",
+                    Lead.select(Lead.publisher_id, Lead.lead_id)
+                    .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i : i + chunk]), *sold_to)
+                    .tuples(),
+                )
+            )
     return found
 
 
 def ledger_total(buyer_id: str, cap: str, w: Window) -> int:
     """Leads (or cents, for daily_budget) the ledger has sold to `buyer_id` inside window
     `w`, counted by the database (one row back, however many sales)."""
-    count, amount = cast("tuple[int, Any]", Lead.select(fn.COUNT(Lead.id),
-                                                        fn.COALESCE(fn.SUM(fn.ROUND(Lead.price * 100)), 0))
-                         .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD,
-                                Lead.sold_at >= w.start.replace(tzinfo=None), Lead.sold_at < w.end.replace(tzinfo=None))
-                         .tuples().get())
+    count, amount = cast(
+        "tuple[int, Any]",
+        Lead.select(fn.COUNT(Lead.id), fn.COALESCE(fn.SUM(fn.ROUND(Lead.price * 100)), 0))
+        .where(
+            Lead.buyer_id == buyer_id,
+            Lead.status == LeadStatus.SOLD,
+            Lead.sold_at >= w.start.replace(tzinfo=None),
+            Lead.sold_at < w.end.replace(tzinfo=None),
+        )
+        .tuples()
+        .get(),
+    )
     return int(round(float(amount))) if cap == "daily_budget" else int(count)  # whole cents, summed
 
 

@@ -3,6 +3,7 @@
 Each window has a key suffix naming its local start and the UTC instant it ends, so a counter
 expires with its window rather than an hour after its first lead (the seed's rolling window).
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,15 +47,14 @@ def _window_of_minute(cap: str, tz: ZoneInfo, minute: int) -> Window:
         return Window(cap, label, start, start + timedelta(hours=1))
     if cap in ("daily", "daily_budget"):
         day = local.date()
-        return Window(cap, day.isoformat(), _local_midnight(day, tz),
-                      _local_midnight(day + timedelta(days=1), tz))
+        return Window(cap, day.isoformat(), _local_midnight(day, tz), _local_midnight(day + timedelta(days=1), tz))
     if cap == "weekly":
         monday = local.date() - timedelta(days=local.weekday())
-        return Window(cap, monday.isoformat(), _local_midnight(monday, tz),
-                      _local_midnight(monday + timedelta(days=7), tz))
+        return Window(
+            cap, monday.isoformat(), _local_midnight(monday, tz), _local_midnight(monday + timedelta(days=7), tz)
+        )
     if cap == "monthly":
         first = local.date().replace(day=1)
         following = (first + timedelta(days=32)).replace(day=1)
-        return Window(cap, first.strftime("%Y-%m"), _local_midnight(first, tz),
-                      _local_midnight(following, tz))
+        return Window(cap, first.strftime("%Y-%m"), _local_midnight(first, tz), _local_midnight(following, tz))
     raise ValueError(f"unknown cap {cap!r}")

@@ -1,5 +1,6 @@
 """Buyers: validation of the admin body, the stored form, and the in-memory rule the lead path
 filters on (active, states, blocked publishers, opening hours in the buyer's time zone)."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,23 @@ DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])")  # fullmatch: `$` passes a trailing newline
 _STATE = re.compile(r"[A-Za-z0-9-]{1,16}")
 _READ_ONLY = {"id", "usage", "created_at", "updated_at"}
-_FIELDS = {"name", "endpoint_url", "priority", "price", "timezone", "caps", "states",
-           "blocked_publishers", "schedule", "active", "dedupe", "return_window_days", "delivery", "ping",
-           "weight"}
+_FIELDS = {
+    "name",
+    "endpoint_url",
+    "priority",
+    "price",
+    "timezone",
+    "caps",
+    "states",
+    "blocked_publishers",
+    "schedule",
+    "active",
+    "dedupe",
+    "return_window_days",
+    "delivery",
+    "ping",
+    "weight",
+}
 
 
 def _zone(value: Any) -> ZoneInfo:
@@ -112,8 +127,12 @@ def _dedupe(value: Any) -> dict | None:
     if not isinstance(value, dict) or set(value) - {"fields", "days"}:
         raise ValidationError(CODE, "dedupe", 'must be an object {"fields": [...], "days": n}')
     fields = value.get("fields")
-    if not isinstance(fields, list) or not fields or not all(f in DEDUPE_FIELDS for f in fields) \
-            or len(set(fields)) != len(fields):
+    if (
+        not isinstance(fields, list)
+        or not fields
+        or not all(f in DEDUPE_FIELDS for f in fields)
+        or len(set(fields)) != len(fields)
+    ):
         raise ValidationError(CODE, "dedupe.fields", "must list one or more of " + ", ".join(DEDUPE_FIELDS))
     days = v.integer(CODE, "dedupe.days", value.get("days", 30), low=1, high=365)
     return {"fields": fields, "days": days}
@@ -133,8 +152,9 @@ def parse(body: Any, stored: Buyer | None = None) -> dict:
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
     stored_delivery = json.loads(stored.delivery) if stored is not None and stored.delivery else {}
     delivery = integration.parse_delivery(body.get("delivery"), stored_delivery.get("headers"))
-    ping = integration.parse_ping(body.get("ping"), lambda field, url: _url(url, field),
-                                  lambda field, amount: v.money(CODE, field, amount))
+    ping = integration.parse_ping(
+        body.get("ping"), lambda field, url: _url(url, field), lambda field, amount: v.money(CODE, field, amount)
+    )
     caps = _caps(body.get("caps"))
     states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.fullmatch(s))
     blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
@@ -151,8 +171,7 @@ def parse(body: Any, stored: Buyer | None = None) -> dict:
         "schedule": None if schedule is None else json.dumps(schedule, sort_keys=True),
         "active": v.boolean(CODE, "active", body.get("active", True)),
         "dedupe": None if (dedupe := _dedupe(body.get("dedupe"))) is None else json.dumps(dedupe),
-        "return_window_days": v.integer(CODE, "return_window_days", body.get("return_window_days", 7),
-                                        low=0, high=365),
+        "return_window_days": v.integer(CODE, "return_window_days", body.get("return_window_days", 7), low=0, high=365),
         "delivery": None if delivery is None else json.dumps(delivery, sort_keys=True),
         "ping": None if ping is None else json.dumps(ping, sort_keys=True),
         "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
@@ -188,8 +207,6 @@ def to_json(row: Buyer) -> dict:
     }
 
 
-
-
 @dataclass(frozen=True)
 class BuyerRule:
     """What the lead path needs of a buyer, parsed once per config reload."""
@@ -215,23 +232,32 @@ class BuyerRule:
     def from_row(cls, row: Buyer) -> BuyerRule:
         caps = {n: getattr(row, f"cap_{n}") for n in CAPS}
         limits = tuple(
-            (n, cents(lim) if n == "daily_budget" else int(lim))
-            for n, lim in caps.items() if lim is not None
+            (n, cents(lim) if n == "daily_budget" else int(lim)) for n, lim in caps.items() if lim is not None
         )
         schedule = None
         if row.schedule is not None:
             days = json.loads(row.schedule)
-            schedule = tuple(
-                tuple((_minutes("", a), _minutes("", b)) for a, b in days.get(d, ())) for d in DAYS
-            )
+            schedule = tuple(tuple((_minutes("", a), _minutes("", b)) for a, b in days.get(d, ())) for d in DAYS)
         price = Decimal(row.price).quantize(v.CENTS)
         dedupe: dict[str, Any] = json.loads(row.dedupe) if row.dedupe else {"fields": [], "days": 0}
-        return cls(row.id, row.endpoint_url, row.priority, price, cents(price),
-                   ZoneInfo(row.timezone), limits, frozenset(json.loads(row.states)),
-                   frozenset(json.loads(row.blocked_publishers)), schedule,
-                   tuple(dedupe["fields"]), dedupe["days"], row.return_window_days,
-                   integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
-                   integration.compile_ping(json.loads(row.ping) if row.ping else None), row.weight)
+        return cls(
+            row.id,
+            row.endpoint_url,
+            row.priority,
+            price,
+            cents(price),
+            ZoneInfo(row.timezone),
+            limits,
+            frozenset(json.loads(row.states)),
+            frozenset(json.loads(row.blocked_publishers)),
+            schedule,
+            tuple(dedupe["fields"]),
+            dedupe["days"],
+            row.return_window_days,
+            integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
+            integration.compile_ping(json.loads(row.ping) if row.ping else None),
+            row.weight,
+        )
 
     def refusal(self, state: str | None, publisher_id: str, now: datetime) -> str | None:
         """Why the static filters of phase 1 refuse this lead (a routing-trace reason), or
@@ -284,8 +310,11 @@ def delete(buyer_id: str) -> bool:
     from webhooks.storage.models import utcnow
 
     with db.atomic():
-        n = (Buyer.update(deleted_at=utcnow(), active=False)
-             .where(Buyer.id == buyer_id, Buyer.deleted_at.is_null()).execute())
+        n = (
+            Buyer.update(deleted_at=utcnow(), active=False)
+            .where(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
+            .execute()
+        )
         if n:
             audit.record("admin", "buyer.delete", "buyer", buyer_id)
     return bool(n)

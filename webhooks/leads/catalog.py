@@ -5,6 +5,7 @@ most every CHECK_INTERVAL seconds and reloads from the database when it differs,
 is live everywhere within a second. A full reload every MAX_AGE seconds covers a version write
 that was lost (Redis briefly down right after an admin change).
 """
+
 from __future__ import annotations
 
 import logging
@@ -82,7 +83,6 @@ class Catalog:
             if current is None or version != current.version or now - self._loaded > MAX_AGE:
                 current = self._snapshot = load_snapshot(cast("str | None", version))  # decoded replies
                 self._loaded = now
-                log.info("config loaded: %d buyers, %d publishers",
-                         len(current.buyers), len(current.publishers_by_key))
+                log.info("config loaded: %d buyers, %d publishers", len(current.buyers), len(current.publishers_by_key))
             self._checked = now
             return current

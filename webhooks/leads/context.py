@@ -1,6 +1,7 @@
 """One lead as it goes through the lead path: made once by Intake.take (or by the abandoned-lead
 sweep for a lead it takes over) and handed down to routing, recovery and settlement, instead
 of each taking a dozen parameters."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ hold the lead forever; the gevent.Timeout around the whole call is the real dead
 process is always gevent-patched, see gunicorn.conf.py). The socket timeout stays as a
 backstop for code run without gevent.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,12 @@ from webhooks.storage.states import AttemptOutcome
 log = logging.getLogger(__name__)
 
 USER_AGENT = "Floodgate/1"
-ACCEPTED, REJECTED, ERROR, TIMEOUT = (AttemptOutcome.ACCEPTED, AttemptOutcome.REJECTED, AttemptOutcome.ERROR,
-                                      AttemptOutcome.TIMEOUT)
+ACCEPTED, REJECTED, ERROR, TIMEOUT = (
+    AttemptOutcome.ACCEPTED,
+    AttemptOutcome.REJECTED,
+    AttemptOutcome.ERROR,
+    AttemptOutcome.TIMEOUT,
+)
 CIRCUIT_OPEN = AttemptOutcome.CIRCUIT_OPEN
 # An attempt whose answer was lost with a dead process and that the buyer did not confirm
 # when offered the lead again (API.md): the lead is unsold and flagged for review.
@@ -81,10 +86,12 @@ class Deliverer:
     def _target(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
         parts = urlsplit(url)
         return self.adapter.poolmanager.connection_from_url(url), (parts.path or "/") + (
-            "?" + parts.query if parts.query else "")
+            "?" + parts.query if parts.query else ""
+        )
 
-    def request(self, method: str, url: str, body: bytes, headers: dict[str, str],
-                timeout_s: float) -> tuple[int, bytes, AttemptOutcome | None, int]:
+    def request(
+        self, method: str, url: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> tuple[int, bytes, AttemptOutcome | None, int]:
         """Send one request under a hard total deadline: (status, reply, failure, elapsed ms),
         failure being ERROR or TIMEOUT when no full reply came (status 0 then), or NOT_SENT
         when the request could not be built. A reply longer than MAX_REPLY_BYTES is not
@@ -99,10 +106,19 @@ class Deliverer:
             pool, path = self._target(url)
             with gevent.Timeout(timeout_s, _Deadline):
                 # the whole reply must arrive inside the deadline, and no more of it than the limit
-                resp = pool.urlopen(method, path, body=body, headers=headers, retries=False, redirect=False,
-                                    assert_same_host=False, preload_content=False,
-                                    timeout=self._timeout if timeout_s == self.timeout_s else
-                                    urllib3.Timeout(connect=timeout_s, read=timeout_s))
+                resp = pool.urlopen(
+                    method,
+                    path,
+                    body=body,
+                    headers=headers,
+                    retries=False,
+                    redirect=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                    timeout=self._timeout
+                    if timeout_s == self.timeout_s
+                    else urllib3.Timeout(connect=timeout_s, read=timeout_s),
+                )
                 status, reply = resp.status, _read_capped(resp)
             if reply is None:
                 log.info("reply of %s is longer than %d bytes: not read", redact_url(url), MAX_REPLY_BYTES)
@@ -122,11 +138,17 @@ class Deliverer:
             failure = NOT_SENT
         return status, content, failure, int((time.perf_counter() - started) * 1000)
 
-    def deliver(self, url: str, body: bytes, idempotency_key: str,
-                delivery: Delivery = DEFAULT_DELIVERY) -> tuple[AttemptOutcome, int]:
+    def deliver(
+        self, url: str, body: bytes, idempotency_key: str, delivery: Delivery = DEFAULT_DELIVERY
+    ) -> tuple[AttemptOutcome, int]:
         """Post `body` to `url` as `delivery` says; return (outcome, elapsed ms)."""
-        headers = {"Content-Type": delivery.content_type, "Content-Length": str(len(body)),
-                   "Idempotency-Key": idempotency_key, "User-Agent": USER_AGENT, **dict(delivery.headers)}
+        headers = {
+            "Content-Type": delivery.content_type,
+            "Content-Length": str(len(body)),
+            "Idempotency-Key": idempotency_key,
+            "User-Agent": USER_AGENT,
+            **dict(delivery.headers),
+        }
         status, content, failure, ms = self.request(delivery.method, url, body, headers, self.timeout_s)
         if failure is not None:
             return failure, ms

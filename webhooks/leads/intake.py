@@ -1,6 +1,7 @@
 """The lead path (DESIGN.md "Lead path"): authenticate the publisher, check the lead, claim
 its id, route it, answer, and hand the settlement to the ledger. No Flask here: the view
 passes the request's parts in and sends back what `Intake.take` returns."""
+
 from __future__ import annotations
 
 import json
@@ -94,14 +95,39 @@ class Intake:
     @classmethod
     def build(cls, cfg: Config, store: Store, settle: Store, journal: Journal) -> Intake:
         """The lead path of one process, from its config and stores."""
-        router = Router(store, settle.redis, Deliverer(cfg.buyer_timeout_ms), cfg.buyer_timeout_ms,
-                        cfg.breaker_failures, cfg.breaker_cooldown_ms, cfg.ping_timeout_ms, cfg.ping_max_bid)
+        router = Router(
+            store,
+            settle.redis,
+            Deliverer(cfg.buyer_timeout_ms),
+            cfg.buyer_timeout_ms,
+            cfg.breaker_failures,
+            cfg.breaker_cooldown_ms,
+            cfg.ping_timeout_ms,
+            cfg.ping_max_bid,
+        )
         ending = Settlement(store, settle, journal.push, router.breaker, cfg.lead_replay_ttl_s)
-        return cls(store, settle, router, journal, ending, cfg.buyer_timeout_ms, cfg.lead_replay_ttl_s,
-                   cfg.lead_claim_margin_ms, cfg.lead_recovery_window_ms)
+        return cls(
+            store,
+            settle,
+            router,
+            journal,
+            ending,
+            cfg.buyer_timeout_ms,
+            cfg.lead_replay_ttl_s,
+            cfg.lead_claim_margin_ms,
+            cfg.lead_recovery_window_ms,
+        )
 
-    def take(self, snapshot: Snapshot, publisher: PublisherRule, lead_id: str, lead: dict,
-             payload: str, received_at: datetime, request_id: str | None) -> str:
+    def take(
+        self,
+        snapshot: Snapshot,
+        publisher: PublisherRule,
+        lead_id: str,
+        lead: dict,
+        payload: str,
+        received_at: datetime,
+        request_id: str | None,
+    ) -> str:
         """Route one lead; return the answer's JSON text (a replay returns the first answer
         with "replayed": true). Raises Conflict (in_flight) while another request routes the
         same lead id, Unavailable while caps are rebuilt or Redis is down."""
@@ -109,17 +135,25 @@ class Intake:
         started = time.monotonic()
         buyers, skipped = candidates(snapshot.buyers, lead.get("state"), publisher.id, now, snapshot.inactive)
         claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
-        ctx = LeadContext(publisher, lead_id, lead, payload, now, request_id, claims.new_token(claims.ROUTING),
-                          claim_ttl, claim_ttl + self.recovery_window_ms,
-                          started + claim_ttl / 1000)  # the claim lives at least this long (set after `started`)
+        ctx = LeadContext(
+            publisher,
+            lead_id,
+            lead,
+            payload,
+            now,
+            request_id,
+            claims.new_token(claims.ROUTING),
+            claim_ttl,
+            claim_ttl + self.recovery_window_ms,
+            started + claim_ttl / 1000,
+        )  # the claim lives at least this long (set after `started`)
         plan = self.router.plan(buyers, publisher)
         got, first = self._claim(ctx, plan[0] if plan else None)
         if got.outcome is ClaimOutcome.WAIT:
             self._refuse_after_claim_loss(ctx, got.memory_mark, snapshot)
         if got.outcome is ClaimOutcome.HELD:
             return _replay(got.held)
-        if got.dead_note is None and claims.memory_gap(got.memory_mark, int(now.timestamp() * 1000),
-                                                       self.replay_ttl_s):
+        if got.dead_note is None and claims.memory_gap(got.memory_mark, int(now.timestamp() * 1000), self.replay_ttl_s):
             settled = self._settled_answer(ctx, first)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
@@ -127,8 +161,9 @@ class Intake:
         try:
             if got.dead_note is not None:
                 # The request that held this claim died while offering the lead to a buyer.
-                outcome = recovery.reoffer(self.store, self.router.deliverer, snapshot.buyers, ctx,
-                                           json.loads(got.dead_note))
+                outcome = recovery.reoffer(
+                    self.store, self.router.deliverer, snapshot.buyers, ctx, json.loads(got.dead_note)
+                )
             else:
                 outcome = self.router.route(ctx, buyers, skipped, plan, first)
         except BaseException:
@@ -139,14 +174,19 @@ class Intake:
         if outcome.out_of_time:
             # This process stalled: the claim may be another request's by now, and so may the
             # attempt note. No buyer holds the lead from us (each earlier offer was settled).
-            log.warning("lead %s:%s not offered further: its claim was about to expire (a stalled process)",
-                        publisher.id, lead_id)
+            log.warning(
+                "lead %s:%s not offered further: its claim was about to expire (a stalled process)",
+                publisher.id,
+                lead_id,
+            )
             self._give_up(ctx, forget_note=time.monotonic() < ctx.deadline)
             raise Unavailable("this request ran out of time; retry")
         if outcome.status == LeadStatus.UNSOLD and outcome.waiting_for_rebuild:
             self._give_up(ctx, forget_note=time.monotonic() < ctx.deadline)
-            raise Unavailable("buyer caps are being rebuilt after a Redis data loss; retry shortly",
-                              retry_after_s=math.ceil(self.buyer_timeout_ms / 1000 + rebuild.SETTLE_MARGIN_S))
+            raise Unavailable(
+                "buyer caps are being rebuilt after a Redis data loss; retry shortly",
+                retry_after_s=math.ceil(self.buyer_timeout_ms / 1000 + rebuild.SETTLE_MARGIN_S),
+            )
 
         item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
         answer = json.dumps(settlement.answer_of(item))
@@ -174,9 +214,13 @@ class Intake:
         request holds it now. A sale stands (the buyer has the lead: it is confirmed and
         settled, the claim left alone); anything else is forgotten, so the ledger and the
         publisher get the other request's answer."""
-        log.error("lead %s:%s: the claim expired while it was routed (a stalled process); outcome %s%s",
-                  item["publisher_id"], item["lead_id"], outcome.status,
-                  " to " + str(outcome.buyer_id) if outcome.buyer_id else "")
+        log.error(
+            "lead %s:%s: the claim expired while it was routed (a stalled process); outcome %s%s",
+            item["publisher_id"],
+            item["lead_id"],
+            outcome.status,
+            " to " + str(outcome.buyer_id) if outcome.buyer_id else "",
+        )
         if outcome.lease is not None:
             settlement.end_lead(self.settlement, ctx.token, outcome, item, answer, keep_claim=True)
             return answer
@@ -197,8 +241,9 @@ class Intake:
         except UNAVAILABLE_ERRORS:
             self._withdraw(first)
             self._give_up(ctx, forget_note=True)
-            raise Unavailable("the lead ledger is unreachable and Redis lost its replay memory lately; "
-                              "retry shortly") from None
+            raise Unavailable(
+                "the lead ledger is unreachable and Redis lost its replay memory lately; retry shortly"
+            ) from None
         if found is None:
             return None
         answer = json.dumps(found)
@@ -223,8 +268,11 @@ class Intake:
         lua/answer_lead.lua) or was never routed. See leads/redis_loss.py."""
         left_ms = max(1, mark_ms + ctx.claim_ttl_ms - int(ctx.now.timestamp() * 1000))
         self._start_rebuilds(snapshot, mark_ms)
-        raise Unavailable("Redis lost its lead claims lately; requests routing this lead before then may "
-                          "still be running: retry after Retry-After", retry_after_s=math.ceil(left_ms / 1000))
+        raise Unavailable(
+            "Redis lost its lead claims lately; requests routing this lead before then may "
+            "still be running: retry after Retry-After",
+            retry_after_s=math.ceil(left_ms / 1000),
+        )
 
     def _start_rebuilds(self, snapshot: Snapshot, mark_ms: int) -> None:
         """Once per loss, publisher and process: start the counter rebuild of every buyer whose counters
@@ -257,17 +305,25 @@ class Intake:
         more on that path only)."""
         now_ms = int(ctx.now.timestamp() * 1000)
         if offer is None or self.store.cap_wait.replicas:  # the WAIT path reserves on its own connection
-            got = self.store.claim_lead(ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms,
-                                        note_ttl_ms=ctx.lease_ttl_ms)
+            got = self.store.claim_lead(
+                ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note_ttl_ms=ctx.lease_ttl_ms
+            )
             return got, None
         buyer = offer.buyer
-        call = leases.prepare(buyer, ctx.now, lease_ttl_ms=ctx.lease_ttl_ms, probe_ttl_ms=self.router.probe_ttl_ms,
-                              consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
-                              price_minor=cents(offer.price), note_key=ctx.attempt_key)
+        call = leases.prepare(
+            buyer,
+            ctx.now,
+            lease_ttl_ms=ctx.lease_ttl_ms,
+            probe_ttl_ms=self.router.probe_ttl_ms,
+            consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
+            price_minor=cents(offer.price),
+            note_key=ctx.attempt_key,
+        )
         note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref).value(call.lease)
         with self.store.batch() as b:
-            claimed = b.claim_lead(ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note=note,
-                                   note_ttl_ms=ctx.lease_ttl_ms)
+            claimed = b.claim_lead(
+                ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note=note, note_ttl_ms=ctx.lease_ttl_ms
+            )
             reserved = call.queue(b)
         got, first = claimed.value, reserved.value
         if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:

@@ -8,6 +8,7 @@ the sandbox only refuses an unsafe attribute when it is used. At delivery a temp
 renders; a missing lead field renders empty (JSON: null), and a render that still fails
 yields an empty value rather than an error in the publisher's request.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,6 +37,7 @@ _WHOLE_EXPR = re.compile(r"\s*\{\{(.*)\}\}\s*", re.S)  # fullmatch, as every pat
 _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
 _RESERVED_HEADERS = {"content-type", "content-length", "host", "idempotency-key", "transfer-encoding", "connection"}
 REDACTED_PREFIX = "****"
+
 
 class _Undefined(ChainableUndefined):
     """A missing value chains (`ping.bid_id` when there is no ping) and renders as "". What the
@@ -162,8 +164,13 @@ def _check_product(left, right) -> None:
 
 
 def _check_power(base, exp) -> None:
-    if isinstance(base, int) and isinstance(exp, int) and abs(base) > 1 and exp > 0 \
-            and base.bit_length() * exp > _INT_BITS:
+    if (
+        isinstance(base, int)
+        and isinstance(exp, int)
+        and abs(base) > 1
+        and exp > 0
+        and base.bit_length() * exp > _INT_BITS
+    ):
         raise RenderBudgetExceeded("an integer that large is not computed")
 
 
@@ -213,8 +220,9 @@ def _bounded_filters(filters: dict) -> dict:
     for name, wrapper in (("replace", replace), ("join", checked_join)):
         wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[union-attr]  # eval context first
     kept = {k: v for k, v in original.items() if k not in _REFUSED_FILTERS}
-    kept.update(join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch,
-                slice=slice_)
+    kept.update(
+        join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch, slice=slice_
+    )
     return kept
 
 
@@ -235,10 +243,22 @@ def _check_statements(source: str) -> None:
         if any(True for _ in loop.find_all(nodes.For)):
             raise TemplateError("a loop inside a loop is not allowed in a field template")
 
-SAMPLE = {"lead": {"first_name": "Ada", "last_name": "Lovelace", "email": "ada@example.com",
-                   "phone": "+15125550100", "state": "TX", "zip": "73301"},
-          "lead_id": "sample-lead", "publisher_id": "sample-publisher", "buyer_id": "sample-buyer",
-          "price": "10.00", "ping": {"bid": "9.50", "bid_id": "sample-bid"}}
+
+SAMPLE = {
+    "lead": {
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "email": "ada@example.com",
+        "phone": "+15125550100",
+        "state": "TX",
+        "zip": "73301",
+    },
+    "lead_id": "sample-lead",
+    "publisher_id": "sample-publisher",
+    "buyer_id": "sample-buyer",
+    "price": "10.00",
+    "ping": {"bid": "9.50", "bid_id": "sample-bid"},
+}
 
 
 class _Field:
@@ -248,8 +268,11 @@ class _Field:
         self.name = name
         try:
             whole = _WHOLE_EXPR.fullmatch(source)
-            self.expr = (ENV.compile_expression(whole.group(1), undefined_to_none=False)
-                         if whole and "{{" not in whole.group(1) else None)
+            self.expr = (
+                ENV.compile_expression(whole.group(1), undefined_to_none=False)
+                if whole and "{{" not in whole.group(1)
+                else None
+            )
             if self.expr is None:
                 _check_statements(source)
             self.template = None if self.expr else ENV.from_string(source)
@@ -272,8 +295,9 @@ class _Field:
                     raise SecurityError(str(result._undefined_message))
                 return None if native else ""
             if native:
-                return result if isinstance(result, (str, int, float, bool, list, dict)) or result is None \
-                    else str(result)
+                return (
+                    result if isinstance(result, (str, int, float, bool, list, dict)) or result is None else str(result)
+                )
             return "" if result is None else str(result)
         assert self.template is not None  # no expression: __init__ compiled a template
         out = []
@@ -362,8 +386,11 @@ class Delivery:
         native = self.format == "json"
         values = _render_all(self.fields, context, native, "template")
         try:
-            body = json.dumps(values, separators=(",", ":"), default=str).encode() if native \
+            body = (
+                json.dumps(values, separators=(",", ":"), default=str).encode()
+                if native
                 else urlencode(values).encode()
+            )
         except Exception as exc:  # never into the publisher's request
             log.warning("post of buyer %s could not be encoded: %s", context.get("buyer_id"), exc)
             empty = {f.name: None if native else "" for f in self.fields}
@@ -431,8 +458,7 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ValidationError(CODE, "delivery.accept_regex", f"is not a valid regular expression: {exc}") \
-                from None
+            raise ValidationError(CODE, "delivery.accept_regex", f"is not a valid regular expression: {exc}") from None
         out["accept_regex"] = pattern
     else:
         out["accept"] = raw.get("accept", DEFAULT_ACCEPT)
@@ -448,8 +474,14 @@ def compile_delivery(stored: dict | None) -> Delivery:
     if stored.get("fields") is not None:
         fields = tuple(_compile_fields(stored["fields"], "delivery.fields"))
     regex = re.compile(stored["accept_regex"]) if stored.get("accept_regex") else None
-    return Delivery(stored["method"], stored["format"], tuple(stored.get("headers", {}).items()), fields,
-                    None if regex else jmespath.compile(stored.get("accept", DEFAULT_ACCEPT)), regex)
+    return Delivery(
+        stored["method"],
+        stored["format"],
+        tuple(stored.get("headers", {}).items()),
+        fields,
+        None if regex else jmespath.compile(stored.get("accept", DEFAULT_ACCEPT)),
+        regex,
+    )
 
 
 def shown_delivery(stored: dict | None) -> dict | None:

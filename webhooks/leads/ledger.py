@@ -1,4 +1,5 @@
 """The lead ledger: idempotent settlement writes and the reads built on them."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,19 @@ def _naive_utc(iso: str | None) -> datetime | None:
 
 def _lead_row(item: dict, now: datetime) -> dict:
     return {
-        "publisher_id": item["publisher_id"], "lead_id": item["lead_id"], "status": item["status"],
-        "buyer_id": item["buyer_id"], "price": item["price"], "commission": item["commission"],
-        "payload": item["payload"], "received_at": _naive_utc(item["received_at"]),
-        "sold_at": _naive_utc(item["sold_at"]), "settled_at": now, "request_id": item.get("request_id"),
-        "lease_id": item["lease"][1] if item.get("lease") else None, "reserved_us": item.get("reserved_us"),
+        "publisher_id": item["publisher_id"],
+        "lead_id": item["lead_id"],
+        "status": item["status"],
+        "buyer_id": item["buyer_id"],
+        "price": item["price"],
+        "commission": item["commission"],
+        "payload": item["payload"],
+        "received_at": _naive_utc(item["received_at"]),
+        "sold_at": _naive_utc(item["sold_at"]),
+        "settled_at": now,
+        "request_id": item.get("request_id"),
+        "lease_id": item["lease"][1] if item.get("lease") else None,
+        "reserved_us": item.get("reserved_us"),
         "skipped": json.dumps(item["skipped"], separators=(",", ":")) if item.get("skipped") else None,
     }
 
@@ -36,9 +45,17 @@ def _lead_row(item: dict, now: datetime) -> dict:
 def _write_extras(new: list[dict]) -> None:
     """Attempts, commission and audit rows of leads whose row was just inserted."""
     attempts = [
-        {"publisher_id": i["publisher_id"], "lead_id": i["lead_id"], "seq": seq,
-         "buyer_id": a["buyer_id"], "outcome": a["outcome"], "ms": a["ms"], "bid": a.get("bid")}
-        for i in new for seq, a in enumerate(i["attempts"], 1)
+        {
+            "publisher_id": i["publisher_id"],
+            "lead_id": i["lead_id"],
+            "seq": seq,
+            "buyer_id": a["buyer_id"],
+            "outcome": a["outcome"],
+            "ms": a["ms"],
+            "bid": a.get("bid"),
+        }
+        for i in new
+        for seq, a in enumerate(i["attempts"], 1)
     ]
     if attempts:
         LeadAttempt.insert_many(attempts).execute()
@@ -49,12 +66,23 @@ def _write_extras(new: list[dict]) -> None:
     for publisher_id, amount in commissions.items():
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
-    audit.record_many("settlement", "lead", [
-        (f"lead.{i['status']}", f"{i['publisher_id']}:{i['lead_id']}",
-         {"buyer_id": i["buyer_id"], "price": i["price"], "commission": i["commission"],
-          "attempts": len(i["attempts"])})
-        for i in new
-    ])
+    audit.record_many(
+        "settlement",
+        "lead",
+        [
+            (
+                f"lead.{i['status']}",
+                f"{i['publisher_id']}:{i['lead_id']}",
+                {
+                    "buyer_id": i["buyer_id"],
+                    "price": i["price"],
+                    "commission": i["commission"],
+                    "attempts": len(i["attempts"]),
+                },
+            )
+            for i in new
+        ],
+    )
 
 
 def settle(items: list[dict]) -> int:
@@ -81,7 +109,6 @@ def settle(items: list[dict]) -> int:
     return written
 
 
-
 def _attempt(a: LeadAttempt) -> dict:
     out = {"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms}
     if a.bid is not None:
@@ -90,9 +117,11 @@ def _attempt(a: LeadAttempt) -> dict:
 
 
 def lead_record(lead: Lead) -> dict:
-    attempts = (LeadAttempt.select().where(LeadAttempt.publisher_id == lead.publisher_id,
-                                           LeadAttempt.lead_id == lead.lead_id)
-                .order_by(LeadAttempt.seq))
+    attempts = (
+        LeadAttempt.select()
+        .where(LeadAttempt.publisher_id == lead.publisher_id, LeadAttempt.lead_id == lead.lead_id)
+        .order_by(LeadAttempt.seq)
+    )
     return {
         "lead_id": lead.lead_id,
         "publisher_id": lead.publisher_id,
@@ -127,7 +156,10 @@ def answer_for(publisher_id: str, lead_id: str) -> dict | None:
 def flagged(limit: int = 50) -> list[Lead]:
     """Leads flagged for review, newest first: an attempt of theirs ended `unknown` (a buyer
     may hold the lead, unsold: its routing died and the buyer did not confirm the re-offer)."""
-    pairs = (LeadAttempt.select(LeadAttempt.publisher_id, LeadAttempt.lead_id)
-             .where(LeadAttempt.outcome == UNKNOWN))
-    return list(Lead.select().where(pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))
-                .order_by(Lead.received_at.desc()).limit(limit))
+    pairs = LeadAttempt.select(LeadAttempt.publisher_id, LeadAttempt.lead_id).where(LeadAttempt.outcome == UNKNOWN)
+    return list(
+        Lead.select()
+        .where(pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(pairs))
+        .order_by(Lead.received_at.desc())
+        .limit(limit)
+    )

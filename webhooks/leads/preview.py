@@ -1,5 +1,6 @@
 """What a buyer would receive for a sample lead (POST /v1/admin/buyers/<id>/preview): built by
 the same code as a real delivery, with header secrets redacted; nothing is sent or reserved."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ def request_for(buyer: BuyerRule, body: Any) -> dict:
     """{"method", "url", "headers", "body"} of the post of `body` (a lead, plus an optional
     "ping" reply for a ping/post buyer, whose bid then prices the lead)."""
     if not isinstance(body, dict):
-        raise ValidationError("invalid_lead", "body", "must be a JSON object: a lead, and optionally \"ping\"")
+        raise ValidationError("invalid_lead", "body", 'must be a JSON object: a lead, and optionally "ping"')
     lead_body = dict(body)
     ping_reply = lead_body.pop("ping", None)
     lead_id, lead = parse_lead(lead_body)
@@ -30,8 +31,16 @@ def request_for(buyer: BuyerRule, body: Any) -> dict:
             raise ValidationError("invalid_lead", "ping", "holds no usable bid for this buyer (bid, min_bid)")
         offer = Offer(buyer, bid, bid, ping_reply)
     sent = offer.body(lead_id, PREVIEW_PUBLISHER, lead, json.dumps(lead, separators=(",", ":")))
-    headers = {"Content-Type": buyer.delivery.content_type,
-               "Idempotency-Key": idempotency_key(PREVIEW_PUBLISHER, lead_id, buyer.id), "User-Agent": USER_AGENT,
-               **{name: redact(value) for name, value in buyer.delivery.headers}}
-    return {"method": buyer.delivery.method, "url": buyer.endpoint_url, "headers": headers,
-            "body": sent.decode("utf-8", "replace"), "price": f"{offer.price:.2f}"}
+    headers = {
+        "Content-Type": buyer.delivery.content_type,
+        "Idempotency-Key": idempotency_key(PREVIEW_PUBLISHER, lead_id, buyer.id),
+        "User-Agent": USER_AGENT,
+        **{name: redact(value) for name, value in buyer.delivery.headers},
+    }
+    return {
+        "method": buyer.delivery.method,
+        "url": buyer.endpoint_url,
+        "headers": headers,
+        "body": sent.decode("utf-8", "replace"),
+        "price": f"{offer.price:.2f}",
+    }

@@ -1,4 +1,5 @@
 """Publishers: admin validation, stored form, API-key lookup by hash, and the rate limit."""
+
 from __future__ import annotations
 
 import hashlib
@@ -126,8 +127,10 @@ def throttle(store: Store, publisher: PublisherRule, default: tuple[int, int] | 
     if not decision.allowed:
         metrics.rate_limited(publisher.id)
         wait_s = max(1, math.ceil(decision.wait_ms / 1000))
-        raise RateLimited(f"over this publisher's rate limit ({per_second}/s, burst {burst}); retry in {wait_s} s",
-                          retry_after_s=wait_s)
+        raise RateLimited(
+            f"over this publisher's rate limit ({per_second}/s, burst {burst}); retry in {wait_s} s",
+            retry_after_s=wait_s,
+        )
 
 
 def save(publisher_id: str, fields: dict) -> tuple[Publisher, bool]:
@@ -140,9 +143,11 @@ def save(publisher_id: str, fields: dict) -> tuple[Publisher, bool]:
 
     now = utcnow()
     with db.atomic():
-        taken = Publisher.select().where(
-            Publisher.api_key_hash == fields["api_key_hash"], Publisher.id != publisher_id
-        ).exists()
+        taken = (
+            Publisher.select()
+            .where(Publisher.api_key_hash == fields["api_key_hash"], Publisher.id != publisher_id)
+            .exists()
+        )
         if taken:
             raise ValidationError(CODE, "api_key", "is already used by another publisher")
         fresh = False

@@ -9,6 +9,7 @@ held leases older than LEAD_ABANDONED_AFTER_MS whose lead nobody claims, claims 
 a retry would, and does the same. Without it such a lead stayed out of the ledger though its
 buyer had it and its slot stayed counted, until reconciliation gave the slot back.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,20 +71,26 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx
         except RenderBudgetExceeded:  # it could not be built before either: the buyer never had it
             outcome = NOT_SENT
         else:
-            outcome, ms = deliverer.deliver(note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id),
-                                            rule.delivery)
+            outcome, ms = deliverer.deliver(
+                note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id), rule.delivery
+            )
     if outcome == ACCEPTED:
         out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
         out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
-        out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us,
-                                 dedupe=lease.dedupe)
+        out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us, dedupe=lease.dedupe)
         log.warning("lead %s:%s re-offered to %s after its routing died: accepted", publisher_id, lead_id, buyer_id)
     else:
         out.attempts.append(attempt_record(buyer_id, bid, UNKNOWN, ms))
-        log.warning("lead %s:%s left unsold for review: its routing died while offering it to %s, "
-                    "who did not confirm it (reservation %s, answer %s)",
-                    publisher_id, lead_id, buyer_id, state, outcome)
+        log.warning(
+            "lead %s:%s left unsold for review: its routing died while offering it to %s, "
+            "who did not confirm it (reservation %s, answer %s)",
+            publisher_id,
+            lead_id,
+            buyer_id,
+            state,
+            outcome,
+        )
     metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
     return out
 
@@ -111,8 +118,9 @@ def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config
     for buyer_id in buyer_ids:
         start = 0
         while True:
-            ids = cast("list[str]", store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=start,
-                                                              num=SCAN))  # decoded replies
+            ids = cast(
+                "list[str]", store.redis.zrangebyscore(keys.leases(buyer_id), oldest, newest, start=start, num=SCAN)
+            )  # decoded replies
             out += _abandoned_of(store, buyer_id, ids)
             if len(ids) < SCAN:
                 break
@@ -126,8 +134,11 @@ def _abandoned_of(store: Store, buyer_id: str, lease_ids: list[str]) -> list[tup
     pipe = store.redis.pipeline(transaction=False)
     for lease_id in lease_ids:
         pipe.hmget(keys.lease(buyer_id, lease_id), "state", "note")
-    held = [(note_key, lease_id) for lease_id, (state, note_key) in zip(lease_ids, pipe.execute())
-            if state is not None and note_key]  # confirmed ones too: their settlement may be what died
+    held = [
+        (note_key, lease_id)
+        for lease_id, (state, note_key) in zip(lease_ids, pipe.execute())
+        if state is not None and note_key
+    ]  # confirmed ones too: their settlement may be what died
     if not held:
         return []
     pipe = store.redis.pipeline(transaction=False)
@@ -160,8 +171,16 @@ def _lead_of(note_key: str, publisher_id: str) -> LeadKey:
     return LeadKey(publisher_id, _claim_key(note_key).removeprefix(keys.lead_claim(publisher_id, "")))
 
 
-def end_abandoned(store: Store, settle: Store, queue: Queue, deliverer: Deliverer, buyers: Iterable[BuyerRule],
-                  publisher: PublisherRule, note_key: str, cfg: Config) -> Outcome | None:
+def end_abandoned(
+    store: Store,
+    settle: Store,
+    queue: Queue,
+    deliverer: Deliverer,
+    buyers: Iterable[BuyerRule],
+    publisher: PublisherRule,
+    note_key: str,
+    cfg: Config,
+) -> Outcome | None:
     """Claim the lead of an abandoned attempt note as a publisher's retry would
     (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
     (settlement.end_lead): confirm a sale, remember the answer for the publisher's replays
@@ -180,8 +199,7 @@ def end_abandoned(store: Store, settle: Store, queue: Queue, deliverer: Delivere
     token = claims.new_token(claims.ROUTING)
     started = time.monotonic()
     lead_key = _lead_of(note_key, publisher.id)
-    got = store.claim_lead(lead_key, token, ttl_ms=claim_ttl, now_ms=int(time.time() * 1000),
-                           note_ttl_ms=lease_ttl_ms)
+    got = store.claim_lead(lead_key, token, ttl_ms=claim_ttl, now_ms=int(time.time() * 1000), note_ttl_ms=lease_ttl_ms)
     claim = claims.Claim(claim_key, token)
     if got.outcome is not ClaimOutcome.CLAIMED:
         return None
@@ -192,8 +210,18 @@ def end_abandoned(store: Store, settle: Store, queue: Queue, deliverer: Delivere
         note = json.loads(got.dead_note)
         lead = json.loads(note["payload"])
         lead.pop("lead_id", None)
-        ctx = LeadContext(publisher, note["lead_id"], lead, note["payload"], datetime.fromisoformat(note["at"]),
-                          note.get("request_id"), token, claim_ttl, lease_ttl_ms, started + claim_ttl / 1000)
+        ctx = LeadContext(
+            publisher,
+            note["lead_id"],
+            lead,
+            note["payload"],
+            datetime.fromisoformat(note["at"]),
+            note.get("request_id"),
+            token,
+            claim_ttl,
+            lease_ttl_ms,
+            started + claim_ttl / 1000,
+        )
         outcome = reoffer(store, deliverer, buyers, ctx, note)
         item = settlement.make_item(publisher, ctx.lead_id, outcome, note["payload"], ctx.now, ctx.request_id)
     except BaseException:
@@ -203,8 +231,13 @@ def end_abandoned(store: Store, settle: Store, queue: Queue, deliverer: Delivere
     keep_claim = False
     if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
         if not store.answer_lead(lead_key, token, answer, cfg.lead_replay_ttl_s).written:
-            log.error("abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
-                      "it now; outcome %s", publisher.id, ctx.lead_id, outcome.status)
+            log.error(
+                "abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
+                "it now; outcome %s",
+                publisher.id,
+                ctx.lead_id,
+                outcome.status,
+            )
             if outcome.lease is None:
                 return None
         keep_claim = True
@@ -212,18 +245,31 @@ def end_abandoned(store: Store, settle: Store, queue: Queue, deliverer: Delivere
     def queue_item(item: dict, batch: Batch | None, _answer: str) -> None:
         settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], batch, item["request_id"])
 
-    ending = settlement.Settlement(store, settle, queue_item, BreakerRule(cfg.breaker_failures,
-                                                                           cfg.breaker_cooldown_ms),
-                                   cfg.lead_replay_ttl_s)
+    ending = settlement.Settlement(
+        store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s
+    )
     settlement.end_lead(ending, token, outcome, item, answer, keep_claim)
-    log.warning("abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
-                publisher.id, ctx.lead_id, outcome.status)
+    log.warning(
+        "abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
+        publisher.id,
+        ctx.lead_id,
+        outcome.status,
+    )
     return outcome
 
 
-def sweep(store: Store, settle: Store, queue: Queue, deliverer: Deliverer, buyers: tuple[BuyerRule, ...],
-          buyer_ids: Iterable[str], publishers: dict[str, PublisherRule], cfg: Config,
-          now: datetime | None = None, budget_s: float = BUDGET_S) -> SweepResult:
+def sweep(
+    store: Store,
+    settle: Store,
+    queue: Queue,
+    deliverer: Deliverer,
+    buyers: tuple[BuyerRule, ...],
+    buyer_ids: Iterable[str],
+    publishers: dict[str, PublisherRule],
+    cfg: Config,
+    now: datetime | None = None,
+    budget_s: float = BUDGET_S,
+) -> SweepResult:
     """End the abandoned leads (`abandoned`, `end_abandoned`) for `budget_s` at most (a job of
     the shared queue hands over within half a minute; the next run takes the rest). One
     lead's failure is logged and left for the next run; it does not stop the others.
@@ -250,8 +296,9 @@ def sweep(store: Store, settle: Store, queue: Queue, deliverer: Deliverer, buyer
     return result
 
 
-def sweep_all(cfg: Config, store: Store, settle: Store, queue: Queue,
-              abandoned_after_ms: int | None = None) -> SweepResult:
+def sweep_all(
+    cfg: Config, store: Store, settle: Store, queue: Queue, abandoned_after_ms: int | None = None
+) -> SweepResult:
     """`sweep` with the current config of buyers and publishers read from the database (the
     leases of buyers switched off or deleted since are looked at too); `abandoned_after_ms`
     instead of LEAD_ABANDONED_AFTER_MS when given."""

@@ -7,6 +7,7 @@ after it commits, and only for the caps whose window the sale counted in is stil
 the buyer's slot (and budget) given back in Redis: reconciliation counts sold leads, so a
 returned lead stops counting there too, and an old window's counter is left alone.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,14 @@ def find(lead_id: str, publisher_id: str | None) -> Lead:
     return rows[0]
 
 
-def return_lead(store: Store, lead_id: str, publisher_id: str | None, reason: str | None,
-                now: datetime | None = None, actor: str = "admin") -> dict:
+def return_lead(
+    store: Store,
+    lead_id: str,
+    publisher_id: str | None,
+    reason: str | None,
+    now: datetime | None = None,
+    actor: str = "admin",
+) -> dict:
     """Return a sold lead exactly once; the lead record after it. Raises NotFound, or
     Conflict: already_returned, not_sold, return_window_closed (or ambiguous_lead_id)."""
     now = now or datetime.now(timezone.utc)
@@ -55,21 +62,36 @@ def return_lead(store: Store, lead_id: str, publisher_id: str | None, reason: st
             raise Conflict(f"lead {lead_id!r} was not sold", code="not_sold")
         buyer = Buyer.get_by_id(lead.buyer_id)
         if naive_now > lead.sold_at + timedelta(days=buyer.return_window_days):
-            raise Conflict(f"lead {lead_id!r} was sold more than {buyer.return_window_days} day(s) ago",
-                           code="return_window_closed")
-        won = (Lead.update(status=LeadStatus.RETURNED, returned_at=naive_now, return_reason=reason)
-               .where(Lead.id == lead.id, Lead.status == LeadStatus.SOLD).execute())
+            raise Conflict(
+                f"lead {lead_id!r} was sold more than {buyer.return_window_days} day(s) ago",
+                code="return_window_closed",
+            )
+        won = (
+            Lead.update(status=LeadStatus.RETURNED, returned_at=naive_now, return_reason=reason)
+            .where(Lead.id == lead.id, Lead.status == LeadStatus.SOLD)
+            .execute()
+        )
         if not won:  # a concurrent return committed first
             raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
         if lead.commission:
-            Publisher.update(balance=Publisher.balance - lead.commission) \
-                .where(Publisher.id == lead.publisher_id).execute()
-        audit.record(actor, "lead.returned", "lead", f"{lead.publisher_id}:{lead.lead_id}",
-                     {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.commission,
-                      "reason": reason})
+            Publisher.update(balance=Publisher.balance - lead.commission).where(
+                Publisher.id == lead.publisher_id
+            ).execute()
+        audit.record(
+            actor,
+            "lead.returned",
+            "lead",
+            f"{lead.publisher_id}:{lead.lead_id}",
+            {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.commission, "reason": reason},
+        )
     given_back = _give_back_slot(store, BuyerRule.from_row(buyer), lead, now)
-    log.info("lead %s:%s returned by %s; cap slot given back in %s", lead.publisher_id, lead.lead_id,
-             lead.buyer_id, ", ".join(given_back) or "no current window")
+    log.info(
+        "lead %s:%s returned by %s; cap slot given back in %s",
+        lead.publisher_id,
+        lead.lead_id,
+        lead.buyer_id,
+        ", ".join(given_back) or "no current window",
+    )
     return lead_record(Lead.get_by_id(lead.id))
 
 
@@ -82,14 +104,24 @@ def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -
         return []
     assert lead.price is not None  # a sold lead has its price
     try:
-        given = store.give_back(buyer.id, [(leases.counter_key(buyer.id, w), cents(lead.price)
-                                            if cap == "daily_budget" else 1) for cap, w in current])
+        given = store.give_back(
+            buyer.id,
+            [
+                (leases.counter_key(buyer.id, w), cents(lead.price) if cap == "daily_budget" else 1)
+                for cap, w in current
+            ],
+        )
     except REDIS_DOWN as exc:  # the ledger is right; reconciliation gives the slot back
-        log.warning("return of %s:%s: slot not given back now (%s); reconciliation will", lead.publisher_id,
-                    lead.lead_id, exc)
+        log.warning(
+            "return of %s:%s: slot not given back now (%s); reconciliation will", lead.publisher_id, lead.lead_id, exc
+        )
         return []
     if not given:
-        log.info("return of %s:%s: a reconciliation of %s is running; it gives the slot back",
-                 lead.publisher_id, lead.lead_id, buyer.id)
+        log.info(
+            "return of %s:%s: a reconciliation of %s is running; it gives the slot back",
+            lead.publisher_id,
+            lead.lead_id,
+            buyer.id,
+        )
         return []
     return [cap for cap, _ in current]

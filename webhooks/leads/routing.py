@@ -1,5 +1,6 @@
 """The waterfall: static filters in memory, an atomic lease per buyer, delivery, confirm or
 refund, next buyer. Holds no Flask state; the view hands it what it needs."""
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,17 @@ LEASE_MARGIN_MS = 10_000
 OFFER_SLACK_S = 0.5  # beyond the buyer deadline: recording an offer's outcome
 
 
-__all__ = ["LeadContext", "Offer", "Outcome", "Router", "attempt_note", "attempt_record", "candidates",
-           "idempotency_key", "lead_ref"]
+__all__ = [
+    "LeadContext",
+    "Offer",
+    "Outcome",
+    "Router",
+    "attempt_note",
+    "attempt_record",
+    "candidates",
+    "idempotency_key",
+    "lead_ref",
+]
 
 
 @dataclass
@@ -55,8 +65,9 @@ class Outcome:
     out_of_time: bool = False  # stopped before an offer its claim might not outlive (a stall)
 
 
-def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str, now: datetime,
-               inactive: tuple[str, ...] = ()) -> tuple[list[BuyerRule], list[dict]]:
+def candidates(
+    buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str, now: datetime, inactive: tuple[str, ...] = ()
+) -> tuple[list[BuyerRule], list[dict]]:
     """The buyers the static filters pass, in order, and the trace of those they refuse
     (inactive buyers first)."""
     passed, skipped = [], [{"buyer_id": b, "reason": "inactive"} for b in inactive]
@@ -72,25 +83,37 @@ def candidates(buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: s
 def buyer_body(lead_id: str, publisher_id: str, price: Decimal | str, lead_json: str) -> bytes:
     """The default contract's post (API.md "What a buyer receives"), built without re-encoding
     the lead."""
-    return ('{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}' % (
-        json.dumps(lead_id), json.dumps(publisher_id), price, lead_json)).encode()
+    return (
+        '{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}'
+        % (json.dumps(lead_id), json.dumps(publisher_id), price, lead_json)
+    ).encode()
 
 
 def idempotency_key(publisher_id: str, lead_id: str, buyer_id: str) -> str:
     return f"{publisher_id}:{lead_id}:{buyer_id}"
 
 
-def attempt_note(attempt_key: str, offer: Offer, now: datetime, attempts: list[dict],
-                 ttl_ms: int, ref: dict | None = None) -> leases.Note:
+def attempt_note(
+    attempt_key: str, offer: Offer, now: datetime, attempts: list[dict], ttl_ms: int, ref: dict | None = None
+) -> leases.Note:
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
     in, and the attempts before it. `ref` (publisher_id, lead_id, payload, request_id: see
     `LeadContext.ref`) lets the abandoned-lead sweep (leads/recovery.py) do it when the
     publisher never retries."""
-    return leases.Note(attempt_key, {"url": offer.buyer.endpoint_url, "price": f"{offer.price:.2f}",
-                                     "bid": None if offer.bid is None else f"{offer.bid:.2f}",
-                                     "ping": offer.ping_reply, "at": now.isoformat(), "attempts": attempts,
-                                     **(ref or {})}, ttl_ms)
+    return leases.Note(
+        attempt_key,
+        {
+            "url": offer.buyer.endpoint_url,
+            "price": f"{offer.price:.2f}",
+            "bid": None if offer.bid is None else f"{offer.bid:.2f}",
+            "ping": offer.ping_reply,
+            "at": now.isoformat(),
+            "attempts": attempts,
+            **(ref or {}),
+        },
+        ttl_ms,
+    )
 
 
 @dataclass
@@ -106,9 +129,17 @@ class Offer:
         default = buyer_body(lead_id, publisher_id, self.price, lead_json)
         if self.buyer.delivery.fields is None:
             return default
-        return self.buyer.delivery.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher_id,
-                                         "buyer_id": self.buyer.id, "price": f"{self.price:.2f}",
-                                         "ping": self.ping_reply}, default)
+        return self.buyer.delivery.body(
+            {
+                "lead": lead,
+                "lead_id": lead_id,
+                "publisher_id": publisher_id,
+                "buyer_id": self.buyer.id,
+                "price": f"{self.price:.2f}",
+                "ping": self.ping_reply,
+            },
+            default,
+        )
 
 
 def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None) -> list[Offer]:
@@ -173,8 +204,14 @@ class Router:
             return None
         return order([Offer(b, b.price) for b in buyers], publisher.routing)
 
-    def route(self, ctx: LeadContext, buyers: list[BuyerRule], skipped: list[dict] | None = None,
-              plan: list[Offer] | None = None, first: leases.Reservation | None = None) -> Outcome:
+    def route(
+        self,
+        ctx: LeadContext,
+        buyers: list[BuyerRule],
+        skipped: list[dict] | None = None,
+        plan: list[Offer] | None = None,
+        first: leases.Reservation | None = None,
+    ) -> Outcome:
         """Offer the lead to `buyers` (those the static filters passed) in the publisher's
         routing order until one accepts it. Ping/post buyers bid first, all at once. Each
         reservation writes, in its own round trip, which buyer and lease the lead is about
@@ -199,9 +236,16 @@ class Router:
             else:
                 note = attempt_note(ctx.attempt_key, offer, now, out.attempts, ctx.lease_ttl_ms, ctx.ref)
                 consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead)
-                reservation = leases.reserve(self.store, buyer, now, lease_ttl_ms=ctx.lease_ttl_ms,
-                                             probe_ttl_ms=self.probe_ttl_ms, note=note, consumer=consumer,
-                                             price_minor=cents(offer.price))
+                reservation = leases.reserve(
+                    self.store,
+                    buyer,
+                    now,
+                    lease_ttl_ms=ctx.lease_ttl_ms,
+                    probe_ttl_ms=self.probe_ttl_ms,
+                    note=note,
+                    consumer=consumer,
+                    price_minor=cents(offer.price),
+                )
             if reservation.status is ReservationStatus.FULL:
                 out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
                 continue
@@ -220,8 +264,9 @@ class Router:
             assert reservation.lease is not None  # status OK
             if time.monotonic() + self.offer_s > ctx.deadline:
                 # The note is ours to delete only while the claim surely is.
-                self._refund(reservation.lease, leases.WITHDRAWN,
-                             ctx.attempt_key if time.monotonic() < ctx.deadline else None)
+                self._refund(
+                    reservation.lease, leases.WITHDRAWN, ctx.attempt_key if time.monotonic() < ctx.deadline else None
+                )
                 out.out_of_time = True
                 return out
             try:
@@ -229,9 +274,9 @@ class Router:
             except RenderBudgetExceeded:
                 outcome, ms = NOT_SENT, 0
             else:
-                outcome, ms = self.deliverer.deliver(buyer.endpoint_url, body,
-                                                     idempotency_key(publisher.id, ctx.lead_id, buyer.id),
-                                                     buyer.delivery)
+                outcome, ms = self.deliverer.deliver(
+                    buyer.endpoint_url, body, idempotency_key(publisher.id, ctx.lead_id, buyer.id), buyer.delivery
+                )
             if outcome == NOT_SENT:
                 # This lead could not be made into a request for this buyer: the buyer was not
                 # called, so its breaker and its reply statistics are left alone.
@@ -249,8 +294,9 @@ class Router:
             self._refund(reservation.lease, outcome, ctx.attempt_key)
         return out
 
-    def _bids(self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict,
-              now: datetime, out: Outcome) -> list[Offer]:
+    def _bids(
+        self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict, now: datetime, out: Outcome
+    ) -> list[Offer]:
         """An offer per buyer: fixed-price buyers as they are; ping/post buyers that have room
         and an open circuit are pinged at once under one PING_TIMEOUT_MS deadline, and take
         part at their bid (no usable bid: skipped as no_bid)."""
@@ -258,8 +304,13 @@ class Router:
         pingers = [b for b in buyers if b.ping is not None]
         if not pingers:
             return list(offers.values())
-        room = leases.room(self.store, pingers, now, {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
-                           {b.id: consumer_keys(b.id, b.dedupe_fields, lead) for b in pingers if b.dedupe_fields})
+        room = leases.room(
+            self.store,
+            pingers,
+            now,
+            {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
+            {b.id: consumer_keys(b.id, b.dedupe_fields, lead) for b in pingers if b.dedupe_fields},
+        )
         for b in pingers:
             if room[b.id] is not None:
                 out.skipped.append({"buyer_id": b.id, "reason": room[b.id]})
@@ -270,12 +321,18 @@ class Router:
             spec = b.ping
             assert spec is not None  # a pinger
             try:
-                body = spec.body({"lead": lead, "lead_id": lead_id, "publisher_id": publisher.id, "buyer_id": b.id,
-                                    "price": f"{b.price:.2f}"})
+                body = spec.body(
+                    {
+                        "lead": lead,
+                        "lead_id": lead_id,
+                        "publisher_id": publisher.id,
+                        "buyer_id": b.id,
+                        "price": f"{b.price:.2f}",
+                    }
+                )
             except RenderBudgetExceeded:
                 return None, NOT_SENT
-            status, content, failure, _ms = self.deliverer.ping(spec.url, body,
-                                                                max(0.001, deadline - time.monotonic()))
+            status, content, failure, _ms = self.deliverer.ping(spec.url, body, max(0.001, deadline - time.monotonic()))
             if failure == NOT_SENT:
                 return None, NOT_SENT
             if failure is not None or not 200 <= status < 300:
@@ -286,8 +343,9 @@ class Router:
                 return None, reply
             return bid, reply
 
-        for b, result in zip(pingers, fan_out([functools.partial(ping, b) for b in pingers],
-                                              self.ping_timeout_ms / 1000)):
+        for b, result in zip(
+            pingers, fan_out([functools.partial(ping, b) for b in pingers], self.ping_timeout_ms / 1000)
+        ):
             bid, reply = result if result is not None else (None, None)  # failed or late: no bid
             if reply is NOT_SENT:
                 out.skipped.append({"buyer_id": b.id, "reason": NOT_SENT})

@@ -9,6 +9,7 @@ when the Redis epoch changes (those the ledger does not hold yet); the ledger's 
 make any repeat harmless, and the counter rebuild (rebuild.py) waits long enough to count
 them.
 """
+
 from __future__ import annotations
 
 import collections
@@ -51,8 +52,14 @@ def commission(price: Decimal, pct: Decimal) -> Decimal:
     return (price * pct / 100).quantize(CENTS, rounding=ROUND_HALF_UP)
 
 
-def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload: str,
-              received_at: datetime, request_id: str | None) -> dict[str, Any]:
+def make_item(
+    publisher: PublisherRule,
+    lead_id: str,
+    outcome: Outcome,
+    payload: str,
+    received_at: datetime,
+    request_id: str | None,
+) -> dict[str, Any]:
     item: dict[str, Any] = {
         "publisher_id": publisher.id,
         "lead_id": lead_id,
@@ -72,16 +79,25 @@ def make_item(publisher: PublisherRule, lead_id: str, outcome: Outcome, payload:
     if outcome.status == LeadStatus.SOLD:  # the sale's columns, in their places above
         price, sold_at, lease = outcome.price, outcome.sold_at, outcome.lease
         assert price is not None and sold_at is not None and lease is not None  # a sale has all three
-        item.update(price=f"{price:.2f}", commission=f"{commission(price, publisher.commission_pct):.2f}",
-                    sold_at=sold_at.isoformat(), lease=[lease.buyer_id, lease.lease_id], reserved_us=lease.reserved_us)
+        item.update(
+            price=f"{price:.2f}",
+            commission=f"{commission(price, publisher.commission_pct):.2f}",
+            sold_at=sold_at.isoformat(),
+            lease=[lease.buyer_id, lease.lease_id],
+            reserved_us=lease.reserved_us,
+        )
     return item
-
 
 
 def answer_of(item: dict) -> dict:
     """The publisher's answer for a settlement item (API.md "POST /v1/leads")."""
-    return {"lead_id": item["lead_id"], "status": item["status"], "buyer_id": item["buyer_id"],
-            "price": item["price"], "attempts": item["attempts"]}
+    return {
+        "lead_id": item["lead_id"],
+        "status": item["status"],
+        "buyer_id": item["buyer_id"],
+        "price": item["price"],
+        "attempts": item["attempts"],
+    }
 
 
 @dataclass(slots=True)
@@ -135,9 +151,16 @@ class Journal:
 
     CHECK_INTERVAL_S = 0.5  # well under rebuild's wait, so a rebuild counts the re-pushes
 
-    def __init__(self, settle_r: Client, queue: Queue, keep_s: float = 600, max_items: int = 100_000,
-                 claims: Store | None = None, replay_ttl_s: int = 7 * 24 * 3600,
-                 max_bytes: int = 64 * 1024 * 1024):
+    def __init__(
+        self,
+        settle_r: Client,
+        queue: Queue,
+        keep_s: float = 600,
+        max_items: int = 100_000,
+        claims: Store | None = None,
+        replay_ttl_s: int = 7 * 24 * 3600,
+        max_bytes: int = 64 * 1024 * 1024,
+    ):
         self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
         self.claims, self.replay_ttl_s = claims, replay_ttl_s
         self.entries: collections.deque[_Entry] = collections.deque()
@@ -152,8 +175,13 @@ class Journal:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
         publisher was given."""
         raw = _dumps(item)
-        entry = _Entry(time.monotonic(), _dumps({**item, "payload": None}), _pack(item["payload"]),
-                       answer or json.dumps(answer_of(item)), (item["publisher_id"], item["lead_id"]))
+        entry = _Entry(
+            time.monotonic(),
+            _dumps({**item, "payload": None}),
+            _pack(item["payload"]),
+            answer or json.dumps(answer_of(item)),
+            (item["publisher_id"], item["lead_id"]),
+        )
         self._remember(entry)
         push(self.settle_r, self.queue, [raw], batch, item.get("request_id"))
         self.start_watching()
@@ -203,10 +231,15 @@ class Journal:
         settled = _settled(entries)
         again = [e.raw() for e in entries if e.lead not in settled]
         for i in range(0, len(again), 1000):
-            push(self.settle_r, self.queue, again[i:i + 1000])
+            push(self.settle_r, self.queue, again[i : i + 1000])
         self.epoch = current
-        log.warning("settlement Redis lost its data: pushed %d recent settlements again (%d of %d journaled "
-                    "were in the ledger already)", len(again), len(settled), len(entries))
+        log.warning(
+            "settlement Redis lost its data: pushed %d recent settlements again (%d of %d journaled "
+            "were in the ledger already)",
+            len(again),
+            len(settled),
+            len(entries),
+        )
         if self.claims is not None:
             # The answers went with the data: without them a publisher's retry would route
             # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
@@ -241,7 +274,6 @@ class Journal:
             time.sleep(self.CHECK_INTERVAL_S)
 
 
-
 def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, str]]:
     """The journal entries' leads the ledger has already: not pushed again after a loss (tens
     of thousands a process, each drained again by the worker and read by every counter
@@ -258,10 +290,12 @@ def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, 
         with db.connection_context():
             for i in range(0, len(leads), 2000):
                 if time.monotonic() > until:
-                    log.warning("the ledger check of the journal ran out of time: %d entries pushed again "
-                                "unchecked", len(leads) - i)
+                    log.warning(
+                        "the ledger check of the journal ran out of time: %d entries pushed again unchecked",
+                        len(leads) - i,
+                    )
                     break
-                found |= settled_of(leads[i:i + 2000])
+                found |= settled_of(leads[i : i + 2000])
     except Exception as exc:  # any failure: push them all, the ledger's unique keys drop repeats
         log.warning("the ledger could not be asked (%s): every journaled settlement is pushed again", exc)
         return set()
@@ -313,8 +347,6 @@ def settle_directly(item: dict) -> None:
     try:
         with db.connection_context():
             settle([item])
-        log.warning("settlement queue unreachable: lead %s:%s written directly",
-                    item["publisher_id"], item["lead_id"])
+        log.warning("settlement queue unreachable: lead %s:%s written directly", item["publisher_id"], item["lead_id"])
     except UNAVAILABLE_ERRORS:
-        log.error("settlement LOST from queue and database, recover it from this line: %s",
-                  json.dumps(item))
+        log.error("settlement LOST from queue and database, recover it from this line: %s", json.dumps(item))

@@ -6,6 +6,7 @@ Refunds and reversals have a RefundSpec per provider whose own documentation nam
 (docs/payments.md, "Refunds and reversals", gives each source); the others have none, and
 their refund events are valid events that credit nothing (`ignored`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -105,27 +106,61 @@ def _one_of(path: Path, values: frozenset[str]) -> Callable[[dict], bool]:
 
 
 SPECS: dict[str, Spec] = {
-    "paystack": Spec(("event",), _equals(("event",), "charge.success"),
-                     ("data", "reference"), ("data", "amount"), False,
-                     ("data", "currency"), ("data", "customer", "email")),
-    "flutterwave": Spec(("event",), _both(_equals(("event",), "charge.completed"),
-                                          _equals(("data", "status"), "successful")),
-                        ("data", "tx_ref"), ("data", "amount"), True,
-                        ("data", "currency"), ("data", "customer", "email"), ("data", "id")),
-    "monnify": Spec(("eventType",), _both(_equals(("eventType",), "SUCCESSFUL_TRANSACTION"),
-                                          _equals(("eventData", "paymentStatus"), "PAID")),
-                    ("eventData", "transactionReference"), ("eventData", "amountPaid"), True,
-                    ("eventData", "currency"), ("eventData", "customer", "email")),
-    "interswitch": Spec(("event",), _both(_equals(("event",), "TRANSACTION.COMPLETED"),
-                                          _equals(("data", "responseCode"), "00")),
-                        ("data", "transactionRef"), ("data", "amount"), False,
-                        ("data", "currency"), ("data", "customer", "email")),
-    "stripe": Spec(("type",), _equals(("type",), "payment_intent.succeeded"),
-                   ("data", "object", "id"), ("data", "object", "amount_received"), False,
-                   ("data", "object", "currency"), ("data", "object", "receipt_email")),
-    "standard": Spec(("type",), _equals(("type",), "payment.succeeded"),
-                     ("data", "reference"), ("data", "amount_minor"), False,
-                     ("data", "currency"), ("data", "customer", "email")),
+    "paystack": Spec(
+        ("event",),
+        _equals(("event",), "charge.success"),
+        ("data", "reference"),
+        ("data", "amount"),
+        False,
+        ("data", "currency"),
+        ("data", "customer", "email"),
+    ),
+    "flutterwave": Spec(
+        ("event",),
+        _both(_equals(("event",), "charge.completed"), _equals(("data", "status"), "successful")),
+        ("data", "tx_ref"),
+        ("data", "amount"),
+        True,
+        ("data", "currency"),
+        ("data", "customer", "email"),
+        ("data", "id"),
+    ),
+    "monnify": Spec(
+        ("eventType",),
+        _both(_equals(("eventType",), "SUCCESSFUL_TRANSACTION"), _equals(("eventData", "paymentStatus"), "PAID")),
+        ("eventData", "transactionReference"),
+        ("eventData", "amountPaid"),
+        True,
+        ("eventData", "currency"),
+        ("eventData", "customer", "email"),
+    ),
+    "interswitch": Spec(
+        ("event",),
+        _both(_equals(("event",), "TRANSACTION.COMPLETED"), _equals(("data", "responseCode"), "00")),
+        ("data", "transactionRef"),
+        ("data", "amount"),
+        False,
+        ("data", "currency"),
+        ("data", "customer", "email"),
+    ),
+    "stripe": Spec(
+        ("type",),
+        _equals(("type",), "payment_intent.succeeded"),
+        ("data", "object", "id"),
+        ("data", "object", "amount_received"),
+        False,
+        ("data", "object", "currency"),
+        ("data", "object", "receipt_email"),
+    ),
+    "standard": Spec(
+        ("type",),
+        _equals(("type",), "payment.succeeded"),
+        ("data", "reference"),
+        ("data", "amount_minor"),
+        False,
+        ("data", "currency"),
+        ("data", "customer", "email"),
+    ),
 }
 
 
@@ -134,25 +169,49 @@ SPECS: dict[str, Spec] = {
 # webhook events name no refund or reversal) have none: their refund events are `ignored`.
 REFUND_SPECS: dict[str, RefundSpec] = {
     # refund.processed: the refund reached the customer (refund.pending/processing/failed: not yet or not)
-    "paystack": RefundSpec(_equals(("event",), "refund.processed"),
-                           ("data", "refund_reference"), ("data", "transaction_reference"),
-                           ("data", "amount"), False, ("data", "currency"), ("data", "customer", "email")),
+    "paystack": RefundSpec(
+        _equals(("event",), "refund.processed"),
+        ("data", "refund_reference"),
+        ("data", "transaction_reference"),
+        ("data", "amount"),
+        False,
+        ("data", "currency"),
+        ("data", "customer", "email"),
+    ),
     # SUCCESSFUL_REFUND with refundStatus COMPLETED; the payload names neither currency nor payer
-    "monnify": RefundSpec(_both(_equals(("eventType",), "SUCCESSFUL_REFUND"),
-                                _equals(("eventData", "refundStatus"), "COMPLETED")),
-                          ("eventData", "refundReference"), ("eventData", "transactionReference"),
-                          ("eventData", "refundAmount"), True, None, None),
+    "monnify": RefundSpec(
+        _both(_equals(("eventType",), "SUCCESSFUL_REFUND"), _equals(("eventData", "refundStatus"), "COMPLETED")),
+        ("eventData", "refundReference"),
+        ("eventData", "transactionReference"),
+        ("eventData", "refundAmount"),
+        True,
+        None,
+        None,
+    ),
     # A Refund object that succeeded, from whichever of the three events carries it first (one
     # refund id debits once); charge.refunded (a Charge, cumulative) is left ignored.
-    "stripe": RefundSpec(_both(_one_of(("type",), frozenset({"refund.created", "refund.updated",
-                                                               "charge.refund.updated"})),
-                               _equals(("data", "object", "object"), "refund"),
-                               _equals(("data", "object", "status"), "succeeded")),
-                         ("data", "object", "id"), ("data", "object", "payment_intent"),
-                         ("data", "object", "amount"), False, ("data", "object", "currency"), None),
-    "standard": RefundSpec(_equals(("type",), "payment.refunded"),
-                           ("data", "reference"), ("data", "payment_reference"), ("data", "amount_minor"), False,
-                           ("data", "currency"), ("data", "customer", "email")),
+    "stripe": RefundSpec(
+        _both(
+            _one_of(("type",), frozenset({"refund.created", "refund.updated", "charge.refund.updated"})),
+            _equals(("data", "object", "object"), "refund"),
+            _equals(("data", "object", "status"), "succeeded"),
+        ),
+        ("data", "object", "id"),
+        ("data", "object", "payment_intent"),
+        ("data", "object", "amount"),
+        False,
+        ("data", "object", "currency"),
+        None,
+    ),
+    "standard": RefundSpec(
+        _equals(("type",), "payment.refunded"),
+        ("data", "reference"),
+        ("data", "payment_reference"),
+        ("data", "amount_minor"),
+        False,
+        ("data", "currency"),
+        ("data", "customer", "email"),
+    ),
 }
 
 
@@ -205,8 +264,16 @@ def parse(provider: str, raw: bytes) -> PaymentEvent | RefundEvent:
         raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
     code = money.currency(_get(body, spec.currency))
     transaction_id = None if spec.transaction_id is None else _reference(_get(body, spec.transaction_id))
-    return PaymentEvent(provider, event_type[:64], reference, money.to_minor(amount, code, major=spec.major),
-                        code, _email(_get(body, spec.email)), True, transaction_id)
+    return PaymentEvent(
+        provider,
+        event_type[:64],
+        reference,
+        money.to_minor(amount, code, major=spec.major),
+        code,
+        _email(_get(body, spec.email)),
+        True,
+        transaction_id,
+    )
 
 
 def _refund(provider: str, event_type: str, body: dict, spec: RefundSpec) -> RefundEvent:

@@ -9,6 +9,7 @@ with `Authorization: Bearer <secret key>`, as its Node-v3 SDK does
 `status: success` and its `data` has status `successful` and the webhook's tx_ref, amount,
 currency and payer e-mail. See docs/payments.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,11 +35,16 @@ def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: floa
         raise NotConfirmed("the event has no data.id to verify with Flutterwave")
     url = f"{api_base.rstrip('/')}/v3/transactions/{quote(event.transaction_id, safe='')}/verify"
     try:
-        resp = requests.get(url, headers={"Authorization": f"Bearer {secret_key}", "Accept": "application/json"},
-                            timeout=timeout_s, allow_redirects=False)
+        resp = requests.get(
+            url,
+            headers={"Authorization": f"Bearer {secret_key}", "Accept": "application/json"},
+            timeout=timeout_s,
+            allow_redirects=False,
+        )
     except requests.RequestException as exc:
-        raise Unavailable(f"Flutterwave's verify endpoint did not answer ({type(exc).__name__}); "
-                          "nothing credited, retry later") from None
+        raise Unavailable(
+            f"Flutterwave's verify endpoint did not answer ({type(exc).__name__}); nothing credited, retry later"
+        ) from None
     if resp.status_code in (400, 404):
         raise NotConfirmed(f"Flutterwave knows no transaction {event.transaction_id}")
     if resp.status_code != 200:

@@ -9,6 +9,7 @@ On a Redis Cluster, or with the queue on a Redis of its own (RQ_REDIS_URL), the 
 cannot share the script (its list is not in the payment's hash slot): it is pushed in a second
 round trip, and written at once to the database if that Redis is down.
 """
+
 from __future__ import annotations
 
 import base64
@@ -59,8 +60,15 @@ class Entry:
     claim: claims.Claim | None  # ours, when claimed
 
 
-def enter(store: Store, settle: Store, queue: Queue, event: PaymentEvent | RefundEvent, d: Receipt,
-          claim_ttl_ms: int, request_id: str | None = None) -> Entry:
+def enter(
+    store: Store,
+    settle: Store,
+    queue: Queue,
+    event: PaymentEvent | RefundEvent,
+    d: Receipt,
+    claim_ttl_ms: int,
+    request_id: str | None = None,
+) -> Entry:
     """Dedupe and claim `event` in one round trip (lua/payment_gate.lua); a duplicate or
     in-flight delivery's audit row is queued, not written."""
     token = claims.new_token()

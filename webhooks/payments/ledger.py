@@ -8,6 +8,7 @@ The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what
 happen at most once: a second insert of the same reference fails inside its transaction, which
 then credits nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,7 +55,6 @@ class Receipt:
     sha256: str
 
 
-
 def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
     """Capture a webhook as it arrived; `headers` is case-insensitive (Flask's request.headers)."""
     kept = {}
@@ -62,17 +62,30 @@ def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
         value = headers.get(name)
         if value is not None:
             kept[name] = "<redacted>" if name in SECRET_HEADERS else value[:1024]
-    return Receipt(provider, json.dumps(kept, sort_keys=True), raw[:BODY_CAP], len(raw) > BODY_CAP,
-                    utcnow(), len(raw), hashlib.sha256(raw).hexdigest())
+    return Receipt(
+        provider,
+        json.dumps(kept, sort_keys=True),
+        raw[:BODY_CAP],
+        len(raw) > BODY_CAP,
+        utcnow(),
+        len(raw),
+        hashlib.sha256(raw).hexdigest(),
+    )
 
 
 def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) -> dict:
     """The webhook_deliveries columns of a verified webhook, but its verdict and status."""
-    return {"provider": d.provider, "reference": event.reference if event else None,
-            "event_type": event.event_type if event else None, "headers": d.headers, "body": d.body,
-            "body_truncated": d.truncated, "received_at": d.received_at, "body_length": d.length,
-            "body_sha256": d.sha256}
-
+    return {
+        "provider": d.provider,
+        "reference": event.reference if event else None,
+        "event_type": event.event_type if event else None,
+        "headers": d.headers,
+        "body": d.body,
+        "body_truncated": d.truncated,
+        "received_at": d.received_at,
+        "body_length": d.length,
+        "body_sha256": d.sha256,
+    }
 
 
 def record(d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
@@ -83,15 +96,21 @@ def record(d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEv
 def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
     """A verified webhook the provider's API does not confirm: kept, and flagged for review."""
     with db.atomic():
-        audit.record("payments", "payment.verification_failed", "payment", f"{event.provider}:{event.reference}",
-                     {"reason": reason})
+        audit.record(
+            "payments",
+            "payment.verification_failed",
+            "payment",
+            f"{event.provider}:{event.reference}",
+            {"reason": reason},
+        )
         record(d, Verdict.VERIFICATION_FAILED, 422, event)
 
 
 def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
     update = {Wallet.balance_minor: Wallet.balance_minor + event.amount_minor, Wallet.updated_at: now}
-    query = Wallet.insert(customer=event.customer, currency=event.currency,
-                          balance_minor=event.amount_minor, updated_at=now)
+    query = Wallet.insert(
+        customer=event.customer, currency=event.currency, balance_minor=event.amount_minor, updated_at=now
+    )
     if is_mysql():
         query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
     else:
@@ -101,8 +120,7 @@ def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
 
 def balance(customer: str, currency: str) -> int:
     """One wallet's balance, read inside the caller's transaction (which holds its row lock)."""
-    return Wallet.select(Wallet.balance_minor).where(Wallet.customer == customer,
-                                                     Wallet.currency == currency).scalar()
+    return Wallet.select(Wallet.balance_minor).where(Wallet.customer == customer, Wallet.currency == currency).scalar()
 
 
 def _is_deadlock(exc: pw.OperationalError) -> bool:
@@ -134,19 +152,35 @@ def credit(event: PaymentEvent, d: Receipt, announce: bool = False) -> Verdict:
     Returns CREDITED, or DUPLICATE when the reference is already in the ledger with the
     same amount, currency and payer; raises ReferenceConflict when it is there with others.
     An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
+
     def transaction() -> Verdict:
         with db.atomic():
             now = utcnow()
-            Payment.insert(provider=event.provider, reference=event.reference,
-                           amount_minor=event.amount_minor, currency=event.currency,
-                           customer=event.customer, status=PaymentStatus.CREDITED, event_type=event.event_type,
-                           received_at=d.received_at, credited_at=now).execute()
+            Payment.insert(
+                provider=event.provider,
+                reference=event.reference,
+                amount_minor=event.amount_minor,
+                currency=event.currency,
+                customer=event.customer,
+                status=PaymentStatus.CREDITED,
+                event_type=event.event_type,
+                received_at=d.received_at,
+                credited_at=now,
+            ).execute()
             _credit_wallet(event, now)
             if announce:  # the wallet row is locked by the upsert: its balance is this change's
                 # a succeeded payment: parse() refused it without any of these
                 assert event.reference and event.customer and event.currency and event.amount_minor is not None
-                outbox.record(outbox.CREDITED, event.provider, event.reference, event.customer, event.currency,
-                              event.amount_minor, balance(event.customer, event.currency), now)
+                outbox.record(
+                    outbox.CREDITED,
+                    event.provider,
+                    event.reference,
+                    event.customer,
+                    event.currency,
+                    event.amount_minor,
+                    balance(event.customer, event.currency),
+                    now,
+                )
             record(d, Verdict.CREDITED, 200, event)
         return Verdict.CREDITED
 
@@ -160,23 +194,22 @@ def _already_known(event: PaymentEvent, d: Receipt, exc: pw.IntegrityError) -> V
     known = Payment.get_or_none(Payment.provider == event.provider, Payment.reference == event.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
-    if (known.amount_minor, known.currency, known.customer) == (
-            event.amount_minor, event.currency, event.customer):
+    if (known.amount_minor, known.currency, known.customer) == (event.amount_minor, event.currency, event.customer):
         record(d, Verdict.DUPLICATE, 200, event)
         return Verdict.DUPLICATE
-    detail = {"known": {"amount_minor": known.amount_minor, "currency": known.currency,
-                        "customer": known.customer},
-              "delivered": {"amount_minor": event.amount_minor, "currency": event.currency,
-                            "customer": event.customer}}
+    detail = {
+        "known": {"amount_minor": known.amount_minor, "currency": known.currency, "customer": known.customer},
+        "delivered": {"amount_minor": event.amount_minor, "currency": event.currency, "customer": event.customer},
+    }
     with db.atomic():
-        audit.record("payments", "payment.reference_conflict", "payment",
-                     f"{event.provider}:{event.reference}", detail)
+        audit.record("payments", "payment.reference_conflict", "payment", f"{event.provider}:{event.reference}", detail)
         record(d, Verdict.REFERENCE_CONFLICT, 422, event)
     # The reference only: the amounts and payer e-mails are in audit_log, not in log files.
-    log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", event.provider,
-                event.reference)
-    raise ReferenceConflict(f"reference {event.reference!r} was already credited with another "
-                            "amount, currency or payer; nothing credited, flagged for review")
+    log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", event.provider, event.reference)
+    raise ReferenceConflict(
+        f"reference {event.reference!r} was already credited with another "
+        "amount, currency or payer; nothing credited, flagged for review"
+    )
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -184,14 +217,26 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def payment_record(p: Payment) -> dict:
-    return {"provider": p.provider, "reference": p.reference, "amount_minor": p.amount_minor,
-            "currency": p.currency, "customer": p.customer, "status": p.status,
-            "event_type": p.event_type, "received_at": _iso(p.received_at),
-            "credited_at": _iso(p.credited_at), "refunded_minor": p.refunded_minor}
+    return {
+        "provider": p.provider,
+        "reference": p.reference,
+        "amount_minor": p.amount_minor,
+        "currency": p.currency,
+        "customer": p.customer,
+        "status": p.status,
+        "event_type": p.event_type,
+        "received_at": _iso(p.received_at),
+        "credited_at": _iso(p.credited_at),
+        "refunded_minor": p.refunded_minor,
+    }
 
 
 def balances(customer: str) -> dict[str, int]:
     """Balance per currency of one payer e-mail (empty when never credited)."""
-    rows = (Wallet.select(Wallet.currency, Wallet.balance_minor)
-            .where(Wallet.customer == customer).order_by(Wallet.currency).tuples())
+    rows = (
+        Wallet.select(Wallet.currency, Wallet.balance_minor)
+        .where(Wallet.customer == customer)
+        .order_by(Wallet.currency)
+        .tuples()
+    )
     return dict(cast("list[tuple[str, int]]", rows))  # peewee's stubs: .tuples() yields models

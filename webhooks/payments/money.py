@@ -4,6 +4,7 @@ Providers send amounts in major units (Flutterwave, Monnify: 100.50 naira) or al
 units (Paystack, Interswitch, Stripe: 10050 kobo). Either way the ledger stores an integer count
 of the currency's minor unit; an amount that is not a whole number of minor units is refused.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,7 +17,7 @@ from webhooks.errors import InvalidPayload
 # 4.15 ships it, plus ZWG and XCG added since), without the codes that are no money one pays
 # in: precious metals, bond-market units, SDR, XSU, XUA (their minor unit is "N.A."), XTS
 # (testing) and XXX (no currency).
-CURRENCIES = frozenset("""
+_CODES = """
 AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD BTN BWP
 BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB
 EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HRK HTG HUF IDR ILS INR IQD IRR ISK JMD JOD
@@ -25,11 +26,32 @@ MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN 
 RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY
 TTD TWD TZS UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV WST XAF XCD XCG XOF XPF YER ZAR ZMW
 ZWG ZWL
-""".split())  # noqa: SIM905  (the codes as the list prints them)
+"""  # as the list prints them
+CURRENCIES = frozenset(_CODES.split())
 # ISO 4217 minor-unit exponents that differ from the usual 2 (NGN, USD, GHS, KES, ZAR, EUR, GBP...).
 EXPONENTS: dict[str, int] = {
-    **dict.fromkeys(("BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX",
-                     "UYI", "VND", "VUV", "XAF", "XOF", "XPF"), 0),
+    **dict.fromkeys(
+        (
+            "BIF",
+            "CLP",
+            "DJF",
+            "GNF",
+            "ISK",
+            "JPY",
+            "KMF",
+            "KRW",
+            "PYG",
+            "RWF",
+            "UGX",
+            "UYI",
+            "VND",
+            "VUV",
+            "XAF",
+            "XOF",
+            "XPF",
+        ),
+        0,
+    ),
     **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3),
     **dict.fromkeys(("CLF", "UYW"), 4),
 }

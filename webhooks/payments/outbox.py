@@ -12,6 +12,7 @@ two currencies committing at once have no order. A failed attempt is retried wit
 and jitter; an event still failing after `retry_for_s` (24 h by default) becomes `failed`, holds
 the customer's later events back, and waits for `flask --app wsgi events retry`.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,15 +65,43 @@ BATCH_BUDGET_S = 2.0  # no new delivery starts in a batch after this (a slow rec
 MAX_ERROR = 500
 
 
-def record(kind: EventType, provider: str, reference: str, customer: str, currency: str, amount_minor: int,
-           balance_minor: int, now: datetime) -> None:
+def record(
+    kind: EventType,
+    provider: str,
+    reference: str,
+    customer: str,
+    currency: str,
+    amount_minor: int,
+    balance_minor: int,
+    now: datetime,
+) -> None:
     """Insert the event of one wallet change, in the caller's transaction (the outbox)."""
-    body = json.dumps({"type": kind, "data": {
-        "provider": provider, "reference": reference, "customer": customer, "currency": currency,
-        "amount_minor": amount_minor, "balance_minor": balance_minor}}, separators=(",", ":"))
-    PaymentEvent.insert(event_id="msg_" + uuid.uuid4().hex, type=kind, provider=provider, reference=reference,
-                        customer=customer, body=body, status=PENDING, attempts=0, created_at=now,
-                        next_attempt_at=now).execute()
+    body = json.dumps(
+        {
+            "type": kind,
+            "data": {
+                "provider": provider,
+                "reference": reference,
+                "customer": customer,
+                "currency": currency,
+                "amount_minor": amount_minor,
+                "balance_minor": balance_minor,
+            },
+        },
+        separators=(",", ":"),
+    )
+    PaymentEvent.insert(
+        event_id="msg_" + uuid.uuid4().hex,
+        type=kind,
+        provider=provider,
+        reference=reference,
+        customer=customer,
+        body=body,
+        status=PENDING,
+        attempts=0,
+        created_at=now,
+        next_attempt_at=now,
+    ).execute()
 
 
 @dataclass(frozen=True)
@@ -102,9 +131,13 @@ class Sender:
 
     def headers(self, event_id: str, body: str, now: float) -> dict[str, str]:
         stamp = datetime.fromtimestamp(int(now), tz=timezone.utc)
-        return {"webhook-id": event_id, "webhook-timestamp": str(int(now)),
-                "webhook-signature": " ".join(s.sign(event_id, stamp, body) for s in self.signers),
-                "Content-Type": "application/json", "User-Agent": "Floodgate-Events/1"}
+        return {
+            "webhook-id": event_id,
+            "webhook-timestamp": str(int(now)),
+            "webhook-signature": " ".join(s.sign(event_id, stamp, body) for s in self.signers),
+            "Content-Type": "application/json",
+            "User-Agent": "Floodgate-Events/1",
+        }
 
     def send(self, event_id: str, body: str) -> str | None:
         """Deliver once: None when the application answered 2xx, else what went wrong."""
@@ -112,8 +145,13 @@ class Sender:
         if session is None:
             session = self._local.session = requests.Session()
         try:
-            resp = session.post(self.url, data=body.encode(), headers=self.headers(event_id, body, time.time()),
-                                timeout=(min(self.timeout_s, 5.0), self.timeout_s), allow_redirects=False)
+            resp = session.post(
+                self.url,
+                data=body.encode(),
+                headers=self.headers(event_id, body, time.time()),
+                timeout=(min(self.timeout_s, 5.0), self.timeout_s),
+                allow_redirects=False,
+            )
             resp.close()
         except requests.RequestException as exc:
             return redact_text(f"{type(exc).__name__}: {exc}")[:MAX_ERROR]  # the URL's secrets stay out
@@ -138,24 +176,37 @@ class Batch:
 
 def _heads() -> pw.ModelSelect[PaymentEvent]:
     """Each customer's oldest event not yet delivered: the only one of theirs that may be sent."""
-    return (PaymentEvent.select(pw.fn.MIN(PaymentEvent.id))
-            .where(PaymentEvent.status.in_([PENDING, FAILED])).group_by(PaymentEvent.customer))
+    return (
+        PaymentEvent.select(pw.fn.MIN(PaymentEvent.id))
+        .where(PaymentEvent.status.in_([PENDING, FAILED]))
+        .group_by(PaymentEvent.customer)
+    )
 
 
-def due_chains(now: datetime, customers: int = CUSTOMERS_PER_BATCH,
-               per_customer: int = EVENTS_PER_CUSTOMER) -> list[list[PaymentEvent]]:
+def due_chains(
+    now: datetime, customers: int = CUSTOMERS_PER_BATCH, per_customer: int = EVENTS_PER_CUSTOMER
+) -> list[list[PaymentEvent]]:
     """Per customer whose oldest undelivered event is pending and due: that event and the pending
     ones after it (up to `per_customer`, stopping at a failed one), in the order they were made."""
-    heads = list(PaymentEvent.select().where(PaymentEvent.id.in_(_heads()), PaymentEvent.status == PENDING,
-                                             PaymentEvent.next_attempt_at <= now)
-                 .order_by(PaymentEvent.id).limit(customers))
+    heads = list(
+        PaymentEvent.select()
+        .where(PaymentEvent.id.in_(_heads()), PaymentEvent.status == PENDING, PaymentEvent.next_attempt_at <= now)
+        .order_by(PaymentEvent.id)
+        .limit(customers)
+    )
     if not heads:
         return []
     chains = {h.customer: [h] for h in heads}
-    following = (PaymentEvent.select()
-                 .where(PaymentEvent.customer.in_(list(chains)), PaymentEvent.status.in_([PENDING, FAILED]),
-                        PaymentEvent.id > heads[0].id)
-                 .order_by(PaymentEvent.id).limit(customers * per_customer))
+    following = (
+        PaymentEvent.select()
+        .where(
+            PaymentEvent.customer.in_(list(chains)),
+            PaymentEvent.status.in_([PENDING, FAILED]),
+            PaymentEvent.id > heads[0].id,
+        )
+        .order_by(PaymentEvent.id)
+        .limit(customers * per_customer)
+    )
     closed: set[str] = set()
     for event in following:
         chain = chains[event.customer]
@@ -171,8 +222,11 @@ def due_chains(now: datetime, customers: int = CUSTOMERS_PER_BATCH,
 def next_due_s(now: datetime) -> float | None:
     """Seconds until the next pending event may be sent (0 when one is due), None when none is
     pending; events held behind an earlier one of their customer are not counted."""
-    earliest = (PaymentEvent.select(pw.fn.MIN(PaymentEvent.next_attempt_at))
-                .where(PaymentEvent.id.in_(_heads()), PaymentEvent.status == PENDING).scalar())
+    earliest = (
+        PaymentEvent.select(pw.fn.MIN(PaymentEvent.next_attempt_at))
+        .where(PaymentEvent.id.in_(_heads()), PaymentEvent.status == PENDING)
+        .scalar()
+    )
     if earliest is None:
         return None
     if isinstance(earliest, str):  # SQLite hands an aggregate back as text
@@ -180,8 +234,9 @@ def next_due_s(now: datetime) -> float | None:
     return max(0.0, (earliest - now).total_seconds())
 
 
-def _send_chain(sender: Sender, chain: list[PaymentEvent], deadline: float) -> list[tuple[PaymentEvent, str | None,
-                                                                                            datetime]]:
+def _send_chain(
+    sender: Sender, chain: list[PaymentEvent], deadline: float
+) -> list[tuple[PaymentEvent, str | None, datetime]]:
     """Send one customer's events in order; stop at the first failure (the rest must wait)."""
     sent: list[tuple[PaymentEvent, str | None, datetime]] = []
     for event in chain:
@@ -194,8 +249,13 @@ def _send_chain(sender: Sender, chain: list[PaymentEvent], deadline: float) -> l
     return sent
 
 
-def deliver_due(sender: Sender, policy: RetryPolicy, pool: ThreadPoolExecutor,
-                now: Callable[[], datetime] = utcnow, budget_s: float = BATCH_BUDGET_S) -> Batch:
+def deliver_due(
+    sender: Sender,
+    policy: RetryPolicy,
+    pool: ThreadPoolExecutor,
+    now: Callable[[], datetime] = utcnow,
+    budget_s: float = BATCH_BUDGET_S,
+) -> Batch:
     """One batch: send what is due (customers in parallel, each one's events in order), then
     write every outcome in one transaction. Only pending rows change, so a second drain
     running by accident (a lost lock) can only send an event twice, never lose one."""
@@ -208,10 +268,18 @@ def deliver_due(sender: Sender, policy: RetryPolicy, pool: ThreadPoolExecutor,
     with db.atomic():
         for event, error, at in outcomes:
             if error is None:
-                changed = (PaymentEvent.update(status=DELIVERED, delivered_at=at, last_attempt_at=at,
-                                               first_attempt_at=event.first_attempt_at or at,
-                                               attempts=PaymentEvent.attempts + 1, last_error=None)
-                           .where(PaymentEvent.id == event.id, PaymentEvent.status == PENDING).execute())
+                changed = (
+                    PaymentEvent.update(
+                        status=DELIVERED,
+                        delivered_at=at,
+                        last_attempt_at=at,
+                        first_attempt_at=event.first_attempt_at or at,
+                        attempts=PaymentEvent.attempts + 1,
+                        last_error=None,
+                    )
+                    .where(PaymentEvent.id == event.id, PaymentEvent.status == PENDING)
+                    .execute()
+                )
                 if changed:
                     event.delivered_at = at
                     batch.delivered.append(event)
@@ -220,14 +288,29 @@ def deliver_due(sender: Sender, policy: RetryPolicy, pool: ThreadPoolExecutor,
             first = event.first_attempt_at or at
             give_up = (at - first).total_seconds() >= policy.retry_for_s
             batch.gave_up += give_up
-            (PaymentEvent.update(status=FAILED if give_up else PENDING, attempts=PaymentEvent.attempts + 1,
-                                 first_attempt_at=first, last_attempt_at=at, last_error=redact_text(error)[:MAX_ERROR],
-                                 next_attempt_at=at + timedelta(seconds=policy.delay_s(event.attempts + 1)))
-             .where(PaymentEvent.id == event.id, PaymentEvent.status == PENDING).execute())
+            (
+                PaymentEvent.update(
+                    status=FAILED if give_up else PENDING,
+                    attempts=PaymentEvent.attempts + 1,
+                    first_attempt_at=first,
+                    last_attempt_at=at,
+                    last_error=redact_text(error)[:MAX_ERROR],
+                    next_attempt_at=at + timedelta(seconds=policy.delay_s(event.attempts + 1)),
+                )
+                .where(PaymentEvent.id == event.id, PaymentEvent.status == PENDING)
+                .execute()
+            )
             if give_up:
-                log.warning("payment event %s (%s of %s:%s) failed for %s s: given up after %d attempts (%s)",
-                            event.event_id, event.type, event.provider, event.reference, policy.retry_for_s,
-                            event.attempts + 1, error)
+                log.warning(
+                    "payment event %s (%s of %s:%s) failed for %s s: given up after %d attempts (%s)",
+                    event.event_id,
+                    event.type,
+                    event.provider,
+                    event.reference,
+                    policy.retry_for_s,
+                    event.attempts + 1,
+                    error,
+                )
     return batch
 
 
@@ -238,29 +321,47 @@ def _iso(value: datetime | None) -> str | None:
 def event_record(e: PaymentEvent) -> dict:
     """An event as the admin API shows it: its id (the `webhook-id`), what was sent, and how
     its delivery goes."""
-    return {"id": e.event_id, "type": e.type, "status": e.status, "data": json.loads(e.body)["data"],
-            "attempts": e.attempts, "created_at": _iso(e.created_at), "next_attempt_at": _iso(e.next_attempt_at),
-            "last_attempt_at": _iso(e.last_attempt_at), "delivered_at": _iso(e.delivered_at),
-            "last_error": e.last_error}
+    return {
+        "id": e.event_id,
+        "type": e.type,
+        "status": e.status,
+        "data": json.loads(e.body)["data"],
+        "attempts": e.attempts,
+        "created_at": _iso(e.created_at),
+        "next_attempt_at": _iso(e.next_attempt_at),
+        "last_attempt_at": _iso(e.last_attempt_at),
+        "delivered_at": _iso(e.delivered_at),
+        "last_error": e.last_error,
+    }
 
 
 def listing(statuses: tuple[EventStatus, ...], limit: int) -> list[dict]:
     """The oldest events in `statuses`, oldest first."""
-    rows = (PaymentEvent.select().where(PaymentEvent.status.in_(list(statuses)))
-            .order_by(PaymentEvent.id).limit(limit))
+    rows = PaymentEvent.select().where(PaymentEvent.status.in_(list(statuses))).order_by(PaymentEvent.id).limit(limit)
     return [event_record(e) for e in rows]
 
 
 def counts() -> dict[str, int]:
     """How many events are pending and failed (delivered ones are not counted)."""
-    found: dict[str, int] = dict(cast("list[tuple[str, int]]", PaymentEvent.select(  # .tuples(): no models
-        PaymentEvent.status, pw.fn.COUNT(PaymentEvent.id)).where(PaymentEvent.status.in_([PENDING, FAILED]))
-        .group_by(PaymentEvent.status).tuples()))
+    found: dict[str, int] = dict(
+        cast(
+            "list[tuple[str, int]]",
+            PaymentEvent.select(  # .tuples(): no models
+                PaymentEvent.status, pw.fn.COUNT(PaymentEvent.id)
+            )
+            .where(PaymentEvent.status.in_([PENDING, FAILED]))
+            .group_by(PaymentEvent.status)
+            .tuples(),
+        )
+    )
     return {PENDING: found.get(PENDING, 0), FAILED: found.get(FAILED, 0)}
 
 
 def retry_failed(now: datetime | None = None) -> int:
     """Give every failed event a new round of attempts, due now (`events retry`); their
     customers' later events follow them in order."""
-    return (PaymentEvent.update(status=PENDING, next_attempt_at=now or utcnow(), first_attempt_at=None)
-            .where(PaymentEvent.status == FAILED).execute())
+    return (
+        PaymentEvent.update(status=PENDING, next_attempt_at=now or utcnow(), first_attempt_at=None)
+        .where(PaymentEvent.status == FAILED)
+        .execute()
+    )

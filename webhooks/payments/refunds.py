@@ -6,6 +6,7 @@ locked for the transaction (`SELECT ... FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`),
 refunds of one payment are checked one after the other against what is already refunded: their
 sum never passes the payment's amount.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,20 +49,32 @@ def _locked_payment(event: RefundEvent) -> Payment | None:
 
 def _check_same_payer(event: RefundEvent, payment: Payment) -> None:
     """A refund naming another currency or payer than its payment's is not that payment's."""
-    mismatch = {k: v for k, v in (("currency", event.currency), ("customer", event.customer))
-                if v is not None and v != getattr(payment, k)}
+    mismatch = {
+        k: v
+        for k, v in (("currency", event.currency), ("customer", event.customer))
+        if v is not None and v != getattr(payment, k)
+    }
     if mismatch:
         detail = {"payment": {"currency": payment.currency, "customer": payment.customer}, "refund": mismatch}
-        raise _Refused(ReferenceConflict(f"refund {event.reference!r} names another currency or payer than payment "
-                                         f"{event.payment_reference!r}; nothing debited, flagged for review"),
-                       Verdict.REFERENCE_CONFLICT, 422, ("refund.reference_conflict", detail))
+        raise _Refused(
+            ReferenceConflict(
+                f"refund {event.reference!r} names another currency or payer than payment "
+                f"{event.payment_reference!r}; nothing debited, flagged for review"
+            ),
+            Verdict.REFERENCE_CONFLICT,
+            422,
+            ("refund.reference_conflict", detail),
+        )
 
 
 def _debit_wallet(customer: str, currency: str, amount: int, now: datetime) -> int:
     """Take `amount` from the wallet (below zero if need be: the provider already returned the
     money) and return the balance after it."""
-    changed = (Wallet.update(balance_minor=Wallet.balance_minor - amount, updated_at=now)
-               .where(Wallet.customer == customer, Wallet.currency == currency).execute())
+    changed = (
+        Wallet.update(balance_minor=Wallet.balance_minor - amount, updated_at=now)
+        .where(Wallet.customer == customer, Wallet.currency == currency)
+        .execute()
+    )
     if not changed:  # credited once, so it exists; kept correct should it not
         Wallet.insert(customer=customer, currency=currency, balance_minor=-amount, updated_at=now).execute()
     return balance(customer, currency)
@@ -72,35 +85,72 @@ def _debit_once(event: RefundEvent, d: Receipt, announce: bool) -> Verdict:
         now = utcnow()
         payment = _locked_payment(event)
         if payment is None:
-            raise _Refused(PaymentNotFound(f"no {event.provider} payment {event.payment_reference!r} in the ledger "
-                                           "yet; nothing debited, deliver the refund again later"),
-                           Verdict.PAYMENT_NOT_FOUND, 409)
+            raise _Refused(
+                PaymentNotFound(
+                    f"no {event.provider} payment {event.payment_reference!r} in the ledger "
+                    "yet; nothing debited, deliver the refund again later"
+                ),
+                Verdict.PAYMENT_NOT_FOUND,
+                409,
+            )
         amount = event.amount_minor(payment.currency)
         _check_same_payer(event, payment)
-        Refund.insert(provider=event.provider, reference=event.reference, payment_reference=event.payment_reference,
-                      amount_minor=amount, currency=payment.currency, customer=payment.customer,
-                      event_type=event.event_type, received_at=d.received_at, debited_at=now).execute()
+        Refund.insert(
+            provider=event.provider,
+            reference=event.reference,
+            payment_reference=event.payment_reference,
+            amount_minor=amount,
+            currency=payment.currency,
+            customer=payment.customer,
+            event_type=event.event_type,
+            received_at=d.received_at,
+            debited_at=now,
+        ).execute()
         refunded = payment.refunded_minor + amount
         if refunded > payment.amount_minor:
-            detail = {"payment_amount_minor": payment.amount_minor, "refunded_minor": payment.refunded_minor,
-                      "refund": {"reference": event.reference, "amount_minor": amount}}
-            raise _Refused(RefundExceedsPayment(
-                f"refund {event.reference!r} of {amount} would take the refunds of payment "
-                f"{event.payment_reference!r} to {refunded}, past its {payment.amount_minor}; nothing debited, "
-                "flagged for review"), Verdict.REFUND_EXCEEDS_PAYMENT, 422, ("refund.exceeds_payment", detail))
-        (Payment.update(refunded_minor=refunded,
-                        status=PaymentStatus.REFUNDED if refunded == payment.amount_minor
-                        else PaymentStatus.PARTIALLY_REFUNDED)
-         .where(Payment.id == payment.id).execute())
+            detail = {
+                "payment_amount_minor": payment.amount_minor,
+                "refunded_minor": payment.refunded_minor,
+                "refund": {"reference": event.reference, "amount_minor": amount},
+            }
+            raise _Refused(
+                RefundExceedsPayment(
+                    f"refund {event.reference!r} of {amount} would take the refunds of payment "
+                    f"{event.payment_reference!r} to {refunded}, past its {payment.amount_minor}; nothing debited, "
+                    "flagged for review"
+                ),
+                Verdict.REFUND_EXCEEDS_PAYMENT,
+                422,
+                ("refund.exceeds_payment", detail),
+            )
+        (
+            Payment.update(
+                refunded_minor=refunded,
+                status=PaymentStatus.REFUNDED if refunded == payment.amount_minor else PaymentStatus.PARTIALLY_REFUNDED,
+            )
+            .where(Payment.id == payment.id)
+            .execute()
+        )
         after = _debit_wallet(payment.customer, payment.currency, amount, now)
         if after < 0:
-            audit.record("payments", "wallet.negative_balance", "wallet", f"{payment.customer}:{payment.currency}",
-                         {"balance_minor": after, "refund": f"{event.provider}:{event.reference}"})
-            log.warning("refund %s:%s takes a wallet below zero (%s %s); flagged in audit_log", event.provider,
-                        event.reference, after, payment.currency)
+            audit.record(
+                "payments",
+                "wallet.negative_balance",
+                "wallet",
+                f"{payment.customer}:{payment.currency}",
+                {"balance_minor": after, "refund": f"{event.provider}:{event.reference}"},
+            )
+            log.warning(
+                "refund %s:%s takes a wallet below zero (%s %s); flagged in audit_log",
+                event.provider,
+                event.reference,
+                after,
+                payment.currency,
+            )
         if announce:
-            outbox.record(outbox.DEBITED, event.provider, event.reference, payment.customer, payment.currency,
-                          amount, after, now)
+            outbox.record(
+                outbox.DEBITED, event.provider, event.reference, payment.customer, payment.currency, amount, after, now
+            )
         record(d, Verdict.DEBITED, 200, event)
     return Verdict.DEBITED
 
@@ -112,8 +162,9 @@ def debit(event: RefundEvent, d: Receipt, announce: bool = False) -> Verdict:
     reference is known with another payment or amount, or the payment has another currency or
     payer) or InvalidPayload; in each case nothing is debited and the webhook is recorded."""
     try:
-        return retrying_deadlocks(lambda: _debit_once(event, d, announce),
-                                  f"debiting {event.provider}:{event.reference}")
+        return retrying_deadlocks(
+            lambda: _debit_once(event, d, announce), f"debiting {event.provider}:{event.reference}"
+        )
     except pw.IntegrityError as exc:
         return _already_known(event, d, exc)
     except InvalidPayload as exc:  # an amount that is no whole number of the payment's minor units
@@ -126,8 +177,13 @@ def debit(event: RefundEvent, d: Receipt, announce: bool = False) -> Verdict:
                 audit.record("payments", action, "refund", f"{event.provider}:{event.reference}", detail)
             record(d, refused.verdict, refused.status, event)
         if refused.flag is not None:  # references only: amounts and payers are in audit_log
-            log.warning("refund %s:%s of payment %s refused (%s), flagged in audit_log", event.provider,
-                        event.reference, event.payment_reference, refused.verdict)
+            log.warning(
+                "refund %s:%s of payment %s refused (%s), flagged in audit_log",
+                event.provider,
+                event.reference,
+                event.payment_reference,
+                refused.verdict,
+            )
         raise refused.error from None
 
 
@@ -138,12 +194,17 @@ def _already_known(event: RefundEvent, d: Receipt, exc: pw.IntegrityError) -> Ve
     if (known.payment_reference, known.amount_minor) == (event.payment_reference, event.amount_minor(known.currency)):
         record(d, Verdict.DUPLICATE, 200, event)
         return Verdict.DUPLICATE
-    detail = {"known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},
-              "delivered": {"payment_reference": event.payment_reference, "amount": str(event.amount)}}
+    detail = {
+        "known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},
+        "delivered": {"payment_reference": event.payment_reference, "amount": str(event.amount)},
+    }
     with db.atomic():
         audit.record("payments", "refund.reference_conflict", "refund", f"{event.provider}:{event.reference}", detail)
         record(d, Verdict.REFERENCE_CONFLICT, 422, event)
-    log.warning("refund reference conflict %s:%s: nothing debited, flagged in audit_log", event.provider,
-                event.reference)
-    raise ReferenceConflict(f"refund {event.reference!r} was already debited for another payment or amount; "
-                            "nothing debited, flagged for review")
+    log.warning(
+        "refund reference conflict %s:%s: nothing debited, flagged in audit_log", event.provider, event.reference
+    )
+    raise ReferenceConflict(
+        f"refund {event.reference!r} was already debited for another payment or amount; "
+        "nothing debited, flagged for review"
+    )

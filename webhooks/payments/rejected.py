@@ -4,6 +4,7 @@ is kept is what Floodgate measured, never what the sender chose: provider, body 
 SHA-256, arrival time and the request id, in a list capped at the last KEEP (one key: one
 slot on a Redis Cluster). The admin API and /ops read it.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,13 @@ def listing(redis: Client, provider: str | None = None, limit: int = KEEP) -> Li
     plain commands, not a pipeline: an unreachable cluster then is a 503 (storage/redis.py
     maps it for single commands only), and this is read by operators, not by the flood."""
     count = redis.llen(keys.REJECTED_WEBHOOKS)
-    raws = cast("list[str]", redis.lrange(keys.REJECTED_WEBHOOKS, 0,  # decoded replies
-                                          (limit if provider is None else KEEP) - 1))
+    raws = cast(
+        "list[str]",
+        redis.lrange(
+            keys.REJECTED_WEBHOOKS,
+            0,  # decoded replies
+            (limit if provider is None else KEEP) - 1,
+        ),
+    )
     entries = [e for e in map(_parse, raws) if e is not None and provider in (None, e.provider)]
     return Listing(count, entries[:limit])

@@ -3,6 +3,7 @@
 Each verifier raises InvalidSignature or returns None. Every comparison of a secret-derived
 value goes through hmac.compare_digest; see docs/payments.md for each scheme's source.
 """
+
 from __future__ import annotations
 
 import base64
@@ -149,8 +150,7 @@ VERIFIERS: dict[str, Verifier] = {
 }
 
 
-def verify(provider: str, raw: bytes, headers: Mapping[str, str], secrets: str | Sequence[str],
-           now: float) -> None:
+def verify(provider: str, raw: bytes, headers: Mapping[str, str], secrets: str | Sequence[str], now: float) -> None:
     """Run `provider`'s check; raise InvalidSignature unless the webhook is authentic with
     one of `secrets` (one secret, or the old and the new one while it is being rotated)."""
     failure = InvalidSignature("no secret configured")

@@ -1,5 +1,6 @@
 """The states of the payment path as enums (their values are what the database and the API
 hold): a webhook's verdict, and a payment's status."""
+
 from __future__ import annotations
 
 from enum import StrEnum

@@ -16,6 +16,7 @@ can) and the settlement drain writes the rows in batches (workers/settle.py,
 `record_deliveries`, with `gate.write_rows`). That list rides the lead settlement's queue and
 drain job for now; it is not this module's to move.
 """
+
 from __future__ import annotations
 
 import logging
@@ -97,10 +98,10 @@ class PaymentWebhooks:
 
     @classmethod
     def build(cls, cfg: Config, store: Store, settle: Store, queue: Queue) -> PaymentWebhooks:
-        check = FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) \
-            if cfg.flutterwave_verify else None
-        return cls(store, settle, queue, cfg.secrets, cfg.payment_claim_ttl_ms, bool(cfg.payment_events_url),
-                   check)
+        check = (
+            FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) if cfg.flutterwave_verify else None
+        )
+        return cls(store, settle, queue, cfg.secrets, cfg.payment_claim_ttl_ms, bool(cfg.payment_events_url), check)
 
     def secrets_of(self, provider: str) -> tuple[str, ...]:
         """The provider's secrets; NotFound (404) for no such provider, 503 when it has none
@@ -109,12 +110,14 @@ class PaymentWebhooks:
             raise NotFound(f"no payment provider {provider!r}")
         secrets = self.secrets.get(provider)
         if not secrets:
-            raise FloodgateError(f"{provider} webhooks are not configured (secret unset)",
-                                 status=503, code="provider_not_configured")
+            raise FloodgateError(
+                f"{provider} webhooks are not configured (secret unset)", status=503, code="provider_not_configured"
+            )
         return secrets
 
-    def receive(self, provider: str, raw: bytes, headers: Mapping[str, str], request_id: str | None,
-                now: float) -> Answer:
+    def receive(
+        self, provider: str, raw: bytes, headers: Mapping[str, str], request_id: str | None, now: float
+    ) -> Answer:
         """Verify, dedupe and act on one webhook; `now` is the wall clock the signature's
         timestamp is checked against. An answer that is an error (401, 400, 422, 503...) is
         raised as a FloodgateError, as the HTTP layer renders it."""

@@ -12,6 +12,7 @@ Script calls are sent as EVAL, not EVALSHA: redis-py would otherwise check SCRIP
 round trip of its own on every pipeline (Redis caches the script). On a Redis Cluster the
 EVAL is sent to the node of its first key (see `_script`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -104,15 +105,19 @@ class Batch:
         # sent to the node of its first key: left to find the node itself, that pipeline asks
         # a node which keys the EVAL has (COMMAND GETKEYS, with the whole script) in a round
         # trip of its own. A stale node answers MOVED, which the pipeline follows.
-        options = ({"target_nodes": self._pipe.get_node_from_key(call.keys[0])}
-                   if isinstance(self._pipe, ClusterPipeline) else {})
+        options = (
+            {"target_nodes": self._pipe.get_node_from_key(call.keys[0])}
+            if isinstance(self._pipe, ClusterPipeline)
+            else {}
+        )
         self._pipe.execute_command("EVAL", lua.source(call.name), len(call.keys), *call.keys, *call.args, **options)
         return self._add(call.read)
 
     # --- the scripts that share round trips ---------------------------------------------------
 
-    def claim_lead(self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "",
-                   note_ttl_ms: int = 0) -> Pending[LeadClaim]:
+    def claim_lead(
+        self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "", note_ttl_ms: int = 0
+    ) -> Pending[LeadClaim]:
         """See Store.claim_lead."""
         return self._script(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms))
 
@@ -128,14 +133,31 @@ class Batch:
         """See Store.release_claim."""
         return self._script(scripts.release_claim(key, token))
 
-    def reserve_lease(self, lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int,
-                      dedupe_ms: int, note_key: str) -> Pending[Reserved]:
+    def reserve_lease(
+        self,
+        lease: Lease,
+        charges: Sequence[Charge],
+        *,
+        lease_ttl_ms: int,
+        probe_ttl_ms: int,
+        dedupe_ms: int,
+        note_key: str,
+    ) -> Pending[Reserved]:
         """See Store.reserve_lease."""
-        return self._script(scripts.reserve_lease(lease, charges, lease_ttl_ms=lease_ttl_ms,
-                                                  probe_ttl_ms=probe_ttl_ms, dedupe_ms=dedupe_ms, note_key=note_key))
+        return self._script(
+            scripts.reserve_lease(
+                lease,
+                charges,
+                lease_ttl_ms=lease_ttl_ms,
+                probe_ttl_ms=probe_ttl_ms,
+                dedupe_ms=dedupe_ms,
+                note_key=note_key,
+            )
+        )
 
-    def finish_lease(self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule,
-                     confirmed_ttl_ms: int) -> Pending[bool]:
+    def finish_lease(
+        self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+    ) -> Pending[bool]:
         """See Store.finish_lease."""
         return self._script(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms))
 

@@ -1,4 +1,5 @@
 """Claims: one request at a time per lead id or payment reference, released token-safely."""
+
 from __future__ import annotations
 
 import uuid

@@ -1,4 +1,5 @@
 """The peewee database: a proxy bound by `init_db()` from DATABASE_URL (MySQL pool or SQLite)."""
+
 from __future__ import annotations
 
 import logging
@@ -40,10 +41,8 @@ def make_database(url: str, pool_size: int = 10) -> peewee.Database:
             write_timeout=30,
         )
     if parts.scheme == "sqlite":
-        path = url[len("sqlite:///"):]
-        return peewee.SqliteDatabase(
-            path, pragmas={"journal_mode": "wal", "busy_timeout": 10_000, "foreign_keys": 1}
-        )
+        path = url[len("sqlite:///") :]
+        return peewee.SqliteDatabase(path, pragmas={"journal_mode": "wal", "busy_timeout": 10_000, "foreign_keys": 1})
     raise ConfigError(f"unsupported DATABASE_URL scheme {parts.scheme!r}")
 
 

@@ -1,6 +1,7 @@
 """Every Redis key name, from one prefix. Keys of one entity share a hash tag so that each
 Lua script touches a single Redis Cluster slot: `{b:<buyer>}`, `{p:<publisher>}`,
 `{pay:<provider>:<reference>}`."""
+
 from __future__ import annotations
 
 PREFIX = "fg:"

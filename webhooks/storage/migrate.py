@@ -1,4 +1,5 @@
 """Apply sql/NNN_*.sql in order, once each, recording versions in schema_migrations."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """peewee models of the ledger. They must agree with sql/*.sql (tests/storage/test_migrate.py checks it)."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -35,9 +36,9 @@ class SchemaMigration(BaseModel):
     version = pw.CharField(max_length=32, primary_key=True)
     applied_at = DateTime6Field(default=utcnow)
 
-
     class Meta:
         table_name = "schema_migrations"
+
 
 class Publisher(BaseModel):
     id = pw.CharField(max_length=64, primary_key=True)
@@ -249,6 +250,15 @@ class AuditLog(BaseModel):
 
 
 ALL_MODELS = [
-    SchemaMigration, Publisher, Buyer, Lead, LeadAttempt, Payment, Wallet, WebhookDelivery, AuditLog,
-    Refund, PaymentEvent,
+    SchemaMigration,
+    Publisher,
+    Buyer,
+    Lead,
+    LeadAttempt,
+    Payment,
+    Wallet,
+    WebhookDelivery,
+    AuditLog,
+    Refund,
+    PaymentEvent,
 ]

@@ -5,6 +5,7 @@ The events themselves live in the database (payment_events), written in the tran
 wallet change. Everything here may be lost with Redis: the scheduled sweep (workers/outbox.py)
 starts a drain again from what the database holds, so delivery depends only on the database.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,9 @@ SCHEDULED_TTL_MS = 60_000  # a drain is scheduled or running while keys.OUTBOX_S
 
 def enqueue_drain(q: Queue, **meta: Any) -> None:
     """Ask a worker to deliver the pending payment events."""
-    q.enqueue("workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
-              description="deliver payment events")
+    q.enqueue(
+        "workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="deliver payment events"
+    )
 
 
 def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:

@@ -7,6 +7,7 @@ keeps one bounded pool per node. Every Lua script touches the keys of one hash s
 non-transactional pipelines may mix slots (redis-py splits them per node), so the rest of
 the code does not care which kind of client it holds.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -46,8 +47,14 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 # redis-py errors that mean "Redis is not answering": the caller answers 503. The cluster ones
 # are a failover in progress (CLUSTERDOWN, TRYAGAIN, a slot without a node, retries used up).
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, ClusterError,
-              TryAgainError, SlotNotCoveredError)
+REDIS_DOWN = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
+)
 
 
 class ClusterUnreachable(redis.ConnectionError):
@@ -105,14 +112,20 @@ def is_cluster_url(url: str) -> bool:
 def make_redis(url: str, max_connections: int = 64) -> redis.Redis | RedisCluster:
     """A client of `url`: bounded, blocking pools, short timeouts. For a cluster,
     `max_connections` bounds each node's pool."""
-    options = {"max_connections": max_connections, "timeout": 5, "socket_timeout": 2,
-               "socket_connect_timeout": 1, "decode_responses": True}
+    options = {
+        "max_connections": max_connections,
+        "timeout": 5,
+        "socket_timeout": 2,
+        "socket_connect_timeout": 1,
+        "decode_responses": True,
+    }
     scheme, rest = url.split("://", 1)
     if scheme in CLUSTER_SCHEMES:
         # `timeout` is the BlockingConnectionPool's wait for a free connection (per node).
         try:
-            return Cluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}",
-                                    connection_pool_class=redis.BlockingConnectionPool, **options)
+            return Cluster.from_url(
+                f"{CLUSTER_SCHEMES[scheme]}://{rest}", connection_pool_class=redis.BlockingConnectionPool, **options
+            )
         except RedisClusterException as exc:
             if _unreachable(exc):
                 raise ClusterUnreachable(str(exc)) from exc
@@ -149,8 +162,9 @@ class Store:
 
     # --- lead claims (lua/claim_lead.lua, answer_lead, restore_answer, claim_or_get, release_claim)
 
-    def claim_lead(self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "",
-                   note_ttl_ms: int = 0) -> LeadClaim:
+    def claim_lead(
+        self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "", note_ttl_ms: int = 0
+    ) -> LeadClaim:
         """Claim `lead` for `token` for `ttl_ms` and, when the claim is ours and no dead
         request left a note, write this request's attempt `note`; read the publisher's replay
         memory mark (set anew at `now_ms` when Redis lost it)."""
@@ -178,20 +192,37 @@ class Store:
 
     # --- cap leases (lua/reserve_lease.lua, extend_lease, finish_lease) -------------------------
 
-    def reserve_lease(self, lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int,
-                      dedupe_ms: int, note_key: str) -> Reserved:
+    def reserve_lease(
+        self,
+        lease: Lease,
+        charges: Sequence[Charge],
+        *,
+        lease_ttl_ms: int,
+        probe_ttl_ms: int,
+        dedupe_ms: int,
+        note_key: str,
+    ) -> Reserved:
         """Open `lease`: add `charges` to its counters (one per counter, in order), all or
         nothing, and set its dedupe keys, gated on the buyer's ready key, dedupe keys and
         breaker."""
-        return self._run(scripts.reserve_lease(lease, charges, lease_ttl_ms=lease_ttl_ms,
-                                               probe_ttl_ms=probe_ttl_ms, dedupe_ms=dedupe_ms, note_key=note_key))
+        return self._run(
+            scripts.reserve_lease(
+                lease,
+                charges,
+                lease_ttl_ms=lease_ttl_ms,
+                probe_ttl_ms=probe_ttl_ms,
+                dedupe_ms=dedupe_ms,
+                note_key=note_key,
+            )
+        )
 
     def extend_lease(self, lease: Lease, ttl_ms: int) -> Extended:
         """Give a held lease `ttl_ms` more; say its state."""
         return self._run(scripts.extend_lease(lease, ttl_ms))
 
-    def finish_lease(self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule,
-                     confirmed_ttl_ms: int) -> bool:
+    def finish_lease(
+        self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+    ) -> bool:
         """Confirm (accepted) or refund the lease, feeding the breaker; whether it changed state."""
         return self._run(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms))
 
@@ -222,19 +253,20 @@ class Store:
         """The job's batch of `backlog`: the one it took before it was killed, topped up to `size`."""
         return self._run(scripts.take_batch(backlog, job_id, size))
 
-    def payment_gate(self, ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int,
-                     audit_row: str | None = None) -> GateReply:
+    def payment_gate(
+        self, ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, audit_row: str | None = None
+    ) -> GateReply:
         """A payment webhook's duplicate check and claim in one step (see scripts.payment_gate)."""
-        return self._run(scripts.payment_gate(ref, fingerprint, token, claim_ttl_ms, audit_row,
-                                              settle_queue.SCHEDULED_TTL_MS))
+        return self._run(
+            scripts.payment_gate(ref, fingerprint, token, claim_ttl_ms, audit_row, settle_queue.SCHEDULED_TTL_MS)
+        )
 
     def finish_payment(self, ref: PaymentRef, token: str, fingerprint: str | None, marker_ttl_s: int) -> None:
         """Set the processed marker to `fingerprint` (None: leave it) and release the claim."""
         self._run(scripts.finish_payment(ref, token, fingerprint, marker_ttl_s))
 
 
-def make_store(url: str, max_connections: int = 64, wait_replicas: int = 0,
-               wait_timeout_ms: int = 100) -> Store:
+def make_store(url: str, max_connections: int = 64, wait_replicas: int = 0, wait_timeout_ms: int = 100) -> Store:
     """A Store on a new client of `url` (see make_redis)."""
     return Store(make_redis(url, max_connections), ReplicaWait(wait_replicas, wait_timeout_ms))
 

@@ -3,6 +3,7 @@ named result its reply is read into. `Store` (storage/redis.py) sends a call on 
 `Batch` (storage/batch.py) queues it beside others; both take the call from here, so the
 order of KEYS and ARGV (each script's header) is written down once, in this module.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ class Call(Generic[T]):
 
 
 # --- what the scripts are given -------------------------------------------------------------
+
 
 class LeadKey(NamedTuple):
     """A lead, as its publisher names it: the keys of its claim, attempt note and the
@@ -119,6 +121,7 @@ class Backlog(StrEnum):
 
 # --- what they answer -----------------------------------------------------------------------
 
+
 class LeadClaim(NamedTuple):
     """lua/claim_lead.lua's answer. `held`: what the claim holds when another request has it
     (its token) or it holds the lead's answer; `dead_note`: the attempt note a dead request
@@ -180,6 +183,7 @@ class GateReply(NamedTuple):
 
 # --- the calls ------------------------------------------------------------------------------
 
+
 def _lead_claim(raw: list[Any]) -> LeadClaim:
     code, value, mark = raw
     if code == 1:
@@ -190,13 +194,21 @@ def _lead_claim(raw: list[Any]) -> LeadClaim:
 
 
 def claim_lead(lead: LeadKey, token: str, ttl_ms: int, now_ms: int, note: str, note_ttl_ms: int) -> Call[LeadClaim]:
-    return Call("claim_lead", (lead.claim, lead.attempt, keys.lead_memory(lead.publisher_id)),
-                (token, ttl_ms, note, note_ttl_ms, now_ms), _lead_claim)
+    return Call(
+        "claim_lead",
+        (lead.claim, lead.attempt, keys.lead_memory(lead.publisher_id)),
+        (token, ttl_ms, note, note_ttl_ms, now_ms),
+        _lead_claim,
+    )
 
 
 def answer_lead(lead: LeadKey, token: str, answer: str, ttl_s: int) -> Call[Answered]:
-    return Call("answer_lead", (lead.claim, lead.attempt), (token, answer, ttl_s),
-                lambda raw: Answered(True, None) if raw == 1 else Answered(False, raw))
+    return Call(
+        "answer_lead",
+        (lead.claim, lead.attempt),
+        (token, answer, ttl_s),
+        lambda raw: Answered(True, None) if raw == 1 else Answered(False, raw),
+    )
 
 
 def restore_answer(lead: LeadKey, answer: str, ttl_s: int) -> Call[bool]:
@@ -204,8 +216,12 @@ def restore_answer(lead: LeadKey, answer: str, ttl_s: int) -> Call[bool]:
 
 
 def claim_or_get(key: str, token: str, ttl_ms: int) -> Call[Claimed]:
-    return Call("claim_or_get", (key,), (token, ttl_ms),
-                lambda raw: Claimed(True, None) if raw[0] == 1 else Claimed(False, raw[1]))
+    return Call(
+        "claim_or_get",
+        (key,),
+        (token, ttl_ms),
+        lambda raw: Claimed(True, None) if raw[0] == 1 else Claimed(False, raw[1]),
+    )
 
 
 def release_claim(key: str, token: str) -> Call[bool]:
@@ -221,41 +237,63 @@ def _reserved(raw: list[Any]) -> Reserved:
     return Reserved(status)
 
 
-def reserve_lease(lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int,
-                  dedupe_ms: int, note_key: str) -> Call[Reserved]:
+def reserve_lease(
+    lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int, dedupe_ms: int, note_key: str
+) -> Call[Reserved]:
     args: list[Arg] = [lease.lease_id, lease_ttl_ms, probe_ttl_ms, len(charges)]
     for charge in charges:
         args += charge
     args += [dedupe_ms, note_key]
     b = lease.buyer_id
-    return Call("reserve_lease", (keys.ready(b), keys.breaker(b), lease.key, keys.leases(b), *lease.counters,
-                                  *lease.dedupe), tuple(args), _reserved)
+    return Call(
+        "reserve_lease",
+        (keys.ready(b), keys.breaker(b), lease.key, keys.leases(b), *lease.counters, *lease.dedupe),
+        tuple(args),
+        _reserved,
+    )
 
 
 def extend_lease(lease: Lease, ttl_ms: int) -> Call[Extended]:
-    return Call("extend_lease", (lease.key, keys.leases(lease.buyer_id), *lease.dedupe), (ttl_ms, lease.lease_id),
-                lambda raw: Extended(LeaseState.GONE, 0) if raw[0] == LeaseState.GONE
-                else Extended(LeaseState(raw[0]), int(raw[1])))
+    return Call(
+        "extend_lease",
+        (lease.key, keys.leases(lease.buyer_id), *lease.dedupe),
+        (ttl_ms, lease.lease_id),
+        lambda raw: (
+            Extended(LeaseState.GONE, 0) if raw[0] == LeaseState.GONE else Extended(LeaseState(raw[0]), int(raw[1]))
+        ),
+    )
 
 
-def finish_lease(lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
-                 ) -> Call[bool]:
-    return Call("finish_lease", (lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id),
-                                 *lease.counters, *lease.dedupe),
-                (str(outcome), breaker.failures, breaker.cooldown_ms, confirmed_ttl_ms, lease.lease_id), bool)
+def finish_lease(
+    lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+) -> Call[bool]:
+    return Call(
+        "finish_lease",
+        (lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters, *lease.dedupe),
+        (str(outcome), breaker.failures, breaker.cooldown_ms, confirmed_ttl_ms, lease.lease_id),
+        bool,
+    )
 
 
 def give_back(buyer_id: str, amounts: Sequence[tuple[str, int]]) -> Call[bool]:
-    return Call("give_back", (keys.reconciling(buyer_id), *(counter for counter, _ in amounts)),
-                tuple(amount for _, amount in amounts), bool)
+    return Call(
+        "give_back",
+        (keys.reconciling(buyer_id), *(counter for counter, _ in amounts)),
+        tuple(amount for _, amount in amounts),
+        bool,
+    )
 
 
 def rebuild_counters(buyer_id: str, token: str, values: Sequence[tuple[str, int, int]]) -> Call[bool]:
     args: list[Arg] = [token]
     for _, value, expire_at in values:
         args += [value, expire_at]
-    return Call("rebuild_counters", (keys.ready(buyer_id), keys.rebuild_lock(buyer_id),
-                                     *(counter for counter, _, _ in values)), tuple(args), bool)
+    return Call(
+        "rebuild_counters",
+        (keys.ready(buyer_id), keys.rebuild_lock(buyer_id), *(counter for counter, _, _ in values)),
+        tuple(args),
+        bool,
+    )
 
 
 def _snapshot(n: int) -> Callable[[list[Any]], CapSnapshot]:
@@ -263,16 +301,20 @@ def _snapshot(n: int) -> Callable[[list[Any]], CapSnapshot]:
         status = SnapshotStatus(raw[0])
         if status is not SnapshotStatus.OK:
             return CapSnapshot(status)
-        rows = raw[2 + n:]
-        leased = {rows[j]: tuple(int(v) for v in rows[j + 1:j + 1 + n]) for j in range(0, len(rows), n + 1)}
-        return CapSnapshot(status, int(raw[1]), tuple(int(v) for v in raw[2:2 + n]), leased)
+        rows = raw[2 + n :]
+        leased = {rows[j]: tuple(int(v) for v in rows[j + 1 : j + 1 + n]) for j in range(0, len(rows), n + 1)}
+        return CapSnapshot(status, int(raw[1]), tuple(int(v) for v in raw[2 : 2 + n]), leased)
+
     return read
 
 
 def snapshot_caps(buyer_id: str, counters: Sequence[str], lease_ids: Sequence[str]) -> Call[CapSnapshot]:
-    return Call("snapshot_caps", (keys.ready(buyer_id), keys.leases(buyer_id), *counters,
-                                  *(keys.lease(buyer_id, i) for i in lease_ids)),
-                (len(counters), *lease_ids), _snapshot(len(counters)))
+    return Call(
+        "snapshot_caps",
+        (keys.ready(buyer_id), keys.leases(buyer_id), *counters, *(keys.lease(buyer_id, i) for i in lease_ids)),
+        (len(counters), *lease_ids),
+        _snapshot(len(counters)),
+    )
 
 
 def adjust_counter(counter: str, delta: int, expire_at: int) -> Call[int]:
@@ -283,8 +325,9 @@ def take_batch(backlog: Backlog, job_id: str, size: int) -> Call[list[str]]:
     return Call("take_batch", backlog.keys(job_id), (size,), list)
 
 
-def payment_gate(ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, audit_row: str | None,
-                 scheduled_ttl_ms: int) -> Call[GateReply]:
+def payment_gate(
+    ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, audit_row: str | None, scheduled_ttl_ms: int
+) -> Call[GateReply]:
     """With `audit_row` (JSON, its opening brace left out) the row of a webhook that changes
     nothing is queued by the script itself (the queue must live on this Redis, in one slot),
     and the drain's scheduled flag set for `scheduled_ttl_ms`."""
@@ -298,15 +341,30 @@ def payment_gate(ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: in
 
 
 def finish_payment(ref: PaymentRef, token: str, fingerprint: str | None, marker_ttl_s: int) -> Call[None]:
-    return Call("finish_payment", (ref.marker, ref.claim), (fingerprint or "", marker_ttl_s, token),
-                lambda _raw: None)
+    return Call("finish_payment", (ref.marker, ref.claim), (fingerprint or "", marker_ttl_s, token), lambda _raw: None)
 
 
 def take_token(publisher_id: str, per_second: int, burst: int) -> Call[tuple[bool, int]]:
-    return Call("take_token", (keys.rate_bucket(publisher_id),), (per_second, burst),
-                lambda raw: (raw[0] == 1, int(raw[1])))
+    return Call(
+        "take_token", (keys.rate_bucket(publisher_id),), (per_second, burst), lambda raw: (raw[0] == 1, int(raw[1]))
+    )
 
 
-NAMES = ("adjust_counter", "answer_lead", "claim_lead", "claim_or_get", "extend_lease", "finish_lease",
-         "finish_payment", "give_back", "payment_gate", "rebuild_counters", "release_claim", "reserve_lease",
-         "restore_answer", "snapshot_caps", "take_batch", "take_token")
+NAMES = (
+    "adjust_counter",
+    "answer_lead",
+    "claim_lead",
+    "claim_or_get",
+    "extend_lease",
+    "finish_lease",
+    "finish_payment",
+    "give_back",
+    "payment_gate",
+    "rebuild_counters",
+    "release_claim",
+    "reserve_lease",
+    "restore_answer",
+    "snapshot_caps",
+    "take_batch",
+    "take_token",
+)

@@ -2,6 +2,7 @@
 single RQ job drains in batches (workers/settle.py), so intake at hundreds of leads a second
 costs one LPUSH each, not one forked job each. Also the RQ queue and how a drain is enqueued
 (with retries on database errors)."""
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,19 @@ def queue(connection: Client, name: str = SETTLE) -> Queue:
 
 def enqueue_drain(q: Queue, **meta: Any) -> None:
     """Ask a worker to drain the pending settlements."""
-    q.enqueue("workers.settle.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta,
-              description="drain pending settlements")
+    q.enqueue(
+        "workers.settle.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="drain pending settlements"
+    )
 
-def push(settle_r: Client, queue: Queue, raws: list[str], batch: Batch | None = None, request_id: str | None = None,
-         key: str = keys.SETTLE_PENDING) -> None:
+
+def push(
+    settle_r: Client,
+    queue: Queue,
+    raws: list[str],
+    batch: Batch | None = None,
+    request_id: str | None = None,
+    key: str = keys.SETTLE_PENDING,
+) -> None:
     """Queue serialised settlements (or, with `key` keys.DELIVERIES_PENDING, audit rows of
     payment deliveries); start a drain job unless one is already scheduled. `batch` (on
     `settle_r`) lets the caller send its own commands in the same round trip; it is sent here."""
@@ -58,6 +67,6 @@ def unsettled(settle_r: Client, mentioning: str | None = None) -> list[dict[str,
         raw = [x for x in raw if needle in x]
     decoded: list[dict[str, Any]] = []
     for start in range(0, len(raw), 2000):
-        decoded += [json.loads(x) for x in raw[start:start + 2000]]
+        decoded += [json.loads(x) for x in raw[start : start + 2000]]
         time.sleep(0)  # in a gevent web worker: let its requests run between chunks
     return decoded

@@ -4,6 +4,7 @@ Each is a `StrEnum`: a member is the very string Redis, JSON and the database ha
 seen ("ok", "sold", "accepted"...), so it compares equal to that string and is written as it.
 They live at the bottom of the layers because the scripts (storage) already speak them.
 """
+
 from __future__ import annotations
 
 from enum import StrEnum

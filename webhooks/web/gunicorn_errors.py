@@ -6,6 +6,7 @@ the one function that writes them, `gunicorn.util.write_error`, which its worker
 call time. The message is fixed per status: gunicorn's own text may quote the request line,
 which can carry `?token=`.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,10 @@ def write_error(sock: socket.socket, status_int: int, reason: str, mesg: str) ->
     """gunicorn's util.write_error, answering the JSON error of API.md."""
     code, message = ANSWERS.get(status_int, ("http_error", reason))
     body = json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
     util.write_nonblock(sock, head.encode("latin-1") + body)
 
 

@@ -1,4 +1,5 @@
 """HTTP plumbing shared by the blueprints: JSON errors, body parsing, id converter, request ids."""
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
-               415: "unsupported_media_type"}
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+}
 
 
 class IdConverter(BaseConverter):

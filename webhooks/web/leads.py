@@ -1,4 +1,5 @@
 """POST /v1/leads: reject, authenticate, act (leads/intake.py), answer."""
+
 from __future__ import annotations
 
 import time
@@ -43,6 +44,7 @@ def post_lead() -> ResponseReturnValue:
     # The publisher's token bucket before the body is even read: a flood costs one round trip.
     throttle(svc.store, publisher, svc.config.publisher_rate_limit)
     lead_id, lead = parse_lead(json_body())
-    answer = svc.intake.take(snapshot, publisher, lead_id, lead, request.get_data(as_text=True),
-                                received_at, g.request_id)
+    answer = svc.intake.take(
+        snapshot, publisher, lead_id, lead, request.get_data(as_text=True), received_at, g.request_id
+    )
     return Response(answer, mimetype="application/json")

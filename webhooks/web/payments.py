@@ -5,6 +5,7 @@ before it reads the body, and hands the rest to webhooks/payments/webhook.py, wh
 it sends back with its Server-Timing. Errors (401 invalid_signature, 400, 422, 503...) are
 raised there and rendered as the JSON error shape by web/http.py.
 """
+
 from __future__ import annotations
 
 import time
@@ -34,8 +35,7 @@ def receive(provider: str) -> Response:
     payments = services.current().payments
     payments.secrets_of(provider)  # reject: 404 or 503, the body not even read
     headers = cast("Mapping[str, str]", request.headers)  # Headers: get (any case), items, []
-    answer = payments.receive(provider, request.get_data(cache=True), headers, g.get("request_id"),
-                              time.time())
+    answer = payments.receive(provider, request.get_data(cache=True), headers, g.get("request_id"), time.time())
     resp = jsonify(answer.body())
     resp.status_code = answer.http_status
     resp.headers.update(answer.headers)

@@ -1,4 +1,5 @@
 """Admin API: auth, validation with the JSON error shape, nothing partial stored, propagation."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,8 +33,17 @@ def test_buyer_put_then_get_round_trips_with_zero_usage(api):
     resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", json=GOOD_BUYER, headers=api.admin)
     assert resp.status_code == 200, resp.text
     body = api.get("/v1/admin/buyers/acme").json()
-    for field in ("name", "endpoint_url", "priority", "price", "timezone", "caps", "blocked_publishers",
-                  "schedule", "active"):
+    for field in (
+        "name",
+        "endpoint_url",
+        "priority",
+        "price",
+        "timezone",
+        "caps",
+        "blocked_publishers",
+        "schedule",
+        "active",
+    ):
         assert body[field] == GOOD_BUYER[field], field
     assert body["states"] == ["OK", "TX"]
     assert body["usage"]["hourly"]["used"] == 0 and body["usage"]["hourly"]["limit"] == 10
@@ -103,19 +113,28 @@ def test_bad_buyer_update_leaves_the_stored_buyer_unchanged(api):
     assert api.get("/v1/admin/buyers/acme").json()["price"] == "12.50"
 
 
-@pytest.mark.parametrize("raw,code", [
-    (b"{not json", "invalid_json"), (b"[1, 2]", "invalid_buyer"), (b"", "invalid_json"),
-])
+@pytest.mark.parametrize(
+    "raw,code",
+    [
+        (b"{not json", "invalid_json"),
+        (b"[1, 2]", "invalid_buyer"),
+        (b"", "invalid_json"),
+    ],
+)
 def test_malformed_body_gets_json_error(api, raw, code):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", data=raw,
-                        headers={**api.admin, "Content-Type": "application/json"})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/acme", data=raw, headers={**api.admin, "Content-Type": "application/json"}
+    )
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == code
 
 
 def test_oversized_body_is_refused_with_413(api):
-    resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", data=b"x" * (256 * 1024 + 1),
-                        headers={**api.admin, "Content-Type": "application/json"})
+    resp = api.http.put(
+        f"{api.base}/v1/admin/buyers/acme",
+        data=b"x" * (256 * 1024 + 1),
+        headers={**api.admin, "Content-Type": "application/json"},
+    )
     assert resp.status_code == 413
     assert resp.json()["error"]["code"] == "too_large"
 
@@ -147,8 +166,12 @@ def test_publisher_put_validates_and_hides_the_key(api):
     out = resp.json()
     assert out["name"] == "Surge Media" and out["commission_pct"] == "10.00" and out["active"] is True
     assert "pk_live_abcdefghijkl" not in resp.text
-    for change, field in (({"api_key": "short"}, "api_key"), ({"commission_pct": "101"}, "commission_pct"),
-                          ({"commission_pct": "x"}, "commission_pct"), ({"active": 1}, "active")):
+    for change, field in (
+        ({"api_key": "short"}, "api_key"),
+        ({"commission_pct": "101"}, "commission_pct"),
+        ({"commission_pct": "x"}, "commission_pct"),
+        ({"active": 1}, "active"),
+    ):
         bad = api.http.put(url, json={**body, **change}, headers=api.admin)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_publisher"
         assert bad.json()["error"]["message"].startswith(field)

@@ -2,6 +2,7 @@
 (never the admin token), HttpOnly, SameSite=Strict, Secure unless OPS_INSECURE_COOKIE=1; a
 change under that cookie must come from the same origin; the dashboard's faults are 4xx JSON;
 the token never reaches gunicorn's access log."""
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,10 @@ def test_token_is_swapped_for_a_random_expiring_session_id(api, redis_server):
     page = api.http.get(api.base + "/ops/rq/0/data/queues.json", cookies={COOKIE: session_id})
     assert page.status_code == 200 and "queues" in page.json()
     # the cookie is no key to the admin API
-    assert api.http.get(api.base + "/v1/admin/buyers/x",
-                        headers={"Authorization": f"Bearer {session_id}"}).status_code == 401
+    assert (
+        api.http.get(api.base + "/v1/admin/buyers/x", headers={"Authorization": f"Bearer {session_id}"}).status_code
+        == 401
+    )
 
 
 def test_the_admin_token_itself_is_no_session_cookie(api):
@@ -79,12 +82,15 @@ def test_an_expired_session_or_a_new_admin_token_ends_the_session(api, redis_ser
     assert status() == 401
 
 
-@pytest.mark.parametrize("path, status", [
-    ("/ops/rq/0/data/job/no-such-job.json", 404),
-    ("/ops/rq/9/data/queues.json", 404),
-    ("/ops/rq/0/data/jobs/floodgate/queued/many/asc/1.json", 400),
-    ("/ops/rq/0/view/job/no-such-job", 404),
-])
+@pytest.mark.parametrize(
+    "path, status",
+    [
+        ("/ops/rq/0/data/job/no-such-job.json", 404),
+        ("/ops/rq/9/data/queues.json", 404),
+        ("/ops/rq/0/data/jobs/floodgate/queued/many/asc/1.json", 400),
+        ("/ops/rq/0/view/job/no-such-job", 404),
+    ],
+)
 def test_dashboard_faults_are_4xx_json(api, path, status):
     resp = api.http.get(api.base + path, headers=api.admin)
     assert resp.status_code == status, resp.text[:300]
@@ -119,11 +125,13 @@ def test_cross_site_changes_under_the_cookie_are_refused(web, queue):
     browser = requests.Session()
     login(browser, web.url)
     empty = f"{web.url}/ops/rq/queue/{queue.name}/queued/empty"
-    for headers in ({"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
-                    {"Origin": "https://evil.example"},
-                    {"Sec-Fetch-Site": "same-site"},
-                    {"Origin": "null"},
-                    {}):
+    for headers in (
+        {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+        {"Origin": "https://evil.example"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "null"},
+        {},
+    ):
         resp = browser.post(empty, headers=headers, timeout=10)
         assert resp.status_code == 403, (headers, resp.text)
         assert resp.json()["error"]["code"] == "cross_site_request"
@@ -144,8 +152,10 @@ def test_requeue_all_refuses_get(web, queue):
     login(browser, web.url)
     url = f"{web.url}/ops/rq/requeue/{queue.name}"
     failed = FailedJobRegistry(queue=queue)
-    for resp in (browser.get(url, timeout=10),
-                 requests.get(url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)):
+    for resp in (
+        browser.get(url, timeout=10),
+        requests.get(url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10),
+    ):
         assert resp.status_code == 405 and resp.json()["error"]["code"] == "method_not_allowed"
     assert failed.count == 1
     cross = browser.post(url, headers={"Sec-Fetch-Site": "cross-site"}, timeout=10)

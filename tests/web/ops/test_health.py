@@ -1,4 +1,5 @@
 """Health, readiness, gevent concurrency and config propagation across real processes."""
+
 from __future__ import annotations
 
 import threading
@@ -20,8 +21,11 @@ def test_healthz_and_readyz(api):
 
 
 def test_readyz_names_what_is_down(base_env, tmp_path):
-    env = {**base_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-           "DATABASE_URL": f"mysql://root@127.0.0.1:{free_port()}/nothing"}
+    env = {
+        **base_env,
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "DATABASE_URL": f"mysql://root@127.0.0.1:{free_port()}/nothing",
+    }
     server = WebServer(env, tmp_path / "web.log", workers=1)
     try:
         resp = requests.get(server.url + "/readyz", timeout=10)
@@ -29,8 +33,12 @@ def test_readyz_names_what_is_down(base_env, tmp_path):
         assert resp.json()["down"] == ["redis", "database"]
         assert resp.json()["error"]["code"] == "unavailable"
         # The lead path refuses to sell while Redis is down.
-        lead = requests.post(server.url + "/v1/leads", json={"state": "TX"},
-                             headers={"Authorization": "Bearer pk_whatever_0123456789"}, timeout=10)
+        lead = requests.post(
+            server.url + "/v1/leads",
+            json={"state": "TX"},
+            headers={"Authorization": "Bearer pk_whatever_0123456789"},
+            timeout=10,
+        )
         assert lead.status_code == 503 and lead.json()["error"]["code"] == "unavailable"
     finally:
         server.stop()

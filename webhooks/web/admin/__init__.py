@@ -1,4 +1,5 @@
 """Admin API (`/v1/admin/*`): bearer ADMIN_TOKEN, compared in constant time."""
+
 from __future__ import annotations
 
 import hmac
@@ -16,8 +17,7 @@ def check_admin_token() -> None:
     """Raise unless the request carries the admin token; also used by the ops pages."""
     token = services.current().config.admin_token
     if not token:
-        raise FloodgateError("ADMIN_TOKEN is not set; the admin API is disabled",
-                             status=503, code="admin_disabled")
+        raise FloodgateError("ADMIN_TOKEN is not set; the admin API is disabled", status=503, code="admin_disabled")
     presented = bearer(request.headers.get("Authorization", ""))
     if not hmac.compare_digest(presented.encode(), token.encode()):
         raise Unauthorized("missing or wrong admin token")

@@ -1,4 +1,5 @@
 """Admin routes for buyers."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone

@@ -1,4 +1,5 @@
 """Admin routes of the lead ledger: read a lead, return a lead."""
+
 from __future__ import annotations
 
 from flask import jsonify, request
@@ -32,6 +33,7 @@ def return_lead(lead_id: str) -> ResponseReturnValue:
         raise ValidationError("invalid_return", "body", 'must be an object {"reason": "..."}')
     reason = body.get("reason")
     if reason is not None and (not isinstance(reason, str) or len(reason) > returns.MAX_REASON):
-        raise ValidationError("invalid_return", "reason",
-                              f"must be a string of at most {returns.MAX_REASON} characters")
+        raise ValidationError(
+            "invalid_return", "reason", f"must be a string of at most {returns.MAX_REASON} characters"
+        )
     return jsonify(returns.return_lead(services.current().store, lead_id, _publisher_id(), reason))

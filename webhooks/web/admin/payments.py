@@ -4,6 +4,7 @@ webhooks refused for their signature.
 The customer is an e-mail address (it has an @), and payment references may hold characters
 such as `|` (Monnify), so neither path part uses the strict `id` converter.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict

@@ -1,4 +1,5 @@
 """Admin routes for publishers."""
+
 from __future__ import annotations
 
 from flask import jsonify

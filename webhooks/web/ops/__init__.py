@@ -1,5 +1,6 @@
 """Operations endpoints: liveness, readiness, metrics, the OpenAPI description, the /ops page
 and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py)."""
+
 from __future__ import annotations
 
 import functools
@@ -39,8 +40,7 @@ def readyz() -> ResponseReturnValue:
     except UNAVAILABLE_ERRORS:
         down.append("database")
     if down:
-        body = {"error": {"code": "unavailable", "message": "not ready: " + ", ".join(down) + " down"},
-                "down": down}
+        body = {"error": {"code": "unavailable", "message": "not ready: " + ", ".join(down) + " down"}, "down": down}
         return jsonify(body), 503
     return jsonify(status="ready")
 
@@ -61,8 +61,9 @@ def openapi() -> ResponseReturnValue:
 def prometheus_metrics() -> ResponseReturnValue:
     svc = services.current()
     buyer_ids = [b.id for b in _buyers()]
-    body, content_type = metrics.scrape(LiveCollector(svc.store.redis, svc.settle.redis, svc.queue, buyer_ids),
-                                        OutboxCollector())
+    body, content_type = metrics.scrape(
+        LiveCollector(svc.store.redis, svc.settle.redis, svc.queue, buyer_ids), OutboxCollector()
+    )
     return Response(body, content_type=content_type)
 
 
@@ -73,8 +74,6 @@ def _buyers() -> tuple[BuyerRule, ...]:
         return services.current().catalog.snapshot().buyers
     except (*REDIS_DOWN, *UNAVAILABLE_ERRORS):
         return ()
-
-
 
 
 @bp.record_once

@@ -7,6 +7,7 @@ scoped to /ops, Secure unless OPS_INSECURE_COOKIE=1. A stolen cookie is not the 
 and dies with its session. Under that cookie a request that changes anything must come from
 the same origin (Sec-Fetch-Site, else Origin): a page elsewhere cannot drive the RQ dashboard.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,9 @@ def open_session() -> str:
     """A new session id (the cookie's value), kept in Redis for OPS_SESSION_TTL_S."""
     cfg = services.current().config
     session_id = secrets.token_urlsafe(32)
-    services.current().store.redis.set(keys.ops_session(_digest(session_id)), _digest(cfg.admin_token),
-                                        ex=cfg.ops_session_ttl_s)
+    services.current().store.redis.set(
+        keys.ops_session(_digest(session_id)), _digest(cfg.admin_token), ex=cfg.ops_session_ttl_s
+    )
     return session_id
 
 
@@ -78,8 +80,15 @@ def _swap_token_for_cookie() -> Response:
     cfg = services.current().config
     query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
     resp = redirect(request.path + ("?" + query if query else ""), code=303)
-    resp.set_cookie(COOKIE, open_session(), max_age=cfg.ops_session_ttl_s, path=COOKIE_PATH, httponly=True,
-                    samesite="Strict", secure=request.is_secure or not cfg.ops_insecure_cookie)
+    resp.set_cookie(
+        COOKIE,
+        open_session(),
+        max_age=cfg.ops_session_ttl_s,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="Strict",
+        secure=request.is_secure or not cfg.ops_insecure_cookie,
+    )
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"  # the address with the token goes nowhere
     return resp
@@ -95,8 +104,10 @@ def require_admin() -> Response | None:
         return _swap_token_for_cookie()
     if _session_is_live(request.cookies.get(COOKIE)):
         if request.method not in SAFE_METHODS and not same_origin():
-            raise Forbidden("a change under the /ops cookie must come from this site's own pages "
-                            "(Origin / Sec-Fetch-Site)", code="cross_site_request")
+            raise Forbidden(
+                "a change under the /ops cookie must come from this site's own pages (Origin / Sec-Fetch-Site)",
+                code="cross_site_request",
+            )
         return None
     check_admin_token()  # the header, or the JSON 401 / 503 answer
     return None
@@ -109,8 +120,9 @@ def logout() -> Response:
     it must come from this site's own pages."""
     session_id = request.cookies.get(COOKIE)
     if session_id and not same_origin():
-        raise Forbidden("logout must come from this site's own pages (Origin / Sec-Fetch-Site)",
-                        code="cross_site_request")
+        raise Forbidden(
+            "logout must come from this site's own pages (Origin / Sec-Fetch-Site)", code="cross_site_request"
+        )
     if session_id and len(session_id) <= 128:
         services.current().store.redis.delete(keys.ops_session(_digest(session_id)))
     resp = redirect(url_for("ops.logged_out"), code=303)
@@ -122,5 +134,8 @@ def logout() -> Response:
 @bp.get("/ops/logged-out")
 def logged_out() -> Response:
     """Where a logout lands: a page that needs no session."""
-    return Response("<!doctype html><title>Floodgate ops</title><p>Logged out. Open /ops?token=... to log in again.",
-                    mimetype="text/html", headers={"Cache-Control": "no-store"})
+    return Response(
+        "<!doctype html><title>Floodgate ops</title><p>Logged out. Open /ops?token=... to log in again.",
+        mimetype="text/html",
+        headers={"Cache-Control": "no-store"},
+    )

@@ -7,6 +7,7 @@ policy an injected `<img onerror=...>` or `<script>` in such data does not run (
 'unsafe-inline' for scripts, so no inline event handlers), and nothing may load from or post
 to another origin.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -16,8 +17,10 @@ from flask import Flask, Response, request
 PREFIX = "/ops"
 # The dashboard's one inline script tag, as its base.html writes it.
 _INLINE_SCRIPT = b'<script type="text/javascript">'
-_COMMON = ("default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; font-src 'self'; "
-           "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+_COMMON = (
+    "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; font-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 PAGE_POLICY = _COMMON + "; script-src 'none'"
 
 

@@ -1,5 +1,6 @@
 """Gauges read at scrape time from Redis (breakers, queue depths, pending settlements) and from the
 database (payment events not yet delivered), added to every process's samples by GET /metrics."""
+
 from __future__ import annotations
 
 import logging
@@ -28,16 +29,21 @@ class LiveCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily("floodgate_redis_up", "1 when this scrape could read Redis")
-        state = GaugeMetricFamily("floodgate_breaker_state", "Circuit breaker of a buyer: 0 closed, "
-                                  "1 open, 2 half-open (the next lead is a probe)", labels=["buyer_id"])
-        failures = GaugeMetricFamily("floodgate_breaker_failures", "Consecutive failed deliveries "
-                                     "counted by a buyer's breaker", labels=["buyer_id"])
-        queued = GaugeMetricFamily("floodgate_rq_queue_depth", "Jobs waiting in an RQ queue",
-                                   labels=["queue"])
-        failed = GaugeMetricFamily("floodgate_rq_failed_jobs", "Jobs in an RQ queue's failed "
-                                   "registry (out of retries)", labels=["queue"])
-        pending = GaugeMetricFamily("floodgate_settlements_pending",
-                                    "Routed leads waiting to be written to the ledger")
+        state = GaugeMetricFamily(
+            "floodgate_breaker_state",
+            "Circuit breaker of a buyer: 0 closed, 1 open, 2 half-open (the next lead is a probe)",
+            labels=["buyer_id"],
+        )
+        failures = GaugeMetricFamily(
+            "floodgate_breaker_failures",
+            "Consecutive failed deliveries counted by a buyer's breaker",
+            labels=["buyer_id"],
+        )
+        queued = GaugeMetricFamily("floodgate_rq_queue_depth", "Jobs waiting in an RQ queue", labels=["queue"])
+        failed = GaugeMetricFamily(
+            "floodgate_rq_failed_jobs", "Jobs in an RQ queue's failed registry (out of retries)", labels=["queue"]
+        )
+        pending = GaugeMetricFamily("floodgate_settlements_pending", "Routed leads waiting to be written to the ledger")
         try:
             for buyer_id, breaker in breakers(self.redis, self.buyer_ids).items():
                 state.add_metric([buyer_id], BREAKER_STATES.index(breaker.state))
@@ -59,10 +65,13 @@ class OutboxCollector:
     outbox is there, not in Redis). A database that does not answer leaves the gauge out."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        gauge = GaugeMetricFamily("floodgate_payment_events", "Payment events not yet delivered to "
-                                  "PAYMENT_EVENTS_URL, by status (pending: being retried or waiting for an "
-                                  "earlier one of the same customer; failed: given up, see `events retry`)",
-                                  labels=["status"])
+        gauge = GaugeMetricFamily(
+            "floodgate_payment_events",
+            "Payment events not yet delivered to "
+            "PAYMENT_EVENTS_URL, by status (pending: being retried or waiting for an "
+            "earlier one of the same customer; failed: given up, see `events retry`)",
+            labels=["status"],
+        )
         try:
             counts = outbox.counts()
         except UNAVAILABLE_ERRORS as exc:

@@ -7,6 +7,7 @@ The guard also refuses GET on the requeue-all route (a link or an <img> must not
 jobs), and the faults the dashboard lets escape for a bad address (unknown job, instance
 number or page) answer 4xx JSON instead of a 500.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -56,8 +57,12 @@ def _mount(state: Any) -> None:  # a BlueprintSetupState
     app.before_request_funcs.setdefault(rq_dashboard.blueprint.name, []).append(guard)
     # Scoped to the dashboard's routes; registered on the library's blueprint before it is
     # registered (that is when Flask copies them), the same handlers each time.
-    for exc, handler in ((NoSuchJobError, _not_found), (LookupError, _not_found),
-                         (ValueError, _bad_request), (InvalidJobOperation, _conflict)):
+    for exc, handler in (
+        (NoSuchJobError, _not_found),
+        (LookupError, _not_found),
+        (ValueError, _bad_request),
+        (InvalidJobOperation, _conflict),
+    ):
         rq_dashboard.blueprint.register_error_handler(exc, handler)
     app.register_blueprint(rq_dashboard.blueprint, url_prefix=URL_PREFIX)
     setup_rq_connection(app)  # a client only; nothing connects until a page is opened
