@@ -1,7 +1,7 @@
 """Payment webhook benchmark: latency of first deliveries and of duplicates, and the invariants.
 
 Starts a private redis-server, a throw-away MariaDB database and the app under gunicorn+gevent
-(tests/servers.py), then sends 2,000 distinct payments x 5 deliveries at concurrency 50 twice:
+(testkit/servers.py), then sends 2,000 distinct payments x 5 deliveries at concurrency 50 twice:
 "burst" (each payment's 5 deliveries back to back, as a provider retrying a timed-out socket
 fires them) and "shuffled" (the 10,000 deliveries in random order). Client-side latency is
 measured around each request; server-side latency comes from the Server-Timing header the

@@ -55,8 +55,8 @@ from bench.common import (
     write_md,
 )
 from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, wrk
-from tests.cluster import LocalCluster, wait_for_failover
-from tests.servers import (
+from testkit.cluster import LocalCluster, wait_for_failover
+from testkit.servers import (
     BuyerServer,
     Proc,
     RedisServer,

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench.common import OUT, machine_info, markdown_table, percentiles, redis_version, write_json, write_md
-from tests.servers import RedisServer
+from testkit.servers import RedisServer
 from webhooks.caps import leases
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads.buyers import BuyerRule

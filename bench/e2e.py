@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack
 from bench.common import OUT, machine_info, markdown_table, mysql_version, redis_version, write_json, write_md
-from tests.servers import (
+from testkit.servers import (
     Proc,
     free_port,
     venv_bin,

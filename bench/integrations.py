@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md
-from tests.servers import RedisServer, free_port, wait_until
+from testkit.servers import RedisServer, free_port, wait_until
 from webhooks.caps import leases
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import Deliverer, classify, judge

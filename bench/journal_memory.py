@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack
 from bench.common import machine_info, write_json
-from tests.servers import Proc, free_port, venv_bin, wait_until
+from testkit.servers import Proc, free_port, venv_bin, wait_until
 
 ADMIN = stack.ADMIN
 API_KEY = "pk_bench_journal_0123456789"

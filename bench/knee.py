@@ -36,7 +36,7 @@ from bench.common import OUT, machine_info, mysql_version, redis_version, write_
 from bench.e2e import API_KEY, Stack, cpu_seconds, log, wrk
 from testkit.config import SECRETS
 from testkit.payments import signed_headers
-from tests.servers import venv_bin, wait_until
+from testkit.servers import venv_bin, wait_until
 from webhooks.storage import keys
 
 REPEATS = 5

@@ -45,7 +45,7 @@ from bench.common import (
     write_json,
     write_md,
 )
-from tests.servers import RedisServer, create_mysql_db, mysql_admin_url
+from testkit.servers import RedisServer, create_mysql_db, mysql_admin_url
 from webhooks.caps import leases
 from webhooks.caps.windows import CAPS
 from webhooks.leads.buyers import BuyerRule

@@ -49,7 +49,7 @@ from bench.common import (
 from testkit.config import SECRETS
 from testkit.events import EVENTS_SECRET
 from testkit.payments import PROVIDERS, deliver, encode, payload, signed_headers
-from tests.servers import (
+from testkit.servers import (
     Proc,
     WebServer,
     free_port,

@@ -27,7 +27,7 @@ from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, log, wrk
 from bench.knee import lua_list, make_deliveries, wrk_payments
 from testkit.config import SECRETS
-from tests.servers import venv_bin
+from testkit.servers import venv_bin
 
 # (name, substring of a frame): a sample counts for a layer when any of its frames has it
 LAYERS = (

@@ -4,7 +4,7 @@ processes die, then check that nothing was lost, doubled or over a cap (issue 17
     scripts/soak [--minutes 10] [--lead-rate 150] [--payment-rate 60]
 
 The stack: a private redis-server; a throw-away MariaDB database reached through a TCP proxy
-(tests/servers.TcpProxy, in a process of its own: bench/soak_dbproxy.py) that can cut it; gunicorn with 2 gevent workers (WEB_CONCURRENCY=2,
+(testkit/servers.TcpProxy, in a process of its own: bench/soak_dbproxy.py) that can cut it; gunicorn with 2 gevent workers (WEB_CONCURRENCY=2,
 the Procfile's `web`); the RQ worker and the scheduler (`python -m workers.schedule`), each
 restarted 2 s after it dies by a small supervisor (as scripts/run does); four buyers and the
 payment-events receiver (bench/soak_buyers.py); and the traffic from a process of its own
@@ -44,7 +44,7 @@ from bench.common import machine_info, mysql_version, redis_version
 from bench.soak_checks import OUT
 from testkit.config import SECRETS
 from testkit.payments import child_pids, encode, signed_headers
-from tests.servers import (
+from testkit.servers import (
     Proc,
     RedisServer,
     WebServer,

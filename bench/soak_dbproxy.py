@@ -1,4 +1,4 @@
-"""The soak's cut-able database link (bench/soak.py): tests/servers.TcpProxy in a process of its
+"""The soak's cut-able database link (bench/soak.py): testkit/servers.TcpProxy in a process of its
 own, so that forwarding every query of the stack does not compete with the orchestrator for
 one interpreter lock. SIGUSR1 cuts it (every connection dropped, new ones refused), SIGUSR2
 restores it on the same port.
@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.servers import TcpProxy
+from testkit.servers import TcpProxy
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.servers import Proc, RedisServer, WebServer, create_mysql_db, free_port, mysql_admin_url, venv_bin
+from testkit.servers import Proc, RedisServer, WebServer, create_mysql_db, free_port, mysql_admin_url, venv_bin
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN = "bench-admin-token-0123456789"

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tests.servers import wait_until
+from testkit.servers import wait_until
 from webhooks.payments import outbox
 from webhooks.storage.db import db
 

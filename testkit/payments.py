@@ -19,7 +19,7 @@ import stripe
 from standardwebhooks.webhooks import Webhook
 
 from testkit.config import SECRETS
-from tests.servers import wait_until
+from testkit.servers import wait_until
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Payment, Wallet, WebhookDelivery

@@ -15,9 +15,9 @@ import requests.adapters
 import requests.structures
 
 from testkit import payments as testkit_payments
+from testkit.cluster import LocalCluster
 from testkit.config import ADMIN_TOKEN, SECRETS
-from tests.cluster import LocalCluster
-from tests.servers import (
+from testkit.servers import (
     BuyerServer,
     Proc,
     RedisServer,
@@ -230,7 +230,7 @@ def buyer_server():
 
 @pytest.fixture(autouse=True)
 def clean(request):
-    """Each test starts with an empty ledger and no Floodgate keys in Redis."""
+    """Each test starts with an empty ledger, no Floodgate keys in Redis and no queued job."""
     if "redis_server" in request.fixturenames or "web" in request.fixturenames:
         main, queue = request.getfixturevalue("redis_server"), request.getfixturevalue("queue_server")
         for server in (main, queue) if queue is not main else (main,):

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from testkit.payments import PROVIDERS, SECRET, balance, deliver, encode, payload, signed_headers
+from testkit.servers import ROOT, free_port, venv_bin
 from tests.conftest import ADMIN_TOKEN, SECRETS
-from tests.servers import ROOT, free_port, venv_bin
 from webhooks import config, services
 from webhooks.errors import ConfigError
 

@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 
-from tests.servers import free_port, wait_until
+from testkit.servers import free_port, wait_until
 from webhooks.logs import REQUEST_ID, JsonFormatter, RequestIdFilter
 
 

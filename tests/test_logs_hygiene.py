@@ -10,8 +10,8 @@ import pytest
 import requests
 
 from testkit.payments import deliver, encode, payload, signed_headers
+from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN, SECRETS, Api
-from tests.servers import WebServer, wait_until
 from webhooks.logs import JsonFormatter
 
 PAYER, OTHER = "ada.lovelace@example.com", "mallory@example.com"

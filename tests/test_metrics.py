@@ -15,8 +15,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.servers import ROOT, WebServer, venv_bin, wait_until
 from tests.conftest import Api
-from tests.servers import ROOT, WebServer, venv_bin, wait_until
 from webhooks.caps import leases
 from webhooks.leads.buyers import BuyerRule
 from webhooks.storage.models import Buyer

@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 from rq_scheduler import Scheduler
 
-from tests.servers import Proc, venv_bin, wait_until
+from testkit.servers import Proc, venv_bin, wait_until
 from webhooks.caps import leases, reconcile
 from webhooks.leads.catalog import load_snapshot
 from webhooks.storage.redis import make_store

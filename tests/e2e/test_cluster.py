@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
+from testkit.cluster import LocalCluster, wait_for_failover
+from testkit.servers import wait_until
 from tests.caps.test_leases import BREAKER, TTL, rule
-from tests.cluster import LocalCluster, wait_for_failover
-from tests.servers import wait_until
 from webhooks import config
 from webhooks.caps import leases
 from webhooks.errors import ConfigError

@@ -20,7 +20,7 @@ import requests
 
 from testkit.events import EVENTS_SECRET, EventReceiver
 from testkit.payments import PROVIDERS, REFUND_PROVIDERS, deliver, encode, payload, refund_payload
-from tests.servers import ROOT, Proc, RedisServer, WebServer, free_port, venv_bin, wait_until
+from testkit.servers import ROOT, Proc, RedisServer, WebServer, free_port, venv_bin, wait_until
 from webhooks.storage.db import db
 from webhooks.storage.models import PaymentEvent, Wallet
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from tests.servers import free_port
+from testkit.servers import free_port
 from webhooks.logs import JsonFormatter
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer

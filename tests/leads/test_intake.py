@@ -174,7 +174,7 @@ def _clear_of_the_hour_boundary(margin_s: float = 90) -> None:
 
 
 def test_chaos_across_four_web_processes_sharing_one_redis(web_api, base_env, tmp_path, buyer_server):
-    from tests.servers import WebServer
+    from testkit.servers import WebServer
 
     api = web_api
     _clear_of_the_hour_boundary()

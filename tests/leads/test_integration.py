@@ -12,8 +12,8 @@ from urllib.parse import parse_qs
 
 import pytest
 
+from testkit.servers import WebServer
 from tests.conftest import Api
-from tests.servers import WebServer
 
 FORM = {
     "method": "POST",
@@ -355,7 +355,7 @@ def test_bad_routing_mode_and_weight_are_refused(api):
 
 def test_demo_buyer_quick_start_sells_a_lead(api, app):
     """The README's quick start: the demo buyer of `flask --app wsgi demo-buyer` accepts."""
-    from tests.servers import free_port, wait_until
+    from testkit.servers import free_port, wait_until
     from webhooks import demo_buyer
 
     port = free_port()

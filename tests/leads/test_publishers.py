@@ -15,8 +15,8 @@ import requests
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.servers import wait_until
 from tests.conftest import CLUSTER
-from tests.servers import wait_until
 from webhooks import config, services
 from webhooks.errors import ConfigError
 from webhooks.storage import keys

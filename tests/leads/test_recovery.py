@@ -23,8 +23,8 @@ import requests
 from rq import Queue
 
 from testkit.payments import child_pids
+from testkit.servers import WebServer, wait_until
 from tests.conftest import Api
-from tests.servers import WebServer, wait_until
 from webhooks import services
 from webhooks.caps import leases
 from webhooks.leads import recovery

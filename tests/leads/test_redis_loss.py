@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.servers import wait_until
+from testkit.servers import wait_until
 from webhooks import services
 
 pytestmark = pytest.mark.e2e  # kills and restarts the run's redis-server

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.servers import wait_until
+from testkit.servers import wait_until
 from webhooks import services
 from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import consumer_keys, normalise

@@ -18,7 +18,7 @@ from redis import Redis
 from rq import Queue
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
-from tests.servers import Proc, TcpProxy, venv_bin, wait_until
+from testkit.servers import Proc, TcpProxy, venv_bin, wait_until
 from webhooks.caps import leases
 from webhooks.leads import ledger, settlement
 from webhooks.leads.publishers import PublisherRule

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from testkit.payments import balance, counts, deliver, encode, payload, verdicts
-from tests.servers import free_port
+from testkit.servers import free_port
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog
 

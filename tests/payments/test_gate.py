@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from testkit.payments import PROVIDERS, balance, counts, deliver, encode, payload
-from tests.servers import WebServer
+from testkit.servers import WebServer
 from webhooks.storage.db import db
 from webhooks.storage.models import Payment, Wallet
 
@@ -84,7 +84,7 @@ def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_onc
 def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, redis_server):
     """Repeats answer without the database; the settlement drain writes their rows in a batch,
     each with the verdict it was answered."""
-    from tests.servers import wait_until
+    from testkit.servers import wait_until
     from webhooks.storage.models import WebhookDelivery
 
     raw = encode(payload("flutterwave", "flw-repeats", 12300, "NGN", "repeats@example.com"))

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from testkit.payments import balance, child_pids, counts, deliver, encode, payload, verdicts
-from tests.servers import WebServer, free_port, wait_until
+from testkit.servers import WebServer, free_port, wait_until
 from webhooks.payments.ledger import _is_deadlock
 from webhooks.storage import keys
 from webhooks.storage.db import db

@@ -19,8 +19,8 @@ from standardwebhooks.webhooks import Webhook
 
 from testkit.events import EVENTS_SECRET, EventReceiver, deliver_inline, event_rows
 from testkit.payments import deliver, encode, payload, refund_payload
+from testkit.servers import ROOT, venv_bin
 from tests.conftest import ADMIN_TOKEN
-from tests.servers import ROOT, venv_bin
 from webhooks import config
 from webhooks.errors import ConfigError
 from webhooks.payments import outbox

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from testkit.payments import PROVIDERS, balance, deliver, encode, payload, signed_headers
-from tests.servers import TcpProxy, wait_until
+from testkit.servers import TcpProxy, wait_until
 from webhooks import services
 from webhooks.storage import keys
 from webhooks.storage.db import db, make_database

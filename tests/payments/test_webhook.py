@@ -7,7 +7,7 @@ import time
 import pytest
 
 from testkit.payments import PROVIDERS, balance, counts, deliver, encode, payload, signed_headers, verdicts
-from tests.servers import WebServer
+from testkit.servers import WebServer
 from webhooks import services
 from webhooks.storage import keys
 from webhooks.storage.db import db

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
-from tests.servers import wait_until
+from testkit.servers import wait_until
 from webhooks import config
 from webhooks.errors import Conflict, Unavailable
 from webhooks.leads.catalog import load_snapshot

@@ -21,8 +21,8 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from testkit.servers import ROOT, venv_bin
 from tests.conftest import ADMIN_TOKEN
-from tests.servers import ROOT, venv_bin
 
 PUBLISHER_KEY = "pk_test_openapi_0123456789"
 MAX_EXAMPLES = 25  # per operation and phase: the whole run stays well under a minute

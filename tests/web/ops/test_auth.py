@@ -15,8 +15,8 @@ import requests
 from rq import Queue
 from rq.registry import FailedJobRegistry
 
+from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN
-from tests.servers import WebServer, wait_until
 from webhooks import services
 from webhooks.storage import keys
 

@@ -8,8 +8,8 @@ import time
 import pytest
 import requests
 
+from testkit.servers import WebServer, free_port
 from tests.conftest import ADMIN_TOKEN
-from tests.servers import WebServer, free_port
 
 pytestmark = pytest.mark.e2e  # gunicorn processes of its own
 

@@ -1,7 +1,7 @@
 """A private Redis Cluster for the tests and the failover bench: 3 primaries + 3 replicas of
 real redis-server processes on free ports, formed by `redis-cli --cluster create`.
 
-It has the interface of tests.servers.RedisServer (url, port, client, start, kill,
+It has the interface of testkit.servers.RedisServer (url, port, client, start, kill,
 restart_empty, alive, delete_keys), with the whole cluster as "the Redis": `kill` takes every
 node down, `restart_empty` brings every node back without its data (each keeps its
 nodes.conf, so the cluster re-forms with the same slots), as a data loss of the whole tier.
@@ -20,7 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from tests.servers import free_port, redis_binary, wait_until
+from testkit.servers import free_port, redis_binary, wait_until
 
 STATE_TIMEOUT_S = 30.0
 BUS_OFFSET = 10_000  # a node's cluster bus listens on its port + 10000
