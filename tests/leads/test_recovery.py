@@ -223,17 +223,8 @@ def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_t
         snapshot = load_snapshot(None)
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     with ThreadPoolExecutor(1) as pool:
-        sweeping = pool.submit(
-            recovery.sweep,
-            ext.store,
-            ext.settle,
-            ext.queue,
-            Deliverer(3000),
-            snapshot.buyers,
-            ["x", "y"],
-            publishers,
-            cfg,
-        )
+        sweeper = recovery.Sweeper(ext.store, ext.settle, ext.queue, Deliverer(3000), cfg)
+        sweeping = pool.submit(sweeper.sweep, snapshot.buyers, ["x", "y"], publishers)
         wait_until(lambda: x.arrived, what="the sweep's re-offer to reach x")
         wait_until(lambda: not r.exists(keys.lead_claim("surge", "D1")), what="the sweep's claim to expire")
         retry = api.post_lead(key, {"lead_id": "D1"}).json()

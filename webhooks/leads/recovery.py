@@ -4,7 +4,7 @@ Idempotency-Key, and settle what the buyer says.
 
 Two callers do it. The publisher's retry finds the dead request's attempt note when it claims
 the lead (leads/intake.py). A publisher that never retries leaves the lead to the
-abandoned-lead sweep here (`sweep`, run by the scheduler: workers/leads.py): it finds the
+abandoned-lead sweep here (`Sweeper.sweep`, run by the scheduler: workers/leads.py): it finds the
 held leases older than LEAD_ABANDONED_AFTER_MS whose lead nobody claims, claims each lead as
 a retry would, and does the same. Without it such a lead stayed out of the ledger though its
 buyer had it and its slot stayed counted, until reconciliation gave the slot back.
@@ -40,7 +40,7 @@ from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule, LeadKey
 from webhooks.storage.states import ClaimOutcome, LeadStatus, LeaseState
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # webhooks.config imports payments' signature checks: a type only here
     from webhooks.config import Config
 
 log = logging.getLogger(__name__)
@@ -171,135 +171,135 @@ def _lead_of(note_key: str, publisher_id: str) -> LeadKey:
     return LeadKey(publisher_id, _claim_key(note_key).removeprefix(keys.lead_claim(publisher_id, "")))
 
 
-def end_abandoned(
-    store: Store,
-    settle: Store,
-    queue: Queue,
-    deliverer: Deliverer,
-    buyers: Iterable[BuyerRule],
-    publisher: PublisherRule,
-    note_key: str,
-    cfg: Config,
-) -> Outcome | None:
-    """Claim the lead of an abandoned attempt note as a publisher's retry would
-    (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
-    (settlement.end_lead): confirm a sale, remember the answer for the publisher's replays
-    and queue the settlement, in one round trip; with Redis unreachable the settlement is
-    written to the ledger directly. None when it is not this sweep's to end: a request
-    claimed it first, it was ended meanwhile, or Redis lost its data lately.
+@dataclass(frozen=True)
+class Sweeper:
+    """What the abandoned-lead sweep works with: the lead path's Redis, the settlement queue
+    (its Redis and RQ queue), a deliverer for the re-offers and the config."""
 
-    The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
-    the claim: near or past the claim's end the answer is written first (token-checked, as
-    a late request does), and when a retry holds the claim by then, a sale stands (the buyer
-    has the lead; the ledger's unique key keeps the first settlement) and anything else is
-    dropped."""
-    claim_key = _claim_key(note_key)
-    claim_ttl = cfg.lead_claim_margin_ms + cfg.buyer_timeout_ms + 100
-    lease_ttl_ms = claim_ttl + cfg.lead_recovery_window_ms
-    token = claims.new_token(claims.ROUTING)
-    started = time.monotonic()
-    lead_key = _lead_of(note_key, publisher.id)
-    got = store.claim_lead(lead_key, token, ttl_ms=claim_ttl, now_ms=int(time.time() * 1000), note_ttl_ms=lease_ttl_ms)
-    claim = claims.Claim(claim_key, token)
-    if got.outcome is not ClaimOutcome.CLAIMED:
-        return None
-    try:
-        if got.dead_note is None:  # ended between the look and the claim
-            claims.release(store, claim)
-            return None
-        note = json.loads(got.dead_note)
-        lead = json.loads(note["payload"])
-        lead.pop("lead_id", None)
-        ctx = LeadContext(
-            publisher,
-            note["lead_id"],
-            lead,
-            note["payload"],
-            datetime.fromisoformat(note["at"]),
-            note.get("request_id"),
-            token,
-            claim_ttl,
-            lease_ttl_ms,
-            started + claim_ttl / 1000,
+    store: Store
+    settle: Store
+    queue: Queue
+    deliverer: Deliverer
+    cfg: Config
+
+    def end_abandoned(self, buyers: Iterable[BuyerRule], publisher: PublisherRule, note_key: str) -> Outcome | None:
+        """Claim the lead of an abandoned attempt note as a publisher's retry would
+        (lua/claim_lead.lua), offer it again (`reoffer`) and end it as a request does
+        (settlement.end_lead): confirm a sale, remember the answer for the publisher's replays
+        and queue the settlement, in one round trip; with Redis unreachable the settlement is
+        written to the ledger directly. None when it is not this sweep's to end: a request
+        claimed it first, it was ended meanwhile, or Redis lost its data lately.
+
+        The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
+        the claim: near or past the claim's end the answer is written first (token-checked, as
+        a late request does), and when a retry holds the claim by then, a sale stands (the buyer
+        has the lead; the ledger's unique key keeps the first settlement) and anything else is
+        dropped."""
+        store, settle, queue, deliverer, cfg = self.store, self.settle, self.queue, self.deliverer, self.cfg
+        claim_key = _claim_key(note_key)
+        claim_ttl = cfg.lead_claim_margin_ms + cfg.buyer_timeout_ms + 100
+        lease_ttl_ms = claim_ttl + cfg.lead_recovery_window_ms
+        token = claims.new_token(claims.ROUTING)
+        started = time.monotonic()
+        lead_key = _lead_of(note_key, publisher.id)
+        got = store.claim_lead(
+            lead_key, token, ttl_ms=claim_ttl, now_ms=int(time.time() * 1000), note_ttl_ms=lease_ttl_ms
         )
-        outcome = reoffer(store, deliverer, buyers, ctx, note)
-        item = settlement.make_item(publisher, ctx.lead_id, outcome, note["payload"], ctx.now, ctx.request_id)
-    except BaseException:
-        claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
-        raise
-    answer = json.dumps(settlement.answer_of(item))
-    keep_claim = False
-    if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
-        if not store.answer_lead(lead_key, token, answer, cfg.lead_replay_ttl_s).written:
-            log.error(
-                "abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
-                "it now; outcome %s",
-                publisher.id,
-                ctx.lead_id,
-                outcome.status,
-            )
-            if outcome.lease is None:
-                return None
-        keep_claim = True
-
-    def queue_item(item: dict, batch: Batch | None, _answer: str) -> None:
-        settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], batch, item["request_id"])
-
-    ending = settlement.Settlement(
-        store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s
-    )
-    settlement.end_lead(ending, token, outcome, item, answer, keep_claim)
-    log.warning(
-        "abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
-        publisher.id,
-        ctx.lead_id,
-        outcome.status,
-    )
-    return outcome
-
-
-def sweep(
-    store: Store,
-    settle: Store,
-    queue: Queue,
-    deliverer: Deliverer,
-    buyers: tuple[BuyerRule, ...],
-    buyer_ids: Iterable[str],
-    publishers: dict[str, PublisherRule],
-    cfg: Config,
-    now: datetime | None = None,
-    budget_s: float = BUDGET_S,
-) -> SweepResult:
-    """End the abandoned leads (`abandoned`, `end_abandoned`) for `budget_s` at most (a job of
-    the shared queue hands over within half a minute; the next run takes the rest). One
-    lead's failure is logged and left for the next run; it does not stop the others.
-    `buyers` are the active buyers (one switched off since is not asked again: its lead stays
-    unsold for review), `buyer_ids` every buyer whose leases to look at, `publishers` by id."""
-    now = now or datetime.now(timezone.utc)
-    until = time.monotonic() + budget_s
-    result = SweepResult()
-    for note_key, note in abandoned(store, buyer_ids, now, cfg):
-        publisher = publishers.get(note["publisher_id"])
-        if publisher is None or time.monotonic() > until:
-            result.left += 1
-            continue
+        claim = claims.Claim(claim_key, token)
+        if got.outcome is not ClaimOutcome.CLAIMED:
+            return None
         try:
-            outcome = end_abandoned(store, settle, queue, deliverer, buyers, publisher, note_key, cfg)
-        except Exception:
-            log.exception("abandoned lead %s could not be ended: the next sweep tries again", note_key)
-            outcome = None
-        if outcome is None:
-            result.left += 1
-            continue
-        ref = f"{note['publisher_id']}:{note['lead_id']}"
-        (result.sold if outcome.status == LeadStatus.SOLD else result.unsold).append(ref)
-    return result
+            if got.dead_note is None:  # ended between the look and the claim
+                claims.release(store, claim)
+                return None
+            note = json.loads(got.dead_note)
+            lead = json.loads(note["payload"])
+            lead.pop("lead_id", None)
+            ctx = LeadContext(
+                publisher,
+                note["lead_id"],
+                lead,
+                note["payload"],
+                datetime.fromisoformat(note["at"]),
+                note.get("request_id"),
+                token,
+                claim_ttl,
+                lease_ttl_ms,
+                started + claim_ttl / 1000,
+            )
+            outcome = reoffer(store, deliverer, buyers, ctx, note)
+            item = settlement.make_item(publisher, ctx.lead_id, outcome, note["payload"], ctx.now, ctx.request_id)
+        except BaseException:
+            claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
+            raise
+        answer = json.dumps(settlement.answer_of(item))
+        keep_claim = False
+        if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
+            if not store.answer_lead(lead_key, token, answer, cfg.lead_replay_ttl_s).written:
+                log.error(
+                    "abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
+                    "it now; outcome %s",
+                    publisher.id,
+                    ctx.lead_id,
+                    outcome.status,
+                )
+                if outcome.lease is None:
+                    return None
+            keep_claim = True
+
+        def queue_item(item: dict, batch: Batch | None, _answer: str) -> None:
+            settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], batch, item["request_id"])
+
+        ending = settlement.Settlement(
+            store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s
+        )
+        settlement.end_lead(ending, token, outcome, item, answer, keep_claim)
+        log.warning(
+            "abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
+            publisher.id,
+            ctx.lead_id,
+            outcome.status,
+        )
+        return outcome
+
+    def sweep(
+        self,
+        buyers: tuple[BuyerRule, ...],
+        buyer_ids: Iterable[str],
+        publishers: dict[str, PublisherRule],
+        now: datetime | None = None,
+        budget_s: float = BUDGET_S,
+    ) -> SweepResult:
+        """End the abandoned leads (`abandoned`, `end_abandoned`) for `budget_s` at most (a job of
+        the shared queue hands over within half a minute; the next run takes the rest). One
+        lead's failure is logged and left for the next run; it does not stop the others.
+        `buyers` are the active buyers (one switched off since is not asked again: its lead stays
+        unsold for review), `buyer_ids` every buyer whose leases to look at, `publishers` by id."""
+        now = now or datetime.now(timezone.utc)
+        until = time.monotonic() + budget_s
+        result = SweepResult()
+        for note_key, note in abandoned(self.store, buyer_ids, now, self.cfg):
+            publisher = publishers.get(note["publisher_id"])
+            if publisher is None or time.monotonic() > until:
+                result.left += 1
+                continue
+            try:
+                outcome = self.end_abandoned(buyers, publisher, note_key)
+            except Exception:
+                log.exception("abandoned lead %s could not be ended: the next sweep tries again", note_key)
+                outcome = None
+            if outcome is None:
+                result.left += 1
+                continue
+            ref = f"{note['publisher_id']}:{note['lead_id']}"
+            (result.sold if outcome.status == LeadStatus.SOLD else result.unsold).append(ref)
+        return result
 
 
 def sweep_all(
     cfg: Config, store: Store, settle: Store, queue: Queue, abandoned_after_ms: int | None = None
 ) -> SweepResult:
-    """`sweep` with the current config of buyers and publishers read from the database (the
+    """`Sweeper.sweep` with the current config of buyers and publishers read from the database (the
     leases of buyers switched off or deleted since are looked at too); `abandoned_after_ms`
     instead of LEAD_ABANDONED_AFTER_MS when given."""
     from webhooks.leads.catalog import load_snapshot
@@ -310,4 +310,5 @@ def sweep_all(
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     if abandoned_after_ms is not None:
         cfg = replace(cfg, lead_abandoned_after_ms=abandoned_after_ms)
-    return sweep(store, settle, queue, Deliverer(cfg.buyer_timeout_ms), snapshot.buyers, buyer_ids, publishers, cfg)
+    sweeper = Sweeper(store, settle, queue, Deliverer(cfg.buyer_timeout_ms), cfg)
+    return sweeper.sweep(snapshot.buyers, buyer_ids, publishers)

@@ -222,77 +222,87 @@ class Router:
         offer that could end after `ctx.deadline` (when the caller's claim may expire) is not
         made (the process stalled; a retry may hold the lead now): its slot is given back and
         the outcome says `out_of_time`."""
-        publisher, lead, now = ctx.publisher, ctx.lead, ctx.now
+        publisher = ctx.publisher
         out = Outcome(skipped=list(skipped or ()))
         if plan is None:
-            offers = self._bids(buyers, publisher, ctx.lead_id, lead, now, out)
+            offers = self._bids(buyers, publisher, ctx.lead_id, ctx.lead, ctx.now, out)
             rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
             plan = order(offers, publisher.routing, rotation)
-        lead_json = json.dumps(lead, separators=(",", ":"))
+        lead_json = json.dumps(ctx.lead, separators=(",", ":"))
         for i, offer in enumerate(plan):
-            buyer = offer.buyer
-            if i == 0 and first is not None:
-                reservation = first
-            else:
-                note = attempt_note(ctx.attempt_key, offer, now, out.attempts, ctx.lease_ttl_ms, ctx.ref)
-                consumer = consumer_keys(buyer.id, buyer.dedupe_fields, lead)
-                reservation = leases.reserve(
-                    self.store,
-                    buyer,
-                    now,
-                    lease_ttl_ms=ctx.lease_ttl_ms,
-                    probe_ttl_ms=self.probe_ttl_ms,
-                    note=note,
-                    consumer=consumer,
-                    price_minor=cents(offer.price),
-                )
-            if reservation.status is ReservationStatus.FULL:
-                out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
+            reservation = first if i == 0 and first is not None else self._reserve(ctx, offer, out)
+            lease = self._usable(reservation, offer, out)
+            if lease is None:
                 continue
-            if reservation.status is ReservationStatus.DUPLICATE:
-                out.skipped.append({"buyer_id": buyer.id, "reason": ReservationStatus.DUPLICATE})
-                continue
-            if reservation.status is ReservationStatus.NOT_READY:
-                rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
-                out.waiting_for_rebuild = True
-                continue
-            if reservation.status is ReservationStatus.CIRCUIT_OPEN:
-                out.attempts.append(attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0))
-                out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
-                metrics.attempt(buyer.id, CIRCUIT_OPEN)
-                continue
-            assert reservation.lease is not None  # status OK
             if time.monotonic() + self.offer_s > ctx.deadline:
                 # The note is ours to delete only while the claim surely is.
-                self._refund(
-                    reservation.lease, leases.WITHDRAWN, ctx.attempt_key if time.monotonic() < ctx.deadline else None
-                )
+                self._refund(lease, leases.WITHDRAWN, ctx.attempt_key if time.monotonic() < ctx.deadline else None)
                 out.out_of_time = True
                 return out
-            try:
-                body = offer.body(ctx.lead_id, publisher.id, lead, lead_json)
-            except RenderBudgetExceeded:
-                outcome, ms = NOT_SENT, 0
-            else:
-                outcome, ms = self.deliverer.deliver(
-                    buyer.endpoint_url, body, idempotency_key(publisher.id, ctx.lead_id, buyer.id), buyer.delivery
-                )
+            outcome, ms = self._deliver(ctx, offer, lead_json)
             if outcome == NOT_SENT:
                 # This lead could not be made into a request for this buyer: the buyer was not
                 # called, so its breaker and its reply statistics are left alone.
-                self._refund(reservation.lease, leases.WITHDRAWN, ctx.attempt_key)
-                out.skipped.append({"buyer_id": buyer.id, "reason": NOT_SENT})
+                self._refund(lease, leases.WITHDRAWN, ctx.attempt_key)
+                out.skipped.append({"buyer_id": offer.buyer.id, "reason": NOT_SENT})
                 continue
-            out.attempts.append(attempt_record(buyer.id, offer.bid, outcome, ms))
-            metrics.attempt(buyer.id, outcome, ms)
+            out.attempts.append(attempt_record(offer.buyer.id, offer.bid, outcome, ms))
+            metrics.attempt(offer.buyer.id, outcome, ms)
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
-                out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer.id, offer.price
-                out.sold_at, out.lease = now, reservation.lease
+                out.status, out.buyer_id, out.price = LeadStatus.SOLD, offer.buyer.id, offer.price
+                out.sold_at, out.lease = ctx.now, lease
                 return out
             # The buyer said no: give the slot back and forget the attempt.
-            self._refund(reservation.lease, outcome, ctx.attempt_key)
+            self._refund(lease, outcome, ctx.attempt_key)
         return out
+
+    def _reserve(self, ctx: LeadContext, offer: Offer, out: Outcome) -> leases.Reservation:
+        """Reserve a slot under every cap of the offer's buyer (and its dedupe keys), writing
+        the attempt note in the same round trip."""
+        buyer = offer.buyer
+        return leases.reserve(
+            self.store,
+            buyer,
+            ctx.now,
+            lease_ttl_ms=ctx.lease_ttl_ms,
+            probe_ttl_ms=self.probe_ttl_ms,
+            note=attempt_note(ctx.attempt_key, offer, ctx.now, out.attempts, ctx.lease_ttl_ms, ctx.ref),
+            consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
+            price_minor=cents(offer.price),
+        )
+
+    def _usable(self, reservation: leases.Reservation, offer: Offer, out: Outcome) -> leases.Lease | None:
+        """The reservation's lease, or None with the reason the buyer is passed over written
+        into `out` (a full cap, a duplicate consumer, counters being rebuilt, an open circuit)."""
+        buyer, status = offer.buyer, reservation.status
+        if status is ReservationStatus.FULL:
+            out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
+        elif status is ReservationStatus.DUPLICATE:
+            out.skipped.append({"buyer_id": buyer.id, "reason": ReservationStatus.DUPLICATE})
+        elif status is ReservationStatus.NOT_READY:
+            rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
+            out.waiting_for_rebuild = True
+        elif status is ReservationStatus.CIRCUIT_OPEN:
+            out.attempts.append(attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0))
+            out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
+            metrics.attempt(buyer.id, CIRCUIT_OPEN)
+        else:
+            assert reservation.lease is not None  # status OK
+            return reservation.lease
+        return None
+
+    def _deliver(self, ctx: LeadContext, offer: Offer, lead_json: str) -> tuple[AttemptOutcome, int]:
+        """Post the lead to the offer's buyer: its outcome and duration; NOT_SENT when the lead
+        cannot be made into a request within the template's budget."""
+        buyer, publisher_id = offer.buyer, ctx.publisher.id
+        try:
+            body = offer.body(ctx.lead_id, publisher_id, ctx.lead, lead_json)
+        except RenderBudgetExceeded:
+            return NOT_SENT, 0
+        return self.deliverer.deliver(
+            buyer.endpoint_url, body, idempotency_key(publisher_id, ctx.lead_id, buyer.id), buyer.delivery
+        )
 
     def _bids(
         self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict, now: datetime, out: Outcome
