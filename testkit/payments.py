@@ -12,6 +12,7 @@ import uuid
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import redis
 import requests
@@ -246,6 +247,38 @@ def payload(
         body["data"]["customer"]["email"] = email
         if not success:
             body["type"] = "payment.failed"
+    return body
+
+
+# Where each provider carries the metadata the merchant attached when it started the payment
+# (API.md "Payment attribution and recovery"); Interswitch documents none.
+METADATA_PATH = {
+    "paystack": ("data", "metadata"),
+    "flutterwave": ("data", "meta"),
+    "monnify": ("eventData", "metaData"),
+    "stripe": ("data", "object", "metadata"),
+    "standard": ("data", "metadata"),
+}
+
+
+def with_metadata(provider: str, body: dict, metadata: Any) -> dict:
+    """`body` with the merchant's `metadata` where `provider` carries it."""
+    *parents, last = METADATA_PATH[provider]
+    node = body
+    for part in parents:
+        node = node[part]
+    node[last] = metadata
+    return body
+
+
+def without_payer(provider: str, body: dict) -> dict:
+    """`body` with no payer e-mail at all (Stripe: receipt_email null, as its fixture has it)."""
+    if provider == "stripe":
+        body["data"]["object"]["receipt_email"] = None
+    elif provider == "monnify":
+        del body["eventData"]["customer"]["email"]
+    else:
+        del body["data"]["customer"]["email"]
     return body
 
 

@@ -81,6 +81,18 @@ class Config:
     payment_events_retry_base_ms: int = 1_000  # first back-off; doubles per failed attempt
     payment_events_retry_max_ms: int = 3_600_000  # back-off never grows past this (1 h)
     payment_events_retry_for_s: int = 86_400  # failing for this long (24 h): `failed`
+    # Attribution (docs/payments.md "Which wallet"): the merchant's metadata key naming the
+    # wallet; empty: the payer's e-mail, as before.
+    payment_account_field: str = ""
+    # Provider reconciliation (webhooks/payments/reconcile.py): each provider's API, and how often
+    # and how far back its successful payments are compared with the ledger.
+    provider_reconcile_interval_s: int = 600
+    provider_reconcile_lookback_s: int = 259_200  # 72 h: Paystack retries a webhook that long
+    paystack_api_base: str = "https://api.paystack.co"
+    monnify_api_base: str = "https://api.monnify.com"
+    monnify_api_key: str = ""
+    stripe_api_base: str = "https://api.stripe.com"
+    stripe_api_key: str = ""
 
     @property
     def queue_redis_url(self) -> str:
@@ -118,6 +130,8 @@ _INTS = {
     "PAYMENT_EVENTS_RETRY_BASE_MS": "payment_events_retry_base_ms",
     "PAYMENT_EVENTS_RETRY_MAX_MS": "payment_events_retry_max_ms",
     "PAYMENT_EVENTS_RETRY_FOR_S": "payment_events_retry_for_s",
+    "PROVIDER_RECONCILE_INTERVAL_S": "provider_reconcile_interval_s",
+    "PROVIDER_RECONCILE_LOOKBACK_S": "provider_reconcile_lookback_s",
 }
 _ZERO_OK = {"CAP_WAIT_REPLICAS"}  # 0: do not wait for replicas
 _STRS = {
@@ -131,11 +145,24 @@ _STRS = {
     "FLUTTERWAVE_API_BASE": "flutterwave_api_base",
     "FLUTTERWAVE_SECRET_KEY": "flutterwave_secret_key",
     "PAYMENT_EVENTS_URL": "payment_events_url",
+    "PAYMENT_ACCOUNT_FIELD": "payment_account_field",
+    "PAYSTACK_API_BASE": "paystack_api_base",
+    "MONNIFY_API_BASE": "monnify_api_base",
+    "MONNIFY_API_KEY": "monnify_api_key",
+    "STRIPE_API_BASE": "stripe_api_base",
+    "STRIPE_API_KEY": "stripe_api_key",
 }
 MIN_ADMIN_TOKEN = 24
 RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/publishers.py RATE_MAX)
 # verif-hash is compared as is and signs nothing: it must at least not be guessable
 MIN_FLUTTERWAVE_HASH = 16
+API_BASES = {
+    "FLUTTERWAVE_API_BASE": "flutterwave_api_base",
+    "PAYSTACK_API_BASE": "paystack_api_base",
+    "MONNIFY_API_BASE": "monnify_api_base",
+    "STRIPE_API_BASE": "stripe_api_base",
+}
+ACCOUNT_FIELD = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -306,9 +333,12 @@ def _check_secrets(values: dict) -> None:
             "FLUTTERWAVE_VERIFY=1 needs FLUTTERWAVE_SECRET_KEY, the API secret key Flutterwave's "
             "verify endpoint is called with"
         )
-    base = values.get("flutterwave_api_base", Config.flutterwave_api_base)
-    if not base.startswith(("https://", "http://")):
-        raise ConfigError("FLUTTERWAVE_API_BASE must be an http(s) URL")
+    for var, name in API_BASES.items():
+        if not values.get(name, getattr(Config, name)).startswith(("https://", "http://")):
+            raise ConfigError(f"{var} must be an http(s) URL")
+    field_name = values.get("payment_account_field", "")
+    if field_name and not ACCOUNT_FIELD.fullmatch(field_name):
+        raise ConfigError("PAYMENT_ACCOUNT_FIELD must be a metadata key of 1 to 64 letters, digits, '_', '-' or '.'")
 
 
 def _switch(env: Mapping[str, str], var: str) -> bool:

@@ -78,6 +78,12 @@ class Conflict(FloodgateError):
     code = "conflict"
 
 
+class AlreadyAssigned(Conflict):
+    """An assign of a payment that is not (or no longer) unattributed."""
+
+    code = "already_assigned"
+
+
 class ReferenceConflict(FloodgateError):
     """A known payment reference delivered with another amount, currency or payer."""
 

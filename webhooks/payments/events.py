@@ -2,6 +2,11 @@
 
 Where the fields live is data, one Spec per provider, taken from the table in API.md
 ("Payment webhooks"); a valid event that is not a success is returned with succeeded=False.
+The wallet a payment credits is the merchant's account id from its metadata
+(PAYMENT_ACCOUNT_FIELD), else the payer's e-mail; a success naming neither is returned
+unattributed (customer None), never refused: its money is real (API.md "Payment attribution
+and recovery"). Fees passed on to the payer, partial and over payments and Stripe's currency
+rules are each read as the provider documents them (docs/payments.md names the sources).
 Refunds and reversals have a RefundSpec per provider whose own documentation names one
 (docs/payments.md, "Refunds and reversals", gives each source); the others have none, and
 their refund events are valid events that credit nothing (`ignored`).
@@ -15,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhooks import strictjson
-from webhooks.errors import MalformedJSON
+from webhooks.errors import InvalidJSON, MalformedJSON
 from webhooks.payments import money
 from webhooks.payments.money import InvalidPayload
 
@@ -27,11 +32,14 @@ class PaymentEvent:
     provider: str
     event_type: str
     reference: str | None
-    amount_minor: int | None
+    amount_minor: int | None  # what the wallet is credited (a fee passed on to the payer left out)
     currency: str | None
-    customer: str | None  # payer e-mail, lower-cased
+    customer: str | None  # the wallet: the merchant's account id, else the payer's e-mail; None: unattributed
     succeeded: bool
     transaction_id: str | None = None  # the provider's own id, where a re-check needs it (Flutterwave)
+    payer: str | None = None  # the payer's e-mail, lower-cased, when the payload has a usable one
+    fees_minor: int = 0  # the provider's fee the payer paid on top (Paystack requested_amount)
+    flag: str | None = None  # partially_paid, overpaid: credited what was received, flagged
 
     @property
     def fingerprint(self) -> str:
@@ -49,6 +57,9 @@ class Spec:
     currency: Path
     email: Path
     transaction_id: Path | None = None
+    metadata: Path | None = None  # the merchant's own data attached to the payment
+    requested: Path | None = None  # the amount asked for, when a fee passed on is added to `amount`
+    status: Path | None = None  # a payment status naming a partial or an over payment
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,10 @@ def _one_of(path: Path, values: frozenset[str]) -> Callable[[dict], bool]:
     return lambda body: _get(body, path) in values
 
 
+# Monnify's paymentStatus of money received other than in full (developers.monnify.com, "Verify
+# transactions": PARTIALLY_PAID "paid less than the required amount", OVERPAID "paid more")
+MONNIFY_FLAGS = {"PARTIALLY_PAID": "partially_paid", "OVERPAID": "overpaid"}
+
 SPECS: dict[str, Spec] = {
     "paystack": Spec(
         ("event",),
@@ -114,6 +129,8 @@ SPECS: dict[str, Spec] = {
         False,
         ("data", "currency"),
         ("data", "customer", "email"),
+        metadata=("data", "metadata"),
+        requested=("data", "requested_amount"),
     ),
     "flutterwave": Spec(
         ("event",),
@@ -124,15 +141,22 @@ SPECS: dict[str, Spec] = {
         ("data", "currency"),
         ("data", "customer", "email"),
         ("data", "id"),
+        metadata=("data", "meta"),
     ),
+    # PAID, and PARTIALLY_PAID / OVERPAID: money received all the same (amountPaid), flagged
     "monnify": Spec(
         ("eventType",),
-        _both(_equals(("eventType",), "SUCCESSFUL_TRANSACTION"), _equals(("eventData", "paymentStatus"), "PAID")),
+        _both(
+            _equals(("eventType",), "SUCCESSFUL_TRANSACTION"),
+            _one_of(("eventData", "paymentStatus"), frozenset(MONNIFY_FLAGS) | {"PAID"}),
+        ),
         ("eventData", "transactionReference"),
         ("eventData", "amountPaid"),
         True,
         ("eventData", "currency"),
         ("eventData", "customer", "email"),
+        metadata=("eventData", "metaData"),
+        status=("eventData", "paymentStatus"),
     ),
     "interswitch": Spec(
         ("event",),
@@ -151,6 +175,7 @@ SPECS: dict[str, Spec] = {
         False,
         ("data", "object", "currency"),
         ("data", "object", "receipt_email"),
+        metadata=("data", "object", "metadata"),
     ),
     "standard": Spec(
         ("type",),
@@ -160,6 +185,7 @@ SPECS: dict[str, Spec] = {
         False,
         ("data", "currency"),
         ("data", "customer", "email"),
+        metadata=("data", "metadata"),
     ),
 }
 
@@ -242,10 +268,65 @@ def _email(value: Any) -> str:
     return email
 
 
-def parse(provider: str, raw: bytes) -> PaymentEvent | RefundEvent:
+def _email_or_none(value: Any) -> str | None:
+    try:
+        return _email(value)
+    except InvalidPayload:
+        return None
+
+
+def _account(metadata: Any, field: str) -> str | None:
+    """The wallet the merchant named in its metadata under `field`: a string (or a whole number)
+    of 1 to 254 printable characters without spaces; None when there is none. Paystack sends
+    metadata as an object, or as a string of JSON when it was given one, or "" / 0 / null
+    (its own samples show all four): a string is read as JSON, anything else is no metadata."""
+    if isinstance(metadata, str) and metadata.startswith("{") and len(metadata) <= 64 * 1024:
+        try:
+            metadata = strictjson.loads(metadata.encode())
+        except InvalidJSON:  # MalformedJSON too: not JSON, or JSON the strict rules refuse
+            return None
+    if not isinstance(metadata, dict):
+        return None
+    value = metadata.get(field)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return wallet(value)
+
+
+def wallet(value: Any) -> str | None:
+    """A wallet's key: 1 to 254 printable characters without spaces, trimmed; an e-mail (it has
+    an @) lower-cased, a merchant's account id as it is. None when `value` is none."""
+    if not isinstance(value, str):
+        return None
+    key = value.strip()
+    if not 1 <= len(key) <= 254 or not key.isprintable() or " " in key:
+        return None
+    return key.lower() if "@" in key else key
+
+
+def _amounts(provider: str, spec: Spec, body: dict, code: str) -> tuple[int, int]:
+    """(credited, fees) in minor units. Paystack adds a fee it passes on to the payer to
+    `amount` and says what was asked in `requested_amount` (its transaction samples: amount
+    40333 = requested 30050 + fees 10283): the wallet is credited what was requested."""
+    amount = _get(body, spec.amount)
+    if amount is None:
+        raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
+    if provider == "stripe":
+        return money.to_minor(amount, code, major=False, exponent_sent=money.stripe_exponent(code)), 0
+    paid = money.to_minor(amount, code, major=spec.major)
+    requested = None if spec.requested is None else _get(body, spec.requested)
+    if requested is None:
+        return paid, 0
+    asked = money.to_minor(requested, code, major=spec.major)
+    return (asked, paid - asked) if asked < paid else (paid, 0)
+
+
+def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | RefundEvent:
     """The event in `raw`; InvalidPayload when it is not JSON, has no event type, or is a
-    success (or refund) without a usable reference, amount, currency or payer e-mail;
-    InvalidJSON when it is JSON the strict rules refuse (webhooks/strictjson.py)."""
+    success (or refund) without a usable reference, amount or currency; InvalidJSON when it is
+    JSON the strict rules refuse (webhooks/strictjson.py). A success's wallet is the value of
+    `account_field` in the merchant's metadata, else the payer's e-mail, else None
+    (unattributed)."""
     spec = SPECS[provider]
     body = _json(raw)
     event_type = _get(body, spec.event_type)
@@ -259,20 +340,26 @@ def parse(provider: str, raw: bytes) -> PaymentEvent | RefundEvent:
         return PaymentEvent(provider, event_type[:64], reference, None, None, None, False)
     if reference is None:
         raise InvalidPayload(f"no reference at {'.'.join(spec.reference)} (1 to 128 characters)")
-    amount = _get(body, spec.amount)
-    if amount is None:
-        raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
     code = money.currency(_get(body, spec.currency))
+    credited, fees = _amounts(provider, spec, body, code)
     transaction_id = None if spec.transaction_id is None else _reference(_get(body, spec.transaction_id))
+    payer = _email_or_none(_get(body, spec.email))
+    account = None
+    if account_field and spec.metadata is not None:
+        account = _account(_get(body, spec.metadata), account_field)
+    status = None if spec.status is None else _get(body, spec.status)
     return PaymentEvent(
         provider,
         event_type[:64],
         reference,
-        money.to_minor(amount, code, major=spec.major),
+        credited,
         code,
-        _email(_get(body, spec.email)),
+        account or payer,
         True,
         transaction_id,
+        payer,
+        fees,
+        MONNIFY_FLAGS.get(status) if isinstance(status, str) else None,
     )
 
 

@@ -23,11 +23,11 @@ from typing import TypeVar, cast
 
 import peewee as pw
 
-from webhooks.errors import ReferenceConflict
+from webhooks.errors import AlreadyAssigned, NotFound, ReferenceConflict
 from webhooks.payments import outbox
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
-from webhooks.payments.states import PaymentStatus, Verdict
+from webhooks.payments.states import PaymentStatus, Source, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
@@ -106,11 +106,9 @@ def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
         record(d, Verdict.VERIFICATION_FAILED, 422, event)
 
 
-def _credit_wallet(event: PaymentEvent, now: datetime) -> None:
-    update = {Wallet.balance_minor: Wallet.balance_minor + event.amount_minor, Wallet.updated_at: now}
-    query = Wallet.insert(
-        customer=event.customer, currency=event.currency, balance_minor=event.amount_minor, updated_at=now
-    )
+def _credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime) -> None:
+    update = {Wallet.balance_minor: Wallet.balance_minor + amount_minor, Wallet.updated_at: now}
+    query = Wallet.insert(customer=customer, currency=currency, balance_minor=amount_minor, updated_at=now)
     if is_mysql():
         query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
     else:
@@ -145,13 +143,17 @@ def retrying_deadlocks(transaction: Callable[[], T], what: str) -> T:
             attempt += 1
 
 
-def credit(event: PaymentEvent, d: Receipt, announce: bool = False) -> Verdict:
+def credit(event: PaymentEvent, d: Receipt, announce: bool = False, source: Source = Source.WEBHOOK) -> Verdict:
     """Insert the payment, credit its wallet and record the webhook, in one transaction; with
-    `announce` (PAYMENT_EVENTS_URL set), also its `wallet.credited` event (the outbox).
+    `announce` (PAYMENT_EVENTS_URL set), also its `wallet.credited` event (the outbox). A
+    payment naming no wallet (customer None) is inserted `unattributed` and credits nothing
+    until an `assign`; a flagged one (a partial or over payment) is credited and flagged in
+    audit_log. `source` says whether a webhook or the provider reconciliation found it.
 
-    Returns CREDITED, or DUPLICATE when the reference is already in the ledger with the
-    same amount, currency and payer; raises ReferenceConflict when it is there with others.
-    An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
+    Returns CREDITED (UNATTRIBUTED), or DUPLICATE when the reference is already in the ledger
+    with the same amount, currency and payer; raises ReferenceConflict when it is there with
+    others. An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
+    attributed = event.customer is not None
 
     def transaction() -> Verdict:
         with db.atomic():
@@ -161,16 +163,28 @@ def credit(event: PaymentEvent, d: Receipt, announce: bool = False) -> Verdict:
                 reference=event.reference,
                 amount_minor=event.amount_minor,
                 currency=event.currency,
-                customer=event.customer,
-                status=PaymentStatus.CREDITED,
+                customer=event.customer or "",
+                status=PaymentStatus.CREDITED if attributed else PaymentStatus.UNATTRIBUTED,
                 event_type=event.event_type,
                 received_at=d.received_at,
-                credited_at=now,
+                credited_at=now if attributed else None,
+                payer=event.payer or "",
+                fees_minor=event.fees_minor,
+                flag=event.flag,
+                source=source,
             ).execute()
-            _credit_wallet(event, now)
+            # a succeeded payment: parse() refused it without any of these
+            assert event.reference and event.currency and event.amount_minor is not None
+            key = f"{event.provider}:{event.reference}"
+            if event.flag is not None:
+                audit.record("payments", f"payment.{event.flag}", "payment", key, {"amount_minor": event.amount_minor})
+            if not attributed:
+                audit.record("payments", "payment.unattributed", "payment", key, {"amount_minor": event.amount_minor})
+                record(d, Verdict.UNATTRIBUTED, 200, event)
+                return Verdict.UNATTRIBUTED
+            assert event.customer is not None
+            _credit_wallet(event.customer, event.currency, event.amount_minor, now)
             if announce:  # the wallet row is locked by the upsert: its balance is this change's
-                # a succeeded payment: parse() refused it without any of these
-                assert event.reference and event.customer and event.currency and event.amount_minor is not None
                 outbox.record(
                     outbox.CREDITED,
                     event.provider,
@@ -190,11 +204,21 @@ def credit(event: PaymentEvent, d: Receipt, announce: bool = False) -> Verdict:
         return _already_known(event, d, exc)
 
 
+def _same_payment(known: Payment, event: PaymentEvent) -> bool:
+    """Whether a repeat agrees with the ledger: same amount and currency, and the same wallet,
+    or no wallet named where the payment was unattributed or assigned one since."""
+    if (known.amount_minor, known.currency) != (event.amount_minor, event.currency):
+        return False
+    if event.customer is None:
+        return known.status == PaymentStatus.UNATTRIBUTED or known.assigned_at is not None
+    return bool(known.customer == event.customer)
+
+
 def _already_known(event: PaymentEvent, d: Receipt, exc: pw.IntegrityError) -> Verdict:
     known = Payment.get_or_none(Payment.provider == event.provider, Payment.reference == event.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
-    if (known.amount_minor, known.currency, known.customer) == (event.amount_minor, event.currency, event.customer):
+    if _same_payment(known, event):
         record(d, Verdict.DUPLICATE, 200, event)
         return Verdict.DUPLICATE
     detail = {
@@ -221,14 +245,69 @@ def payment_record(p: Payment) -> dict:
         "provider": p.provider,
         "reference": p.reference,
         "amount_minor": p.amount_minor,
+        "fees_minor": p.fees_minor,
         "currency": p.currency,
-        "customer": p.customer,
+        "customer": p.customer or None,
         "status": p.status,
+        "flag": p.flag,
+        "source": p.source,
         "event_type": p.event_type,
         "received_at": _iso(p.received_at),
         "credited_at": _iso(p.credited_at),
+        "assigned_at": _iso(p.assigned_at),
         "refunded_minor": p.refunded_minor,
     }
+
+
+def assign(provider: str, reference: str, customer: str, announce: bool = False) -> Payment:
+    """Credit an unattributed payment to `customer`, exactly once: the conditional update
+    (WHERE status = 'unattributed') decides which of concurrent assigns wins; the others raise
+    AlreadyAssigned (409). NotFound (404) when there is no such payment. The wallet is credited
+    what is left after refunds delivered meanwhile, with its outbox event, in the same
+    transaction."""
+
+    def transaction() -> Payment:
+        with db.atomic():
+            now = utcnow()
+            won = (
+                Payment.update(customer=customer, status=PaymentStatus.CREDITED, credited_at=now, assigned_at=now)
+                .where(
+                    Payment.provider == provider,
+                    Payment.reference == reference,
+                    Payment.status == PaymentStatus.UNATTRIBUTED,
+                )
+                .execute()
+            )
+            payment = Payment.get_or_none(Payment.provider == provider, Payment.reference == reference)
+            if payment is None:
+                raise NotFound(f"no {provider} payment {reference!r}")
+            if not won:
+                raise AlreadyAssigned(f"{provider} payment {reference!r} is not unattributed (status {payment.status})")
+            amount = payment.amount_minor - payment.refunded_minor
+            if payment.refunded_minor:
+                status = PaymentStatus.REFUNDED if amount == 0 else PaymentStatus.PARTIALLY_REFUNDED
+                Payment.update(status=status).where(Payment.id == payment.id).execute()
+                payment.status = status
+            if amount > 0:
+                _credit_wallet(customer, payment.currency, amount, now)
+                if announce:
+                    after = balance(customer, payment.currency)
+                    outbox.record(outbox.CREDITED, provider, reference, customer, payment.currency, amount, after, now)
+            audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
+            return payment
+
+    return retrying_deadlocks(transaction, f"assigning {provider}:{reference}")
+
+
+def unattributed(limit: int) -> list[Payment]:
+    """The payments waiting for an assign, oldest first."""
+    query = (
+        Payment.select()
+        .where(Payment.status == PaymentStatus.UNATTRIBUTED)
+        .order_by(Payment.received_at, Payment.id)
+        .limit(limit)
+    )
+    return list(query)
 
 
 def balances(customer: str) -> dict[str, int]:

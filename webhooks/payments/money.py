@@ -56,6 +56,15 @@ EXPONENTS: dict[str, int] = {
     **dict.fromkeys(("CLF", "UYW"), 4),
 }
 DEFAULT_EXPONENT = 2
+# Stripe counts amounts in its own smallest unit (docs.stripe.com/currencies): none for its
+# zero-decimal currencies (MGA among them, two decimals in ISO 4217), three decimals for
+# BHD, JOD, KWD, OMR, TND, and two for every other, ISK included (zero in ISO 4217: Stripe keeps
+# ISK two-decimal, amounts in multiples of 100 since 2023-04-14, support.stripe.com
+# "deprecation-of-fractional-isk-charges-and-refunds"). docs/payments.md "Money" names them.
+STRIPE_ZERO_DECIMAL = frozenset(
+    ["BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF"]
+)
+STRIPE_THREE_DECIMAL = frozenset(["BHD", "JOD", "KWD", "OMR", "TND"])
 MAX_MINOR = 10**15  # far above any single payment, far below BIGINT: wallet sums cannot overflow
 # A decimal string from a provider: ASCII digits, an optional fraction (at most as many
 # places as the currency has minor units: checked by to_minor). No sign, exponent, `_`,
@@ -75,6 +84,11 @@ def exponent(code: str) -> int:
     return EXPONENTS.get(code, DEFAULT_EXPONENT)
 
 
+def stripe_exponent(code: str) -> int:
+    """The decimals of Stripe's smallest unit of `code`."""
+    return 0 if code in STRIPE_ZERO_DECIMAL else 3 if code in STRIPE_THREE_DECIMAL else 2
+
+
 def _decimal(value: Any) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise InvalidPayload(f"amount {value!r} is not a number")
@@ -89,11 +103,18 @@ def _decimal(value: Any) -> Decimal:
     return amount
 
 
-def to_minor(value: Any, code: str, *, major: bool) -> int:
+def to_minor(value: Any, code: str, *, major: bool, exponent_sent: int | None = None) -> int:
     """`value` as a positive integer of `code`'s minor units; `major` says the provider sent
-    major units (scaled by the currency exponent) rather than minor units (taken as they are)."""
+    major units (scaled by the currency exponent) rather than minor units (taken as they are).
+    `exponent_sent`: the provider counts in units of 10^-exponent_sent of its own rather than in
+    ISO 4217's minor units (Stripe, `stripe_exponent`): rescaled to ISO's."""
     amount = _decimal(value)
-    minor = amount.scaleb(exponent(code)) if major else amount
+    if major:
+        minor = amount.scaleb(exponent(code))
+    elif exponent_sent is not None:
+        minor = amount.scaleb(exponent(code) - exponent_sent)
+    else:
+        minor = amount
     if minor != minor.to_integral_value():
         raise InvalidPayload(f"amount {value} {code} is not a whole number of minor units")
     result = int(minor)

@@ -47,15 +47,25 @@ def _locked_payment(event: RefundEvent) -> Payment | None:
     return query.first()
 
 
+def _payer(payment: Payment) -> str | None:
+    """The payer's e-mail the payment was delivered with: `payer` ('' when it had none); a row
+    from before attribution (payer NULL) was credited to that e-mail."""
+    if payment.payer is None:
+        return payment.customer
+    return payment.payer or None
+
+
 def _check_same_payer(event: RefundEvent, payment: Payment) -> None:
-    """A refund naming another currency or payer than its payment's is not that payment's."""
+    """A refund naming another currency or payer than its payment's is not that payment's
+    (the payer is the e-mail the payment came with: its wallet may be the merchant's account)."""
+    paid_by = _payer(payment)
     mismatch = {
         k: v
-        for k, v in (("currency", event.currency), ("customer", event.customer))
-        if v is not None and v != getattr(payment, k)
+        for k, v, known in (("currency", event.currency, payment.currency), ("customer", event.customer, paid_by))
+        if v is not None and known is not None and v != known
     }
     if mismatch:
-        detail = {"payment": {"currency": payment.currency, "customer": payment.customer}, "refund": mismatch}
+        detail = {"payment": {"currency": payment.currency, "customer": paid_by}, "refund": mismatch}
         raise _Refused(
             ReferenceConflict(
                 f"refund {event.reference!r} names another currency or payer than payment "
@@ -123,6 +133,11 @@ def _debit_once(event: RefundEvent, d: Receipt, announce: bool) -> Verdict:
                 422,
                 ("refund.exceeds_payment", detail),
             )
+        if payment.status == PaymentStatus.UNATTRIBUTED:
+            # No wallet was credited: the refund is recorded and lowers what an assign credits.
+            Payment.update(refunded_minor=refunded).where(Payment.id == payment.id).execute()
+            record(d, Verdict.DEBITED, 200, event)
+            return Verdict.DEBITED
         (
             Payment.update(
                 refunded_minor=refunded,

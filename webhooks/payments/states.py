@@ -11,6 +11,7 @@ class Verdict(StrEnum):
     `verdict` of its webhook_deliveries row (docs/payments.md, "Audit trail")."""
 
     CREDITED = "credited"
+    UNATTRIBUTED = "unattributed"
     DEBITED = "debited"
     DUPLICATE = "duplicate"
     IN_FLIGHT = "in_flight"
@@ -23,9 +24,18 @@ class Verdict(StrEnum):
     VERIFICATION_FAILED = "verification_failed"
 
 
-class PaymentStatus(StrEnum):
-    """A `payments` row's status: credited, then refunded in part or in whole."""
+class Source(StrEnum):
+    """How a payment reached the ledger."""
 
+    WEBHOOK = "webhook"
+    RECONCILIATION = "reconciliation"  # found by listing the provider's payments (reconcile.py)
+
+
+class PaymentStatus(StrEnum):
+    """A `payments` row's status: credited (or unattributed until an assign credits it), then
+    refunded in part or in whole."""
+
+    UNATTRIBUTED = "unattributed"
     CREDITED = "credited"
     PARTIALLY_REFUNDED = "partially_refunded"
     REFUNDED = "refunded"

@@ -32,7 +32,7 @@ from webhooks.config import Config
 from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
 from webhooks.payments import events, flutterwave, gate, ledger, refunds, rejected, signatures
 from webhooks.payments.ledger import Receipt
-from webhooks.payments.states import Verdict
+from webhooks.payments.states import Source, Verdict
 from webhooks.storage import outbox_queue
 from webhooks.storage.claims import Claim
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -95,13 +95,23 @@ class PaymentWebhooks:
     claim_ttl_ms: int
     announce: bool  # PAYMENT_EVENTS_URL is set: each credit and debit writes its outbox event
     flutterwave: FlutterwaveCheck | None  # None unless FLUTTERWAVE_VERIFY=1
+    account_field: str = ""  # PAYMENT_ACCOUNT_FIELD: the metadata key naming the wallet
 
     @classmethod
     def build(cls, cfg: Config, store: Store, settle: Store, queue: Queue) -> PaymentWebhooks:
         check = (
             FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) if cfg.flutterwave_verify else None
         )
-        return cls(store, settle, queue, cfg.secrets, cfg.payment_claim_ttl_ms, bool(cfg.payment_events_url), check)
+        return cls(
+            store,
+            settle,
+            queue,
+            cfg.secrets,
+            cfg.payment_claim_ttl_ms,
+            bool(cfg.payment_events_url),
+            check,
+            cfg.payment_account_field,
+        )
 
     def secrets_of(self, provider: str) -> tuple[str, ...]:
         """The provider's secrets; NotFound (404) for no such provider, 503 when it has none
@@ -131,7 +141,7 @@ class PaymentWebhooks:
             raise
         watch.lap("verify")
         try:
-            event = events.parse(provider, raw)
+            event = events.parse(provider, raw, self.account_field)
         except (InvalidPayload, InvalidJSON) as exc:
             ledger.record(receipt, exc.code, 400)
             raise
@@ -150,11 +160,31 @@ class PaymentWebhooks:
             # 409 for a refund of a payment not in the ledger yet: the provider retries it
             return _answer(Verdict.PAYMENT_NOT_FOUND, exc.status, watch, exc.message)
         watch.lap("ledger")
-        if self.announce and verdict != Verdict.DUPLICATE:
-            self._wake_outbox(request_id)
+        if self.announce and verdict in (Verdict.CREDITED, Verdict.DEBITED):
+            self.wake_outbox(request_id)
         return _answer(verdict, 200, watch)
 
-    def _act(self, event: events.PaymentEvent | events.RefundEvent, receipt: Receipt, claim: Claim) -> Verdict:
+    def record_found(self, event: events.PaymentEvent, receipt: Receipt, request_id: str | None) -> Verdict:
+        """A payment the provider reconciliation found (reconcile.py), through the same claim,
+        unique key and transaction as a webhook: whichever of the two comes first credits it,
+        the other is a duplicate (or a reference_conflict, raised). IN_FLIGHT when a webhook
+        holds the reference now (the next run looks again if it fails)."""
+        entry = gate.enter(self.store, self.settle, self.queue, event, receipt, self.claim_ttl_ms, request_id)
+        if entry.verdict != gate.CLAIMED:
+            return Verdict(entry.verdict)
+        assert entry.claim is not None  # claimed: the claim is ours
+        verdict = self._act(event, receipt, entry.claim, Source.RECONCILIATION)
+        if self.announce and verdict == Verdict.CREDITED:
+            self.wake_outbox(request_id)
+        return verdict
+
+    def _act(
+        self,
+        event: events.PaymentEvent | events.RefundEvent,
+        receipt: Receipt,
+        claim: Claim,
+        source: Source = Source.WEBHOOK,
+    ) -> Verdict:
         """Debit the refund, or confirm and credit the payment (each commits, or raises:
         nothing kept), then release our claim, marking the reference processed if it was."""
         processed = False
@@ -162,8 +192,9 @@ class PaymentWebhooks:
             if isinstance(event, events.RefundEvent):
                 verdict = refunds.debit(event, receipt, self.announce)
             else:
-                self._confirm(event, receipt)
-                verdict = ledger.credit(event, receipt, self.announce)
+                if source is Source.WEBHOOK:  # a listed payment comes from the provider's API itself
+                    self._confirm(event, receipt)
+                verdict = ledger.credit(event, receipt, self.announce, source)
             processed = True
         finally:
             gate.finish(self.store, event, claim, processed)
@@ -192,7 +223,7 @@ class PaymentWebhooks:
             ledger.record_unconfirmed(receipt, event, exc.message)
             raise
 
-    def _wake_outbox(self, request_id: str | None) -> None:
+    def wake_outbox(self, request_id: str | None) -> None:
         """A credit or debit committed its event: wake the worker that sends it. If Redis is
         down the event still is in the database, and the scheduled sweep starts its delivery."""
         try:

@@ -138,16 +138,21 @@ class Payment(BaseModel):
     reference = pw.CharField(max_length=128)
     amount_minor = pw.BigIntegerField()
     currency = pw.CharField(max_length=3)
-    customer = pw.CharField(max_length=254)
-    status = pw.CharField(max_length=24)  # credited | partially_refunded | refunded
+    customer = pw.CharField(max_length=254)  # the wallet; '' while unattributed
+    status = pw.CharField(max_length=24)  # unattributed | credited | partially_refunded | refunded
     event_type = pw.CharField(max_length=64)
     received_at = DateTime6Field()
     credited_at = DateTime6Field(null=True)
     refunded_minor = pw.BigIntegerField(default=0)  # sum of its refunds, never above amount_minor
+    payer = pw.CharField(max_length=254, null=True)  # the payer's e-mail as sent
+    fees_minor = pw.BigIntegerField(default=0)  # the provider's fee passed on to the payer
+    flag = pw.CharField(max_length=32, null=True)  # partially_paid | overpaid
+    source = pw.CharField(max_length=16, default="webhook")  # webhook | reconciliation
+    assigned_at = DateTime6Field(null=True)
 
     class Meta:
         table_name = "payments"
-        indexes = ((("provider", "reference"), True),)
+        indexes = ((("provider", "reference"), True), (("status", "received_at"), False))
 
 
 class Refund(BaseModel):

@@ -1,8 +1,9 @@
 """Admin routes that read wallets, payments, the payment events not yet delivered and the
 webhooks refused for their signature.
 
-The customer is an e-mail address (it has an @), and payment references may hold characters
-such as `|` (Monnify), so neither path part uses the strict `id` converter.
+The customer is a wallet (an e-mail address, or the merchant's account id: events.wallet), and
+payment references may hold characters such as `|` (Monnify), so neither path part uses the
+strict `id` converter.
 """
 
 from __future__ import annotations
@@ -14,30 +15,66 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
-from webhooks.payments import outbox, rejected
+from webhooks.payments import ledger, outbox, rejected
+from webhooks.payments.events import wallet
 from webhooks.payments.ledger import balances, payment_record
 from webhooks.payments.signatures import VERIFIERS
 from webhooks.storage.models import Payment
 from webhooks.web.admin import bp
+from webhooks.web.http import json_body
 
 
 @bp.get("/wallets/<string:customer>")
 def get_wallet(customer: str) -> ResponseReturnValue:
-    customer = customer.strip().lower()
-    found = balances(customer) if "@" in customer and len(customer) <= 254 else {}
+    key = wallet(customer)
+    found = balances(key) if key is not None else {}
     if not found:
-        raise NotFound(f"no wallet for {customer!r}: never credited")
-    return jsonify({"customer": customer, "balances_minor": found})
+        raise NotFound(f"no wallet for {customer.strip().lower() if key is None else key!r}: never credited")
+    return jsonify({"customer": key, "balances_minor": found})
 
 
 @bp.get("/payments/<id:provider>/<string:reference>")
 def get_payment(provider: str, reference: str) -> ResponseReturnValue:
+    return jsonify(payment_record(_payment(provider, reference)))
+
+
+def _payment(provider: str, reference: str) -> Payment:
     row = None
     if provider in VERIFIERS and len(reference) <= 128:
         row = Payment.get_or_none(Payment.provider == provider, Payment.reference == reference)
     if row is None:
         raise NotFound(f"no {provider} payment {reference!r}")
-    return jsonify(payment_record(row))
+    return row
+
+
+PAYMENT_STATUSES = ("unattributed",)
+
+
+@bp.get("/payments")
+def list_payments() -> ResponseReturnValue:
+    """`?status=unattributed`: the verified payments that named no wallet, oldest first, for
+    an operator to assign; `limit` (default 100, at most 1000)."""
+    status = request.args.get("status")
+    if status not in PAYMENT_STATUSES:
+        raise ValidationError("invalid_query", "status", "must be unattributed")
+    found = ledger.unattributed(_limit(MAX_EVENTS))
+    return jsonify({"payments": [payment_record(p) for p in found], "count": len(found)})
+
+
+@bp.post("/payments/<id:provider>/<string:reference>/assign")
+def assign_payment(provider: str, reference: str) -> ResponseReturnValue:
+    """Credit an unattributed payment to `{"customer": "<wallet>"}`, exactly once: 200 the
+    payment's record; 409 already_assigned for a payment that is not unattributed."""
+    _payment(provider, reference)  # 404 first, before the body is looked at
+    body = json_body()
+    customer = wallet(body.get("customer")) if isinstance(body, dict) else None
+    if customer is None:
+        raise ValidationError("invalid_assign", "customer", "must be a wallet: 1 to 254 characters without spaces")
+    hooks = services.current().payments
+    payment = ledger.assign(provider, reference, customer, hooks.announce)
+    if hooks.announce:
+        hooks.wake_outbox(None)
+    return jsonify(payment_record(payment))
 
 
 EVENT_STATUSES = {"pending": (outbox.PENDING,), "failed": (outbox.FAILED,), None: (outbox.PENDING, outbox.FAILED)}
