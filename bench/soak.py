@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench import soak_checks
 from bench.common import machine_info, mysql_version, redis_version
 from bench.soak_checks import OUT
-from testkit.config import SECRETS
+from testkit.config import NO_PROVIDER_APIS, SECRETS
 from testkit.payments import child_pids, encode, signed_headers
 from testkit.servers import (
     Proc,
@@ -193,6 +193,7 @@ class Stack:
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in ("ACCESS_LOG", "WEB_CONCURRENCY")},
             **SECRETS,
+            **NO_PROVIDER_APIS,
             "REDIS_URL": self.redis.url,
             "DATABASE_URL": self.proxy_url,
             "ADMIN_TOKEN": ADMIN,

@@ -11,3 +11,12 @@ SECRETS = {
     "STRIPE_WEBHOOK_SECRET": "whsec_stripe_test_secret",
     "STANDARD_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 }
+# Every provider API the runs could reach, on a closed port of this machine: a stack started
+# with SECRETS set would otherwise reconcile with the providers' real APIs (PAYSTACK_SECRET_KEY is
+# also Paystack's API key). Tests of reconciliation point one at testkit/provider_apis.py.
+NO_PROVIDER_APIS = {
+    "PAYSTACK_API_BASE": "http://127.0.0.1:9",
+    "FLUTTERWAVE_API_BASE": "http://127.0.0.1:9",
+    "MONNIFY_API_BASE": "http://127.0.0.1:9",
+    "STRIPE_API_BASE": "http://127.0.0.1:9",
+}

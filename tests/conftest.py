@@ -16,7 +16,7 @@ import requests.structures
 
 from testkit import payments as testkit_payments
 from testkit.cluster import LocalCluster
-from testkit.config import ADMIN_TOKEN, SECRETS
+from testkit.config import ADMIN_TOKEN, NO_PROVIDER_APIS, SECRETS
 from testkit.servers import (
     BuyerServer,
     Proc,
@@ -139,8 +139,9 @@ def database_url(tmp_root):
 
 @pytest.fixture(scope="session")
 def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY", "FLUTTERWAVE"))}
     env.update(SECRETS)
+    env.update(NO_PROVIDER_APIS)
     env.update(
         {
             "REDIS_URL": redis_server.url,

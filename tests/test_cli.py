@@ -26,6 +26,7 @@ COMMANDS = {
     "settlements": ["requeue", "status"],
     "buyers": ["export", "import", "leads", "show"],
     "publishers": ["export", "import", "trust-replay-memory"],
+    "payments": ["reconcile"],
 }
 ACME = {
     "id": "acme",

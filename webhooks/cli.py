@@ -43,6 +43,7 @@ buyers_cli = _Group("buyers", help="Buyers: export, import, caps and usage, rece
 publishers_cli = _Group("publishers", help="Publishers: export, import, replay memory.")
 leads_cli = _Group("leads", help="Leads in the ledger.")
 events_cli = _Group("events", help="Payment events to the application (PAYMENT_EVENTS_URL): the outbox.")
+payments_cli = _Group("payments", help="Payments: reconciliation with the providers' own lists.")
 
 
 def _id_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -139,6 +140,52 @@ def events_retry() -> None:
         svc = services.current()
         outbox_queue.signal(svc.settle.redis, svc.queue)
     click.echo(f"requeued {requeued} failed payment event(s)")
+
+
+@payments_cli.command(
+    "reconcile",
+    help="Credit the successful payments each configured provider lists and the ledger lacks "
+    "(their webhook never came), through the webhook's exactly-once path. Progress on stderr, "
+    "a summary per provider on stdout.",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(["paystack", "flutterwave", "monnify", "stripe", "interswitch"]),
+    help="Only this provider (default: every configured one).",
+)
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ"]),
+    help="Start of the window, UTC (default: PROVIDER_RECONCILE_LOOKBACK_S ago).",
+)
+@click.option("--dry-run", is_flag=True, help="Count the missing payments, credit nothing; say what is not reconciled.")
+def reconcile_payments(provider: str | None, since: datetime | None, dry_run: bool) -> None:
+    from webhooks.payments import providers, reconcile
+
+    svc = services.current()
+    listers = providers.listers(svc.config)
+    unconfigured = providers.unconfigured(svc.config)
+    if provider is not None:
+        if provider not in listers:
+            raise click.ClickException(f"{provider} is not reconciled: {unconfigured.get(provider, 'not configured')}")
+        listers = {provider: listers[provider]}
+    for name, why in unconfigured.items():
+        if provider in (None, name):
+            click.echo(f"{name}: not reconciled ({why})", err=True)
+    start = reconcile.window(
+        svc.config.provider_reconcile_lookback_s, since.replace(tzinfo=timezone.utc) if since else None
+    )
+    done = reconcile.run(
+        svc.payments, listers, start, dry_run=dry_run, progress=lambda line: click.echo(line, err=True)
+    )
+    if done.busy:
+        raise click.ClickException("another provider reconciliation is running; try again when it ends")
+    json.dump([vars(p) for p in done.providers], sys.stdout, indent=2)
+    click.echo()
+    if any(p.error for p in done.providers):
+        raise click.ClickException(
+            "a provider's run stopped early (see its error): nothing of its failed page was credited"
+        )
 
 
 # --- import / export -------------------------------------------------------------------------
@@ -476,5 +523,5 @@ def demo_buyer(host: str, port: int) -> None:
 
 def init_app(app: Flask) -> None:
     app.cli.add_command(demo_buyer)
-    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli, events_cli):
+    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli, events_cli, payments_cli):
         app.cli.add_command(group)

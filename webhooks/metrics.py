@@ -42,6 +42,7 @@ class _Metrics:
     reconciled_at: Any
     event_attempts: Any
     event_lag: Any
+    provider_reconcile: Any
 
 
 _m: _Metrics | None = None
@@ -130,6 +131,14 @@ def init(cfg: Config) -> None:
             "From the commit of a wallet change to the application's 2xx for its event",
             buckets=EVENT_LAG_BUCKETS,
         ),
+        provider_reconcile=Counter(
+            "floodgate_provider_reconcile_total",
+            "Provider reconciliation (payments/reconcile.py) by provider and what was counted: "
+            "pages (read whole), calls (HTTP calls), listed (successful payments seen), "
+            "recovered (missing from the ledger, credited or recorded now), errors (a run of "
+            "the provider cut short: failed page, rate limit, unreadable answer)",
+            ["provider", "what"],
+        ),
     )
 
 
@@ -200,6 +209,14 @@ def payment_events(delivered_lags_s: list[float], failed: int, given_up: int) ->
         _m.event_attempts.labels("failed").inc(failed - given_up)
     if given_up:
         _m.event_attempts.labels("given_up").inc(given_up)
+
+
+def provider_reconciled(provider: str, counts: dict[str, int]) -> None:
+    """One provider's reconciliation run: add each of its counts."""
+    if _m is not None:
+        for what, n in counts.items():
+            if n:
+                _m.provider_reconcile.labels(provider, what).inc(n)
 
 
 def scrape(*collectors: Any) -> tuple[bytes, str]:

@@ -34,6 +34,18 @@ PERIODIC = [
 ]
 
 
+def periodic(cfg: config.Config) -> list[dict]:
+    """The periodic jobs under `cfg`: PERIODIC, and the provider reconciliation every
+    PROVIDER_RECONCILE_INTERVAL_S (a changed interval is a changed definition: rescheduled)."""
+    return PERIODIC + [
+        {
+            "func": "workers.payments.reconcile_providers",
+            "interval": cfg.provider_reconcile_interval_s,
+            "description": "credit provider payments whose webhook never came",
+        }
+    ]
+
+
 def job_id(definition: dict) -> str:
     digest = hashlib.sha1(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
     return ID_PREFIX + digest
@@ -104,8 +116,10 @@ class _Scheduler(Scheduler):
     everything else, and the sweeps among them are what recovers from that (a no-op otherwise).
     Each poll also hands the jobs of dead workers back to the queue."""
 
+    definitions: list[dict] = PERIODIC
+
     def enqueue_jobs(self) -> Any:
-        register(self)
+        register(self, self.definitions)
         try:
             requeue_abandoned(self.connection)
         except Exception:  # never stop the scheduler's own work for it
@@ -117,7 +131,8 @@ def main() -> None:
     cfg = config.load()
     logs.configure(cfg.log_level)
     scheduler = _Scheduler(queue_name=SETTLE, connection=Redis.from_url(cfg.queue_redis_url), interval=5)
-    register(scheduler)
+    scheduler.definitions = periodic(cfg)
+    register(scheduler, scheduler.definitions)
     scheduler.run()
 
 

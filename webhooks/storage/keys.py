@@ -118,3 +118,8 @@ def refund(provider: str, reference: str, what: str) -> str:
 OUTBOX_SCHEDULED = PREFIX + "outbox:scheduled"
 OUTBOX_WAKE = PREFIX + "outbox:wake"
 OUTBOX_LOCK = PREFIX + "outbox:lock"
+
+
+# The provider reconciliation's lock (payments/reconcile.py): one run at a time across every
+# scheduler and worker; its value is the holder's token (released by compare-and-delete).
+PROVIDER_RECONCILE_LOCK = PREFIX + "payments:reconcile:lock"

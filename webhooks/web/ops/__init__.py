@@ -14,6 +14,7 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
 from webhooks.leads.buyers import BuyerRule
+from webhooks.payments import providers
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.web.ops import csp
@@ -42,7 +43,14 @@ def readyz() -> ResponseReturnValue:
     if down:
         body = {"error": {"code": "unavailable", "message": "not ready: " + ", ".join(down) + " down"}, "down": down}
         return jsonify(body), 503
-    return jsonify(status="ready")
+    return jsonify(status="ready", not_reconciled=_not_reconciled())
+
+
+def _not_reconciled() -> dict[str, str]:
+    """The providers whose webhooks are configured but whose payments are not reconciled with
+    their API (no API credentials, or no list API at all), and why."""
+    cfg = services.current().config
+    return {p: why for p, why in providers.unconfigured(cfg).items() if p in cfg.secrets}
 
 
 @functools.lru_cache(maxsize=1)

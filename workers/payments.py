@@ -1,0 +1,40 @@
+"""Provider reconciliation as a scheduled job (webhooks/payments/reconcile.py): every
+PROVIDER_RECONCILE_INTERVAL_S, the successful payments of each configured provider's last
+PROVIDER_RECONCILE_LOOKBACK_S that the ledger lacks are credited through the webhook's path."""
+
+from __future__ import annotations
+
+import logging
+
+from rq import get_current_job
+
+from webhooks.payments import providers, reconcile
+from webhooks.payments.webhook import PaymentWebhooks
+from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
+from webhooks.storage.redis import make_queue_redis
+from webhooks.storage.settle_queue import queue
+from workers.context import backends
+
+log = logging.getLogger(__name__)
+
+
+def reconcile_providers() -> list[dict]:
+    """One run over every configured provider; a summary per provider. Through a database
+    outage the run ends quietly: the next one (an interval later) reads the window again."""
+    b = backends()
+    job = get_current_job()
+    q = queue(job.connection) if job else queue(make_queue_redis(b.cfg.queue_redis_url))
+    hooks = PaymentWebhooks.build(b.cfg, b.store, b.settle, q)
+    listers = providers.listers(b.cfg)
+    if not listers:
+        return []
+    since = reconcile.window(b.cfg.provider_reconcile_lookback_s)
+    try:
+        with db.connection_context():
+            done = reconcile.run(hooks, listers, since)
+    except UNAVAILABLE_ERRORS as exc:
+        log.warning("database unavailable (%s): provider reconciliation runs again next interval", exc)
+        return []
+    finally:
+        close_db()
+    return [vars(p) for p in done.providers]
