@@ -15,6 +15,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from testkit.payments import SECRET, balance, deliver, encode, payload
 from testkit.provider_apis import ProviderApis
@@ -238,3 +240,34 @@ def test_the_scheduler_runs_it_every_interval():
     assert {"func": "workers.payments.reconcile_providers", "interval": 120} in [
         {k: d[k] for k in ("func", "interval")} for d in jobs
     ]
+
+
+def test_the_scheduled_job_reconciles_with_the_workers_own_backends(base_env, apis):
+    """workers.payments.reconcile_providers as the RQ worker runs it: config from the
+    environment, its own database connection and Redis clients."""
+    add(apis, "stripe", "pi_job")
+    add(apis, "paystack", "ps-job")
+    env = {
+        **base_env,
+        "PAYSTACK_API_BASE": apis.url,
+        "STRIPE_API_BASE": apis.url,
+        "STRIPE_API_KEY": apis.credentials["stripe"],
+    }
+    done = subprocess.run(
+        [venv_bin("python"), "-c", "import json, workers.payments as w; print(json.dumps(w.reconcile_providers()))"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = {p["provider"]: p for p in json.loads(done.stdout.strip().splitlines()[-1])}
+    assert {p: summary[p]["recovered"] for p in summary} == {"paystack": 1, "stripe": 1}
+    assert balance("ada@example.com", "NGN") == 250050 and balance("ada@example.com", "USD") == 250050
+    # counted where every process's samples go (PROMETHEUS_MULTIPROC_DIR), as /metrics reads them
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, base_env["PROMETHEUS_MULTIPROC_DIR"])
+    for provider in ("paystack", "stripe"):
+        labels = {"provider": provider, "what": "recovered"}
+        assert registry.get_sample_value("floodgate_provider_reconcile_total", labels) >= 1

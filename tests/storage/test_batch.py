@@ -21,6 +21,7 @@ from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import queue
 
 SENT: Counter = Counter()  # round trips per thread
+WHAT: dict[int, list[bytes]] = {}  # per thread, the start of each write (said when a count is off)
 
 
 class CountingConnection(redis.Connection):
@@ -28,6 +29,8 @@ class CountingConnection(redis.Connection):
 
     def send_packed_command(self, command, check_health=True):
         SENT[threading.get_ident()] += 1
+        first = command if isinstance(command, bytes) else b"".join(command[:2])
+        WHAT.setdefault(threading.get_ident(), []).append(first[:60])
         return super().send_packed_command(command, check_health)
 
 
@@ -51,6 +54,7 @@ def _take(intake: Intake, api_key_owner: str, lead_id: str, lead: dict) -> tuple
     publisher = next(p for p in snapshot.publishers_by_key.values() if p.id == api_key_owner)
     me = threading.get_ident()
     before = SENT[me]
+    WHAT[me] = []
     answer = intake.take(snapshot, publisher, lead_id, lead, "{}", datetime.now(timezone.utc), None)
     return answer, SENT[me] - before
 
@@ -87,7 +91,8 @@ def test_a_replay_gives_back_the_reservation_made_with_its_claim(api, buyer_serv
     _take(counted, "surge", "rt-3", {})
     answer, trips = _take(counted, "surge", "rt-3", {})
     assert '"replayed": true' in answer and len(buyer.received) == 1
-    assert trips == 2  # the claim's round trip, and the withdrawal of the speculative reservation
+    # the claim's round trip, and the withdrawal of the speculative reservation
+    assert trips == 2, WHAT[threading.get_ident()]
     assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 1
 
 
