@@ -59,12 +59,16 @@ def main() -> None:
     for provider in ("paystack", "flutterwave", "monnify", "stripe"):
         rows.append(measure(provider, args.payments, args.rounds))
         r = rows[-1]
-        print(f"{provider}: {r['pages']} pages, {r['calls']} calls, {r['seconds_median']:.2f} s (median of {args.rounds})")
+        print(
+            f"{provider}: {r['pages']} pages, {r['calls']} calls, {r['seconds_median']:.2f} s (median of {args.rounds})"
+        )
     print()
     print(f"| provider | pages | calls | pace between calls | wall time (median of {args.rounds}) |")
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['provider']} | {r['pages']} | {r['calls']} | {r['min_interval_s']} s | {r['seconds_median']:.2f} s |")
+        print(
+            f"| {r['provider']} | {r['pages']} | {r['calls']} | {r['min_interval_s']} s | {r['seconds_median']:.2f} s |"
+        )
     write_json("reconcile_cost.json", {"machine": machine_info(), "rows": rows})
 
 
