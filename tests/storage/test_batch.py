@@ -103,16 +103,25 @@ def _counted_trips(call) -> tuple[object, int]:
     return result, SENT[me] - before
 
 
-def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, counted):
+def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, counted, redis_server):
     """Issue "Performance": dedupe and claim are one script; a delivery that changes nothing
     has its audit row queued in that same script, and the database sees it only when the
     settlement drain writes its batch."""
-    from testkit.payments import encode, payload, write_queued_deliveries
+    from testkit.payments import encode, payload
     from webhooks.payments import events, gate, ledger
     from webhooks.storage import keys
     from webhooks.storage.models import WebhookDelivery
+    from workers.settle import record_deliveries
 
-    store, q = counted.store, counted.journal.queue
+    # A Redis database of its own: the run's RQ worker (started by an earlier test under xdist)
+    # drains db 0's audit list and would take rows from under the count below.
+    pool = redis.ConnectionPool.from_url(
+        redis_server.url.rsplit("/", 1)[0] + "/7", connection_class=CountingConnection, decode_responses=True
+    )
+    store, q = Store(redis.Redis(connection_pool=pool)), counted.journal.queue
+    store.redis.flushdb()
+    for script in store.scripts.values():
+        store.redis.script_load(script.script)
     raw = encode(payload("paystack", "rt-pay-1", 5000))
     event = events.parse("paystack", raw)
     delivery = ledger.receipt("paystack", raw, {"content-type": "application/json"})
@@ -134,7 +143,8 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     assert (repeat.verdict, repeat.claim, trips) == ("duplicate", None, 1)
     assert rows() == ["credited"]  # nothing written on the request path
     assert store.redis.llen(keys.DELIVERIES_PENDING) == 2  # the in-flight one and the duplicate
-    write_queued_deliveries()
+    with db.connection_context():
+        assert record_deliveries(store, "tests") == 2  # as the settlement drain writes them
     assert sorted(rows()) == ["credited", "duplicate", "in_flight"]
     with db.connection_context():
         kept = WebhookDelivery.get(WebhookDelivery.verdict == "duplicate")
