@@ -48,6 +48,17 @@ class ValidationError(BadRequest):
         self.field = field
 
 
+class InvalidLead(BadRequest):
+    """A lead that breaks its publisher's field spec: `fields` names each failing field and why
+    (API.md: `error.fields`)."""
+
+    code = "invalid_lead"
+
+    def __init__(self, message: str, *, fields: dict[str, str]):
+        super().__init__(message)
+        self.fields = fields
+
+
 class InvalidPayload(BadRequest):
     """A verified payment delivery without a usable event, reference, amount or payer."""
 

@@ -43,6 +43,7 @@ _FIELDS = {
     "delivery",
     "ping",
     "weight",
+    "filter",
 }
 
 
@@ -175,7 +176,17 @@ def parse(body: Any, stored: Buyer | None = None) -> dict:
         "delivery": None if delivery is None else json.dumps(delivery, sort_keys=True),
         "ping": None if ping is None else json.dumps(ping, sort_keys=True),
         "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
+        "lead_filter": _filter(body.get("filter")),
     }
+
+
+def _filter(raw: Any) -> str | None:
+    """A buyer's `filter`: a JMESPath expression compiled now (400 when it is none), run on
+    the normalised lead with the static filters; None: no filter."""
+    if raw is None:
+        return None
+    integration.compile_expression(raw, "filter")
+    return str(raw)
 
 
 def caps_of(row: Buyer) -> dict:
@@ -202,6 +213,7 @@ def to_json(row: Buyer) -> dict:
         "delivery": integration.shown_delivery(json.loads(row.delivery) if row.delivery else None),
         "ping": json.loads(row.ping) if row.ping else None,
         "weight": row.weight,
+        "filter": row.lead_filter,
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }
@@ -227,6 +239,7 @@ class BuyerRule:
     delivery: integration.Delivery = integration.DEFAULT_DELIVERY
     ping: integration.Ping | None = None
     weight: int = 1
+    filter: Any = None  # compiled JMESPath on the normalised lead (jmespath's ParsedResult); None: none
 
     @classmethod
     def from_row(cls, row: Buyer) -> BuyerRule:
@@ -257,19 +270,26 @@ class BuyerRule:
             integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
             integration.compile_ping(json.loads(row.ping) if row.ping else None),
             row.weight,
+            None if row.lead_filter is None else integration.compile_expression(row.lead_filter, "filter"),
         )
 
-    def refusal(self, state: str | None, publisher_id: str, now: datetime) -> str | None:
+    def refusal(self, lead: dict, publisher_id: str, now: datetime) -> str | None:
         """Why the static filters of phase 1 refuse this lead (a routing-trace reason), or
-        None when they pass it; `now` is aware."""
+        None when they pass it; `now` is aware. The buyer's `filter` runs last: a falsy or
+        failing result refuses (reason `filter`)."""
         if publisher_id in self.blocked:
             return "blocked_publisher"
-        if self.states and (state is None or state.upper() not in self.states):
+        state = lead.get("state")
+        if self.states and (not isinstance(state, str) or state.upper() not in self.states):
             return "state"
-        return None if self.is_open(now) else "closed"
+        if not self.is_open(now):
+            return "closed"
+        if self.filter is not None and not integration.truthy(self.filter, lead):
+            return "filter"
+        return None
 
-    def accepts(self, state: str | None, publisher_id: str, now: datetime) -> bool:
-        return self.refusal(state, publisher_id, now) is None
+    def accepts(self, lead: dict, publisher_id: str, now: datetime) -> bool:
+        return self.refusal(lead, publisher_id, now) is None
 
     def is_open(self, now: datetime) -> bool:
         if self.schedule is None:

@@ -23,6 +23,7 @@ class LeadContext:
     claim_ttl_ms: int
     lease_ttl_ms: int  # a lease outlives the claim by LEAD_RECOVERY_WINDOW_MS: a retry finds it
     deadline: float  # time.monotonic() until which the claim surely is ours
+    test: bool = False  # a test lead: every write of its routing replaced by a read
 
     @property
     def key(self) -> LeadKey:

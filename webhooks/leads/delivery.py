@@ -43,6 +43,7 @@ UNKNOWN = AttemptOutcome.UNKNOWN
 # its budget): the lead's problem, never the buyer's. Not an attempt: the buyer is skipped
 # with this reason and its breaker is left alone.
 NOT_SENT = AttemptOutcome.NOT_SENT
+TEST_HEADER = "X-Floodgate-Test"  # on the pings of a test lead (it is never posted)
 MAX_REPLY_BYTES = 64 * 1024  # of a buyer's or a ping's reply; a longer one is an unreadable reply
 # What http.client sends without complaint, and nothing else (RFC 9110 token and field-value).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -156,9 +157,14 @@ class Deliverer:
             return classify(status, content), ms
         return judge(status, content, delivery), ms
 
-    def ping(self, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes, AttemptOutcome | None, int]:
-        """POST a ping's JSON `body`; (status, reply, failure, ms) as `request`."""
+    def ping(
+        self, url: str, body: bytes, timeout_s: float, test: bool = False
+    ) -> tuple[int, bytes, AttemptOutcome | None, int]:
+        """POST a ping's JSON `body`; (status, reply, failure, ms) as `request`. The ping of a
+        test lead carries `X-Floodgate-Test: 1`: the buyer may bid, and will not be posted to."""
         headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "User-Agent": USER_AGENT}
+        if test:
+            headers[TEST_HEADER] = "1"
         return self.request("POST", url, body, headers, timeout_s)
 
 

@@ -53,6 +53,15 @@ def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
     return publisher
 
 
+def test_flag(lead: dict) -> bool:
+    """Whether a posted lead asks to be a test lead (`"test": true`); the field is taken out
+    of the lead (a buyer never sees it). Anything but true or false is 400."""
+    flag = lead.pop("test", False)
+    if not isinstance(flag, bool):
+        raise ValidationError(CODE, "test", "must be true or false")
+    return flag
+
+
 def parse_lead(body: Any) -> tuple[str, dict]:
     """(lead_id, the other fields) of a posted lead; a missing lead_id is generated."""
     if not isinstance(body, dict):
@@ -127,13 +136,16 @@ class Intake:
         payload: str,
         received_at: datetime,
         request_id: str | None,
+        test: bool = False,
     ) -> str:
         """Route one lead; return the answer's JSON text (a replay returns the first answer
         with "replayed": true). Raises Conflict (in_flight) while another request routes the
-        same lead id, Unavailable while caps are rebuilt or Redis is down."""
+        same lead id, Unavailable while caps are rebuilt or Redis is down. A `test` lead is
+        claimed and answered like any other (a replay returns its answer) but only tried out
+        (Router.try_out): nothing reserved, posted, earned or counted."""
         now = datetime.now(timezone.utc)
         started = time.monotonic()
-        buyers, skipped = candidates(snapshot.buyers, lead.get("state"), publisher.id, now, snapshot.inactive)
+        buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
         claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
         ctx = LeadContext(
             publisher,
@@ -146,8 +158,9 @@ class Intake:
             claim_ttl,
             claim_ttl + self.recovery_window_ms,
             started + claim_ttl / 1000,
+            test,
         )  # the claim lives at least this long (set after `started`)
-        plan = self.router.plan(buyers, publisher)
+        plan = None if test else self.router.plan(buyers, publisher)
         got, first = self._claim(ctx, plan[0] if plan else None)
         if got.outcome is ClaimOutcome.WAIT:
             self._refuse_after_claim_loss(ctx, got.memory_mark, snapshot)
@@ -164,6 +177,8 @@ class Intake:
                 outcome = recovery.reoffer(
                     self.store, self.router.deliverer, snapshot.buyers, ctx, json.loads(got.dead_note)
                 )
+            elif test:
+                outcome = self.router.try_out(ctx, buyers, skipped)
             else:
                 outcome = self.router.route(ctx, buyers, skipped, plan, first)
         except BaseException:
@@ -188,7 +203,9 @@ class Intake:
                 retry_after_s=math.ceil(self.buyer_timeout_ms / 1000 + rebuild.SETTLE_MARGIN_S),
             )
 
-        item = settlement.make_item(publisher, lead_id, outcome, payload, received_at, request_id)
+        item = settlement.make_item(
+            publisher, lead_id, outcome, payload, received_at, request_id, test and got.dead_note is None
+        )
         answer = json.dumps(settlement.answer_of(item))
         if time.monotonic() > ctx.deadline - claims.LATE_S:
             # The claim may have expired under a stalled process: write the answer first, and

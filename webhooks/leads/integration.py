@@ -350,6 +350,20 @@ def _try_render(fields: list[_Field], where: str, native: bool) -> None:
             raise ValidationError(CODE, f"{where}.{f.name}", f"cannot be rendered: {exc}") from None
 
 
+def compile_expression(raw: Any, where: str) -> Any:
+    """A JMESPath expression (1 to 1024 characters) compiled; ValidationError when it is none."""
+    return _jmespath(raw, where)
+
+
+def truthy(expression: Any, data: Any) -> bool:
+    """Whether `expression` is truthy on `data`; False when it fails (a type error, a
+    function given the wrong kind of value, data nested too deep)."""
+    try:
+        return bool(expression.search(data))
+    except (jmespath.exceptions.JMESPathError, RecursionError, TypeError, ValueError, OverflowError):
+        return False
+
+
 def _jmespath(raw: Any, where: str):
     if not isinstance(raw, str) or not raw or len(raw) > 1024:
         raise ValidationError(CODE, where, "must be a JMESPath expression")

@@ -13,6 +13,7 @@ from webhooks.leads.delivery import UNKNOWN
 from webhooks.storage import audit
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt, Publisher, utcnow
+from webhooks.storage.states import TEST_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +123,12 @@ def lead_record(lead: Lead) -> dict:
         .where(LeadAttempt.publisher_id == lead.publisher_id, LeadAttempt.lead_id == lead.lead_id)
         .order_by(LeadAttempt.seq)
     )
+    test = lead.status in TEST_STATUSES  # recorded as test_sold / test_unsold: never a sale
     return {
         "lead_id": lead.lead_id,
         "publisher_id": lead.publisher_id,
-        "status": lead.status,
+        "status": TEST_STATUSES.get(lead.status, lead.status),
+        "test": test,
         "buyer_id": lead.buyer_id,
         "price": None if lead.price is None else f"{Decimal(lead.price):.2f}",
         "commission": None if lead.commission is None else f"{Decimal(lead.commission):.2f}",
@@ -150,6 +153,8 @@ def answer_for(publisher_id: str, lead_id: str) -> dict | None:
     answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
     if answer["status"] == "returned":  # returned since: the publisher was told it was sold
         answer["status"] = "sold"
+    if record["test"]:
+        answer["test"] = True
     return answer
 
 

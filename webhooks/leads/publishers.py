@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -11,13 +12,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
+from webhooks.leads import quality
 from webhooks.storage.models import Publisher
 
 if TYPE_CHECKING:
     from webhooks.storage.redis import Store
 
 CODE = "invalid_publisher"
-_FIELDS = {"name", "api_key", "commission_pct", "active", "routing", "rate_limit"}
+_FIELDS = {"name", "api_key", "commission_pct", "active", "routing", "rate_limit", "fields", "mode"}
+MODES = ("live", "test")  # test: every lead of the publisher is a test lead
 RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
 _READ_ONLY = {"id", "api_key_hint", "balance", "created_at", "updated_at"}
@@ -41,7 +44,15 @@ def parse(body: Any) -> dict:
         "active": v.boolean(CODE, "active", body.get("active", True)),
         "routing": _routing(body.get("routing", "waterfall")),
         **_rate_columns(rate_limit(body.get("rate_limit"))),
+        "mode": _mode(body.get("mode", "live")),
+        "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
     }
+
+
+def _mode(value: Any) -> str:
+    if value not in MODES:
+        raise ValidationError(CODE, "mode", "must be live or test")
+    return value
 
 
 def _routing(value: Any) -> str:
@@ -96,6 +107,8 @@ def to_json(row: Publisher) -> dict:
         "active": bool(row.active),
         "routing": row.routing,
         "rate_limit": limit._asdict() if limit else None,
+        "fields": json.loads(row.fields_spec) if row.fields_spec else None,
+        "mode": row.mode,
         "balance": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
@@ -109,10 +122,13 @@ class PublisherRule:
     commission_pct: Decimal
     routing: str = "waterfall"
     rate_limit: RateLimit | None = None  # None: the PUBLISHER_RATE_LIMIT default
+    spec: quality.FieldSpec | None = None  # the lead spec (`fields`); None: leads are not checked
+    mode: str = "live"  # test: every lead of the publisher is a test lead
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
-        return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing, _rate_of(row))
+        spec = quality.parse_spec(json.loads(row.fields_spec)) if row.fields_spec else None
+        return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing, _rate_of(row), spec, row.mode)
 
 
 def throttle(store: Store, publisher: PublisherRule, default: tuple[int, int] | None) -> None:

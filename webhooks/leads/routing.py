@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,13 +67,13 @@ class Outcome:
 
 
 def candidates(
-    buyers: tuple[BuyerRule, ...], state: str | None, publisher_id: str, now: datetime, inactive: tuple[str, ...] = ()
+    buyers: tuple[BuyerRule, ...], lead: dict, publisher_id: str, now: datetime, inactive: tuple[str, ...] = ()
 ) -> tuple[list[BuyerRule], list[dict]]:
-    """The buyers the static filters pass, in order, and the trace of those they refuse
-    (inactive buyers first)."""
+    """The buyers the static filters (and each buyer's `filter` on the normalised lead) pass,
+    in order, and the trace of those they refuse (inactive buyers first)."""
     passed, skipped = [], [{"buyer_id": b, "reason": "inactive"} for b in inactive]
     for b in buyers:
-        reason = b.refusal(state, publisher_id, now)
+        reason = b.refusal(lead, publisher_id, now)
         if reason is None:
             passed.append(b)
         else:
@@ -304,8 +305,39 @@ class Router:
             buyer.endpoint_url, body, idempotency_key(publisher_id, ctx.lead_id, buyer.id), buyer.delivery
         )
 
+    def try_out(self, ctx: LeadContext, buyers: list[BuyerRule], skipped: list[dict] | None = None) -> Outcome:
+        """A test lead: the route it would take, with every write replaced by a read. Ping/post
+        buyers are pinged (marked as a test); the offers are ordered as the publisher's mode
+        orders them (round robin from each group's first: the shared rotation is not moved);
+        caps, dedupe and circuits are read (leases.room), nothing is reserved, and no buyer is
+        posted to. The outcome is SOLD to the buyer that would have been offered the lead
+        first with room for it (its lease None), or UNSOLD; its attempts are none."""
+        out = Outcome(skipped=list(skipped or ()))
+        offers = self._bids(buyers, ctx.publisher, ctx.lead_id, ctx.lead, ctx.now, out, test=True)
+        plan = order(offers, ctx.publisher.routing)
+        fixed = [o.buyer for o in plan if o.buyer.ping is None]  # pingers: read before their ping
+        consumers: dict[str, Sequence[str]] = {
+            b.id: consumer_keys(b.id, b.dedupe_fields, ctx.lead) for b in fixed if b.dedupe_fields
+        }
+        room = leases.room(self.store, fixed, ctx.now, None, consumers) if fixed else {}
+        for offer in plan:
+            reason = room.get(offer.buyer.id)
+            if reason is not None:
+                out.skipped.append({"buyer_id": offer.buyer.id, "reason": reason})
+                continue
+            out.status, out.buyer_id, out.price = LeadStatus.SOLD, offer.buyer.id, offer.price
+            break
+        return out
+
     def _bids(
-        self, buyers: list[BuyerRule], publisher: PublisherRule, lead_id: str, lead: dict, now: datetime, out: Outcome
+        self,
+        buyers: list[BuyerRule],
+        publisher: PublisherRule,
+        lead_id: str,
+        lead: dict,
+        now: datetime,
+        out: Outcome,
+        test: bool = False,
     ) -> list[Offer]:
         """An offer per buyer: fixed-price buyers as they are; ping/post buyers that have room
         and an open circuit are pinged at once under one PING_TIMEOUT_MS deadline, and take
@@ -342,7 +374,9 @@ class Router:
                 )
             except RenderBudgetExceeded:
                 return None, NOT_SENT
-            status, content, failure, _ms = self.deliverer.ping(spec.url, body, max(0.001, deadline - time.monotonic()))
+            status, content, failure, _ms = self.deliverer.ping(
+                spec.url, body, max(0.001, deadline - time.monotonic()), test
+            )
             if failure == NOT_SENT:
                 return None, NOT_SENT
             if failure is not None or not 200 <= status < 300:

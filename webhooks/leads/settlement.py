@@ -34,7 +34,7 @@ from webhooks.storage.batch import Batch, Client
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.scripts import BreakerRule, LeadKey
 from webhooks.storage.settle_queue import push
-from webhooks.storage.states import LeadStatus
+from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,7 +59,13 @@ def make_item(
     payload: str,
     received_at: datetime,
     request_id: str | None,
+    test: bool = False,
 ) -> dict[str, Any]:
+    """The settlement of a routed lead. A test lead's records what it would have become
+    (status test_sold / test_unsold, the buyer and price that would have bought it) and
+    earns nothing: the ledger counts no test lead as a sale."""
+    if test:
+        return _test_item(publisher, lead_id, outcome, payload, received_at, request_id)
     item: dict[str, Any] = {
         "publisher_id": publisher.id,
         "lead_id": lead_id,
@@ -89,15 +95,46 @@ def make_item(
     return item
 
 
-def answer_of(item: dict) -> dict:
-    """The publisher's answer for a settlement item (API.md "POST /v1/leads")."""
+def _test_item(
+    publisher: PublisherRule,
+    lead_id: str,
+    outcome: Outcome,
+    payload: str,
+    received_at: datetime,
+    request_id: str | None,
+) -> dict[str, Any]:
+    sold = outcome.status == LeadStatus.SOLD
     return {
+        "publisher_id": publisher.id,
+        "lead_id": lead_id,
+        "status": LeadStatus.TEST_SOLD if sold else LeadStatus.TEST_UNSOLD,
+        "buyer_id": outcome.buyer_id,
+        "price": f"{outcome.price:.2f}" if sold and outcome.price is not None else None,
+        "commission": None,
+        "attempts": [],
+        "skipped": outcome.skipped,
+        "payload": payload,
+        "received_at": received_at.isoformat(),
+        "sold_at": None,
+        "lease": None,
+        "reserved_us": None,
+        "request_id": request_id,
+    }
+
+
+def answer_of(item: dict) -> dict:
+    """The publisher's answer for a settlement item (API.md "POST /v1/leads"); a test lead's
+    says what it would have become, marked `"test": true`."""
+    answer = {
         "lead_id": item["lead_id"],
         "status": item["status"],
         "buyer_id": item["buyer_id"],
         "price": item["price"],
         "attempts": item["attempts"],
     }
+    if item["status"] in TEST_STATUSES:
+        answer.update(status=TEST_STATUSES[item["status"]], test=True)
+    return answer
 
 
 @dataclass(slots=True)

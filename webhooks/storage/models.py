@@ -55,6 +55,8 @@ class Publisher(BaseModel):
     # NULL: the PUBLISHER_RATE_LIMIT default applies
     rate_per_second = pw.IntegerField(null=True)
     rate_burst = pw.IntegerField(null=True)
+    fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/quality.py); NULL: none
+    mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
 
     class Meta:
         table_name = "publishers"
@@ -82,6 +84,7 @@ class Buyer(BaseModel):
     delivery = pw.TextField(null=True)  # JSON: method, format, headers, fields, accept | accept_regex
     ping = pw.TextField(null=True)  # JSON: url, fields, bid, min_bid
     weight = pw.IntegerField(default=1)  # share within a priority under `weighted` routing
+    lead_filter = pw.TextField(null=True)  # `filter`: a JMESPath expression on the normalised lead; NULL: none
     dedupe = pw.TextField(null=True)  # JSON: fields, days
     return_window_days = pw.IntegerField(default=7)
 

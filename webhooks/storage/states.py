@@ -67,6 +67,13 @@ class LeadStatus(StrEnum):
     SOLD = "sold"
     UNSOLD = "unsold"
     RETURNED = "returned"  # the ledger's only: a buyer sent it back
+    # the ledger's only: a test lead, and what it would have become (never counted as a sale)
+    TEST_SOLD = "test_sold"
+    TEST_UNSOLD = "test_unsold"
+
+
+# A test lead's ledger status -> the status it would have had (its answer and record show that)
+TEST_STATUSES: dict[str, str] = {LeadStatus.TEST_SOLD: LeadStatus.SOLD, LeadStatus.TEST_UNSOLD: LeadStatus.UNSOLD}
 
 
 class GateVerdict(StrEnum):

@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from webhooks import strictjson
-from webhooks.errors import FloodgateError
+from webhooks.errors import FloodgateError, InvalidLead
 from webhooks.logs import REQUEST_ID
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
@@ -79,6 +79,9 @@ def json_body() -> object:
 
 def _on_floodgate_error(exc: FloodgateError) -> ResponseReturnValue:
     resp = error(exc.code, exc.message, exc.status)
+    if isinstance(exc, InvalidLead):  # every failing field of the publisher's spec, named
+        resp = jsonify({"error": {"code": exc.code, "message": exc.message, "fields": exc.fields}})
+        resp.status_code = exc.status
     retry_after = getattr(exc, "retry_after_s", None)
     if retry_after is not None:
         resp.headers["Retry-After"] = str(max(1, retry_after))

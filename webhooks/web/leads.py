@@ -1,4 +1,5 @@
-"""POST /v1/leads: reject, authenticate, act (leads/intake.py), answer."""
+"""POST /v1/leads: reject, authenticate, check the lead against its publisher's spec
+(leads/quality.py), act (leads/intake.py), answer."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from flask import Blueprint, Response, g, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
-from webhooks.leads.intake import authenticate, parse_lead
+from webhooks.leads.intake import authenticate, parse_lead, test_flag
 from webhooks.leads.publishers import throttle
+from webhooks.leads.quality import checked
 from webhooks.web.http import json_body
 
 bp = Blueprint("leads", __name__)
@@ -29,7 +31,7 @@ def _count(resp: Response) -> Response:
         outcome = "in_flight"
     elif resp.status_code == 200:
         body = resp.get_json(silent=True) or {}
-        outcome = "replayed" if body.get("replayed") else str(body.get("status"))
+        outcome = "replayed" if body.get("replayed") else "test" if body.get("test") else str(body.get("status"))
     started = g.get("lead_clock")
     metrics.lead_answered(outcome, None if started is None else time.perf_counter() - started)
     return resp
@@ -44,7 +46,7 @@ def post_lead() -> ResponseReturnValue:
     # The publisher's token bucket before the body is even read: a flood costs one round trip.
     throttle(svc.store, publisher, svc.config.publisher_rate_limit)
     lead_id, lead = parse_lead(json_body())
-    answer = svc.intake.take(
-        snapshot, publisher, lead_id, lead, request.get_data(as_text=True), received_at, g.request_id
-    )
+    test = test_flag(lead) or publisher.mode == "test"
+    lead, payload = checked(publisher.spec, lead_id, lead, request.get_data(as_text=True))
+    answer = svc.intake.take(snapshot, publisher, lead_id, lead, payload, received_at, g.request_id, test)
     return Response(answer, mimetype="application/json")

@@ -1,0 +1,317 @@
+"""A publisher's lead spec (API.md "Publishers: limits, quality, test mode and payouts",
+`fields`): each declared field typed, bounded and normalised before a lead is claimed or
+routed, so that buyers, templates, filters and dedupe see one form of it and nobody pays for
+junk. E-mail syntax is email-validator's, phone numbers are phonenumbers' (Google's
+libphonenumber): well-kept libraries, not our own patterns. Undeclared fields pass through.
+
+`parse_spec` checks the admin's spec when the publisher is saved; `FieldSpec.apply` checks a
+lead against it and returns the normalised lead, or raises InvalidLead naming every failing
+field. Each check is linear in its value, and every value is bounded before a library sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import phonenumbers
+from email_validator import EmailNotValidError, validate_email
+
+from webhooks.errors import InvalidLead, ValidationError
+from webhooks.validate import is_id
+
+CODE = "invalid_publisher"
+TYPES = ("string", "email", "phone", "postal_code", "integer", "number", "enum", "boolean")
+OPTIONS = {
+    "string": {"max_length"},
+    "email": set(),
+    "phone": {"region"},
+    "postal_code": set(),
+    "integer": {"min", "max"},
+    "number": {"min", "max"},
+    "enum": {"values"},
+    "boolean": set(),
+}
+MAX_FIELDS = 100
+MAX_STRING = 10_000  # the longest max_length (and a string field's length without one)
+MAX_ENUM_VALUES = 200
+MAX_EMAIL = 254  # RFC 5321's path limit, less the brackets
+MAX_PHONE = 64  # far above any dialled form; phonenumbers itself stops at 250
+MAX_NUMBER_TEXT = 40
+ZIP = re.compile(r"[0-9]{5}(?:-[0-9]{4})?")  # fullmatch: `$` would pass a trailing newline
+NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")  # ASCII digits only: no `_`, exponent or other script
+TRUE, FALSE = {"true", "yes", "1"}, {"false", "no", "0"}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    required: bool = False
+    max_length: int = MAX_STRING
+    region: str = "US"
+    low: Decimal | None = None
+    high: Decimal | None = None
+    values: tuple[str, ...] = ()
+
+    def normalise(self, value: Any) -> Any:
+        """`value` in its stored form, or ValueError saying why not."""
+        return _NORMALISERS[self.type](self, value)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    fields: tuple[Field, ...]
+
+    def apply(self, lead: dict) -> dict:
+        """The lead with every declared field normalised; InvalidLead naming each field that
+        breaks the spec (a missing required one, a value of the wrong type or out of bounds)."""
+        out = dict(lead)
+        why: dict[str, str] = {}
+        for f in self.fields:
+            value = lead.get(f.name)
+            if value is None or value == "":
+                if f.required:
+                    why[f.name] = "is required"
+                continue
+            try:
+                out[f.name] = f.normalise(value)
+            except ValueError as exc:
+                why[f.name] = str(exc)
+        if why:
+            names = ", ".join(sorted(why))
+            raise InvalidLead(f"the lead breaks the publisher's field spec: {names}", fields=why)
+        return out
+
+    def to_json(self) -> dict:
+        return {f.name: _field_json(f) for f in self.fields}
+
+
+def checked(spec: FieldSpec | None, lead_id: str, lead: dict, payload: str) -> tuple[dict, str]:
+    """(lead, payload) as the lead path carries them: with a spec, the normalised lead and its
+    JSON (what the ledger keeps and a re-offer posts, so a buyer sees one form of the lead
+    however it reaches it); without one, as they came. InvalidLead when the lead breaks it."""
+    if spec is None:
+        return lead, payload
+    normal = spec.apply(lead)
+    return normal, json.dumps({"lead_id": lead_id, **normal}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _field_json(f: Field) -> dict:
+    out: dict[str, Any] = {"type": f.type}
+    if f.required:
+        out["required"] = True
+    if f.type == "string" and f.max_length != MAX_STRING:
+        out["max_length"] = f.max_length
+    if f.type == "phone":
+        out["region"] = f.region
+    if f.type in ("integer", "number"):
+        for key, bound in (("min", f.low), ("max", f.high)):
+            if bound is not None:
+                out[key] = int(bound) if f.type == "integer" else _plain(bound)
+    if f.type == "enum":
+        out["values"] = list(f.values)
+    return out
+
+
+def _plain(value: Decimal) -> int | float:
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+# --- the admin's spec ----------------------------------------------------------------------
+
+
+def parse_spec(raw: Any) -> FieldSpec | None:
+    """Validate a publisher's `fields` (None or {} : no spec); ValidationError naming the field."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValidationError(CODE, "fields", 'must be an object {"<field>": {"type": ...}}')
+    if len(raw) > MAX_FIELDS:
+        raise ValidationError(CODE, "fields", f"at most {MAX_FIELDS} fields")
+    if "lead_id" in raw or "test" in raw:
+        raise ValidationError(CODE, "fields", "lead_id and test are not lead fields a spec may declare")
+    found = tuple(_field(name, rule) for name, rule in raw.items())
+    return FieldSpec(found) if found else None
+
+
+def _field(name: Any, rule: Any) -> Field:
+    where = f"fields.{name}"
+    if not is_id(name):
+        raise ValidationError(CODE, "fields", f"{str(name)[:70]!r}: a field name must match [A-Za-z0-9._-]{{1,64}}")
+    if not isinstance(rule, dict) or rule.get("type") not in TYPES:
+        raise ValidationError(CODE, f"{where}.type", "must be one of " + ", ".join(TYPES))
+    kind = rule["type"]
+    for key in rule:
+        if key not in ("type", "required") and key not in OPTIONS[kind]:
+            allowed = ", ".join(sorted(OPTIONS[kind] | {"required"}))
+            raise ValidationError(CODE, f"{where}.{str(key)[:64]}", f"unknown option for {kind}; use {allowed}")
+    required = rule.get("required", False)
+    if not isinstance(required, bool):
+        raise ValidationError(CODE, f"{where}.required", "must be true or false")
+    field = Field(name, kind, required)
+    if kind == "string":
+        longest = _count(rule.get("max_length", MAX_STRING), f"{where}.max_length")
+        field = Field(name, kind, required, max_length=longest)
+    elif kind == "phone":
+        region = rule.get("region", "US")
+        if not isinstance(region, str) or region.upper() not in phonenumbers.SUPPORTED_REGIONS:
+            raise ValidationError(CODE, f"{where}.region", "must be a two-letter region phonenumbers knows, e.g. US")
+        field = Field(name, kind, required, region=region.upper())
+    elif kind in ("integer", "number"):
+        low, high = (_bound(rule.get(k), f"{where}.{k}", kind) for k in ("min", "max"))
+        if low is not None and high is not None and low > high:
+            raise ValidationError(CODE, f"{where}.min", "must not be above max")
+        field = Field(name, kind, required, low=low, high=high)
+    elif kind == "enum":
+        field = Field(name, kind, required, values=_values(rule.get("values"), f"{where}.values"))
+    return field
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STRING:
+        raise ValidationError(CODE, where, f"must be a whole number from 1 to {MAX_STRING}")
+    return value
+
+
+def _bound(value: Any, where: str, kind: str) -> Decimal | None:
+    if value is None:
+        return None
+    ok = isinstance(value, int) if kind == "integer" else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or abs(value) > 10**15:
+        raise ValidationError(CODE, where, f"must be {'a whole number' if kind == 'integer' else 'a number'}")
+    return Decimal(str(value))
+
+
+def _values(value: Any, where: str) -> tuple[str, ...]:
+    if (
+        not isinstance(value, list)
+        or not 1 <= len(value) <= MAX_ENUM_VALUES
+        or not all(isinstance(x, str) and 1 <= len(x) <= 100 for x in value)
+    ):
+        raise ValidationError(CODE, where, f"must list 1 to {MAX_ENUM_VALUES} strings of 1 to 100 characters")
+    if len({x.casefold() for x in value}) != len(value):
+        raise ValidationError(CODE, where, "lists a value twice (values are case-insensitive)")
+    return tuple(value)
+
+
+# --- a lead's values -------------------------------------------------------------------------
+
+
+def _string(f: Field, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    text = value.strip()
+    if len(text) > f.max_length:
+        raise ValueError(f"must be at most {f.max_length} characters")
+    return text
+
+
+def _email(_f: Field, value: Any) -> str:
+    if not isinstance(value, str) or len(value) > MAX_EMAIL + 64:
+        raise ValueError("must be an e-mail address")
+    text = value.strip()
+    if not text or len(text) > MAX_EMAIL:
+        raise ValueError("must be an e-mail address")
+    try:
+        validate_email(text, check_deliverability=False)  # syntax only: no DNS on the lead path
+    except EmailNotValidError as exc:
+        raise ValueError(f"is not a valid e-mail address ({exc})") from None
+    return text.lower()
+
+
+def _phone(f: Field, value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_PHONE:
+        raise ValueError("must be a phone number")
+    try:
+        number = phonenumbers.parse(value, f.region)
+    except phonenumbers.NumberParseException:
+        raise ValueError(f"is not a phone number (region {f.region})") from None
+    if not phonenumbers.is_possible_number(number):
+        raise ValueError(f"is not a possible phone number (region {f.region})")
+    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _postal_code(_f: Field, value: Any) -> str:
+    text = value.strip() if isinstance(value, str) else ""
+    if not ZIP.fullmatch(text):
+        raise ValueError("must be a US ZIP code (12345) or ZIP+4 (12345-6789)")
+    return text
+
+
+def _decimal(value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise ValueError("must be a number")
+    if isinstance(value, (int, Decimal)):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    text = value.strip() if isinstance(value, str) and len(value) <= MAX_NUMBER_TEXT else ""
+    if not NUMBER.fullmatch(text):
+        raise ValueError("must be a number (digits, an optional sign and fraction)")
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # not reachable after the pattern; kept so no input can raise
+        raise ValueError("must be a number") from None
+
+
+def _within(f: Field, number: Decimal) -> None:
+    if not number.is_finite() or abs(number) > 10**15:
+        raise ValueError("must be a finite number")
+    if f.low is not None and number < f.low:
+        raise ValueError(f"must be at least {_plain(f.low)}")
+    if f.high is not None and number > f.high:
+        raise ValueError(f"must be at most {_plain(f.high)}")
+
+
+def _integer(f: Field, value: Any) -> int:
+    number = _decimal(value)
+    if not number.is_finite() or number != number.to_integral_value():
+        raise ValueError("must be a whole number")
+    _within(f, number)
+    return int(number)
+
+
+def _number(f: Field, value: Any) -> int | float:
+    number = _decimal(value)
+    _within(f, number)
+    return _plain(number)
+
+
+def _enum(f: Field, value: Any) -> str:
+    if isinstance(value, str) and len(value) <= 100:
+        wanted = value.strip().casefold()
+        for listed in f.values:
+            if listed.casefold() == wanted:
+                return listed
+    shown = ", ".join(f.values[:10]) + (", ..." if len(f.values) > 10 else "")
+    raise ValueError(f"must be one of {shown}")
+
+
+def _boolean(_f: Field, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = value.strip().lower() if isinstance(value, str) and len(value) <= 8 else ""
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise ValueError("must be true or false")
+
+
+_NORMALISERS: dict[str, Callable[[Field, Any], Any]] = {
+    "string": _string,
+    "email": _email,
+    "phone": _phone,
+    "postal_code": _postal_code,
+    "integer": _integer,
+    "number": _number,
+    "enum": _enum,
+    "boolean": _boolean,
+}
