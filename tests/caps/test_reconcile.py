@@ -12,6 +12,7 @@ from redis import Redis
 from rq_scheduler import Scheduler
 
 from testkit.servers import Proc, venv_bin, wait_until
+from webhooks import config
 from webhooks.caps import leases, reconcile
 from webhooks.leads.catalog import load_snapshot
 from webhooks.storage.redis import make_store
@@ -134,13 +135,15 @@ def test_scheduler_started_twice_schedules_each_periodic_job_once(redis_server, 
         def periodic():
             return [j for j in scheduler.get_jobs() if j.id.startswith(schedule.ID_PREFIX)]
 
-        wait_until(lambda: len(periodic()) >= len(schedule.PERIODIC), what="the periodic jobs")
+        # PERIODIC and the provider reconciliation, every PROVIDER_RECONCILE_INTERVAL_S of `env`
+        definitions = schedule.periodic(config.load(env))
+        wait_until(lambda: len(periodic()) >= len(definitions), what="the periodic jobs")
         time.sleep(1.0)  # both processes have registered by now
         assert all(p.alive() for p in procs)
-        assert sorted(j.func_name for j in periodic()) == sorted(d["func"] for d in schedule.PERIODIC)
+        assert sorted(j.func_name for j in periodic()) == sorted(d["func"] for d in definitions)
         # and once more in-process
-        assert schedule.register(scheduler) == schedule.register(scheduler)
-        assert len(periodic()) == len(schedule.PERIODIC)
+        assert schedule.register(scheduler, definitions) == schedule.register(scheduler, definitions)
+        assert len(periodic()) == len(definitions)
     finally:
         for p in procs:
             p.stop()

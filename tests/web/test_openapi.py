@@ -48,6 +48,8 @@ CONTRACT = {
     "POST /v1/admin/leads/{lead_id}/return",
     "POST /v1/admin/buyers/{buyer_id}/preview",
     "GET /v1/admin/payment-events",
+    "GET /v1/admin/payments",
+    "POST /v1/admin/payments/{provider}/{reference}/assign",
     "GET /v1/admin/webhooks/rejected",
     "POST /ops/logout",
     "GET /ops/logged-out",

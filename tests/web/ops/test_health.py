@@ -17,7 +17,13 @@ pytestmark = pytest.mark.e2e  # gunicorn processes of its own
 def test_healthz_and_readyz(api):
     assert api.http.get(api.base + "/healthz").status_code == 200
     resp = api.http.get(api.base + "/readyz")
-    assert resp.status_code == 200 and resp.json() == {"status": "ready"}
+    assert resp.status_code == 200 and resp.json()["status"] == "ready"
+    # the providers whose webhooks are configured but whose payments are not reconciled, and why
+    # (the tests' stack sets every webhook secret and no provider API key but Paystack's)
+    not_reconciled = resp.json()["not_reconciled"]
+    assert "paystack" not in not_reconciled
+    assert not_reconciled["stripe"] == "STRIPE_API_KEY unset"
+    assert "no list API" in not_reconciled["interswitch"]
 
 
 def test_readyz_names_what_is_down(base_env, tmp_path):
