@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from webhooks.storage.redis import Store
 
 CODE = "invalid_publisher"
-_FIELDS = {"name", "api_key", "commission_pct", "active", "routing", "rate_limit", "fields", "mode"}
+_FIELDS = {"name", "api_key", "commission_pct", "payout", "active", "routing", "rate_limit", "fields", "mode"}
 MODES = ("live", "test")  # test: every lead of the publisher is a test lead
 RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
@@ -36,17 +36,47 @@ def parse(body: Any) -> dict:
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "api_key"))
     api_key = v.text(CODE, "api_key", body["api_key"], min_len=16, max_len=200)
     pct = v.money(CODE, "commission_pct", body.get("commission_pct", "0"), max_value=Decimal(100))
+    fixed = None
+    if body.get("payout") is not None:  # it wins; a GET's commission_pct put back must agree
+        given = pct
+        pct, fixed = _payout(body["payout"])
+        if fixed is None and "commission_pct" in body and given != pct:
+            raise ValidationError(CODE, "payout", "a percent payout and commission_pct disagree; give one")
     return {
         "name": v.text(CODE, "name", body["name"], max_len=200),
         "api_key_hash": key_hash(api_key),
         "api_key_hint": api_key[-4:],
         "commission_pct": pct,
+        "payout_fixed": fixed,
         "active": v.boolean(CODE, "active", body.get("active", True)),
         "routing": _routing(body.get("routing", "waterfall")),
         **_rate_columns(rate_limit(body.get("rate_limit"))),
         "mode": _mode(body.get("mode", "live")),
         "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
     }
+
+
+def _payout(value: Any) -> tuple[Decimal, Decimal | None]:
+    """(percentage, fixed amount or None) of a `payout`: {"type": "percent", "pct": "10"} or
+    {"type": "fixed", "amount": "3.00"}."""
+    if not isinstance(value, dict) or value.get("type") not in ("percent", "fixed"):
+        raise ValidationError(CODE, "payout.type", 'must be "percent" or "fixed"')
+    kind = value["type"]
+    wanted = {"type", "pct"} if kind == "percent" else {"type", "amount"}
+    for key in value:
+        if key not in wanted:
+            raise ValidationError(CODE, f"payout.{str(key)[:64]}", f"unknown field for a {kind} payout")
+    if kind == "percent":
+        return v.money(CODE, "payout.pct", value.get("pct", "0"), max_value=Decimal(100)), None
+    if "amount" not in value:
+        raise ValidationError(CODE, "payout.amount", "is required")
+    return Decimal(0), v.money(CODE, "payout.amount", value["amount"], max_value=Decimal(1_000_000))
+
+
+def payout_json(pct: Decimal, fixed: Decimal | None) -> dict:
+    if fixed is not None:
+        return {"type": "fixed", "amount": f"{fixed:.2f}"}
+    return {"type": "percent", "pct": f"{pct:.2f}"}
 
 
 def _mode(value: Any) -> str:
@@ -104,6 +134,9 @@ def to_json(row: Publisher) -> dict:
         "name": row.name,
         "api_key_hint": "…" + row.api_key_hint,
         "commission_pct": f"{Decimal(row.commission_pct):.2f}",
+        "payout": payout_json(
+            Decimal(row.commission_pct), None if row.payout_fixed is None else Decimal(row.payout_fixed)
+        ),
         "active": bool(row.active),
         "routing": row.routing,
         "rate_limit": limit._asdict() if limit else None,
@@ -124,11 +157,15 @@ class PublisherRule:
     rate_limit: RateLimit | None = None  # None: the PUBLISHER_RATE_LIMIT default
     spec: quality.FieldSpec | None = None  # the lead spec (`fields`); None: leads are not checked
     mode: str = "live"  # test: every lead of the publisher is a test lead
+    payout_fixed: Decimal | None = None  # a fixed payout per sold lead; None: commission_pct of the price
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
         spec = quality.parse_spec(json.loads(row.fields_spec)) if row.fields_spec else None
-        return cls(row.id, bool(row.active), Decimal(row.commission_pct), row.routing, _rate_of(row), spec, row.mode)
+        fixed = None if row.payout_fixed is None else Decimal(row.payout_fixed)
+        return cls(
+            row.id, bool(row.active), Decimal(row.commission_pct), row.routing, _rate_of(row), spec, row.mode, fixed
+        )
 
 
 def throttle(store: Store, publisher: PublisherRule, default: tuple[int, int] | None) -> None:

@@ -52,6 +52,15 @@ def commission(price: Decimal, pct: Decimal) -> Decimal:
     return (price * pct / 100).quantize(CENTS, rounding=ROUND_HALF_UP)
 
 
+def payout(publisher: PublisherRule, price: Decimal) -> Decimal:
+    """What the publisher earns for a lead sold at `price` under its payout rule now: a fixed
+    amount, or its percentage of the price. The ledger keeps it per sale (`commission`), so a
+    later change of the rule applies to later sales only, and a return takes back this one."""
+    if publisher.payout_fixed is not None:
+        return publisher.payout_fixed
+    return commission(price, publisher.commission_pct)
+
+
 def make_item(
     publisher: PublisherRule,
     lead_id: str,
@@ -87,7 +96,7 @@ def make_item(
         assert price is not None and sold_at is not None and lease is not None  # a sale has all three
         item.update(
             price=f"{price:.2f}",
-            commission=f"{commission(price, publisher.commission_pct):.2f}",
+            commission=f"{payout(publisher, price):.2f}",
             sold_at=sold_at.isoformat(),
             lease=[lease.buyer_id, lease.lease_id],
             reserved_us=lease.reserved_us,

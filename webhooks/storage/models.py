@@ -57,6 +57,8 @@ class Publisher(BaseModel):
     rate_burst = pw.IntegerField(null=True)
     fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/quality.py); NULL: none
     mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
+    # payout (API.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
+    payout_fixed = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
 
     class Meta:
         table_name = "publishers"
