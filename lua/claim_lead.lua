@@ -11,14 +11,20 @@
 -- KEYS[1]  the lead claim   fg:{p:<publisher>}:lead:<lead_id>
 -- KEYS[2]  its attempt note fg:{p:<publisher>}:lead:<lead_id>:attempt
 -- KEYS[3]  the mark         fg:{p:<publisher>}:memory
+-- KEYS[4..] (optional) the publisher's cap counters of the current windows
+--           fg:{p:<publisher>}:cap:<hourly|daily>:<window start>: a lead this request claims
+--           afresh counts in each, or is refused when one is full (a replay, a held claim or
+--           a dead request's lead, counted when first claimed, is not counted again)
 -- ARGV[1]  the claimer's token
 -- ARGV[2]  claim ttl (ms)
 -- ARGV[3]  this request's note ("" when it has none yet)
 -- ARGV[4]  note ttl (ms)
 -- ARGV[5]  now (ms since the epoch)
+-- ARGV[6..] per counter of KEYS[4..]: its limit, then its ttl (s)
 -- Returns {1, false, mark} when claimed, {1, old note, mark} when claimed after a dead
 --         request, {0, current value, mark} when another request holds the claim or it
---         holds an answer, {2, false, mark} when it must wait (the mark is that young)
+--         holds an answer, {2, false, mark} when it must wait (the mark is that young),
+--         {3, i, mark} when the publisher's cap counter KEYS[3 + i] is full (nothing set)
 local mark = redis.call('GET', KEYS[3])
 if not mark then
   mark = ARGV[5]
@@ -29,8 +35,18 @@ if held then return {0, held, mark} end
 if mark ~= '0' and tonumber(ARGV[5]) - tonumber(mark) < tonumber(ARGV[2]) then
   return {2, false, mark}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local old = redis.call('GET', KEYS[2])
+if not old then
+  for i = 4, #KEYS do
+    if tonumber(redis.call('GET', KEYS[i]) or '0') >= tonumber(ARGV[2 * i - 2]) then
+      return {3, i - 3, mark}
+    end
+  end
+  for i = 4, #KEYS do
+    if redis.call('INCR', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ARGV[2 * i - 1]) end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if old then return {1, old, mark} end
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) end
 return {1, false, mark}

@@ -137,6 +137,18 @@ class Unavailable(FloodgateError):
         self.retry_after_s = retry_after_s
 
 
+class PublisherCapReached(FloodgateError):
+    """A lead over one of its publisher's `caps` (API.md): 429 publisher_cap_reached, with
+    Retry-After the seconds to the cap's next window."""
+
+    status = 429
+    code = "publisher_cap_reached"
+
+    def __init__(self, message: str = "", *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = max(1, retry_after_s)
+
+
 class RateLimited(FloodgateError):
     """A lead over its publisher's `rate_limit` (API.md): refused before anything else is done
     for it. `retry_after_s` (at least 1) becomes the answer's Retry-After header."""

@@ -153,3 +153,51 @@ def test_markup_in_job_metadata_does_not_run_on_the_dashboard(web, queue_server,
     assert 'id="evil"' in dump.stdout  # the dashboard did render it as markup...
     assert 'data-pwned="yes"' not in dump.stdout  # ...and its handler did not run
     assert "Origin queue" in dump.stdout  # the dashboard's own scripts did (they render the job)
+
+
+class Chart(HTMLParser):
+    """The series of the 24-hour chart, from the rendered DOM: one entry per hour group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hours: list[dict] = []
+        self.revenue_points = ""
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "g" and a.get("class") == "hour":
+            self.hours.append(a)
+        if tag == "polyline" and a.get("class") == "revenue-line":
+            self.revenue_points = a.get("points", "")
+
+
+def test_ops_chart_of_the_last_24_hours_in_chromium(web_api, worker, buyer_server, chromium, tmp_path):
+    api = web_api
+    buyer_server.add("acme")
+    key = api.put_publisher("pub")
+    api.put_buyer("acme", buyer_server.url("acme"), price="12.50", states=["TX"])
+    api.settle_config()
+    for i in range(4):  # three sold, one unsold (not TX)
+        api.post_lead(key, {"lead_id": f"chart-{i}", "state": "TX" if i < 3 else "CA"})
+    api.wait_settled("chart-3", "pub")
+    url = f"{api.base}/ops?token={ADMIN_TOKEN}"
+    log = tmp_path / "console.log"
+    dump = browse(chromium, url, tmp_path / "profile-chart", "--dump-dom", "--enable-logging=stderr", "--v=0")
+    assert dump.returncode == 0, dump.stderr[-3000:]
+    log.write_text(dump.stderr)
+    assert "Uncaught" not in dump.stderr and "CONSOLE" not in dump.stderr  # no script error (the page runs none)
+    chart = Chart()
+    chart.feed(dump.stdout)
+    assert len(chart.hours) == 24
+    now = chart.hours[-1]  # the current hour, last
+    assert (now["data-leads"], now["data-sold"], now["data-revenue"]) == ("4", "3", "37.50")
+    assert all(h["data-leads"] == "0" for h in chart.hours[:-1])
+    assert len(chart.revenue_points.split()) == 24
+    assert 'aria-label="Leads and sold leads per hour' in dump.stdout
+    assert "/ops/reports/leads.csv" in dump.stdout
+    shot = tmp_path / "chart.png"
+    run = browse(chromium, url, tmp_path / "profile-chart-shot", f"--screenshot={shot}")
+    assert run.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv_text = requests.get(f"{api.base}/ops/reports/leads.csv", headers=api.admin, timeout=10).text
+    assert csv_text.startswith("key,leads,sold,unsold,returned,revenue,payout,profit,return_rate\n")
+    assert ",4,3,1,0,37.50,0.00,37.50,0\n" in csv_text

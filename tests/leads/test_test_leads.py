@@ -23,7 +23,7 @@ def floodgate_keys(api) -> set[str]:
 
 def balance(publisher_id: str) -> str:
     with db.connection_context():
-        return str(Publisher.get_by_id(publisher_id).balance)
+        return f"{Publisher.get_by_id(publisher_id).balance:.2f}"
 
 
 def test_a_test_lead_answers_who_would_buy_it_and_touches_nothing(api, buyer_server, worker):

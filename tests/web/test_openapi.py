@@ -49,6 +49,7 @@ CONTRACT = {
     "POST /v1/admin/buyers/{buyer_id}/preview",
     "GET /v1/admin/payment-events",
     "GET /v1/admin/payments",
+    "GET /v1/admin/reports/leads",
     "POST /v1/admin/payments/{provider}/{reference}/assign",
     "GET /v1/admin/webhooks/rejected",
     "POST /ops/logout",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from webhooks.leads.publishers import PublisherRule
-from webhooks.storage.scripts import LeadKey
+from webhooks.storage.scripts import CapCounter, LeadKey
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class LeadContext:
     lease_ttl_ms: int  # a lease outlives the claim by LEAD_RECOVERY_WINDOW_MS: a retry finds it
     deadline: float  # time.monotonic() until which the claim surely is ours
     test: bool = False  # a test lead: every write of its routing replaced by a read
+    caps: tuple[CapCounter, ...] = ()  # the publisher's cap counters this claim counts the lead in
 
     @property
     def key(self) -> LeadKey:

@@ -9,18 +9,18 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
-from webhooks.errors import Conflict, Forbidden, Unauthorized, Unavailable, ValidationError
+from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import recovery, settlement
 from webhooks.leads.catalog import Snapshot
 from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import Deliverer
-from webhooks.leads.publishers import PublisherRule, key_hash
+from webhooks.leads.publishers import PublisherRule, cap_counters, cap_windows, key_hash
 from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, candidates
 from webhooks.leads.settlement import Journal, Settlement
 from webhooks.storage import claims, keys
@@ -159,6 +159,7 @@ class Intake:
             claim_ttl + self.recovery_window_ms,
             started + claim_ttl / 1000,
             test,
+            () if test else cap_counters(publisher, now),  # a test lead counts in no cap
         )  # the claim lives at least this long (set after `started`)
         plan = None if test else self.router.plan(buyers, publisher)
         got, first = self._claim(ctx, plan[0] if plan else None)
@@ -166,6 +167,10 @@ class Intake:
             self._refuse_after_claim_loss(ctx, got.memory_mark, snapshot)
         if got.outcome is ClaimOutcome.HELD:
             return _replay(got.held)
+        if got.outcome is ClaimOutcome.CAPPED:
+            self._refuse_over_cap(ctx, got.full)
+        if got.dead_note is not None:  # that lead was counted when its dead request claimed it
+            ctx = replace(ctx, caps=())
         if got.dead_note is None and claims.memory_gap(got.memory_mark, int(now.timestamp() * 1000), self.replay_ttl_s):
             settled = self._settled_answer(ctx, first)
             if settled is not None:
@@ -323,7 +328,7 @@ class Intake:
         now_ms = int(ctx.now.timestamp() * 1000)
         if offer is None or self.store.cap_wait.replicas:  # the WAIT path reserves on its own connection
             got = self.store.claim_lead(
-                ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note_ttl_ms=ctx.lease_ttl_ms
+                ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note_ttl_ms=ctx.lease_ttl_ms, caps=ctx.caps
             )
             return got, None
         buyer = offer.buyer
@@ -339,7 +344,13 @@ class Intake:
         note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref).value(call.lease)
         with self.store.batch() as b:
             claimed = b.claim_lead(
-                ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note=note, note_ttl_ms=ctx.lease_ttl_ms
+                ctx.key,
+                ctx.token,
+                ttl_ms=ctx.claim_ttl_ms,
+                now_ms=now_ms,
+                note=note,
+                note_ttl_ms=ctx.lease_ttl_ms,
+                caps=ctx.caps,
             )
             reserved = call.queue(b)
         got, first = claimed.value, reserved.value
@@ -348,13 +359,32 @@ class Intake:
             return got, None
         return got, first
 
+    def _refuse_over_cap(self, ctx: LeadContext, full: int) -> NoReturn:
+        """429 publisher_cap_reached: the publisher's cap counter `full` (1-based, of ctx.caps)
+        is full; nothing was claimed or counted. Retry-After: to that cap's next window."""
+        counter = ctx.caps[full - 1]
+        name = next(n for n, _ in ctx.publisher.caps if f":cap:{n}:" in counter.key)
+        _window, end = cap_windows(ctx.now)[name]
+        raise PublisherCapReached(
+            f"this publisher's {name} cap of {counter.limit} leads is reached; retry in the next window",
+            retry_after_s=math.ceil((end - ctx.now).total_seconds()),
+        )
+
     def _give_up(self, ctx: LeadContext, forget_note: bool) -> None:
         """Free the claim so the publisher can retry, and with `forget_note` its attempt note
-        too (only when no buyer can hold the lead: every attempt was refunded)."""
+        too (only when no buyer can hold the lead: every attempt was refunded) and its count in
+        the publisher's caps (its retry, claiming afresh, counts it again; a retry that finds
+        the note does not, so the count stays while the note does)."""
         try:
             with self.store.batch() as b:
                 b.release_claim(ctx.key.claim, ctx.token)
                 if forget_note:
                     b.delete(ctx.attempt_key)
+                    # only in the window it was counted in (a rolled-over key is gone: DECR would
+                    # leave a -1 without expiry)
+                    current = {c.key for c in cap_counters(ctx.publisher, datetime.now(timezone.utc))}
+                    for counter in ctx.caps:
+                        if counter.key in current:
+                            b.decr(counter.key)
         except REDIS_DOWN:
             pass  # both expire; a retry may find the note and end the lead unsold for review

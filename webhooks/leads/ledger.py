@@ -10,6 +10,7 @@ from decimal import Decimal
 import peewee as pw
 
 from webhooks.leads.delivery import UNKNOWN
+from webhooks.leads.reports import count_settled
 from webhooks.storage import audit
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt, Publisher, utcnow
@@ -67,6 +68,7 @@ def _write_extras(new: list[dict]) -> None:
     for publisher_id, amount in commissions.items():
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
+    count_settled(new)
     audit.record_many(
         "settlement",
         "lead",

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -13,17 +14,32 @@ from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
 from webhooks.leads import quality
+from webhooks.storage import keys
 from webhooks.storage.models import Publisher
+from webhooks.storage.scripts import CapCounter
 
 if TYPE_CHECKING:
     from webhooks.storage.redis import Store
 
 CODE = "invalid_publisher"
-_FIELDS = {"name", "api_key", "commission_pct", "payout", "active", "routing", "rate_limit", "fields", "mode"}
+_FIELDS = {
+    "name",
+    "api_key",
+    "commission_pct",
+    "payout",
+    "active",
+    "routing",
+    "rate_limit",
+    "fields",
+    "mode",
+    "caps",
+}
+PUBLISHER_CAPS = {"hourly": 3600, "daily": 86400}  # UTC windows, by their length in seconds
+CAP_MAX = 10**9
 MODES = ("live", "test")  # test: every lead of the publisher is a test lead
 RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
-_READ_ONLY = {"id", "api_key_hint", "balance", "created_at", "updated_at"}
+_READ_ONLY = {"id", "api_key_hint", "balance", "usage", "created_at", "updated_at"}
 
 
 def key_hash(api_key: str) -> str:
@@ -52,6 +68,7 @@ def parse(body: Any) -> dict:
         "routing": _routing(body.get("routing", "waterfall")),
         **_rate_columns(rate_limit(body.get("rate_limit"))),
         "mode": _mode(body.get("mode", "live")),
+        **{f"cap_{name}": limit for name, limit in _caps(body.get("caps")).items()},
         "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
     }
 
@@ -77,6 +94,57 @@ def payout_json(pct: Decimal, fixed: Decimal | None) -> dict:
     if fixed is not None:
         return {"type": "fixed", "amount": f"{fixed:.2f}"}
     return {"type": "percent", "pct": f"{pct:.2f}"}
+
+
+def _caps(value: Any) -> dict[str, int | None]:
+    """{"hourly": n, "daily": n}: leads accepted from the publisher per UTC hour / day (0 to
+    10^9; absent or null: unlimited)."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ValidationError(CODE, "caps", 'must be an object {"hourly": n, "daily": n}')
+    for key in value:
+        if key not in PUBLISHER_CAPS:
+            raise ValidationError(CODE, f"caps.{str(key)[:64]}", "unknown cap; use hourly, daily")
+    return {
+        name: None if value.get(name) is None else v.integer(CODE, f"caps.{name}", value[name], low=0, high=CAP_MAX)
+        for name in PUBLISHER_CAPS
+    }
+
+
+def cap_windows(now: datetime) -> dict[str, tuple[str, datetime]]:
+    """Each publisher cap's current UTC window: (its name, its end)."""
+    utc = now.astimezone(timezone.utc)
+    hour = utc.replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    return {
+        "hourly": (hour.strftime("%Y-%m-%dT%H"), hour + timedelta(hours=1)),
+        "daily": (day.strftime("%Y-%m-%d"), day + timedelta(days=1)),
+    }
+
+
+def cap_counters(publisher: PublisherRule, now: datetime) -> tuple[CapCounter, ...]:
+    """The publisher's cap counters of the windows of `now`, as lua/claim_lead.lua counts them."""
+    if not publisher.caps:
+        return ()
+    windows = cap_windows(now)
+    out = []
+    for name, limit in publisher.caps:
+        window, end = windows[name]
+        ttl_s = int((end - now).total_seconds()) + 3600  # outlives its window, then goes
+        out.append(CapCounter(keys.publisher_cap(publisher.id, name, window), limit, ttl_s))
+    return tuple(out)
+
+
+def cap_usage(store: Store, publisher: PublisherRule, now: datetime) -> dict[str, dict[str, Any]]:
+    """{"hourly": {"used", "limit", "window_start"}, ...}: GET /v1/admin/publishers/<id>."""
+    counters = cap_counters(publisher, now)
+    values = store.redis.mget([c.key for c in counters]) if counters else []
+    windows = cap_windows(now)
+    return {
+        name: {"used": int(value or 0), "limit": limit, "window_start": windows[name][0]}
+        for (name, limit), value in zip(publisher.caps, values)
+    }
 
 
 def _mode(value: Any) -> str:
@@ -141,6 +209,9 @@ def to_json(row: Publisher) -> dict:
         "routing": row.routing,
         "rate_limit": limit._asdict() if limit else None,
         "fields": json.loads(row.fields_spec) if row.fields_spec else None,
+        "caps": {
+            name: getattr(row, f"cap_{name}") for name in PUBLISHER_CAPS if getattr(row, f"cap_{name}") is not None
+        },
         "mode": row.mode,
         "balance": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
@@ -158,13 +229,23 @@ class PublisherRule:
     spec: quality.FieldSpec | None = None  # the lead spec (`fields`); None: leads are not checked
     mode: str = "live"  # test: every lead of the publisher is a test lead
     payout_fixed: Decimal | None = None  # a fixed payout per sold lead; None: commission_pct of the price
+    caps: tuple[tuple[str, int], ...] = ()  # (hourly | daily, leads accepted per UTC window)
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
         spec = quality.parse_spec(json.loads(row.fields_spec)) if row.fields_spec else None
         fixed = None if row.payout_fixed is None else Decimal(row.payout_fixed)
+        caps = tuple((n, int(getattr(row, f"cap_{n}"))) for n in PUBLISHER_CAPS if getattr(row, f"cap_{n}") is not None)
         return cls(
-            row.id, bool(row.active), Decimal(row.commission_pct), row.routing, _rate_of(row), spec, row.mode, fixed
+            row.id,
+            bool(row.active),
+            Decimal(row.commission_pct),
+            row.routing,
+            _rate_of(row),
+            spec,
+            row.mode,
+            fixed,
+            caps,
         )
 
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
+from webhooks.leads import reports
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import lead_record
 from webhooks.storage import audit
@@ -77,6 +78,7 @@ def return_lead(
             Publisher.update(balance=Publisher.balance - lead.commission).where(
                 Publisher.id == lead.publisher_id
             ).execute()
+        reports.count_returned(lead)
         audit.record(
             actor,
             "lead.returned",

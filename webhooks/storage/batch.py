@@ -24,7 +24,18 @@ from redis.cluster import ClusterPipeline, RedisCluster
 
 import lua
 from webhooks.storage import scripts
-from webhooks.storage.scripts import Answered, Arg, BreakerRule, Call, Charge, LeadClaim, LeadKey, Lease, Reserved
+from webhooks.storage.scripts import (
+    Answered,
+    Arg,
+    BreakerRule,
+    Call,
+    CapCounter,
+    Charge,
+    LeadClaim,
+    LeadKey,
+    Lease,
+    Reserved,
+)
 from webhooks.storage.states import AttemptOutcome
 
 T = TypeVar("T")
@@ -116,10 +127,18 @@ class Batch:
     # --- the scripts that share round trips ---------------------------------------------------
 
     def claim_lead(
-        self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "", note_ttl_ms: int = 0
+        self,
+        lead: LeadKey,
+        token: str,
+        *,
+        ttl_ms: int,
+        now_ms: int,
+        note: str = "",
+        note_ttl_ms: int = 0,
+        caps: Sequence[CapCounter] = (),
     ) -> Pending[LeadClaim]:
         """See Store.claim_lead."""
-        return self._script(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms))
+        return self._script(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms, caps))
 
     def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Pending[Answered]:
         """See Store.answer_lead."""
@@ -173,6 +192,10 @@ class Batch:
 
     def delete(self, *names: str) -> Pending[int]:
         self._pipe.delete(*names)
+        return self._add(int)
+
+    def decr(self, key: str) -> Pending[int]:
+        self._pipe.decr(key)
         return self._add(int)
 
     def exists(self, *names: str) -> Pending[int]:

@@ -69,6 +69,12 @@ def lead_memory(publisher_id: str) -> str:
     return PREFIX + "{p:" + publisher_id + "}:memory"
 
 
+def publisher_cap(publisher_id: str, cap: str, window: str) -> str:
+    """A publisher's count of leads accepted in one UTC window (`caps`: hourly, daily), under
+    its own hash tag: lua/claim_lead.lua counts it with the lead's claim."""
+    return f"{PREFIX}{{p:{publisher_id}}}:cap:{cap}:{window}"
+
+
 def rate_bucket(publisher_id: str) -> str:
     """The publisher's token bucket (lua/take_token.lua); gone while the bucket is full."""
     return PREFIX + "{p:" + publisher_id + "}:bucket"

@@ -59,6 +59,9 @@ class Publisher(BaseModel):
     mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
     # payout (API.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
     payout_fixed = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    # caps (API.md): leads accepted per UTC hour / day; NULL: unlimited
+    cap_hourly = pw.IntegerField(null=True)
+    cap_daily = pw.IntegerField(null=True)
 
     class Meta:
         table_name = "publishers"
@@ -222,6 +225,26 @@ class Wallet(BaseModel):
         indexes = ((("customer", "currency"), True),)
 
 
+class LeadStats(BaseModel):
+    """The leads report's figures per hour (received_at, UTC), publisher and buyer ('' for
+    leads no buyer bought), kept in the transactions of the ledger changes they count: a
+    settlement adds its leads, a return its return (leads/reports.py)."""
+
+    id = pw.BigAutoField()
+    hour = DateTime6Field()  # naive UTC, on the hour
+    publisher_id = pw.CharField(max_length=64)
+    buyer_id = pw.CharField(max_length=64)
+    leads = pw.IntegerField(default=0)
+    sold = pw.IntegerField(default=0)  # returned ones included
+    returned = pw.IntegerField(default=0)
+    revenue = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+    payout = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+
+    class Meta:
+        table_name = "lead_stats"
+        indexes = ((("hour", "publisher_id", "buyer_id"), True),)
+
+
 class WebhookDelivery(BaseModel):
     """Every payment delivery, kept for audit and replay: verified ones with their headers
     of interest and body; one that failed its signature check as metadata only (provider,
@@ -271,4 +294,5 @@ ALL_MODELS = [
     AuditLog,
     Refund,
     PaymentEvent,
+    LeadStats,
 ]

@@ -28,6 +28,7 @@ from webhooks.storage.scripts import (
     Backlog,
     BreakerRule,
     Call,
+    CapCounter,
     CapSnapshot,
     Charge,
     Claimed,
@@ -163,12 +164,21 @@ class Store:
     # --- lead claims (lua/claim_lead.lua, answer_lead, restore_answer, claim_or_get, release_claim)
 
     def claim_lead(
-        self, lead: LeadKey, token: str, *, ttl_ms: int, now_ms: int, note: str = "", note_ttl_ms: int = 0
+        self,
+        lead: LeadKey,
+        token: str,
+        *,
+        ttl_ms: int,
+        now_ms: int,
+        note: str = "",
+        note_ttl_ms: int = 0,
+        caps: Sequence[CapCounter] = (),
     ) -> LeadClaim:
         """Claim `lead` for `token` for `ttl_ms` and, when the claim is ours and no dead
         request left a note, write this request's attempt `note`; read the publisher's replay
-        memory mark (set anew at `now_ms` when Redis lost it)."""
-        return self._run(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms))
+        memory mark (set anew at `now_ms` when Redis lost it). A lead claimed afresh counts in
+        each of the publisher's `caps`, or is not claimed (CAPPED) when one is full."""
+        return self._run(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms, caps))
 
     def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Answered:
         """Remember the lead's answer for replays and forget its attempt note, unless another

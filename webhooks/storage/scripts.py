@@ -132,6 +132,15 @@ class LeadClaim(NamedTuple):
     held: str | None
     dead_note: str | None
     memory_mark: int
+    full: int = 0  # CAPPED: which of the publisher's cap counters is full (1-based)
+
+
+class CapCounter(NamedTuple):
+    """One of a publisher's cap counters of the current window, for lua/claim_lead.lua."""
+
+    key: str  # keys.publisher_cap
+    limit: int
+    ttl_s: int  # it outlives its window, then expires
 
 
 class Answered(NamedTuple):
@@ -190,14 +199,27 @@ def _lead_claim(raw: list[Any]) -> LeadClaim:
         return LeadClaim(ClaimOutcome.CLAIMED, None, value, int(mark))
     if code == 2:
         return LeadClaim(ClaimOutcome.WAIT, None, None, int(mark))
+    if code == 3:
+        return LeadClaim(ClaimOutcome.CAPPED, None, None, int(mark), int(value))
     return LeadClaim(ClaimOutcome.HELD, value, None, int(mark))
 
 
-def claim_lead(lead: LeadKey, token: str, ttl_ms: int, now_ms: int, note: str, note_ttl_ms: int) -> Call[LeadClaim]:
+def claim_lead(
+    lead: LeadKey,
+    token: str,
+    ttl_ms: int,
+    now_ms: int,
+    note: str,
+    note_ttl_ms: int,
+    caps: Sequence[CapCounter] = (),
+) -> Call[LeadClaim]:
+    limits: list[str | int] = []
+    for cap in caps:
+        limits += [cap.limit, cap.ttl_s]
     return Call(
         "claim_lead",
-        (lead.claim, lead.attempt, keys.lead_memory(lead.publisher_id)),
-        (token, ttl_ms, note, note_ttl_ms, now_ms),
+        (lead.claim, lead.attempt, keys.lead_memory(lead.publisher_id), *(cap.key for cap in caps)),
+        (token, ttl_ms, note, note_ttl_ms, now_ms, *limits),
         _lead_claim,
     )
 

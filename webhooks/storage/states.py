@@ -42,6 +42,7 @@ class ClaimOutcome(StrEnum):
     CLAIMED = "claimed"  # this request holds it now
     HELD = "held"  # another request holds it, or it holds the lead's answer
     WAIT = "wait"  # Redis lost its claims lately: no claim until the requests before may have ended
+    CAPPED = "capped"  # a cap of the publisher is full: not claimed, not counted
 
 
 class AttemptOutcome(StrEnum):

@@ -1,13 +1,16 @@
-"""Admin routes of the lead ledger: read a lead, return a lead."""
+"""Admin routes of the lead ledger: read a lead, return a lead, the leads report."""
 
 from __future__ import annotations
 
-from flask import jsonify, request
+import re
+from datetime import date
+
+from flask import Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
-from webhooks.leads import returns
+from webhooks.leads import reports, returns
 from webhooks.leads.ledger import lead_record
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
@@ -37,3 +40,40 @@ def return_lead(lead_id: str) -> ResponseReturnValue:
             "invalid_return", "reason", f"must be a string of at most {returns.MAX_REASON} characters"
         )
     return jsonify(returns.return_lead(services.current().store, lead_id, _publisher_id(), reason))
+
+
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # fullmatch: `$` would pass a trailing newline
+
+
+def _day(name: str) -> date:
+    raw = request.args.get(name, "")
+    try:
+        if not DAY.fullmatch(raw):
+            raise ValueError
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError("invalid_query", name, "must be a date, YYYY-MM-DD (UTC)") from None
+
+
+@bp.get("/reports/leads")
+def leads_report() -> ResponseReturnValue:
+    """The leads report (API.md "Reports"): `from`, `to` (inclusive UTC days), `group_by`
+    publisher, buyer, day or hour, `format` json (default) or csv."""
+    first, last = _day("from"), _day("to")
+    if last < first or (last - first).days >= reports.MAX_DAYS:
+        raise ValidationError("invalid_query", "to", f"must be on or after from, at most {reports.MAX_DAYS} days on")
+    group_by = request.args.get("group_by", "publisher")
+    if group_by not in reports.GROUPS:
+        raise ValidationError("invalid_query", "group_by", "must be one of " + ", ".join(reports.GROUPS))
+    shape = request.args.get("format", "json")
+    if shape not in ("json", "csv"):
+        raise ValidationError("invalid_query", "format", "must be json or csv")
+    result = reports.report(first, last, group_by)
+    if shape == "csv":
+        name = f"leads-{group_by}-{first.isoformat()}-{last.isoformat()}.csv"
+        return Response(
+            reports.as_csv(result),
+            mimetype="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+    return jsonify(reports.as_json(result))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from flask import jsonify
 from flask.typing import ResponseReturnValue
 
@@ -29,4 +31,6 @@ def get_publisher(publisher_id: str) -> ResponseReturnValue:
     row = Publisher.get_or_none(Publisher.id == publisher_id)
     if row is None:
         raise NotFound(f"no publisher {publisher_id!r}")
-    return jsonify(publishers.to_json(row))
+    now = datetime.now(timezone.utc)
+    usage = publishers.cap_usage(services.current().store, publishers.PublisherRule.from_row(row), now)
+    return jsonify({**publishers.to_json(row), "usage": usage})

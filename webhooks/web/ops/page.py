@@ -5,16 +5,17 @@ last payment webhooks refused for their signature (from Redis: they never reach 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from flask import render_template
+from flask import Response, render_template
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
+from webhooks.leads import reports
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import flagged, lead_record
 from webhooks.payments import outbox, rejected
@@ -33,6 +34,46 @@ def _bar(cap: str, use: dict[str, Any]) -> dict[str, Any]:
     used, limit = Decimal(str(use["used"])), Decimal(str(use["limit"]))
     pct = 100 if limit == 0 else min(100, int(used * 100 / limit))
     return {"cap": cap, "used": use["used"], "limit": use["limit"], "pct": pct, "window_start": use["window_start"]}
+
+
+CHART_W, CHART_H, SLOT = 720, 160, 30  # the 24-hour chart: its plot area and one hour's width
+
+
+def chart(hours: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last hours as an inline SVG's geometry, computed here so the template only places
+    it: per hour a bar of leads with the sold ones over it, and the revenue as a line on a
+    scale of its own. No script: the page's CSP runs none."""
+    top_leads = max([h["leads"] for h in hours] + [1])
+    top_revenue = max([h["revenue"] for h in hours] + [Decimal(1)])
+    bars, points = [], []
+    for i, h in enumerate(hours):
+        x = i * SLOT
+        leads_h = round(CHART_H * h["leads"] / top_leads)
+        sold_h = round(CHART_H * h["sold"] / top_leads)
+        bars.append(
+            {
+                **h,
+                "label": h["hour"].strftime("%H:00"),
+                "x": x + 4,
+                "w": SLOT - 8,
+                "leads_y": CHART_H - leads_h,
+                "leads_h": leads_h,
+                "sold_y": CHART_H - sold_h,
+                "sold_h": sold_h,
+            }
+        )
+        points.append(f"{x + SLOT // 2},{CHART_H - round(CHART_H * h['revenue'] / top_revenue)}")
+    return {
+        "bars": bars,
+        "revenue_line": " ".join(points),
+        "top_leads": top_leads,
+        "top_revenue": f"{top_revenue:.2f}",
+        "leads": sum(h["leads"] for h in hours),
+        "sold": sum(h["sold"] for h in hours),
+        "revenue": f"{sum((h['revenue'] for h in hours), Decimal(0)):.2f}",
+        "width": CHART_W,
+        "height": CHART_H,
+    }
 
 
 def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
@@ -62,14 +103,31 @@ def ops_page() -> ResponseReturnValue:
     leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
     review = [lead_record(row) for row in flagged(LAST_LEADS)]
     events = {"counts": outbox.counts(), "failed": outbox.listing((outbox.FAILED,), LAST_LEADS)}
+    now = datetime.now(timezone.utc)
     html = render_template(
         "ops.html",
         buyers=buyer_panels(r, datetime.now(timezone.utc)),
         leads=leads,
         review=review,
         events=events,
+        chart=chart(reports.last_hours(now)),
+        report_days=((now - timedelta(days=1)).date().isoformat(), now.date().isoformat()),
         rejected=rejected.listing(r, limit=LAST_REJECTED),
         refresh_s=REFRESH_S,
-        now=datetime.now(timezone.utc),
+        now=now,
     )
     return html, 200, {"Cache-Control": "no-store"}
+
+
+@bp.get("/ops/reports/leads.csv")
+def ops_report_csv() -> ResponseReturnValue:
+    """The leads report of yesterday and today by hour, as CSV: the chart's link (the admin
+    API's own report takes the bearer token, which a browser under the /ops cookie has not)."""
+    redirect = require_admin()
+    if redirect is not None:
+        return redirect
+    today = datetime.now(timezone.utc).date()
+    result = reports.report(today - timedelta(days=1), today, "hour")
+    name = f"leads-hour-{(today - timedelta(days=1)).isoformat()}-{today.isoformat()}.csv"
+    headers = {"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"}
+    return Response(reports.as_csv(result), mimetype="text/csv", headers=headers)

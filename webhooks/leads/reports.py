@@ -1,0 +1,212 @@
+"""The leads report (API.md "Reports"): leads, sold, unsold, returned, revenue, payout,
+profit and return rate per publisher, buyer, day or hour, from the ledger.
+
+The figures are kept per hour (of the lead's arrival, UTC), publisher and buyer in
+`lead_stats`, in the same transaction as the ledger change each counts: a settlement adds its
+new leads (`count_settled`, from ledger.settle), a return its return (`count_returned`, from
+returns.return_lead). A month of a network selling 200,000 leads a day is then ~720 rows per
+publisher and buyer pair to read, not six million leads to aggregate. Test leads are never
+counted (their ledger status is test_sold / test_unsold).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, cast
+
+import peewee as pw
+
+from webhooks.storage.db import is_mysql
+from webhooks.storage.models import Lead, LeadStats
+from webhooks.storage.states import LeadStatus
+
+GROUPS = ("publisher", "buyer", "day", "hour")
+MAX_DAYS = 366
+COLUMNS = ("key", "leads", "sold", "unsold", "returned", "revenue", "payout", "profit", "return_rate")
+ZERO = Decimal("0.00")
+
+
+def _hour(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0, tzinfo=None)
+
+
+@dataclass
+class _Delta:
+    leads: int = 0
+    sold: int = 0
+    returned: int = 0
+    revenue: Decimal = ZERO
+    payout: Decimal = ZERO
+
+
+def count_settled(items: Iterable[dict]) -> None:
+    """Add newly settled leads (settlement items) to their hours, in the caller's transaction."""
+    deltas: dict[tuple[datetime, str, str], _Delta] = {}
+    for item in items:
+        if item["status"] not in (LeadStatus.SOLD, LeadStatus.UNSOLD):
+            continue  # a test lead
+        at = datetime.fromisoformat(item["received_at"])  # aware UTC, as the web process wrote it
+        if at.tzinfo is not None:
+            at = at.astimezone(timezone.utc)
+        key = (_hour(at), item["publisher_id"], item["buyer_id"] or "")
+        d = deltas.setdefault(key, _Delta())
+        d.leads += 1
+        if item["status"] == LeadStatus.SOLD:
+            d.sold += 1
+            d.revenue += Decimal(item["price"])
+            d.payout += Decimal(item["commission"] or 0)
+    for key, d in sorted(deltas.items()):
+        _add(key, d)
+
+
+def count_returned(lead: Lead) -> None:
+    """A sold lead returned: counted as returned, its price and payout out of the sums."""
+    delta = _Delta(returned=1, revenue=-Decimal(lead.price or 0), payout=-Decimal(lead.commission or 0))
+    _add((_hour(lead.received_at), lead.publisher_id, lead.buyer_id or ""), delta)
+
+
+def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
+    hour, publisher_id, buyer_id = key
+    update = {
+        LeadStats.leads: LeadStats.leads + d.leads,
+        LeadStats.sold: LeadStats.sold + d.sold,
+        LeadStats.returned: LeadStats.returned + d.returned,
+        LeadStats.revenue: LeadStats.revenue + d.revenue,
+        LeadStats.payout: LeadStats.payout + d.payout,
+    }
+    query = LeadStats.insert(
+        hour=hour,
+        publisher_id=publisher_id,
+        buyer_id=buyer_id,
+        leads=d.leads,
+        sold=d.sold,
+        returned=d.returned,
+        revenue=d.revenue,
+        payout=d.payout,
+    )
+    if is_mysql():
+        query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
+    else:
+        query = query.on_conflict(
+            conflict_target=[LeadStats.hour, LeadStats.publisher_id, LeadStats.buyer_id], update=update
+        )
+    query.execute()
+
+
+def _key_expression(group_by: str) -> Any:
+    if group_by == "publisher":
+        return LeadStats.publisher_id
+    if group_by == "buyer":
+        return LeadStats.buyer_id
+    pattern = "%Y-%m-%d" if group_by == "day" else "%Y-%m-%dT%H:00:00Z"
+    # coerce(False): the text as formatted, not read back through the hour column's converter
+    if is_mysql():
+        return pw.fn.DATE_FORMAT(LeadStats.hour, pattern).coerce(False)
+    return pw.fn.strftime(pattern, LeadStats.hour).coerce(False)
+
+
+def report_query(first: date, last: date, group_by: str) -> Any:
+    """The aggregate over the hours from `first` to `last` (inclusive, UTC days), by the key of
+    `group_by`: one range scan of lead_stats' (hour, publisher, buyer) index."""
+    key = _key_expression(group_by).alias("key")
+    start = datetime(first.year, first.month, first.day)
+    end = datetime(last.year, last.month, last.day) + timedelta(days=1)
+    return (
+        LeadStats.select(
+            key,
+            pw.fn.SUM(LeadStats.leads).alias("leads"),
+            pw.fn.SUM(LeadStats.sold).alias("sold"),
+            pw.fn.SUM(LeadStats.returned).alias("returned"),
+            pw.fn.SUM(LeadStats.revenue).alias("revenue"),
+            pw.fn.SUM(LeadStats.payout).alias("payout"),
+        )
+        .where(LeadStats.hour >= start, LeadStats.hour < end)
+        .group_by(pw.SQL("1"))
+        .order_by(pw.SQL("1"))
+        .tuples()
+    )
+
+
+def report(first: date, last: date, group_by: str) -> dict:
+    """The report of the leads received from `first` to `last` (inclusive, UTC days)."""
+    found = cast(
+        "list[tuple[Any, ...]]", list(report_query(first, last, group_by))
+    )  # peewee's stubs: .tuples() yields models
+    rows = [_row(k or None, *figures) for k, *figures in found]
+    totals = _row(None, *(sum((r[name] for r in rows), start=z) for name, z in _SUMS))
+    totals.pop("key")
+    return {"from": first.isoformat(), "to": last.isoformat(), "group_by": group_by, "rows": rows, "totals": totals}
+
+
+_SUMS = (("leads", 0), ("sold", 0), ("returned", 0), ("revenue", ZERO), ("payout", ZERO))
+
+
+def last_hours(now: datetime, hours: int = 24) -> list[dict]:
+    """The `hours` hours up to `now`'s (UTC), oldest first, each with its leads, sold and
+    revenue (zeros for an hour without leads): the chart on /ops."""
+    end = _hour(now.astimezone(timezone.utc)) + timedelta(hours=1)
+    start = end - timedelta(hours=hours)
+    query = (
+        LeadStats.select(
+            LeadStats.hour,
+            pw.fn.SUM(LeadStats.leads),
+            pw.fn.SUM(LeadStats.sold),
+            pw.fn.SUM(LeadStats.revenue),
+        )
+        .where(LeadStats.hour >= start, LeadStats.hour < end)
+        .group_by(LeadStats.hour)
+        .tuples()
+    )
+    rows = cast("list[tuple[datetime, Any, Any, Any]]", list(query))  # peewee's stubs: models
+    found = {_hour(h): (int(n or 0), int(s or 0), Decimal(r or 0)) for h, n, s, r in rows}
+    out = []
+    for i in range(hours):
+        hour = start + timedelta(hours=i)
+        leads, sold, revenue = found.get(hour, (0, 0, ZERO))
+        out.append({"hour": hour, "leads": leads, "sold": sold, "revenue": revenue.quantize(ZERO)})
+    return out
+
+
+def _row(key: Any, leads: Any, sold: Any, returned: Any, revenue: Any, payout: Any) -> dict:
+    leads, sold, returned = int(leads or 0), int(sold or 0), int(returned or 0)
+    revenue, payout = Decimal(revenue or 0).quantize(ZERO), Decimal(payout or 0).quantize(ZERO)
+    rate = (Decimal(returned) / sold).quantize(Decimal("0.001")).normalize() if sold else Decimal(0)
+    return {
+        "key": key,
+        "leads": leads,
+        "sold": sold,
+        "unsold": leads - sold,
+        "returned": returned,
+        "revenue": revenue,
+        "payout": payout,
+        "profit": revenue - payout,
+        "return_rate": rate,
+    }
+
+
+def as_json(result: dict) -> dict:
+    """Money and rates as decimal strings (API.md, Conventions)."""
+
+    def text(name: str, value: Any) -> Any:
+        if not isinstance(value, Decimal):
+            return value
+        return f"{value:.2f}" if name in ("revenue", "payout", "profit") else format(value, "f")
+
+    def strings(row: dict) -> dict:
+        return {k: text(k, v) for k, v in row.items()}
+
+    return {**result, "rows": [strings(r) for r in result["rows"]], "totals": strings(result["totals"])}
+
+
+def as_csv(result: dict) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in as_json(result)["rows"]:
+        writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+    return out.getvalue()
