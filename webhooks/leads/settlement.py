@@ -73,8 +73,6 @@ def make_item(
     """The settlement of a routed lead. A test lead's records what it would have become
     (status test_sold / test_unsold, the buyer and price that would have bought it) and
     earns nothing: the ledger counts no test lead as a sale."""
-    if test:
-        return _test_item(publisher, lead_id, outcome, payload, received_at, request_id)
     item: dict[str, Any] = {
         "publisher_id": publisher.id,
         "lead_id": lead_id,
@@ -91,6 +89,14 @@ def make_item(
         "reserved_us": None,
         "request_id": request_id,
     }
+    if test:  # what it would have become, with nothing sold, earned or attempted
+        sold = outcome.status == LeadStatus.SOLD and outcome.price is not None
+        item.update(
+            status=LeadStatus.TEST_SOLD if sold else LeadStatus.TEST_UNSOLD,
+            price=f"{outcome.price:.2f}" if sold and outcome.price is not None else None,
+            attempts=[],
+        )
+        return item
     if outcome.status == LeadStatus.SOLD:  # the sale's columns, in their places above
         price, sold_at, lease = outcome.price, outcome.sold_at, outcome.lease
         assert price is not None and sold_at is not None and lease is not None  # a sale has all three
@@ -102,33 +108,6 @@ def make_item(
             reserved_us=lease.reserved_us,
         )
     return item
-
-
-def _test_item(
-    publisher: PublisherRule,
-    lead_id: str,
-    outcome: Outcome,
-    payload: str,
-    received_at: datetime,
-    request_id: str | None,
-) -> dict[str, Any]:
-    sold = outcome.status == LeadStatus.SOLD
-    return {
-        "publisher_id": publisher.id,
-        "lead_id": lead_id,
-        "status": LeadStatus.TEST_SOLD if sold else LeadStatus.TEST_UNSOLD,
-        "buyer_id": outcome.buyer_id,
-        "price": f"{outcome.price:.2f}" if sold and outcome.price is not None else None,
-        "commission": None,
-        "attempts": [],
-        "skipped": outcome.skipped,
-        "payload": payload,
-        "received_at": received_at.isoformat(),
-        "sold_at": None,
-        "lease": None,
-        "reserved_us": None,
-        "request_id": request_id,
-    }
 
 
 def answer_of(item: dict) -> dict:
