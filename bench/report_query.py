@@ -18,6 +18,8 @@ import statistics
 import time
 from datetime import date, datetime, timedelta
 
+from peewee import OperationalError
+
 from bench.common import machine_info, write_json
 from testkit.servers import create_mysql_db, mysql_admin_url
 from webhooks.leads import reports
@@ -103,9 +105,15 @@ def main() -> None:
             query = reports.report_query(first_day, last_day, "publisher")
             sql, params = query.sql()
             out["plan"] = [list(r) for r in db.execute_sql("EXPLAIN " + sql, params).fetchall()]
+            for group_by, t in out["report_s"].items():
+                print(f"  report by {group_by}: {t['median'] * 1000:.1f} ms (median of 5)", flush=True)
             window = (datetime(2026, 11, 1), datetime(2026, 12, 1))
-            median, seconds = timed(lambda: db.execute_sql(DIRECT, window).fetchall(), 3)
-            out["direct_s"] = {"median": median, "all": seconds}
+            started = time.perf_counter()
+            try:  # once: on a month of leads it may outlive the connection's read timeout (30 s)
+                db.execute_sql(DIRECT, window).fetchall()
+                out["direct_s"] = {"median": time.perf_counter() - started, "all": [time.perf_counter() - started]}
+            except OperationalError as exc:
+                out["direct_s"] = {"median": None, "error": f"{exc} after {time.perf_counter() - started:.0f} s"}
     finally:
         db.close()
         drop()
@@ -114,9 +122,9 @@ def main() -> None:
     print("|---|---|")
     for group_by, t in out["report_s"].items():
         print(f"| report by {group_by} (lead_stats) | {t['median'] * 1000:.1f} ms |")
-    print(
-        f"| the same by publisher from the leads table directly (median of 3) | {out['direct_s']['median'] * 1000:.0f} ms |"
-    )
+    direct = out["direct_s"]
+    shown = f"{direct['median'] * 1000:.0f} ms" if direct["median"] is not None else direct["error"]
+    print(f"| the same by publisher from the leads table directly (once) | {shown} |")
     print("plan:", out["plan"])
     write_json("report_query.json", out)
 

@@ -53,6 +53,7 @@ CONTRACT = {
     "POST /v1/admin/payments/{provider}/{reference}/assign",
     "GET /v1/admin/webhooks/rejected",
     "POST /ops/logout",
+    "GET /ops/reports/leads.csv",
     "GET /ops/logged-out",
 }
 CHECKS = [
