@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 import requests
 import requests.adapters
 import requests.structures
@@ -229,11 +230,36 @@ def buyer_server():
     server.close()
 
 
+def _let_the_worker_finish(queue: RedisServer, timeout_s: float = 10.0) -> None:
+    """The run's RQ worker (session-wide, started by an earlier test) may be writing a batch an
+    earlier test queued: its rows would land in the ledger after it is emptied (a publisher
+    the next test creates would then not be fresh, and its first lead wait as after a Redis
+    loss). Wait while a batch is held by a job that is running (a failed job's batch stays,
+    for its retry: not waited for)."""
+    client = redis.Redis.from_url(queue.url)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            held = [
+                key.decode().rsplit(":", 1)[1]
+                for pattern in (keys.settle_processing("*"), keys.deliveries_processing("*"))
+                for key in client.scan_iter(match=pattern, count=1000)
+            ]
+            running = [j for j in held if client.hget(f"rq:job:{j}", "status") == b"started"]
+            if not running:
+                return
+            time.sleep(0.02)
+    finally:
+        client.close()
+
+
 @pytest.fixture(autouse=True)
 def clean(request):
     """Each test starts with an empty ledger, no Floodgate keys in Redis and no queued job."""
     if "redis_server" in request.fixturenames or "web" in request.fixturenames:
         main, queue = request.getfixturevalue("redis_server"), request.getfixturevalue("queue_server")
+        if queue.alive():
+            _let_the_worker_finish(queue)
         for server in (main, queue) if queue is not main else (main,):
             if not server.alive():
                 server.start()
