@@ -360,13 +360,13 @@ class Intake:
         return got, first
 
     def _refuse_over_cap(self, ctx: LeadContext, full: int) -> NoReturn:
-        """429 publisher_cap_reached: the publisher's cap counter `full` (1-based, of ctx.caps)
-        is full; nothing was claimed or counted. Retry-After: to that cap's next window."""
-        counter = ctx.caps[full - 1]
-        name = next(n for n, _ in ctx.publisher.caps if f":cap:{n}:" in counter.key)
+        """429 publisher_cap_reached: the publisher's cap counter `full` (1-based, of ctx.caps,
+        built from its caps in order) is full; nothing was claimed or counted. Retry-After: to
+        that cap's next window."""
+        name, limit = ctx.publisher.caps[full - 1]
         _window, end = cap_windows(ctx.now)[name]
         raise PublisherCapReached(
-            f"this publisher's {name} cap of {counter.limit} leads is reached; retry in the next window",
+            f"this publisher's {name} cap of {limit} leads is reached; retry in the next window",
             retry_after_s=math.ceil((end - ctx.now).total_seconds()),
         )
 
