@@ -1,7 +1,6 @@
-"""The application's side of the payment events, for the tests: a real local HTTP server that
-verifies every delivery with the standardwebhooks library (as an application would), and a
-way to run the outbox's delivery batches in this process (the fast tier; e2e tests run the
-real RQ worker)."""
+"""The applications' side of events, for the tests: a real local HTTP server that verifies every
+delivery with the standardwebhooks library (as an application would), and a way to run the
+worker's delivery engine in this process (the fast tier; e2e tests run the real RQ worker)."""
 
 from __future__ import annotations
 
@@ -15,11 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from testkit.servers import wait_until
-from webhooks.payments import outbox
+from webhooks.events import delivery, endpoints
+from webhooks.events import log as events_log
+from webhooks.events.outbox import WALLET_TYPES
 from webhooks.storage.db import db
+from webhooks.storage.models import Event, EventDelivery, utcnow
 
 EVENTS_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"  # the application's Standard Webhooks secret
-FAST = outbox.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s
+FAST = delivery.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s
 
 
 @dataclass
@@ -125,35 +127,59 @@ class EventReceiver:
         self.stop()
 
 
+def all_sent() -> bool:
+    """Nothing waits for fan-out and no delivery to an enabled endpoint is pending."""
+    enabled = [ep.id for ep in endpoints.active(()) if ep.enabled]
+    backlog = events_log.backlog()
+    return events_log.not_fanned_out() == 0 and all(backlog.get(e, {}).get("pending", 0) == 0 for e in enabled)
+
+
 def deliver_inline(
-    url: str, policy: outbox.RetryPolicy = FAST, secret: str = EVENTS_SECRET, until=None, timeout: float = 30
+    url: str | None = None,
+    policy: delivery.RetryPolicy = FAST,
+    secret: str = EVENTS_SECRET,
+    until=None,
+    timeout: float = 30,
+    disable_after_s: int = 432_000,
 ) -> None:
-    """Run the worker's delivery batches in this process until `until()` (default: nothing is
-    pending), as workers/outbox.py's drain does."""
-    sender = outbox.Sender(url, (secret,), timeout_s=5)
-    done = until or (lambda: outbox.counts()[outbox.PENDING] == 0)
+    """Run the worker's engine in this process until `until()` (default: all_sent), as
+    workers/outbox.py's drain does; `url`: PAYMENT_EVENTS_URL, signed with `secret`."""
+    done = until or all_sent
     with ThreadPoolExecutor(8) as pool, db.connection_context():
+        if url:
+            endpoints.sync_managed(url, (secret,))
+        engine = delivery.Engine(pool, policy, 5, disable_after_s, (secret,))
 
         def step():
-            outbox.deliver_due(sender, policy, pool)
-            return done()
+            engine.refresh()
+            delivery.fan_out(engine.endpoints, utcnow())
+            engine.submit_due()
+            engine.collect(0.05)
+            return not engine.in_flight and done()
 
-        wait_until(step, timeout=timeout, interval=0.01, what="payment events delivered")
+        try:
+            wait_until(step, timeout=timeout, interval=0.01, what="events delivered")
+        finally:
+            engine.finish()
 
 
 def event_rows() -> list[dict]:
-    """Every outbox row, oldest first, with its body parsed."""
-    from webhooks.storage.models import PaymentEvent
-
+    """Every wallet event as PAYMENT_EVENTS_URL sees it, oldest first, with its body parsed: its
+    webhook-id, and its delivery's state (pending while not fanned out)."""
     with db.connection_context():
-        return [
-            {
-                "id": e.event_id,
-                "type": e.type,
-                "status": e.status,
-                "customer": e.customer,
-                "attempts": e.attempts,
-                "body": json.loads(e.body),
-            }
-            for e in PaymentEvent.select().order_by(PaymentEvent.id)
-        ]
+        events = list(Event.select().where(Event.type.in_(list(WALLET_TYPES))).order_by(Event.id))
+        managed = {d.event: d for d in EventDelivery.select().where(EventDelivery.endpoint_id == endpoints.MANAGED_ID)}
+        rows = []
+        for e in events:
+            d = managed.get(e.id)
+            rows.append(
+                {
+                    "id": d.webhook_id if d else e.event_id,
+                    "type": e.type,
+                    "status": d.status if d else "pending",
+                    "customer": e.entity,
+                    "attempts": d.attempts if d else 0,
+                    "body": json.loads(e.body),
+                }
+            )
+        return rows

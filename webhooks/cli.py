@@ -42,7 +42,7 @@ settle_cli = _Group("settlements", help="The queue of lead settlements.")
 buyers_cli = _Group("buyers", help="Buyers: export, import, caps and usage, recent leads.")
 publishers_cli = _Group("publishers", help="Publishers: export, import, replay memory.")
 leads_cli = _Group("leads", help="Leads in the ledger.")
-events_cli = _Group("events", help="Payment events to the application (PAYMENT_EVENTS_URL): the outbox.")
+events_cli = _Group("events", help="Events to the applications' endpoints (PAYMENT_EVENTS_URL among them): the outbox.")
 payments_cli = _Group("payments", help="Payments: reconciliation with the providers' own lists.")
 
 
@@ -116,30 +116,38 @@ def status_command() -> None:
 
 @events_cli.command(
     "status",
-    help="Payment events not yet delivered: pending (being retried, or held behind "
-    "an earlier event of the same customer) and failed (given up).",
+    help="Deliveries not yet made: pending (being retried, or held behind an earlier event of "
+    "the same entity) and failed (given up), in all and per endpoint, and the events waiting "
+    "for fan-out.",
 )
 def events_status() -> None:
-    from webhooks.payments import outbox
+    from webhooks.events import log as events_log
 
-    json.dump(outbox.counts(), sys.stdout, indent=2)
+    per_endpoint = events_log.backlog()
+    status = {
+        "pending": sum(c["pending"] for c in per_endpoint.values()),
+        "failed": sum(c["failed"] for c in per_endpoint.values()),
+        "endpoints": per_endpoint,
+        "not_fanned_out": events_log.not_fanned_out(),
+    }
+    json.dump(status, sys.stdout, indent=2)
     click.echo()
 
 
 @events_cli.command(
     "retry",
-    help="Give every failed payment event a new round of delivery attempts, due now "
-    "(each customer's events still go out in order), and wake the worker.",
+    help="Give every failed event delivery a new round of attempts, due now (each entity's "
+    "events still go out in order per endpoint), and wake the worker.",
 )
 def events_retry() -> None:
-    from webhooks.payments import outbox
+    from webhooks.events import log as events_log
     from webhooks.storage import outbox_queue
 
-    requeued = outbox.retry_failed()
+    requeued = events_log.retry_failed()
     if requeued:
         svc = services.current()
         outbox_queue.signal(svc.settle.redis, svc.queue)
-    click.echo(f"requeued {requeued} failed payment event(s)")
+    click.echo(f"requeued {requeued} failed event deliveries")
 
 
 @payments_cli.command(

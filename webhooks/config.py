@@ -73,7 +73,7 @@ class Config:
     flutterwave_verify: bool = False  # re-check each Flutterwave payment with its verify endpoint
     flutterwave_api_base: str = "https://api.flutterwave.com"
     flutterwave_secret_key: str = ""  # the API secret key that verify endpoint needs
-    # Payment events to the application (webhooks/payments/outbox.py): where, signed with which
+    # Payment events to the application (the endpoint PAYMENT_EVENTS_URL, webhooks/events/): where, signed with which
     # whsec_ secrets (two while rotating: both sign), and how deliveries are retried.
     payment_events_url: str = ""  # empty: wallet changes are not announced
     payment_events_secrets: tuple[str, ...] = ()
@@ -81,6 +81,9 @@ class Config:
     payment_events_retry_base_ms: int = 1_000  # first back-off; doubles per failed attempt
     payment_events_retry_max_ms: int = 3_600_000  # back-off never grows past this (1 h)
     payment_events_retry_for_s: int = 86_400  # failing for this long (24 h): `failed`
+    # Event endpoints (webhooks/events/): one failing for this long is disabled, keeping its
+    # events (API.md "Event endpoints"); the retries above apply to every endpoint.
+    event_endpoint_disable_after_s: int = 432_000  # 5 days
     # Attribution (docs/payments.md "Which wallet"): the merchant's metadata key naming the
     # wallet; empty: the payer's e-mail, as before.
     payment_account_field: str = ""
@@ -130,6 +133,7 @@ _INTS = {
     "PAYMENT_EVENTS_RETRY_BASE_MS": "payment_events_retry_base_ms",
     "PAYMENT_EVENTS_RETRY_MAX_MS": "payment_events_retry_max_ms",
     "PAYMENT_EVENTS_RETRY_FOR_S": "payment_events_retry_for_s",
+    "EVENT_ENDPOINT_DISABLE_AFTER_S": "event_endpoint_disable_after_s",
     "PROVIDER_RECONCILE_INTERVAL_S": "provider_reconcile_interval_s",
     "PROVIDER_RECONCILE_LOOKBACK_S": "provider_reconcile_lookback_s",
 }

@@ -120,15 +120,15 @@ def init(cfg: Config) -> None:
             multiprocess_mode="mostrecent",
         ),
         event_attempts=Counter(
-            "floodgate_payment_event_attempts_total",
-            "Deliveries of payment events to "
-            "PAYMENT_EVENTS_URL by outcome (delivered; failed: retried later; given_up: "
-            "the event is now failed)",
-            ["outcome"],
+            "floodgate_event_attempts_total",
+            "Deliveries of events by endpoint and outcome (delivered; failed: retried later; "
+            "given_up: the delivery is now failed; disabled: the endpoint was disabled after "
+            "failing for EVENT_ENDPOINT_DISABLE_AFTER_S)",
+            ["endpoint", "outcome"],
         ),
         event_lag=Histogram(
-            "floodgate_payment_event_lag_seconds",
-            "From the commit of a wallet change to the application's 2xx for its event",
+            "floodgate_event_lag_seconds",
+            "From the commit of a change (a wallet credited, a lead sold...) to an endpoint's 2xx for its event",
             buckets=EVENT_LAG_BUCKETS,
         ),
         provider_reconcile=Counter(
@@ -196,19 +196,22 @@ def payment_rejected(provider: str, body_length: int) -> None:
         _m.rejected_bytes.labels(provider).inc(body_length)
 
 
-def payment_events(delivered_lags_s: list[float], failed: int, given_up: int) -> None:
-    """One batch of payment event deliveries: the lag of each delivered event, and how many
-    attempts failed (of which `given_up` made their event `failed`)."""
+def events_delivered(
+    delivered: list[tuple[str, float]], failed: list[str], given_up: list[str], disabled: list[str]
+) -> None:
+    """Event deliveries written: (endpoint, lag) of each delivered one, the endpoint of each
+    failed attempt and of each delivery given up (also among the failed), endpoints disabled."""
     if _m is None:
         return
-    for lag in delivered_lags_s:
+    for endpoint, lag in delivered:
         _m.event_lag.observe(lag)
-    if delivered_lags_s:
-        _m.event_attempts.labels("delivered").inc(len(delivered_lags_s))
-    if failed - given_up:
-        _m.event_attempts.labels("failed").inc(failed - given_up)
-    if given_up:
-        _m.event_attempts.labels("given_up").inc(given_up)
+        _m.event_attempts.labels(endpoint, "delivered").inc()
+    for endpoint in failed:
+        _m.event_attempts.labels(endpoint, "failed").inc()
+    for endpoint in given_up:
+        _m.event_attempts.labels(endpoint, "given_up").inc()
+    for endpoint in disabled:
+        _m.event_attempts.labels(endpoint, "disabled").inc()
 
 
 def provider_reconciled(provider: str, counts: dict[str, int]) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlparse
 
 from webhooks.errors import ValidationError
 
@@ -84,3 +86,22 @@ def boolean(code: str, field: str, value: Any) -> bool:
 def cents(amount: Decimal | str) -> int:
     """A price or budget in cents (the unit cap counters count `daily_budget` in)."""
     return int(Decimal(amount) * 100)
+
+
+def http_url(code: str, field: str, value: Any) -> str:
+    """An absolute http(s) URL without userinfo (credentials in a URL end up in logs and
+    proxies: send them as headers) and without control characters or spaces, which URL
+    parsers read differently (a request smuggled into another host or path)."""
+    url = text(code, field, value, max_len=2048)
+    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in url):
+        raise ValidationError(code, field, "must not contain spaces or control characters")
+    parts = urlparse(url)
+    if "@" in parts.netloc:
+        raise ValidationError(code, field, "must not carry a user name or password (user:pass@)")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(code, field, "must be an absolute http(s) URL")
+    try:
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ValidationError(code, field, "has an invalid port") from None
+    return url

@@ -1,7 +1,9 @@
-"""Delivery of payment events (webhooks/payments/outbox.py): one drain job delivers many events
-(the worker is non-forking, as for settlements), and a periodic sweep starts a drain again from
-the database when the job that should deliver them was lost (Redis restarted empty, a worker
-killed), so that delivery depends only on the database."""
+"""Delivery of events to every endpoint (webhooks/events/delivery.py): one drain job fans out
+and delivers many events (the worker is non-forking, as for settlements), and a periodic sweep
+starts a drain again from the database when the job that should deliver them was lost (Redis
+restarted empty, a worker killed), so that delivery depends only on the database. The fan-out
+happens here, never in the web process: one event row per change there, whatever the number
+of endpoints."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rq import Queue, get_current_job
 
 from webhooks import metrics
-from webhooks.payments import outbox
+from webhooks.events import delivery, endpoints
 from webhooks.storage import claims, keys, outbox_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import close_db
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 TIME_BUDGET_S = 30.0  # then a fresh job takes over, so settlement jobs get their turn
 LINGER_S = 1.0  # wait this long for new events (or a retry that is due) before leaving
 LOCK_WAIT_S = 5.0  # a drain started while another is finishing waits for its lock this long
-THREADS = 16  # customers served at once
+THREADS = 32  # chains (one queue of one endpoint each) in flight at once
 
 
 def _queue(b: Backends) -> Queue:
@@ -35,13 +37,11 @@ def _queue(b: Backends) -> Queue:
     return queue(job.connection) if job else queue(make_queue_redis(b.cfg.queue_redis_url))
 
 
-def _lock_ttl_ms(timeout_ms: int) -> int:
-    """Outlives the longest batch: its budget, then a last delivery's connect and read timeouts."""
-    return int((outbox.BATCH_BUDGET_S + 5.0 + timeout_ms / 1000 + 10.0) * 1000)
+LOCK_TTL_MS = 30_000  # extended at every step (a step waits at most LINGER_S)
 
 
 def _acquire(b: Backends, ttl_ms: int) -> claims.Claim | None:
-    """Only the holder of keys.OUTBOX_LOCK delivers, so a customer's events leave one at a time."""
+    """Only the holder of keys.OUTBOX_LOCK delivers, so each queue's events leave one at a time."""
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         lock, _holder = claims.claim(b.settle, keys.OUTBOX_LOCK, ttl_ms)
@@ -59,73 +59,98 @@ def _keep(r: Client, lock: claims.Claim, ttl_ms: int) -> bool:
     return True
 
 
-def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
-    """Deliver due payment events until none is due within LINGER_S; return how many were
-    delivered. A job asked to stop (SIGTERM), or past its time budget, hands over to a new one."""
-    b = backends()
+def _engine(b: Backends, pool: ThreadPoolExecutor) -> delivery.Engine:
     cfg = b.cfg
-    if not cfg.payment_events_url:
-        log.warning("PAYMENT_EVENTS_URL is not set for this worker: payment events stay pending")
-        return 0
-    r = b.settle.redis
-    ttl_ms = _lock_ttl_ms(cfg.payment_events_timeout_ms)
-    lock = _acquire(b, ttl_ms)
-    if lock is None:
-        log.info("another drain is delivering payment events")
-        return 0
-    sender = outbox.Sender(cfg.payment_events_url, cfg.payment_events_secrets, cfg.payment_events_timeout_ms / 1000)
-    policy = outbox.RetryPolicy(
+    policy = delivery.RetryPolicy(
         cfg.payment_events_retry_base_ms, cfg.payment_events_retry_max_ms, cfg.payment_events_retry_for_s
     )
+    return delivery.Engine(
+        pool,
+        policy,
+        cfg.payment_events_timeout_ms / 1000,
+        cfg.event_endpoint_disable_after_s,
+        cfg.payment_events_secrets,
+    )
+
+
+def _count(written: delivery.Written) -> int:
+    metrics.events_delivered(
+        [(d.delivery.endpoint_id, lag) for d, lag in zip(written.delivered, written.lags_s, strict=True)],
+        written.failed,
+        written.gave_up,
+        written.disabled,
+    )
+    return len(written.delivered)
+
+
+def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
+    """Fan out and deliver events until nothing is due within LINGER_S; return how many were
+    delivered. A job asked to stop (SIGTERM), or past its time budget, finishes the chains it
+    has in flight and hands over to a new one."""
+    b = backends()
+    cfg = b.cfg
+    r = b.settle.redis
+    ttl_ms = LOCK_TTL_MS
+    lock = _acquire(b, ttl_ms)
+    if lock is None:
+        log.info("another drain is delivering events")
+        return 0
     delivered, started = 0, time.monotonic()
     try:
+        endpoints.sync_managed(cfg.payment_events_url, cfg.payment_events_secrets)
         with ThreadPoolExecutor(THREADS, thread_name_prefix="events") as pool, StopAfterBatch() as stop:
-            while True:
-                if not _keep(r, lock, ttl_ms):
-                    log.warning("payment events lock lost; another drain carries on")
+            engine = _engine(b, pool)
+            try:
+                while True:
+                    if not _keep(r, lock, ttl_ms):
+                        log.warning("events lock lost; another drain carries on")
+                        return delivered
+                    outbox_queue.still_draining(r)
+                    engine.refresh()
+                    fanned = delivery.fan_out(engine.endpoints, utcnow())
+                    submitted = engine.submit_due()
+                    delivered += _count(engine.collect(0.05 if (fanned or submitted) else 0.5))
+                    if stop.requested or time.monotonic() - started > time_budget_s:
+                        delivered += _count(engine.finish(lambda: _keep(r, lock, ttl_ms)))
+                        outbox_queue.enqueue_drain(_queue(b), reason="handover")  # the flag stays set
+                        return delivered
+                    if fanned or submitted or engine.in_flight:
+                        continue
+                    due = delivery.next_due_s(engine.enabled(), utcnow())
+                    if due is not None and due <= LINGER_S:
+                        outbox_queue.wait_for_work(r, max(due, 0.05))  # a retry due soon, or new events
+                        continue
+                    if outbox_queue.wait_for_work(r, LINGER_S):
+                        continue
+                    # Clear the flag, then look once more: an event committed in between either
+                    # finds the flag gone (and starts a drain) or is seen here.
+                    outbox_queue.stop_draining(r)
+                    if delivery.work_waiting(engine.enabled(), utcnow()):
+                        continue
                     return delivered
-                outbox_queue.still_draining(r)
-                batch = outbox.deliver_due(sender, policy, pool)
-                delivered += len(batch.delivered)
-                metrics.payment_events(
-                    [(e.delivered_at - e.created_at).total_seconds() for e in batch.delivered],
-                    batch.failed_attempts,
-                    batch.gave_up,
-                )
-                if stop.requested or time.monotonic() - started > time_budget_s:
-                    outbox_queue.enqueue_drain(_queue(b), reason="handover")  # the flag stays set
-                    return delivered
-                if batch.attempted:
-                    continue
-                if batch.next_due_s is not None and batch.next_due_s <= LINGER_S:
-                    outbox_queue.wait_for_work(r, batch.next_due_s)  # a retry due soon, or new events
-                    continue
-                if outbox_queue.wait_for_work(r, LINGER_S):
-                    continue
-                # Clear the flag, then look once more: an event committed in between either
-                # finds the flag gone (and starts a drain) or is seen here.
-                outbox_queue.stop_draining(r)
-                if outbox.next_due_s(utcnow()) == 0:
-                    continue
-                return delivered
+            finally:
+                delivered += _count(engine.finish(lambda: _keep(r, lock, ttl_ms)))
     finally:
         try:
             claims.release(b.settle, lock)
         except REDIS_DOWN as exc:
-            log.warning("payment events lock not released (expires by ttl): %s", exc)
+            log.warning("events lock not released (expires by ttl): %s", exc)
         close_db()
 
 
 def sweep() -> bool:
-    """The safety net (every few seconds, workers/schedule.py): when an event is due and no drain
-    is scheduled or running, enqueue one. True when it did."""
+    """The safety net (every few seconds, workers/schedule.py): when an event waits for fan-out
+    or a delivery is due and no drain is scheduled or running, enqueue one. True when it did."""
     b = backends()
     try:
-        if not b.cfg.payment_events_url or outbox.next_due_s(utcnow()) != 0:
+        enabled = [ep.id for ep in endpoints.active(b.cfg.payment_events_secrets) if ep.enabled and ep.secrets]
+        if not enabled and b.cfg.payment_events_url:
+            enabled = [endpoints.MANAGED_ID]  # not made yet: the first drain makes it
+        if not delivery.work_waiting(enabled, utcnow()):
             return False
         started = outbox_queue.ensure_drain(b.settle.redis, _queue(b))
         if started:
-            log.info("payment events due and no drain running: one enqueued")
+            log.info("events waiting and no drain running: one enqueued")
         return started
     finally:
         close_db()

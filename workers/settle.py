@@ -17,7 +17,7 @@ from rq import get_current_job
 from webhooks.caps import leases
 from webhooks.leads import ledger
 from webhooks.payments import gate
-from webhooks.storage import keys
+from webhooks.storage import keys, outbox_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import Backlog
@@ -110,6 +110,8 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                 if batch:
                     items = [json.loads(x) for x in batch]
                     written += ledger.settle(items)
+                    if any(i["status"] == "sold" for i in items):
+                        outbox_queue.wake(r, queue(r))  # their lead.sold events
                     leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
                     r.delete(processing)
                 if stop.requested or time.monotonic() - started > time_budget_s:

@@ -23,7 +23,8 @@ from testkit.servers import ROOT, venv_bin
 from tests.conftest import ADMIN_TOKEN
 from webhooks import config
 from webhooks.errors import ConfigError
-from webhooks.payments import outbox
+from webhooks.events import delivery
+from webhooks.events import log as events_log
 from webhooks.storage import keys, outbox_queue
 
 # API.md: the body is {"type", "data": {these}}
@@ -82,9 +83,12 @@ def test_each_credit_and_debit_writes_one_event_with_it_and_nothing_else_does(ap
     assert all(r["status"] == "pending" and r["id"].startswith("msg_") for r in rows)
 
 
-def test_without_payment_events_url_no_event_is_written(api):
+def test_without_payment_events_url_the_event_is_logged_and_sent_nowhere(api, receiver):
     assert credit(api, "standard", "std-quiet", 1_000) == "credited"
-    assert event_rows() == []
+    assert [r["body"]["data"]["reference"] for r in event_rows()] == ["std-quiet"]
+    assert api.get("/v1/admin/payment-events").json() == {"events": [], "counts": {"pending": 0, "failed": 0}}
+    deliver_inline()  # fanned out to no endpoint
+    assert receiver.arrivals == [] and events_log.backlog() == {}
 
 
 def test_events_arrive_signed_per_standard_webhooks_each_with_its_own_stable_id(api, events_on):
@@ -111,7 +115,7 @@ def test_a_failed_attempt_is_retried_with_the_same_webhook_id_and_body(api, even
 
 
 def test_back_off_doubles_up_to_its_cap_with_jitter():
-    policy = outbox.RetryPolicy(base_ms=1_000, max_ms=60_000, retry_for_s=86_400)
+    policy = delivery.RetryPolicy(base_ms=1_000, max_ms=60_000, retry_for_s=86_400)
     rng = random.Random(7)
     for attempts, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (30, 60.0)]:
         delays = [policy.delay_s(attempts, rng) for _ in range(200)]
@@ -159,8 +163,8 @@ def refs(receiver: EventReceiver) -> list[str]:
 def test_an_event_failing_past_the_retry_window_is_failed_shown_and_requeued_by_the_cli(api, events_on, base_env):
     credit(api, "standard", "std-fail", 7_700)
     events_on.fail = lambda body: True
-    give_up_at_once = outbox.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=0)
-    deliver_inline(events_on.url, give_up_at_once, until=lambda: outbox.counts()[outbox.FAILED] == 1)
+    give_up_at_once = delivery.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=0)
+    deliver_inline(events_on.url, give_up_at_once, until=lambda: events_log.payment_event_counts()["failed"] == 1)
     [row] = event_rows()
 
     listed = api.get("/v1/admin/payment-events", params={"status": "failed"})
@@ -182,7 +186,7 @@ def test_an_event_failing_past_the_retry_window_is_failed_shown_and_requeued_by_
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and "requeued 1 failed payment event(s)" in done.stdout, done.stderr
+    assert done.returncode == 0 and "requeued 1 failed event deliveries" in done.stdout, done.stderr
     deliver_inline(events_on.url)
     assert events_on.accepted_ids() == {row["id"]}
     assert api.get("/v1/admin/payment-events").json() == {"events": [], "counts": {"pending": 0, "failed": 0}}
@@ -214,7 +218,7 @@ def test_the_sweep_is_a_periodic_job():
     assert {
         "func": "workers.outbox.sweep",
         "interval": 10,
-        "description": "deliver due payment events (safety net)",
+        "description": "deliver due events (safety net)",
     } in PERIODIC
 
 
@@ -252,7 +256,7 @@ def test_two_secrets_while_rotating_sign_each_event_twice(receiver):
     old, new = EVENTS_SECRET, "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
     cfg = config.load({"PAYMENT_EVENTS_URL": receiver.url, "PAYMENT_EVENTS_SECRET": f"{old} {new}"})
     now = time.time()
-    headers = outbox.Sender(cfg.payment_events_url, cfg.payment_events_secrets, 5).headers("msg_1", "{}", now)
+    headers = delivery.Sender(cfg.payment_events_url, cfg.payment_events_secrets, 5).headers("msg_1", "{}", now)
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (old, new):  # a receiver on either secret accepts it
         assert Webhook(secret).verify("{}", headers) == {}

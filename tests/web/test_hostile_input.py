@@ -238,7 +238,7 @@ def test_buyer_credential_headers_never_reach_the_audit_log_in_clear(api, buyer_
 
 def test_secrets_in_url_queries_are_redacted_in_logs_and_stored_errors(caplog):
     from webhooks.logs import JsonFormatter, redact_text
-    from webhooks.payments.outbox import Sender
+    from webhooks.events.delivery import Sender
 
     line = JsonFormatter().format(
         logging.makeLogRecord(
@@ -253,7 +253,7 @@ def test_secrets_in_url_queries_are_redacted_in_logs_and_stored_errors(caplog):
         redact_text("http://h/p?signature=abc;code=zz&ok=1") == "http://h/p?signature=<redacted>;code=<redacted>&ok=1"
     )
     sender = Sender("http://127.0.0.1:9/hook?token=SECRET123", ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",), 1.0)
-    error = sender.send("evt_1", "{}")
+    error = sender.send("evt_1", "{}").error
     assert error and "SECRET123" not in error and "token=<redacted>" in error
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from webhooks import validate as v
@@ -57,22 +55,7 @@ def _zone(value: Any) -> ZoneInfo:
 
 
 def _url(value: Any, field: str = "endpoint_url") -> str:
-    """An absolute http(s) URL without userinfo (credentials in a URL end up in logs and
-    proxies: send them as headers) and without control characters or spaces, which URL
-    parsers read differently (a request smuggled into another host or path)."""
-    url = v.text(CODE, field, value, max_len=2048)
-    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in url):
-        raise ValidationError(CODE, field, "must not contain spaces or control characters")
-    parts = urlparse(url)
-    if "@" in parts.netloc:
-        raise ValidationError(CODE, field, "must not carry a user name or password (user:pass@)")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationError(CODE, field, "must be an absolute http(s) URL")
-    try:
-        parts.port  # noqa: B018 - raises on a malformed port
-    except ValueError:
-        raise ValidationError(CODE, field, "has an invalid port") from None
-    return url
+    return v.http_url(CODE, field, value)
 
 
 def _minutes(field: str, hhmm: Any) -> int:

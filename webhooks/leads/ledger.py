@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import peewee as pw
 
+from webhooks.events import outbox
 from webhooks.leads.delivery import UNKNOWN
 from webhooks.leads.reports import count_settled
 from webhooks.storage import audit
@@ -44,8 +45,9 @@ def _lead_row(item: dict, now: datetime) -> dict:
     }
 
 
-def _write_extras(new: list[dict]) -> None:
-    """Attempts, commission and audit rows of leads whose row was just inserted."""
+def _write_extras(new: list[dict], now: datetime) -> None:
+    """Attempts, commission, report, event and audit rows of leads whose row was just inserted:
+    a sale's `lead.sold` event is written with it (none for a test lead: never a sale)."""
     attempts = [
         {
             "publisher_id": i["publisher_id"],
@@ -69,6 +71,14 @@ def _write_extras(new: list[dict]) -> None:
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
     count_settled(new)
+    outbox.record_many(
+        [
+            outbox.lead_event(outbox.EventType.LEAD_SOLD, i["publisher_id"], i["lead_id"], _payout(i))
+            for i in new
+            if i["status"] == "sold"
+        ],
+        now,
+    )
     audit.record_many(
         "settlement",
         "lead",
@@ -88,6 +98,10 @@ def _write_extras(new: list[dict]) -> None:
     )
 
 
+def _payout(item: dict) -> str:
+    return f"{Decimal(item['commission'] or 0):.2f}"
+
+
 def settle(items: list[dict]) -> int:
     """Write settlements; return how many were new. Safe to repeat: the lead's unique key
     (publisher, lead_id) decides, and only a new lead row brings its attempts, commission and
@@ -98,7 +112,7 @@ def settle(items: list[dict]) -> int:
     try:
         with db.atomic():
             Lead.insert_many([_lead_row(i, now) for i in unique]).execute()
-            _write_extras(unique)
+            _write_extras(unique, now)
         return len(unique)
     except pw.IntegrityError:
         pass  # some were settled before (a job run again): decide one by one
@@ -108,7 +122,7 @@ def settle(items: list[dict]) -> int:
             query = Lead.insert(**_lead_row(item, now)).on_conflict_ignore()
             if db.execute(query).rowcount == 1:
                 written += 1
-                _write_extras([item])
+                _write_extras([item], now)
     return written
 
 

@@ -2,7 +2,8 @@
 `return_window_days`.
 
 One conditional ledger update (`WHERE status = 'sold'`) decides who wins when returns race;
-the same transaction takes the publisher's commission back and writes the audit row. Only
+the same transaction takes the publisher's commission back and writes the `lead.returned`
+event and the audit row. Only
 after it commits, and only for the caps whose window the sale counted in is still current, is
 the buyer's slot (and budget) given back in Redis: reconciliation counts sold leads, so a
 returned lead stops counting there too, and an old window's counter is left alone.
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
+from webhooks.events import outbox
 from webhooks.leads import reports
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import lead_record
@@ -79,6 +81,9 @@ def return_lead(
                 Publisher.id == lead.publisher_id
             ).execute()
         reports.count_returned(lead)
+        payout = f"{lead.commission or 0:.2f}"
+        returned = outbox.EventType.LEAD_RETURNED
+        outbox.record(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
         audit.record(
             actor,
             "lead.returned",

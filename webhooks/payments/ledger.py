@@ -1,8 +1,8 @@
 """The payment ledger: the one transaction that credits a payment, the audit trail of every
 verified webhook, and the reads the admin API shows. (The Redis front that short-cuts repeats
-is gate.py; refunds, which debit, are in refunds.py; the events both announce, in outbox.py; a
-webhook that fails its signature check never reaches the database, see rejected.py; the
-steps in order, webhook.py.)
+is gate.py; refunds, which debit, are in refunds.py; the events both announce go to the outbox,
+webhooks/events/outbox.py; a webhook that fails its signature check never reaches the
+database, see rejected.py; the steps in order, webhook.py.)
 
 The UNIQUE key (provider, reference) of `payments`, not the Redis claim, is what makes a credit
 happen at most once: a second insert of the same reference fails inside its transaction, which
@@ -24,7 +24,7 @@ from typing import TypeVar, cast
 import peewee as pw
 
 from webhooks.errors import AlreadyAssigned, NotFound, ReferenceConflict
-from webhooks.payments import outbox
+from webhooks.events import outbox
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
@@ -143,9 +143,9 @@ def retrying_deadlocks(transaction: Callable[[], T], what: str) -> T:
             attempt += 1
 
 
-def credit(event: PaymentEvent, d: Receipt, announce: bool = False, source: Source = Source.WEBHOOK) -> Verdict:
-    """Insert the payment, credit its wallet and record the webhook, in one transaction; with
-    `announce` (PAYMENT_EVENTS_URL set), also its `wallet.credited` event (the outbox). A
+def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> Verdict:
+    """Insert the payment, credit its wallet, write its `wallet.credited` event (the outbox)
+    and record the webhook, in one transaction. A
     payment naming no wallet (customer None) is inserted `unattributed` and credits nothing
     until an `assign`; a flagged one (a partial or over payment) is credited and flagged in
     audit_log. `source` says whether a webhook or the provider reconciliation found it.
@@ -184,17 +184,20 @@ def credit(event: PaymentEvent, d: Receipt, announce: bool = False, source: Sour
                 return Verdict.UNATTRIBUTED
             assert event.customer is not None
             _credit_wallet(event.customer, event.currency, event.amount_minor, now)
-            if announce:  # the wallet row is locked by the upsert: its balance is this change's
-                outbox.record(
-                    outbox.CREDITED,
+            # the wallet row is locked by the upsert: its balance is this change's
+            after = balance(event.customer, event.currency)
+            outbox.record(
+                outbox.wallet_event(
+                    outbox.EventType.WALLET_CREDITED,
                     event.provider,
                     event.reference,
                     event.customer,
                     event.currency,
                     event.amount_minor,
-                    balance(event.customer, event.currency),
-                    now,
-                )
+                    after,
+                ),
+                now,
+            )
             record(d, Verdict.CREDITED, 200, event)
         return Verdict.CREDITED
 
@@ -259,7 +262,7 @@ def payment_record(p: Payment) -> dict:
     }
 
 
-def assign(provider: str, reference: str, customer: str, announce: bool = False) -> Payment:
+def assign(provider: str, reference: str, customer: str) -> Payment:
     """Credit an unattributed payment to `customer`, exactly once: the conditional update
     (WHERE status = 'unattributed') decides which of concurrent assigns wins; the others raise
     AlreadyAssigned (409). NotFound (404) when there is no such payment. The wallet is credited
@@ -290,9 +293,11 @@ def assign(provider: str, reference: str, customer: str, announce: bool = False)
                 payment.status = status
             if amount > 0:
                 _credit_wallet(customer, payment.currency, amount, now)
-                if announce:
-                    after = balance(customer, payment.currency)
-                    outbox.record(outbox.CREDITED, provider, reference, customer, payment.currency, amount, after, now)
+                after = balance(customer, payment.currency)
+                credited = outbox.EventType.WALLET_CREDITED
+                outbox.record(
+                    outbox.wallet_event(credited, provider, reference, customer, payment.currency, amount, after), now
+                )
             audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
             return payment
 

@@ -15,7 +15,7 @@ from datetime import datetime
 import peewee as pw
 
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
-from webhooks.payments import outbox
+from webhooks.events import outbox
 from webhooks.payments.events import RefundEvent
 from webhooks.payments.ledger import Receipt, balance, record, retrying_deadlocks
 from webhooks.payments.states import PaymentStatus, Verdict
@@ -90,7 +90,7 @@ def _debit_wallet(customer: str, currency: str, amount: int, now: datetime) -> i
     return balance(customer, currency)
 
 
-def _debit_once(event: RefundEvent, d: Receipt, announce: bool) -> Verdict:
+def _debit_once(event: RefundEvent, d: Receipt) -> Verdict:
     with _writing():
         now = utcnow()
         payment = _locked_payment(event)
@@ -162,24 +162,25 @@ def _debit_once(event: RefundEvent, d: Receipt, announce: bool) -> Verdict:
                 after,
                 payment.currency,
             )
-        if announce:
-            outbox.record(
-                outbox.DEBITED, event.provider, event.reference, payment.customer, payment.currency, amount, after, now
-            )
+        debited = outbox.EventType.WALLET_DEBITED
+        outbox.record(
+            outbox.wallet_event(
+                debited, event.provider, event.reference, payment.customer, payment.currency, amount, after
+            ),
+            now,
+        )
         record(d, Verdict.DEBITED, 200, event)
     return Verdict.DEBITED
 
 
-def debit(event: RefundEvent, d: Receipt, announce: bool = False) -> Verdict:
+def debit(event: RefundEvent, d: Receipt) -> Verdict:
     """Debit a refund once: DEBITED, or DUPLICATE when this refund reference is already in
     the ledger with the same payment and amount. Raises PaymentNotFound (409: the payment is not
     in the ledger yet), RefundExceedsPayment (422, flagged), ReferenceConflict (422, flagged: the
     reference is known with another payment or amount, or the payment has another currency or
     payer) or InvalidPayload; in each case nothing is debited and the webhook is recorded."""
     try:
-        return retrying_deadlocks(
-            lambda: _debit_once(event, d, announce), f"debiting {event.provider}:{event.reference}"
-        )
+        return retrying_deadlocks(lambda: _debit_once(event, d), f"debiting {event.provider}:{event.reference}")
     except pw.IntegrityError as exc:
         return _already_known(event, d, exc)
     except InvalidPayload as exc:  # an amount that is no whole number of the payment's minor units

@@ -7,7 +7,7 @@ listed in Redis by rejected.py, and never reaches the database), parse (events.p
 that is not a success is recorded and `ignored`), dedupe and claim in one Redis round trip
 (gate.py: a duplicate or an in-flight repeat answers at once), confirm (Flutterwave with
 FLUTTERWAVE_VERIFY=1), then credit (ledger.py) or debit a refund (refunds.py) in one
-transaction, release the claim, and wake the outbox worker (PAYMENT_EVENTS_URL set).
+transaction (with its event, the outbox), release the claim, and wake the events worker.
 
 Audit rows (webhook_deliveries): a webhook that reaches the database writes its row in its own
 transaction. A duplicate or in-flight repeat never waits for the database: the gate queues its
@@ -93,7 +93,6 @@ class PaymentWebhooks:
     queue: Queue
     secrets: Mapping[str, tuple[str, ...]]  # per provider: one, or the old and new while rotating
     claim_ttl_ms: int
-    announce: bool  # PAYMENT_EVENTS_URL is set: each credit and debit writes its outbox event
     flutterwave: FlutterwaveCheck | None  # None unless FLUTTERWAVE_VERIFY=1
     account_field: str = ""  # PAYMENT_ACCOUNT_FIELD: the metadata key naming the wallet
 
@@ -108,7 +107,6 @@ class PaymentWebhooks:
             queue,
             cfg.secrets,
             cfg.payment_claim_ttl_ms,
-            bool(cfg.payment_events_url),
             check,
             cfg.payment_account_field,
         )
@@ -160,7 +158,7 @@ class PaymentWebhooks:
             # 409 for a refund of a payment not in the ledger yet: the provider retries it
             return _answer(Verdict.PAYMENT_NOT_FOUND, exc.status, watch, exc.message)
         watch.lap("ledger")
-        if self.announce and verdict in (Verdict.CREDITED, Verdict.DEBITED):
+        if verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
         return _answer(verdict, 200, watch)
 
@@ -174,7 +172,7 @@ class PaymentWebhooks:
             return Verdict(entry.verdict)
         assert entry.claim is not None  # claimed: the claim is ours
         verdict = self._act(event, receipt, entry.claim, Source.RECONCILIATION)
-        if self.announce and verdict == Verdict.CREDITED:
+        if verdict == Verdict.CREDITED:
             self.wake_outbox(request_id)
         return verdict
 
@@ -190,11 +188,11 @@ class PaymentWebhooks:
         processed = False
         try:
             if isinstance(event, events.RefundEvent):
-                verdict = refunds.debit(event, receipt, self.announce)
+                verdict = refunds.debit(event, receipt)
             else:
                 if source is Source.WEBHOOK:  # a listed payment comes from the provider's API itself
                     self._confirm(event, receipt)
-                verdict = ledger.credit(event, receipt, self.announce, source)
+                verdict = ledger.credit(event, receipt, source)
             processed = True
         finally:
             gate.finish(self.store, event, claim, processed)
@@ -224,9 +222,5 @@ class PaymentWebhooks:
             raise
 
     def wake_outbox(self, request_id: str | None) -> None:
-        """A credit or debit committed its event: wake the worker that sends it. If Redis is
-        down the event still is in the database, and the scheduled sweep starts its delivery."""
-        try:
-            outbox_queue.signal(self.settle.redis, self.queue, request_id)
-        except REDIS_DOWN as exc:
-            log.warning("payment event committed, worker not woken (the sweep will deliver it): %s", exc)
+        """A credit or debit committed its event: wake the worker that sends it."""
+        outbox_queue.wake(self.settle.redis, self.queue, request_id)

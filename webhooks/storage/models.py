@@ -186,8 +186,8 @@ class Refund(BaseModel):
 
 
 class PaymentEvent(BaseModel):
-    """The outbox: one event per wallet change, inserted in the transaction that makes it and
-    delivered to PAYMENT_EVENTS_URL by the worker (webhooks/payments/outbox.py)."""
+    """The payment events outbox before sql/011 (one endpoint, PAYMENT_EVENTS_URL): read only
+    by that migration, which carries its rows over into events and event_deliveries."""
 
     id = pw.BigAutoField()
     event_id = pw.CharField(max_length=64, unique=True)  # the stable webhook-id
@@ -211,6 +211,94 @@ class PaymentEvent(BaseModel):
             (("provider", "type", "reference"), True),
             (("status", "customer", "id"), False),  # each customer's oldest undelivered event
         )
+
+
+class EventEndpoint(BaseModel):
+    """An application's endpoint for events (API.md "Event endpoints"): what it wants and its
+    state. The endpoint PAYMENT_EVENTS_URL configures is a row too (events/endpoints.py)."""
+
+    id = pw.CharField(max_length=64, primary_key=True)
+    url = pw.CharField(max_length=2048)
+    types = pw.TextField(null=True)  # JSON list of event types; NULL: every type
+    publisher_id = pw.CharField(max_length=64, null=True)  # lead events of this publisher only
+    secret = pw.CharField(max_length=200, null=True)  # whsec_...; NULL: PAYMENT_EVENTS_SECRET signs
+    enabled = pw.BooleanField(default=True)
+    disabled_reason = pw.CharField(max_length=16, null=True)  # paused | failing
+    disabled_at = DateTime6Field(null=True)
+    failing_since = DateTime6Field(null=True)  # the first failed attempt since the last success
+    last_error = pw.CharField(max_length=500, null=True)
+    last_attempt_at = DateTime6Field(null=True)
+    last_success_at = DateTime6Field(null=True)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "event_endpoints"
+
+
+class Event(BaseModel):
+    """The outbox: one row per announced change (a wallet credited or debited, a lead sold or
+    returned), inserted in the transaction that makes the change. The worker fans it out into
+    one EventDelivery per matching endpoint (`fanned_out`)."""
+
+    id = pw.BigAutoField()
+    event_id = pw.CharField(max_length=64, unique=True)  # msg_...: shown by the admin API
+    type = pw.CharField(max_length=32)
+    subject = pw.CharField(max_length=200)  # what changed: provider:reference, publisher:lead_id
+    entity = pw.CharField(max_length=254)  # the order key: the wallet's customer, the lead
+    publisher_id = pw.CharField(max_length=64, null=True)  # lead events: whose lead
+    body = pw.TextField()  # the JSON sent, fixed when the event is made
+    created_at = DateTime6Field()
+    fanned_out = pw.BooleanField(default=False)
+
+    class Meta:
+        table_name = "events"
+        indexes = (
+            (("type", "subject"), True),  # one event per change
+            (("fanned_out", "id"), False),
+            (("created_at",), False),
+        )
+
+
+class EventDelivery(BaseModel):
+    """One event to one endpoint: its stable `webhook-id` and how its delivery goes."""
+
+    id = pw.BigAutoField()
+    event = pw.BigIntegerField(column_name="event_id")  # Event.id
+    endpoint_id = pw.CharField(max_length=64)
+    entity = pw.CharField(max_length=254)  # the event's: one endpoint's deliveries of it go in order
+    webhook_id = pw.CharField(max_length=64)
+    status = pw.CharField(max_length=16)  # pending | delivered | failed
+    attempts = pw.IntegerField(default=0)
+    created_at = DateTime6Field()
+    next_attempt_at = DateTime6Field()
+    first_attempt_at = DateTime6Field(null=True)
+    last_attempt_at = DateTime6Field(null=True)
+    delivered_at = DateTime6Field(null=True)
+    last_error = pw.CharField(max_length=500, null=True)
+
+    class Meta:
+        table_name = "event_deliveries"
+        indexes = (
+            (("event_id", "endpoint_id"), True),
+            (("endpoint_id", "status", "next_attempt_at"), False),  # what is due, per endpoint
+            (("entity", "endpoint_id", "status", "id"), False),  # one endpoint's queue of one entity
+        )
+
+
+class EventAttempt(BaseModel):
+    """The delivery log: every attempt, with what the endpoint answered."""
+
+    id = pw.BigAutoField()
+    delivery_id = pw.BigIntegerField()
+    at = DateTime6Field()
+    status_code = pw.SmallIntegerField(null=True)  # NULL: no answer (refused, timed out)
+    error = pw.CharField(max_length=500, null=True)  # NULL: delivered
+    ms = pw.IntegerField()
+
+    class Meta:
+        table_name = "event_attempts"
+        indexes = ((("delivery_id", "id"), False),)
 
 
 class Wallet(BaseModel):
@@ -295,4 +383,8 @@ ALL_MODELS = [
     Refund,
     PaymentEvent,
     LeadStats,
+    EventEndpoint,
+    Event,
+    EventDelivery,
+    EventAttempt,
 ]

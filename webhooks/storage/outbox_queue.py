@@ -1,8 +1,8 @@
-"""The Redis side of the payment events outbox: a committed wallet change wakes the worker, and
-one drain job at a time delivers (as the settlement queue does for leads: one job, many events).
+"""The Redis side of the events outbox: a committed change wakes the worker, and one drain job
+at a time fans out and delivers (as the settlement queue does for leads: one job, many events).
 
-The events themselves live in the database (payment_events), written in the transaction of the
-wallet change. Everything here may be lost with Redis: the scheduled sweep (workers/outbox.py)
+The events themselves live in the database (events, event_deliveries), written in the
+transaction of the change. Everything here may be lost with Redis: the scheduled sweep (workers/outbox.py)
 starts a drain again from what the database holds, so delivery depends only on the database.
 """
 
@@ -15,6 +15,7 @@ from rq import Queue
 
 from webhooks.storage import keys
 from webhooks.storage.batch import Client
+from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.settle_queue import RETRY
 
 log = logging.getLogger(__name__)
@@ -24,10 +25,8 @@ SCHEDULED_TTL_MS = 60_000  # a drain is scheduled or running while keys.OUTBOX_S
 
 
 def enqueue_drain(q: Queue, **meta: Any) -> None:
-    """Ask a worker to deliver the pending payment events."""
-    q.enqueue(
-        "workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="deliver payment events"
-    )
+    """Ask a worker to fan out and deliver the pending events."""
+    q.enqueue("workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="deliver events")
 
 
 def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
@@ -39,6 +38,15 @@ def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
     pipe.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
     if pipe.execute()[-1]:
         enqueue_drain(q, request_id=request_id)
+
+
+def wake(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
+    """`signal`, for callers whose commit stands whatever Redis does: if Redis is down the event
+    still is in the database, and the scheduled sweep starts its delivery."""
+    try:
+        signal(queue_r, q, request_id)
+    except REDIS_DOWN as exc:
+        log.warning("event committed, worker not woken (the sweep will deliver it): %s", exc)
 
 
 def ensure_drain(queue_r: Client, q: Queue) -> bool:

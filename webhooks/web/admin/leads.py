@@ -12,6 +12,7 @@ from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.leads import reports, returns
 from webhooks.leads.ledger import lead_record
+from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body
@@ -39,7 +40,10 @@ def return_lead(lead_id: str) -> ResponseReturnValue:
         raise ValidationError(
             "invalid_return", "reason", f"must be a string of at most {returns.MAX_REASON} characters"
         )
-    return jsonify(returns.return_lead(services.current().store, lead_id, _publisher_id(), reason))
+    svc = services.current()
+    record = returns.return_lead(svc.store, lead_id, _publisher_id(), reason)
+    outbox_queue.wake(svc.settle.redis, svc.queue)  # its lead.returned event
+    return jsonify(record)
 
 
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # fullmatch: `$` would pass a trailing newline

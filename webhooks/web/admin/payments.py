@@ -15,7 +15,8 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
-from webhooks.payments import ledger, outbox, rejected
+from webhooks.events import log as events_log
+from webhooks.payments import ledger, rejected
 from webhooks.payments.events import wallet
 from webhooks.payments.ledger import balances, payment_record
 from webhooks.payments.signatures import VERIFIERS
@@ -71,13 +72,12 @@ def assign_payment(provider: str, reference: str) -> ResponseReturnValue:
     if customer is None:
         raise ValidationError("invalid_assign", "customer", "must be a wallet: 1 to 254 characters without spaces")
     hooks = services.current().payments
-    payment = ledger.assign(provider, reference, customer, hooks.announce)
-    if hooks.announce:
-        hooks.wake_outbox(None)
+    payment = ledger.assign(provider, reference, customer)
+    hooks.wake_outbox(None)
     return jsonify(payment_record(payment))
 
 
-EVENT_STATUSES = {"pending": (outbox.PENDING,), "failed": (outbox.FAILED,), None: (outbox.PENDING, outbox.FAILED)}
+EVENT_STATUSES = {"pending": ("pending",), "failed": ("failed",), None: ("pending", "failed")}
 MAX_EVENTS = 1000
 
 
@@ -90,7 +90,13 @@ def list_payment_events() -> ResponseReturnValue:
     if status not in EVENT_STATUSES:
         raise ValidationError("invalid_query", "status", "must be pending or failed")
     limit = _limit(MAX_EVENTS)
-    return jsonify({"events": outbox.listing(EVENT_STATUSES[status], limit), "counts": outbox.counts()})
+    configured = bool(services.current().config.payment_events_url)
+    return jsonify(
+        {
+            "events": events_log.payment_events(EVENT_STATUSES[status], limit, configured),
+            "counts": events_log.payment_event_counts(configured),
+        }
+    )
 
 
 def _limit(most: int) -> int:

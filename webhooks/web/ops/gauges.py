@@ -1,5 +1,5 @@
 """Gauges read at scrape time from Redis (breakers, queue depths, pending settlements) and from the
-database (payment events not yet delivered), added to every process's samples by GET /metrics."""
+database (event deliveries not yet made, endpoints disabled), added to every process's samples by GET /metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from rq import Queue
 from rq.registry import FailedJobRegistry
 
 from webhooks.caps.breaker import BREAKER_STATES, breakers
-from webhooks.payments import outbox
+from webhooks.events import endpoints
+from webhooks.events import log as events_log
 from webhooks.storage import keys
 from webhooks.storage.batch import Client
 from webhooks.storage.db import UNAVAILABLE_ERRORS
@@ -61,22 +62,41 @@ class LiveCollector:
 
 
 class OutboxCollector:
-    """Payment events not yet delivered to PAYMENT_EVENTS_URL, by status, from the database (the
-    outbox is there, not in Redis). A database that does not answer leaves the gauge out."""
+    """The events outbox, from the database (it is there, not in Redis): per endpoint, its
+    deliveries not yet made and whether it is disabled; PAYMENT_EVENTS_URL's backlog under its
+    own name as well. A database that does not answer leaves the gauges out."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        gauge = GaugeMetricFamily(
+        payment = GaugeMetricFamily(
             "floodgate_payment_events",
-            "Payment events not yet delivered to "
-            "PAYMENT_EVENTS_URL, by status (pending: being retried or waiting for an "
-            "earlier one of the same customer; failed: given up, see `events retry`)",
+            "Payment events not yet delivered to PAYMENT_EVENTS_URL, by status (pending: being "
+            "retried or waiting for an earlier one of the same customer; failed: given up, see "
+            "`events retry`)",
             labels=["status"],
         )
+        backlog = GaugeMetricFamily(
+            "floodgate_event_deliveries",
+            "Event deliveries not yet made, by endpoint and status (pending, failed: given up)",
+            labels=["endpoint", "status"],
+        )
+        disabled = GaugeMetricFamily(
+            "floodgate_event_endpoint_disabled",
+            "1 while an endpoint is disabled (reason: paused by an operator, or failing for "
+            "EVENT_ENDPOINT_DISABLE_AFTER_S); its events are kept",
+            labels=["endpoint", "reason"],
+        )
         try:
-            counts = outbox.counts()
+            per_endpoint = events_log.backlog()
+            rows = endpoints.listing()
         except UNAVAILABLE_ERRORS as exc:
             log.warning("metrics: database unavailable at scrape: %s", exc)
             return
-        for status, n in counts.items():
-            gauge.add_metric([status], n)
-        yield gauge
+        managed = per_endpoint.get(endpoints.MANAGED_ID, {"pending": 0, "failed": 0})
+        for status, n in managed.items():
+            payment.add_metric([status], n)
+        for row in rows:
+            counts = per_endpoint.get(row.id, {"pending": 0, "failed": 0})
+            for status, n in counts.items():
+                backlog.add_metric([row.id, status], n)
+            disabled.add_metric([row.id, row.disabled_reason or ""], 0 if row.enabled else 1)
+        yield from (payment, backlog, disabled)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Response, render_template
 from flask.typing import ResponseReturnValue
@@ -15,10 +16,12 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
+from webhooks.events import endpoints as event_endpoints
+from webhooks.events import log as events_log
 from webhooks.leads import reports
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.ledger import flagged, lead_record
-from webhooks.payments import outbox, rejected
+from webhooks.payments import rejected
 from webhooks.storage.batch import Client
 from webhooks.storage.models import Buyer, Lead
 from webhooks.web.ops import bp
@@ -93,6 +96,36 @@ def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
     ]
 
 
+def event_panel() -> dict[str, Any]:
+    """The endpoints with their state, backlog and last error, and the last failed deliveries."""
+    backlog = events_log.backlog()
+    panels = []
+    for row in event_endpoints.listing():
+        url = urlsplit(row.url)
+        state = "enabled" if row.enabled else f"disabled: {row.disabled_reason or 'paused'}"
+        panels.append(
+            {
+                "id": row.id,
+                "where": f"{url.scheme}://{url.netloc}{url.path}",  # a query string may carry a token
+                "state": state,
+                "enabled": bool(row.enabled),
+                "since": row.disabled_at if not row.enabled else row.failing_since,
+                "failing": row.failing_since is not None,
+                "counts": backlog.get(row.id, {"pending": 0, "failed": 0}),
+                "last_error": row.last_error,
+                "last_success_at": row.last_success_at,
+            }
+        )
+    failed, _ = events_log.search(status="failed", limit=LAST_LEADS)
+    return {
+        "endpoints": panels,
+        "pending": sum(p["counts"]["pending"] for p in panels),
+        "failed_count": sum(p["counts"]["failed"] for p in panels),
+        "failed": failed,
+        "waiting": events_log.not_fanned_out(),
+    }
+
+
 @bp.get("/ops")
 def ops_page() -> ResponseReturnValue:
     redirect = require_admin()
@@ -102,7 +135,7 @@ def ops_page() -> ResponseReturnValue:
     rows = Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS)  # the last settled, by key
     leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
     review = [lead_record(row) for row in flagged(LAST_LEADS)]
-    events = {"counts": outbox.counts(), "failed": outbox.listing((outbox.FAILED,), LAST_LEADS)}
+    events = event_panel()
     now = datetime.now(timezone.utc)
     html = render_template(
         "ops.html",

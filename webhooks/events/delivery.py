@@ -1,0 +1,512 @@
+"""The delivery engine (the worker's side of the outbox; workers/outbox.py runs it).
+
+Each step:
+1. **Fan-out**: events not yet fanned out become one delivery per endpoint that wants them
+   (paused endpoints included: pausing stops sending, never writing), in event order, with a
+   `webhook-id` of their own, stable from then on: the managed endpoint (PAYMENT_EVENTS_URL)
+   keeps the event's id as it always had, every other endpoint gets a fresh one.
+2. **Send**: per enabled endpoint, the due heads of its queues, one queue per entity (a wallet's
+   customer, a lead): a head is the oldest delivery of its queue not yet delivered. Each head
+   goes out with the queue's next deliveries after it, one after the other, on a thread of the
+   pool; queues of one endpoint go in parallel (up to PER_ENDPOINT, one while it is failing),
+   and a slow endpoint does not hold the others up: a chain is written when it is done, not at
+   the end of a batch.
+3. **Write** each finished chain in one transaction: its deliveries' state, an attempt row each
+   (the delivery log), and the endpoint's health. A failed delivery waits with exponential
+   back-off and jitter, and the deliveries behind it in its queue wait with it; failing for
+   `retry_for_s` it becomes `failed` and holds its queue until `events retry` or the endpoint is
+   enabled again. An endpoint failing for EVENT_ENDPOINT_DISABLE_AFTER_S is disabled
+   (`failing`), keeping everything.
+
+Only rows still `pending` change when an outcome is written, so a second engine running by
+accident (a lost lock) can only send a delivery twice, with the same webhook-id, never lose one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, cast
+
+import peewee as pw
+import requests
+from standardwebhooks.webhooks import Webhook
+
+from webhooks.events import endpoints as eps
+from webhooks.events.endpoints import MANAGED_ID, Endpoint
+from webhooks.events.outbox import new_id
+from webhooks.logs import redact_text
+from webhooks.storage.db import db
+from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, utcnow
+
+log = logging.getLogger(__name__)
+
+PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+FAN_OUT_BATCH = 200  # events fanned out per transaction
+INSERT_CHUNK = 1000  # delivery rows per INSERT
+PER_ENDPOINT = 8  # queues of one endpoint in flight at once (one while it is failing)
+PER_CHAIN = 20  # deliveries of one queue sent in a row
+MAX_ERROR = 500
+# The deliveries behind a `failed` one wait for an operator (events retry, enabling): not due.
+HELD = datetime(9999, 1, 1)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential back-off with jitter: the n-th failed attempt waits between half and all of
+    min(max_ms, base_ms * 2^(n-1)); a delivery failing for `retry_for_s` since its first attempt
+    is given up (`failed`)."""
+
+    base_ms: int
+    max_ms: int
+    retry_for_s: int
+
+    def delay_s(self, attempts: int, rng: random.Random | None = None) -> float:
+        ceiling = min(self.max_ms, self.base_ms * 2 ** min(max(attempts, 1) - 1, 40)) / 1000
+        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One POST: when, what came back (None: no answer), what went wrong (None: a 2xx), how long."""
+
+    at: datetime
+    status_code: int | None
+    error: str | None
+    ms: int
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Sender:
+    """POSTs an event's body to one endpoint, signed per Standard Webhooks: `webhook-id` (the
+    delivery's, the same on every attempt), `webhook-timestamp` (this attempt) and
+    `webhook-signature` (one `v1,<base64>` per secret: two while the managed secret is rotated)."""
+
+    def __init__(self, url: str, secrets: tuple[str, ...], timeout_s: float):
+        self.url, self.timeout_s = url, timeout_s
+        self.signers = [Webhook(secret) for secret in secrets]
+        self._local = threading.local()
+
+    def headers(self, webhook_id: str, body: str, now: float) -> dict[str, str]:
+        stamp = datetime.fromtimestamp(int(now), tz=timezone.utc)
+        return {
+            "webhook-id": webhook_id,
+            "webhook-timestamp": str(int(now)),
+            "webhook-signature": " ".join(s.sign(webhook_id, stamp, body) for s in self.signers),
+            "Content-Type": "application/json",
+            "User-Agent": "Floodgate-Events/1",
+        }
+
+    def send(self, webhook_id: str, body: str) -> Attempt:
+        """Deliver once."""
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        at, started = utcnow(), time.monotonic()
+        try:
+            resp = session.post(
+                self.url,
+                data=body.encode(),
+                headers=self.headers(webhook_id, body, time.time()),
+                timeout=(min(self.timeout_s, 5.0), self.timeout_s),
+                allow_redirects=False,
+            )
+            resp.close()
+        except requests.RequestException as exc:  # the URL's secrets stay out of the message
+            error = redact_text(f"{type(exc).__name__}: {exc}")[:MAX_ERROR]
+            return Attempt(at, None, error, _ms_since(started))
+        ok = 200 <= resp.status_code < 300
+        return Attempt(at, resp.status_code, None if ok else f"HTTP {resp.status_code}", _ms_since(started))
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH) -> int:
+    """Fan the oldest events not yet fanned out into deliveries, in one transaction; how many
+    events. A delivery joining a queue that waits (back-off, or held behind a failed one) waits
+    with it. Repeating it is harmless: (event, endpoint) is unique."""
+    with db.atomic():
+        events = list(
+            Event.select(Event.id, Event.event_id, Event.type, Event.entity, Event.publisher_id)
+            .where(Event.fanned_out == False)  # noqa: E712 - SQL, not Python
+            .order_by(Event.id)
+            .limit(limit)
+        )
+        if not events:
+            return 0
+        rows: list[dict[str, Any]] = [
+            {
+                "event": e.id,
+                "endpoint_id": ep.id,
+                "entity": e.entity,
+                "webhook_id": e.event_id if ep.id == MANAGED_ID else new_id(),
+                "status": PENDING,
+                "attempts": 0,
+                "created_at": now,
+                "next_attempt_at": now,
+            }
+            for e in events
+            for ep in endpoints
+            if ep.wants(e.type, e.publisher_id)
+        ]
+        waiting = _waiting_queues({r["entity"] for r in rows})
+        for row in rows:
+            row["next_attempt_at"] = max(now, waiting.get((row["endpoint_id"], row["entity"]), now))
+        for i in range(0, len(rows), INSERT_CHUNK):
+            EventDelivery.insert_many(rows[i : i + INSERT_CHUNK]).on_conflict_ignore().execute()
+        Event.update(fanned_out=True).where(Event.id.in_([e.id for e in events])).execute()
+    return len(events)
+
+
+def _waiting_queues(entities: set[str]) -> dict[tuple[str, str], datetime]:
+    """Of these entities' queues, those with a delivery not yet delivered: until when they wait."""
+    found: dict[tuple[str, str], datetime] = {}
+    listed = list(entities)
+    for i in range(0, len(listed), 500):
+        rows = cast(
+            "list[tuple[str, str, str, datetime | str]]",
+            EventDelivery.select(
+                EventDelivery.endpoint_id, EventDelivery.entity, EventDelivery.status, EventDelivery.next_attempt_at
+            )
+            .where(EventDelivery.entity.in_(listed[i : i + 500]), EventDelivery.status.in_([PENDING, FAILED]))
+            .tuples(),
+        )
+        for endpoint_id, entity, status, next_at in rows:
+            until = HELD if status == FAILED else _naive(next_at)
+            found[(endpoint_id, entity)] = max(found.get((endpoint_id, entity), until), until)
+    return found
+
+
+def _naive(value: datetime | str) -> datetime:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: text
+
+
+@dataclass
+class Due:
+    """A delivery about to be sent, with what it sends."""
+
+    delivery: EventDelivery
+    body: str
+    created_at: datetime  # the event's: its lag is measured from here
+
+
+def _due(row: EventDelivery) -> Due:
+    """A delivery read with its event's body and time (`.objects()`: joined columns on the row)."""
+    return Due(row, getattr(row, "body"), _naive(getattr(row, "event_created_at")))  # noqa: B009
+
+
+def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]) -> list[list[Due]]:
+    """Up to `chains` queues of the endpoint whose head is due (none of `busy`, the entities in
+    flight): each head with the pending deliveries after it in its queue, oldest first."""
+    earlier = EventDelivery.alias("earlier")
+    query = (
+        EventDelivery.select(EventDelivery, Event.body, Event.created_at.alias("event_created_at"))
+        .join(Event, on=(Event.id == EventDelivery.event))
+        .where(
+            EventDelivery.endpoint_id == endpoint_id,
+            EventDelivery.status == PENDING,
+            EventDelivery.next_attempt_at <= now,
+            ~pw.fn.EXISTS(
+                earlier.select(pw.SQL("1")).where(
+                    earlier.entity == EventDelivery.entity,
+                    earlier.endpoint_id == EventDelivery.endpoint_id,
+                    earlier.status.in_([PENDING, FAILED]),
+                    earlier.id < EventDelivery.id,
+                )
+            ),
+        )
+        .order_by(EventDelivery.next_attempt_at, EventDelivery.id)
+        .limit(chains)
+    )
+    busy = list(busy)
+    if busy:
+        query = query.where(EventDelivery.entity.not_in(busy))
+    heads = [_due(row) for row in query.objects()]
+    if not heads:
+        return []
+    found = {h.delivery.entity: [h] for h in heads}
+    following = (
+        EventDelivery.select(EventDelivery, Event.body, Event.created_at.alias("event_created_at"))
+        .join(Event, on=(Event.id == EventDelivery.event))
+        .where(
+            EventDelivery.entity.in_(list(found)),
+            EventDelivery.endpoint_id == endpoint_id,
+            EventDelivery.status.in_([PENDING, FAILED]),
+        )
+        .order_by(EventDelivery.id)
+        .limit(len(found) * (PER_CHAIN + 1))
+        .objects()
+    )
+    closed: set[str] = set()
+    for row in following:
+        chain = found[row.entity]
+        if row.id <= chain[0].delivery.id or row.entity in closed:
+            continue
+        if row.status != PENDING or len(chain) >= PER_CHAIN:
+            closed.add(row.entity)
+            continue
+        chain.append(_due(row))
+    return list(found.values())
+
+
+def send_chain(sender: Sender, chain: list[Due]) -> list[tuple[Due, Attempt]]:
+    """Send one queue's deliveries in order; stop at the first failure (the rest must wait)."""
+    sent: list[tuple[Due, Attempt]] = []
+    for due in chain:
+        attempt = sender.send(due.delivery.webhook_id, due.body)
+        sent.append((due, attempt))
+        if not attempt.ok:
+            break
+    return sent
+
+
+@dataclass
+class Written:
+    """What writing finished chains did."""
+
+    delivered: list[Due] = field(default_factory=list)
+    lags_s: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # the endpoint of each failed attempt
+    gave_up: list[str] = field(default_factory=list)  # the endpoint of each delivery given up
+    disabled: list[str] = field(default_factory=list)
+
+
+def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPolicy, disable_after_s: int) -> Written:
+    """Write finished chains (endpoint id, its sends) in one transaction."""
+    done = Written()
+    if not outcomes:
+        return done
+    with db.atomic():
+        attempts = []
+        for _endpoint_id, sent in outcomes:
+            for due, attempt in sent:
+                _write_delivery(due, attempt, policy, done)
+                attempts.append(
+                    {
+                        "delivery_id": due.delivery.id,
+                        "at": attempt.at,
+                        "status_code": attempt.status_code,
+                        "error": attempt.error,
+                        "ms": attempt.ms,
+                    }
+                )
+        EventAttempt.insert_many(attempts).execute()
+        by_endpoint: dict[str, list[Attempt]] = defaultdict(list)
+        for endpoint_id, sent in outcomes:
+            by_endpoint[endpoint_id].extend(a for _, a in sent)
+        for endpoint_id, tried in by_endpoint.items():
+            if _write_health(endpoint_id, sorted(tried, key=lambda a: a.at), disable_after_s):
+                done.disabled.append(endpoint_id)
+    return done
+
+
+def _write_delivery(due: Due, attempt: Attempt, policy: RetryPolicy, done: Written) -> None:
+    d = due.delivery
+    first = d.first_attempt_at or attempt.at
+    if attempt.ok:
+        changed = (
+            EventDelivery.update(
+                status=DELIVERED,
+                delivered_at=attempt.at,
+                last_attempt_at=attempt.at,
+                first_attempt_at=first,
+                attempts=EventDelivery.attempts + 1,
+                last_error=None,
+            )
+            .where(EventDelivery.id == d.id, EventDelivery.status == PENDING)
+            .execute()
+        )
+        if changed:
+            done.delivered.append(due)
+            done.lags_s.append((attempt.at - due.created_at).total_seconds())
+        return
+    done.failed.append(d.endpoint_id)
+    give_up = (attempt.at - first).total_seconds() >= policy.retry_for_s
+    if give_up:
+        done.gave_up.append(d.endpoint_id)
+    next_at = attempt.at + timedelta(seconds=policy.delay_s(d.attempts + 1))
+    EventDelivery.update(
+        status=FAILED if give_up else PENDING,
+        attempts=EventDelivery.attempts + 1,
+        first_attempt_at=first,
+        last_attempt_at=attempt.at,
+        last_error=attempt.error,
+        next_attempt_at=next_at,
+    ).where(EventDelivery.id == d.id, EventDelivery.status == PENDING).execute()
+    # the rest of its queue waits with it (so that no due scan reads them until then)
+    EventDelivery.update(next_attempt_at=HELD if give_up else next_at).where(
+        EventDelivery.entity == d.entity,
+        EventDelivery.endpoint_id == d.endpoint_id,
+        EventDelivery.status == PENDING,
+        EventDelivery.id > d.id,
+    ).execute()
+    if give_up:
+        log.warning(
+            "event delivery %s to %s failed for %s s: given up after %d attempts (%s)",
+            d.webhook_id,
+            d.endpoint_id,
+            policy.retry_for_s,
+            d.attempts + 1,
+            attempt.error,
+        )
+
+
+def _write_health(endpoint_id: str, tried: list[Attempt], disable_after_s: int) -> bool:
+    """An endpoint's health after these attempts (in time order): failing since its first
+    failure after its last success; disabled when that is `disable_after_s` ago. True when
+    this disabled it."""
+    row = EventEndpoint.get_or_none(EventEndpoint.id == endpoint_id)
+    if row is None:  # deleted meanwhile
+        return False
+    failing_since, last_error, last_success = row.failing_since, row.last_error, row.last_success_at
+    for attempt in tried:
+        if attempt.ok:
+            failing_since, last_success = None, attempt.at
+        else:
+            failing_since, last_error = failing_since or attempt.at, attempt.error
+    last = tried[-1].at
+    disable = bool(
+        row.enabled and failing_since is not None and (last - failing_since).total_seconds() >= disable_after_s
+    )
+    changes = {
+        "failing_since": failing_since,
+        "last_error": last_error,
+        "last_success_at": last_success,
+        "last_attempt_at": last,
+    }
+    if disable:
+        changes |= {"enabled": False, "disabled_reason": eps.FAILING, "disabled_at": last}
+        log.warning(
+            "event endpoint %s disabled: failing since %s (EVENT_ENDPOINT_DISABLE_AFTER_S=%s); its events "
+            "are kept and go out, in order, when it is enabled again",
+            endpoint_id,
+            failing_since.isoformat() if failing_since else "?",
+            disable_after_s,
+        )
+    EventEndpoint.update(**changes).where(EventEndpoint.id == endpoint_id).execute()
+    return disable
+
+
+def next_due_s(enabled: list[str], now: datetime) -> float | None:
+    """Seconds until a delivery to an enabled endpoint may be due (0: one is), None when none
+    is pending. Queues behind a failed delivery are not counted (they wait for an operator)."""
+    if not enabled:
+        return None
+    earliest = (
+        EventDelivery.select(pw.fn.MIN(EventDelivery.next_attempt_at))
+        .where(
+            EventDelivery.endpoint_id.in_(enabled),
+            EventDelivery.status == PENDING,
+            EventDelivery.next_attempt_at < HELD,
+        )
+        .scalar()
+    )
+    if earliest is None:
+        return None
+    return max(0.0, (_naive(earliest) - now).total_seconds())
+
+
+def work_waiting(enabled: list[str], now: datetime) -> bool:
+    """Whether an event waits for fan-out or a delivery is due (the scheduled sweep's question)."""
+    if Event.select().where(Event.fanned_out == False).exists():  # noqa: E712 - SQL
+        return True
+    due = next_due_s(enabled, now)
+    return due == 0
+
+
+class Engine:
+    """Fan-out and delivery for one drain: chains run on `pool`, each written when it is done."""
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        policy: RetryPolicy,
+        timeout_s: float,
+        disable_after_s: int,
+        managed_secrets: tuple[str, ...] = (),
+        now: Callable[[], datetime] = utcnow,
+    ):
+        self.pool, self.policy, self.timeout_s = pool, policy, timeout_s
+        self.disable_after_s, self.managed_secrets, self.now = disable_after_s, managed_secrets, now
+        self.endpoints: list[Endpoint] = []
+        self.senders: dict[tuple[str, str, tuple[str, ...]], Sender] = {}
+        self.in_flight: dict[Future[list[tuple[Due, Attempt]]], tuple[str, str]] = {}
+        self.resting: dict[str, datetime] = {}  # a failing endpoint is not asked again before this
+
+    def _sender(self, ep: Endpoint) -> Sender:
+        key = (ep.id, ep.url, ep.secrets)
+        if key not in self.senders:
+            self.senders[key] = Sender(ep.url, ep.secrets, self.timeout_s)
+        return self.senders[key]
+
+    def enabled(self) -> list[str]:
+        """The endpoints deliveries go to now: enabled, and able to sign."""
+        return [ep.id for ep in self.endpoints if ep.enabled and ep.secrets]
+
+    def refresh(self) -> None:
+        self.endpoints = eps.active(self.managed_secrets)
+
+    def submit_due(self) -> int:
+        """Start the chains that are due and not in flight; how many."""
+        now = self.now()
+        busy: dict[str, set[str]] = defaultdict(set)
+        for endpoint_id, entity in self.in_flight.values():
+            busy[endpoint_id].add(entity)
+        started = 0
+        for ep in self.endpoints:
+            if not (ep.enabled and ep.secrets) or self.resting.get(ep.id, now) > now:
+                continue
+            room = (1 if ep.failing_since is not None else PER_ENDPOINT) - len(busy[ep.id])
+            if room <= 0:
+                continue
+            sender = self._sender(ep)
+            for chain in due_chains(ep.id, now, room, busy[ep.id]):
+                future = self.pool.submit(send_chain, sender, chain)
+                self.in_flight[future] = (ep.id, chain[0].delivery.entity)
+                started += 1
+        return started
+
+    def collect(self, timeout_s: float) -> Written:
+        """Wait up to `timeout_s` for chains in flight, and write those that finished."""
+        if not self.in_flight:
+            return Written()
+        finished, _ = wait(list(self.in_flight), timeout=timeout_s, return_when=FIRST_COMPLETED)
+        outcomes = []
+        for future in finished:
+            endpoint_id, _entity = self.in_flight.pop(future)
+            sent = future.result()  # send_chain catches what a request can raise
+            outcomes.append((endpoint_id, sent))
+            last = sent[-1][1] if sent else None
+            if last is not None and not last.ok:  # rest until its retry is due
+                self.resting[endpoint_id] = max(self.resting.get(endpoint_id, last.at), last.at) + timedelta(
+                    seconds=self.policy.delay_s(1) / 2
+                )
+            elif last is not None:
+                self.resting.pop(endpoint_id, None)
+        return write(outcomes, self.policy, self.disable_after_s)
+
+    def finish(self, keep: Callable[[], object] = lambda: None) -> Written:
+        """Wait for every chain in flight and write it (a drain handing over, or stopping),
+        calling `keep` every second meanwhile (the drain's lock)."""
+        total = Written()
+        while self.in_flight:
+            keep()
+            written = self.collect(1.0)
+            total.delivered += written.delivered
+            total.lags_s += written.lags_s
+            total.failed += written.failed
+            total.gave_up += written.gave_up
+            total.disabled += written.disabled
+        return total

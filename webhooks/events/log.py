@@ -1,0 +1,251 @@
+"""What the admin API, the CLI and /ops show of events: each event with its deliveries and
+every attempt (the delivery log), the backlog per endpoint, replay and retry."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import datetime
+from typing import Any, cast
+
+import peewee as pw
+
+from webhooks.errors import NotFound
+from webhooks.events.delivery import DELIVERED, FAILED, HELD, PENDING
+from webhooks.events.endpoints import MANAGED_ID
+from webhooks.events.outbox import WALLET_TYPES
+from webhooks.storage.db import db
+from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, utcnow
+
+STATUSES = (PENDING, DELIVERED, FAILED)
+REPLAY_CHUNK = 5000  # deliveries reset per statement
+
+
+def _iso(value: datetime | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite hands joined columns back as text
+        value = datetime.fromisoformat(value)
+    return value.isoformat() + "Z"
+
+
+def _attempt(a: EventAttempt, endpoint_id: str) -> dict:
+    return {"endpoint_id": endpoint_id, "at": _iso(a.at), "status_code": a.status_code, "error": a.error, "ms": a.ms}
+
+
+def _delivery(d: EventDelivery) -> dict:
+    return {
+        "endpoint_id": d.endpoint_id,
+        "webhook_id": d.webhook_id,
+        "status": d.status,
+        "attempt_count": d.attempts,
+        "next_attempt_at": None if d.status != PENDING or _iso(d.next_attempt_at) is None else _iso(d.next_attempt_at),
+        "delivered_at": _iso(d.delivered_at),
+        "last_error": d.last_error,
+    }
+
+
+def records(events: list[Event], endpoint_id: str | None = None) -> list[dict]:
+    """Events as the admin API shows them: what was sent, each delivery, each attempt (oldest
+    first); only `endpoint_id`'s deliveries when given."""
+    if not events:
+        return []
+    deliveries = EventDelivery.select().where(EventDelivery.event.in_([e.id for e in events]))
+    if endpoint_id is not None:
+        deliveries = deliveries.where(EventDelivery.endpoint_id == endpoint_id)
+    by_event: dict[int, list[EventDelivery]] = defaultdict(list)
+    for d in deliveries.order_by(EventDelivery.id):
+        by_event[d.event].append(d)
+    endpoint_of = {d.id: d.endpoint_id for ds in by_event.values() for d in ds}
+    attempts: dict[int, list[dict]] = defaultdict(list)
+    if endpoint_of:
+        for a in EventAttempt.select().where(EventAttempt.delivery_id.in_(list(endpoint_of))).order_by(EventAttempt.id):
+            attempts[a.delivery_id].append(_attempt(a, endpoint_of[a.delivery_id]))
+    out = []
+    for e in events:
+        body = json.loads(e.body)
+        out.append(
+            {
+                "id": e.event_id,
+                "type": e.type,
+                "data": body["data"],
+                "created_at": _iso(e.created_at),
+                "deliveries": [_delivery(d) for d in by_event[e.id]],
+                "attempts": sorted(
+                    (a for d in by_event[e.id] for a in attempts[d.id]), key=lambda a: cast(str, a["at"])
+                ),
+            }
+        )
+    return out
+
+
+def search(
+    endpoint_id: str | None = None,
+    event_type: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    before: int | None = None,
+    limit: int = 100,
+) -> tuple[list[dict], int | None]:
+    """Events, newest first, filtered: of a type, since a time, with a delivery (to
+    `endpoint_id`) in `status`. Returns the page and the cursor of the next (None: last page)."""
+    query = Event.select()
+    if event_type is not None:
+        query = query.where(Event.type == event_type)
+    if since is not None:
+        query = query.where(Event.created_at >= since)
+    if before is not None:
+        query = query.where(Event.id < before)
+    if endpoint_id is not None or status is not None:
+        matching = EventDelivery.select(EventDelivery.event)
+        if endpoint_id is not None:
+            matching = matching.where(EventDelivery.endpoint_id == endpoint_id)
+        if status is not None:
+            matching = matching.where(EventDelivery.status == status)
+        query = query.where(Event.id.in_(matching))
+    page = list(query.order_by(Event.id.desc()).limit(limit + 1))
+    more = len(page) > limit
+    page = page[:limit]
+    return records(page, endpoint_id), (page[-1].id if more else None)
+
+
+def one(event_id: str) -> dict:
+    event = Event.get_or_none(Event.event_id == event_id)
+    if event is None:
+        raise NotFound(f"no event {event_id!r}")
+    return records([event])[0]
+
+
+def replay(endpoint_id: str, since: datetime) -> int:
+    """Send the endpoint's deliveries of events since `since` again, due now, with their own
+    webhook-ids (delivered ones included); how many. In order per entity, as always: the
+    oldest goes first. Each chunk commits on its own, so a long outage's week is no lock held
+    for minutes; a replay cut short is simply asked for again."""
+    if EventEndpoint.get_or_none(EventEndpoint.id == endpoint_id) is None:
+        raise NotFound(f"no event endpoint {endpoint_id!r}")
+    since_events = Event.select(Event.id).where(Event.created_at >= since)
+    first = (
+        EventDelivery.select(pw.fn.MIN(EventDelivery.id))
+        .where(EventDelivery.endpoint_id == endpoint_id, EventDelivery.event.in_(since_events))
+        .scalar()
+    )
+    if first is None:
+        return 0
+    last = EventDelivery.select(pw.fn.MAX(EventDelivery.id)).where(EventDelivery.endpoint_id == endpoint_id).scalar()
+    count = 0
+    for low in range(first, last + 1, REPLAY_CHUNK):
+        in_chunk = (
+            (EventDelivery.endpoint_id == endpoint_id)
+            & (EventDelivery.id >= low)
+            & (EventDelivery.id < low + REPLAY_CHUNK)
+            & EventDelivery.event.in_(since_events)
+        )
+        with db.atomic():
+            count += EventDelivery.select().where(in_chunk).count()
+            EventDelivery.update(status=PENDING, next_attempt_at=utcnow(), first_attempt_at=None).where(
+                in_chunk
+            ).execute()
+    return count
+
+
+def retry_failed(now: datetime | None = None) -> int:
+    """Give every failed delivery a new round of attempts, due now (`events retry`), and the
+    deliveries held behind them; how many were failed."""
+    now = now or utcnow()
+    with db.atomic():
+        failed = (
+            EventDelivery.update(status=PENDING, next_attempt_at=now, first_attempt_at=None)
+            .where(EventDelivery.status == FAILED)
+            .execute()
+        )
+        EventDelivery.update(next_attempt_at=now).where(
+            EventDelivery.status == PENDING, EventDelivery.next_attempt_at >= HELD
+        ).execute()
+    return failed
+
+
+def backlog() -> dict[str, dict[str, int]]:
+    """Per endpoint, its deliveries not yet delivered, by status."""
+    rows = cast(
+        "list[tuple[str, str, int]]",
+        EventDelivery.select(EventDelivery.endpoint_id, EventDelivery.status, pw.fn.COUNT(EventDelivery.id))
+        .where(EventDelivery.status.in_([PENDING, FAILED]))
+        .group_by(EventDelivery.endpoint_id, EventDelivery.status)
+        .tuples(),
+    )
+    found: dict[str, dict[str, int]] = defaultdict(lambda: {PENDING: 0, FAILED: 0})
+    for endpoint_id, status, n in rows:
+        found[endpoint_id][status] = n
+    return dict(found)
+
+
+def not_fanned_out() -> int:
+    return Event.select().where(Event.fanned_out == False).count()  # noqa: E712 - SQL
+
+
+# PAYMENT_EVENTS_URL's view (API.md "Payment events to your application"): its deliveries.
+
+
+def payment_event_record(d: Any) -> dict:
+    """A delivery to PAYMENT_EVENTS_URL as GET /v1/admin/payment-events shows it."""
+    return {
+        "id": d.webhook_id,
+        "type": d.type,
+        "status": d.status,
+        "data": json.loads(d.body)["data"],
+        "attempts": d.attempts,
+        "created_at": _iso(d.event_created_at),
+        "next_attempt_at": _iso(d.next_attempt_at),
+        "last_attempt_at": _iso(d.last_attempt_at),
+        "delivered_at": _iso(d.delivered_at),
+        "last_error": d.last_error,
+    }
+
+
+def payment_events(statuses: tuple[str, ...], limit: int, configured: bool = True) -> list[dict]:
+    """The oldest deliveries to PAYMENT_EVENTS_URL in `statuses`, oldest first; while it is
+    `configured`, wallet events the worker has not fanned out yet count as pending ones."""
+    rows = (
+        EventDelivery.select(EventDelivery, Event.type, Event.body, Event.created_at.alias("event_created_at"))
+        .join(Event, on=(Event.id == EventDelivery.event))
+        .where(EventDelivery.endpoint_id == MANAGED_ID, EventDelivery.status.in_(list(statuses)))
+        .order_by(EventDelivery.id)
+        .limit(limit)
+        .objects()
+    )
+    found = [payment_event_record(d) for d in rows]
+    if configured and PENDING in statuses and len(found) < limit:
+        found += [_not_fanned_out(e) for e in _wallet_events_not_fanned_out().limit(limit - len(found))]
+    return found
+
+
+def _wallet_events_not_fanned_out() -> pw.ModelSelect[Event]:
+    return (
+        Event.select()
+        .where(Event.fanned_out == False, Event.type.in_(list(WALLET_TYPES)))  # noqa: E712 - SQL
+        .order_by(Event.id)
+    )
+
+
+def _not_fanned_out(e: Event) -> dict:
+    return {
+        "id": e.event_id,
+        "type": e.type,
+        "status": PENDING,
+        "data": json.loads(e.body)["data"],
+        "attempts": 0,
+        "created_at": _iso(e.created_at),
+        "next_attempt_at": _iso(e.created_at),
+        "last_attempt_at": None,
+        "delivered_at": None,
+        "last_error": None,
+    }
+
+
+def payment_event_counts(configured: bool = True) -> dict[str, int]:
+    """How many deliveries to PAYMENT_EVENTS_URL are pending and failed (while it is
+    `configured`, wallet events not fanned out yet among the pending)."""
+    counts = dict(backlog().get(MANAGED_ID, {PENDING: 0, FAILED: 0}))
+    if configured:
+        counts[PENDING] += _wallet_events_not_fanned_out().count()
+    return counts

@@ -1,0 +1,102 @@
+"""The outbox: an event row per announced change, inserted in the caller's transaction, so an
+event exists exactly when the change it announces committed (none for a change rolled back,
+none lost for one that committed). The body is fixed here; delivery (delivery.py) sends it as
+it is to every endpoint that wants it.
+
+Events of one entity (a wallet's customer, a lead) are delivered to each endpoint in the order
+of their ids. A change inserts its event while it holds the entity's row lock (the wallet's
+upsert, the lead's conditional update), so for one entity ids follow commits."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from webhooks.storage.models import Event
+
+
+class EventType(StrEnum):
+    """An event's `type` (API.md "Event endpoints")."""
+
+    WALLET_CREDITED = "wallet.credited"
+    WALLET_DEBITED = "wallet.debited"
+    LEAD_SOLD = "lead.sold"
+    LEAD_RETURNED = "lead.returned"
+
+
+WALLET_TYPES = (EventType.WALLET_CREDITED, EventType.WALLET_DEBITED)
+LEAD_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to insert: its type, the change it announces (`subject`: one event per type and
+    subject), the entity whose events go out in order, and its `data`."""
+
+    type: EventType
+    subject: str
+    entity: str
+    data: dict[str, Any]
+    publisher_id: str | None = None  # lead events: an endpoint of this publisher wants them
+
+    def row(self, now: datetime) -> dict[str, Any]:
+        return {
+            "event_id": new_id(),
+            "type": self.type,
+            "subject": self.subject[:200],
+            "entity": self.entity[:254],
+            "publisher_id": self.publisher_id,
+            "body": json.dumps({"type": self.type, "data": self.data}, separators=(",", ":")),
+            "created_at": now,
+            "fanned_out": False,
+        }
+
+
+def new_id() -> str:
+    """A fresh `msg_` id (the Standard Webhooks convention for a webhook-id)."""
+    return "msg_" + uuid.uuid4().hex
+
+
+def record(event: NewEvent, now: datetime) -> None:
+    """Insert one event, in the caller's transaction."""
+    Event.insert(**event.row(now)).execute()
+
+
+def record_many(new: list[NewEvent], now: datetime) -> None:
+    """Insert several events with one statement, in the caller's transaction."""
+    if new:
+        Event.insert_many([e.row(now) for e in new]).execute()
+
+
+def wallet_event(
+    kind: EventType,
+    provider: str,
+    reference: str,
+    customer: str,
+    currency: str,
+    amount_minor: int,
+    balance_minor: int,
+) -> NewEvent:
+    """A wallet change's event (API.md "Payment events to your application"): in order per customer."""
+    data = {
+        "provider": provider,
+        "reference": reference,
+        "customer": customer,
+        "currency": currency,
+        "amount_minor": amount_minor,
+        "balance_minor": balance_minor,
+    }
+    return NewEvent(kind, f"{provider}:{reference}", customer, data)
+
+
+def lead_event(kind: EventType, publisher_id: str, lead_id: str, payout: str, reason: str | None = None) -> NewEvent:
+    """A lead's sale or return (`payout`: the publisher's, a decimal string): in order per lead."""
+    data: dict[str, Any] = {"lead_id": lead_id, "publisher_id": publisher_id, "payout": payout}
+    if kind == EventType.LEAD_RETURNED:
+        data["reason"] = reason
+    key = f"{publisher_id}:{lead_id}"
+    return NewEvent(kind, key, key, data, publisher_id)

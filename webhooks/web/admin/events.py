@@ -1,0 +1,112 @@
+"""Admin routes for event endpoints and the events log (API.md "Event endpoints")."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from flask import jsonify, request
+from flask.typing import ResponseReturnValue
+
+from webhooks import services
+from webhooks.errors import ValidationError
+from webhooks.events import endpoints
+from webhooks.events import log as events_log
+from webhooks.events.outbox import EventType
+from webhooks.storage import outbox_queue
+from webhooks.validate import is_id
+from webhooks.web.admin import bp
+from webhooks.web.http import json_body
+
+MAX_EVENTS = 1000
+QUERY = "invalid_query"
+
+
+def _wake() -> None:
+    svc = services.current()
+    outbox_queue.wake(svc.settle.redis, svc.queue)
+
+
+@bp.put("/event-endpoints/<id:endpoint_id>")
+def put_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
+    """Create or replace an endpoint; its secret in full only in the answer that made it."""
+    row, new_secret = endpoints.save(endpoint_id, json_body())
+    if row.enabled:
+        _wake()  # enabled again: what it kept is due now
+    return jsonify(endpoints.to_json(row, show_secret=new_secret))
+
+
+@bp.get("/event-endpoints")
+def list_event_endpoints() -> ResponseReturnValue:
+    return jsonify({"endpoints": [endpoints.to_json(row) for row in endpoints.listing()]})
+
+
+@bp.get("/event-endpoints/<id:endpoint_id>")
+def get_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
+    return jsonify(endpoints.to_json(endpoints.get(endpoint_id)))
+
+
+@bp.delete("/event-endpoints/<id:endpoint_id>")
+def delete_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
+    endpoints.delete(endpoint_id)
+    return "", 204
+
+
+def _since(raw: object, code: str) -> datetime:
+    """An ISO 8601 time (UTC when it names no offset), as naive UTC."""
+    if not isinstance(raw, str) or not raw.isascii() or len(raw) > 40:
+        raise ValidationError(code, "since", 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"')
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError(code, "since", 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"') from None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return when
+
+
+@bp.post("/event-endpoints/<id:endpoint_id>/replay")
+def replay_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
+    """Send the endpoint's events since `since` again, with the same webhook-ids."""
+    endpoints.get(endpoint_id)  # 404 before the body is looked at
+    body = json_body()
+    if not isinstance(body, dict) or set(body) != {"since"}:
+        raise ValidationError("invalid_replay", "body", 'must be an object {"since": "<ISO time>"}')
+    count = events_log.replay(endpoint_id, _since(body["since"], "invalid_replay"))
+    if count:
+        _wake()
+    return jsonify({"replaying": count}), 202
+
+
+@bp.get("/events")
+def list_events() -> ResponseReturnValue:
+    """The events log, newest first: `endpoint_id`, `type`, `status` (of a delivery), `since`,
+    `limit` (default 100), `before` (the `next` of the page before)."""
+    args = request.args
+    endpoint_id = args.get("endpoint_id")
+    if endpoint_id is not None and not is_id(endpoint_id):
+        raise ValidationError(QUERY, "endpoint_id", "must be an endpoint id")
+    event_type = args.get("type")
+    if event_type is not None and event_type not in {t.value for t in EventType}:
+        raise ValidationError(QUERY, "type", f"must be one of {', '.join(t.value for t in EventType)}")
+    status = args.get("status")
+    if status is not None and status not in events_log.STATUSES:
+        raise ValidationError(QUERY, "status", f"must be one of {', '.join(events_log.STATUSES)}")
+    since = _since(args["since"], QUERY) if "since" in args else None
+    found, cursor = events_log.search(
+        endpoint_id, event_type, status, since, _integer("before", 1 << 62), _integer("limit", MAX_EVENTS) or 100
+    )
+    return jsonify({"events": found, "next": cursor})
+
+
+def _integer(name: str, most: int) -> int | None:
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or not 1 <= int(raw) <= most:
+        raise ValidationError(QUERY, name, f"must be an integer from 1 to {most}")
+    return int(raw)
+
+
+@bp.get("/events/<id:event_id>")
+def get_event(event_id: str) -> ResponseReturnValue:
+    return jsonify(events_log.one(event_id))
