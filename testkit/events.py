@@ -174,6 +174,7 @@ def event_rows() -> list[dict]:
             d = managed.get(e.id)
             rows.append(
                 {
+                    "row": e.id,
                     "id": d.webhook_id if d else e.event_id,
                     "type": e.type,
                     "status": d.status if d else "pending",

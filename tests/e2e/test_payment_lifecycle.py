@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from testkit.events import EVENTS_SECRET, EventReceiver
+from testkit.events import EVENTS_SECRET, EventReceiver, event_rows
 from testkit.payments import PROVIDERS, REFUND_PROVIDERS, deliver, encode, payload, refund_payload
 from testkit.servers import ROOT, Proc, RedisServer, WebServer, free_port, venv_bin, wait_until
 from webhooks.storage.db import db
-from webhooks.storage.models import PaymentEvent, Wallet
+from webhooks.storage.models import Wallet
 
 pytestmark = pytest.mark.e2e  # processes of its own, killed -9, a Redis restarted empty
 
@@ -100,9 +100,36 @@ def deliver_until_answered(base: str, provider: str, raw: bytes, session: reques
             return resp
 
 
-def all_events() -> list[PaymentEvent]:
-    with db.connection_context():
-        return list(PaymentEvent.select().order_by(PaymentEvent.id))
+@dataclass(frozen=True)
+class Announced:
+    """A wallet event as PAYMENT_EVENTS_URL gets it: `event_id` is its webhook-id."""
+
+    id: int
+    event_id: str
+    type: str
+    customer: str
+    status: str
+    attempts: int
+    body: str
+    provider: str
+    reference: str
+
+
+def all_events() -> list[Announced]:
+    return [
+        Announced(
+            r["row"],
+            r["id"],
+            r["type"],
+            r["customer"],
+            r["status"],
+            r["attempts"],
+            json.dumps(r["body"]),
+            r["body"]["data"]["provider"],
+            r["body"]["data"]["reference"],
+        )
+        for r in event_rows()
+    ]
 
 
 def all_delivered(receiver: EventReceiver, expected: int) -> bool:
