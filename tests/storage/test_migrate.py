@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import peewee as pw
@@ -81,3 +82,47 @@ def test_upgrade_is_idempotent(database_url):
     assert upgrade(echo=lambda _m: None) == []
     with db.connection_context():
         assert models.SchemaMigration.select().count() >= 1
+
+
+def test_011_carries_the_payment_events_outbox_over_with_its_webhook_ids(mysql):
+    """Events of the single-URL outbox (sql/004) keep their ids and state as deliveries to the
+    endpoint PAYMENT_EVENTS_URL configures; running the migration again changes nothing."""
+    from webhooks.storage.migrate import SQL_DIR, split_statements
+
+    at = models.utcnow()
+    legacy = [
+        ("msg_old1", "wallet.credited", "ps-1", "delivered", 1, at),
+        ("msg_old2", "wallet.debited", "rf-1", "failed", 9, None),
+        ("msg_old3", "wallet.credited", "ps-2", "pending", 0, None),
+    ]
+    carry = [s for s in split_statements((SQL_DIR / "011_event_endpoints.sql").read_text()) if s.startswith("INSERT")]
+    with db.connection_context():
+        for event_id, kind, reference, status, attempts, delivered_at in legacy:
+            models.PaymentEvent.insert(
+                event_id=event_id,
+                type=kind,
+                provider="paystack",
+                reference=reference,
+                customer="ada@example.com",
+                body=json.dumps({"type": kind, "data": {"reference": reference}}),
+                status=status,
+                attempts=attempts,
+                created_at=at,
+                next_attempt_at=at,
+                delivered_at=delivered_at,
+            ).execute()
+        for _ in range(2):
+            for statement in carry:
+                db.execute_sql(statement)
+        events = {e.event_id: e for e in models.Event.select()}
+        deliveries = list(models.EventDelivery.select().order_by(models.EventDelivery.id))
+        endpoint = models.EventEndpoint.get_by_id("payment-events-url")
+    assert sorted(events) == ["msg_old1", "msg_old2", "msg_old3"]
+    assert {e.subject for e in events.values()} == {"paystack:ps-1", "paystack:rf-1", "paystack:ps-2"}
+    assert all(e.fanned_out and e.entity == "ada@example.com" for e in events.values())
+    assert [(d.webhook_id, d.status, d.attempts, d.endpoint_id) for d in deliveries] == [
+        ("msg_old1", "delivered", 1, "payment-events-url"),
+        ("msg_old2", "failed", 9, "payment-events-url"),
+        ("msg_old3", "pending", 0, "payment-events-url"),
+    ]
+    assert endpoint.secret is None and json.loads(endpoint.types) == ["wallet.credited", "wallet.debited"]

@@ -57,10 +57,10 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict]:
     for d in deliveries.order_by(EventDelivery.id):
         by_event[d.event].append(d)
     endpoint_of = {d.id: d.endpoint_id for ds in by_event.values() for d in ds}
-    attempts: dict[int, list[dict]] = defaultdict(list)
+    attempts: dict[int, list[EventAttempt]] = defaultdict(list)
     if endpoint_of:
         for a in EventAttempt.select().where(EventAttempt.delivery_id.in_(list(endpoint_of))).order_by(EventAttempt.id):
-            attempts[a.delivery_id].append(_attempt(a, endpoint_of[a.delivery_id]))
+            attempts[a.delivery_id].append(a)
     out = []
     for e in events:
         body = json.loads(e.body)
@@ -71,9 +71,10 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict]:
                 "data": body["data"],
                 "created_at": _iso(e.created_at),
                 "deliveries": [_delivery(d) for d in by_event[e.id]],
-                "attempts": sorted(
-                    (a for d in by_event[e.id] for a in attempts[d.id]), key=lambda a: cast(str, a["at"])
-                ),
+                "attempts": [
+                    _attempt(a, endpoint_of[a.delivery_id])
+                    for a in sorted((a for d in by_event[e.id] for a in attempts[d.id]), key=lambda a: (a.at, a.id))
+                ],
             }
         )
     return out
