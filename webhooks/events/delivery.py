@@ -28,7 +28,7 @@ import logging
 import random
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 FAN_OUT_BATCH = 200  # events fanned out per transaction
 INSERT_CHUNK = 1000  # delivery rows per INSERT
-PER_ENDPOINT = 8  # queues of one endpoint in flight at once (one while it is failing)
+PER_ENDPOINT = 8  # tasks of one endpoint in flight at once (one while it is failing)
+QUEUES_PER_TASK = 8  # queues one task sends one after the other (fewer writes per delivery)
+REFRESH_S = 1.0  # how often a drain reads the endpoints again
 PER_CHAIN = 20  # deliveries of one queue sent in a row
 MAX_ERROR = 500
 # The deliveries behind a `failed` one wait for an operator (events retry, enabling): not due.
@@ -261,14 +263,17 @@ def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]
     return list(found.values())
 
 
-def send_chain(sender: Sender, chain: list[Due]) -> list[tuple[Due, Attempt]]:
-    """Send one queue's deliveries in order; stop at the first failure (the rest must wait)."""
+def send_chains(sender: Sender, chains: list[list[Due]]) -> list[tuple[Due, Attempt]]:
+    """Send queues of one endpoint one after the other, each in order; stop at the first failure
+    (the rest of that queue must wait, and the endpoint is failing: the other queues wait for
+    the next try rather than each costing a timeout now)."""
     sent: list[tuple[Due, Attempt]] = []
-    for due in chain:
-        attempt = sender.send(due.delivery.webhook_id, due.body)
-        sent.append((due, attempt))
-        if not attempt.ok:
-            break
+    for chain in chains:
+        for due in chain:
+            attempt = sender.send(due.delivery.webhook_id, due.body)
+            sent.append((due, attempt))
+            if not attempt.ok:
+                return sent
     return sent
 
 
@@ -284,54 +289,63 @@ class Written:
 
 
 def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPolicy, disable_after_s: int) -> Written:
-    """Write finished chains (endpoint id, its sends) in one transaction."""
+    """Write finished chains (endpoint id, its sends) in one transaction: the delivered ones
+    with one statement, each failed one with its own (its back-off), an attempt row each, and
+    each endpoint's health."""
     done = Written()
     if not outcomes:
         return done
+    sends = [(due, attempt) for _endpoint_id, sent in outcomes for due, attempt in sent]
     with db.atomic():
-        attempts = []
-        for _endpoint_id, sent in outcomes:
-            for due, attempt in sent:
-                _write_delivery(due, attempt, policy, done)
-                attempts.append(
-                    {
-                        "delivery_id": due.delivery.id,
-                        "at": attempt.at,
-                        "status_code": attempt.status_code,
-                        "error": attempt.error,
-                        "ms": attempt.ms,
-                    }
-                )
-        EventAttempt.insert_many(attempts).execute()
+        delivered = [(due, attempt) for due, attempt in sends if attempt.ok]
+        if delivered:
+            at = max(a.at for _, a in delivered)
+            ids = [due.delivery.id for due, _ in delivered]
+            EventDelivery.update(
+                status=DELIVERED,
+                delivered_at=at,
+                last_attempt_at=at,
+                first_attempt_at=pw.fn.COALESCE(EventDelivery.first_attempt_at, at),
+                attempts=EventDelivery.attempts + 1,
+                last_error=None,
+            ).where(EventDelivery.id.in_(ids), EventDelivery.status == PENDING).execute()
+            done.delivered += [due for due, _ in delivered]
+            done.lags_s += [(a.at - due.created_at).total_seconds() for due, a in delivered]
+        for due, attempt in sends:
+            if not attempt.ok:
+                _write_failure(due, attempt, policy, done)
+        EventAttempt.insert_many(
+            [
+                {
+                    "delivery_id": due.delivery.id,
+                    "at": attempt.at,
+                    "status_code": attempt.status_code,
+                    "error": attempt.error,
+                    "ms": attempt.ms,
+                }
+                for due, attempt in sends
+            ]
+        ).execute()
         by_endpoint: dict[str, list[Attempt]] = defaultdict(list)
         for endpoint_id, sent in outcomes:
             by_endpoint[endpoint_id].extend(a for _, a in sent)
+        healthy = [e for e, tried in by_endpoint.items() if all(a.ok for a in tried)]
+        if healthy:  # every attempt a success: one statement for them all
+            at = max(a.at for e in healthy for a in by_endpoint[e])
+            EventEndpoint.update(failing_since=None, last_success_at=at, last_attempt_at=at).where(
+                EventEndpoint.id.in_(healthy)
+            ).execute()
         for endpoint_id, tried in by_endpoint.items():
-            if _write_health(endpoint_id, sorted(tried, key=lambda a: a.at), disable_after_s):
+            if endpoint_id not in healthy and _write_health(
+                endpoint_id, sorted(tried, key=lambda a: a.at), disable_after_s
+            ):
                 done.disabled.append(endpoint_id)
     return done
 
 
-def _write_delivery(due: Due, attempt: Attempt, policy: RetryPolicy, done: Written) -> None:
+def _write_failure(due: Due, attempt: Attempt, policy: RetryPolicy, done: Written) -> None:
     d = due.delivery
     first = d.first_attempt_at or attempt.at
-    if attempt.ok:
-        changed = (
-            EventDelivery.update(
-                status=DELIVERED,
-                delivered_at=attempt.at,
-                last_attempt_at=attempt.at,
-                first_attempt_at=first,
-                attempts=EventDelivery.attempts + 1,
-                last_error=None,
-            )
-            .where(EventDelivery.id == d.id, EventDelivery.status == PENDING)
-            .execute()
-        )
-        if changed:
-            done.delivered.append(due)
-            done.lags_s.append((attempt.at - due.created_at).total_seconds())
-        return
     done.failed.append(d.endpoint_id)
     give_up = (attempt.at - first).total_seconds() >= policy.retry_for_s
     if give_up:
@@ -442,7 +456,8 @@ class Engine:
         self.disable_after_s, self.managed_secrets, self.now = disable_after_s, managed_secrets, now
         self.endpoints: list[Endpoint] = []
         self.senders: dict[tuple[str, str, tuple[str, ...]], Sender] = {}
-        self.in_flight: dict[Future[list[tuple[Due, Attempt]]], tuple[str, str]] = {}
+        self.in_flight: dict[Future[list[tuple[Due, Attempt]]], tuple[str, set[str]]] = {}
+        self.refreshed = -REFRESH_S
         self.resting: dict[str, datetime] = {}  # a failing endpoint is not asked again before this
 
     def _sender(self, ep: Endpoint) -> Sender:
@@ -455,27 +470,36 @@ class Engine:
         """The endpoints deliveries go to now: enabled, and able to sign."""
         return [ep.id for ep in self.endpoints if ep.enabled and ep.secrets]
 
-    def refresh(self) -> None:
-        self.endpoints = eps.active(self.managed_secrets)
+    def refresh(self, force: bool = False) -> None:
+        """Read the endpoints again, at most every REFRESH_S unless `force`."""
+        if force or time.monotonic() - self.refreshed >= REFRESH_S:
+            self.endpoints = eps.active(self.managed_secrets)
+            self.refreshed = time.monotonic()
 
     def submit_due(self) -> int:
         """Start the chains that are due and not in flight; how many."""
         now = self.now()
         busy: dict[str, set[str]] = defaultdict(set)
-        for endpoint_id, entity in self.in_flight.values():
-            busy[endpoint_id].add(entity)
+        tasks: Counter[str] = Counter()
+        for endpoint_id, entities in self.in_flight.values():
+            busy[endpoint_id] |= entities
+            tasks[endpoint_id] += 1
         started = 0
         for ep in self.endpoints:
             if not (ep.enabled and ep.secrets) or self.resting.get(ep.id, now) > now:
                 continue
-            room = (1 if ep.failing_since is not None else PER_ENDPOINT) - len(busy[ep.id])
+            failing = ep.failing_since is not None
+            room = (1 if failing else PER_ENDPOINT) - tasks[ep.id]
             if room <= 0:
                 continue
+            per_task = 1 if failing else QUEUES_PER_TASK
+            chains = due_chains(ep.id, now, room * per_task, busy[ep.id])
             sender = self._sender(ep)
-            for chain in due_chains(ep.id, now, room, busy[ep.id]):
-                future = self.pool.submit(send_chain, sender, chain)
-                self.in_flight[future] = (ep.id, chain[0].delivery.entity)
-                started += 1
+            for i in range(0, len(chains), per_task):
+                batch = chains[i : i + per_task]
+                future = self.pool.submit(send_chains, sender, batch)
+                self.in_flight[future] = (ep.id, {c[0].delivery.entity for c in batch})
+                started += len(batch)
         return started
 
     def collect(self, timeout_s: float) -> Written:
@@ -485,8 +509,8 @@ class Engine:
         finished, _ = wait(list(self.in_flight), timeout=timeout_s, return_when=FIRST_COMPLETED)
         outcomes = []
         for future in finished:
-            endpoint_id, _entity = self.in_flight.pop(future)
-            sent = future.result()  # send_chain catches what a request can raise
+            endpoint_id, _entities = self.in_flight.pop(future)
+            sent = future.result()  # send_chains catches what a request can raise
             outcomes.append((endpoint_id, sent))
             last = sent[-1][1] if sent else None
             if last is not None and not last.ok:  # rest until its retry is due
@@ -495,7 +519,10 @@ class Engine:
                 )
             elif last is not None:
                 self.resting.pop(endpoint_id, None)
-        return write(outcomes, self.policy, self.disable_after_s)
+        written = write(outcomes, self.policy, self.disable_after_s)
+        if written.failed:  # an endpoint's health changed: read it now (failing, disabled)
+            self.refresh(force=True)
+        return written
 
     def finish(self, keep: Callable[[], object] = lambda: None) -> Written:
         """Wait for every chain in flight and write it (a drain handing over, or stopping),
