@@ -81,6 +81,20 @@ PARTS = [
         "12. What bounds each path",
         "Where a web worker's CPU goes at 50 connections, by py-spy (`bench/profile.py`).",
     ),
+    # Parts 13-18 are run on their own (their commands are in their sections); a run of
+    # scripts/bench that does not measure them keeps their sections as they are.
+    ("rate_limit_cost", "13. The per-publisher rate limit: its cost per lead", ""),
+    ("parse_cost", "14. Linear parsing: CPU per KiB of hostile bodies", ""),
+    ("journal_memory", "15. What one publisher's large leads leave in a web worker", ""),
+    ("reconcile_cost", "16. Provider reconciliation: what a run costs per 1,000 payments", ""),
+    ("quality_cost", "17. Lead quality: what a publisher's field spec costs per lead", ""),
+    ("report_query", "18. The leads report at 6 million ledger rows", ""),
+    (
+        "event_fanout",
+        "19. Event endpoints: deliveries per second and lag with 1, 10 and 100 endpoints",
+        "Sales settled at a steady rate, then a burst, delivered by one RQ worker to 1, 10 and 100 "
+        "endpoints on a receiver verifying every delivery (`bench/event_fanout.py`).",
+    ),
 ]
 
 
