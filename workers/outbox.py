@@ -118,13 +118,16 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
                         continue
                     due = delivery.next_due_s(engine.enabled(), utcnow())
                     if due is not None and due <= LINGER_S:
-                        outbox_queue.wait_for_work(r, max(due, 0.05))  # a retry due soon, or new events
+                        if outbox_queue.wait_for_work(r, max(due, 0.05)):  # a retry due soon, or a wake
+                            engine.refresh(force=True)  # a wake may be an endpoint enabled
                         continue
                     if outbox_queue.wait_for_work(r, LINGER_S):
+                        engine.refresh(force=True)
                         continue
                     # Clear the flag, then look once more: an event committed in between either
                     # finds the flag gone (and starts a drain) or is seen here.
                     outbox_queue.stop_draining(r)
+                    engine.refresh(force=True)
                     if delivery.work_waiting(engine.enabled(), utcnow()):
                         continue
                     return delivered
