@@ -47,8 +47,8 @@ def log(msg: str) -> None:
 class Stack:
     """Every process of the run: Redis, MariaDB database, buyer, Floodgate, worker, bare app."""
 
-    def __init__(self, es: ExitStack, tmp: Path, extra_env: dict | None = None):
-        self.base = stack.base(es, tmp, extra_env)
+    def __init__(self, es: ExitStack, tmp: Path, extra_env: dict | None = None, code: Path = ROOT):
+        self.base = stack.base(es, tmp, extra_env, code=code)
         self.redis, self.db_url, env = self.base.redis, self.base.db_url, self.base.env
         self.buyer, buyer_url = self.base.buyer_stub(es)
         self.web = self.base.web(es, workers=2)

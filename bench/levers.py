@@ -2,16 +2,23 @@
 the arms alternated round after round so the machine's noise falls on both alike.
 
 Each round and arm: wrk at 50 connections against the bare endpoint, the lead path (20 ms
-buyer) and payment deliveries (2,000 payments × 5, shuffled; bench/pay.lua), with the web
-processes' CPU per request. The report gives each arm's medians and the ratio of the
-medians, lever over base.
+buyer) and payment deliveries, with the web processes' CPU per request. Payments (`--mix`):
+`first` (default), 6,000 Paystack payments × 5 deliveries, shuffled: in 10 s most requests
+are the first delivery of their payment, each a durable credit; `knee`, 2,000 payments of
+every provider × 5 (bench/knee.py's, duplicate-heavy). The report gives each arm's medians and
+the ratio of the medians, lever over base.
 
-    python -m bench.levers [--rounds 3] [--seconds 10] [--lever hiredis]
+    python -m bench.levers [--rounds 3] [--seconds 10] [--mix first] [--lever hiredis]
+    python -m bench.levers --lever code --base-rev <git revision>
 
 Levers:
 - hiredis: redis-py's parser. redis-py uses hiredis when it can import it; the base arm runs
   with bench/no_hiredis/ first on PYTHONPATH (a `hiredis` that fails to import), so both arms
   run the same installed code.
+- access_log: gunicorn's access log (ACCESS_LOG, a line per request, to a file) against none.
+- worker_connections: WORKER_CONNECTIONS 100 against the default 1000 greenlets per worker.
+- code: a change of the code itself: the base arm runs a git worktree of `--base-rev` (its
+  processes started in that checkout, the same virtualenv), the lever arm this checkout.
 
 Writes bench/out/levers.json and levers.md.
 """
@@ -22,6 +29,7 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
@@ -33,18 +41,36 @@ from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, cpu_seconds, log, wrk
 from bench.knee import drained, lua_list, make_deliveries, wrk_payments
 from testkit.config import SECRETS
+from testkit.payments import encode, payload, signed_headers
 
 LEVERS = {
     # lever: (base arm's extra env, lever arm's extra env)
     "hiredis": ({"PYTHONPATH": str(ROOT / "bench" / "no_hiredis")}, {}),
+    "access_log": ({}, {"ACCESS_LOG": "/tmp/fg-lever-access.log"}),
+    "worker_connections": ({}, {"WORKER_CONNECTIONS": "100"}),
+    "code": ({}, {}),
 }
+PAYSTACK_FIRST = 6000  # payments of the `first` mix
 
 
-def one_arm(env: dict, seconds: int, rng: random.Random) -> dict:
-    """Start the stack with `env`, measure the three runs, stop it."""
+def first_deliveries(tag: str, payments: int, rng: random.Random) -> list:
+    """The `first` mix: Paystack payments (HMAC-SHA512), each signed once and sent 5 times, all
+    shuffled: the start of the list is mostly each payment's first delivery."""
+    out = []
+    for i in range(payments):
+        raw = encode(
+            payload("paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"{tag}-p{rng.randrange(500)}@x.io")
+        )
+        out += [("paystack", signed_headers("paystack", raw), raw.decode())] * 5
+    rng.shuffle(out)
+    return out
+
+
+def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", code: Path = ROOT) -> dict:
+    """Start the stack (of the checkout `code`) with `env`, measure the three runs, stop it."""
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-lever-")))
-        stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2", **env})
+        stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2", **env}, code=code)
         web = stack.pids()["web (2 gunicorn workers)"]
         wrk(stack.bare_url, 50, 2, "warm")
         wrk(stack.web.url, 50, 2, "warm")
@@ -53,7 +79,11 @@ def one_arm(env: dict, seconds: int, rng: random.Random) -> dict:
         leads = wrk(stack.web.url, 50, seconds, "leads")
         lead_cpu = (cpu_seconds(web) - before) / max(1, leads["requests"]) * 1000
         drained(stack)
-        deliveries, _ = make_deliveries(f"lever{rng.randrange(10**9)}", 2000, rng)
+        tag = f"lever{rng.randrange(10**9)}"
+        if mix == "first":
+            deliveries = first_deliveries(tag, PAYSTACK_FIRST, rng)
+        else:
+            deliveries, _ = make_deliveries(tag, 2000, rng)
         listing = tmp / "deliveries.lua"
         lua_list(deliveries, listing)
         before = cpu_seconds(web)
@@ -97,7 +127,10 @@ def render(d: dict) -> str:
         f"Machine: {machine}.",
         "",
         f"{d['rounds']} rounds, arms alternated (base first in odd rounds); wrk at 50 connections, "
-        f"{d['seconds']} s per run. Medians of the rounds; ratio = {lever} / base.",
+        f"{d['seconds']} s per run. Medians of the rounds; ratio = {lever} / base. Payments: the "
+        f"`{d.get('mix', 'knee')}` mix"
+        + (f"; base arm at {d['base_rev']}, {lever} arm at {d['lever_rev']}" if d.get("base_rev") else "")
+        + ".",
         "",
         f"| measure | base | {lever} | ratio |",
         "|---|---|---|---|",
@@ -126,8 +159,17 @@ def main() -> int:
     ap.add_argument("--lever", choices=sorted(LEVERS), default="hiredis")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--mix", choices=("first", "knee"), default="first")
+    ap.add_argument("--base-rev", help="--lever code: the revision the base arm runs")
     args = ap.parse_args()
     base_env, lever_env = LEVERS[args.lever]
+    codes = {"base": ROOT, args.lever: ROOT}
+    if args.lever == "code":
+        if not args.base_rev:
+            ap.error("--lever code needs --base-rev")
+        worktree = Path(tempfile.mkdtemp(prefix="fg-lever-base-"))
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.base_rev], cwd=ROOT, check=True)
+        codes["base"] = worktree
     arms: dict[str, list] = {"base": [], args.lever: []}
     rng = random.Random(16)
     for i in range(args.rounds):
@@ -136,16 +178,25 @@ def main() -> int:
             order.reverse()
         for name, env in order:
             t0 = time.monotonic()
-            arms[name].append(one_arm(env, args.seconds, rng))
+            arms[name].append(one_arm(env, args.seconds, rng, args.mix, codes[name]))
             log(f"round {i + 1} {name}: {json.dumps(arms[name][-1])} ({time.monotonic() - t0:.0f} s)")
+    if args.lever == "code":
+        subprocess.run(["git", "worktree", "remove", "--force", str(codes["base"])], cwd=ROOT, check=False)
     data = {
         "lever": args.lever,
+        "base_rev": args.base_rev,
+        "lever_rev": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "mix": args.mix,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "arms": arms,
         "machine": machine_info(),
     }
+    write_json(f"levers-{args.lever}.json", data)
     write_json("levers.json", data)
+    write_md(f"levers-{args.lever}.md", render(data))
     write_md("levers.md", render(data))
     log(f"wrote {OUT / 'levers.md'}")
     return 0

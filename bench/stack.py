@@ -28,10 +28,11 @@ class Base:
     db_url: str
     env: dict[str, str]
     tmp: Path
+    code: Path = ROOT  # the checkout whose processes run (bench/levers.py: another revision)
 
     def web(self, es: ExitStack, workers: int = 2, extra_env: dict | None = None, name: str = "web") -> WebServer:
         """gunicorn with `workers` gevent workers on a free port, stopped with `es`."""
-        web = WebServer({**self.env, **(extra_env or {})}, self.tmp / f"{name}.log", workers=workers)
+        web = WebServer({**self.env, **(extra_env or {})}, self.tmp / f"{name}.log", workers=workers, cwd=self.code)
         es.callback(web.stop)
         return web
 
@@ -40,7 +41,7 @@ class Base:
         args = [venv_bin("rq"), "worker", "--url", self.redis.url, "-w", "rq.worker.SimpleWorker", "-q", "floodgate"]
         if scheduler:
             args.insert(4, "--with-scheduler")
-        worker = Proc(args, {**self.env, **(extra_env or {})}, self.tmp / "worker.log")
+        worker = Proc(args, {**self.env, **(extra_env or {})}, self.tmp / "worker.log", self.code)
         es.callback(worker.stop)
         return worker
 
@@ -94,4 +95,4 @@ def base(
     subprocess.run(
         [venv_bin("flask"), "--app", "wsgi", "db", "upgrade"], env=env, cwd=code, check=True, capture_output=True
     )
-    return Base(server, db_url, env, tmp)
+    return Base(server, db_url, env, tmp, code)

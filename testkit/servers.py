@@ -160,10 +160,10 @@ def venv_bin(name: str) -> str:
 class WebServer(Proc):
     """The real app: gunicorn with gevent workers, on a free port."""
 
-    def __init__(self, env: dict, log: Path, workers: int = 1):
+    def __init__(self, env: dict, log: Path, workers: int = 1, cwd: Path = ROOT):
         self.port = free_port()
         env = {**env, "PORT": str(self.port), "WEB_CONCURRENCY": str(workers)}
-        super().__init__([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, log)
+        super().__init__([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, log, cwd)
         import requests
 
         def up():
