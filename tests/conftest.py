@@ -235,7 +235,8 @@ def _let_the_worker_finish(queue: RedisServer, timeout_s: float = 10.0) -> None:
     earlier test queued: its rows would land in the ledger after it is emptied (a publisher
     the next test creates would then not be fresh, and its first lead wait as after a Redis
     loss). Wait while a batch is held by a job that is running (a failed job's batch stays,
-    for its retry: not waited for)."""
+    for its retry: not waited for). Likewise an events drain (it holds the events lock while it
+    runs): it would fan out and deliver the next test's events with the worker's settings."""
     client = redis.Redis.from_url(queue.url)
     try:
         deadline = time.monotonic() + timeout_s
@@ -246,7 +247,7 @@ def _let_the_worker_finish(queue: RedisServer, timeout_s: float = 10.0) -> None:
                 for key in client.scan_iter(match=pattern, count=1000)
             ]
             running = [j for j in held if client.hget(f"rq:job:{j}", "status") == b"started"]
-            if not running:
+            if not running and not client.exists(keys.OUTBOX_LOCK):
                 return
             time.sleep(0.02)
     finally:
@@ -395,6 +396,19 @@ def api(app, redis_server, database_url):
     client = Api(IN_PROCESS_URL, app)
     yield client
     client.http.close()
+
+
+@pytest.fixture
+def engine_lock(app, redis_server):
+    """Hold the events worker's lock for the test, so that its engine runs in this process only
+    (testkit.events.deliver_inline): an RQ worker of the session would wait for it, then leave
+    (and would fan events out with its own configuration, not the test's)."""
+    from webhooks.storage import claims
+
+    store = services.of(app).settle
+    wait_until(lambda: claims.claim(store, keys.OUTBOX_LOCK, 120_000)[0], timeout=15, what="the events lock")
+    yield
+    store.redis.delete(keys.OUTBOX_LOCK)
 
 
 @pytest.fixture

@@ -17,12 +17,9 @@ import pytest
 
 from testkit.events import EventReceiver, deliver_inline
 from testkit.payments import deliver, encode, payload, refund_payload
-from testkit.servers import wait_until
-from webhooks import services
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.leads import ledger
-from webhooks.storage import claims, keys
 from webhooks.storage.db import db
 from webhooks.storage.models import EventDelivery, utcnow
 
@@ -32,15 +29,6 @@ SECRETS = {
     "c": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     "d": "whsec_YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXo=",
 }
-
-
-@pytest.fixture
-def engine_lock(app, redis_server):
-    """Hold the events worker's lock for the test (a session RQ worker's drain waits, then leaves)."""
-    store = services.of(app).settle
-    wait_until(lambda: claims.claim(store, keys.OUTBOX_LOCK, 120_000)[0], timeout=15, what="the events lock")
-    yield
-    store.redis.delete(keys.OUTBOX_LOCK)
 
 
 @pytest.fixture

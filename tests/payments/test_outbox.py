@@ -39,8 +39,9 @@ def receiver():
 
 
 @pytest.fixture
-def events_on(reconfigure, receiver):
-    """The in-process app with PAYMENT_EVENTS_URL pointing at the receiver."""
+def events_on(reconfigure, receiver, engine_lock):
+    """The in-process app with PAYMENT_EVENTS_URL pointing at the receiver; the events engine
+    runs here only."""
     reconfigure(payment_events_url=receiver.url, payment_events_secrets=(EVENTS_SECRET,))
     return receiver
 
