@@ -209,3 +209,26 @@ def test_innodb_deadlock_is_recognised_for_retry(mysql):
     for t in threads:
         t.join(30)
     assert len(errors) == 1 and _is_deadlock(errors[0])
+
+
+def test_a_credit_announces_the_balance_after_it_new_positive_or_below_zero_wallet(api, redis_server):
+    """The upsert hands the balance back (MySQL: LAST_INSERT_ID, an unsigned 64-bit value):
+    a new wallet, a wallet in credit and one a refund took below zero all read right."""
+    import json
+
+    from webhooks.storage.models import Event, Wallet
+
+    def credited(reference: str, amount: int) -> int:
+        resp = deliver(api, "standard", encode(payload("standard", reference, amount, "NGN", "low@example.com")))
+        assert resp.json() == {"status": "credited"}, resp.text
+        with db.connection_context():
+            event = Event.select().where(Event.subject == f"standard:{reference}").get()
+        return json.loads(event.body)["data"]["balance_minor"]
+
+    assert credited("std-bal-1", 1_000) == 1_000  # a new wallet
+    assert credited("std-bal-2", 250) == 1_250  # one in credit
+    with db.connection_context():
+        Wallet.update(balance_minor=-5_000).where(Wallet.customer == "low@example.com").execute()
+    assert credited("std-bal-3", 300) == -4_700  # one below zero
+    assert credited("std-bal-4", 10**12) == 10**12 - 4_700
+    assert balance("low@example.com", "NGN") == 10**12 - 4_700

@@ -106,14 +106,31 @@ def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
         record(d, Verdict.VERIFICATION_FAILED, 422, event)
 
 
-def _credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime) -> None:
+# MySQL/MariaDB: the upsert hands the new balance back in the OK packet (LAST_INSERT_ID(expr)
+# sets the connection's last insert id to expr), saving the SELECT of the wallet after it. The
+# id is an unsigned integer: the balance travels shifted by _SHIFT (2^62), so a wallet refunds
+# took below zero reads right too (balances are far inside ±2^62).
+_SHIFT = 1 << 62
+_UPSERT_RETURNING_BALANCE = (
+    "INSERT INTO wallets (customer, currency, balance_minor, updated_at) VALUES (%s, %s, %s, %s) "
+    "ON DUPLICATE KEY UPDATE balance_minor = "
+    f"CAST(LAST_INSERT_ID(balance_minor + VALUES(balance_minor) + {_SHIFT}) AS SIGNED) - {_SHIFT}, "
+    "updated_at = VALUES(updated_at)"
+)
+
+
+def _credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime) -> int:
+    """Add a positive amount to a wallet (made at that amount if new); its balance after, read
+    under the row lock the upsert takes."""
+    if is_mysql():
+        cursor = db.execute_sql(_UPSERT_RETURNING_BALANCE, (customer, currency, amount_minor, now))
+        if cursor.rowcount == 1:  # inserted: the id is the new row's, the balance the amount
+            return amount_minor
+        return int(cursor.lastrowid) - _SHIFT  # updated (2): the balance after, shifted
     update = {Wallet.balance_minor: Wallet.balance_minor + amount_minor, Wallet.updated_at: now}
     query = Wallet.insert(customer=customer, currency=currency, balance_minor=amount_minor, updated_at=now)
-    if is_mysql():
-        query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
-    else:
-        query = query.on_conflict(conflict_target=[Wallet.customer, Wallet.currency], update=update)
-    query.execute()
+    query.on_conflict(conflict_target=[Wallet.customer, Wallet.currency], update=update).execute()
+    return balance(customer, currency)
 
 
 def balance(customer: str, currency: str) -> int:
@@ -183,9 +200,7 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
                 record(d, Verdict.UNATTRIBUTED, 200, event)
                 return Verdict.UNATTRIBUTED
             assert event.customer is not None
-            _credit_wallet(event.customer, event.currency, event.amount_minor, now)
-            # the wallet row is locked by the upsert: its balance is this change's
-            after = balance(event.customer, event.currency)
+            after = _credit_wallet(event.customer, event.currency, event.amount_minor, now)
             outbox.record(
                 outbox.wallet_event(
                     outbox.EventType.WALLET_CREDITED,
@@ -292,8 +307,7 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 Payment.update(status=status).where(Payment.id == payment.id).execute()
                 payment.status = status
             if amount > 0:
-                _credit_wallet(customer, payment.currency, amount, now)
-                after = balance(customer, payment.currency)
+                after = _credit_wallet(customer, payment.currency, amount, now)
                 credited = outbox.EventType.WALLET_CREDITED
                 outbox.record(
                     outbox.wallet_event(credited, provider, reference, customer, payment.currency, amount, after), now
