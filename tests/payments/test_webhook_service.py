@@ -122,8 +122,22 @@ def test_an_unknown_or_unconfigured_provider_is_refused_before_anything_is_read(
     assert unset.secrets_of("paystack") == ("sk_only_paystack",)
 
 
+def test_nobody_listening_a_credit_wakes_no_worker_and_an_enabled_endpoint_makes_it(app, redis_server, database_url):
+    from webhooks.events import endpoints
+
+    quiet = build(app)
+    quiet.listening.ttl_s = 0  # read the endpoints at every credit
+    redis = quiet.settle.redis
+    assert receive(quiet, "paystack", encode(payload("paystack", "unit-quiet", 7000))).status == Verdict.CREDITED
+    assert redis.llen(keys.OUTBOX_WAKE) == 0  # the event is written; the sweep fans it out to nobody
+    with db.connection_context():
+        endpoints.save("app", {"url": "http://127.0.0.1:9/hooks"})
+    assert receive(quiet, "paystack", encode(payload("paystack", "unit-heard", 7000))).status == Verdict.CREDITED
+    assert redis.llen(keys.OUTBOX_WAKE) == 1
+
+
 def test_a_credit_wakes_the_events_worker_and_a_duplicate_does_not(app, redis_server, database_url):
-    announcing = build(app)
+    announcing = build(app, payment_events_url="http://127.0.0.1:9/events")
     redis = announcing.settle.redis
     redis.set(keys.OUTBOX_SCHEDULED, "1")  # a drain is scheduled already: nothing enqueued here
     raw = encode(payload("paystack", "unit-announced", 7000))

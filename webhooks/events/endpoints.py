@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets as random_secrets
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,7 @@ from webhooks import validate as v
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
 from webhooks.storage import audit
-from webhooks.storage.db import db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
 
 CODE = "invalid_event_endpoint"
@@ -259,6 +260,30 @@ def sync_managed(url: str, secrets: tuple[str, ...]) -> None:
             EventEndpoint.insert(
                 id=MANAGED_ID, url=url, types=types, secret=None, enabled=True, created_at=now, updated_at=now
             ).on_conflict_ignore().execute()
+
+
+class Listening:
+    """Whether any endpoint may want an event now, for the web process deciding whether a
+    commit needs to wake the worker: always while PAYMENT_EVENTS_URL is set, else whether an
+    enabled endpoint exists, read at most every `ttl_s`. A wake it skips costs nothing but
+    time: the event is in the database, and the sweep fans it out within seconds (to nobody,
+    when nobody listens)."""
+
+    def __init__(self, configured: bool, ttl_s: float = 1.0):
+        self.configured, self.ttl_s = configured, ttl_s
+        self.value, self.until = True, 0.0
+
+    def __call__(self) -> bool:
+        if self.configured:
+            return True
+        now = time.monotonic()
+        if now >= self.until:
+            try:
+                self.value = EventEndpoint.select().where(EventEndpoint.enabled == True).exists()  # noqa: E712
+            except UNAVAILABLE_ERRORS:
+                self.value = True  # not known: wake
+            self.until = now + self.ttl_s
+        return self.value
 
 
 def active(managed_secrets: tuple[str, ...]) -> list[Endpoint]:

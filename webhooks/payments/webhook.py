@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from redis.exceptions import RedisClusterException
@@ -30,6 +30,7 @@ from rq import Queue
 from webhooks import metrics
 from webhooks.config import Config
 from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
+from webhooks.events.endpoints import Listening
 from webhooks.payments import events, flutterwave, gate, ledger, refunds, rejected, signatures
 from webhooks.payments.ledger import Receipt
 from webhooks.payments.states import Source, Verdict
@@ -95,6 +96,7 @@ class PaymentWebhooks:
     claim_ttl_ms: int
     flutterwave: FlutterwaveCheck | None  # None unless FLUTTERWAVE_VERIFY=1
     account_field: str = ""  # PAYMENT_ACCOUNT_FIELD: the metadata key naming the wallet
+    listening: Callable[[], bool] = lambda: True  # whether a committed event needs a wake
 
     @classmethod
     def build(cls, cfg: Config, store: Store, settle: Store, queue: Queue) -> PaymentWebhooks:
@@ -109,6 +111,7 @@ class PaymentWebhooks:
             cfg.payment_claim_ttl_ms,
             check,
             cfg.payment_account_field,
+            Listening(bool(cfg.payment_events_url)),
         )
 
     def secrets_of(self, provider: str) -> tuple[str, ...]:
@@ -222,5 +225,7 @@ class PaymentWebhooks:
             raise
 
     def wake_outbox(self, request_id: str | None) -> None:
-        """A credit or debit committed its event: wake the worker that sends it."""
-        outbox_queue.wake(self.settle.redis, self.queue, request_id)
+        """A credit or debit committed its event: wake the worker that sends it, when an
+        endpoint may want it (one Redis round trip saved per payment when none does)."""
+        if self.listening():
+            outbox_queue.wake(self.settle.redis, self.queue, request_id)
