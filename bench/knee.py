@@ -42,13 +42,13 @@ from webhooks.storage import keys
 REPEATS = 5
 
 
-def make_deliveries(tag: str, payments: int, rng: random.Random) -> tuple[list, dict]:
-    """(deliveries [(provider, headers, body)]: each payment signed once and sent REPEATS
+def make_deliveries(tag: str, payments: int, rng: random.Random, repeats: int = REPEATS) -> tuple[list, dict]:
+    """(deliveries [(provider, headers, body)]: each payment signed once and sent `repeats`
     times, all shuffled; expected wallet balances)."""
     made, expected = make_payments(payments, tag, rng)
     out = []
     for _reference, provider, raw in made:
-        out += [(provider, signed_headers(provider, raw), raw.decode())] * REPEATS
+        out += [(provider, signed_headers(provider, raw), raw.decode())] * repeats
     rng.shuffle(out)
     return out, dict(expected)
 
@@ -170,6 +170,12 @@ def main() -> int:
     ap.add_argument("--step-seconds", type=float, default=10, help="each open-loop step")
     ap.add_argument("--payment-rates", default="100,200,300,400,500,600,800")
     ap.add_argument("--lead-rates", default="100,200,300,400,500,600")
+    ap.add_argument(
+        "--payment-repeats",
+        type=int,
+        default=REPEATS,
+        help="deliveries of each payment in the open-loop steps (1: every request a first delivery)",
+    )
     ap.add_argument("--render", action="store_true", help="only write knee.md and knee.png from knee.json")
     ap.add_argument("--before", metavar="JSON", help="with --render: a knee.json of older code to compare")
     ap.add_argument("--before-commit", default="?", help="the commit that JSON measured")
@@ -217,8 +223,8 @@ def main() -> int:
         # 2. open loop, stepped
         pay_steps, lead_steps = [], []
         for rate in (float(x) for x in args.payment_rates.split(",")):
-            n = int(rate * args.step_seconds / REPEATS)
-            deliveries, exp = make_deliveries(f"ol{int(rate)}", n, rng)
+            n = int(rate * args.step_seconds / args.payment_repeats)
+            deliveries, exp = make_deliveries(f"ol{int(rate)}", n, rng, args.payment_repeats)
             total_payments += n
             for k, v in exp.items():
                 expected[k] += v
@@ -262,6 +268,7 @@ def main() -> int:
         "leads": lead_steps,
         "invariants": invariants,
         "step_seconds": args.step_seconds,
+        "payment_repeats": args.payment_repeats,
     }
     write_json("knee.json", data)
     write_md("knee.md", render(data))

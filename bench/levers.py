@@ -172,16 +172,18 @@ def main() -> int:
         codes["base"] = worktree
     arms: dict[str, list] = {"base": [], args.lever: []}
     rng = random.Random(16)
-    for i in range(args.rounds):
-        order = [("base", base_env), (args.lever, lever_env)]
-        if i % 2:
-            order.reverse()
-        for name, env in order:
-            t0 = time.monotonic()
-            arms[name].append(one_arm(env, args.seconds, rng, args.mix, codes[name]))
-            log(f"round {i + 1} {name}: {json.dumps(arms[name][-1])} ({time.monotonic() - t0:.0f} s)")
-    if args.lever == "code":
-        subprocess.run(["git", "worktree", "remove", "--force", str(codes["base"])], cwd=ROOT, check=False)
+    try:
+        for i in range(args.rounds):
+            order = [("base", base_env), (args.lever, lever_env)]
+            if i % 2:
+                order.reverse()
+            for name, env in order:
+                t0 = time.monotonic()
+                arms[name].append(one_arm(env, args.seconds, rng, args.mix, codes[name]))
+                log(f"round {i + 1} {name}: {json.dumps(arms[name][-1])} ({time.monotonic() - t0:.0f} s)")
+    finally:
+        if args.lever == "code":
+            subprocess.run(["git", "worktree", "remove", "--force", str(codes["base"])], cwd=ROOT, check=False)
     data = {
         "lever": args.lever,
         "base_rev": args.base_rev,

@@ -98,6 +98,73 @@ PARTS = [
 ]
 
 
+def _median(rows: list[dict], key: str) -> float | None:
+    values = sorted(r[key] for r in rows if r.get(key) is not None)
+    return values[len(values) // 2] if values else None
+
+
+def _step(steps: list[dict], rate: float) -> dict | None:
+    return next((s for s in steps if float(s.get("offered_rate", -1)) == rate), None)
+
+
+def summary() -> list[str]:
+    """The performance targets (issue "Performance"), each with the figure of the last run that
+    measured it (bench/out/levers-*.json: the arm running this checkout, medians of its rounds;
+    bench/out/knee.json: open loop) and whether it is met."""
+    rows: list[tuple[str, str, str, str]] = []  # target, figure, met, from
+    lever = None
+    for path in sorted(OUT.glob("levers-*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        data = json.loads(path.read_text())
+        if data.get("mix") == "first":
+            lever = data
+            break
+    if lever is not None:
+        arm = lever["arms"].get(lever["lever"]) if lever["lever"] == "code" else lever["arms"]["base"]
+        where = f"levers ({lever['lever']}; {lever['machine'].get('date', '?')[:10]})"
+        for target, key, limit, better in (
+            ("lead path ≥ 0.2 of bare (c=50, 20 ms buyer)", "lead_ratio", 0.2, "high"),
+            ("web CPU per lead ≤ 1.2 ms", "lead_web_cpu_ms", 1.2, "low"),
+            ("first payment deliveries ≥ 0.2 of bare (6,000 Paystack × 5)", "pay_ratio", 0.2, "high"),
+        ):
+            value = _median(arm or [], key)
+            met = (
+                "—"
+                if value is None
+                else ("met" if (value >= limit if better == "high" else value <= limit) else "not met")
+            )
+            rows.append((target, "—" if value is None else f"{value:g}", met, where))
+    else:
+        rows += [(t, "not measured", "—", "") for t in ("lead path ≥ 0.2 of bare", "first payments ≥ 0.2 of bare")]
+    knee = OUT / "knee.json"
+    if knee.exists():
+        data = json.loads(knee.read_text())
+        where = f"knee ({data['machine'].get('date', '?')[:10]})"
+        lead = _step(data.get("leads", []), 600.0)
+        rows.append(
+            (
+                "lead p99 < 100 ms at 600 leads/s offered",
+                "not measured" if lead is None else f"{lead['p99_ms']} ms (achieved {lead['achieved_rate']}/s)",
+                "—" if lead is None else ("met" if lead["p99_ms"] < 100 else "not met"),
+                where,
+            )
+        )
+        pay = _step(data.get("payments", []), 300.0)
+        first = data.get("payment_repeats", 5) == 1
+        rows.append(
+            (
+                "payment p99 < 50 ms at 300 first deliveries/s offered",
+                "not measured"
+                if pay is None
+                else f"{pay['p99_ms']} ms ({'first deliveries' if first else 'each payment 5 times'})",
+                "—" if pay is None or not first else ("met" if pay["p99_ms"] < 50 else "not met"),
+                where,
+            )
+        )
+    out = ["## Targets", "", "| target | figure | | measured by |", "|---|---|---|---|"]
+    out += [f"| {t} | {f} | {m} | {w} |" for t, f, m, w in rows]
+    return out + [""]
+
+
 def _fragment(text: str) -> str:
     """A part's own markdown, nested under its section: headings one level down (two #s
     more), and its image lines dropped (the report links the copied figure itself)."""
@@ -133,8 +200,10 @@ def main() -> int:
         "within one run (each part measures its baseline in the same run), and read each part's "
         "load average.",
         "",
+        *summary(),
     ]
     kept = _sections(REPORT.read_text()) if REPORT.exists() else {}
+    kept.pop("Targets", None)
     for name, title, intro in PARTS:
         md, data = OUT / f"{name}.md", OUT / f"{name}.json"
         if not md.exists():
@@ -183,8 +252,15 @@ def splice_part(name: str) -> int:
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
         lines[start:end] = section
+    targets = summary()
+    start = next((i for i, line in enumerate(lines) if line == "## Targets"), None)
+    if start is None:  # above the first section
+        start = end = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    lines[start:end] = targets
     REPORT.write_text("\n".join(lines).rstrip("\n") + "\n")
-    print(f"wrote the {title!r} section of {REPORT}")
+    print(f"wrote the {title!r} section and the targets of {REPORT}")
     return 0
 
 
