@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, log, wrk
-from bench.knee import lua_list, make_deliveries, wrk_payments
+from bench.knee import lua_list, wrk_payments
+from bench.levers import PAYSTACK_FIRST, first_deliveries
 from testkit.config import SECRETS
 from testkit.servers import venv_bin
 
@@ -79,8 +80,8 @@ def profile(path: str, seconds: int) -> list[str]:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-profile-")))
         stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
         worker = stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
-        if path == "payments":
-            deliveries, _ = make_deliveries("profile", 2000, random.Random(16))
+        if path == "payments":  # the first-delivery mix: most requests a durable credit
+            deliveries = first_deliveries("profile", PAYSTACK_FIRST, random.Random(16))
             listing = tmp / "deliveries.lua"
             lua_list(deliveries, listing)
             run = lambda: wrk_payments(stack.web.url, listing, 50, seconds + 3)  # noqa: E731
@@ -113,7 +114,8 @@ def profile(path: str, seconds: int) -> list[str]:
     total, leaves, layers, packages = summarize(raw_path.read_text())
     log(f"{path}: {total} samples, {result.get('rps')} requests/s")
     lines = [
-        f"### The {path} path",
+        f"### The {path} path"
+        + (" (first deliveries: 6,000 Paystack payments × 5, shuffled)" if path == "payments" else ""),
         "",
         f"`py-spy record -r 200 -f raw` of one of the two gunicorn workers for {seconds} s under wrk "
         f"at 50 connections ({result.get('rps')} requests/s over the whole run): {total} samples of the "
