@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import timezone
 from pathlib import Path
 
 import matplotlib
@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 from bench import stack
 from bench.common import OUT, machine_info, markdown_table, percentiles, redis_version, write_json, write_md
 from bench.outbox import _listening, arrivals
-from testkit.events import EVENTS_SECRET
+from testkit.events import EVENTS_SECRET, sale_item
 from testkit.servers import Proc, free_port, wait_until
 from webhooks.events import endpoints
 from webhooks.leads import ledger
@@ -48,23 +48,7 @@ from webhooks.storage.settle_queue import queue
 
 
 def sale(n: int, tag: str) -> dict:
-    now = datetime.now(timezone.utc).isoformat()
-    return {
-        "publisher_id": "surge",
-        "lead_id": f"{tag}-{n}",
-        "status": "sold",
-        "buyer_id": "acme",
-        "price": "10.00",
-        "commission": "1.00",
-        "attempts": [],
-        "skipped": [],
-        "payload": "{}",
-        "received_at": now,
-        "sold_at": now,
-        "lease": ["acme", f"l{tag}{n}"],
-        "reserved_us": None,
-        "request_id": None,
-    }
+    return sale_item("surge", f"{tag}-{n}", payout="1.00", price="10.00")
 
 
 def reset(count: int, url: str) -> None:

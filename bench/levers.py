@@ -196,9 +196,10 @@ def main() -> int:
         "arms": arms,
         "machine": machine_info(),
     }
-    write_json(f"levers-{args.lever}.json", data)
+    name = f"levers-{args.lever}" + (f"-{args.base_rev}" if args.lever == "code" else "")
+    write_json(f"{name}.json", data)
     write_json("levers.json", data)
-    write_md(f"levers-{args.lever}.md", render(data))
+    write_md(f"{name}.md", render(data))
     write_md("levers.md", render(data))
     log(f"wrote {OUT / 'levers.md'}")
     return 0

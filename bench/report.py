@@ -165,6 +165,17 @@ def summary() -> list[str]:
     return out + [""]
 
 
+def _part_text(name: str) -> str | None:
+    """A part's markdown from bench/out: `levers` is every lever measured (levers-*.md, oldest
+    first), the others their own <name>.md."""
+    if name == "levers":
+        found = sorted(OUT.glob("levers-*.md"), key=lambda p: p.stat().st_mtime)
+        if found:
+            return "\n\n".join(p.read_text().strip() for p in found)
+    md = OUT / f"{name}.md"
+    return md.read_text() if md.exists() else None
+
+
 def _fragment(text: str) -> str:
     """A part's own markdown, nested under its section: headings one level down (two #s
     more), and its image lines dropped (the report links the copied figure itself)."""
@@ -205,8 +216,8 @@ def main() -> int:
     kept = _sections(REPORT.read_text()) if REPORT.exists() else {}
     kept.pop("Targets", None)
     for name, title, intro in PARTS:
-        md, data = OUT / f"{name}.md", OUT / f"{name}.json"
-        if not md.exists():
+        text, data = _part_text(name), OUT / f"{name}.json"
+        if text is None:
             if title in kept:  # not measured in this run: keep the section of the last run that did
                 out += [f"## {title}", "", kept[title], ""]
             continue
@@ -221,7 +232,7 @@ def main() -> int:
                     ),
                     "",
                 ]
-        out += [_fragment(md.read_text()), ""]
+        out += [_fragment(text), ""]
         png = OUT / f"{name}.png"
         if png.exists():
             shutil.copy(png, FIGURES / png.name)
@@ -235,12 +246,12 @@ def splice_part(name: str) -> int:
     """Put one part's section into the existing report, leaving every other section as it is
     (`--part soak`: a soak runs alone, for an hour, not with scripts/bench)."""
     title, intro = next((t, i) for n, t, i in PARTS if n == name)
-    md = OUT / f"{name}.md"
-    if not md.exists():
-        print(f"no {md}: run the part first")
+    text = _part_text(name)
+    if text is None:
+        print(f"no {OUT / name}.md: run the part first")
         return 1
     FIGURES.mkdir(exist_ok=True)
-    section = [f"## {title}", "", intro, "", _fragment(md.read_text()), ""]
+    section = [f"## {title}", "", intro, "", _fragment(text), ""]
     png = OUT / f"{name}.png"
     if png.exists():
         shutil.copy(png, FIGURES / png.name)

@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -184,3 +185,25 @@ def event_rows() -> list[dict]:
                 }
             )
         return rows
+
+
+def sale_item(publisher_id: str, lead_id: str, payout: str = "4.00", price: str = "40.00") -> dict:
+    """A sale's settlement item, as the settlement worker hands it to leads.ledger.settle (which
+    writes its lead.sold event with it): for tests and benches that need sales in numbers."""
+    now = datetime.now(timezone.utc).isoformat()
+    return {
+        "publisher_id": publisher_id,
+        "lead_id": lead_id,
+        "status": "sold",
+        "buyer_id": "acme",
+        "price": price,
+        "commission": payout,
+        "attempts": [{"buyer_id": "acme", "outcome": "accepted", "ms": 12}],
+        "skipped": [],
+        "payload": "{}",
+        "received_at": now,
+        "sold_at": now,
+        "lease": ["acme", f"l-{publisher_id}-{lead_id}"],
+        "reserved_us": None,
+        "request_id": None,
+    }

@@ -11,15 +11,14 @@ import signal
 import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 
 import pytest
 import requests
 
-from testkit.events import EventReceiver
-from testkit.servers import RedisServer, WebServer, wait_until
+from testkit.events import EventReceiver, sale_item
+from testkit.servers import wait_until
 from tests.conftest import Api
-from tests.e2e.test_payment_lifecycle import Stack
+from tests.e2e.test_payment_lifecycle import running_stack
 from webhooks.events import log as events_log
 from webhooks.leads import ledger
 from webhooks.storage.db import db
@@ -36,25 +35,8 @@ SECRETS = [
 
 @pytest.fixture
 def stack(base_env, database_url, tmp_path):
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    env = {
-        **base_env,
-        "REDIS_URL": redis_server.url,
-        "RQ_REDIS_URL": redis_server.url,
-        "PAYMENT_EVENTS_RETRY_BASE_MS": "50",
-        "PAYMENT_EVENTS_RETRY_MAX_MS": "500",
-        "PAYMENT_EVENTS_TIMEOUT_MS": "5000",
-        "EVENT_ENDPOINT_DISABLE_AFTER_S": "2",
-        "DB_POOL_SIZE": "6",
-    }
-    web = WebServer(env, tmp_path / "web.log", workers=2)
-    made = Stack(env, redis_server, web, tmp_path)
-    yield made
-    for proc in made.procs:
-        proc.stop(sig=signal.SIGKILL)
-    web.stop()
-    redis_server.kill()
+    with running_stack(base_env, tmp_path, {"EVENT_ENDPOINT_DISABLE_AFTER_S": "2"}) as made:
+        yield made
 
 
 @pytest.fixture
@@ -118,26 +100,7 @@ def test_a_thousand_sales_reach_three_endpoints_three_thousand_deliveries_none_m
 
 def _sell_directly(n: int) -> None:
     """Sales as the settlement writes them, many at once (their lead.sold events with them)."""
-    now = datetime.now(timezone.utc).isoformat()
-    items = [
-        {
-            "publisher_id": "surge",
-            "lead_id": f"f{i}",
-            "status": "sold",
-            "buyer_id": "acme",
-            "price": "10.00",
-            "commission": "1.00",
-            "attempts": [],
-            "skipped": [],
-            "payload": "{}",
-            "received_at": now,
-            "sold_at": now,
-            "lease": ["acme", f"l{i}"],
-            "reserved_us": None,
-            "request_id": None,
-        }
-        for i in range(n)
-    ]
+    items = [sale_item("surge", f"f{i}", payout="1.00") for i in range(n)]
     with db.connection_context():
         for i in range(0, n, 500):
             ledger.settle(items[i : i + 500])

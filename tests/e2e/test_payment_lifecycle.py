@@ -11,7 +11,9 @@ import subprocess
 import sys
 import threading
 from collections import Counter, defaultdict, deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,28 +70,38 @@ def receiver():
     server.close()
 
 
-@pytest.fixture
-def stack(base_env, database_url, receiver, tmp_path):
+@contextmanager
+def running_stack(base_env: dict, tmp_path: Path, extra_env: dict) -> Iterator[Stack]:
+    """A private Redis and gunicorn (two workers) with fast event retries and `extra_env`;
+    the worker and scheduler as a test starts them; everything killed at the end."""
     redis_server = RedisServer(tmp_path / "redis")
     redis_server.start()
     env = {
         **base_env,
         "REDIS_URL": redis_server.url,
         "RQ_REDIS_URL": redis_server.url,
-        "PAYMENT_EVENTS_URL": receiver.url,
-        "PAYMENT_EVENTS_SECRET": EVENTS_SECRET,
         "PAYMENT_EVENTS_RETRY_BASE_MS": "50",
         "PAYMENT_EVENTS_RETRY_MAX_MS": "500",
         "PAYMENT_EVENTS_TIMEOUT_MS": "5000",
         "DB_POOL_SIZE": "6",
+        **extra_env,
     }
     web = WebServer(env, tmp_path / "web.log", workers=2)
     made = Stack(env, redis_server, web, tmp_path)
-    yield made
-    for proc in made.procs:
-        proc.stop(sig=signal.SIGKILL)
-    web.stop()
-    redis_server.kill()
+    try:
+        yield made
+    finally:
+        for proc in made.procs:
+            proc.stop(sig=signal.SIGKILL)
+        web.stop()
+        redis_server.kill()
+
+
+@pytest.fixture
+def stack(base_env, database_url, receiver, tmp_path):
+    extra = {"PAYMENT_EVENTS_URL": receiver.url, "PAYMENT_EVENTS_SECRET": EVENTS_SECRET}
+    with running_stack(base_env, tmp_path, extra) as made:
+        yield made
 
 
 def deliver_until_answered(base: str, provider: str, raw: bytes, session: requests.Session) -> requests.Response:

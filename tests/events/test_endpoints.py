@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from testkit.events import EventReceiver, deliver_inline
+from testkit.events import EventReceiver, deliver_inline, sale_item
 from testkit.payments import deliver, encode, payload, refund_payload
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
@@ -64,25 +64,8 @@ def debit(api, reference: str, paid: str, amount: int, customer: str = "ada@exam
 
 def sell(publisher_id: str, lead_id: str, payout: str = "4.00") -> None:
     """A sale as the settlement writes it (its lead.sold event with it)."""
-    now = datetime.now(timezone.utc)
-    item = {
-        "publisher_id": publisher_id,
-        "lead_id": lead_id,
-        "status": "sold",
-        "buyer_id": "acme",
-        "price": "40.00",
-        "commission": payout,
-        "attempts": [{"buyer_id": "acme", "outcome": "accepted", "ms": 12}],
-        "skipped": [],
-        "payload": "{}",
-        "received_at": now.isoformat(),
-        "sold_at": now.isoformat(),
-        "lease": ["acme", f"l-{lead_id}"],
-        "reserved_us": None,
-        "request_id": None,
-    }
     with db.connection_context():
-        assert ledger.settle([item]) == 1
+        assert ledger.settle([sale_item(publisher_id, lead_id, payout)]) == 1
 
 
 def subjects(receiver: EventReceiver) -> list[str]:
