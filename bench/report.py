@@ -160,7 +160,7 @@ def summary() -> list[str]:
                 where,
             )
         )
-    out = ["## Targets", "", "| target | figure | | measured by |", "|---|---|---|---|"]
+    out = ["## Targets", "", "| target | figure | met | measured by |", "|---|---|---|---|"]
     out += [f"| {t} | {f} | {m} | {w} |" for t, f, m, w in rows]
     return out + [""]
 
