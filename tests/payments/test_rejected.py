@@ -50,6 +50,7 @@ def redis_text(redis_server) -> str:
         "set": client.smembers,
         "zset": lambda k: client.zrange(k, 0, -1, withscores=True),
         "stream": lambda k: client.xrange(k),
+        "none": lambda k: None,  # gone since the scan listed it (a worker's lock, a wake-up)
     }
     for key in client.scan_iter(count=1000):
         parts.append(f"{key!r}={readers[client.type(key).decode()](key)!r}")

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import peewee as pw
+
 from webhooks import validate as v
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
 from webhooks.storage import audit
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
 from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
 
 CODE = "invalid_event_endpoint"
@@ -147,6 +149,11 @@ def get(endpoint_id: str) -> EventEndpoint:
     return row
 
 
+def _locked(query: pw.ModelSelect[EventEndpoint]) -> pw.ModelSelect[EventEndpoint]:
+    """The row locked for the transaction (SQLite has no FOR UPDATE: its writers take turns)."""
+    return query.for_update() if is_mysql() else query
+
+
 def _refuse_managed(endpoint_id: str) -> None:
     if endpoint_id == MANAGED_ID:
         raise Conflict("this endpoint is PAYMENT_EVENTS_URL's: change it in the configuration", code="managed_endpoint")
@@ -159,7 +166,7 @@ def save(endpoint_id: str, body: Any) -> tuple[EventEndpoint, bool]:
         return _save_managed(body), False
     now = utcnow()
     with db.atomic():
-        stored = EventEndpoint.select().where(EventEndpoint.id == endpoint_id).for_update().first()
+        stored = _locked(EventEndpoint.select().where(EventEndpoint.id == endpoint_id)).first()
         fields = parse(body, stored)
         if stored is None:
             if EventEndpoint.select().count() >= MAX_ENDPOINTS:
@@ -197,7 +204,7 @@ def set_enabled(endpoint_id: str, enabled: bool) -> EventEndpoint:
     """Pause or resume an endpoint (the managed one included)."""
     now = utcnow()
     with db.atomic():
-        stored = EventEndpoint.select().where(EventEndpoint.id == endpoint_id).for_update().first()
+        stored = _locked(EventEndpoint.select().where(EventEndpoint.id == endpoint_id)).first()
         if stored is None:
             raise NotFound(f"no event endpoint {endpoint_id!r}")
         EventEndpoint.update(enabled=enabled, updated_at=now).where(EventEndpoint.id == endpoint_id).execute()
