@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from webhooks.storage import fastsql
 from webhooks.storage.models import Event
 
 
@@ -63,7 +64,7 @@ def new_id() -> str:
 
 def record(event: NewEvent, now: datetime) -> None:
     """Insert one event, in the caller's transaction."""
-    Event.insert(**event.row(now)).execute()
+    fastsql.insert(Event, event.row(now))
 
 
 def record_many(new: list[NewEvent], now: datetime) -> None:

@@ -28,7 +28,7 @@ from webhooks.events import outbox
 from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
-from webhooks.storage import audit
+from webhooks.storage import audit, fastsql
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
 
@@ -90,7 +90,7 @@ def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) 
 
 def record(d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
     """Add the verified webhook to webhook_deliveries (in the caller's transaction, if any)."""
-    WebhookDelivery.insert(**receipt_fields(d, event), verdict=verdict, status_code=status).execute()
+    fastsql.insert(WebhookDelivery, {**receipt_fields(d, event), "verdict": verdict, "status_code": status})
 
 
 def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
@@ -175,21 +175,24 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
     def transaction() -> Verdict:
         with db.atomic():
             now = utcnow()
-            Payment.insert(
-                provider=event.provider,
-                reference=event.reference,
-                amount_minor=event.amount_minor,
-                currency=event.currency,
-                customer=event.customer or "",
-                status=PaymentStatus.CREDITED if attributed else PaymentStatus.UNATTRIBUTED,
-                event_type=event.event_type,
-                received_at=d.received_at,
-                credited_at=now if attributed else None,
-                payer=event.payer or "",
-                fees_minor=event.fees_minor,
-                flag=event.flag,
-                source=source,
-            ).execute()
+            fastsql.insert(
+                Payment,
+                {
+                    "provider": event.provider,
+                    "reference": event.reference,
+                    "amount_minor": event.amount_minor,
+                    "currency": event.currency,
+                    "customer": event.customer or "",
+                    "status": PaymentStatus.CREDITED if attributed else PaymentStatus.UNATTRIBUTED,
+                    "event_type": event.event_type,
+                    "received_at": d.received_at,
+                    "credited_at": now if attributed else None,
+                    "payer": event.payer or "",
+                    "fees_minor": event.fees_minor,
+                    "flag": event.flag,
+                    "source": source,
+                },
+            )
             # a succeeded payment: parse() refused it without any of these
             assert event.reference and event.currency and event.amount_minor is not None
             key = f"{event.provider}:{event.reference}"

@@ -1,0 +1,48 @@
+"""storage/fastsql.py: a row it inserts reads back as peewee's own insert would have stored it
+(defaults filled, values through each field's db_value), and a duplicate key is the same
+IntegrityError; on the run's database (MariaDB when reachable, else SQLite)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import peewee as pw
+import pytest
+
+from webhooks.payments.states import PaymentStatus
+from webhooks.storage import fastsql
+from webhooks.storage.db import db
+from webhooks.storage.models import Payment
+
+
+def payment(reference: str) -> dict:
+    return {
+        "provider": "paystack",
+        "reference": reference,
+        "amount_minor": 1_250_000,
+        "currency": "NGN",
+        "customer": "ada@example.com",
+        "status": PaymentStatus.CREDITED,
+        "event_type": "charge.success",
+        "received_at": datetime(2026, 12, 2, 3, 4, 5, 678901),
+        "credited_at": None,
+        "payer": "ada@example.com",
+        "fees_minor": 0,
+        "flag": None,
+    }
+
+
+def columns(row: Payment) -> dict:
+    return {f.name: getattr(row, f.name) for f in Payment._meta.sorted_fields if f.name != "id"}
+
+
+def test_a_row_reads_back_as_peewees_insert_stores_it_and_a_duplicate_is_refused(database_url):
+    with db.connection_context():
+        Payment.insert(**payment("peewee")).execute()
+        fastsql.insert(Payment, payment("fast"))
+        theirs = columns(Payment.get(Payment.reference == "peewee"))
+        ours = columns(Payment.get(Payment.reference == "fast"))
+        assert ours == {**theirs, "reference": "fast"}
+        assert ours["refunded_minor"] == 0 and ours["source"] == "webhook"  # the model's defaults
+        with pytest.raises(pw.IntegrityError), db.atomic():
+            fastsql.insert(Payment, payment("fast"))

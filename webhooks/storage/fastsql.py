@@ -1,0 +1,42 @@
+"""One-row INSERTs for the hottest transactions (a payment's credit), without peewee building
+the statement each time: the SQL for a model and a set of columns is made once and kept; the
+values still go through each field's `db_value`, so they are stored exactly as peewee's own
+`Model.insert(...)` would store them. The first-delivery profile (bench/profile.py) showed
+peewee's query building (its AST, `Field.__hash__`, `Entity.__sql__`) as a fair share of a
+credit's CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import peewee as pw
+
+from webhooks.storage.db import db
+
+_STATEMENTS: dict[tuple[type[pw.Model], tuple[str, ...], str], tuple[str, list[pw.Field]]] = {}
+
+
+def _statement(model: type[pw.Model], names: tuple[str, ...]) -> tuple[str, list[pw.Field]]:
+    database = db.obj
+    key = (model, names, type(database).__name__)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        fields = [model._meta.fields[name] for name in names]
+        open_q, close_q = database.quote[0], database.quote[1]
+        columns = ", ".join(f"{open_q}{f.column_name}{close_q}" for f in fields)
+        table = f"{open_q}{model._meta.table_name}{close_q}"
+        marks = ", ".join([database.param] * len(fields))
+        found = _STATEMENTS[key] = (f"INSERT INTO {table} ({columns}) VALUES ({marks})", fields)
+    return found
+
+
+def insert(model: type[pw.Model], row: dict[str, Any]) -> None:
+    """INSERT one row of `model` (keys: field names; the model's defaults fill the others, as
+    peewee's insert does), in the caller's transaction. Raises peewee's IntegrityError on a
+    duplicate key, as `Model.insert(...).execute()` does."""
+    full = dict(row)
+    for f in model._meta.sorted_fields:
+        if f.name not in full and f.default is not None:
+            full[f.name] = f.default() if callable(f.default) else f.default
+    sql, fields = _statement(model, tuple(full))
+    db.execute_sql(sql, [f.db_value(full[f.name]) for f in fields])  # type: ignore[no-untyped-call]
