@@ -25,9 +25,22 @@ WHAT: dict[int, list[bytes]] = {}  # per thread, the start of each write (said w
 
 
 class CountingConnection(redis.Connection):
-    """A connection that counts each write to the server (a command, or a whole pipeline)."""
+    """A connection that counts each write to the server (a command, or a whole pipeline); not
+    the handshake of a connection the pool opens meanwhile (another thread of the process, the
+    journal's, may hold the open one at that moment): a round trip of the path is what counts."""
+
+    handshaking = False
+
+    def on_connect_check_health(self, check_health=True):  # redis-py's handshake (HELLO, CLIENT...)
+        self.handshaking = True
+        try:
+            super().on_connect_check_health(check_health)
+        finally:
+            self.handshaking = False
 
     def send_packed_command(self, command, check_health=True):
+        if self.handshaking:
+            return super().send_packed_command(command, check_health)
         SENT[threading.get_ident()] += 1
         first = command if isinstance(command, bytes) else b"".join(command[:2])
         WHAT.setdefault(threading.get_ident(), []).append(first[:60])
