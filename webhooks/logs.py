@@ -39,6 +39,15 @@ def redact_text(text: str) -> str:
     return _QUERY_PARAM.sub(_param, _URL_CREDENTIALS.sub(r"\1" + REDACTED + "@", text))
 
 
+SECRET_SHOWN_PREFIX = "****"
+
+
+def redact_secret(value: str) -> str:
+    """A stored secret as a GET shows it (a buyer's header, an event endpoint's secret): only
+    its last 4 characters; a PUT that sends this form back keeps the stored value."""
+    return SECRET_SHOWN_PREFIX + value[-4:]
+
+
 def redact_url(url: str) -> str:
     """A URL as logs may show it (see redact_text)."""
     return redact_text(url)

@@ -26,6 +26,7 @@ import peewee as pw
 from webhooks import validate as v
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
+from webhooks.logs import redact_secret
 from webhooks.storage import audit
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
 from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
@@ -33,7 +34,6 @@ from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
 CODE = "invalid_event_endpoint"
 MANAGED_ID = "payment-events-url"  # the endpoint PAYMENT_EVENTS_URL configures
 PAUSED, FAILING = "paused", "failing"  # why an endpoint is disabled
-REDACTED_PREFIX = "****"  # as a buyer's header secrets are shown
 _FIELDS = {"url", "types", "publisher_id", "secret", "enabled"}
 _READ_ONLY = {"id", "managed", "disabled_reason", "disabled_at", "last_error", "created_at", "updated_at"}
 MAX_ENDPOINTS = 1000  # endpoints are admin-made, and each costs every event a delivery row
@@ -101,7 +101,7 @@ def parse(body: Any, stored: EventEndpoint | None) -> dict:
             raise ValidationError(CODE, "types", "a publisher's endpoint gets lead events only")
         types = types or [t.value for t in LEAD_TYPES]
     given = body.get("secret")
-    if given is None or (stored is not None and stored.secret and given == redact(stored.secret)):
+    if given is None or (stored is not None and stored.secret and given == redact_secret(stored.secret)):
         secret = stored.secret if stored is not None and stored.secret else generate_secret()
     else:
         secret = _secret(given)
@@ -114,10 +114,6 @@ def parse(body: Any, stored: EventEndpoint | None) -> dict:
     }
 
 
-def redact(secret: str) -> str:
-    return REDACTED_PREFIX + secret[-4:]
-
-
 def to_json(row: EventEndpoint, show_secret: bool = False) -> dict:
     """An endpoint as the admin API shows it: the secret in full only when `show_secret` (the
     answer to the PUT that made it), else its last 4 characters."""
@@ -127,7 +123,7 @@ def to_json(row: EventEndpoint, show_secret: bool = False) -> dict:
         "url": row.url,
         "types": json.loads(row.types) if row.types else [t.value for t in EventType],
         "publisher_id": row.publisher_id,
-        "secret": None if not secret else secret if show_secret else redact(secret),
+        "secret": None if not secret else secret if show_secret else redact_secret(secret),
         "enabled": bool(row.enabled),
         "disabled_reason": row.disabled_reason,
         "disabled_at": _iso(row.disabled_at),

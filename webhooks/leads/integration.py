@@ -28,6 +28,7 @@ from jinja2 import ChainableUndefined, TemplateError, Undefined, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from webhooks.errors import ValidationError
+from webhooks.logs import redact_secret
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,6 @@ DEFAULT_ACCEPT = "accepted == `true`"
 _WHOLE_EXPR = re.compile(r"\s*\{\{(.*)\}\}\s*", re.S)  # fullmatch, as every pattern here
 _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
 _RESERVED_HEADERS = {"content-type", "content-length", "host", "idempotency-key", "transfer-encoding", "connection"}
-REDACTED_PREFIX = "****"
 
 
 class _Undefined(ChainableUndefined):
@@ -373,11 +373,6 @@ def _jmespath(raw: Any, where: str):
         raise ValidationError(CODE, where, f"is not a valid JMESPath expression: {exc}") from None
 
 
-def redact(value: str) -> str:
-    """A header value as GET shows it: only its last 4 characters."""
-    return REDACTED_PREFIX + value[-4:]
-
-
 @dataclass(frozen=True)
 class Delivery:
     """A buyer's post: how it is built and how its reply is judged."""
@@ -456,7 +451,7 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
             raise ValidationError(CODE, field, "is not a header Floodgate lets a buyer set")
         if not isinstance(value, str) or len(value) > 1024 or any(c in value for c in "\r\n\0"):
             raise ValidationError(CODE, field, "must be a string of at most 1024 characters, one line")
-        if name in stored_headers and value == redact(stored_headers[name]):
+        if name in stored_headers and value == redact_secret(stored_headers[name]):
             value = stored_headers[name]
         kept[name] = value
     out: dict[str, Any] = {"method": method, "format": fmt, "headers": kept}
@@ -502,7 +497,7 @@ def shown_delivery(stored: dict | None) -> dict | None:
     """`delivery` as GET shows it: header values redacted."""
     if stored is None:
         return None
-    return {**stored, "headers": {k: redact(v) for k, v in stored.get("headers", {}).items()}}
+    return {**stored, "headers": {k: redact_secret(v) for k, v in stored.get("headers", {}).items()}}
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from webhooks.errors import ValidationError
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import USER_AGENT
 from webhooks.leads.intake import parse_lead
-from webhooks.leads.integration import redact
 from webhooks.leads.routing import Offer, idempotency_key
+from webhooks.logs import redact_secret
 
 PREVIEW_PUBLISHER = "preview"
 
@@ -35,7 +35,7 @@ def request_for(buyer: BuyerRule, body: Any) -> dict:
         "Content-Type": buyer.delivery.content_type,
         "Idempotency-Key": idempotency_key(PREVIEW_PUBLISHER, lead_id, buyer.id),
         "User-Agent": USER_AGENT,
-        **{name: redact(value) for name, value in buyer.delivery.headers},
+        **{name: redact_secret(value) for name, value in buyer.delivery.headers},
     }
     return {
         "method": buyer.delivery.method,
