@@ -146,7 +146,7 @@ def sweep() -> bool:
     or a delivery is due and no drain is scheduled or running, enqueue one. True when it did."""
     b = backends()
     try:
-        enabled = [ep.id for ep in endpoints.active(b.cfg.payment_events_secrets) if ep.enabled and ep.secrets]
+        enabled = [ep.id for ep in endpoints.active(b.cfg.payment_events_secrets) if ep.sendable]
         if not enabled and b.cfg.payment_events_url:
             enabled = [endpoints.MANAGED_ID]  # not made yet: the first drain makes it
         if not delivery.work_waiting(enabled, utcnow()):

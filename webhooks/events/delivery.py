@@ -468,7 +468,7 @@ class Engine:
 
     def enabled(self) -> list[str]:
         """The endpoints deliveries go to now: enabled, and able to sign."""
-        return [ep.id for ep in self.endpoints if ep.enabled and ep.secrets]
+        return [ep.id for ep in self.endpoints if ep.sendable]
 
     def refresh(self, force: bool = False) -> None:
         """Read the endpoints again, at most every REFRESH_S unless `force`."""
@@ -486,7 +486,7 @@ class Engine:
             tasks[endpoint_id] += 1
         started = 0
         for ep in self.endpoints:
-            if not (ep.enabled and ep.secrets) or self.resting.get(ep.id, now) > now:
+            if not ep.sendable or self.resting.get(ep.id, now) > now:
                 continue
             failing = ep.failing_since is not None
             room = (1 if failing else PER_ENDPOINT) - tasks[ep.id]

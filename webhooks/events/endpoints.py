@@ -52,6 +52,11 @@ class Endpoint:
     enabled: bool
     failing_since: datetime | None
 
+    @property
+    def sendable(self) -> bool:
+        """Enabled, and able to sign (the managed endpoint needs PAYMENT_EVENTS_SECRET)."""
+        return self.enabled and bool(self.secrets)
+
     def wants(self, event_type: str, publisher_id: str | None) -> bool:
         """Whether an event of `event_type` (of `publisher_id`'s lead) goes to this endpoint."""
         if self.types is not None and event_type not in self.types:

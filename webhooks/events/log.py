@@ -39,7 +39,7 @@ def _delivery(d: EventDelivery) -> dict:
         "webhook_id": d.webhook_id,
         "status": d.status,
         "attempt_count": d.attempts,
-        "next_attempt_at": None if d.status != PENDING or _iso(d.next_attempt_at) is None else _iso(d.next_attempt_at),
+        "next_attempt_at": _iso(d.next_attempt_at) if d.status == PENDING else None,
         "delivered_at": _iso(d.delivered_at),
         "last_error": d.last_error,
     }
@@ -165,14 +165,16 @@ def retry_failed(now: datetime | None = None) -> int:
     return failed
 
 
-def backlog() -> dict[str, dict[str, int]]:
-    """Per endpoint, its deliveries not yet delivered, by status."""
+def backlog(endpoint_id: str | None = None) -> dict[str, dict[str, int]]:
+    """Per endpoint (or of `endpoint_id` only), its deliveries not yet delivered, by status."""
+    query = EventDelivery.select(EventDelivery.endpoint_id, EventDelivery.status, pw.fn.COUNT(EventDelivery.id)).where(
+        EventDelivery.status.in_([PENDING, FAILED])
+    )
+    if endpoint_id is not None:
+        query = query.where(EventDelivery.endpoint_id == endpoint_id)
     rows = cast(
         "list[tuple[str, str, int]]",
-        EventDelivery.select(EventDelivery.endpoint_id, EventDelivery.status, pw.fn.COUNT(EventDelivery.id))
-        .where(EventDelivery.status.in_([PENDING, FAILED]))
-        .group_by(EventDelivery.endpoint_id, EventDelivery.status)
-        .tuples(),
+        query.group_by(EventDelivery.endpoint_id, EventDelivery.status).tuples(),
     )
     found: dict[str, dict[str, int]] = defaultdict(lambda: {PENDING: 0, FAILED: 0})
     for endpoint_id, status, n in rows:
@@ -246,7 +248,7 @@ def _not_fanned_out(e: Event) -> dict:
 def payment_event_counts(configured: bool = True) -> dict[str, int]:
     """How many deliveries to PAYMENT_EVENTS_URL are pending and failed (while it is
     `configured`, wallet events not fanned out yet among the pending)."""
-    counts = dict(backlog().get(MANAGED_ID, {PENDING: 0, FAILED: 0}))
+    counts = dict(backlog(MANAGED_ID).get(MANAGED_ID, {PENDING: 0, FAILED: 0}))
     if configured:
         counts[PENDING] += _wallet_events_not_fanned_out().count()
     return counts
