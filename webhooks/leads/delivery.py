@@ -1,9 +1,8 @@
 """Delivery of a lead to a buyer under a hard total deadline, and the outcome of API.md.
 
-`requests`' own timeout is per socket operation, so a buyer trickling a byte a second would
-hold the lead forever; the gevent.Timeout around the whole call is the real deadline (the web
-process is always gevent-patched, see gunicorn.conf.py). The socket timeout stays as a
-backstop for code run without gevent.
+A socket timeout is per socket operation, so a buyer trickling a byte a second would hold the
+lead forever; the gevent.Timeout around the whole call is the real deadline (geventhttpclient's
+sockets are gevent's, patched or not). The socket timeout stays as a backstop.
 """
 
 from __future__ import annotations
@@ -13,14 +12,15 @@ import json
 import logging
 import re
 import time
+import weakref
+from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
-import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import HTTPError as Urllib3Error
-from urllib3.exceptions import NewConnectionError
-from urllib3.exceptions import TimeoutError as Urllib3Timeout
+import gevent.socket
+from geventhttpclient import HTTPClient
+from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from webhooks.leads.integration import DEFAULT_DELIVERY, Delivery
 from webhooks.logs import redact_text, redact_url
@@ -44,7 +44,9 @@ UNKNOWN = AttemptOutcome.UNKNOWN
 # with this reason and its breaker is left alone.
 NOT_SENT = AttemptOutcome.NOT_SENT
 TEST_HEADER = "X-Floodgate-Test"  # on the pings of a test lead (it is never posted)
+MAX_HOSTS = 1024  # buyer hosts a process keeps connections to
 MAX_REPLY_BYTES = 64 * 1024  # of a buyer's or a ping's reply; a longer one is an unreadable reply
+MAX_HEAD_BYTES = 64 * 1024  # of its status line and headers
 # What http.client sends without complaint, and nothing else (RFC 9110 token and field-value).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
@@ -72,23 +74,135 @@ def classify(status: int, content: bytes) -> AttemptOutcome:
     return ERROR
 
 
+class ReplyTooLong(OSError):
+    """A buyer sent more than a reply may hold (MAX_HEAD_BYTES of status line and headers and
+    MAX_REPLY_BYTES of body): the connection is closed, the attempt is an ERROR."""
+
+
+class _Counted:
+    """A pooled connection that refuses to receive more than `left` bytes: geventhttpclient's
+    parser keeps whatever headers arrive (unlike http.client, which stops at 100 lines), so a
+    buyer streaming headers would otherwise fill the web worker's memory until the deadline."""
+
+    __slots__ = ("sock", "left")
+
+    def __init__(self, sock: gevent.socket.socket) -> None:
+        self.sock, self.left = sock, 0
+
+    def recv(self, size: int) -> bytes:
+        data: bytes = self.sock.recv(min(size, max(1, self.left)))
+        self.left -= len(data)
+        if self.left < 0:
+            raise ReplyTooLong(f"the reply is longer than {MAX_HEAD_BYTES + MAX_REPLY_BYTES} bytes")
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+class _Held(ConnectionPool):
+    """A geventhttpclient pool of one host's connections that knows which greenlet holds which
+    connection: a deadline that interrupts a request while its body is being sent (a buyer
+    that stops reading) leaves the connection checked out, and one of the pool's permits with
+    it; enough of those and every post to that host waits out its deadline. `abandon` closes
+    that connection and gives the permit back."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held: dict[Any, gevent.socket.socket] = {}
+
+    def get_socket(self) -> gevent.socket.socket:
+        sock = super().get_socket()  # a pooled _Counted, or a new connection
+        counted = sock if isinstance(sock, _Counted) else _Counted(sock)
+        counted.left = MAX_HEAD_BYTES + MAX_REPLY_BYTES + 1
+        self._held[gevent.getcurrent()] = counted  # type: ignore[assignment]
+        return counted  # type: ignore[return-value]
+
+    def return_socket(self, sock: gevent.socket.socket) -> None:
+        self._forget(sock)
+        super().return_socket(sock)
+
+    def release_socket(self, sock: gevent.socket.socket) -> None:
+        self._forget(sock)
+        super().release_socket(sock)
+
+    def _forget(self, sock: gevent.socket.socket) -> None:
+        me = gevent.getcurrent()
+        if self._held.get(me) is sock:
+            del self._held[me]
+        else:  # returned by another greenlet (a response read elsewhere): find it
+            for holder, held in list(self._held.items()):
+                if held is sock:
+                    del self._held[holder]
+
+    def abandon(self) -> None:
+        """Close the connection this greenlet still holds, if any (its request was cut off)."""
+        sock = self._held.get(gevent.getcurrent())
+        if sock is not None:
+            self.release_socket(sock)
+
+
+class _Pool(_Held):
+    pass
+
+
+class _TLSPool(_Held, SSLConnectionPool):  # verifies the certificate and the host name
+    pass
+
+
+class _Client(HTTPClient):
+    """geventhttpclient's client for one host, on a pool of `size` keep-alive connections."""
+
+    def __init__(self, scheme: str, host: str, port: int, timeout_s: float, size: int) -> None:
+        super().__init__(host, port=port, concurrency=size, connection_timeout=timeout_s, network_timeout=timeout_s)
+        options = {"size": size, "network_timeout": timeout_s, "connection_timeout": timeout_s}
+        self.ssl = scheme == "https"
+        self._pool: _Held = (
+            _TLSPool(host, port, host, port, ssl_options={}, **options)
+            if self.ssl
+            else _Pool(host, port, host, port, **options)
+        )
+        self._connection_pool = self._pool
+
+    def abandon(self) -> None:
+        self._pool.abandon()
+
+
 class Deliverer:
-    """Pooled keep-alive connections per buyer host, shared by every greenlet of a process."""
+    """Pooled keep-alive connections per buyer host, shared by every greenlet of a process.
+
+    The client is geventhttpclient's (the one locust's fast client uses), not requests'
+    urllib3: a buyer post costs a third of the CPU (bench/REPORT.md, "One lever at a time"),
+    and its connection pool checks an idle connection before reusing it as urllib3's does.
+    It follows no redirect and does not retry a POST whose request may have been sent."""
 
     def __init__(self, timeout_ms: int, pool_size: int = 100):
         self.timeout_s = timeout_ms / 1000
-        self._timeout = urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s)
-        # requests' transport adapter owns the connection pools. A buyer post goes straight
-        # to the adapter's pool: requests' Session and Response layers (cookies, proxies,
-        # hooks, header dicts) cost more CPU per lead than the rest of routing (bench/).
-        self.adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+        self.pool_size = pool_size
+        self._clients: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int, float], _Client]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (one Deliverer per process, for its life)
-    def _target(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
+    def _target(self, url: str) -> tuple[str, str, int, str]:
+        """(scheme, host, port, path and query) of a buyer's URL."""
         parts = urlsplit(url)
-        return self.adapter.poolmanager.connection_from_url(url), (parts.path or "/") + (
-            "?" + parts.query if parts.query else ""
-        )
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL with a host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.scheme, parts.hostname, port, (parts.path or "/") + ("?" + parts.query if parts.query else "")
+
+    def _client(self, scheme: str, host: str, port: int, timeout_s: float) -> _Client:
+        """The client of one host for this thread's event loop: a gevent socket belongs to the
+        loop it was made on (a web process has one; a test's threads have one each)."""
+        clients = self._clients.setdefault(gevent.get_hub(), {})
+        key = (scheme, host, port, timeout_s)
+        client = clients.get(key)
+        if client is None:
+            if len(clients) >= MAX_HOSTS:
+                clients.pop(next(iter(clients))).close()  # the oldest host's; busy connections close when done
+            client = clients[key] = _Client(scheme, host, port, timeout_s, self.pool_size)
+        return client
 
     def request(
         self, method: str, url: str, body: bytes, headers: dict[str, str], timeout_s: float
@@ -103,40 +217,33 @@ class Deliverer:
         if not sendable(headers):
             log.warning("request to %s not sent: a header cannot be sent as it is", redact_url(url))
             return status, content, NOT_SENT, 0
+        client: _Client | None = None
         try:
-            pool, path = self._target(url)
+            scheme, host, port, path = self._target(url)
+            client = self._client(scheme, host, port, timeout_s)
             with gevent.Timeout(timeout_s, _Deadline):
                 # the whole reply must arrive inside the deadline, and no more of it than the limit
-                resp = pool.urlopen(
-                    method,
-                    path,
-                    body=body,
-                    headers=headers,
-                    retries=False,
-                    redirect=False,
-                    assert_same_host=False,
-                    preload_content=False,
-                    timeout=self._timeout
-                    if timeout_s == self.timeout_s
-                    else urllib3.Timeout(connect=timeout_s, read=timeout_s),
-                )
-                status, reply = resp.status, _read_capped(resp)
+                resp = client.request(method, path, body=body, headers=headers)
+                try:
+                    status, reply = resp.status_code, _read_capped(resp)
+                finally:
+                    resp.release()  # pooled again only when the whole reply was read
             if reply is None:
                 log.info("reply of %s is longer than %d bytes: not read", redact_url(url), MAX_REPLY_BYTES)
                 status, failure = 0, ERROR
             else:
                 content = reply
-        except NewConnectionError as exc:  # a ConnectTimeoutError subclass, but a refusal
-            log.info("delivery to %s failed: %s", redact_url(url), redact_text(str(exc)))
-            failure = ERROR
-        except (_Deadline, Urllib3Timeout):
+        except (_Deadline, TimeoutError):
             failure = TIMEOUT
-        except (Urllib3Error, OSError) as exc:
+        except (HTTPParseError, OSError) as exc:  # refused, reset, unresolvable, a broken reply
             log.info("delivery to %s failed: %s", redact_url(url), redact_text(str(exc)))
             failure = ERROR
         except (ValueError, TypeError) as exc:  # raised while building the request, before sending
             log.warning("request to %s not sent: %s", redact_url(url), redact_text(str(exc)))
             failure = NOT_SENT
+        finally:
+            if client is not None:
+                client.abandon()
         return status, content, failure, int((time.perf_counter() - started) * 1000)
 
     def deliver(
@@ -168,20 +275,14 @@ class Deliverer:
         return self.request("POST", url, body, headers, timeout_s)
 
 
-def _read_capped(resp: urllib3.BaseHTTPResponse) -> bytes | None:
+def _read_capped(resp: HTTPSocketPoolResponse) -> bytes | None:
     """The reply's body, or None when it is longer than MAX_REPLY_BYTES (its connection is then
     closed, not pooled: the rest of the reply is never read)."""
-    declared = resp.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
-        content = None
-    else:
-        content = resp.read(MAX_REPLY_BYTES + 1)
-        if len(content) <= MAX_REPLY_BYTES:  # short of the amount asked: the whole reply
-            resp.release_conn()
-            return content
-    resp.close()
-    resp.release_conn()
-    return None
+    declared = resp.get("content-length")
+    if isinstance(declared, str) and declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+        return None
+    content = resp.read(MAX_REPLY_BYTES + 1)
+    return bytes(content) if len(content) <= MAX_REPLY_BYTES else None
 
 
 def judge(status: int, content: bytes, delivery: Delivery) -> AttemptOutcome:
