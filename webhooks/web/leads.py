@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timezone
 
@@ -30,7 +31,7 @@ def _count(resp: Response) -> Response:
     if resp.status_code == 409:
         outcome = "in_flight"
     elif resp.status_code == 200:
-        body = resp.get_json(silent=True) or {}
+        body = json.loads(g.get("lead_answer", "{}"))  # the answer as intake wrote it, not read back out of `resp`
         outcome = "replayed" if body.get("replayed") else "test" if body.get("test") else str(body.get("status"))
     started = g.get("lead_clock")
     metrics.lead_answered(outcome, None if started is None else time.perf_counter() - started)
@@ -48,5 +49,7 @@ def post_lead() -> ResponseReturnValue:
     lead_id, lead = parse_lead(json_body())
     test = test_flag(lead) or publisher.mode == "test"
     lead, payload = checked(publisher.spec, lead_id, lead, request.get_data(as_text=True))
-    answer = svc.intake.take(snapshot, publisher, lead_id, lead, payload, received_at, g.request_id, test)
+    answer = g.lead_answer = svc.intake.take(
+        snapshot, publisher, lead_id, lead, payload, received_at, g.request_id, test
+    )
     return Response(answer, mimetype="application/json")

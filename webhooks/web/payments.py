@@ -24,8 +24,10 @@ bp = Blueprint("payments", __name__)
 def _count(resp: Response) -> Response:
     """Count the webhook by provider and answer."""
     provider = (request.view_args or {}).get("provider")
-    body = resp.get_json(silent=True) or {}
-    status = body.get("status") or (body.get("error") or {}).get("code") or str(resp.status_code)
+    status = g.get("payment_status")  # set by the view; an error's code is read from its body
+    if status is None:
+        body = resp.get_json(silent=True) or {}
+        status = body.get("status") or (body.get("error") or {}).get("code") or str(resp.status_code)
     metrics.payment_answered(provider if provider in signatures.VERIFIERS else "unknown", status)
     return resp
 
@@ -36,7 +38,9 @@ def receive(provider: str) -> Response:
     payments.secrets_of(provider)  # reject: 404 or 503, the body not even read
     headers = cast("Mapping[str, str]", request.headers)  # Headers: get (any case), items, []
     answer = payments.receive(provider, request.get_data(cache=True), headers, g.get("request_id"), time.time())
-    resp = jsonify(answer.body())
+    body = answer.body()
+    g.payment_status = body["status"]
+    resp = jsonify(body)
     resp.status_code = answer.http_status
     resp.headers.update(answer.headers)
     return resp
