@@ -4,6 +4,7 @@ closed is not handed out again."""
 
 from __future__ import annotations
 
+import peewee
 import pymysql
 import pytest
 
@@ -69,3 +70,82 @@ def test_a_connection_the_server_closed_is_replaced_once_idle_long_enough_to_be_
     with pool.connection_context():
         assert pool.connection() is not first
         assert pool.execute_sql("SELECT 1").fetchone() == (1,)
+
+
+@pytest.fixture
+def queries(monkeypatch):
+    """(connection, SQL) of every query the driver sends: one per round trip (the real calls run)."""
+    sent: list[tuple[object, str]] = []
+    real = pymysql.connections.Connection.query
+
+    def counting(self, sql, unbuffered=False):
+        sent.append((self, sql if isinstance(sql, str) else sql.decode()))
+        return real(self, sql, unbuffered)
+
+    monkeypatch.setattr(pymysql.connections.Connection, "query", counting)
+    return sent
+
+
+@pytest.fixture
+def table(pool):
+    with pool.connection_context():
+        pool.execute_sql("CREATE TABLE IF NOT EXISTS pool_t (k VARCHAR(20) PRIMARY KEY, v INT) ENGINE=InnoDB")
+        pool.execute_sql("DELETE FROM pool_t")
+    yield "pool_t"
+    with pool.connection_context():
+        pool.execute_sql("DROP TABLE pool_t")
+
+
+def rows(database_url) -> list[tuple]:
+    """pool_t as another connection sees it (committed rows only)."""
+    other = make_database(database_url, pool_size=1)
+    with other.connection_context():
+        found = list(other.execute_sql("SELECT k, v FROM pool_t ORDER BY k").fetchall())
+    other.close_all()
+    return found
+
+
+def test_a_transaction_s_begin_and_deferred_statements_share_round_trips(pool, table, queries, database_url):
+    with pool.connection_context():
+        queries.clear()
+        with pool.atomic():
+            pool.defer("INSERT INTO pool_t VALUES (%s, %s)", ("a", 1))
+            cursor = pool.execute_sql("INSERT INTO pool_t VALUES (%s, %s)", ("b", 2))
+            assert cursor.rowcount == 1  # the reply read is the last statement's
+            assert rows(database_url) == []  # BEGIN went first: nothing is visible before the commit
+            pool.defer("INSERT INTO pool_t VALUES (%s, %s)", ("c", 3))
+        mine = [sql for conn, sql in queries if conn is pool.connection()]
+        assert len(mine) == 2
+        assert mine[0].startswith("BEGIN; INSERT") and mine[1].endswith("; COMMIT")
+    assert rows(database_url) == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_a_deferred_statement_s_error_fails_the_commit_and_keeps_nothing(pool, table, database_url):
+    with pool.connection_context():
+        with pytest.raises(peewee.IntegrityError), pool.atomic():
+            pool.execute_sql("INSERT INTO pool_t VALUES (%s, %s)", ("a", 1))
+            pool.defer("INSERT INTO pool_t VALUES (%s, %s)", ("a", 2))  # a duplicate key
+        assert pool.execute_sql("SELECT COUNT(*) FROM pool_t").fetchone() == (0,)  # and the connection works
+    assert rows(database_url) == []
+
+
+def test_an_error_inside_a_batch_stops_it_and_the_rest_is_not_run(pool, table, database_url):
+    with pool.connection_context():
+        pool.execute_sql("INSERT INTO pool_t VALUES (%s, %s)", ("a", 1))
+        with pytest.raises(peewee.IntegrityError), pool.atomic():
+            pool.defer("INSERT INTO pool_t VALUES (%s, %s)", ("a", 2))  # fails: the server stops here
+            pool.defer("INSERT INTO pool_t VALUES (%s, %s)", ("z", 26))
+            pool.execute_sql("INSERT INTO pool_t VALUES (%s, %s)", ("y", 25))
+    assert rows(database_url) == [("a", 1)]
+
+
+def test_a_transaction_that_ran_no_statement_sends_nothing(pool, table, queries):
+    with pool.connection_context():
+        queries.clear()
+        with pool.atomic():
+            pass
+        with pytest.raises(RuntimeError), pool.atomic():
+            pool.defer("INSERT INTO pool_t VALUES (%s, %s)", ("a", 1))
+            raise RuntimeError("given up before anything was sent")
+        assert queries == []
+        assert pool.execute_sql("SELECT COUNT(*) FROM pool_t").fetchone() == (0,)

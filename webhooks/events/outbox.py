@@ -62,9 +62,9 @@ def new_id() -> str:
     return "msg_" + uuid.uuid4().hex
 
 
-def record(event: NewEvent, now: datetime) -> None:
-    """Insert one event, in the caller's transaction."""
-    fastsql.insert(Event, event.row(now))
+def record(event: NewEvent, now: datetime, deferred: bool = False) -> None:
+    """Insert one event, in the caller's transaction (`deferred`: see fastsql.insert)."""
+    fastsql.insert(Event, event.row(now), deferred)
 
 
 def record_many(new: list[NewEvent], now: datetime) -> None:

@@ -88,9 +88,12 @@ def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) 
     }
 
 
-def record(d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None) -> None:
-    """Add the verified webhook to webhook_deliveries (in the caller's transaction, if any)."""
-    fastsql.insert(WebhookDelivery, {**receipt_fields(d, event), "verdict": verdict, "status_code": status})
+def record(
+    d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None, deferred: bool = False
+) -> None:
+    """Add the verified webhook to webhook_deliveries (in the caller's transaction, if any;
+    `deferred`: see fastsql.insert)."""
+    fastsql.insert(WebhookDelivery, {**receipt_fields(d, event), "verdict": verdict, "status_code": status}, deferred)
 
 
 def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
@@ -172,6 +175,8 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
     others. An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
     attributed = event.customer is not None
 
+    # On MySQL two round trips: the payment's INSERT travels with the wallet's upsert (its
+    # balance is read from the reply), the event's and the delivery record's with the COMMIT.
     def transaction() -> Verdict:
         with db.atomic():
             now = utcnow()
@@ -192,6 +197,7 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
                     "flag": event.flag,
                     "source": source,
                 },
+                deferred=True,
             )
             # a succeeded payment: parse() refused it without any of these
             assert event.reference and event.currency and event.amount_minor is not None
@@ -215,8 +221,9 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
                     after,
                 ),
                 now,
+                deferred=True,
             )
-            record(d, Verdict.CREDITED, 200, event)
+            record(d, Verdict.CREDITED, 200, event, deferred=True)
         return Verdict.CREDITED
 
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 from urllib.parse import unquote, urlparse
 
 import peewee
 from playhouse.pool import MaxConnectionsExceeded, PooledMySQLDatabase
+from pymysql.constants import CLIENT  # type: ignore[import-untyped]
 
 from webhooks.errors import ConfigError
 
@@ -21,13 +23,27 @@ db = peewee.DatabaseProxy()
 UNAVAILABLE_ERRORS = (peewee.OperationalError, peewee.InterfaceError, MaxConnectionsExceeded)
 
 
+Statement: TypeAlias = "tuple[str, Sequence[Any]]"  # SQL with %s marks, and its values
+_BEGIN: Statement = ("BEGIN", ())
+_DRIVER_ERRORS = getattr(peewee, "__exception_wrapper__")  # noqa: B009  (a dunder name of peewee's)
+
+
 class Pool(PooledMySQLDatabase):
     """playhouse's MySQL pool without two round trips per request: it pings every connection it
     hands out and rolls back every one it takes back. Here a connection back within
     PING_AFTER_S is handed out without a ping (the server closes idle connections after hours,
     not seconds; one it closed anyway fails its next statement, which the caller answers as the
     database being unavailable, and the pool discards it), and one comes back with a rollback
-    only when the server says a transaction is open (its status flags, sent with every reply)."""
+    only when the server says a transaction is open (its status flags, sent with every reply).
+
+    A transaction's statements that need no answer travel with the next one that does: BEGIN
+    goes with the transaction's first statement (InnoDB takes its snapshot at the first read,
+    not at BEGIN, so nothing changes), and what `defer` holds goes with the next statement or
+    with the COMMIT. A credit is then two round trips, not six (bench/REPORT.md part 11). The
+    connections accept several statements per query for this (CLIENT.MULTI_STATEMENTS); every
+    value still travels escaped by the driver, never spliced into SQL. A deferred statement's
+    error is raised by the statement it travels with, or by the commit, which then rolls the
+    whole transaction back: defer only what the transaction fails with as a whole."""
 
     PING_AFTER_S = 30.0
     IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS of the MySQL protocol (pymysql.constants.SERVER_STATUS)
@@ -45,6 +61,7 @@ class Pool(PooledMySQLDatabase):
         return bool(super()._is_closed(conn))  # type: ignore[no-untyped-call]
 
     def _can_reuse(self, conn: Any) -> bool:
+        conn.floodgate_pending = []  # statements of a transaction given up before they were sent
         if not conn.open:
             return False
         if conn.server_status & self.IN_TRANSACTION:
@@ -58,6 +75,72 @@ class Pool(PooledMySQLDatabase):
     def _close_raw(self, conn: Any) -> None:
         self._returned_at.pop(id(conn), None)
         super()._close_raw(conn)  # type: ignore[no-untyped-call]
+
+    # --- statements that travel with the next one -------------------------------------------
+
+    def _take_pending(self) -> list[Statement]:
+        conn = self._state.conn  # type: ignore[attr-defined]
+        pending: list[Statement] = getattr(conn, "floodgate_pending", None) or []
+        if pending:
+            conn.floodgate_pending = []
+        return pending
+
+    def _add_pending(self, statement: Statement) -> None:
+        conn = self._state.conn  # type: ignore[attr-defined]
+        conn.floodgate_pending = [*(getattr(conn, "floodgate_pending", None) or []), statement]
+
+    def begin(self, isolation_level: str | None = None) -> None:
+        if isolation_level is not None:
+            super().begin(isolation_level)
+            return
+        if self.is_closed():
+            self.connect()  # type: ignore[no-untyped-call]
+        self._take_pending()  # nothing of a previous transaction outlives it
+        self._add_pending(_BEGIN)
+
+    def defer(self, sql: str, params: Sequence[Any]) -> None:
+        """Run `sql` with the transaction's next statement or its commit (outside a
+        transaction: now)."""
+        if self.in_transaction():
+            self._add_pending((sql, tuple(params)))
+        else:
+            self.execute_sql(sql, params)
+
+    def execute_sql(self, sql: str, params: Any = None) -> Any:
+        if self.is_closed():
+            return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        pending = self._take_pending()
+        if not pending:
+            return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        if params is None and "%" in sql:  # a statement whose % is no mark: not merged with marks
+            self._send(pending)
+            return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        return self._send([*pending, (sql, tuple(params or ()))])
+
+    def _send(self, statements: list[Statement]) -> Any:
+        """Run `statements` in one round trip; the cursor of the last. The first that fails
+        raises (the server runs none after it)."""
+        sql, params = "; ".join(s for s, _ in statements), [v for _, p in statements for v in p]
+        cursor = super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        with _DRIVER_ERRORS:  # raised as peewee's own errors, as execute_sql raises them
+            for _ in statements[1:]:
+                cursor.nextset()
+        return cursor
+
+    def commit(self) -> None:
+        pending = self._take_pending() if not self.is_closed() else []
+        if pending == [_BEGIN]:
+            return  # the transaction ran no statement: nothing was sent, nothing to end
+        if pending:
+            self._send([*pending, ("COMMIT", ())])
+            return
+        super().commit()
+
+    def rollback(self) -> None:
+        pending = self._take_pending() if not self.is_closed() else []
+        if pending[:1] == [_BEGIN]:
+            return  # its BEGIN was never sent: nothing of it reached the server
+        super().rollback()
 
 
 def make_database(url: str, pool_size: int = 10) -> peewee.Database:
@@ -74,6 +157,7 @@ def make_database(url: str, pool_size: int = 10) -> peewee.Database:
             user=unquote(parts.username or "root"),
             password=unquote(parts.password or ""),
             charset="utf8mb4",
+            client_flag=CLIENT.MULTI_STATEMENTS,  # see Pool: a transaction's statements batched
             max_connections=pool_size,
             stale_timeout=300,
             timeout=10,  # wait up to 10 s for a free connection instead of failing at once

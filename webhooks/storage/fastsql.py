@@ -11,7 +11,7 @@ from typing import Any
 
 import peewee as pw
 
-from webhooks.storage.db import db
+from webhooks.storage.db import Pool, db
 
 _STATEMENTS: dict[tuple[type[pw.Model], tuple[str, ...], str], tuple[str, list[pw.Field]]] = {}
 
@@ -30,13 +30,18 @@ def _statement(model: type[pw.Model], names: tuple[str, ...]) -> tuple[str, list
     return found
 
 
-def insert(model: type[pw.Model], row: dict[str, Any]) -> None:
+def insert(model: type[pw.Model], row: dict[str, Any], deferred: bool = False) -> None:
     """INSERT one row of `model` (keys: field names; the model's defaults fill the others, as
     peewee's insert does), in the caller's transaction. Raises peewee's IntegrityError on a
-    duplicate key, as `Model.insert(...).execute()` does."""
+    duplicate key, as `Model.insert(...).execute()` does. `deferred` (MySQL): the INSERT is sent
+    with the transaction's next statement or its commit, and so is its error (db.py Pool)."""
     full = dict(row)
     for f in model._meta.sorted_fields:
         if f.name not in full and f.default is not None:
             full[f.name] = f.default() if callable(f.default) else f.default
     sql, fields = _statement(model, tuple(full))
-    db.execute_sql(sql, [f.db_value(full[f.name]) for f in fields])  # type: ignore[no-untyped-call]
+    values = [f.db_value(full[f.name]) for f in fields]  # type: ignore[no-untyped-call]
+    if deferred and isinstance(db.obj, Pool):
+        db.obj.defer(sql, values)
+    else:
+        db.execute_sql(sql, values)
