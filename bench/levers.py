@@ -9,7 +9,7 @@ every provider × 5 (bench/knee.py's, duplicate-heavy). The report gives each ar
 the ratio of the medians, lever over base.
 
     python -m bench.levers [--rounds 3] [--seconds 10] [--mix first] [--lever hiredis]
-    python -m bench.levers --lever code --base-rev <git revision>
+    python -m bench.levers --lever code --base-rev <git revision> --what "<the change>"
 
 Levers:
 - hiredis: redis-py's parser. redis-py uses hiredis when it can import it; the base arm runs
@@ -71,13 +71,16 @@ def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", cod
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-lever-")))
         stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2", **env}, code=code)
-        web = stack.pids()["web (2 gunicorn workers)"]
+        groups = stack.pids()
+        web = groups["web (2 gunicorn workers)"]
+        every = [pid for pids in groups.values() for pid in pids]
         wrk(stack.bare_url, 50, 2, "warm")
         wrk(stack.web.url, 50, 2, "warm")
         bare = wrk(stack.bare_url, 50, seconds, "bare")
-        before = cpu_seconds(web)
+        before, before_all, before_db = cpu_seconds(web), cpu_seconds(every), cpu_seconds(groups["mariadbd"])
         leads = wrk(stack.web.url, 50, seconds, "leads")
         lead_cpu = (cpu_seconds(web) - before) / max(1, leads["requests"]) * 1000
+        lead_all = (cpu_seconds(every) - before_all) / max(1, leads["requests"]) * 1000
         drained(stack)
         tag = f"lever{rng.randrange(10**9)}"
         if mix == "first":
@@ -86,9 +89,11 @@ def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", cod
             deliveries, _ = make_deliveries(tag, 2000, rng)
         listing = tmp / "deliveries.lua"
         lua_list(deliveries, listing)
-        before = cpu_seconds(web)
+        before, before_all, before_db = cpu_seconds(web), cpu_seconds(every), cpu_seconds(groups["mariadbd"])
         pay = wrk_payments(stack.web.url, listing, 50, seconds)
         pay_cpu = (cpu_seconds(web) - before) / max(1, pay["requests"]) * 1000
+        pay_all = (cpu_seconds(every) - before_all) / max(1, pay["requests"]) * 1000
+        pay_db = (cpu_seconds(groups["mariadbd"]) - before_db) / max(1, pay["requests"]) * 1000
         drained(stack)
     return {
         "bare_rps": bare["rps"],
@@ -96,10 +101,13 @@ def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", cod
         "lead_p99_ms": leads["p99_ms"],
         "lead_errors": leads["errors"],
         "lead_web_cpu_ms": round(lead_cpu, 3),
+        "lead_all_cpu_ms": round(lead_all, 3),
         "pay_rps": pay["rps"],
         "pay_p99_ms": pay["p99_ms"],
         "pay_non_2xx": pay["non_2xx_or_errors"],
         "pay_web_cpu_ms": round(pay_cpu, 3),
+        "pay_all_cpu_ms": round(pay_all, 3),
+        "pay_db_cpu_ms": round(pay_db, 3),
         "lead_ratio": round(leads["rps"] / bare["rps"], 3),
         "pay_ratio": round(pay["rps"] / bare["rps"], 3),
     }
@@ -109,10 +117,13 @@ MEASURES = (
     ("lead_rps", "leads/s (c=50)"),
     ("lead_ratio", "lead path / bare"),
     ("lead_web_cpu_ms", "web CPU per lead (ms)"),
+    ("lead_all_cpu_ms", "CPU per lead, every process of the stack (ms)"),
     ("lead_p99_ms", "lead p99 (ms)"),
     ("pay_rps", "deliveries/s (c=50)"),
     ("pay_ratio", "payments / bare"),
     ("pay_web_cpu_ms", "web CPU per delivery (ms)"),
+    ("pay_all_cpu_ms", "CPU per delivery, every process of the stack (ms)"),
+    ("pay_db_cpu_ms", "MariaDB's CPU per delivery (ms)"),
     ("pay_p99_ms", "payment p99 (ms)"),
     ("bare_rps", "bare endpoint req/s"),
 )
@@ -122,7 +133,7 @@ def render(d: dict) -> str:
     lever = d["lever"]
     machine = ", ".join(f"{k} {v}" for k, v in d["machine"].items())
     lines = [
-        f"### Lever: {lever}",
+        f"### Lever: {lever}" + (f": {d['what']}" if d.get("what") else ""),
         "",
         f"Machine: {machine}.",
         "",
@@ -135,7 +146,8 @@ def render(d: dict) -> str:
         f"| measure | base | {lever} | ratio |",
         "|---|---|---|---|",
     ]
-    for key, name in MEASURES:
+    measures = [(k, n) for k, n in MEASURES if all(k in r for rows in d["arms"].values() for r in rows)]
+    for key, name in measures:
         b = statistics.median(r[key] for r in d["arms"]["base"])
         a = statistics.median(r[key] for r in d["arms"][lever])
         lines.append(f"| {name} | {b:g} | {a:g} | {a / b:.2f} |" if b else f"| {name} | {b:g} | {a:g} | — |")
@@ -143,12 +155,12 @@ def render(d: dict) -> str:
         "",
         "Every round:",
         "",
-        "| round | arm | " + " | ".join(k for k, _ in MEASURES) + " |",
-        "|---|---|" + "---|" * len(MEASURES),
+        "| round | arm | " + " | ".join(k for k, _ in measures) + " |",
+        "|---|---|" + "---|" * len(measures),
     ]
     for arm, rows in d["arms"].items():
         for i, r in enumerate(rows, 1):
-            lines.append(f"| {i} | {arm} | " + " | ".join(f"{r[k]:g}" for k, _ in MEASURES) + " |")
+            lines.append(f"| {i} | {arm} | " + " | ".join(f"{r[k]:g}" for k, _ in measures) + " |")
     errors = sum(r["lead_errors"] + r["pay_non_2xx"] for rows in d["arms"].values() for r in rows)
     lines += ["", f"Errors and non-2xx answers in all runs: {errors}."]
     return "\n".join(lines) + "\n"
@@ -161,6 +173,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--mix", choices=("first", "knee"), default="first")
     ap.add_argument("--base-rev", help="--lever code: the revision the base arm runs")
+    ap.add_argument("--what", help="what the lever changes, for the report's heading (--lever code)")
     args = ap.parse_args()
     base_env, lever_env = LEVERS[args.lever]
     codes = {"base": ROOT, args.lever: ROOT}
@@ -191,6 +204,7 @@ def main() -> int:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip(),
         "mix": args.mix,
+        "what": args.what,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "arms": arms,
