@@ -17,6 +17,7 @@ Levers:
   run the same installed code.
 - access_log: gunicorn's access log (ACCESS_LOG, a line per request, to a file) against none.
 - worker_connections: WORKER_CONNECTIONS 100 against the default 1000 greenlets per worker.
+- workers: 3 gunicorn workers against 2 on the machine's 2 cores (the bare endpoint keeps 2).
 - code: a change of the code itself: the base arm runs a git worktree of `--base-rev` (its
   processes started in that checkout, the same virtualenv), the lever arm this checkout.
 
@@ -48,6 +49,7 @@ LEVERS = {
     "hiredis": ({"PYTHONPATH": str(ROOT / "bench" / "no_hiredis")}, {}),
     "access_log": ({}, {"ACCESS_LOG": "/tmp/fg-lever-access.log"}),
     "worker_connections": ({}, {"WORKER_CONNECTIONS": "100"}),
+    "workers": ({}, {"WEB_CONCURRENCY": "3"}),
     "code": ({}, {}),
 }
 PAYSTACK_FIRST = 6000  # payments of the `first` mix
