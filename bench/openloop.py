@@ -18,13 +18,33 @@ import sys
 import time
 
 import gevent
-import urllib3
+from geventhttpclient import HTTPClient
+from geventhttpclient.url import URL
 
 from bench.common import percentiles
 
+# The generator shares the machine's two cores with what it measures: geventhttpclient costs
+# about a third of urllib3's CPU per request under gevent (bench/REPORT.md part 11), so less of
+# the generator's own work lands in the latencies and on the cores.
+CONNECTIONS = 1000
+
+
+def client(url: str) -> HTTPClient:
+    return HTTPClient.from_url(URL(url), concurrency=CONNECTIONS, connection_timeout=10, network_timeout=10)
+
+
+def post(http: HTTPClient, path: str, body: bytes, headers: dict) -> tuple[int, bytes]:
+    """(status, body) of one POST, the whole exchange within 10 s."""
+    with gevent.Timeout(10):
+        resp = http.request("POST", path, body=body, headers=headers)
+        try:
+            return resp.status_code, bytes(resp.read())
+        finally:
+            resp.release()
+
 
 def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
-    pool = urllib3.PoolManager(maxsize=1000, block=False, retries=False)
+    http = client(url)
     n = int(rate * seconds)
     latencies: list[float] = []
     statuses: dict[str, int] = {}
@@ -35,11 +55,9 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
     def one(i: int, due: float) -> None:
         body = json.dumps({"lead_id": f"{tag}-{i}", "state": "TX", "email": "ada@example.com"})
         try:
-            resp = pool.request(
-                "POST", url + "/v1/leads", body=body, headers=headers, timeout=urllib3.Timeout(total=10)
-            )
-            key = str(resp.status) if resp.status != 200 else json.loads(resp.data)["status"]
-        except Exception as exc:
+            status, data = post(http, "/v1/leads", body.encode(), headers)
+            key = str(status) if status != 200 else json.loads(data)["status"]
+        except (Exception, gevent.Timeout) as exc:
             key = type(exc).__name__
         latencies.append((time.perf_counter() - due) * 1000)
         statuses[key] = statuses.get(key, 0) + 1
@@ -65,26 +83,18 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
 
 def run_payments(url: str, deliveries: list, rate: float) -> dict:
     """Send `deliveries` at `rate` per second; statuses are the answers' `status` fields."""
-    pool = urllib3.PoolManager(maxsize=1000, block=False, retries=False)
+    http = client(url)
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     start = time.perf_counter() + 0.2
 
     def one(provider: str, headers: dict, body: str, due: float) -> None:
         try:
-            resp = pool.request(
-                "POST",
-                f"{url}/v1/webhooks/{provider}",
-                body=body.encode(),
-                headers={"Content-Type": "application/json", **headers},
-                timeout=urllib3.Timeout(total=10),
+            status, data = post(
+                http, f"/v1/webhooks/{provider}", body.encode(), {"Content-Type": "application/json", **headers}
             )
-            key = (
-                json.loads(resp.data).get("status") or str(resp.status)
-                if resp.status in (200, 409)
-                else str(resp.status)
-            )
-        except Exception as exc:
+            key = json.loads(data).get("status") or str(status) if status in (200, 409) else str(status)
+        except (Exception, gevent.Timeout) as exc:
             key = type(exc).__name__
         latencies.append((time.perf_counter() - due) * 1000)
         statuses[key] = statuses.get(key, 0) + 1
