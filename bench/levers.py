@@ -19,7 +19,9 @@ Levers:
 - worker_connections: WORKER_CONNECTIONS 100 against the default 1000 greenlets per worker.
 - workers: 3 gunicorn workers against 2 on the machine's 2 cores (the bare endpoint keeps 2).
 - code: a change of the code itself: the base arm runs a git worktree of `--base-rev` (its
-  processes started in that checkout, the same virtualenv), the lever arm this checkout.
+  processes started in that checkout, the same virtualenv), the lever arm one of HEAD.
+
+Every arm runs committed code from a worktree, so files edited during the run change nothing.
 
 Writes bench/out/levers.json and levers.md.
 """
@@ -178,13 +180,16 @@ def main() -> int:
     ap.add_argument("--what", help="what the lever changes, for the report's heading (--lever code)")
     args = ap.parse_args()
     base_env, lever_env = LEVERS[args.lever]
-    codes = {"base": ROOT, args.lever: ROOT}
-    if args.lever == "code":
-        if not args.base_rev:
-            ap.error("--lever code needs --base-rev")
-        worktree = Path(tempfile.mkdtemp(prefix="fg-lever-base-"))
-        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.base_rev], cwd=ROOT, check=True)
-        codes["base"] = worktree
+    if args.lever == "code" and not args.base_rev:
+        ap.error("--lever code needs --base-rev")
+    # Both arms run committed code from worktrees (the lever arm HEAD's), never the files
+    # being edited while the run goes on.
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    revs = {"base": args.base_rev or head.stdout.strip(), args.lever: head.stdout.strip()}
+    codes: dict[str, Path] = {}
+    for name, rev in revs.items():
+        codes[name] = Path(tempfile.mkdtemp(prefix=f"fg-lever-{name}-"))
+        subprocess.run(["git", "worktree", "add", "--detach", str(codes[name]), rev], cwd=ROOT, check=True)
     arms: dict[str, list] = {"base": [], args.lever: []}
     rng = random.Random(16)
     try:
@@ -197,14 +202,12 @@ def main() -> int:
                 arms[name].append(one_arm(env, args.seconds, rng, args.mix, codes[name]))
                 log(f"round {i + 1} {name}: {json.dumps(arms[name][-1])} ({time.monotonic() - t0:.0f} s)")
     finally:
-        if args.lever == "code":
-            subprocess.run(["git", "worktree", "remove", "--force", str(codes["base"])], cwd=ROOT, check=False)
+        for path in codes.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
     data = {
         "lever": args.lever,
         "base_rev": args.base_rev,
-        "lever_rev": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
+        "lever_rev": revs[args.lever],
         "mix": args.mix,
         "what": args.what,
         "rounds": args.rounds,
