@@ -6,7 +6,6 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import gc
 import sys
 
 from webhooks import metrics
@@ -42,14 +41,6 @@ control_socket_disable = True  # unused; several instances on one host would sha
 def on_starting(server) -> None:
     """Master start: forget the samples of processes of a previous run."""
     metrics.remove_stale_files()
-
-
-def post_worker_init(worker) -> None:
-    """The worker has loaded the app: what exists now (modules, the app, its clients) lives as
-    long as the worker, so the collector stops scanning it (gc.freeze): a full collection then
-    walks only what requests made."""
-    gc.collect()
-    gc.freeze()
 
 
 def child_exit(server, worker) -> None:
