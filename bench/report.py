@@ -95,6 +95,13 @@ PARTS = [
         "Sales settled at a steady rate, then a burst, delivered by one RQ worker to 1, 10 and 100 "
         "endpoints on a receiver verifying every delivery (`bench/event_fanout.py`).",
     ),
+    (
+        "micro",
+        "20. Per-call costs of the levers measured outside the stack",
+        "What a candidate lever would save per call, against its alternative in the same process "
+        "(`bench/micro.py`): the HTTP client of buyer posts, JSON, prometheus-client's "
+        "multiprocess mode, gevent.Timeout, EVAL against EVALSHA.",
+    ),
 ]
 
 

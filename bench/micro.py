@@ -1,0 +1,261 @@
+"""Per-call costs of the levers measured outside the stack: what a candidate would save per
+request, each against its alternative in the same process, alternated, medians of 3.
+
+- the HTTP client of a buyer post under gevent: urllib3's pool (requests' adapter) against
+  geventhttpclient, 25 greenlets posting to bench/buyer_server.py answering at once;
+- JSON: the standard library against orjson, on the shapes a lead encodes and decodes;
+- prometheus-client: a counter and a histogram in multiprocess mode (mmap files, as the web
+  workers run) against one process's memory;
+- `gevent.Timeout` around a call (the buyer post's hard deadline);
+- a Lua script in a pipeline sent as EVAL (its text, ~3 KB) against EVALSHA.
+
+    python -m bench.micro      ->  bench/out/micro.json, micro.md
+"""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+
+import gevent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from bench.common import OUT, machine_info, write_json, write_md
+from bench.e2e import log
+from testkit.servers import RedisServer, free_port, venv_bin, wait_until
+
+ROUNDS = 3
+LEAD = {"email": "ada@example.com", "phone": "+2348030000000", "state": "CA", "zip": "94107", "age": 33}
+ITEM = {
+    "publisher_id": "pub-1",
+    "lead_id": "x-2-320",
+    "status": "sold",
+    "buyer_id": "acme",
+    "price": "12.50",
+    "attempts": [{"buyer_id": "acme", "outcome": "accepted", "ms": 21, "at": "2026-12-02T06:00:00.123+00:00"}],
+    "received_at": "2026-12-02T06:00:00.100+00:00",
+    "request_id": "e93d457436a2449f9164eadf4c56f03e",
+    "payload": LEAD,
+}
+ANSWER = {"lead_id": "x-2-320", "status": "sold", "buyer_id": "acme", "price": "12.50"}
+
+
+def per_call_us(fn: Callable[[], object], number: int) -> float:
+    return timeit.timeit(fn, number=number) / number * 1e6
+
+
+def alternated(arms: dict[str, Callable[[], float]]) -> dict[str, float]:
+    """Each arm's median over ROUNDS, the arms taking turns."""
+    runs: dict[str, list[float]] = {name: [] for name in arms}
+    for _ in range(ROUNDS):
+        for name, arm in arms.items():
+            runs[name].append(arm())
+    return {name: round(statistics.median(values), 2) for name, values in runs.items()}
+
+
+def http_clients() -> dict[str, float]:
+    """CPU µs per buyer post (process CPU time over 6,000 posts by 25 greenlets)."""
+    import urllib3
+    from geventhttpclient import HTTPClient
+    from requests.adapters import HTTPAdapter
+
+    port = free_port()
+    buyer = subprocess.Popen(
+        [venv_bin("python"), str(ROOT / "bench" / "buyer_server.py"), str(port)],
+        env={**os.environ, "BUYER_DELAY_MS": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        body = json.dumps(LEAD).encode()
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "User-Agent": "Floodgate/1"}
+        pool = HTTPAdapter(pool_connections=100, pool_maxsize=100, max_retries=0).poolmanager.connection_from_url(
+            f"http://127.0.0.1:{port}/"
+        )
+        timeout = urllib3.Timeout(connect=2, read=2)
+        client = HTTPClient("127.0.0.1", port=port, concurrency=100, connection_timeout=2, network_timeout=2)
+
+        def urllib3_post() -> None:
+            with gevent.Timeout(2):
+                resp = pool.urlopen(
+                    "POST", "/acme", body=body, headers=headers, retries=False, redirect=False, preload_content=False,
+                    timeout=timeout,
+                )  # fmt: skip
+                resp.read(65537)
+                resp.release_conn()
+
+        def geventhttpclient_post() -> None:
+            with gevent.Timeout(2):
+                resp = client.request("POST", "/acme", body=body, headers=headers)
+                resp.read(65537)
+                resp.release()
+
+        wait_until(lambda: _answers(port), timeout=10, what="buyer stub")
+
+        def cpu_per_post(post: Callable[[], None], n: int = 6000, greenlets: int = 25) -> float:
+            started = time.process_time()
+            gevent.joinall([gevent.spawn(lambda: [post() for _ in range(n // greenlets)]) for _ in range(greenlets)])
+            return (time.process_time() - started) / n * 1e6
+
+        return alternated(
+            {
+                "urllib3 (requests' adapter pool)": lambda: cpu_per_post(urllib3_post),
+                "geventhttpclient": lambda: cpu_per_post(geventhttpclient_post),
+            }
+        )
+    finally:
+        buyer.terminate()
+        buyer.wait()
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def json_libraries() -> dict[str, float]:
+    import orjson
+
+    raw = json.dumps(LEAD)
+    n = 50_000
+    return alternated(
+        {
+            "json.dumps (settlement item)": lambda: per_call_us(lambda: json.dumps(ITEM), n),
+            "orjson.dumps (settlement item)": lambda: per_call_us(lambda: orjson.dumps(ITEM), n),
+            "json.dumps (answer)": lambda: per_call_us(lambda: json.dumps(ANSWER), n),
+            "orjson.dumps (answer)": lambda: per_call_us(lambda: orjson.dumps(ANSWER), n),
+            "json.loads (lead)": lambda: per_call_us(lambda: json.loads(raw), n),
+            "orjson.loads (lead)": lambda: per_call_us(lambda: orjson.loads(raw), n),
+        }
+    )
+
+
+PROMETHEUS_CHILD = """
+import json, timeit
+from prometheus_client import Counter, Histogram
+c, h = Counter("x_total", "x", ["a"]), Histogram("y_seconds", "y", ["a"])
+n = 50_000
+print(json.dumps([timeit.timeit(lambda: c.labels("sold").inc(), number=n) / n * 1e6,
+                  timeit.timeit(lambda: h.labels("sold").observe(0.02), number=n) / n * 1e6]))
+"""
+
+
+def prometheus() -> dict[str, float]:
+    """A counter's inc and a histogram's observe, each mode in a process of its own (the mode is
+    chosen when prometheus-client is imported)."""
+
+    def measure(multiprocess: bool) -> list[float]:
+        with tempfile.TemporaryDirectory() as folder:
+            env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+            if multiprocess:
+                env["PROMETHEUS_MULTIPROC_DIR"] = folder
+            out = subprocess.run([sys.executable, "-c", PROMETHEUS_CHILD], env=env, capture_output=True, text=True)
+            return json.loads(out.stdout)
+
+    runs: dict[str, list[float]] = {}
+    for _ in range(ROUNDS):
+        for mode in (True, False):
+            inc, observe = measure(mode)
+            name = "multiprocess" if mode else "one process"
+            runs.setdefault(f"counter inc, {name}", []).append(inc)
+            runs.setdefault(f"histogram observe, {name}", []).append(observe)
+    return {name: round(statistics.median(v), 2) for name, v in runs.items()}
+
+
+def timeout() -> dict[str, float]:
+    def with_timeout() -> None:
+        with gevent.Timeout(2.0):
+            pass
+
+    return alternated({"gevent.Timeout around a call": lambda: per_call_us(with_timeout, 100_000)})
+
+
+def eval_or_evalsha(workdir: Path) -> dict[str, float]:
+    """Client CPU µs and Redis CPU µs per pipeline of one script call, its text sent each time
+    (EVAL) or its SHA1 (EVALSHA); a script of lua/claim_lead.lua's size that does nothing."""
+    server = RedisServer(workdir / "redis")
+    server.start()
+    try:
+        r = server.client()
+        script = "-- " + "x" * 2800 + "\nreturn 1"
+        sha = r.script_load(script)
+
+        def redis_cpu() -> float:
+            info = r.info("cpu")
+            return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+        def run(command: str, body: str, n: int = 20_000) -> tuple[float, float]:
+            server_before, client_before = redis_cpu(), time.process_time()
+            for _ in range(n):
+                pipe = r.pipeline(transaction=False)
+                pipe.execute_command(command, body, 2, "a{x}", "b{x}", "1", "2")
+                pipe.execute()
+            return (time.process_time() - client_before) / n * 1e6, (redis_cpu() - server_before) / n * 1e6
+
+        runs: dict[str, list[float]] = {}
+        for _ in range(ROUNDS):
+            for command, body in (("EVAL", script), ("EVALSHA", sha)):
+                client, redis_side = run(command, body)
+                runs.setdefault(f"{command}: client", []).append(client)
+                runs.setdefault(f"{command}: redis-server", []).append(redis_side)
+        return {name: round(statistics.median(v), 2) for name, v in runs.items()}
+    finally:
+        server.kill()
+
+
+def render(d: dict) -> str:
+    machine = ", ".join(f"{k} {v}" for k, v in d["machine"].items())
+    lines = [
+        "### Per-call costs of levers, outside the stack",
+        "",
+        f"Machine: {machine}. Medians of {ROUNDS} alternated runs, µs per call (process CPU time "
+        "for the HTTP clients and the scripts, wall time of a tight loop otherwise).",
+        "",
+    ]
+    for title, rows in d["results"].items():
+        lines += [f"#### {title}", "", "| what | µs per call |", "|---|---|"]
+        lines += [f"| {name} | {value:g} |" for name, value in rows.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="fg-micro-") as tmp:
+        results = {}
+        for title, measure in (
+            ("HTTP client of a buyer post (CPU under gevent)", http_clients),
+            ("JSON", json_libraries),
+            ("prometheus-client", prometheus),
+            ("gevent.Timeout", timeout),
+            ("A 3 KB Lua script in a pipeline", lambda: eval_or_evalsha(Path(tmp))),
+        ):
+            log(f"measuring: {title}")
+            results[title] = measure()
+            log(json.dumps(results[title]))
+    data = {"results": results, "machine": machine_info()}
+    write_json("micro.json", data)
+    write_md("micro.md", render(data))
+    log(f"wrote {OUT / 'micro.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
