@@ -36,9 +36,9 @@ import matplotlib.pyplot as plt
 
 from bench import stack
 from bench.common import OUT, machine_info, markdown_table, percentiles, redis_version, write_json, write_md
-from bench.outbox import _listening, arrivals
+from bench.outbox import arrivals
 from testkit.events import EVENTS_SECRET, sale_item
-from testkit.servers import Proc, free_port, wait_until
+from testkit.servers import Proc, free_port, listening, wait_until
 from webhooks.events import endpoints
 from webhooks.leads import ledger
 from webhooks.storage import outbox_queue
@@ -79,7 +79,7 @@ def run(base: stack.Base, work: Path, count: int, rate: int, seconds: int, burst
             [sys.executable, "-m", "bench.outbox", "--receive", str(port), str(steady_log)], base.env, work / "recv.log"
         )
         es.callback(receiver.stop)
-        wait_until(lambda: _listening(port), what="the receiver")
+        wait_until(lambda: listening(port), what="the receiver")
         url = f"http://127.0.0.1:{port}"
         r = base.redis.client()
         q = queue(r)
@@ -122,7 +122,7 @@ def run(base: stack.Base, work: Path, count: int, rate: int, seconds: int, burst
             [sys.executable, "-m", "bench.outbox", "--receive", str(port), str(burst_log)], base.env, work / "recv2.log"
         )
         es.callback(receiver2.stop)
-        wait_until(lambda: _listening(port), what="the receiver again")
+        wait_until(lambda: listening(port), what="the receiver again")
         with db.connection_context():
             for model in (EventAttempt, EventDelivery, Event):
                 model.delete().execute()

@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md
-from testkit.servers import RedisServer, free_port, wait_until
+from testkit.servers import RedisServer, free_port, listening, wait_until
 from webhooks.caps import leases
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import Deliverer, classify, judge
@@ -142,16 +142,6 @@ def fan_out_latency(store, pings: int, ping_url: str) -> list[dict]:
     return rows, curves
 
 
-def _listening(port: int) -> bool:
-    import socket
-
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leads", type=int, default=20_000, help="per CPU round")
@@ -169,7 +159,7 @@ def main() -> int:
         redis_server = RedisServer(Path(tmp) / "redis")
         redis_server.start()
         try:
-            wait_until(lambda: _listening(port), what="the ping server")
+            wait_until(lambda: listening(port), what="the ping server")
             print("ping fan-out: 1, 3 and 10 ping buyers at 20 ms", flush=True)
             fan, curves = fan_out_latency(make_store(redis_server.url), args.pings, f"http://127.0.0.1:{port}/ping")
         finally:

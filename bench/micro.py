@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import log
-from testkit.servers import RedisServer, free_port, venv_bin, wait_until
+from testkit.servers import RedisServer, free_port, listening, venv_bin, wait_until
 
 ROUNDS = 3
 LEAD = {"email": "ada@example.com", "phone": "+2348030000000", "state": "CA", "zip": "94107", "age": 33}
@@ -103,7 +103,7 @@ def http_clients() -> dict[str, float]:
                 resp.read(65537)
                 resp.release()
 
-        wait_until(lambda: _answers(port), timeout=10, what="buyer stub")
+        wait_until(lambda: listening(port), timeout=10, what="buyer stub")
 
         def cpu_per_post(post: Callable[[], None], n: int = 6000, greenlets: int = 25) -> float:
             started = time.process_time()
@@ -119,16 +119,6 @@ def http_clients() -> dict[str, float]:
     finally:
         buyer.terminate()
         buyer.wait()
-
-
-def _answers(port: int) -> bool:
-    import socket
-
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def json_libraries() -> dict[str, float]:

@@ -53,6 +53,7 @@ from testkit.servers import (
     Proc,
     WebServer,
     free_port,
+    listening,
     venv_bin,
     wait_until,
 )
@@ -111,20 +112,13 @@ def arrivals(path: Path) -> tuple[dict[str, float], int]:
     return first, unverified
 
 
-def _listening(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> dict:
     """Open-loop payments at `rate`/s for `seconds`; each event's commit-to-receiver lag."""
     port, log = free_port(), work / f"arrivals-{rate}.txt"
     receiver = Proc(
         [sys.executable, "-m", "bench.outbox", "--receive", str(port), str(log)], env, work / "receiver.log"
     )
-    wait_until(lambda: _listening(port), what="the receiver")
+    wait_until(lambda: listening(port), what="the receiver")
     env = {**env, "PAYMENT_EVENTS_URL": f"http://127.0.0.1:{port}/floodgate-events"}
     web = WebServer(env, work / "web.log", workers=2)
     worker = Proc(
