@@ -100,7 +100,7 @@ class _Counted:
         return getattr(self.sock, name)
 
 
-class _Held(ConnectionPool):
+class _Pool(ConnectionPool):
     """A geventhttpclient pool of one host's connections that knows which greenlet holds which
     connection: a deadline that interrupts a request while its body is being sent (a buyer
     that stops reading) leaves the connection checked out, and one of the pool's permits with
@@ -142,11 +142,7 @@ class _Held(ConnectionPool):
             self.release_socket(sock)
 
 
-class _Pool(_Held):
-    pass
-
-
-class _TLSPool(_Held, SSLConnectionPool):  # verifies the certificate and the host name
+class _TLSPool(_Pool, SSLConnectionPool):  # verifies the certificate and the host name
     pass
 
 
@@ -157,7 +153,7 @@ class _Client(HTTPClient):
         super().__init__(host, port=port, concurrency=size, connection_timeout=timeout_s, network_timeout=timeout_s)
         options = {"size": size, "network_timeout": timeout_s, "connection_timeout": timeout_s}
         self.ssl = scheme == "https"
-        self._pool: _Held = (
+        self._pool: _Pool = (
             _TLSPool(host, port, host, port, ssl_options={}, **options)
             if self.ssl
             else _Pool(host, port, host, port, **options)
