@@ -92,6 +92,11 @@ def path_without_redis_server(tmp: Path) -> str:
     return os.pathsep.join(folders)
 
 
+def _terminal_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class Run:
     """scripts/run in a session of its own (so its process group is that of a terminal's
     foreground job), its output in a file."""
@@ -135,6 +140,10 @@ class Run:
             stdout=self._fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # as from a terminal: Ctrl-C not ignored. A suite started in the background by a
+            # shell without job control (`cmd &` in a script, nohup) ignores SIGINT and SIGQUIT,
+            # the children inherit that, and bash cannot trap a signal ignored when it started.
+            preexec_fn=_terminal_signals,
         )
         self.demo = demo
 
