@@ -196,7 +196,10 @@ class Deliverer:
         client = clients.get(key)
         if client is None:
             if len(clients) >= MAX_HOSTS:
-                clients.pop(next(iter(clients))).close()  # the oldest host's; busy connections close when done
+                # The oldest host's client is dropped, not closed: a greenlet may be about to
+                # post through it, and a closed pool refuses that with a RuntimeError. Its idle
+                # connections close when it is collected.
+                clients.pop(next(iter(clients)))
             client = clients[key] = _Client(scheme, host, port, timeout_s, self.pool_size)
         return client
 
