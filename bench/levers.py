@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -70,21 +71,30 @@ def first_deliveries(tag: str, payments: int, rng: random.Random) -> list:
     return out
 
 
+def cpu_per_request(groups: dict[str, list[int]], run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
+    """`run()` (a wrk run) and its CPU ms per request: of the web workers, of every process of
+    the stack, and of MariaDB's."""
+    charged = {
+        "web": groups["web (2 gunicorn workers)"],
+        "all": [pid for pids in groups.values() for pid in pids],
+        "db": groups["mariadbd"],
+    }
+    before = {name: cpu_seconds(pids) for name, pids in charged.items()}
+    result = run()
+    n = max(1, result["requests"])
+    return result, {name: round((cpu_seconds(pids) - before[name]) / n * 1000, 3) for name, pids in charged.items()}
+
+
 def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", code: Path = ROOT) -> dict:
     """Start the stack (of the checkout `code`) with `env`, measure the three runs, stop it."""
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-lever-")))
         stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2", **env}, code=code)
         groups = stack.pids()
-        web = groups["web (2 gunicorn workers)"]
-        every = [pid for pids in groups.values() for pid in pids]
         wrk(stack.bare_url, 50, 2, "warm")
         wrk(stack.web.url, 50, 2, "warm")
         bare = wrk(stack.bare_url, 50, seconds, "bare")
-        before, before_all, before_db = cpu_seconds(web), cpu_seconds(every), cpu_seconds(groups["mariadbd"])
-        leads = wrk(stack.web.url, 50, seconds, "leads")
-        lead_cpu = (cpu_seconds(web) - before) / max(1, leads["requests"]) * 1000
-        lead_all = (cpu_seconds(every) - before_all) / max(1, leads["requests"]) * 1000
+        leads, lead_cpu = cpu_per_request(groups, lambda: wrk(stack.web.url, 50, seconds, "leads"))
         drained(stack)
         tag = f"lever{rng.randrange(10**9)}"
         if mix == "first":
@@ -93,25 +103,21 @@ def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", cod
             deliveries, _ = make_deliveries(tag, 2000, rng)
         listing = tmp / "deliveries.lua"
         lua_list(deliveries, listing)
-        before, before_all, before_db = cpu_seconds(web), cpu_seconds(every), cpu_seconds(groups["mariadbd"])
-        pay = wrk_payments(stack.web.url, listing, 50, seconds)
-        pay_cpu = (cpu_seconds(web) - before) / max(1, pay["requests"]) * 1000
-        pay_all = (cpu_seconds(every) - before_all) / max(1, pay["requests"]) * 1000
-        pay_db = (cpu_seconds(groups["mariadbd"]) - before_db) / max(1, pay["requests"]) * 1000
+        pay, pay_cpu = cpu_per_request(groups, lambda: wrk_payments(stack.web.url, listing, 50, seconds))
         drained(stack)
     return {
         "bare_rps": bare["rps"],
         "lead_rps": leads["rps"],
         "lead_p99_ms": leads["p99_ms"],
         "lead_errors": leads["errors"],
-        "lead_web_cpu_ms": round(lead_cpu, 3),
-        "lead_all_cpu_ms": round(lead_all, 3),
+        "lead_web_cpu_ms": lead_cpu["web"],
+        "lead_all_cpu_ms": lead_cpu["all"],
         "pay_rps": pay["rps"],
         "pay_p99_ms": pay["p99_ms"],
         "pay_non_2xx": pay["non_2xx_or_errors"],
-        "pay_web_cpu_ms": round(pay_cpu, 3),
-        "pay_all_cpu_ms": round(pay_all, 3),
-        "pay_db_cpu_ms": round(pay_db, 3),
+        "pay_web_cpu_ms": pay_cpu["web"],
+        "pay_all_cpu_ms": pay_cpu["all"],
+        "pay_db_cpu_ms": pay_cpu["db"],
         "lead_ratio": round(leads["rps"] / bare["rps"], 3),
         "pay_ratio": round(pay["rps"] / bare["rps"], 3),
     }
