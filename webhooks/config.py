@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"
 DEFAULT_METRICS_DIR = str(ROOT / "var" / "prometheus")
 SWEEP_INTERVAL_MS = 60_000  # the abandoned-lead sweep's (workers/schedule.py)
 MAX_WATERFALL = 8  # buyers a graceful shutdown waits for, each at its full deadline
+# cloud metadata, link-local and unspecified addresses: refused for every outbound URL
+DEFAULT_DENY_NETS = ("169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "fd00:ec2::254/128")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 PROVIDER_SECRETS = {
@@ -77,7 +80,9 @@ class Config:
     # whsec_ secrets (two while rotating: both sign), and how deliveries are retried.
     payment_events_url: str = ""  # empty: wallet changes are not announced
     payment_events_secrets: tuple[str, ...] = ()
-    payment_events_timeout_ms: int = 10_000  # connect and read timeout of one delivery
+    # the hard total deadline of one event delivery: connect, send and the whole reply
+    # (EVENT_DELIVERY_TIMEOUT_MS; PAYMENT_EVENTS_TIMEOUT_MS is its older name)
+    event_delivery_timeout_ms: int = 10_000
     payment_events_retry_base_ms: int = 1_000  # first back-off; doubles per failed attempt
     payment_events_retry_max_ms: int = 3_600_000  # back-off never grows past this (1 h)
     payment_events_retry_for_s: int = 86_400  # failing for this long (24 h): `failed`
@@ -96,6 +101,13 @@ class Config:
     monnify_api_key: str = ""
     stripe_api_base: str = "https://api.stripe.com"
     stripe_api_key: str = ""
+    # Nothing outside can stall or exhaust Floodgate (API.md): a request's headers and body
+    # must arrive within this (web), and no outbound call connects to an address in these nets.
+    request_read_timeout_ms: int = 10_000
+    outbound_deny_nets: tuple[str, ...] = DEFAULT_DENY_NETS
+    # How long a lead's raw body is kept: unsold and test leads, sold leads (the figures stay).
+    lead_body_retention_days: int = 30
+    sold_lead_body_retention_days: int = 365
 
     @property
     def queue_redis_url(self) -> str:
@@ -129,7 +141,11 @@ _INTS = {
     "OPS_SESSION_TTL_S": "ops_session_ttl_s",
     "WEB_CONCURRENCY": "web_concurrency",
     "WORKER_CONNECTIONS": "worker_connections",
-    "PAYMENT_EVENTS_TIMEOUT_MS": "payment_events_timeout_ms",
+    "PAYMENT_EVENTS_TIMEOUT_MS": "event_delivery_timeout_ms",
+    "EVENT_DELIVERY_TIMEOUT_MS": "event_delivery_timeout_ms",  # after its older name: it wins
+    "REQUEST_READ_TIMEOUT_MS": "request_read_timeout_ms",
+    "LEAD_BODY_RETENTION_DAYS": "lead_body_retention_days",
+    "SOLD_LEAD_BODY_RETENTION_DAYS": "sold_lead_body_retention_days",
     "PAYMENT_EVENTS_RETRY_BASE_MS": "payment_events_retry_base_ms",
     "PAYMENT_EVENTS_RETRY_MAX_MS": "payment_events_retry_max_ms",
     "PAYMENT_EVENTS_RETRY_FOR_S": "payment_events_retry_for_s",
@@ -192,6 +208,8 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     values["ops_insecure_cookie"] = _switch(env, "OPS_INSECURE_COOKIE")
     values["flutterwave_verify"] = _switch(env, "FLUTTERWAVE_VERIFY")
     values["payment_events_secrets"] = _events_secrets(env)
+    if "OUTBOUND_DENY_NETS" in env:
+        values["outbound_deny_nets"] = _deny_nets(env["OUTBOUND_DENY_NETS"])
     if env.get("PUBLISHER_RATE_LIMIT", "").strip():
         values["publisher_rate_limit"] = _rate_limit(env["PUBLISHER_RATE_LIMIT"])
     known = {f.name for f in fields(Config)}
@@ -223,6 +241,17 @@ def _max_bid(env: Mapping[str, str]) -> Decimal:
     if not DECIMAL_STRING.fullmatch(raw) or Decimal(raw) <= 0:
         raise ConfigError(f'PING_MAX_BID must be a positive decimal such as "1000.00", got {raw[:32]!r}')
     return Decimal(raw)
+
+
+def _deny_nets(raw: str) -> tuple[str, ...]:
+    """OUTBOUND_DENY_NETS: CIDRs separated by commas (or spaces); empty: none refused."""
+    nets = []
+    for item in raw.replace(",", " ").split():
+        try:
+            nets.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ConfigError(f"OUTBOUND_DENY_NETS: {item[:64]!r} is not a CIDR such as 169.254.0.0/16") from None
+    return tuple(nets)
 
 
 def _rate_limit(raw: str) -> tuple[int, int] | None:

@@ -67,7 +67,7 @@ def _engine(b: Backends, pool: ThreadPoolExecutor) -> delivery.Engine:
     return delivery.Engine(
         pool,
         policy,
-        cfg.payment_events_timeout_ms / 1000,
+        cfg.event_delivery_timeout_ms / 1000,
         cfg.event_endpoint_disable_after_s,
         cfg.payment_events_secrets,
     )
