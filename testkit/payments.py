@@ -514,3 +514,42 @@ def child_pids(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+def until_answered(target, provider: str, raw: bytes, session: requests.Session | None = None) -> requests.Response:
+    """Deliver as a provider does: a 409 `in_flight` is delivered again until it is answered."""
+    while True:
+        resp = deliver(target, provider, raw, session=session)
+        if resp.status_code != 409 or resp.json().get("status") != "in_flight":
+            return resp
+
+
+def at_once(api, provider: str, raws: list[bytes]) -> list[dict]:
+    """Deliver every body of `raws` at the same moment from threads of their own (each retried
+    through 409 as a provider would); their answers, in the order of `raws`."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    start = Barrier(len(raws))
+
+    def one(raw: bytes) -> dict:
+        session = api.session()
+        start.wait()
+        resp = until_answered(api, provider, raw, session=session)
+        return {"http": resp.status_code, **resp.json()}
+
+    with ThreadPoolExecutor(len(raws)) as pool:
+        return list(pool.map(one, raws))
+
+
+def wallet_invariant_breaches() -> list[str]:
+    """Every wallet whose balance is not its credits − refunds − disputes lost + reinstated
+    (the payments' amount, refunded_minor and disputed_minor, per wallet and currency)."""
+    from collections import defaultdict
+
+    expected: dict[tuple[str, str], int] = defaultdict(int)
+    with db.connection_context():
+        for p in Payment.select().where(Payment.status != "unattributed"):
+            expected[(p.customer, p.currency)] += p.amount_minor - p.refunded_minor - p.disputed_minor
+        have = {(w.customer, w.currency): w.balance_minor for w in Wallet.select()}
+    return [f"{key}: balance {have.get(key)} != {want}" for key, want in expected.items() if have.get(key, 0) != want]

@@ -37,6 +37,7 @@ class _Metrics:
     cap_refusals: Any
     rate_limited: Any
     payments: Any
+    ignored: Any
     rejected_bytes: Any
     drift: Any
     reconciled_at: Any
@@ -101,6 +102,12 @@ def init(cfg: Config) -> None:
             "provider and answer (credited, duplicate, ignored, in_flight, or the error "
             "code)",
             ["provider", "status"],
+        ),
+        ignored=Counter(
+            "floodgate_payment_ignored_total",
+            "Verified payment webhooks that moved no money, by provider, event type and reason "
+            "(event_type, not_successful, dispute_open...): a new money-moving type shows here",
+            ["provider", "event_type", "reason"],
         ),
         rejected_bytes=Counter(
             "floodgate_payment_rejected_bytes_total",
@@ -188,6 +195,12 @@ def payment_answered(provider: str, status: str) -> None:
     """A payment webhook answered with `status`."""
     if _m is not None:
         _m.payments.labels(provider, status).inc()
+
+
+def payment_ignored(provider: str, event_type: str, reason: str) -> None:
+    """A verified payment webhook of `event_type` moved no money, for `reason`."""
+    if _m is not None:
+        _m.ignored.labels(provider, event_type[:64], reason).inc()
 
 
 def payment_rejected(provider: str, body_length: int) -> None:

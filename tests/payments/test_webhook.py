@@ -28,7 +28,7 @@ def test_signed_delivery_credits_once_then_answers_duplicate(api, provider):
 def test_failed_charge_is_recorded_and_ignored(api):
     raw = encode(payload("paystack", "ps-failed", 5000, success=False))
     resp = deliver(api, "paystack", raw)
-    assert (resp.status_code, resp.json()) == (200, {"status": "ignored"})
+    assert (resp.status_code, resp.json()) == (200, {"status": "ignored", "reason": "event_type"})
     assert counts() == {"payments": 0, "wallets": 0, "deliveries": 1}
     assert verdicts("paystack", "ps-failed") == ["ignored"]
 

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from webhooks import strictjson
-from webhooks.errors import InvalidJSON, MalformedJSON
-from webhooks.payments import money
+from webhooks.errors import InvalidJSON
+from webhooks.payments import money, motions
+from webhooks.payments.fields import Path, both, email, equals, get, load, one_of, reference
 from webhooks.payments.money import InvalidPayload
+from webhooks.payments.motions import REFUND_SPECS, RefundEvent
+from webhooks.payments.states import Ignored
 
-Path = tuple[str, ...]
+__all__ = ["REFUND_SPECS", "PaymentEvent", "RefundEvent", "parse", "wallet"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class PaymentEvent:
     transaction_id: str | None = None  # the provider's own id, where a re-check needs it (Flutterwave)
     payer: str | None = None  # the payer's e-mail, lower-cased, when the payload has a usable one
     fees_minor: int = 0  # the provider's fee the payer paid on top (Paystack requested_amount)
-    flag: str | None = None  # partially_paid, overpaid: credited what was received, flagged
+    flag: str | None = None  # partially_paid, overpaid, requested_amount_differs: credited what was received
+    reason: Ignored | None = None  # why a valid event that is no success moves nothing
 
     @property
     def fingerprint(self) -> str:
@@ -62,60 +65,6 @@ class Spec:
     status: Path | None = None  # a payment status naming a partial or an over payment
 
 
-@dataclass(frozen=True)
-class RefundEvent:
-    """A refund or reversal of an earlier payment: debits the payer's wallet once per reference."""
-
-    provider: str
-    event_type: str
-    reference: str  # the refund's own reference
-    payment_reference: str  # the refunded payment's reference (as its credit was keyed)
-    amount: Decimal | int | str  # as sent: major units when `major`, else minor
-    major: bool
-    currency: str | None  # None when the payload names none (Monnify): the payment's
-    customer: str | None  # the payer's e-mail, where the payload carries it
-
-    def amount_minor(self, code: str) -> int:
-        """The amount in minor units of `code` (the payment's currency)."""
-        return money.to_minor(self.amount, code, major=self.major)
-
-    @property
-    def fingerprint(self) -> str:
-        """What a repeat of this refund's webhook must agree on."""
-        return f"{self.payment_reference}:{self.amount}:{self.currency}"
-
-
-@dataclass(frozen=True)
-class RefundSpec:
-    applies: Callable[[dict], bool]  # a refund whose money went back (others are ignored)
-    reference: Path
-    payment_reference: Path
-    amount: Path
-    major: bool
-    currency: Path | None  # None: the payment's currency
-    email: Path | None  # None: the payment's payer
-
-
-def _get(body: Any, path: Path) -> Any:
-    for part in path:
-        if not isinstance(body, dict):
-            return None
-        body = body.get(part)
-    return body
-
-
-def _equals(path: Path, value: str) -> Callable[[dict], bool]:
-    return lambda body: _get(body, path) == value
-
-
-def _both(*checks: Callable[[dict], bool]) -> Callable[[dict], bool]:
-    return lambda body: all(check(body) for check in checks)
-
-
-def _one_of(path: Path, values: frozenset[str]) -> Callable[[dict], bool]:
-    return lambda body: _get(body, path) in values
-
-
 # Monnify's paymentStatus of money received other than in full (developers.monnify.com, "Verify
 # transactions": PARTIALLY_PAID "paid less than the required amount", OVERPAID "paid more")
 MONNIFY_FLAGS = {"PARTIALLY_PAID": "partially_paid", "OVERPAID": "overpaid"}
@@ -123,7 +72,7 @@ MONNIFY_FLAGS = {"PARTIALLY_PAID": "partially_paid", "OVERPAID": "overpaid"}
 SPECS: dict[str, Spec] = {
     "paystack": Spec(
         ("event",),
-        _equals(("event",), "charge.success"),
+        equals(("event",), "charge.success"),
         ("data", "reference"),
         ("data", "amount"),
         False,
@@ -134,7 +83,7 @@ SPECS: dict[str, Spec] = {
     ),
     "flutterwave": Spec(
         ("event",),
-        _both(_equals(("event",), "charge.completed"), _equals(("data", "status"), "successful")),
+        both(equals(("event",), "charge.completed"), equals(("data", "status"), "successful")),
         ("data", "tx_ref"),
         ("data", "amount"),
         True,
@@ -146,9 +95,9 @@ SPECS: dict[str, Spec] = {
     # PAID, and PARTIALLY_PAID / OVERPAID: money received all the same (amountPaid), flagged
     "monnify": Spec(
         ("eventType",),
-        _both(
-            _equals(("eventType",), "SUCCESSFUL_TRANSACTION"),
-            _one_of(("eventData", "paymentStatus"), frozenset(MONNIFY_FLAGS) | {"PAID"}),
+        both(
+            equals(("eventType",), "SUCCESSFUL_TRANSACTION"),
+            one_of(("eventData", "paymentStatus"), frozenset(MONNIFY_FLAGS) | {"PAID"}),
         ),
         ("eventData", "transactionReference"),
         ("eventData", "amountPaid"),
@@ -160,7 +109,7 @@ SPECS: dict[str, Spec] = {
     ),
     "interswitch": Spec(
         ("event",),
-        _both(_equals(("event",), "TRANSACTION.COMPLETED"), _equals(("data", "responseCode"), "00")),
+        both(equals(("event",), "TRANSACTION.COMPLETED"), equals(("data", "responseCode"), "00")),
         ("data", "transactionRef"),
         ("data", "amount"),
         False,
@@ -169,7 +118,7 @@ SPECS: dict[str, Spec] = {
     ),
     "stripe": Spec(
         ("type",),
-        _equals(("type",), "payment_intent.succeeded"),
+        equals(("type",), "payment_intent.succeeded"),
         ("data", "object", "id"),
         ("data", "object", "amount_received"),
         False,
@@ -179,7 +128,7 @@ SPECS: dict[str, Spec] = {
     ),
     "standard": Spec(
         ("type",),
-        _equals(("type",), "payment.succeeded"),
+        equals(("type",), "payment.succeeded"),
         ("data", "reference"),
         ("data", "amount_minor"),
         False,
@@ -190,87 +139,9 @@ SPECS: dict[str, Spec] = {
 }
 
 
-# Refunds and reversals, each as its provider's own text describes it (docs/payments.md names the
-# source). Flutterwave (v3 documents refunds as an API call with no webhook) and Interswitch (its
-# webhook events name no refund or reversal) have none: their refund events are `ignored`.
-REFUND_SPECS: dict[str, RefundSpec] = {
-    # refund.processed: the refund reached the customer (refund.pending/processing/failed: not yet or not)
-    "paystack": RefundSpec(
-        _equals(("event",), "refund.processed"),
-        ("data", "refund_reference"),
-        ("data", "transaction_reference"),
-        ("data", "amount"),
-        False,
-        ("data", "currency"),
-        ("data", "customer", "email"),
-    ),
-    # SUCCESSFUL_REFUND with refundStatus COMPLETED; the payload names neither currency nor payer
-    "monnify": RefundSpec(
-        _both(_equals(("eventType",), "SUCCESSFUL_REFUND"), _equals(("eventData", "refundStatus"), "COMPLETED")),
-        ("eventData", "refundReference"),
-        ("eventData", "transactionReference"),
-        ("eventData", "refundAmount"),
-        True,
-        None,
-        None,
-    ),
-    # A Refund object that succeeded, from whichever of the three events carries it first (one
-    # refund id debits once); charge.refunded (a Charge, cumulative) is left ignored.
-    "stripe": RefundSpec(
-        _both(
-            _one_of(("type",), frozenset({"refund.created", "refund.updated", "charge.refund.updated"})),
-            _equals(("data", "object", "object"), "refund"),
-            _equals(("data", "object", "status"), "succeeded"),
-        ),
-        ("data", "object", "id"),
-        ("data", "object", "payment_intent"),
-        ("data", "object", "amount"),
-        False,
-        ("data", "object", "currency"),
-        None,
-    ),
-    "standard": RefundSpec(
-        _equals(("type",), "payment.refunded"),
-        ("data", "reference"),
-        ("data", "payment_reference"),
-        ("data", "amount_minor"),
-        False,
-        ("data", "currency"),
-        ("data", "customer", "email"),
-    ),
-}
-
-
-def _json(raw: bytes) -> dict:
-    """The body, amounts as Decimal. Not JSON at all: invalid_payload (API.md's "body not
-    parseable"); JSON the strict rules refuse (NaN, duplicate keys, ...): InvalidJSON."""
-    try:
-        body = strictjson.loads(raw, decimals=True)
-    except MalformedJSON:
-        raise InvalidPayload("body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidPayload("body is not a JSON object")
-    return body
-
-
-def _reference(value: Any) -> str | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if isinstance(value, str) and 0 < len(value) <= 128 and value.isprintable():
-        return value
-    return None
-
-
-def _email(value: Any) -> str:
-    email = value.strip().lower() if isinstance(value, str) else ""
-    if not 3 <= len(email) <= 254 or "@" not in email or not email.isprintable() or " " in email:
-        raise InvalidPayload(f"payer e-mail {value!r} is missing or invalid")
-    return email
-
-
 def _email_or_none(value: Any) -> str | None:
     try:
-        return _email(value)
+        return email(value)
     except InvalidPayload:
         return None
 
@@ -280,7 +151,8 @@ def _account(metadata: Any, field: str) -> str | None:
     of 1 to 254 printable characters without spaces; None when there is none. Paystack sends
     metadata as an object, or as a string of JSON when it was given one, or "" / 0 / null
     (its own samples show all four): a string is read as JSON, anything else is no metadata."""
-    if isinstance(metadata, str) and metadata.startswith("{") and len(metadata) <= 64 * 1024:
+    # JSON allows whitespace before the object (RFC 8259 section 2): " {...}" is a stringified object too
+    if isinstance(metadata, str) and metadata.lstrip(" \t\r\n").startswith("{") and len(metadata) <= 64 * 1024:
         try:
             metadata = strictjson.loads(metadata.encode())
         except InvalidJSON:  # MalformedJSON too: not JSON, or JSON the strict rules refuse
@@ -304,21 +176,79 @@ def wallet(value: Any) -> str | None:
     return key.lower() if "@" in key else key
 
 
-def _amounts(provider: str, spec: Spec, body: dict, code: str) -> tuple[int, int]:
-    """(credited, fees) in minor units. Paystack adds a fee it passes on to the payer to
+# Paystack's flag when `requested_amount` is below `amount` but the difference is not its `fees`
+# (its POS sample: amount "5000", requested_amount "200", fees null): what was paid is credited.
+REQUESTED_DIFFERS = "requested_amount_differs"
+
+
+def _amounts(provider: str, spec: Spec, body: dict, code: str) -> tuple[int, int, str | None]:
+    """(credited, fees, flag) in minor units. Paystack adds a fee it passes on to the payer to
     `amount` and says what was asked in `requested_amount` (its transaction samples: amount
-    40333 = requested 30050 + fees 10283): the wallet is credited what was requested."""
-    amount = _get(body, spec.amount)
+    40333 = requested 30050 + fees 10283): the wallet is credited what was requested, but only
+    when the difference is the transaction's `fees`; otherwise (its terminal sample: 5000 paid,
+    200 requested, no fees) what was paid, flagged: never less than was paid, silently."""
+    amount = get(body, spec.amount)
     if amount is None:
         raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
     if provider == "stripe":
-        return money.to_minor(amount, code, major=False, exponent_sent=money.stripe_exponent(code)), 0
+        return money.to_minor(amount, code, major=False, exponent_sent=money.stripe_exponent(code)), 0, None
     paid = money.to_minor(amount, code, major=spec.major)
-    requested = None if spec.requested is None else _get(body, spec.requested)
+    requested = None if spec.requested is None else get(body, spec.requested)
     if requested is None:
-        return paid, 0
+        return paid, 0, None
     asked = money.to_minor(requested, code, major=spec.major)
-    return (asked, paid - asked) if asked < paid else (paid, 0)
+    if asked >= paid:
+        return paid, 0, None
+    try:
+        fees = money.to_minor(get(body, ("data", "fees")), code, major=spec.major)
+    except InvalidPayload:  # null, 0, not an amount
+        fees = None
+    if fees == paid - asked:
+        return asked, fees, None
+    return paid, 0, REQUESTED_DIFFERS
+
+
+# The types whose status decides whether money moved (an `ignored` one of these is
+# not_successful; any other type moves no money: event_type).
+MONEY_TYPES = {
+    "paystack": frozenset(
+        {"charge.success", "refund.processed", "refund.pending", "refund.processing", "refund.failed"}
+    ),
+    "flutterwave": frozenset({"charge.completed"}),
+    "monnify": frozenset({"SUCCESSFUL_TRANSACTION", "SUCCESSFUL_REFUND", "FAILED_REFUND"}),
+    "interswitch": frozenset({"TRANSACTION.COMPLETED"}),
+    "stripe": frozenset({"payment_intent.succeeded"}),
+    "standard": frozenset({"payment.succeeded", "payment.refunded"}),
+}
+
+# Stripe's Charges API (no PaymentIntent): a `charge.succeeded` Charge is the payment, keyed by
+# its id (stripe-python `_charge.py`: amount_captured, captured, paid, status, payment_intent None).
+STRIPE_CHARGE = Spec(
+    ("type",),
+    both(
+        equals(("type",), "charge.succeeded"),
+        equals(("data", "object", "status"), "succeeded"),
+        lambda body: get(body, ("data", "object", "paid")) is True,
+    ),
+    ("data", "object", "id"),
+    ("data", "object", "amount_captured"),
+    False,
+    ("data", "object", "currency"),
+    ("data", "object", "receipt_email"),
+    metadata=("data", "object", "metadata"),
+)
+
+
+def _spec(provider: str, event_type: str, body: dict) -> Spec:
+    """The provider's Spec; Stripe's Charges API payment (a charge without a PaymentIntent, whose
+    own `payment_intent.succeeded` credits it otherwise) has its own."""
+    if (
+        provider == "stripe"
+        and event_type == "charge.succeeded"
+        and not get(body, ("data", "object", "payment_intent"))
+    ):
+        return STRIPE_CHARGE
+    return SPECS[provider]
 
 
 def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | RefundEvent:
@@ -327,31 +257,33 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | 
     JSON the strict rules refuse (webhooks/strictjson.py). A success's wallet is the value of
     `account_field` in the merchant's metadata, else the payer's e-mail, else None
     (unattributed)."""
-    spec = SPECS[provider]
-    body = _json(raw)
-    event_type = _get(body, spec.event_type)
+    body = load(raw)
+    event_type = get(body, SPECS[provider].event_type)
     if not isinstance(event_type, str) or not event_type:
-        raise InvalidPayload(f"no event type at {'.'.join(spec.event_type)}")
-    refund = REFUND_SPECS.get(provider)
-    if refund is not None and refund.applies(body):
-        return _refund(provider, event_type[:64], body, refund)
-    reference = _reference(_get(body, spec.reference))
-    if not spec.success(body):
-        return PaymentEvent(provider, event_type[:64], reference, None, None, None, False)
-    if reference is None:
+        raise InvalidPayload(f"no event type at {'.'.join(SPECS[provider].event_type)}")
+    event_type = event_type[:64]
+    motion = motions.spec_of(provider, event_type, body)
+    if isinstance(motion, motions.RefundSpec):
+        return motions.parse(provider, event_type, body, motion)
+    spec = _spec(provider, event_type, body)
+    ref = reference(get(body, spec.reference))
+    if motion is not None or not spec.success(body):
+        reason = motion or (Ignored.NOT_SUCCESSFUL if event_type in MONEY_TYPES[provider] else Ignored.EVENT_TYPE)
+        return PaymentEvent(provider, event_type, ref, None, None, None, False, reason=reason)
+    if ref is None:
         raise InvalidPayload(f"no reference at {'.'.join(spec.reference)} (1 to 128 characters)")
-    code = money.currency(_get(body, spec.currency))
-    credited, fees = _amounts(provider, spec, body, code)
-    transaction_id = None if spec.transaction_id is None else _reference(_get(body, spec.transaction_id))
-    payer = _email_or_none(_get(body, spec.email))
+    code = money.currency(get(body, spec.currency))
+    credited, fees, fee_flag = _amounts(provider, spec, body, code)
+    transaction_id = None if spec.transaction_id is None else reference(get(body, spec.transaction_id))
+    payer = _email_or_none(get(body, spec.email))
     account = None
     if account_field and spec.metadata is not None:
-        account = _account(_get(body, spec.metadata), account_field)
-    status = None if spec.status is None else _get(body, spec.status)
+        account = _account(get(body, spec.metadata), account_field)
+    status = None if spec.status is None else get(body, spec.status)
     return PaymentEvent(
         provider,
-        event_type[:64],
-        reference,
+        event_type,
+        ref,
         credited,
         code,
         account or payer,
@@ -359,26 +291,5 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | 
         transaction_id,
         payer,
         fees,
-        MONNIFY_FLAGS.get(status) if isinstance(status, str) else None,
+        (MONNIFY_FLAGS.get(status) if isinstance(status, str) else None) or fee_flag,
     )
-
-
-def _refund(provider: str, event_type: str, body: dict, spec: RefundSpec) -> RefundEvent:
-    reference = _reference(_get(body, spec.reference))
-    if reference is None:
-        raise InvalidPayload(f"no refund reference at {'.'.join(spec.reference)} (1 to 128 characters)")
-    paid = _get(body, spec.payment_reference)
-    if isinstance(paid, dict):  # Stripe: an expanded PaymentIntent
-        paid = paid.get("id")
-    payment_reference = _reference(paid)
-    if payment_reference is None:
-        raise InvalidPayload(f"no payment reference at {'.'.join(spec.payment_reference)}")
-    amount = _get(body, spec.amount)
-    if amount is None:
-        raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
-    code = None if spec.currency is None else money.currency(_get(body, spec.currency))
-    if code is not None:  # else the ledger converts it with the payment's currency
-        money.to_minor(amount, code, major=spec.major)  # refuse a bad amount before anything is locked
-    email = None if spec.email is None else _get(body, spec.email)
-    customer = None if email is None else _email(email)
-    return RefundEvent(provider, event_type, reference, payment_reference, amount, spec.major, code, customer)

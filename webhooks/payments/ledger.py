@@ -89,11 +89,19 @@ def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) 
 
 
 def record(
-    d: Receipt, verdict: str, status: int, event: PaymentEvent | RefundEvent | None = None, deferred: bool = False
+    d: Receipt,
+    verdict: str,
+    status: int,
+    event: PaymentEvent | RefundEvent | None = None,
+    deferred: bool = False,
+    reason: str | None = None,
 ) -> None:
     """Add the verified webhook to webhook_deliveries (in the caller's transaction, if any;
-    `deferred`: see fastsql.insert)."""
-    fastsql.insert(WebhookDelivery, {**receipt_fields(d, event), "verdict": verdict, "status_code": status}, deferred)
+    `deferred`: see fastsql.insert); `reason`: why an ignored one moved nothing."""
+    row = {**receipt_fields(d, event), "verdict": verdict, "status_code": status}
+    if reason is not None:
+        row["reason"] = reason
+    fastsql.insert(WebhookDelivery, row, deferred)
 
 
 def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
@@ -122,7 +130,7 @@ _UPSERT_RETURNING_BALANCE = (
 )
 
 
-def _credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime) -> int:
+def credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime) -> int:
     """Add a positive amount to a wallet (made at that amount if new); its balance after, read
     under the row lock the upsert takes."""
     if is_mysql():
@@ -209,7 +217,7 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
                 record(d, Verdict.UNATTRIBUTED, 200, event)
                 return Verdict.UNATTRIBUTED
             assert event.customer is not None
-            after = _credit_wallet(event.customer, event.currency, event.amount_minor, now)
+            after = credit_wallet(event.customer, event.currency, event.amount_minor, now)
             outbox.record(
                 outbox.wallet_event(
                     outbox.EventType.WALLET_CREDITED,
@@ -284,6 +292,7 @@ def payment_record(p: Payment) -> dict:
         "credited_at": _iso(p.credited_at),
         "assigned_at": _iso(p.assigned_at),
         "refunded_minor": p.refunded_minor,
+        "disputed_minor": p.disputed_minor,
     }
 
 
@@ -311,13 +320,16 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 raise NotFound(f"no {provider} payment {reference!r}")
             if not won:
                 raise AlreadyAssigned(f"{provider} payment {reference!r} is not unattributed (status {payment.status})")
-            amount = payment.amount_minor - payment.refunded_minor
-            if payment.refunded_minor:
-                status = PaymentStatus.REFUNDED if amount == 0 else PaymentStatus.PARTIALLY_REFUNDED
+            amount = payment.amount_minor - payment.refunded_minor - payment.disputed_minor
+            if payment.refunded_minor or payment.disputed_minor:
+                if payment.disputed_minor:
+                    status = PaymentStatus.DISPUTED
+                else:
+                    status = PaymentStatus.REFUNDED if amount <= 0 else PaymentStatus.PARTIALLY_REFUNDED
                 Payment.update(status=status).where(Payment.id == payment.id).execute()
                 payment.status = status
             if amount > 0:
-                after = _credit_wallet(customer, payment.currency, amount, now)
+                after = credit_wallet(customer, payment.currency, amount, now)
                 credited = outbox.EventType.WALLET_CREDITED
                 outbox.record(
                     outbox.wallet_event(credited, provider, reference, customer, payment.currency, amount, after), now

@@ -1,50 +1,78 @@
-"""Refunds and reversals (API.md "Refunds and reversals"): the one transaction that debits a refund.
+"""Money going back (API.md "Refunds and reversals", "Disputes, refunds on every API version"):
+the one transaction per refund, refund failure or Stripe `charge.refunded`; disputes.py uses the
+same frame.
 
-The same guards as a credit (ledger.py): the UNIQUE key (provider, reference) of `refunds`, not
-the Redis claim, makes a refund debit its wallet at most once. The refunded payment's row is
-locked for the transaction (`SELECT ... FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`), so concurrent
-refunds of one payment are checked one after the other against what is already refunded: their
-sum never passes the payment's amount.
+The refunded payment's row is locked first (`SELECT ... FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`),
+so every motion of one payment's money is decided one after the other against what is already
+recorded; the UNIQUE key (provider, reference) of `refunds` backs that for a refund id named by
+two payments. `charge.refunded` carries the charge's cumulative `amount_refunded`: it debits what
+that adds over `payments.refunded_minor`, and keeps the part no refund id has claimed in
+`refund_unnamed_minor`; a refund id arriving later takes its amount from there first, so the
+two kinds of event debit each refund once in whichever order they come.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 import peewee as pw
 
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
-from webhooks.payments.events import RefundEvent
-from webhooks.payments.ledger import Receipt, balance, record, retrying_deadlocks
-from webhooks.payments.states import PaymentStatus, Verdict
+from webhooks.payments.ledger import Receipt, balance, credit_wallet, record, retrying_deadlocks
+from webhooks.payments.motions import RefundEvent
+from webhooks.payments.states import Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Refund, Wallet, utcnow
 
 log = logging.getLogger(__name__)
 
+INCLUDES_FEE = "refund_includes_fee"
 
-class _Refused(Exception):
-    """Raised inside the debit transaction to roll it back; answered after the rollback."""
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a motion did: its verdict, and why when it moved nothing (`ignored`)."""
+
+    verdict: Verdict
+    reason: Ignored | None = None
+
+
+class Refused(Exception):
+    """Raised inside the transaction to roll it back; answered after the rollback."""
 
     def __init__(self, error: Exception, verdict: Verdict, status: int, flag: tuple[str, dict] | None = None):
         super().__init__(verdict)
         self.error, self.verdict, self.status, self.flag = error, verdict, status, flag
 
 
-def _writing() -> pw._atomic:
+def writing() -> pw._atomic:
     """A transaction that writes from its first statement: SQLite's BEGIN IMMEDIATE takes the
     write lock up front (a deferred one reading first could not write later); MySQL locks rows."""
     return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
 
 
-def _locked_payment(event: RefundEvent) -> Payment | None:
+def locked_payment(event: RefundEvent) -> Payment:
+    """The payment `event` concerns, its row locked; Refused (409 payment_not_found) when the
+    ledger has none yet: the provider delivers again later."""
     query = Payment.select().where(Payment.provider == event.provider, Payment.reference == event.payment_reference)
     if is_mysql():
         query = query.for_update()
-    return query.first()
+    payment = query.first()
+    if payment is None:
+        raise Refused(
+            PaymentNotFound(
+                f"no {event.provider} payment {event.payment_reference!r} in the ledger "
+                "yet; nothing moved, deliver it again later"
+            ),
+            Verdict.PAYMENT_NOT_FOUND,
+            409,
+        )
+    return payment
 
 
 def _payer(payment: Payment) -> str | None:
@@ -55,8 +83,8 @@ def _payer(payment: Payment) -> str | None:
     return payment.payer or None
 
 
-def _check_same_payer(event: RefundEvent, payment: Payment) -> None:
-    """A refund naming another currency or payer than its payment's is not that payment's
+def check_same_payer(event: RefundEvent, payment: Payment) -> None:
+    """A motion naming another currency or payer than its payment's is not that payment's
     (the payer is the e-mail the payment came with: its wallet may be the merchant's account)."""
     paid_by = _payer(payment)
     mismatch = {
@@ -66,45 +94,138 @@ def _check_same_payer(event: RefundEvent, payment: Payment) -> None:
     }
     if mismatch:
         detail = {"payment": {"currency": payment.currency, "customer": paid_by}, "refund": mismatch}
-        raise _Refused(
+        raise Refused(
             ReferenceConflict(
-                f"refund {event.reference!r} names another currency or payer than payment "
-                f"{event.payment_reference!r}; nothing debited, flagged for review"
+                f"{event.kind} {event.reference!r} names another currency or payer than payment "
+                f"{event.payment_reference!r}; nothing moved, flagged for review"
             ),
             Verdict.REFERENCE_CONFLICT,
             422,
-            ("refund.reference_conflict", detail),
+            (f"{event.kind}.reference_conflict", detail),
         )
 
 
-def _debit_wallet(customer: str, currency: str, amount: int, now: datetime) -> int:
-    """Take `amount` from the wallet (below zero if need be: the provider already returned the
-    money) and return the balance after it."""
-    changed = (
-        Wallet.update(balance_minor=Wallet.balance_minor - amount, updated_at=now)
-        .where(Wallet.customer == customer, Wallet.currency == currency)
-        .execute()
+def status_of(payment: Payment) -> PaymentStatus:
+    """A credited payment's status from what went back (unattributed stays so until assigned)."""
+    if payment.status == PaymentStatus.UNATTRIBUTED:
+        return PaymentStatus.UNATTRIBUTED
+    if payment.disputed_minor > 0:
+        return PaymentStatus.DISPUTED
+    if payment.refunded_minor >= payment.amount_minor:
+        return PaymentStatus.REFUNDED
+    return PaymentStatus.PARTIALLY_REFUNDED if payment.refunded_minor > 0 else PaymentStatus.CREDITED
+
+
+def save(payment: Payment, **changes: int) -> None:
+    """Write the payment's changed sums and the status they give."""
+    for name, value in changes.items():
+        setattr(payment, name, value)
+    fields: dict[pw.Field, object] = {getattr(Payment, name): value for name, value in changes.items()}
+    fields[Payment.status] = status_of(payment)
+    Payment.update(fields).where(Payment.id == payment.id).execute()
+
+
+def move_wallet(event: RefundEvent, payment: Payment, delta: int, now: datetime, reference: str) -> None:
+    """Add `delta` (negative: a debit) to the payment's wallet, with its wallet event (the
+    outbox) under `reference`. An unattributed payment's wallet is not known: nothing moves
+    (its sums lower what an assign credits)."""
+    if delta == 0 or payment.status == PaymentStatus.UNATTRIBUTED:
+        return
+    customer, currency = payment.customer, payment.currency
+    if delta > 0:
+        after = credit_wallet(customer, currency, delta, now)
+        kind = outbox.EventType.WALLET_CREDITED
+    else:
+        changed = (
+            Wallet.update(balance_minor=Wallet.balance_minor + delta, updated_at=now)
+            .where(Wallet.customer == customer, Wallet.currency == currency)
+            .execute()
+        )
+        if not changed:  # credited once, so it exists; kept correct should it not
+            Wallet.insert(customer=customer, currency=currency, balance_minor=delta, updated_at=now).execute()
+        after = balance(customer, currency)
+        kind = outbox.EventType.WALLET_DEBITED
+        if after < 0:
+            key = f"{customer}:{currency}"
+            detail = {"balance_minor": after, event.kind.value: f"{event.provider}:{event.reference}"}
+            audit.record("payments", "wallet.negative_balance", "wallet", key, detail)
+            log.warning("%s %s:%s takes a wallet below zero; flagged", event.kind, event.provider, event.reference)
+    outbox.record(outbox.wallet_event(kind, event.provider, reference, customer, currency, abs(delta), after), now)
+
+
+def _exceeds(event: RefundEvent, payment: Payment, amount: int, detail: dict) -> Refused:
+    return Refused(
+        RefundExceedsPayment(
+            f"{event.kind} {event.reference!r} of {amount} would take the refunds of payment "
+            f"{event.payment_reference!r} past the whole transaction; nothing debited, flagged for review"
+        ),
+        Verdict.REFUND_EXCEEDS_PAYMENT,
+        422,
+        ("refund.exceeds_payment", {"payment_amount_minor": payment.amount_minor, **detail}),
     )
-    if not changed:  # credited once, so it exists; kept correct should it not
-        Wallet.insert(customer=customer, currency=currency, balance_minor=-amount, updated_at=now).execute()
-    return balance(customer, currency)
 
 
-def _debit_once(event: RefundEvent, d: Receipt) -> Verdict:
-    with _writing():
-        now = utcnow()
-        payment = _locked_payment(event)
-        if payment is None:
-            raise _Refused(
-                PaymentNotFound(
-                    f"no {event.provider} payment {event.payment_reference!r} in the ledger "
-                    "yet; nothing debited, deliver the refund again later"
-                ),
-                Verdict.PAYMENT_NOT_FOUND,
-                409,
-            )
-        amount = event.amount_minor(payment.currency)
-        _check_same_payer(event, payment)
+def _refund(event: RefundEvent, payment: Payment, amount: int, d: Receipt, now: datetime) -> Outcome:
+    """A refund id whose money went back: debit what charge.refunded has not already debited of
+    it, up to what was credited; a refund that also returns the fee the payer paid on top
+    (Paystack: `amount` past `requested_amount`) debits what was credited and is flagged."""
+    absorbed = min(amount, payment.refund_unnamed_minor)
+    debit = amount - absorbed
+    room = payment.amount_minor - payment.refunded_minor
+    flag = None
+    if debit > room:
+        returned = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.amount_minor), 0)).where(
+            Refund.provider == event.provider,
+            Refund.payment_reference == event.payment_reference,
+            Refund.status == RefundStatus.DEBITED,
+        )
+        if not payment.fees_minor or returned.scalar() + amount > payment.amount_minor + payment.fees_minor:
+            raise _exceeds(event, payment, amount, {"refunded_minor": payment.refunded_minor, "amount_minor": amount})
+        flag, debit = INCLUDES_FEE, room
+    Refund.insert(
+        provider=event.provider,
+        reference=event.reference,
+        payment_reference=event.payment_reference,
+        amount_minor=amount,
+        currency=payment.currency,
+        customer=payment.customer,
+        event_type=event.event_type,
+        received_at=d.received_at,
+        debited_at=now,
+        status=RefundStatus.DEBITED,
+        debited_minor=absorbed + debit,
+        flag=flag,
+    ).execute()
+    save(
+        payment,
+        refunded_minor=payment.refunded_minor + debit,
+        refund_unnamed_minor=payment.refund_unnamed_minor - absorbed,
+    )
+    if flag is not None:
+        audit.record(
+            "payments",
+            f"refund.{flag}",
+            "refund",
+            f"{event.provider}:{event.reference}",
+            {"amount_minor": amount, "debited_minor": debit},
+        )
+    move_wallet(event, payment, -debit, now, event.reference)
+    if debit == 0 and flag is None:  # charge.refunded took it already
+        return Outcome(Verdict.DUPLICATE)
+    return Outcome(Verdict.DEBITED)
+
+
+def _reversal(event: RefundEvent, payment: Payment, amount: int, known: Refund | None, now: datetime) -> Outcome:
+    """A refund that failed or was canceled: what it took comes back, once. One never debited by
+    its id may have been by charge.refunded (the unnamed part)."""
+    if known is not None:
+        if known.status == RefundStatus.REVERSED:
+            return Outcome(Verdict.DUPLICATE)
+        back = known.amount_minor if known.debited_minor is None else known.debited_minor
+        Refund.update(status=RefundStatus.REVERSED, reversed_at=now).where(Refund.id == known.id).execute()
+        save(payment, refunded_minor=payment.refunded_minor - back)
+    else:
+        back = min(amount, payment.refund_unnamed_minor)
         Refund.insert(
             provider=event.provider,
             reference=event.reference,
@@ -113,88 +234,85 @@ def _debit_once(event: RefundEvent, d: Receipt) -> Verdict:
             currency=payment.currency,
             customer=payment.customer,
             event_type=event.event_type,
-            received_at=d.received_at,
+            received_at=now,
             debited_at=now,
+            status=RefundStatus.REVERSED,
+            debited_minor=back,  # what charge.refunded had debited of it, now given back
+            reversed_at=now,
         ).execute()
-        refunded = payment.refunded_minor + amount
-        if refunded > payment.amount_minor:
-            detail = {
-                "payment_amount_minor": payment.amount_minor,
-                "refunded_minor": payment.refunded_minor,
-                "refund": {"reference": event.reference, "amount_minor": amount},
-            }
-            raise _Refused(
-                RefundExceedsPayment(
-                    f"refund {event.reference!r} of {amount} would take the refunds of payment "
-                    f"{event.payment_reference!r} to {refunded}, past its {payment.amount_minor}; nothing debited, "
-                    "flagged for review"
-                ),
-                Verdict.REFUND_EXCEEDS_PAYMENT,
-                422,
-                ("refund.exceeds_payment", detail),
-            )
-        if payment.status == PaymentStatus.UNATTRIBUTED:
-            # No wallet was credited: the refund is recorded and lowers what an assign credits.
-            Payment.update(refunded_minor=refunded).where(Payment.id == payment.id).execute()
-            record(d, Verdict.DEBITED, 200, event)
-            return Verdict.DEBITED
-        (
-            Payment.update(
-                refunded_minor=refunded,
-                status=PaymentStatus.REFUNDED if refunded == payment.amount_minor else PaymentStatus.PARTIALLY_REFUNDED,
-            )
-            .where(Payment.id == payment.id)
-            .execute()
+        save(
+            payment,
+            refunded_minor=payment.refunded_minor - back,
+            refund_unnamed_minor=payment.refund_unnamed_minor - back,
         )
-        after = _debit_wallet(payment.customer, payment.currency, amount, now)
-        if after < 0:
-            audit.record(
-                "payments",
-                "wallet.negative_balance",
-                "wallet",
-                f"{payment.customer}:{payment.currency}",
-                {"balance_minor": after, "refund": f"{event.provider}:{event.reference}"},
-            )
-            log.warning(
-                "refund %s:%s takes a wallet below zero (%s %s); flagged in audit_log",
-                event.provider,
-                event.reference,
-                after,
-                payment.currency,
-            )
-        debited = outbox.EventType.WALLET_DEBITED
-        outbox.record(
-            outbox.wallet_event(
-                debited, event.provider, event.reference, payment.customer, payment.currency, amount, after
-            ),
-            now,
-        )
-        record(d, Verdict.DEBITED, 200, event)
-    return Verdict.DEBITED
+    move_wallet(event, payment, back, now, event.reference)
+    return Outcome(Verdict.CREDITED) if back else Outcome(Verdict.IGNORED, Ignored.NOT_DEBITED)
 
 
-def debit(event: RefundEvent, d: Receipt) -> Verdict:
-    """Debit a refund once: DEBITED, or DUPLICATE when this refund reference is already in
-    the ledger with the same payment and amount. Raises PaymentNotFound (409: the payment is not
-    in the ledger yet), RefundExceedsPayment (422, flagged), ReferenceConflict (422, flagged: the
-    reference is known with another payment or amount, or the payment has another currency or
-    payer) or InvalidPayload; in each case nothing is debited and the webhook is recorded."""
+def _charge_refunded(event: RefundEvent, payment: Payment, total: int, now: datetime) -> Outcome:
+    """Stripe's cumulative `amount_refunded`: debit what it adds over what is recorded (refunds
+    debited, and refunds that failed after they were counted: see docs/payments.md)."""
+    if total > payment.amount_minor:
+        raise _exceeds(event, payment, total, {"amount_refunded_minor": total})
+    # A refund that failed after the charge counted it: an older charge.refunded (a retry, or
+    # one delivered late) still includes it, so what was given back is counted as refunded.
+    reversed_ = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.debited_minor), 0)).where(
+        Refund.provider == event.provider,
+        Refund.payment_reference == event.payment_reference,
+        Refund.status == RefundStatus.REVERSED,
+    )
+    debit = total - payment.refunded_minor - int(reversed_.scalar())
+    if debit <= 0:
+        return Outcome(Verdict.DUPLICATE)
+    save(
+        payment,
+        refunded_minor=payment.refunded_minor + debit,
+        refund_unnamed_minor=payment.refund_unnamed_minor + debit,
+    )
+    move_wallet(event, payment, -debit, now, f"{event.reference}:refunded:{total}")
+    return Outcome(Verdict.DEBITED)
+
+
+def _once(event: RefundEvent, d: Receipt) -> Outcome:
+    with writing():
+        now = utcnow()
+        payment = locked_payment(event)
+        amount = event.amount_minor(payment.currency)
+        check_same_payer(event, payment)
+        if event.kind is Motion.CHARGE_REFUNDED:
+            outcome = _charge_refunded(event, payment, amount, now)
+        else:
+            known = Refund.get_or_none(Refund.provider == event.provider, Refund.reference == event.reference)
+            if known is not None and (known.payment_reference, known.amount_minor) != (event.payment_reference, amount):
+                raise pw.IntegrityError("refund reference known with another payment or amount")
+            if event.kind is Motion.REFUND_REVERSED:
+                outcome = _reversal(event, payment, amount, known, now)
+            elif known is not None:
+                outcome = Outcome(Verdict.DUPLICATE)
+            else:
+                outcome = _refund(event, payment, amount, d, now)
+        record(d, outcome.verdict, 200, event, reason=outcome.reason)
+    return outcome
+
+
+def settle(event: RefundEvent, d: Receipt, transaction: Callable[[], Outcome]) -> Outcome:
+    """Run a motion's transaction (deadlocks retried); a refusal is recorded (and flagged) after
+    its rollback and raised as its error. Shared with disputes.py."""
     try:
-        return retrying_deadlocks(lambda: _debit_once(event, d), f"debiting {event.provider}:{event.reference}")
-    except pw.IntegrityError as exc:
-        return _already_known(event, d, exc)
+        return retrying_deadlocks(transaction, f"{event.kind} {event.provider}:{event.reference}")
     except InvalidPayload as exc:  # an amount that is no whole number of the payment's minor units
         record(d, exc.code, 400, event)
         raise
-    except _Refused as refused:
+    except Refused as refused:
         with db.atomic():
             if refused.flag is not None:
                 action, detail = refused.flag
-                audit.record("payments", action, "refund", f"{event.provider}:{event.reference}", detail)
+                audit.record("payments", action, event.kind.value, f"{event.provider}:{event.reference}", detail)
             record(d, refused.verdict, refused.status, event)
         if refused.flag is not None:  # references only: amounts and payers are in audit_log
             log.warning(
-                "refund %s:%s of payment %s refused (%s), flagged in audit_log",
+                "%s %s:%s of payment %s refused (%s), flagged in audit_log",
+                event.kind,
                 event.provider,
                 event.reference,
                 event.payment_reference,
@@ -203,13 +321,26 @@ def debit(event: RefundEvent, d: Receipt) -> Verdict:
         raise refused.error from None
 
 
-def _already_known(event: RefundEvent, d: Receipt, exc: pw.IntegrityError) -> Verdict:
+def apply(event: RefundEvent, d: Receipt) -> Outcome:
+    """A refund, a refund's failure or Stripe's `charge.refunded`, once: DEBITED / CREDITED, or
+    DUPLICATE when it is already in the ledger (or moved nothing new). Raises PaymentNotFound
+    (409: the payment is not in the ledger yet), RefundExceedsPayment (422, flagged),
+    ReferenceConflict (422, flagged: the refund id is known with another payment or amount, or
+    the payment has another currency or payer) or InvalidPayload; in each case nothing moves and
+    the webhook is recorded."""
+    try:
+        return settle(event, d, lambda: _once(event, d))
+    except pw.IntegrityError as exc:
+        return _conflict(event, d, exc)
+
+
+def _conflict(event: RefundEvent, d: Receipt, exc: pw.IntegrityError) -> Outcome:
     known = Refund.get_or_none(Refund.provider == event.provider, Refund.reference == event.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
     if (known.payment_reference, known.amount_minor) == (event.payment_reference, event.amount_minor(known.currency)):
-        record(d, Verdict.DUPLICATE, 200, event)
-        return Verdict.DUPLICATE
+        record(d, Verdict.DUPLICATE, 200, event)  # a concurrent first delivery for another payment row
+        return Outcome(Verdict.DUPLICATE)
     detail = {
         "known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},
         "delivered": {"payment_reference": event.payment_reference, "amount": str(event.amount)},
@@ -217,10 +348,8 @@ def _already_known(event: RefundEvent, d: Receipt, exc: pw.IntegrityError) -> Ve
     with db.atomic():
         audit.record("payments", "refund.reference_conflict", "refund", f"{event.provider}:{event.reference}", detail)
         record(d, Verdict.REFERENCE_CONFLICT, 422, event)
-    log.warning(
-        "refund reference conflict %s:%s: nothing debited, flagged in audit_log", event.provider, event.reference
-    )
+    log.warning("refund reference conflict %s:%s: nothing moved, flagged in audit_log", event.provider, event.reference)
     raise ReferenceConflict(
-        f"refund {event.reference!r} was already debited for another payment or amount; "
-        "nothing debited, flagged for review"
+        f"refund {event.reference!r} is already recorded for another payment or amount; "
+        "nothing moved, flagged for review"
     )

@@ -39,3 +39,38 @@ class PaymentStatus(StrEnum):
     CREDITED = "credited"
     PARTIALLY_REFUNDED = "partially_refunded"
     REFUNDED = "refunded"
+    DISPUTED = "disputed"  # a dispute holds money withdrawn (payments.disputed_minor > 0)
+
+
+class Motion(StrEnum):
+    """What a provider's event says happened to money already credited (refunds.py, disputes.py)."""
+
+    REFUND = "refund"  # a named refund succeeded: debit it (once per refund id)
+    REFUND_REVERSED = "refund_reversed"  # a refund failed or was canceled: credit back what it took
+    CHARGE_REFUNDED = "charge_refunded"  # Stripe's cumulative amount_refunded: debit the difference
+    DISPUTE_WITHDRAWN = "dispute_withdrawn"  # the provider took a dispute's money: debit (once per dispute)
+    DISPUTE_REINSTATED = "dispute_reinstated"  # it gave the money back: credit (once per dispute)
+
+
+class RefundStatus(StrEnum):
+    """A `refunds` row: its money went back to the payer, or it failed or was canceled after."""
+
+    DEBITED = "debited"
+    REVERSED = "reversed"
+
+
+class DisputeStatus(StrEnum):
+    """A `payment_disputes` row: money withdrawn, or given back (or never taken: reinstated first)."""
+
+    WITHDRAWN = "withdrawn"
+    REINSTATED = "reinstated"
+
+
+class Ignored(StrEnum):
+    """Why a verified event moved no money (the `reason` of an `ignored` answer)."""
+
+    EVENT_TYPE = "event_type"  # a type that moves no money
+    NOT_SUCCESSFUL = "not_successful"  # a money type whose status says it did not (yet) happen
+    DISPUTE_OPEN = "dispute_open"  # a dispute opened or updated, no money withdrawn yet
+    NOT_DEBITED = "not_debited"  # a refund that failed before anything was debited for it
+    NOT_WITHDRAWN = "not_withdrawn"  # a dispute closed or reinstated whose money was never withdrawn

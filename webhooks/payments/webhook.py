@@ -6,8 +6,8 @@ Reject (unknown or unconfigured provider), verify (signatures.py; a forgery is c
 listed in Redis by rejected.py, and never reaches the database), parse (events.py; an event
 that is not a success is recorded and `ignored`), dedupe and claim in one Redis round trip
 (gate.py: a duplicate or an in-flight repeat answers at once), confirm (Flutterwave with
-FLUTTERWAVE_VERIFY=1), then credit (ledger.py) or debit a refund (refunds.py) in one
-transaction (with its event, the outbox), release the claim, and wake the events worker.
+FLUTTERWAVE_VERIFY=1), then credit (ledger.py), or move money going back (refunds.py,
+disputes.py) in one transaction (with its event, the outbox), release the claim, and wake the events worker.
 
 Audit rows (webhook_deliveries): a webhook that reaches the database writes its row in its own
 transaction. A duplicate or in-flight repeat never waits for the database: the gate queues its
@@ -31,9 +31,9 @@ from webhooks import metrics
 from webhooks.config import Config
 from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
 from webhooks.events.endpoints import Listening
-from webhooks.payments import events, flutterwave, gate, ledger, refunds, rejected, signatures
+from webhooks.payments import disputes, events, flutterwave, gate, ledger, refunds, rejected, signatures
 from webhooks.payments.ledger import Receipt
-from webhooks.payments.states import Source, Verdict
+from webhooks.payments.states import Ignored, Motion, Source, Verdict
 from webhooks.storage import outbox_queue
 from webhooks.storage.claims import Claim
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -66,15 +66,20 @@ class Answer:
     http_status: int
     headers: Mapping[str, str]  # Server-Timing
     message: str | None = None
+    reason: str | None = None  # why an `ignored` one moved nothing
 
     def body(self) -> dict:
+        if self.reason is not None:
+            return {"status": self.status, "reason": self.reason}
         if self.message is None:
             return {"status": self.status}
         return {"status": self.status, "error": {"code": self.status, "message": self.message}}
 
 
-def _answer(status: Verdict, http_status: int, watch: Stopwatch, message: str | None = None) -> Answer:
-    return Answer(status, http_status, {"Server-Timing": watch.header()}, message)
+def _answer(
+    status: Verdict, http_status: int, watch: Stopwatch, message: str | None = None, reason: str | None = None
+) -> Answer:
+    return Answer(status, http_status, {"Server-Timing": watch.header()}, message, reason)
 
 
 @dataclass(frozen=True)
@@ -148,24 +153,30 @@ class PaymentWebhooks:
             raise
         watch.lap("parse")
         if not isinstance(event, events.RefundEvent) and not event.succeeded:
-            ledger.record(receipt, Verdict.IGNORED, 200, event)
-            return _answer(Verdict.IGNORED, 200, watch)
+            reason = event.reason or Ignored.EVENT_TYPE
+            ledger.record(receipt, Verdict.IGNORED, 200, event, reason=reason)
+            metrics.payment_ignored(provider, event.event_type, reason)
+            return _answer(Verdict.IGNORED, 200, watch, reason=reason)
         entry = gate.enter(self.store, self.settle, self.queue, event, receipt, self.claim_ttl_ms, request_id)
         watch.lap("dedupe")
         if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
             return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
         assert entry.claim is not None  # claimed: the claim is ours
         try:
-            verdict = self._act(event, receipt, entry.claim)
+            outcome = self._act(event, receipt, entry.claim)
         except PaymentNotFound as exc:
             # 409 for a refund of a payment not in the ledger yet: the provider retries it
             return _answer(Verdict.PAYMENT_NOT_FOUND, exc.status, watch, exc.message)
         watch.lap("ledger")
-        if verdict in (Verdict.CREDITED, Verdict.DEBITED):
+        if outcome.verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
-        return _answer(verdict, 200, watch)
+        if outcome.reason is not None:
+            metrics.payment_ignored(provider, event.event_type, outcome.reason)
+        return _answer(outcome.verdict, 200, watch, reason=outcome.reason)
 
-    def record_found(self, event: events.PaymentEvent, receipt: Receipt, request_id: str | None) -> Verdict:
+    def record_found(
+        self, event: events.PaymentEvent | events.RefundEvent, receipt: Receipt, request_id: str | None
+    ) -> Verdict:
         """A payment the provider reconciliation found (reconcile.py), through the same claim,
         unique key and transaction as a webhook: whichever of the two comes first credits it,
         the other is a duplicate (or a reference_conflict, raised). IN_FLIGHT when a webhook
@@ -174,8 +185,8 @@ class PaymentWebhooks:
         if entry.verdict != gate.CLAIMED:
             return Verdict(entry.verdict)
         assert entry.claim is not None  # claimed: the claim is ours
-        verdict = self._act(event, receipt, entry.claim, Source.RECONCILIATION)
-        if verdict == Verdict.CREDITED:
+        verdict = self._act(event, receipt, entry.claim, Source.RECONCILIATION).verdict
+        if verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
         return verdict
 
@@ -185,21 +196,23 @@ class PaymentWebhooks:
         receipt: Receipt,
         claim: Claim,
         source: Source = Source.WEBHOOK,
-    ) -> Verdict:
-        """Debit the refund, or confirm and credit the payment (each commits, or raises:
-        nothing kept), then release our claim, marking the reference processed if it was."""
+    ) -> refunds.Outcome:
+        """Move money going back (a refund, its failure, a dispute), or confirm and credit the
+        payment (each commits, or raises: nothing kept), then release our claim, marking the
+        reference processed if it was."""
         processed = False
         try:
             if isinstance(event, events.RefundEvent):
-                verdict = refunds.debit(event, receipt)
+                disputed = event.kind in (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)
+                outcome = (disputes if disputed else refunds).apply(event, receipt)
             else:
                 if source is Source.WEBHOOK:  # a listed payment comes from the provider's API itself
                     self._confirm(event, receipt)
-                verdict = ledger.credit(event, receipt, source)
+                outcome = refunds.Outcome(ledger.credit(event, receipt, source))
             processed = True
         finally:
             gate.finish(self.store, event, claim, processed)
-        return verdict
+        return outcome
 
     def _reject(self, receipt: Receipt, request_id: str | None) -> None:
         """A webhook that failed its signature check: counted, and its metadata pushed to the

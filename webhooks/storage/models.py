@@ -122,6 +122,7 @@ class Lead(BaseModel):
             (("publisher_id", "lead_id"), True),
             (("buyer_id", "sold_at"), False),
             (("lead_id",), False),
+            (("received_at",), False),  # the body purge's walk (sql/012)
         )
 
 
@@ -157,6 +158,8 @@ class Payment(BaseModel):
     flag = pw.CharField(max_length=32, null=True)  # partially_paid | overpaid
     source = pw.CharField(max_length=16, default="webhook")  # webhook | reconciliation
     assigned_at = DateTime6Field(null=True)
+    disputed_minor = pw.BigIntegerField(default=0)  # what disputes hold withdrawn now (sql/013)
+    refund_unnamed_minor = pw.BigIntegerField(default=0)  # charge.refunded's debit no refund id claimed yet
 
     class Meta:
         table_name = "payments"
@@ -176,9 +179,38 @@ class Refund(BaseModel):
     event_type = pw.CharField(max_length=64)
     received_at = DateTime6Field()
     debited_at = DateTime6Field()
+    status = pw.CharField(max_length=16, default="debited")  # debited | reversed (sql/013)
+    debited_minor = pw.BigIntegerField(null=True)  # what the wallet counts of it (NULL: amount_minor)
+    flag = pw.CharField(max_length=32, null=True)  # refund_includes_fee
+    reversed_at = DateTime6Field(null=True)
 
     class Meta:
         table_name = "refunds"
+        indexes = (
+            (("provider", "reference"), True),
+            (("provider", "payment_reference"), False),
+        )
+
+
+class PaymentDispute(BaseModel):
+    """A dispute (chargeback) of a payment, keyed by the provider's dispute id: its money leaves
+    the wallet at most once (withdrawn) and comes back at most once (reinstated)."""
+
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)  # the provider's dispute id
+    payment_reference = pw.CharField(max_length=128)
+    amount_minor = pw.BigIntegerField()
+    currency = pw.CharField(max_length=3)
+    customer = pw.CharField(max_length=254)  # the wallet ('' while the payment is unattributed)
+    status = pw.CharField(max_length=16)  # withdrawn | reinstated
+    event_type = pw.CharField(max_length=64)
+    received_at = DateTime6Field()
+    withdrawn_at = DateTime6Field(null=True)  # NULL: reinstated before any withdrawal arrived
+    reinstated_at = DateTime6Field(null=True)
+
+    class Meta:
+        table_name = "payment_disputes"
         indexes = (
             (("provider", "reference"), True),
             (("provider", "payment_reference"), False),
@@ -350,10 +382,11 @@ class WebhookDelivery(BaseModel):
     received_at = DateTime6Field(default=utcnow)
     body_length = pw.IntegerField(null=True)  # bytes received (NULL: rows older than sql/002)
     body_sha256 = pw.CharField(max_length=64, null=True)  # hex
+    reason = pw.CharField(max_length=32, null=True)  # why an `ignored` one moved nothing (sql/013)
 
     class Meta:
         table_name = "webhook_deliveries"
-        indexes = ((("provider", "reference"), False),)
+        indexes = ((("provider", "reference"), False), (("verdict", "received_at"), False))
 
 
 class AuditLog(BaseModel):
@@ -381,6 +414,7 @@ ALL_MODELS = [
     WebhookDelivery,
     AuditLog,
     Refund,
+    PaymentDispute,
     PaymentEvent,
     LeadStats,
     EventEndpoint,

@@ -1,0 +1,96 @@
+"""Disputes (chargebacks): a row per provider dispute id (`payment_disputes`), moving the wallet
+once when the provider withdraws the money and once when it reinstates it, in the transaction
+that records it, with its wallet event (API.md "Disputes, refunds on every API version").
+
+The payment's row is locked first, as for refunds (refunds.py), so a dispute's events are
+decided one after the other: withdrawn debits unless the dispute is already recorded;
+reinstated credits back a withdrawal, and records a dispute that never withdrew anything as
+reinstated, so that a withdrawal arriving after it moves nothing either.
+"""
+
+from __future__ import annotations
+
+import peewee as pw
+
+from webhooks.errors import ReferenceConflict
+from webhooks.payments.ledger import Receipt, record
+from webhooks.payments.motions import RefundEvent
+from webhooks.payments.refunds import Outcome, check_same_payer, locked_payment, move_wallet, save, settle, writing
+from webhooks.payments.states import DisputeStatus, Ignored, Motion, Verdict
+from webhooks.storage import audit
+from webhooks.storage.db import db
+from webhooks.storage.models import Payment, PaymentDispute, utcnow
+
+
+def _once(event: RefundEvent, d: Receipt) -> Outcome:
+    withdraw = event.kind is Motion.DISPUTE_WITHDRAWN
+    with writing():
+        now = utcnow()
+        payment: Payment = locked_payment(event)
+        amount = event.amount_minor(payment.currency)
+        check_same_payer(event, payment)
+        known = PaymentDispute.get_or_none(
+            PaymentDispute.provider == event.provider, PaymentDispute.reference == event.reference
+        )
+        if known is not None and known.payment_reference != event.payment_reference:
+            raise pw.IntegrityError("dispute id known with another payment")
+        if known is None:
+            PaymentDispute.insert(
+                provider=event.provider,
+                reference=event.reference,
+                payment_reference=event.payment_reference,
+                amount_minor=amount,
+                currency=payment.currency,
+                customer=payment.customer,
+                status=DisputeStatus.WITHDRAWN if withdraw else DisputeStatus.REINSTATED,
+                event_type=event.event_type,
+                received_at=d.received_at,
+                withdrawn_at=now if withdraw else None,
+                reinstated_at=None if withdraw else now,
+            ).execute()
+            if withdraw:
+                save(payment, disputed_minor=payment.disputed_minor + amount)
+                move_wallet(event, payment, -amount, now, event.reference)
+                outcome = Outcome(Verdict.DEBITED)
+            else:
+                outcome = Outcome(Verdict.IGNORED, Ignored.NOT_WITHDRAWN)
+        elif withdraw or known.status == DisputeStatus.REINSTATED:
+            outcome = Outcome(Verdict.DUPLICATE)
+        else:  # withdrawn, now given back: what was withdrawn comes back
+            back = known.amount_minor
+            (
+                PaymentDispute.update(status=DisputeStatus.REINSTATED, reinstated_at=now)
+                .where(PaymentDispute.id == known.id)
+                .execute()
+            )
+            save(payment, disputed_minor=max(0, payment.disputed_minor - back))
+            move_wallet(event, payment, back, now, event.reference)
+            outcome = Outcome(Verdict.CREDITED)
+        record(d, outcome.verdict, 200, event, reason=outcome.reason)
+    return outcome
+
+
+def apply(event: RefundEvent, d: Receipt) -> Outcome:
+    """A dispute's money withdrawn or reinstated, once per dispute: DEBITED, CREDITED, DUPLICATE,
+    or IGNORED (not_withdrawn: reinstated before anything was withdrawn). Raises as refunds.apply
+    does; a dispute id known for another payment is a ReferenceConflict (422, flagged)."""
+    try:
+        return settle(event, d, lambda: _once(event, d))
+    except pw.IntegrityError as exc:
+        known = PaymentDispute.get_or_none(
+            PaymentDispute.provider == event.provider, PaymentDispute.reference == event.reference
+        )
+        if known is None:
+            raise exc
+        if known.payment_reference == event.payment_reference:  # two first deliveries at once
+            record(d, Verdict.DUPLICATE, 200, event)
+            return Outcome(Verdict.DUPLICATE)
+        detail = {"known": known.payment_reference, "delivered": event.payment_reference}
+        with db.atomic():
+            audit.record(
+                "payments", "dispute.reference_conflict", "dispute", f"{event.provider}:{event.reference}", detail
+            )
+            record(d, Verdict.REFERENCE_CONFLICT, 422, event)
+        raise ReferenceConflict(
+            f"dispute {event.reference!r} is already recorded for another payment; nothing moved, flagged for review"
+        ) from None
