@@ -12,6 +12,7 @@ import re
 import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
+from urllib.parse import unquote_plus
 
 from rq import get_current_job
 
@@ -26,11 +27,13 @@ _URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^\s/@\"'<>]+
 _QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"'<>#]{1,64})=([^&;\s\"'<>#]*)")
 _SECRET_NAME = re.compile(r"key|token|secret|pass|pwd|auth|sig|hash|credential|session|code", re.I)
 REDACTED = "<redacted>"
+REDACTED_URL = f"holds {REDACTED}: give the real value (or the URL exactly as GET shows it, to keep it)"
 
 
 def _param(m: re.Match) -> str:
     sep, name, value = m.groups()
-    return f"{sep}{name}={REDACTED}" if value and _SECRET_NAME.search(name) else m.group(0)
+    secret = value and _SECRET_NAME.search(unquote_plus(name))  # `api%5Fkey` is `api_key`
+    return f"{sep}{name}={REDACTED}" if secret else m.group(0)
 
 
 def redact_text(text: str) -> str:
@@ -40,17 +43,35 @@ def redact_text(text: str) -> str:
 
 
 SECRET_SHOWN_PREFIX = "****"
+SECRET_SHOWN_CHARS = 4
+# The last 4 characters are shown only when at least 12 others stay hidden: of a shorter
+# secret nothing is shown (a 4-character one would be shown whole, a 6-character one nearly).
+SECRET_HIDDEN_MIN = 12
 
 
 def redact_secret(value: str) -> str:
-    """A stored secret as a GET shows it (a buyer's header, an event endpoint's secret): only
-    its last 4 characters; a PUT that sends this form back keeps the stored value."""
-    return SECRET_SHOWN_PREFIX + value[-4:]
+    """A stored secret as a GET shows it (a buyer's header, an event endpoint's secret): its
+    last 4 characters when it has 16 or more, else nothing of it; a PUT that sends this form
+    back keeps the stored value."""
+    if len(value) < SECRET_HIDDEN_MIN + SECRET_SHOWN_CHARS:
+        return SECRET_SHOWN_PREFIX
+    return SECRET_SHOWN_PREFIX + value[-SECRET_SHOWN_CHARS:]
 
 
 def redact_url(url: str) -> str:
-    """A URL as logs may show it (see redact_text)."""
+    """A URL as a GET, a log line or an error shows it (see redact_text): the value of every
+    secret-looking query parameter (`api_key`, `token`, `sig`...) and any user:password@
+    replaced by <redacted>; the stored and sent URL stays whole."""
     return redact_text(url)
+
+
+def restore_url(given: str, stored: str | None) -> str | None:
+    """The URL a PUT means: `stored` when `given` is the form GET shows of it (sent back
+    unchanged, as with a buyer's headers), `given` when it holds no redacted value, else None
+    (a redacted value that stands for nothing stored: the caller refuses it)."""
+    if stored is not None and given == redact_url(stored):
+        return stored
+    return None if REDACTED in given else given
 
 
 def current_request_id() -> str | None:

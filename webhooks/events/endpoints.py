@@ -26,7 +26,7 @@ import peewee as pw
 from webhooks import validate as v
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
-from webhooks.logs import redact_secret
+from webhooks.logs import REDACTED_URL, redact_secret, redact_url, restore_url
 from webhooks.storage import audit
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
 from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
@@ -111,12 +111,22 @@ def parse(body: Any, stored: EventEndpoint | None) -> dict:
     else:
         secret = _secret(given)
     return {
-        "url": v.http_url(CODE, "url", body["url"]),
+        "url": v.http_url(CODE, "url", _restored(body["url"], stored)),
         "types": None if types is None else json.dumps(types),
         "publisher_id": publisher_id,
         "secret": secret,
         "enabled": v.boolean(CODE, "enabled", body.get("enabled", True)),
     }
+
+
+def _restored(url: Any, stored: EventEndpoint | None) -> Any:
+    """The URL as GET shows it (secret query values redacted) sent back keeps the stored one."""
+    if not isinstance(url, str):
+        return url
+    restored = restore_url(url, None if stored is None else stored.url)
+    if restored is None:
+        raise ValidationError(CODE, "url", REDACTED_URL)
+    return restored
 
 
 def to_json(row: EventEndpoint, show_secret: bool = False) -> dict:
@@ -125,7 +135,7 @@ def to_json(row: EventEndpoint, show_secret: bool = False) -> dict:
     secret = row.secret
     return {
         "id": row.id,
-        "url": row.url,
+        "url": redact_url(row.url),
         "types": json.loads(row.types) if row.types else [t.value for t in EventType],
         "publisher_id": row.publisher_id,
         "secret": None if not secret else secret if show_secret else redact_secret(secret),
@@ -183,7 +193,7 @@ def save(endpoint_id: str, body: Any) -> tuple[EventEndpoint, bool]:
         else:
             EventEndpoint.update(**fields, updated_at=now).where(EventEndpoint.id == endpoint_id).execute()
             _switch(stored, fields["enabled"], now)
-        detail = {k: val for k, val in fields.items() if k != "secret"}
+        detail = {k: redact_url(val) if k == "url" else val for k, val in fields.items() if k != "secret"}
         audit.record("admin", "event_endpoint.put", "event_endpoint", endpoint_id, detail)
     new_secret = stored is None or stored.secret != fields["secret"]
     return EventEndpoint.get_by_id(endpoint_id), new_secret

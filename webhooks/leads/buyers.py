@@ -17,6 +17,7 @@ from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import ValidationError
 from webhooks.leads import integration
+from webhooks.logs import REDACTED_URL, redact_url, restore_url
 from webhooks.storage.models import Buyer
 from webhooks.validate import cents
 
@@ -54,7 +55,12 @@ def _zone(value: Any) -> ZoneInfo:
         raise ValidationError(CODE, "timezone", f"{value!r} is not an IANA time zone name") from None
 
 
-def _url(value: Any, field: str = "endpoint_url") -> str:
+def _url(value: Any, field: str = "endpoint_url", stored: str | None = None) -> str:
+    """A URL field; the form GET shows of the `stored` URL, sent back unchanged, keeps it."""
+    if isinstance(value, str):
+        value = restore_url(value, stored)
+        if value is None:
+            raise ValidationError(CODE, field, REDACTED_URL)
     return v.http_url(CODE, field, value)
 
 
@@ -136,8 +142,11 @@ def parse(body: Any, stored: Buyer | None = None) -> dict:
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
     stored_delivery = json.loads(stored.delivery) if stored is not None and stored.delivery else {}
     delivery = integration.parse_delivery(body.get("delivery"), stored_delivery.get("headers"))
+    stored_ping_url = json.loads(stored.ping)["url"] if stored is not None and stored.ping else None
     ping = integration.parse_ping(
-        body.get("ping"), lambda field, url: _url(url, field), lambda field, amount: v.money(CODE, field, amount)
+        body.get("ping"),
+        lambda field, url: _url(url, field, stored_ping_url),
+        lambda field, amount: v.money(CODE, field, amount),
     )
     caps = _caps(body.get("caps"))
     states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.fullmatch(s))
@@ -145,7 +154,7 @@ def parse(body: Any, stored: Buyer | None = None) -> dict:
     schedule = _schedule(body.get("schedule"))
     return {
         "name": v.text(CODE, "name", body["name"], max_len=200),
-        "endpoint_url": _url(body["endpoint_url"]),
+        "endpoint_url": _url(body["endpoint_url"], stored=None if stored is None else stored.endpoint_url),
         "priority": v.integer(CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
         "price": v.money(CODE, "price", body["price"]),
         "timezone": _zone(body.get("timezone", "UTC")).key,
@@ -182,7 +191,7 @@ def to_json(row: Buyer) -> dict:
     return {
         "id": row.id,
         "name": row.name,
-        "endpoint_url": row.endpoint_url,
+        "endpoint_url": redact_url(row.endpoint_url),
         "priority": row.priority,
         "price": f"{Decimal(row.price):.2f}",
         "timezone": row.timezone,
@@ -194,7 +203,7 @@ def to_json(row: Buyer) -> dict:
         "dedupe": json.loads(row.dedupe) if row.dedupe else None,
         "return_window_days": row.return_window_days,
         "delivery": integration.shown_delivery(json.loads(row.delivery) if row.delivery else None),
-        "ping": json.loads(row.ping) if row.ping else None,
+        "ping": _shown_ping(row.ping),
         "weight": row.weight,
         "filter": row.lead_filter,
         "created_at": row.created_at.isoformat() + "Z",
@@ -298,12 +307,23 @@ def save(buyer_id: str, fields: dict) -> tuple[Buyer, bool]:
     return Buyer.get_by_id(buyer_id), created
 
 
+def _shown_ping(stored: str | None) -> dict | None:
+    """A stored `ping` as GET shows it: the secret query values of its URL redacted."""
+    if not stored:
+        return None
+    ping = json.loads(stored)
+    return {**ping, "url": redact_url(ping["url"])}
+
+
 def _audited(fields: dict) -> dict:
-    """The buyer's columns as the audit log keeps them: its credential headers only as GET
-    shows them (the last 4 characters), never in clear text."""
-    if not fields.get("delivery"):
-        return fields
-    return {**fields, "delivery": integration.shown_delivery(json.loads(fields["delivery"]))}
+    """The buyer's columns as the audit log keeps them: its credential headers and URLs only
+    as GET shows them, never in clear text."""
+    audited = {**fields, "endpoint_url": redact_url(fields["endpoint_url"])}
+    if fields.get("ping"):
+        audited["ping"] = json.dumps(_shown_ping(fields["ping"]), sort_keys=True)
+    if fields.get("delivery"):
+        audited["delivery"] = integration.shown_delivery(json.loads(fields["delivery"]))
+    return audited
 
 
 def delete(buyer_id: str) -> bool:

@@ -11,7 +11,7 @@ from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import USER_AGENT
 from webhooks.leads.intake import parse_lead
 from webhooks.leads.routing import Offer, idempotency_key
-from webhooks.logs import redact_secret
+from webhooks.logs import redact_secret, redact_url
 
 PREVIEW_PUBLISHER = "preview"
 
@@ -39,7 +39,7 @@ def request_for(buyer: BuyerRule, body: Any) -> dict:
     }
     return {
         "method": buyer.delivery.method,
-        "url": buyer.endpoint_url,
+        "url": redact_url(buyer.endpoint_url),
         "headers": headers,
         "body": sent.decode("utf-8", "replace"),
         "price": f"{offer.price:.2f}",
