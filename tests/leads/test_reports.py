@@ -151,3 +151,15 @@ def test_a_report_query_it_cannot_answer_is_400(api, params):
 def test_an_empty_window_is_an_empty_report(api):
     body = api.get("/v1/admin/reports/leads", params={"from": "2020-01-01", "to": "2020-01-02"}).json()
     assert body["rows"] == [] and body["totals"] == figures(0, 0, 0, "0.00", "0.00", "0")
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_escaped(api, buyer_server, worker):
+    buyer_server.add("acme")
+    key = api.put_publisher("-A1-B1", payout={"type": "fixed", "amount": "5.00"})  # a valid id
+    api.put_buyer("acme", buyer_server.url("acme"), price="1.00")
+    api.settle_config()
+    assert api.post_lead(key, {"lead_id": "f-1"}).json()["status"] == "sold"
+    api.wait_settled("f-1", "-A1-B1")
+    rows = list(csv.reader(io.StringIO(report(api, "publisher", "csv").text)))
+    # the id is text: escaped; the loss is a figure: a negative number a spreadsheet adds up
+    assert rows[1:] == [["'-A1-B1", "1", "1", "0", "0", "1.00", "5.00", "-4.00", "0"]]

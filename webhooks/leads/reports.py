@@ -11,8 +11,6 @@ counted (their ledger status is test_sold / test_unsold).
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -21,6 +19,7 @@ from typing import Any, cast
 
 import peewee as pw
 
+from webhooks import csvsafe
 from webhooks.storage.db import is_mysql
 from webhooks.storage.models import Lead, LeadStats
 from webhooks.storage.states import LeadStatus
@@ -29,6 +28,7 @@ GROUPS = ("publisher", "buyer", "day", "hour")
 MAX_DAYS = 366
 COLUMNS = ("key", "leads", "sold", "unsold", "returned", "revenue", "payout", "profit", "return_rate")
 ZERO = Decimal("0.00")
+MONEY = ("revenue", "payout", "profit")
 
 
 def _hour(at: datetime) -> datetime:
@@ -195,7 +195,7 @@ def as_json(result: dict) -> dict:
     def text(name: str, value: Any) -> Any:
         if not isinstance(value, Decimal):
             return value
-        return f"{value:.2f}" if name in ("revenue", "payout", "profit") else format(value, "f")
+        return f"{value:.2f}" if name in MONEY else format(value, "f")
 
     def strings(row: dict) -> dict:
         return {k: text(k, v) for k, v in row.items()}
@@ -204,9 +204,9 @@ def as_json(result: dict) -> dict:
 
 
 def as_csv(result: dict) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in as_json(result)["rows"]:
-        writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
-    return out.getvalue()
+    """The rows as CSV (csvsafe: text escaped against formulas, figures written as numbers)."""
+
+    def typed(name: str, value: Any) -> Any:
+        return value.quantize(ZERO) if isinstance(value, Decimal) and name in MONEY else value
+
+    return csvsafe.write(COLUMNS, ([typed(c, row[c]) for c in COLUMNS] for row in result["rows"]))
