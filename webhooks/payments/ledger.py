@@ -360,3 +360,39 @@ def balances(customer: str) -> dict[str, int]:
         .tuples()
     )
     return dict(cast("list[tuple[str, int]]", rows))  # peewee's stubs: .tuples() yields models
+
+
+def ignored_counts(provider: str | None, since: datetime) -> list[dict]:
+    """The verified deliveries answered `ignored` since `since`, counted per provider, event type
+    and reason, most frequent first: a money-moving type Floodgate does not know shows here."""
+    n = pw.fn.COUNT(WebhookDelivery.id)
+    query = (
+        WebhookDelivery.select(
+            WebhookDelivery.provider,
+            WebhookDelivery.event_type,
+            WebhookDelivery.reason,
+            n.alias("count"),
+            pw.fn.MAX(WebhookDelivery.received_at).alias("last"),
+        )
+        .where(WebhookDelivery.verdict == Verdict.IGNORED, WebhookDelivery.received_at >= since)
+        .group_by(WebhookDelivery.provider, WebhookDelivery.event_type, WebhookDelivery.reason)
+        .order_by(n.desc(), WebhookDelivery.provider, WebhookDelivery.event_type)
+    )
+    if provider is not None:
+        query = query.where(WebhookDelivery.provider == provider)
+    rows = query.dicts()
+    return [
+        {
+            "provider": r["provider"],
+            "event_type": r["event_type"],
+            "reason": r["reason"],
+            "count": r["count"],
+            "last_received_at": _iso(r["last"] if isinstance(r["last"], datetime) else _parsed(r["last"])),
+        }
+        for r in rows
+    ]
+
+
+def _parsed(value: object) -> datetime | None:
+    """SQLite hands an aggregate's datetime back as text."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else None

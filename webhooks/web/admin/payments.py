@@ -9,6 +9,7 @@ strict `id` converter.
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import timedelta
 
 from flask import jsonify, request
 from flask.typing import ResponseReturnValue
@@ -20,8 +21,9 @@ from webhooks.payments import ledger, rejected
 from webhooks.payments.events import wallet
 from webhooks.payments.ledger import balances, payment_record
 from webhooks.payments.signatures import VERIFIERS
-from webhooks.storage.models import Payment
+from webhooks.storage.models import Payment, utcnow
 from webhooks.web.admin import bp
+from webhooks.web.admin.events import _since
 from webhooks.web.http import json_body
 
 
@@ -117,3 +119,16 @@ def list_rejected_webhooks() -> ResponseReturnValue:
         raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
     found = rejected.listing(services.current().store.redis, provider, _limit(rejected.KEEP))
     return jsonify({"rejected": [asdict(e) for e in found.entries], "count": found.count})
+
+
+@bp.get("/webhooks/ignored")
+def count_ignored_webhooks() -> ResponseReturnValue:
+    """The verified payment webhooks answered `ignored` since `?since=` (default: the last 24
+    hours), counted per provider, event type and reason; `?provider=` for one provider's."""
+    provider = request.args.get("provider")
+    if provider is not None and provider not in VERIFIERS:
+        raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
+    raw = request.args.get("since")
+    since = utcnow() - timedelta(days=1) if raw is None else _since(raw, "invalid_query")
+    counts = ledger.ignored_counts(provider, since)
+    return jsonify({"since": since.isoformat() + "Z", "ignored": counts, "total": sum(c["count"] for c in counts)})
