@@ -517,6 +517,30 @@ def return_leads(file: Any) -> None:
 
 @click.command(
     "demo-buyer",
+@leads_cli.command(
+    "purge",
+    help="Empty the bodies of leads kept past LEAD_BODY_RETENTION_DAYS (unsold and test leads) "
+    "and SOLD_LEAD_BODY_RETENTION_DAYS (sold ones) now, as the hourly job does, until none is "
+    "left; the ledger's figures stay. Safe to run beside the job.",
+)
+@click.option("--chunk", type=click.IntRange(1, 10000), default=500, show_default=True, help="Leads per statement.")
+def purge_leads(chunk: int) -> None:
+    from webhooks.leads import ledger
+    from webhooks.storage.db import db
+
+    svc = services.current()
+    groups = ledger.kept(svc.config.lead_body_retention_days, svc.config.sold_lead_body_retention_days)
+
+    def progress(group: str, emptied: int, mark: ledger.Mark) -> None:
+        click.echo(f"{group}: {emptied} emptied, up to leads received {mark.received_at.isoformat()}Z", err=True)
+
+    with db.connection_context():
+        emptied = ledger.purge_bodies(
+            svc.settle.redis, groups, datetime.now(timezone.utc), chunk, float("inf"), progress
+        )
+    click.echo(", ".join(f"{count} {group} lead bodies emptied" for group, count in emptied.items()))
+
+
     help="Run a buyer to try Floodgate with: it accepts every lead posted to "
     "http://HOST:PORT/<name> and bids on pings at /<name>/ping. Ctrl-C stops it.",
 )

@@ -35,6 +35,7 @@ PERIODIC = [
 
 
 def periodic(cfg: config.Config) -> list[dict]:
+    {"func": "workers.retention.purge_bodies", "interval": 3600, "description": "empty lead bodies past retention"},
     """The periodic jobs under `cfg`: PERIODIC, and the provider reconciliation every
     PROVIDER_RECONCILE_INTERVAL_S (a changed interval is a changed definition: rescheduled)."""
     return PERIODIC + [

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import cast
 
 import peewee as pw
 
 from webhooks.events import outbox
 from webhooks.leads.delivery import UNKNOWN
 from webhooks.leads.reports import count_settled
-from webhooks.storage import audit
+from webhooks.storage import audit, keys
+from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt, Publisher, utcnow
-from webhooks.storage.states import TEST_STATUSES
+from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
 log = logging.getLogger(__name__)
 
@@ -184,3 +189,116 @@ def flagged(limit: int = 50) -> list[Lead]:
         .order_by(Lead.received_at.desc())
         .limit(limit)
     )
+
+
+# --- what a lead leaves behind (API.md "Data kept per lead is bounded") --------------------
+
+ERASED = ""  # a lead's body once purged or erased: its figures, attempts and trace stay
+SHORT_KEPT = (LeadStatus.UNSOLD, LeadStatus.TEST_SOLD, LeadStatus.TEST_UNSOLD)  # LEAD_BODY_RETENTION_DAYS
+LONG_KEPT = (LeadStatus.SOLD, LeadStatus.RETURNED)  # SOLD_LEAD_BODY_RETENTION_DAYS
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mark:
+    """Where a purge walk got to in the ledger's (received_at, id) order: every lead before it
+    has been looked at."""
+
+    received_at: datetime
+    id: int
+
+    def dumps(self) -> str:
+        return f"{self.received_at.isoformat()}|{self.id}"
+
+    @classmethod
+    def loads(cls, raw: str | None) -> Mark | None:
+        if not raw:
+            return None
+        at, _, pk = raw.partition("|")
+        return cls(received_at=datetime.fromisoformat(at), id=int(pk))
+
+
+def purge_chunk(statuses: tuple[str, ...], before: datetime, after: Mark | None, size: int) -> tuple[int, Mark | None]:
+    """Empty the bodies of up to `size` leads received before `before` (naive UTC) whose
+    status is one of `statuses`, walking on from `after` by the index on received_at; (how many
+    were emptied, where the walk got to: None once nothing is left before `before`). Safe to
+    run twice or at once: emptying an empty body changes nothing."""
+    query = Lead.select(Lead.id, Lead.received_at, Lead.status).where(Lead.received_at < before)
+    if after is not None:
+        query = query.where(
+            (Lead.received_at > after.received_at) | ((Lead.received_at == after.received_at) & (Lead.id > after.id))
+        )
+    rows = list(
+        cast("Iterable[tuple[int, datetime, str]]", query.order_by(Lead.received_at, Lead.id).limit(size).tuples())
+    )
+    if not rows:
+        return 0, None
+    ids = [pk for pk, _at, status in rows if status in statuses]
+    emptied = 0
+    if ids:
+        emptied = Lead.update(payload=ERASED).where(Lead.id.in_(ids), Lead.payload != ERASED).execute()
+    last_id, last_at, _status = rows[-1]
+    return emptied, Mark(received_at=last_at, id=last_id)
+
+
+def erase_personal_data(lead: Lead, actor: str = "admin") -> dict:
+    """Erase what `lead` holds of its consumer (its body; the sale, price, payout, attempts and
+    trace stay) and record it in the audit log; the lead record after it. Safe to repeat."""
+    with db.atomic():
+        erased = Lead.update(payload=ERASED).where(Lead.id == lead.id, Lead.payload != ERASED).execute()
+        audit.record(
+            actor,
+            "lead.personal_data_erased",
+            "lead",
+            f"{lead.publisher_id}:{lead.lead_id}",
+            {"body_bytes": len(lead.payload.encode()) if erased else 0},
+        )
+    return {**lead_record(lead), "personal_data": "erased"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kept:
+    """How long one group of leads keeps its bodies, and where its purge walk's mark lives."""
+
+    name: str  # "unsold" (unsold and test leads) or "sold" (sold and returned)
+    statuses: tuple[str, ...]
+    days: int
+
+
+def kept(lead_days: int, sold_days: int) -> tuple[Kept, Kept]:
+    """The two retention groups under LEAD_BODY_RETENTION_DAYS and SOLD_LEAD_BODY_RETENTION_DAYS."""
+    return (
+        Kept(name="unsold", statuses=SHORT_KEPT, days=lead_days),
+        Kept(name="sold", statuses=LONG_KEPT, days=sold_days),
+    )
+
+
+def purge_bodies(
+    marks: Client,
+    groups: tuple[Kept, ...],
+    now: datetime,
+    chunk: int = 500,
+    time_budget_s: float = 20.0,
+    progress: Callable[[str, int, Mark], None] | None = None,
+) -> dict[str, int]:
+    """Empty the bodies of leads kept past their group's days, `chunk` leads a statement, for
+    `time_budget_s` at most; how many were emptied per group. Each group walks the ledger in
+    received_at order from the mark it left in Redis (`marks`, keys.retention_mark), so a run
+    reads only the leads received since the last one; the mark is saved after each chunk, and
+    a lost one only makes the next walks start over from the oldest lead. What is left when
+    the budget runs out (or a dependency fails: the exception goes to the caller) is for the
+    next run."""
+    until = time.monotonic() + time_budget_s
+    emptied = {g.name: 0 for g in groups}
+    for g in groups:
+        before = now.replace(tzinfo=None) - timedelta(days=g.days)
+        key = keys.retention_mark(g.name)
+        mark = Mark.loads(cast("str | None", marks.get(key)))
+        while time.monotonic() < until:
+            n, mark = purge_chunk(g.statuses, before, mark, chunk)
+            if mark is None:
+                break
+            marks.set(key, mark.dumps())
+            emptied[g.name] += n
+            if progress is not None:
+                progress(g.name, n, mark)
+    return emptied

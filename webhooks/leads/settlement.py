@@ -224,6 +224,15 @@ class Journal:
         while self.bytes > self.max_bytes and len(self.entries) > 1:
             self._forget_oldest()
 
+    def forget_body(self, lead: tuple[str, str]) -> None:
+        """Drop the body of `lead` (publisher_id, lead_id), whose personal data was erased: a
+        settlement pushed again after a loss would only find its ledger row there already."""
+        for entry in self.entries:
+            if entry.lead == lead and entry.payload is not None:
+                self.bytes -= len(entry.payload)
+                entry.payload = _pack("")
+                self.bytes += len(entry.payload)
+
     def clear(self) -> None:
         self.entries.clear()
         self.bytes = self._next_payload = 0

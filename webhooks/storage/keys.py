@@ -129,3 +129,9 @@ OUTBOX_LOCK = PREFIX + "outbox:lock"
 # The provider reconciliation's lock (payments/reconcile.py): one run at a time across every
 # scheduler and worker; its value is the holder's token (released by compare-and-delete).
 PROVIDER_RECONCILE_LOCK = PREFIX + "payments:reconcile:lock"
+
+
+def retention_mark(group: str) -> str:
+    """Where the lead-body purge of one retention group got to in the ledger (leads/ledger.py
+    purge_bodies): "<received_at>|<id>". Lost, the next walk starts over from the oldest lead."""
+    return PREFIX + "retention:" + group

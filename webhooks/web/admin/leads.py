@@ -1,4 +1,5 @@
-"""Admin routes of the lead ledger: read a lead, return a lead, the leads report."""
+"""Admin routes of the lead ledger: read a lead, return a lead, erase its personal data, the leads
+report."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.leads import reports, returns
-from webhooks.leads.ledger import lead_record
+from webhooks.leads.ledger import erase_personal_data, lead_record
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
@@ -28,6 +29,16 @@ def _publisher_id() -> str | None:
 @bp.get("/leads/<id:lead_id>")
 def get_lead(lead_id: str) -> ResponseReturnValue:
     return jsonify(lead_record(returns.find(lead_id, _publisher_id())))
+
+
+@bp.delete("/leads/<id:lead_id>/personal-data")
+def erase_lead_personal_data(lead_id: str) -> ResponseReturnValue:
+    """Erase a settled lead's body (API.md "Data kept per lead is bounded"): 200 with its
+    record, whose sale, price and payout stay; 404 / 409 ambiguous_lead_id as GET."""
+    lead = returns.find(lead_id, _publisher_id())
+    record = erase_personal_data(lead)
+    services.current().journal.forget_body((lead.publisher_id, lead.lead_id))  # this process's copy
+    return jsonify(record)
 
 
 @bp.post("/leads/<id:lead_id>/return")
