@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import peewee as pw
 
@@ -380,7 +380,7 @@ def ignored_counts(provider: str | None, since: datetime) -> list[dict]:
     )
     if provider is not None:
         query = query.where(WebhookDelivery.provider == provider)
-    rows = query.dicts()
+    rows = cast("list[dict[str, Any]]", list(query.dicts()))  # peewee's stubs: .dicts() yields models
     return [
         {
             "provider": r["provider"],
