@@ -83,7 +83,8 @@ def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_onc
 
 def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, redis_server):
     """Repeats answer without the database; the settlement drain writes their rows in a batch,
-    each with the verdict it was answered."""
+    each with the verdict it was answered, one row per body and verdict (a replay of the same
+    bytes is not written again; a delivery of other bytes is)."""
     from testkit.servers import wait_until
     from webhooks.storage.models import WebhookDelivery
 
@@ -100,5 +101,33 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
                 .order_by(WebhookDelivery.received_at)
             ]
 
-    wait_until(lambda: len(written()) == 6, timeout=20, what="the worker to write the queued rows")
-    assert written() == answers
+    other_bytes = raw.replace(b"{", b"{ ", 1)  # the same payment, delivered again in other bytes: queued last
+    assert deliver(web_api, "flutterwave", other_bytes).json()["status"] == "duplicate"
+    wait_until(lambda: len(written()) == 3, timeout=20, what="the worker to write the queued rows")
+    assert written() == ["credited", "duplicate", "duplicate"]
+
+
+def test_200_replays_of_a_delivery_store_its_body_once(api):
+    """Paystack's scheme has no timestamp: a captured delivery can be replayed for ever. Each
+    replay is answered `duplicate` (and counted), but the database keeps the body once and one
+    row per verdict, however many replays come."""
+    from testkit.payments import verdicts, with_metadata, write_queued_deliveries
+    from webhooks.storage.models import WebhookDelivery
+
+    notes = {"notes": "n" * 60_000}  # a big delivery: under the 64 KiB kept of a body
+    raw = encode(with_metadata("paystack", payload("paystack", "ps-replayed", 40000), notes))
+
+    def stored() -> tuple[int, int]:
+        write_queued_deliveries()
+        with db.connection_context():
+            rows = WebhookDelivery.select().where(WebhookDelivery.reference == "ps-replayed")
+            return rows.count(), sum(len(r.body) for r in rows)
+
+    assert [deliver(api, "paystack", raw).json()["status"] for _ in range(2)] == ["credited", "duplicate"]
+    after_one = stored()
+    assert after_one == (2, len(raw))  # the repeat's row: its length and hash, not its body again
+    for _ in range(199):
+        assert deliver(api, "paystack", raw).json() == {"status": "duplicate"}
+    assert stored() == after_one
+    assert verdicts("paystack", "ps-replayed") == ["credited", "duplicate"]
+    assert balance("ada@example.com", "NGN") == 40000

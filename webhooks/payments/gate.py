@@ -17,7 +17,9 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
+import peewee as pw
 from redis.cluster import RedisCluster
 from rq import Queue
 
@@ -124,13 +126,49 @@ def _queue_apart(settle: Store, queue: Queue, verdict: GateVerdict, row: str, re
 
 
 def write_rows(raws: list[str]) -> int:
-    """Insert queued audit rows (JSON from the gate) into webhook_deliveries, in one statement."""
-    rows = []
-    for raw in raws:
-        row = json.loads(raw)
+    """Insert queued audit rows (JSON from the gate) into webhook_deliveries, in one statement;
+    return how many were written. A replayed delivery costs no storage per replay: a row whose
+    (provider, reference, body SHA-256, verdict) is already written is dropped, and one whose
+    body is already kept under another verdict is written without it (its length and hash
+    stay), so a payment keeps each body once and at most one row per body and verdict. The
+    repeats are counted by floodgate_payments_total."""
+    rows = [json.loads(raw) for raw in raws]
+    written, bodies = _written([r for r in rows if r.get("reference") and r.get("body_sha256")])
+    kept = []
+    for row in rows:
+        body_key = (row["provider"], row.get("reference"), row.get("body_sha256"))
+        if body_key[1] and body_key[2]:
+            if (*body_key, row["verdict"]) in written:
+                continue
+            written.add((*body_key, row["verdict"]))
+            if body_key in bodies:
+                row["body"], row["body_truncated"] = "", False
+            bodies.add(body_key)
         row["body"] = base64.b64decode(row["body"])
         row["received_at"] = datetime.fromisoformat(row["received_at"])
-        rows.append(row)
-    if rows:
-        WebhookDelivery.insert_many(rows).execute()
-    return len(rows)
+        kept.append(row)
+    if kept:
+        WebhookDelivery.insert_many(kept).execute()
+    if len(kept) < len(rows):
+        log.info("%d repeated payment deliveries not written again", len(rows) - len(kept))
+    return len(kept)
+
+
+def _written(rows: list[dict]) -> tuple[set[tuple[str, str, str, str]], set[tuple[str, str, str]]]:
+    """Of these rows' (provider, reference, body SHA-256): the (…, verdict) already written,
+    and those whose body is already kept (one read on the (provider, reference) index)."""
+    if not rows:
+        return set(), set()
+    d = WebhookDelivery
+    query = (
+        d.select(d.provider, d.reference, d.body_sha256, d.verdict, pw.fn.LENGTH(d.body) > 0)
+        .where(d.reference.in_({r["reference"] for r in rows}), d.body_sha256.in_({r["body_sha256"] for r in rows}))
+        .tuples()
+    )
+    found = cast("list[tuple[str, str, str, str, int]]", list(query))  # peewee's stubs: .tuples() yields models
+    written, bodies = set(), set()
+    for provider, reference, sha, verdict, has_body in found:
+        written.add((provider, reference, sha, verdict))
+        if has_body:
+            bodies.add((provider, reference, sha))
+    return written, bodies
