@@ -10,7 +10,8 @@ count of calls per path, and faults injected per provider and page.
     api.close()
 
 One `api.url` serves every path: /transaction (Paystack), /v3/transactions (Flutterwave),
-/api/v1/auth/login and /api/v1/transactions/search (Monnify), /v1/events (Stripe). Shapes are
+/api/v1/auth/login and /api/v1/transactions/search (Monnify), /v1/events (Stripe), and
+Flutterwave's GET /v3/transactions/<id>/verify of an item added (FLUTTERWAVE_VERIFY). Shapes are
 those docs/payments.md "Provider reconciliation" gives (the providers' SDKs, OpenAPI files and
 documented samples).
 """
@@ -22,6 +23,7 @@ import gzip
 import itertools
 import json
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -48,6 +50,7 @@ PATHS = {
     "stripe": "/v1/events",
 }
 LOGIN = "/api/v1/auth/login"
+FLUTTERWAVE_VERIFY = re.compile(r"/v3/transactions/([^/]+)/verify")
 FLUTTERWAVE_PAGE_SIZE = 10  # not a parameter of its API; 10 inferred from its samples (docs/payments.md)
 # kind -> what the faulty page answers; see ProviderApis.fail
 KINDS = ("500", "429", "401", "truncated", "dropped", "bad_json", "bad_envelope", "trickle")
@@ -285,6 +288,8 @@ class ProviderApis:
         self.monnify: list[dict] = []
         self.stripe: list[dict] = []  # events
         self.stripe_delivered: set[str] = set()  # event ids whose webhook was delivered
+        # Flutterwave verify: a JSON value answered (200) instead of the documented object, per id
+        self.flutterwave_verify_answers: dict[str, Any] = {}
         # Flutterwave's `status` filter is not confirmed in its docs: by default ignored here
         self.flutterwave_filters_status = False
         self.gzip = False  # pages sent with Content-Encoding: gzip (to a client that accepts it)
@@ -399,6 +404,16 @@ class ProviderApis:
         }
         return 200, body, page
 
+    def _flutterwave_verify(self, tx_id: str) -> tuple[int, Any]:
+        """GET /v3/transactions/<id>/verify (Flutterwave's "Transaction verification" sample:
+        the transaction, its `meta` included, under `data`); unknown: its 404 shape."""
+        if tx_id in self.flutterwave_verify_answers:
+            return 200, self.flutterwave_verify_answers[tx_id]
+        item = next((i for i in self.flutterwave if str(i["id"]) == tx_id), None)
+        if item is None:
+            return 404, {"status": "error", "message": "No transaction was found for this id", "data": None}
+        return 200, {"status": "success", "message": "Transaction fetched successfully", "data": item}
+
     def _monnify(self, q: dict[str, str]) -> tuple[int, dict, int]:
         page, size = int(q.get("page", 0)), int(q.get("size", 10))
         since, until = int(q.get("from", 0)), int(q.get("to", 2**62))
@@ -498,6 +513,13 @@ class ProviderApis:
                     api.seen.append(Seen(self.command, parts.path, query, authorization))
                 if (self.command, parts.path) == ("POST", LOGIN):
                     self._send(*api._login(authorization))
+                    return
+                verify = FLUTTERWAVE_VERIFY.fullmatch(parts.path)
+                if verify and self.command == "GET":
+                    if not _authorized(api, "flutterwave", authorization):
+                        self._send(401, _refusal("flutterwave"))
+                    else:
+                        self._send(*api._flutterwave_verify(verify.group(1)))
                     return
                 provider = next((p for p, path in PATHS.items() if path == parts.path), None)
                 if provider is None or self.command != "GET":

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from testkit.payments import balance, counts, deliver, encode, payload, verdicts
+from testkit.payments import balance, counts, deliver, encode, payload, verdicts, with_metadata
+from testkit.provider_apis import FLUTTERWAVE_KEY, ProviderApis
 from testkit.servers import free_port
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog
@@ -161,3 +162,56 @@ def test_without_flutterwave_verify_flutterwave_is_not_asked(api, flutterwave, r
     reconfigure(flutterwave_verify=False, flutterwave_api_base=flutterwave.url)
     assert deliver(api, "flutterwave", webhook("flw-trusted", 5000)).json() == {"status": "credited"}
     assert flutterwave.requests == []
+
+
+@pytest.fixture
+def provider_apis(reconfigure):
+    """The provider API stand-in (testkit/provider_apis.py) answering Flutterwave's verify, with
+    FLUTTERWAVE_VERIFY=1 and PAYMENT_ACCOUNT_FIELD=account_id."""
+    with ProviderApis() as apis:
+        reconfigure(
+            flutterwave_verify=True,
+            flutterwave_api_base=apis.url,
+            flutterwave_secret_key=FLUTTERWAVE_KEY,
+            payment_account_field="account_id",
+        )
+        yield apis
+
+
+def account_webhook(item: dict, amount_minor: int, account: str) -> bytes:
+    """Flutterwave's webhook of the transaction `item`, naming the merchant's account in meta."""
+    body = with_metadata("flutterwave", payload("flutterwave", item["tx_ref"], amount_minor), {"account_id": account})
+    body["data"]["id"] = item["id"]
+    return encode(body)
+
+
+def test_a_confirmed_payment_naming_an_account_credits_that_account(api, provider_apis):
+    item = provider_apis.add("flutterwave", "flw-acct", 2500, "ada@example.com", {"account_id": "acct-7"})
+    resp = deliver(api, "flutterwave", account_webhook(item, 250000, "acct-7"))
+    assert resp.json() == {"status": "credited"}, resp.text  # the payer was compared with the payer
+    assert balance("acct-7", "NGN") == 250000 and balance("ada@example.com", "NGN") is None
+    assert len(provider_apis.requests_to(f"/v3/transactions/{item['id']}/verify")) == 1
+
+
+def test_a_payment_naming_an_account_and_paid_by_another_payer_is_not_confirmed(api, provider_apis):
+    item = provider_apis.add("flutterwave", "flw-acct-2", 2500, "mallory@example.com", {"account_id": "acct-7"})
+    resp = deliver(api, "flutterwave", account_webhook(item, 250000, "acct-7"))  # says ada paid
+    assert resp.status_code == 422 and resp.json()["error"]["code"] == "verification_failed"
+    assert balance("acct-7", "NGN") is None and flagged() == ["flutterwave:flw-acct-2"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [[], [{"status": "success"}], "success", 42, None, {"status": "success", "data": ["a"]}],
+    ids=["empty-list", "list", "string", "number", "null", "data-list"],
+)
+def test_a_verify_answer_of_another_json_shape_is_503_and_its_retry_credits(api, provider_apis, answer):
+    item = provider_apis.add("flutterwave", "flw-shape", 700, "ada@example.com", {"account_id": "acct-9"})
+    raw = account_webhook(item, 70000, "acct-9")
+    provider_apis.flutterwave_verify_answers[str(item["id"])] = answer
+    resp = deliver(api, "flutterwave", raw)
+    assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable", resp.text
+    assert counts() == {"payments": 0, "wallets": 0, "deliveries": 0}  # nothing recorded: a retry
+    del provider_apis.flutterwave_verify_answers[str(item["id"])]
+    assert deliver(api, "flutterwave", raw).json() == {"status": "credited"}
+    assert balance("acct-9", "NGN") == 70000

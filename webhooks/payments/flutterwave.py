@@ -7,7 +7,8 @@ credited. Flutterwave's own guidance is to verify every transaction before givin
 with `Authorization: Bearer <secret key>`, as its Node-v3 SDK does
 (services/transactions/rave.verify.ts). The payment is confirmed when Flutterwave answers
 `status: success` and its `data` has status `successful` and the webhook's tx_ref, amount,
-currency and payer e-mail. See docs/payments.md.
+currency and payer e-mail (payer with payer: the wallet may be an account id). See
+docs/payments.md.
 """
 
 from __future__ import annotations
@@ -30,10 +31,35 @@ TIMEOUT_S = 10  # well inside PAYMENT_CLAIM_TTL_MS: the claim is held meanwhile
 
 def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: float = TIMEOUT_S) -> None:
     """Return when Flutterwave confirms `event`; NotConfirmed (422) when it does not, or
-    Unavailable (503: the provider retries later) when it cannot be asked."""
+    Unavailable (503: the provider retries later) when it cannot be asked or its answer is not
+    the documented object (a list, a bare value, another envelope: never a 500)."""
     if not event.transaction_id:
         raise NotConfirmed("the event has no data.id to verify with Flutterwave")
-    url = f"{api_base.rstrip('/')}/v3/transactions/{quote(event.transaction_id, safe='')}/verify"
+    status, content = fetch_verification(api_base, event.transaction_id, secret_key, timeout_s)
+    if status in (400, 404):
+        raise NotConfirmed(f"Flutterwave knows no transaction {event.transaction_id}")
+    if status != 200:
+        # 401/403: our FLUTTERWAVE_SECRET_KEY is wrong; 429/5xx: theirs. Either way not the payer's fault.
+        log.error("Flutterwave verify answered %s for %s", status, event.reference)
+        raise Unavailable(f"Flutterwave's verify endpoint answered {status}; nothing credited, retry later")
+    try:
+        body = strictjson.loads(content, decimals=True)
+    except InvalidJSON:
+        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or (body.get("status") == "success" and not isinstance(data, dict)):
+        log.error("Flutterwave verify answered JSON of another shape for %s", event.reference)
+        raise Unavailable("Flutterwave's verify endpoint answered JSON of another shape; nothing credited, retry later")
+    problem = _disagreement(event, body.get("status"), data)
+    if problem:
+        log.warning("Flutterwave does not confirm %s: %s", event.reference, problem)
+        raise NotConfirmed(f"Flutterwave does not confirm this payment: {problem}; nothing credited")
+
+
+def fetch_verification(api_base: str, transaction_id: str, secret_key: str, timeout_s: float) -> tuple[int, bytes]:
+    """(HTTP status, body) of GET /v3/transactions/<id>/verify; Unavailable when no answer
+    came. The one outbound call of this module: the bounded outbound client replaces it."""
+    url = f"{api_base.rstrip('/')}/v3/transactions/{quote(transaction_id, safe='')}/verify"
     try:
         resp = requests.get(
             url,
@@ -45,26 +71,14 @@ def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: floa
         raise Unavailable(
             f"Flutterwave's verify endpoint did not answer ({type(exc).__name__}); nothing credited, retry later"
         ) from None
-    if resp.status_code in (400, 404):
-        raise NotConfirmed(f"Flutterwave knows no transaction {event.transaction_id}")
-    if resp.status_code != 200:
-        # 401/403: our FLUTTERWAVE_SECRET_KEY is wrong; 429/5xx: theirs. Either way not the payer's fault.
-        log.error("Flutterwave verify answered %s for %s", resp.status_code, event.reference)
-        raise Unavailable(f"Flutterwave's verify endpoint answered {resp.status_code}; nothing credited, retry later")
-    try:
-        body = strictjson.loads(resp.content, decimals=True)
-    except InvalidJSON:
-        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
-    problem = _disagreement(event, body)
-    if problem:
-        log.warning("Flutterwave does not confirm %s: %s", event.reference, problem)
-        raise NotConfirmed(f"Flutterwave does not confirm this payment: {problem}; nothing credited")
+    return resp.status_code, resp.content
 
 
-def _disagreement(event: PaymentEvent, body: Any) -> str | None:
-    """What in Flutterwave's answer differs from the webhook, or None when all agrees."""
-    data = body.get("data") if isinstance(body, dict) else None
-    if body.get("status") != "success" or not isinstance(data, dict):
+def _disagreement(event: PaymentEvent, status: Any, data: Any) -> str | None:
+    """What in Flutterwave's answer (its `status` and `data`) differs from the webhook, or None
+    when all agrees. The payer is compared with the payer: the webhook's `data.customer.email`,
+    not the wallet (which is the merchant's account id when PAYMENT_ACCOUNT_FIELD names one)."""
+    if status != "success" or not isinstance(data, dict):
         return "no transaction in the answer"
     if data.get("status") != "successful":
         return f"its status is {str(data.get('status'))[:32]!r}"
@@ -79,6 +93,6 @@ def _disagreement(event: PaymentEvent, body: Any) -> str | None:
         return "another amount or currency"
     customer = data.get("customer")
     email = customer.get("email") if isinstance(customer, dict) else None
-    if not isinstance(email, str) or email.strip().lower() != event.customer:
+    if (email.strip().lower() if isinstance(email, str) else None) != event.payer:
         return "another payer"
     return None
