@@ -9,7 +9,6 @@ real buyer holds the lead, and send SIGTERM mid-delivery."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import threading
@@ -27,7 +26,7 @@ from testkit.servers import WebServer, wait_until
 from tests.conftest import Api
 from webhooks import services
 from webhooks.caps import leases
-from webhooks.leads import recovery
+from webhooks.leads import answers, recovery
 from webhooks.leads.catalog import load_snapshot
 from webhooks.leads.delivery import Deliverer
 from webhooks.leads.routing import Offer, attempt_note, lead_ref
@@ -510,7 +509,8 @@ def test_unknown_attempts_are_stored_as_such(api, app, buyer_server, worker):
     with db.connection_context():
         outcomes = [a.outcome for a in LeadAttempt.select().where(LeadAttempt.lead_id == "L8")]
     assert outcomes == ["unknown"]
-    assert json.loads(services.of(app).store.redis.get(keys.lead_claim("surge", "L8")))["status"] == "unsold"
+    remembered = services.of(app).store.redis.get(keys.lead_claim("surge", "L8"))
+    assert answers.recall(remembered, "L8", lambda: None)["status"] == "unsold"
 
 
 def test_the_abandoned_lead_sweep_must_find_a_lease_before_it_expires():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
-from webhooks.leads import recovery, settlement
+from webhooks.leads import answers, recovery, settlement
 from webhooks.leads.catalog import Snapshot
 from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import Deliverer
@@ -77,13 +77,32 @@ def parse_lead(body: Any) -> tuple[str, dict]:
     return lead_id, lead
 
 
-def _replay(held: str | None) -> str:
+def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
     """The answer for a request that does not hold the lead's claim: the first answer with
-    "replayed": true, or Conflict (in_flight) while another request routes the lead (or the
-    claim is gone, as it is between an expiry and the next claim)."""
+    "replayed": true (leads/answers.py; its attempts from the ledger when the claim left them
+    to it), or Conflict (in_flight) while another request routes the lead (or the claim is
+    gone, as it is between an expiry and the next claim, or the ledger does not hold those
+    attempts yet)."""
     if held is None or held.startswith(claims.ROUTING):
         raise Conflict("this lead_id is being routed by another request; retry", code="in_flight")
-    return json.dumps({**json.loads(held), "replayed": True})
+    try:
+        answer = answers.recall(held, lead_id, lambda: _ledger_attempts(publisher_id, lead_id))
+    except answers.AttemptsPending:
+        raise Conflict("this lead's answer is being written to the ledger; retry", code="in_flight") from None
+    return json.dumps({**answer, "replayed": True})
+
+
+def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict] | None:
+    """A settled lead's attempts as its answer gave them; None while the ledger lacks it."""
+    from webhooks.leads.ledger import answer_for
+    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+
+    try:
+        with db.connection_context():
+            found = answer_for(publisher_id, lead_id)
+    except UNAVAILABLE_ERRORS:
+        raise Unavailable("the lead ledger is unreachable; retry shortly") from None
+    return None if found is None else found["attempts"]
 
 
 @dataclass
@@ -166,7 +185,7 @@ class Intake:
         if got.outcome is ClaimOutcome.WAIT:
             self._refuse_after_claim_loss(ctx, got.memory_mark, snapshot)
         if got.outcome is ClaimOutcome.HELD:
-            return _replay(got.held)
+            return _replay(got.held, publisher.id, lead_id)
         if got.outcome is ClaimOutcome.CAPPED:
             self._refuse_over_cap(ctx, got.full)
         if got.dead_note is not None:  # that lead was counted when its dead request claimed it
@@ -215,17 +234,17 @@ class Intake:
         if time.monotonic() > ctx.deadline - claims.LATE_S:
             # The claim may have expired under a stalled process: write the answer first, and
             # settle only if it was ours to write (an expired claim nobody took is).
-            holder = self._answer(ctx, answer)
+            holder = self._answer(ctx, answers.remember(settlement.answer_of(item)))
             if holder is not None:
                 return self._end_lost(ctx, outcome, answer, item, holder)
-            settlement.end_lead(self.settlement, ctx.token, outcome, item, answer, keep_claim=True)
+            settlement.end_lead(self.settlement, ctx.token, outcome, item, keep_claim=True)
             return answer
-        settlement.end_lead(self.settlement, ctx.token, outcome, item, answer)
+        settlement.end_lead(self.settlement, ctx.token, outcome, item)
         return answer
 
     def _answer(self, ctx: LeadContext, answer: str) -> str | None:
-        """Write the answer into the lead's claim unless another request holds it now
-        (lua/answer_lead.lua); None when written, else what the claim holds."""
+        """Write the answer (as leads/answers.py remembers it) into the lead's claim unless another
+        request holds it now (lua/answer_lead.lua); None when written, else what the claim holds."""
         try:
             return self.store.answer_lead(ctx.key, ctx.token, answer, self.replay_ttl_s).held
         except REDIS_DOWN:
@@ -244,9 +263,9 @@ class Intake:
             " to " + str(outcome.buyer_id) if outcome.buyer_id else "",
         )
         if outcome.lease is not None:
-            settlement.end_lead(self.settlement, ctx.token, outcome, item, answer, keep_claim=True)
+            settlement.end_lead(self.settlement, ctx.token, outcome, item, keep_claim=True)
             return answer
-        return _replay(holder)
+        return _replay(holder, ctx.publisher.id, ctx.lead_id)
 
     def _settled_answer(self, ctx: LeadContext, first: leases.Reservation | None) -> str | None:
         """Redis lost the publisher's replay memory lately (its mark is young): ask the
@@ -272,7 +291,7 @@ class Intake:
         self._withdraw(first)
         try:
             with self.store.batch() as b:  # EVAL: no EVALSHA miss on a Redis that just lost its data
-                b.answer_lead(ctx.key, ctx.token, answer, self.replay_ttl_s)
+                b.answer_lead(ctx.key, ctx.token, answers.remember(found), self.replay_ttl_s)
         except REDIS_DOWN:
             pass  # the answer is known; the claim expires and the next retry reads the ledger again
         log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", ctx.publisher.id, ctx.lead_id)

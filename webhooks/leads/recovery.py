@@ -25,7 +25,7 @@ from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
-from webhooks.leads import settlement
+from webhooks.leads import answers, settlement
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
@@ -232,7 +232,7 @@ class Sweeper:
         except BaseException:
             claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
             raise
-        answer = json.dumps(settlement.answer_of(item))
+        answer = answers.remember(settlement.answer_of(item))
         keep_claim = False
         if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
             if not store.answer_lead(lead_key, token, answer, cfg.lead_replay_ttl_s).written:
@@ -253,7 +253,7 @@ class Sweeper:
         ending = settlement.Settlement(
             store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s
         )
-        settlement.end_lead(ending, token, outcome, item, answer, keep_claim)
+        settlement.end_lead(ending, token, outcome, item, keep_claim)
         log.warning(
             "abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
             publisher.id,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rq import Queue
 
 from webhooks.caps import leases
+from webhooks.leads import answers
 from webhooks.leads.delivery import ACCEPTED
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
@@ -132,7 +133,7 @@ class _Entry:
     at: float  # time.monotonic() when pushed
     head: str  # the settlement's JSON, its payload left out
     payload: bytes | None  # the lead's body, zlib-compressed when large; None once dropped
-    answer: str  # what the publisher was given
+    answer: str  # what the publisher was given, as its claim remembers it (leads/answers.py)
     lead: tuple[str, str]  # (publisher_id, lead_id)
 
     @property
@@ -198,13 +199,13 @@ class Journal:
 
     def push(self, item: dict, batch: Batch | None = None, answer: str | None = None) -> None:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
-        publisher was given."""
+        publisher was given, in the form its claim keeps (`answer`, leads/answers.py)."""
         raw = _dumps(item)
         entry = _Entry(
             time.monotonic(),
             _dumps({**item, "payload": None}),
             _pack(item["payload"]),
-            answer or json.dumps(answer_of(item)),
+            answer or answers.remember(answer_of(item)),
             (item["publisher_id"], item["lead_id"]),
         )
         self._remember(entry)
@@ -349,15 +350,16 @@ class Settlement:
     replay_ttl_s: int
 
 
-def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, answer: str, keep_claim: bool = False) -> None:
+def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, keep_claim: bool = False) -> None:
     """End a routed lead in one round trip: confirm its lease (a sale), remember the answer
-    for the publisher's replays and forget the attempt note (if the claim still holds
+    (leads/answers.py) for the publisher's replays and forget the attempt note (if the claim still holds
     `token`), and queue the settlement. The one end of a lead, for a request
     (leads/intake.py) and for the abandoned-lead sweep (leads/recovery.py). With
     `keep_claim` (it is not the caller's any more) the claim and the note are left to the
     request that holds them. Redis unreachable: the buyer has the lead, the answer stands,
     and the settlement is written to the ledger directly (an unconfirmed lease just expires;
     its slot stays counted, as the sale is)."""
+    answer = answers.remember(answer_of(item))
     try:
         batch = s.store.batch()
         if outcome.lease is not None:
