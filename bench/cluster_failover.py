@@ -355,6 +355,7 @@ def main() -> int:
                     "rq.worker.SimpleWorker",
                     "-q",
                     "floodgate",
+                    "floodgate-events",
                 ],
                 env,
                 tmp / f"worker{n}.log",

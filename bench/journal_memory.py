@@ -68,7 +68,17 @@ def main() -> int:
         web = Proc([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, tmp / "web.log", cwd=args.code)
         es.callback(web.stop)
         worker = Proc(
-            [venv_bin("rq"), "worker", "--url", redis.url, "-w", "rq.worker.SimpleWorker", "-q", "floodgate"],
+            [
+                venv_bin("rq"),
+                "worker",
+                "--url",
+                redis.url,
+                "-w",
+                "rq.worker.SimpleWorker",
+                "-q",
+                "floodgate",
+                "floodgate-events",
+            ],
             env,
             tmp / "worker.log",
             cwd=args.code,

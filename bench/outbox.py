@@ -122,7 +122,17 @@ def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> d
     env = {**env, "PAYMENT_EVENTS_URL": f"http://127.0.0.1:{port}/floodgate-events"}
     web = WebServer(env, work / "web.log", workers=2)
     worker = Proc(
-        [venv_bin("rq"), "worker", "--url", redis_url, "--with-scheduler", "-w", "rq.worker.SimpleWorker", "floodgate"],
+        [
+            venv_bin("rq"),
+            "worker",
+            "--url",
+            redis_url,
+            "--with-scheduler",
+            "-w",
+            "rq.worker.SimpleWorker",
+            "floodgate",
+            "floodgate-events",
+        ],
         env,
         work / "worker.log",
     )

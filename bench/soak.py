@@ -239,6 +239,7 @@ class Stack:
                 "-w",
                 "rq.worker.SimpleWorker",
                 "floodgate",
+                "floodgate-events",
             ],
             self.env,
             run_dir,

@@ -38,7 +38,17 @@ class Base:
 
     def worker(self, es: ExitStack, extra_env: dict | None = None, scheduler: bool = True) -> Proc:
         """The Procfile's RQ worker (non-forking), stopped with `es`."""
-        args = [venv_bin("rq"), "worker", "--url", self.redis.url, "-w", "rq.worker.SimpleWorker", "-q", "floodgate"]
+        args = [
+            venv_bin("rq"),
+            "worker",
+            "--url",
+            self.redis.url,
+            "-w",
+            "rq.worker.SimpleWorker",
+            "-q",
+            "floodgate",
+            "floodgate-events",
+        ]
         if scheduler:
             args.insert(4, "--with-scheduler")
         worker = Proc(args, {**self.env, **(extra_env or {})}, self.tmp / "worker.log", self.code)

@@ -309,6 +309,7 @@ class BuyerServer:
 
     def close(self) -> None:
         self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def mysql_admin_url() -> str | None:

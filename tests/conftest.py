@@ -200,6 +200,7 @@ class Worker:
                     "-w",
                     "rq.worker.SimpleWorker",
                     "floodgate",
+                    "floodgate-events",  # one process for both here (production: one each)
                 ],
                 self.env,
                 self.log_dir / f"worker{self.starts}.log",

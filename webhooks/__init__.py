@@ -10,13 +10,14 @@ from webhooks import logs, metrics
 
 def create_app(config: config_mod.Config | None = None) -> Flask:
     """The Flask app: config, Redis, database, per-process caches, blueprints."""
-    from webhooks import services
+    from webhooks import outbound, services
     from webhooks.storage.db import close_db, init_db
     from webhooks.web import http
 
     cfg = config or config_mod.load()
     logs.configure(cfg.log_level)
     metrics.init(cfg)
+    outbound.configure(cfg.outbound_deny_nets)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's DefaultJSONProvider has it

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError
+from webhooks.outbound import DEFAULT_DENY_NETS
 from webhooks.payments.signatures import standard_key
 from webhooks.storage.redis import is_cluster_url
 from webhooks.validate import DECIMAL_STRING
@@ -22,8 +23,6 @@ DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"
 DEFAULT_METRICS_DIR = str(ROOT / "var" / "prometheus")
 SWEEP_INTERVAL_MS = 60_000  # the abandoned-lead sweep's (workers/schedule.py)
 MAX_WATERFALL = 8  # buyers a graceful shutdown waits for, each at its full deadline
-# cloud metadata, link-local and unspecified addresses: refused for every outbound URL
-DEFAULT_DENY_NETS = ("169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "fd00:ec2::254/128")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 PROVIDER_SECRETS = {

@@ -8,6 +8,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlparse
 
+from webhooks import outbound
 from webhooks.errors import ValidationError
 
 ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")  # always fullmatch: `$` would pass "id\n"
@@ -104,4 +105,7 @@ def http_url(code: str, field: str, value: Any) -> str:
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
         raise ValidationError(code, field, "has an invalid port") from None
+    refusal = outbound.deny_list().refusal(url)  # checked again on every address it resolves to
+    if refusal:
+        raise ValidationError(code, field, refusal)
     return url

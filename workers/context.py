@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from webhooks import config, logs, metrics
+from webhooks import config, logs, metrics, outbound
 from webhooks.storage.db import init_db
 from webhooks.storage.redis import Store, make_store
 
@@ -22,6 +22,7 @@ def backends() -> Backends:
     cfg = config.load()
     logs.configure(cfg.log_level)
     metrics.init(cfg)
+    outbound.configure(cfg.outbound_deny_nets)
     init_db(cfg.database_url, pool_size=2)
     store = make_store(cfg.redis_url, 8)
     settle = store if cfg.queue_redis_url == cfg.redis_url else make_store(cfg.queue_redis_url, 8)

@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rq import Queue, get_current_job
 
-from webhooks import metrics
+from webhooks import metrics, outbound
 from webhooks.events import delivery, endpoints
 from webhooks.storage import claims, keys, outbox_queue
 from webhooks.storage.batch import Client
-from webhooks.storage.db import close_db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
 from webhooks.storage.models import utcnow
 from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
 from webhooks.storage.settle_queue import queue
@@ -52,10 +52,14 @@ def _acquire(b: Backends, ttl_ms: int) -> claims.Claim | None:
 
 def _keep(r: Client, lock: claims.Claim, ttl_ms: int) -> bool:
     """Extend our lock; False when it is no longer ours (it expired while a batch stalled and
-    another drain took it: this one stops; at worst an event in that batch went out twice)."""
-    if r.get(lock.key) != lock.token:
+    another drain took it: this one stops; at worst an event in that batch went out twice), or
+    when Redis does not answer (this drain stops; the sweep starts another once it is back)."""
+    try:
+        if r.get(lock.key) != lock.token:
+            return False
+        r.pexpire(lock.key, ttl_ms)
+    except REDIS_DOWN:
         return False
-    r.pexpire(lock.key, ttl_ms)
     return True
 
 
@@ -70,6 +74,7 @@ def _engine(b: Backends, pool: ThreadPoolExecutor) -> delivery.Engine:
         cfg.event_delivery_timeout_ms / 1000,
         cfg.event_endpoint_disable_after_s,
         cfg.payment_events_secrets,
+        client=outbound.Client(outbound.DenyList(cfg.outbound_deny_nets)),
     )
 
 
@@ -86,7 +91,17 @@ def _count(written: delivery.Written) -> int:
 def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
     """Fan out and deliver events until nothing is due within LINGER_S; return how many were
     delivered. A job asked to stop (SIGTERM), or past its time budget, finishes the chains it
-    has in flight and hands over to a new one."""
+    has in flight and hands over to a new one. Redis or the database going away ends it
+    quietly: an exception escaping a job while Redis is down would end the worker, and the
+    events wait in the database for the sweep's next drain."""
+    try:
+        return _drain(time_budget_s)
+    except (*REDIS_DOWN, *UNAVAILABLE_ERRORS) as exc:
+        log.warning("events drain stopped, its work left for the next one: %s", exc)
+        return 0
+
+
+def _drain(time_budget_s: float) -> int:
     b = backends()
     cfg = b.cfg
     r = b.settle.redis
@@ -103,7 +118,7 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
             try:
                 while True:
                     if not _keep(r, lock, ttl_ms):
-                        log.warning("events lock lost; another drain carries on")
+                        log.warning("events lock lost (or Redis away); another drain carries on")
                         return delivered
                     outbox_queue.still_draining(r)
                     engine.refresh()
@@ -132,6 +147,8 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
                         continue
                     return delivered
             finally:
+                # Sends in flight end within their deadline; what they did is written if the
+                # database answers (else they stay pending and go again, same webhook-id).
                 delivered += _count(engine.finish(lambda: _keep(r, lock, ttl_ms)))
     finally:
         try:
@@ -143,7 +160,8 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
 
 def sweep() -> bool:
     """The safety net (every few seconds, workers/schedule.py): when an event waits for fan-out
-    or a delivery is due and no drain is scheduled or running, enqueue one. True when it did."""
+    or a delivery is due and no drain is scheduled or running, enqueue one. True when it did;
+    False too when Redis or the database does not answer (the next sweep looks again)."""
     b = backends()
     try:
         enabled = [ep.id for ep in endpoints.active(b.cfg.payment_events_secrets) if ep.sendable]
@@ -155,5 +173,8 @@ def sweep() -> bool:
         if started:
             log.info("events waiting and no drain running: one enqueued")
         return started
+    except (*REDIS_DOWN, *UNAVAILABLE_ERRORS) as exc:
+        log.warning("events sweep skipped (the next one looks again): %s", exc)
+        return False
     finally:
         close_db()

@@ -44,7 +44,8 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def worker(self) -> Proc:
+    def worker(self, *queues: str) -> Proc:
+        """An RQ worker on `queues` (default both: the Procfile runs one process for each)."""
         return self.start(
             "worker",
             [
@@ -55,7 +56,7 @@ class Stack:
                 "--with-scheduler",
                 "-w",
                 "rq.worker.SimpleWorker",
-                "floodgate",
+                *(queues or ("floodgate", "floodgate-events")),
             ],
         )
 

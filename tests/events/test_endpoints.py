@@ -136,7 +136,7 @@ def test_an_endpoint_is_put_read_listed_and_deleted_and_its_secret_shown_once(ap
 def test_an_unusable_endpoint_is_refused_with_the_field_named(api, body, field):
     resp = api.http.put(f"{api.base}/v1/admin/event-endpoints/bad", json=body, headers=api.admin)
     assert resp.status_code == 400, resp.text
-    assert resp.json()["error"]["code"] == "invalid_event_endpoint" and field in resp.json()["error"]["message"]
+    assert resp.json()["error"]["code"] == "invalid_endpoint" and field in resp.json()["error"]["message"]
     assert api.get("/v1/admin/event-endpoints/bad").status_code == 404
 
 

@@ -202,7 +202,7 @@ def test_payment_events_listing_refuses_what_it_does_not_know(api, query):
 def test_commits_start_one_drain_and_the_sweep_only_when_none_is_scheduled(redis_server):
     r = redis_server.client(db=9)
     r.flushdb()
-    q = Queue("floodgate", connection=redis.Redis(port=redis_server.port, db=9))
+    q = Queue(outbox_queue.EVENTS, connection=redis.Redis(port=redis_server.port, db=9))
     for _ in range(5):
         outbox_queue.signal(r, q)
     assert q.count == 1 and r.llen(keys.OUTBOX_WAKE) == 1

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -36,13 +35,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 import peewee as pw
-import requests
 from standardwebhooks.webhooks import Webhook
 
+from webhooks import outbound
 from webhooks.events import endpoints as eps
 from webhooks.events.endpoints import MANAGED_ID, Endpoint
 from webhooks.events.outbox import new_id
-from webhooks.logs import redact_text
 from webhooks.storage.db import db
 from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, utcnow
 
@@ -92,12 +90,13 @@ class Attempt:
 class Sender:
     """POSTs an event's body to one endpoint, signed per Standard Webhooks: `webhook-id` (the
     delivery's, the same on every attempt), `webhook-timestamp` (this attempt) and
-    `webhook-signature` (one `v1,<base64>` per secret: two while the managed secret is rotated)."""
+    `webhook-signature` (one `v1,<base64>` per secret: two while the managed secret is rotated).
+    Through the one outbound path: a hard total deadline of `timeout_s` for connect, send and
+    the whole reply, of which at most 64 KiB is read (a 2xx is a success however long)."""
 
-    def __init__(self, url: str, secrets: tuple[str, ...], timeout_s: float):
-        self.url, self.timeout_s = url, timeout_s
+    def __init__(self, url: str, secrets: tuple[str, ...], timeout_s: float, client: outbound.Client | None = None):
+        self.url, self.timeout_s, self.client = url, timeout_s, client or outbound.Client()
         self.signers = [Webhook(secret) for secret in secrets]
-        self._local = threading.local()
 
     def headers(self, webhook_id: str, body: str, now: float) -> dict[str, str]:
         stamp = datetime.fromtimestamp(int(now), tz=timezone.utc)
@@ -111,28 +110,13 @@ class Sender:
 
     def send(self, webhook_id: str, body: str) -> Attempt:
         """Deliver once."""
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-        at, started = utcnow(), time.monotonic()
-        try:
-            resp = session.post(
-                self.url,
-                data=body.encode(),
-                headers=self.headers(webhook_id, body, time.time()),
-                timeout=(min(self.timeout_s, 5.0), self.timeout_s),
-                allow_redirects=False,
-            )
-            resp.close()
-        except requests.RequestException as exc:  # the URL's secrets stay out of the message
-            error = redact_text(f"{type(exc).__name__}: {exc}")[:MAX_ERROR]
-            return Attempt(at, None, error, _ms_since(started))
-        ok = 200 <= resp.status_code < 300
-        return Attempt(at, resp.status_code, None if ok else f"HTTP {resp.status_code}", _ms_since(started))
-
-
-def _ms_since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
+        at = utcnow()
+        data = body.encode()
+        headers = self.headers(webhook_id, body, time.time()) | {"Content-Length": str(len(data))}
+        reply = self.client.request("POST", self.url, body=data, headers=headers, deadline_s=self.timeout_s)
+        if reply.failure is not None:  # the URL's secrets stay out of the message
+            return Attempt(at, None, (reply.error or reply.failure.value)[:MAX_ERROR], reply.ms)
+        return Attempt(at, reply.status, None if reply.ok else f"HTTP {reply.status}", reply.ms)
 
 
 def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH) -> int:
@@ -266,10 +250,15 @@ def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]
 def send_chains(sender: Sender, chains: list[list[Due]]) -> list[tuple[Due, Attempt]]:
     """Send queues of one endpoint one after the other, each in order; stop at the first failure
     (the rest of that queue must wait, and the endpoint is failing: the other queues wait for
-    the next try rather than each costing a timeout now)."""
+    the next try rather than each costing a timeout now). No send starts once one deadline has
+    passed since the first: a task ends within two deadlines however slowly the endpoint
+    answers, so a drain handing over never waits longer for it (the rest waits, unsent)."""
     sent: list[tuple[Due, Attempt]] = []
+    stop_at = time.monotonic() + sender.timeout_s
     for chain in chains:
         for due in chain:
+            if time.monotonic() >= stop_at:
+                return sent
             attempt = sender.send(due.delivery.webhook_id, due.body)
             sent.append((due, attempt))
             if not attempt.ok:
@@ -451,9 +440,11 @@ class Engine:
         disable_after_s: int,
         managed_secrets: tuple[str, ...] = (),
         now: Callable[[], datetime] = utcnow,
+        client: outbound.Client | None = None,
     ):
         self.pool, self.policy, self.timeout_s = pool, policy, timeout_s
         self.disable_after_s, self.managed_secrets, self.now = disable_after_s, managed_secrets, now
+        self.client = client or outbound.Client()
         self.endpoints: list[Endpoint] = []
         self.senders: dict[tuple[str, str, tuple[str, ...]], Sender] = {}
         self.in_flight: dict[Future[list[tuple[Due, Attempt]]], tuple[str, set[str]]] = {}
@@ -463,7 +454,7 @@ class Engine:
     def _sender(self, ep: Endpoint) -> Sender:
         key = (ep.id, ep.url, ep.secrets)
         if key not in self.senders:
-            self.senders[key] = Sender(ep.url, ep.secrets, self.timeout_s)
+            self.senders[key] = Sender(ep.url, ep.secrets, self.timeout_s, self.client)
         return self.senders[key]
 
     def enabled(self) -> list[str]:

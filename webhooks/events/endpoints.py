@@ -31,7 +31,7 @@ from webhooks.storage import audit
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
 from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
 
-CODE = "invalid_event_endpoint"
+CODE = "invalid_endpoint"
 MANAGED_ID = "payment-events-url"  # the endpoint PAYMENT_EVENTS_URL configures
 PAUSED, FAILING = "paused", "failing"  # why an endpoint is disabled
 _FIELDS = {"url", "types", "publisher_id", "secret", "enabled"}

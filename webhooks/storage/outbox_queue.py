@@ -20,13 +20,19 @@ from webhooks.storage.settle_queue import RETRY
 
 log = logging.getLogger(__name__)
 
+EVENTS = "floodgate-events"  # the queue the `events` process listens on: never the settlements'
 JOB_TIMEOUT = 180  # a drain hands over to a fresh job well before this (workers/outbox.py)
 SCHEDULED_TTL_MS = 60_000  # a drain is scheduled or running while keys.OUTBOX_SCHEDULED lives
 
 
 def enqueue_drain(q: Queue, **meta: Any) -> None:
-    """Ask a worker to fan out and deliver the pending events."""
-    q.enqueue("workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="deliver events")
+    """Ask the events worker to fan out and deliver the pending events. `q` is any queue on RQ's
+    Redis: the job goes to EVENTS, so a receiver that stalls a drain never holds up the
+    settlement worker."""
+    events = q if q.name == EVENTS else Queue(EVENTS, connection=q.connection)
+    events.enqueue(
+        "workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="deliver events"
+    )
 
 
 def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:

@@ -1,0 +1,346 @@
+"""One outbound HTTP path for every call Floodgate makes: buyer posts and pings, event
+deliveries, provider APIs.
+
+- A hard total deadline around connect, send and the whole reply: a `gevent.Timeout`, since a
+  socket timeout is per operation and a reply dripped a byte at a time never trips it. The
+  sockets are gevent's, so the deadline holds in a gevent web worker and in a plain thread
+  of an RQ worker alike (each thread runs a loop of its own).
+- At most MAX_REPLY_BYTES of reply body are read: a longer reply is cut there (its connection
+  closed, never pooled) and judged by its status; at most MAX_HEAD_BYTES of status line and
+  headers are received.
+- Certificates and host names are verified; no redirect is followed; a POST is never resent.
+- No connection is made to an address in OUTBOUND_DENY_NETS: the check is on the address
+  actually connected to, after name resolution, so a host name that resolves (or rebinds) to
+  a denied address is refused too.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import re
+import socket
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.socket
+from geventhttpclient import HTTPClient
+from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+
+from webhooks.logs import redact_text, redact_url
+
+log = logging.getLogger(__name__)
+
+# cloud metadata, link-local and unspecified addresses (OUTBOUND_DENY_NETS' default)
+DEFAULT_DENY_NETS = ("169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "fd00:ec2::254/128")
+MAX_REPLY_BYTES = 64 * 1024  # of a reply's body that is read; the rest never is
+MAX_HEAD_BYTES = 64 * 1024  # of its status line and headers
+MAX_HOSTS = 1024  # hosts a process keeps connections to (per event loop)
+MAX_ERROR = 300  # characters of a failure's description
+# What http.client would put on the wire, and nothing else (RFC 9110 token and field-value).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_DOTTED_QUAD = re.compile(r"(?:0|[1-9][0-9]{0,2})(?:\.(?:0|[1-9][0-9]{0,2})){3}")
+
+
+class Failure(StrEnum):
+    """Why no reply was judged."""
+
+    TIMEOUT = "timeout"  # no full reply within the deadline
+    ERROR = "error"  # refused, reset, unresolvable, denied, a broken or oversized head
+    NOT_SENT = "not_sent"  # the request could not be built (the caller's fault, not the peer's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """What one call came to: a status and up to MAX_REPLY_BYTES of body, or a failure."""
+
+    status: int = 0  # 0: no reply
+    body: bytes = b""
+    truncated: bool = False  # the body was longer than MAX_REPLY_BYTES: only its start is here
+    failure: Failure | None = None
+    error: str | None = None  # what went wrong, secrets redacted (None: a reply came)
+    ms: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx reply."""
+        return self.failure is None and 200 <= self.status < 300
+
+
+class Denied(OSError):
+    """The address a host resolved to is in OUTBOUND_DENY_NETS: nothing was sent."""
+
+
+class ReplyTooLong(OSError):
+    """More was received than a reply may hold (MAX_HEAD_BYTES of head plus the body read)."""
+
+
+class _Deadline(Exception):
+    """Raised by the gevent.Timeout inside `Client.request`; never escapes it."""
+
+
+def sendable(headers: Mapping[str, str]) -> bool:
+    """Every header is one http.client would put on the wire (checked before the call, so that
+    its refusal cannot look like the peer's failure)."""
+    return all(_HEADER_NAME.fullmatch(name) and _HEADER_VALUE.fullmatch(value) for name, value in headers.items())
+
+
+class DenyList:
+    """The networks no outbound call may reach (OUTBOUND_DENY_NETS)."""
+
+    def __init__(self, nets: Iterable[str] = DEFAULT_DENY_NETS) -> None:
+        self.nets = tuple(ipaddress.ip_network(n, strict=False) for n in nets)
+
+    def denies(self, address: str) -> bool:
+        """Whether this IP address (a resolved one, maybe with an IPv6 zone) is denied."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return True  # not an address at all: never connect to it
+        candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            candidates.append(ip.ipv4_mapped)  # ::ffff:169.254.169.254 is 169.254.169.254
+        return any(c in net for c in candidates for net in self.nets if c.version == net.version)
+
+    def refusal(self, url: str) -> str | None:
+        """Why `url` may not be called, checked when it is saved (None: it may): an http(s) URL
+        with a host, no credentials in it, and a host that is no denied address. A numeric
+        host in any form but the canonical one (`0`, `2130706433`, `0x7f.1`, `127.1`) is
+        refused: resolvers read those as addresses, and a reader of the config would not."""
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            return "must be an http(s) URL with a valid host and port"
+        host = parts.hostname
+        if parts.scheme not in ("http", "https") or not host:
+            return "must be an http(s) URL with a host"
+        if parts.username is not None or parts.password is not None:
+            return "must not carry credentials (user:pass@); put them in headers"
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            if _numeric_host(host):
+                return "names an address in a non-canonical form; write it as a dotted quad"
+            return None  # a name: checked again on every address it resolves to
+        if isinstance(ip, ipaddress.IPv4Address) and not _DOTTED_QUAD.fullmatch(host):
+            return "names an address in a non-canonical form; write it as a dotted quad"
+        if self.denies(host):
+            return "names an address in OUTBOUND_DENY_NETS"
+        return None
+
+
+_configured = DenyList()
+
+
+def configure(nets: Iterable[str]) -> None:
+    """This process's OUTBOUND_DENY_NETS (create_app and the workers' backends call it once)."""
+    global _configured
+    _configured = DenyList(nets)
+
+
+def deny_list() -> DenyList:
+    """This process's OUTBOUND_DENY_NETS: what every Client without one of its own refuses, and
+    what a URL saved through the admin API is checked against."""
+    return _configured
+
+
+def _numeric_host(host: str) -> bool:
+    """A host that inet_aton would read as an IPv4 address (`0`, `2130706433`, `127.1`)."""
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return True
+
+
+class _Counted:
+    """A pooled connection that refuses to receive more than `left` bytes: geventhttpclient's
+    parser keeps whatever headers arrive (unlike http.client, which stops at 100 lines), so a
+    peer streaming headers would otherwise fill the process's memory until the deadline."""
+
+    __slots__ = ("sock", "left")
+
+    def __init__(self, sock: gevent.socket.socket) -> None:
+        self.sock, self.left = sock, 0
+
+    def recv(self, size: int) -> bytes:
+        data: bytes = self.sock.recv(min(size, max(1, self.left)))
+        self.left -= len(data)
+        if self.left < 0:
+            raise ReplyTooLong(f"the reply is longer than {MAX_HEAD_BYTES + MAX_REPLY_BYTES} bytes")
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+class _Pool(ConnectionPool):
+    """A geventhttpclient pool of one host's connections that refuses denied addresses and
+    knows which greenlet holds which connection: a deadline that interrupts a request while
+    its body is being sent (a peer that stops reading) leaves the connection checked out, and
+    one of the pool's permits with it; enough of those and every call to that host waits out
+    its deadline. `abandon` closes that connection and gives the permit back."""
+
+    def __init__(self, *args: Any, deny: DenyList, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deny = deny
+        self._held: dict[Any, gevent.socket.socket] = {}
+
+    def _connect_socket(self, sock: gevent.socket.socket, address: Any) -> gevent.socket.socket:
+        if isinstance(address, tuple) and self.deny.denies(str(address[0])):
+            raise Denied(f"{self._connection_host} resolves to a denied address (OUTBOUND_DENY_NETS)")
+        connected: gevent.socket.socket = super()._connect_socket(sock, address)
+        return connected
+
+    def get_socket(self) -> gevent.socket.socket:
+        sock = super().get_socket()  # a pooled _Counted, or a new connection
+        counted = sock if isinstance(sock, _Counted) else _Counted(sock)
+        counted.left = MAX_HEAD_BYTES + MAX_REPLY_BYTES + 1
+        self._held[gevent.getcurrent()] = counted  # type: ignore[assignment]
+        return counted  # type: ignore[return-value]
+
+    def return_socket(self, sock: gevent.socket.socket) -> None:
+        self._forget(sock)
+        super().return_socket(sock)
+
+    def release_socket(self, sock: gevent.socket.socket) -> None:
+        self._forget(sock)
+        super().release_socket(sock)
+
+    def _forget(self, sock: gevent.socket.socket) -> None:
+        me = gevent.getcurrent()
+        if self._held.get(me) is sock:
+            del self._held[me]
+        else:  # returned by another greenlet (a response read elsewhere): find it
+            for holder, held in list(self._held.items()):
+                if held is sock:
+                    del self._held[holder]
+
+    def abandon(self) -> None:
+        """Close the connection this greenlet still holds, if any (its request was cut off)."""
+        sock = self._held.get(gevent.getcurrent())
+        if sock is not None:
+            self.release_socket(sock)
+
+
+class _TLSPool(_Pool, SSLConnectionPool):  # verifies the certificate and the host name
+    pass
+
+
+class _HostClient(HTTPClient):
+    """geventhttpclient's client for one host, on a pool of `size` keep-alive connections."""
+
+    def __init__(self, scheme: str, host: str, port: int, timeout_s: float, size: int, deny: DenyList) -> None:
+        super().__init__(host, port=port, concurrency=size, connection_timeout=timeout_s, network_timeout=timeout_s)
+        options = {"size": size, "network_timeout": timeout_s, "connection_timeout": timeout_s}
+        self.ssl = scheme == "https"
+        self._pool: _Pool = (
+            _TLSPool(host, port, host, port, ssl_options={}, deny=deny, **options)
+            if self.ssl
+            else _Pool(host, port, host, port, deny=deny, **options)
+        )
+        self._connection_pool = self._pool
+
+    def abandon(self) -> None:
+        self._pool.abandon()
+
+
+class Client:
+    """Pooled keep-alive connections per host, shared by every greenlet of an event loop.
+
+    geventhttpclient rather than requests' urllib3: a call costs a third of the CPU under
+    gevent (bench/REPORT.md, "One lever at a time"), its pool checks an idle connection before
+    reusing it as urllib3's does, and its sockets honour a gevent.Timeout in any thread."""
+
+    def __init__(self, deny: DenyList | None = None, pool_size: int = 100) -> None:
+        self._deny = deny  # None: the process's (configure), read when a host's pool is made
+        self.pool_size = pool_size
+        self._clients: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int, float], _HostClient]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019  (a few Clients per process, for its life)
+    def _target(self, url: str) -> tuple[str, str, int, str]:
+        """(scheme, host, port, path and query) of a URL."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL with a host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.scheme, parts.hostname, port, (parts.path or "/") + ("?" + parts.query if parts.query else "")
+
+    def _client(self, scheme: str, host: str, port: int, timeout_s: float) -> _HostClient:
+        """The client of one host for this thread's event loop: a gevent socket belongs to the
+        loop it was made on (a web process has one; each thread of a worker has its own)."""
+        clients = self._clients.setdefault(gevent.get_hub(), {})
+        key = (scheme, host, port, timeout_s)
+        client = clients.get(key)
+        if client is None:
+            if len(clients) >= MAX_HOSTS:
+                # The oldest host's client is dropped, not closed: a greenlet may be about to
+                # call through it, and a closed pool refuses that with a RuntimeError. Its idle
+                # connections close when it is collected.
+                clients.pop(next(iter(clients)))
+            deny = self._deny or deny_list()
+            client = clients[key] = _HostClient(scheme, host, port, timeout_s, self.pool_size, deny)
+        return client
+
+    def request(
+        self, method: str, url: str, *, body: bytes = b"", headers: Mapping[str, str], deadline_s: float
+    ) -> Reply:
+        """Call once under a hard total deadline. Never raises for the other side's faults: a
+        failure is in the Reply (TIMEOUT, ERROR, or NOT_SENT when the request could not be
+        built)."""
+        started = time.perf_counter()
+
+        def failed(failure: Failure, error: str) -> Reply:
+            ms = int((time.perf_counter() - started) * 1000)
+            return Reply(failure=failure, error=redact_text(f"{error} ({method} {url})")[:MAX_ERROR], ms=ms)
+
+        if not sendable(headers):
+            log.warning("request to %s not sent: a header cannot be sent as it is", redact_url(url))
+            return failed(Failure.NOT_SENT, "a header cannot be sent as it is")
+        client: _HostClient | None = None
+        try:
+            scheme, host, port, path = self._target(url)
+            client = self._client(scheme, host, port, deadline_s)
+            with gevent.Timeout(deadline_s, _Deadline):
+                resp = client.request(method, path, body=body, headers=dict(headers))
+                try:
+                    status, content, truncated = resp.status_code, *_read_capped(resp)
+                finally:
+                    resp.release()  # pooled again only when the whole reply was read
+        except (_Deadline, TimeoutError):
+            return failed(Failure.TIMEOUT, f"no full reply within {deadline_s:g} s")
+        except (HTTPParseError, OSError) as exc:  # refused, reset, unresolvable, denied, a broken reply
+            log.info("call to %s failed: %s", redact_url(url), redact_text(str(exc)))
+            return failed(Failure.ERROR, f"{type(exc).__name__}: {exc}")
+        except (ValueError, TypeError) as exc:  # raised while building the request, before sending
+            log.warning("request to %s not sent: %s", redact_url(url), redact_text(str(exc)))
+            return failed(Failure.NOT_SENT, f"{type(exc).__name__}: {exc}")
+        finally:
+            if client is not None:
+                client.abandon()
+        if truncated:
+            log.info("reply of %s is longer than %d bytes: read no further", redact_url(url), MAX_REPLY_BYTES)
+        ms = int((time.perf_counter() - started) * 1000)
+        return Reply(status=status, body=content, truncated=truncated, ms=ms)
+
+
+def _read_capped(resp: HTTPSocketPoolResponse) -> tuple[bytes, bool]:
+    """The reply's body up to MAX_REPLY_BYTES, and whether there was more. A longer reply's
+    connection is then closed on release, not pooled (the message is not complete): the rest
+    of it is never read."""
+    content = bytes(resp.read(MAX_REPLY_BYTES + 1))
+    if len(content) > MAX_REPLY_BYTES:
+        return content[:MAX_REPLY_BYTES], True
+    return content, False
