@@ -50,6 +50,7 @@ PATHS = {
     "stripe": "/v1/events",
 }
 LOGIN = "/api/v1/auth/login"
+DISPUTES = "/dispute"  # Paystack's list of disputes (doc-code-snippets src/api/disputes/list)
 FLUTTERWAVE_VERIFY = re.compile(r"/v3/transactions/([^/]+)/verify")
 FLUTTERWAVE_PAGE_SIZE = 10  # not a parameter of its API; 10 inferred from its samples (docs/payments.md)
 # kind -> what the faulty page answers; see ProviderApis.fail
@@ -236,6 +237,36 @@ def stripe_event(
     }
 
 
+def paystack_dispute(
+    dispute_id: int,
+    reference: str,
+    refund_amount: int | None,
+    email: str,
+    *,
+    status: str = "resolved",
+    resolution: str | None = "merchant-accepted",
+    currency: str | None = "NGN",
+    at: datetime | None = None,
+) -> dict:
+    """A GET /dispute item (doc-code-snippets src/api/disputes/list/response.json, with the
+    resolution fields of src/doc/payments/webhooks/events/charge-dispute-resolve.json)."""
+    when = _iso(_when(at))
+    return {
+        "id": dispute_id,
+        "refund_amount": refund_amount,
+        "currency": currency,
+        "status": status,
+        "resolution": resolution,
+        "domain": "test",
+        "transaction": {"id": next(_ids), "status": "reversed", "reference": reference, "currency": "NGN"},
+        "transaction_reference": None,
+        "category": "chargeback",
+        "customer": {"id": 10207, "email": email, "customer_code": "CUS_unz4q52yjsd6064"},
+        "createdAt": when,
+        "updatedAt": when,
+    }
+
+
 BUILDERS = {"paystack": paystack_item, "flutterwave": flutterwave_item, "monnify": monnify_item, "stripe": stripe_event}
 
 
@@ -287,6 +318,7 @@ class ProviderApis:
         self.flutterwave: list[dict] = []
         self.monnify: list[dict] = []
         self.stripe: list[dict] = []  # events
+        self.paystack_disputes: list[dict] = []
         self.stripe_delivered: set[str] = set()  # event ids whose webhook was delivered
         # Flutterwave verify: a JSON value answered (200) instead of the documented object, per id
         self.flutterwave_verify_answers: dict[str, Any] = {}
@@ -386,6 +418,25 @@ class ProviderApis:
         }
         return 200, {"status": True, "message": "Transactions retrieved", "data": chunk, "meta": meta}, page
 
+    def _paystack_disputes(self, q: dict[str, str]) -> tuple[int, dict, int]:
+        page, per_page = int(q.get("page", 1)), int(q.get("perPage", 50))
+        since, until = _parse_iso(q.get("from")), _parse_iso(q.get("to"))
+        items = [
+            i
+            for i in self.paystack_disputes
+            if (since is None or _parse_iso(i["createdAt"]) >= since)
+            and (until is None or _parse_iso(i["createdAt"]) <= until)
+        ]
+        meta = {
+            "total": len(items),
+            "skipped": (page - 1) * per_page,
+            "perPage": per_page,
+            "page": page,
+            "pageCount": math.ceil(len(items) / per_page),
+        }
+        chunk = items[(page - 1) * per_page : page * per_page]
+        return 200, {"status": True, "message": "Disputes retrieved", "data": chunk, "meta": meta}, page
+
     def _flutterwave(self, q: dict[str, str]) -> tuple[int, dict, int]:
         page = int(q.get("page", 1))
         items = [
@@ -450,7 +501,7 @@ class ProviderApis:
         events = [
             e
             for e in self.stripe
-            if q.get("type") in (None, e["type"])
+            if _type_matches(q.get("type"), e["type"])
             and not (q.get("delivery_success") == "false" and e["id"] in self.stripe_delivered)
             and int(q.get("created[gte]", 0)) <= e["created"] <= int(q.get("created[lte]", 2**62))
         ]
@@ -522,13 +573,16 @@ class ProviderApis:
                         self._send(*api._flutterwave_verify(verify.group(1)))
                     return
                 provider = next((p for p, path in PATHS.items() if path == parts.path), None)
+                method = f"_{provider}"
+                if parts.path == DISPUTES:
+                    provider, method = "paystack", "_paystack_disputes"
                 if provider is None or self.command != "GET":
                     self._send(404, {"message": "not found"})
                     return
                 if not _authorized(api, provider, authorization):
                     self._send(401, _refusal(provider))
                     return
-                status, body, page = getattr(api, f"_{provider}")(query)
+                status, body, page = getattr(api, method)(query)
                 kind = api._fault(provider, page) if status == 200 else None
                 self._answer(provider, kind, status, body)
 
@@ -584,6 +638,13 @@ class ProviderApis:
                     self.close_connection = True
 
         return Handler
+
+
+def _type_matches(wanted: str | None, type_: str) -> bool:
+    """Stripe's `type` filter: an event name, or a group with `*` as a wildcard."""
+    if wanted is None or wanted == type_:
+        return True
+    return wanted.endswith("*") and type_.startswith(wanted[:-1])
 
 
 def _authorized(api: ProviderApis, provider: str, authorization: str | None) -> bool:

@@ -243,6 +243,77 @@ class Stripe(HttpLister):
         return events, has_more
 
 
+class PaystackDisputes(Paystack):
+    """GET /dispute, offset pages like /transaction (PaystackOSS/doc-code-snippets
+    src/api/disputes/list: items carry the webhook's `data` of charge.dispute.*: id,
+    refund_amount, currency, status, resolution, transaction.reference, customer). A resolved
+    one is the body of its charge.dispute.resolve webhook, read by the same parser. Refunds are
+    not listed: GET /refund items (src/api/refunds/list) name the transaction by its numeric id
+    and the refund by an id its refund.processed webhook does not carry (`refund_reference`), so
+    nothing joins a listed refund to its webhook's exactly once."""
+
+    def _pages(self, calls: Calls, since: datetime, until: datetime) -> Iterator[Page]:
+        params = {"from": _iso(since), "to": _iso(until), "perPage": self.per_page}
+        for number in self._numbers():
+            body = calls.json(number, "GET", f"{self.base}/dispute", self._headers, {**params, "page": number})
+            items, page_count = self._check(body, number)
+            yield calls.page(number, [_dispute_body(i) for i in items if i.get("status") == "resolved"])
+            if number >= page_count:
+                return
+
+
+def _dispute_body(item: dict) -> bytes:
+    """A charge.dispute.resolve webhook of a listed dispute; its currency, when the item has
+    none, is its transaction's."""
+    transaction = item.get("transaction")
+    currency = item.get("currency") or (transaction.get("currency") if isinstance(transaction, dict) else None)
+    return dumps({"event": "charge.dispute.resolve", "data": {**item, "currency": currency}})
+
+
+class StripeReturns(Stripe):
+    """Stripe's undelivered events of money going back, and of Charges API payments: `type`
+    takes a wildcard ("A string containing a specific event name, or group of events using * as
+    a wildcard", stripe-python params/_event_list_params.py): `charge.*` (charge.succeeded,
+    charge.refunded, charge.refund.updated, charge.dispute.*) and `refund.*`, one listing each.
+    Each event is the body its webhook posts."""
+
+    groups = ("charge.*", "refund.*")
+
+    def _pages(self, calls: Calls, since: datetime, until: datetime) -> Iterator[Page]:
+        since = max(since, datetime.now(timezone.utc) - self.retention)
+        numbers = self._numbers()
+        for group in self.groups:
+            params: dict[str, Any] = {
+                "type": group,
+                "delivery_success": "false",
+                "created[gte]": int(since.timestamp()),
+                "created[lte]": int(until.timestamp()),
+                "limit": self.limit,
+            }
+            after: str | None = None
+            for number in numbers:
+                query = params if after is None else {**params, "starting_after": after}
+                body = calls.json(number, "GET", f"{self.base}/v1/events", self._headers, query)
+                events, has_more = self._check(body, number)
+                prefix = group.rstrip("*")
+                yield calls.page(number, [dumps(e) for e in events if str(e.get("type", "")).startswith(prefix)])
+                if not has_more:
+                    break
+                after = events[-1]["id"]
+
+
+def going_back(lister: Lister) -> Lister | None:
+    """The lister of `lister`'s provider's money going back (disputes, refunds) with the same
+    base, key and pacing, or None where the provider lists none that joins its webhooks."""
+    kinds: dict[type, type[HttpLister]] = {Paystack: PaystackDisputes, Stripe: StripeReturns}
+    kind = kinds.get(type(lister))
+    if kind is None:
+        return None
+    twin = kind.__new__(kind)
+    twin.__dict__.update(vars(lister))
+    return twin
+
+
 INTERSWITCH = (
     "Interswitch has no list API (only a per-reference re-query, gettransaction.json): its payments are not reconciled"
 )

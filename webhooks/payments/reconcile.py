@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from webhooks import metrics
-from webhooks.errors import FloodgateError, ReferenceConflict
+from webhooks.errors import FloodgateError, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.payments import events
 from webhooks.payments.ledger import BODY_CAP, Receipt
-from webhooks.payments.providers import Lister, ProviderError
+from webhooks.payments.providers import Lister, ProviderError, going_back
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage import claims, keys
@@ -52,6 +52,8 @@ class ProviderRun:
     missing: int = 0  # missing and not recovered by this run: a dry run, or a webhook holds it now
     conflicts: int = 0  # known with another amount, currency or wallet: flagged, nothing credited
     unreadable: int = 0  # a listed payment its provider's shape did not give (logged)
+    moved: int = 0  # refunds and disputes whose webhook never came, now debited or credited
+    back_pages: int = 0  # pages of refunds and disputes read (`pages`: of payments)
     error: str | None = None  # why the run stopped early, if it did
 
     def counts(self) -> dict[str, int]:
@@ -60,6 +62,7 @@ class ProviderRun:
             "calls": self.calls,
             "listed": self.listed,
             "recovered": self.recovered,
+            "moved": self.moved,
             "errors": int(self.error is not None),
         }
 
@@ -120,14 +123,23 @@ def _run_provider(
             if time.monotonic() > deadline:
                 result.error = f"time budget of {BUDGET_S:.0f} s spent: the next run reads the window again"
                 break
+        back = going_back(lister)
+        if back is not None and result.error is None:
+            progress(f"{lister.provider}: listing refunds and disputes")
+            for page in back.pages(since, until):
+                result.back_pages, result.calls = result.back_pages + 1, result.calls + page.calls
+                _settle_page(hooks, lister.provider, page.bodies, dry_run, result)
+                if time.monotonic() > deadline:
+                    result.error = f"time budget of {BUDGET_S:.0f} s spent: the next run reads the window again"
+                    break
     except ProviderError as exc:
         result.error = str(exc)
     if result.error:
         log.warning("%s reconciliation stopped early: %s", lister.provider, result.error)
     progress(
         f"{lister.provider}: {result.pages} page(s), {result.calls} call(s): {result.listed} listed, "
-        f"{result.known} known, {result.recovered} recovered, {result.missing} missing, "
-        f"{result.conflicts} conflict(s), {result.unreadable} unreadable"
+        f"{result.known} known, {result.recovered} recovered, {result.moved} refunds/disputes moved, "
+        f"{result.missing} missing, {result.conflicts} conflict(s), {result.unreadable} unreadable"
         + (f"; stopped early: {result.error}" if result.error else "")
     )
     return result
@@ -138,6 +150,7 @@ def _settle_page(
 ) -> None:
     """Credit what the ledger does not have of one whole page; what it has costs one query."""
     found: list[tuple[events.PaymentEvent, bytes]] = []
+    back: list[tuple[events.RefundEvent, bytes]] = []
     for body in bodies:
         try:
             event = events.parse(provider, body, hooks.account_field)
@@ -145,7 +158,9 @@ def _settle_page(
             result.unreadable += 1
             log.error("%s listed a payment that cannot be read (%s): left for review", provider, exc.message)
             continue
-        if isinstance(event, events.PaymentEvent) and event.succeeded and event.reference:
+        if isinstance(event, events.RefundEvent):
+            back.append((event, body))
+        elif event.succeeded and event.reference:
             found.append((event, body))
     result.listed += len(found)
     known = _known(provider, [e.reference for e, _ in found if e.reference])
@@ -168,6 +183,38 @@ def _settle_page(
             result.known += 1
         else:  # in flight: a webhook is crediting it right now
             result.missing += 1
+    for motion, body in back:  # after the page's payments: a refund of one of them finds it
+        _move(hooks, provider, motion, body, dry_run, result)
+
+
+def _move(
+    hooks: PaymentWebhooks, provider: str, event: events.RefundEvent, body: bytes, dry_run: bool, result: ProviderRun
+) -> None:
+    """A listed refund or dispute, through the webhook's own claim and transaction: whichever of
+    the two comes first moves the wallet, the other is a duplicate."""
+    result.listed += 1
+    if dry_run:
+        result.missing += 1
+        return
+    try:
+        verdict = hooks.record_found(event, _receipt(provider, body), None)
+    except PaymentNotFound:  # its payment is not in the ledger yet: the next run tries again
+        result.missing += 1
+        return
+    except (ReferenceConflict, RefundExceedsPayment):
+        result.conflicts += 1
+        return
+    except FloodgateError as exc:  # InvalidPayload: an amount the payment's currency refuses
+        result.unreadable += 1
+        log.error("%s listed a %s that cannot be applied (%s)", provider, event.kind, exc.message)
+        return
+    if verdict in (Verdict.DEBITED, Verdict.CREDITED):
+        result.moved += 1
+        log.warning("%s %s %s applied by reconciliation (%s)", provider, event.kind, event.reference, verdict)
+    elif verdict == Verdict.IN_FLIGHT:
+        result.missing += 1
+    else:
+        result.known += 1
 
 
 def _known(provider: str, references: list[str]) -> set[str]:
