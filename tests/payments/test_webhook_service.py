@@ -58,7 +58,11 @@ def test_a_forged_webhook_raises_401_and_is_listed_in_redis_only(hooks):
 
 def test_an_ignored_event_answers_ignored_and_is_recorded(hooks):
     answer = receive(hooks, "paystack", encode(payload("paystack", "unit-failed", 5000, success=False)))
-    assert (answer.status, answer.http_status, answer.body()) == ("ignored", 200, {"status": "ignored", "reason": "event_type"})
+    assert (answer.status, answer.http_status, answer.body()) == (
+        "ignored",
+        200,
+        {"status": "ignored", "reason": "event_type"},
+    )
     assert laps(answer) == ["verify", "parse", "total"]
     assert verdicts("paystack", "unit-failed") == ["ignored"]
 
