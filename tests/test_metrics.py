@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 from datetime import datetime, timezone
@@ -111,9 +112,11 @@ def test_counters_of_two_workers_are_summed_in_one_scrape(metrics_web, buyer_ser
 
 def test_scrape_reports_replays_errors_payments_breakers_and_queues(metrics_web, buyer_server):
     api = Api(metrics_web.url)
-    buyer_server.add("down", mode="error500")
+    with socket.socket() as s:  # a port nothing listens on: the buyer refuses every connection
+        s.bind(("127.0.0.1", 0))
+        down_url = f"http://127.0.0.1:{s.getsockname()[1]}/down"
     key = api.put_publisher("pub")
-    api.put_buyer("down", buyer_server.url("down"))
+    api.put_buyer("down", down_url)
     api.settle_config()
     for _ in range(2):
         assert api.post_lead(key, {"lead_id": "r1"}).json()["status"] == "unsold"
@@ -128,6 +131,7 @@ def test_scrape_reports_replays_errors_payments_breakers_and_queues(metrics_web,
     assert value(scraped, "floodgate_payment_deliveries_total", provider="paystack", status="invalid_signature") == 1
     assert value(scraped, "floodgate_breaker_failures", buyer_id="down") == 1
     assert value(scraped, "floodgate_breaker_state", buyer_id="down") == 0  # closed: 1 of 3 failures
+    assert value(scraped, "floodgate_breaker_publishers_open", buyer_id="down") == 0
     assert value(scraped, "floodgate_redis_up") == 1
     for name in ("floodgate_rq_queue_depth", "floodgate_rq_failed_jobs"):
         assert (name, frozenset({("queue", "floodgate")})) in scraped

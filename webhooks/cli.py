@@ -389,6 +389,8 @@ def show_buyer(buyer_id: str) -> None:
     )
     breaker = breakers(r, [row.id])[row.id]
     click.echo(f"breaker: {breaker.state.replace('_', '-')} ({breaker.failures} consecutive failure(s))")
+    for publisher, state in breaker.publishers:
+        click.echo(f"breaker for publisher {publisher}: {state.replace('_', '-')}")
     usage = leases.usage(r, BuyerRule.from_row(row), datetime.now(timezone.utc))
     if not usage:
         click.echo("caps: none (unlimited)")

@@ -4,6 +4,7 @@ the breaker alone). Shared by the lead path, settlement and reconciliation."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from webhooks.storage import redis as redis_store
 from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule, Charge, Extended, Lease, Reserved
-from webhooks.storage.states import AttemptOutcome, ReservationStatus
+from webhooks.storage.states import AttemptOutcome, Circuit, ReservationStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.buyers import BuyerRule
@@ -61,6 +62,7 @@ class Reservation:
     status: ReservationStatus
     lease: Lease | None = None
     cap: str | None = None  # the full cap, when status is FULL
+    circuit: Circuit | None = None  # the open circuit, when status is CIRCUIT_OPEN
 
 
 def windows(buyer: BuyerRule, now: datetime) -> list[tuple[str, int, Window]]:
@@ -118,16 +120,13 @@ class PreparedReservation:
         lease = self.lease
         if reserved.status is ReservationStatus.OK:
             return Reservation(
-                reserved.status,
-                Lease(
-                    lease.buyer_id, lease.lease_id, lease.counters, reserved.probe, reserved.reserved_us, lease.dedupe
-                ),
+                reserved.status, dataclasses.replace(lease, probe=reserved.probe, reserved_us=reserved.reserved_us)
             )
         if reserved.status is ReservationStatus.FULL and reserved.full is not None:
             cap = self.caps[reserved.full]
             metrics.cap_refused(lease.buyer_id, cap)
             return Reservation(reserved.status, cap=cap)
-        return Reservation(reserved.status)
+        return Reservation(reserved.status, circuit=reserved.circuit)
 
 
 def prepare(
@@ -139,15 +138,21 @@ def prepare(
     consumer: Sequence[str] = (),
     price_minor: int | None = None,
     note_key: str = "",
+    publisher_id: str = "",
 ) -> PreparedReservation:
     """The reservation of one lead under every cap of `buyer` at `now` (all or nothing),
-    refused as a duplicate when one of `consumer`'s dedupe keys is set. `price_minor`
-    (default: the buyer's price) is what counts against daily_budget. `note_key`, the
-    attempt note written beside it, is kept in the lease (its `note` field)."""
+    refused as a duplicate when one of `consumer`'s dedupe keys is set, or while the buyer's
+    circuit, or its circuit for `publisher_id`, is open. `price_minor` (default: the buyer's
+    price) is what counts against daily_budget. `note_key`, the attempt note written beside
+    it, is kept in the lease (its `note` field)."""
     caps = windows(buyer, now)
     amount = buyer.price_minor if price_minor is None else price_minor
     lease = Lease(
-        buyer.id, os.urandom(12).hex(), tuple(counter_key(buyer.id, w) for _, _, w in caps), dedupe=tuple(consumer)
+        buyer.id,
+        os.urandom(12).hex(),
+        tuple(counter_key(buyer.id, w) for _, _, w in caps),
+        dedupe=tuple(consumer),
+        publisher_id=publisher_id,
     )
     charges = tuple(Charge(limit, amount if cap == "daily_budget" else 1, expire_at(w)) for cap, limit, w in caps)
     return PreparedReservation(
@@ -171,6 +176,7 @@ def reserve(
     note: Note | None = None,
     consumer: Sequence[str] = (),
     price_minor: int | None = None,
+    publisher_id: str = "",
 ) -> Reservation:
     """`prepare` and make the reservation. `note`, if given, is written in the same round
     trip, whatever the outcome."""
@@ -182,6 +188,7 @@ def reserve(
         consumer=consumer,
         price_minor=price_minor,
         note_key="" if note is None else note.key,
+        publisher_id=publisher_id,
     )
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
@@ -232,10 +239,19 @@ def take_over(store: Store, lease: Lease, ttl_ms: int) -> Extended:
 
 
 def finish(
-    store: Store, lease: Lease, outcome: AttemptOutcome | str, *, breaker_failures: int, breaker_cooldown_ms: int
+    store: Store,
+    lease: Lease,
+    outcome: AttemptOutcome | str,
+    *,
+    breaker_failures: int,
+    breaker_cooldown_ms: int,
+    replied: bool = True,
 ) -> bool:
-    """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the breaker."""
-    return store.finish_lease(lease, outcome, BreakerRule(breaker_failures, breaker_cooldown_ms), CONFIRMED_TTL_MS)
+    """Confirm (accepted) or refund (rejected, error, timeout) `lease`; feed the buyer's
+    circuits (`replied`: an ERROR came with the buyer's reply, see scripts.finish_lease)."""
+    return store.finish_lease(
+        lease, outcome, BreakerRule(breaker_failures, breaker_cooldown_ms), CONFIRMED_TTL_MS, replied=replied
+    )
 
 
 def withdraw(store: Store, lease: Lease) -> None:
@@ -247,9 +263,11 @@ def withdraw(store: Store, lease: Lease) -> None:
         pass
 
 
-def finish_in(batch: Batch, lease: Lease, outcome: AttemptOutcome, breaker: BreakerRule) -> Pending[bool]:
+def finish_in(
+    batch: Batch, lease: Lease, outcome: AttemptOutcome, breaker: BreakerRule, *, replied: bool = True
+) -> Pending[bool]:
     """`finish`, queued in `batch` to share its round trip."""
-    return batch.finish_lease(lease, outcome, breaker, CONFIRMED_TTL_MS)
+    return batch.finish_lease(lease, outcome, breaker, CONFIRMED_TTL_MS, replied=replied)
 
 
 def release_settled(r: Client, leases: list[tuple[str, str]]) -> None:
@@ -270,9 +288,11 @@ def room(
     now: datetime,
     budget_minor: dict[str, int] | None = None,
     consumers: dict[str, Sequence[str]] | None = None,
+    publisher_id: str = "",
 ) -> dict[str, str | None]:
-    """Whether each buyer could take one more lead now, read without reserving (one round
-    trip): None, or why not: "duplicate", "cap_full:<cap>" or "circuit_open". `budget_minor`
+    """Whether each buyer could take one more lead of `publisher_id` now, read without
+    reserving (one round trip): None, or why not: "duplicate", "cap_full:<cap>" or
+    "circuit_open" (the buyer's circuit, or its circuit for the publisher). `budget_minor`
     is the least a buyer's lead can count against daily_budget (default: its price);
     `consumers` the lead's dedupe keys per buyer. A lead that passes here still reserves
     atomically later; this only spares buyers a ping they must not or cannot win."""
@@ -285,14 +305,17 @@ def room(
                 (
                     buyer,
                     caps,
-                    b.hget(keys.breaker(buyer.id), "open_until"),
+                    (
+                        b.hget(keys.breaker(buyer.id), "open_until"),
+                        b.hget(keys.publisher_breaker(buyer.id, publisher_id), "open_until"),
+                    ),
                     b.exists(*consumer) if consumer else None,
                     [b.get(counter_key(buyer.id, w)) for _, _, w in caps],
                 )
             )
     now_ms = now.timestamp() * 1000
     out: dict[str, str | None] = {}
-    for buyer, caps, open_until, known, counters in plans:
+    for buyer, caps, circuits, known, counters in plans:
         used = [int(c.value or 0) for c in counters]
         amount = (budget_minor or {}).get(buyer.id, buyer.price_minor)
         full = [cap for (cap, limit, _), u in zip(caps, used) if u + (amount if cap == "daily_budget" else 1) > limit]
@@ -302,7 +325,7 @@ def room(
             else f"cap_full:{full[0]}"
             if full
             else ReservationStatus.CIRCUIT_OPEN
-            if int(open_until.value or 0) > now_ms
+            if any(int(open_until.value or 0) > now_ms for open_until in circuits)
             else None
         )
     return out

@@ -25,7 +25,7 @@ CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])")  # fullmatch: `$` passes a trailing newline
 _STATE = re.compile(r"[A-Za-z0-9-]{1,16}")
-_READ_ONLY = {"id", "usage", "created_at", "updated_at"}
+_READ_ONLY = {"id", "usage", "breaker", "created_at", "updated_at"}
 _FIELDS = {
     "name",
     "endpoint_url",

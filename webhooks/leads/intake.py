@@ -359,6 +359,7 @@ class Intake:
             consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
             price_minor=cents(offer.price),
             note_key=ctx.attempt_key,
+            publisher_id=ctx.publisher.id,
         )
         note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref).value(call.lease)
         with self.store.batch() as b:

@@ -78,7 +78,14 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx
         out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
         out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
-        out.lease = leases.Lease(buyer_id, lease.lease_id, lease.counters, reserved_us=reserved_us, dedupe=lease.dedupe)
+        out.lease = leases.Lease(
+            buyer_id,
+            lease.lease_id,
+            lease.counters,
+            reserved_us=reserved_us,
+            dedupe=lease.dedupe,
+            publisher_id=publisher_id,  # its settlement closes the buyer's circuit for the publisher
+        )
         log.warning("lead %s:%s re-offered to %s after its routing died: accepted", publisher_id, lead_id, buyer_id)
     else:
         out.attempts.append(attempt_record(buyer_id, bid, UNKNOWN, ms))

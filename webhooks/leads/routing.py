@@ -31,7 +31,7 @@ from webhooks.storage import keys
 from webhooks.storage.batch import Client
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule
-from webhooks.storage.states import AttemptOutcome, LeadStatus, ReservationStatus
+from webhooks.storage.states import AttemptOutcome, Circuit, LeadStatus, ReservationStatus
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
@@ -188,13 +188,15 @@ class Router:
     def breaker(self) -> BreakerRule:
         return BreakerRule(self.breaker_failures, self.breaker_cooldown_ms)
 
-    def _refund(self, lease: leases.Lease, outcome: AttemptOutcome, attempt_key: str | None) -> None:
-        """Refund a reservation (feeding the breaker with `outcome`; `withdrawn` leaves it
-        alone) and, with `attempt_key`, forget the attempt note: one round trip. A refund
-        that cannot reach Redis raises: the slot stays taken (safe for the cap; the
+    def _refund(
+        self, lease: leases.Lease, outcome: AttemptOutcome, attempt_key: str | None, replied: bool = True
+    ) -> None:
+        """Refund a reservation (feeding the buyer's circuits with `outcome`; `withdrawn`
+        leaves them alone) and, with `attempt_key`, forget the attempt note: one round trip.
+        A refund that cannot reach Redis raises: the slot stays taken (safe for the cap; the
         reconciliation gives it back) and the publisher gets a 503 to retry."""
         with self.store.batch() as b:
-            leases.finish_in(b, lease, outcome, self.breaker)
+            leases.finish_in(b, lease, outcome, self.breaker, replied=replied)
             if attempt_key is not None:
                 b.delete(attempt_key)
 
@@ -240,7 +242,7 @@ class Router:
                 self._refund(lease, leases.WITHDRAWN, ctx.attempt_key if time.monotonic() < ctx.deadline else None)
                 out.out_of_time = True
                 return out
-            outcome, ms = self._deliver(ctx, offer, lead_json)
+            outcome, ms, replied = self._deliver(ctx, offer, lead_json)
             if outcome == NOT_SENT:
                 # This lead could not be made into a request for this buyer: the buyer was not
                 # called, so its breaker and its reply statistics are left alone.
@@ -255,7 +257,7 @@ class Router:
                 out.sold_at, out.lease = ctx.now, lease
                 return out
             # The buyer said no: give the slot back and forget the attempt.
-            self._refund(lease, outcome, ctx.attempt_key)
+            self._refund(lease, outcome, ctx.attempt_key, replied)
         return out
 
     def _reserve(self, ctx: LeadContext, offer: Offer, out: Outcome) -> leases.Reservation:
@@ -271,6 +273,7 @@ class Router:
             note=attempt_note(ctx.attempt_key, offer, ctx.now, out.attempts, ctx.lease_ttl_ms, ctx.ref),
             consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
             price_minor=cents(offer.price),
+            publisher_id=ctx.publisher.id,
         )
 
     def _usable(self, reservation: leases.Reservation, offer: Offer, out: Outcome) -> leases.Lease | None:
@@ -285,23 +288,26 @@ class Router:
             rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
             out.waiting_for_rebuild = True
         elif status is ReservationStatus.CIRCUIT_OPEN:
-            out.attempts.append(attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0))
-            out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN})
+            # which circuit: the buyer's own (every publisher) or its one for this publisher
+            circuit = reservation.circuit or Circuit.BUYER
+            out.attempts.append({**attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0), "circuit": circuit})
+            out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN, "circuit": circuit})
             metrics.attempt(buyer.id, CIRCUIT_OPEN)
         else:
             assert reservation.lease is not None  # status OK
             return reservation.lease
         return None
 
-    def _deliver(self, ctx: LeadContext, offer: Offer, lead_json: str) -> tuple[AttemptOutcome, int]:
-        """Post the lead to the offer's buyer: its outcome and duration; NOT_SENT when the lead
-        cannot be made into a request within the template's budget."""
+    def _deliver(self, ctx: LeadContext, offer: Offer, lead_json: str) -> tuple[AttemptOutcome, int, bool]:
+        """Post the lead to the offer's buyer: its outcome, duration and whether the buyer
+        replied; NOT_SENT when the lead cannot be made into a request within the template's
+        budget."""
         buyer, publisher_id = offer.buyer, ctx.publisher.id
         try:
             body = offer.body(ctx.lead_id, publisher_id, ctx.lead, lead_json)
         except RenderBudgetExceeded:
-            return NOT_SENT, 0
-        return self.deliverer.deliver(
+            return NOT_SENT, 0, False
+        return self.deliverer.post(
             buyer.endpoint_url, body, idempotency_key(publisher_id, ctx.lead_id, buyer.id), buyer.delivery
         )
 
@@ -319,7 +325,7 @@ class Router:
         consumers: dict[str, Sequence[str]] = {
             b.id: consumer_keys(b.id, b.dedupe_fields, ctx.lead) for b in fixed if b.dedupe_fields
         }
-        room = leases.room(self.store, fixed, ctx.now, None, consumers) if fixed else {}
+        room = leases.room(self.store, fixed, ctx.now, None, consumers, ctx.publisher.id) if fixed else {}
         for offer in plan:
             reason = room.get(offer.buyer.id)
             if reason is not None:
@@ -352,6 +358,7 @@ class Router:
             now,
             {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
             {b.id: consumer_keys(b.id, b.dedupe_fields, lead) for b in pingers if b.dedupe_fields},
+            publisher.id,
         )
         for b in pingers:
             if room[b.id] is not None:

@@ -175,10 +175,16 @@ class Batch:
         )
 
     def finish_lease(
-        self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+        self,
+        lease: Lease,
+        outcome: AttemptOutcome | str,
+        breaker: BreakerRule,
+        confirmed_ttl_ms: int,
+        *,
+        replied: bool = True,
     ) -> Pending[bool]:
         """See Store.finish_lease."""
-        return self._script(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms))
+        return self._script(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms, replied=replied))
 
     # --- plain commands -------------------------------------------------------------------------
 

@@ -45,7 +45,21 @@ def rebuild_lock(buyer_id: str) -> str:
 
 
 def breaker(buyer_id: str) -> str:
+    """The buyer's own circuit, for every publisher: transport failures in a row, open-until,
+    probe-until (docs/leads.md "Circuit breakers")."""
     return buyer(buyer_id, "breaker")
+
+
+def publisher_breaker(buyer_id: str, publisher_id: str) -> str:
+    """The buyer's circuit for one publisher's leads: failed replies to them in a row,
+    open-until, probe-until."""
+    return buyer(buyer_id, "breaker", "p", publisher_id)
+
+
+def breaker_publishers(buyer_id: str) -> str:
+    """Sorted set of the publishers whose circuit at the buyer opened (score: open-until, ms)
+    and has not closed since."""
+    return buyer(buyer_id, "breaker", "publishers")
 
 
 def round_robin(priority: int) -> str:

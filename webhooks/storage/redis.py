@@ -214,7 +214,7 @@ class Store:
     ) -> Reserved:
         """Open `lease`: add `charges` to its counters (one per counter, in order), all or
         nothing, and set its dedupe keys, gated on the buyer's ready key, dedupe keys and
-        breaker."""
+        circuits (its own and the one for the lease's publisher)."""
         return self._run(
             scripts.reserve_lease(
                 lease,
@@ -231,10 +231,17 @@ class Store:
         return self._run(scripts.extend_lease(lease, ttl_ms))
 
     def finish_lease(
-        self, lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+        self,
+        lease: Lease,
+        outcome: AttemptOutcome | str,
+        breaker: BreakerRule,
+        confirmed_ttl_ms: int,
+        *,
+        replied: bool = True,
     ) -> bool:
-        """Confirm (accepted) or refund the lease, feeding the breaker; whether it changed state."""
-        return self._run(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms))
+        """Confirm (accepted) or refund the lease, feeding the buyer's circuits (`replied`: see
+        scripts.finish_lease); whether it changed state."""
+        return self._run(scripts.finish_lease(lease, outcome, breaker, confirmed_ttl_ms, replied=replied))
 
     # --- counters (lua/give_back.lua, rebuild_counters, snapshot_caps, adjust_counter) ----------
 

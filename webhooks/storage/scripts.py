@@ -14,6 +14,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from webhooks.storage import keys
 from webhooks.storage.states import (
     AttemptOutcome,
+    Circuit,
     ClaimOutcome,
     GateVerdict,
     LeaseState,
@@ -65,6 +66,9 @@ class Lease:
     probe: bool = False
     reserved_us: int = 0  # Redis time of the reservation; reconciliation orders sales by it
     dedupe: tuple[str, ...] = ()  # the consumer's dedupe keys this lease set
+    # whose lead it holds: the buyer's circuit for that publisher gates and counts it ("": none
+    # known, a failed reply then counts for the buyer's own circuit)
+    publisher_id: str = ""
 
     @property
     def key(self) -> str:
@@ -79,12 +83,20 @@ class Charge(NamedTuple):
     expire_at: int  # unix s, for a counter the reservation creates
 
 
+# Publishers whose circuits at one buyer, open within a cool-down of each other, open the
+# buyer's circuit for every publisher (docs/leads.md "Circuit breakers" says why three).
+BREAKER_PUBLISHERS = 3
+BREAKER_MEMORY_MS = 86_400_000  # a publisher's circuit untouched this long is forgotten (closed)
+
+
 class BreakerRule(NamedTuple):
-    """BREAKER_FAILURES and BREAKER_COOLDOWN_MS: failures in a row that open a buyer's
-    circuit, and for how long."""
+    """BREAKER_FAILURES and BREAKER_COOLDOWN_MS: failures in a row that open a circuit of a
+    buyer (its own, or its circuit for one publisher), and for how long."""
 
     failures: int
     cooldown_ms: int
+    publishers: int = BREAKER_PUBLISHERS
+    memory_ms: int = BREAKER_MEMORY_MS
 
 
 class PaymentRef(NamedTuple):
@@ -158,12 +170,14 @@ class Claimed(NamedTuple):
 
 
 class Reserved(NamedTuple):
-    """lua/reserve_lease.lua's answer; `full` is the index of the full counter."""
+    """lua/reserve_lease.lua's answer; `full` is the index of the full counter, `circuit`
+    the open one (CIRCUIT_OPEN)."""
 
     status: ReservationStatus
     probe: bool = False
     reserved_us: int = 0
     full: int | None = None
+    circuit: Circuit | None = None
 
 
 class Extended(NamedTuple):
@@ -256,6 +270,8 @@ def _reserved(raw: list[Any]) -> Reserved:
         return Reserved(status, bool(raw[1]), int(raw[2]))
     if status is ReservationStatus.FULL:
         return Reserved(status, full=int(raw[1]) - 1)
+    if status is ReservationStatus.CIRCUIT_OPEN:
+        return Reserved(status, circuit=Circuit(raw[1]))
     return Reserved(status)
 
 
@@ -269,7 +285,15 @@ def reserve_lease(
     b = lease.buyer_id
     return Call(
         "reserve_lease",
-        (keys.ready(b), keys.breaker(b), lease.key, keys.leases(b), *lease.counters, *lease.dedupe),
+        (
+            keys.ready(b),
+            keys.breaker(b),
+            keys.publisher_breaker(b, lease.publisher_id),
+            lease.key,
+            keys.leases(b),
+            *lease.counters,
+            *lease.dedupe,
+        ),
         tuple(args),
         _reserved,
     )
@@ -287,12 +311,37 @@ def extend_lease(lease: Lease, ttl_ms: int) -> Call[Extended]:
 
 
 def finish_lease(
-    lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int
+    lease: Lease, outcome: AttemptOutcome | str, breaker: BreakerRule, confirmed_ttl_ms: int, *, replied: bool = True
 ) -> Call[bool]:
+    """`replied`: an ERROR came with a whole reply from the buyer (a 5xx, an unreadable body),
+    not from the transport (refused, reset): only such a failure may be about the lead."""
+    b = lease.buyer_id
+    feed = (
+        "unreachable"
+        if outcome == AttemptOutcome.TIMEOUT or (outcome == AttemptOutcome.ERROR and not replied)
+        else outcome
+    )
     return Call(
         "finish_lease",
-        (lease.key, keys.breaker(lease.buyer_id), keys.leases(lease.buyer_id), *lease.counters, *lease.dedupe),
-        (str(outcome), breaker.failures, breaker.cooldown_ms, confirmed_ttl_ms, lease.lease_id),
+        (
+            lease.key,
+            keys.breaker(b),
+            keys.leases(b),
+            keys.publisher_breaker(b, lease.publisher_id),
+            keys.breaker_publishers(b),
+            *lease.counters,
+            *lease.dedupe,
+        ),
+        (
+            str(feed),
+            breaker.failures,
+            breaker.cooldown_ms,
+            confirmed_ttl_ms,
+            lease.lease_id,
+            lease.publisher_id,
+            breaker.publishers,
+            breaker.memory_ms,
+        ),
         bool,
     )
 

@@ -20,6 +20,14 @@ class ReservationStatus(StrEnum):
     NOT_READY = "not_ready"  # the buyer's counters are not trusted (Redis lost data)
 
 
+class Circuit(StrEnum):
+    """Which of a buyer's circuits is open (lua/reserve_lease.lua): its own, for every
+    publisher, or the one for the lead's publisher."""
+
+    BUYER = "buyer"
+    PUBLISHER = "publisher"
+
+
 class LeaseState(StrEnum):
     """A lease as lua/extend_lease.lua finds it."""
 

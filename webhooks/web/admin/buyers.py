@@ -9,6 +9,7 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.caps import leases
+from webhooks.caps.breaker import breakers
 from webhooks.errors import NotFound
 from webhooks.leads import buyers, preview
 from webhooks.leads.buyers import BuyerRule
@@ -41,6 +42,7 @@ def get_buyer(buyer_id: str) -> ResponseReturnValue:
         raise NotFound(f"no buyer {buyer_id!r}")
     body = buyers.to_json(row)
     body["usage"] = leases.usage(_redis(), BuyerRule.from_row(row), datetime.now(timezone.utc))
+    body["breaker"] = breakers(_redis(), [buyer_id])[buyer_id].as_json()
     return jsonify(body)
 
 

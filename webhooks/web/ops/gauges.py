@@ -32,12 +32,17 @@ class LiveCollector:
         up = GaugeMetricFamily("floodgate_redis_up", "1 when this scrape could read Redis")
         state = GaugeMetricFamily(
             "floodgate_breaker_state",
-            "Circuit breaker of a buyer: 0 closed, 1 open, 2 half-open (the next lead is a probe)",
+            "A buyer's circuit for every publisher: 0 closed, 1 open, 2 half-open (the next lead is a probe)",
             labels=["buyer_id"],
         )
         failures = GaugeMetricFamily(
             "floodgate_breaker_failures",
-            "Consecutive failed deliveries counted by a buyer's breaker",
+            "Connection errors and timeouts in a row counted by a buyer's circuit for every publisher",
+            labels=["buyer_id"],
+        )
+        publishers_open = GaugeMetricFamily(
+            "floodgate_breaker_publishers_open",
+            "Publishers whose leads skip a buyer: its circuits for single publishers that are open",
             labels=["buyer_id"],
         )
         queued = GaugeMetricFamily("floodgate_rq_queue_depth", "Jobs waiting in an RQ queue", labels=["queue"])
@@ -49,6 +54,7 @@ class LiveCollector:
             for buyer_id, breaker in breakers(self.redis, self.buyer_ids).items():
                 state.add_metric([buyer_id], BREAKER_STATES.index(breaker.state))
                 failures.add_metric([buyer_id], breaker.failures)
+                publishers_open.add_metric([buyer_id], len(breaker.of("open")))
             queued.add_metric([self.queue.name], self.queue.count)
             failed.add_metric([self.queue.name], FailedJobRegistry(queue=self.queue).count)
             pending.add_metric([], self.settle_redis.llen(keys.SETTLE_PENDING))
@@ -58,7 +64,7 @@ class LiveCollector:
             yield up
             return
         up.add_metric([], 1)
-        yield from (up, state, failures, queued, failed, pending)
+        yield from (up, state, failures, publishers_open, queued, failed, pending)
 
 
 class OutboxCollector:
