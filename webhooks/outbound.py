@@ -177,7 +177,7 @@ class _Counted:
         data: bytes = self.sock.recv(min(size, max(1, self.left)))
         self.left -= len(data)
         if self.left < 0:
-            raise ReplyTooLong(f"the reply is longer than {MAX_HEAD_BYTES + MAX_REPLY_BYTES} bytes")
+            raise ReplyTooLong("the reply's head is longer than a reply may hold")
         return data
 
     def __getattr__(self, name: str) -> Any:
@@ -191,9 +191,9 @@ class _Pool(ConnectionPool):
     one of the pool's permits with it; enough of those and every call to that host waits out
     its deadline. `abandon` closes that connection and gives the permit back."""
 
-    def __init__(self, *args: Any, deny: DenyList, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, deny: DenyList, max_bytes: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.deny = deny
+        self.deny, self.max_bytes = deny, max_bytes
         self._held: dict[Any, gevent.socket.socket] = {}
 
     def _connect_socket(self, sock: gevent.socket.socket, address: Any) -> gevent.socket.socket:
@@ -205,7 +205,7 @@ class _Pool(ConnectionPool):
     def get_socket(self) -> gevent.socket.socket:
         sock = super().get_socket()  # a pooled _Counted, or a new connection
         counted = sock if isinstance(sock, _Counted) else _Counted(sock)
-        counted.left = MAX_HEAD_BYTES + MAX_REPLY_BYTES + 1
+        counted.left = MAX_HEAD_BYTES + self.max_bytes + 1
         self._held[gevent.getcurrent()] = counted  # type: ignore[assignment]
         return counted  # type: ignore[return-value]
 
@@ -240,14 +240,16 @@ class _TLSPool(_Pool, SSLConnectionPool):  # verifies the certificate and the ho
 class _HostClient(HTTPClient):
     """geventhttpclient's client for one host, on a pool of `size` keep-alive connections."""
 
-    def __init__(self, scheme: str, host: str, port: int, timeout_s: float, size: int, deny: DenyList) -> None:
+    def __init__(
+        self, scheme: str, host: str, port: int, timeout_s: float, size: int, deny: DenyList, max_bytes: int
+    ) -> None:
         super().__init__(host, port=port, concurrency=size, connection_timeout=timeout_s, network_timeout=timeout_s)
         options = {"size": size, "network_timeout": timeout_s, "connection_timeout": timeout_s}
         self.ssl = scheme == "https"
         self._pool: _Pool = (
-            _TLSPool(host, port, host, port, ssl_options={}, deny=deny, **options)
+            _TLSPool(host, port, host, port, ssl_options={}, deny=deny, max_bytes=max_bytes, **options)
             if self.ssl
-            else _Pool(host, port, host, port, deny=deny, **options)
+            else _Pool(host, port, host, port, deny=deny, max_bytes=max_bytes, **options)
         )
         self._connection_pool = self._pool
 
@@ -265,7 +267,7 @@ class Client:
     def __init__(self, deny: DenyList | None = None, pool_size: int = 100) -> None:
         self._deny = deny  # None: the process's (configure), read when a host's pool is made
         self.pool_size = pool_size
-        self._clients: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int, float], _HostClient]] = (
+        self._clients: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int, float, int], _HostClient]] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -278,11 +280,11 @@ class Client:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return parts.scheme, parts.hostname, port, (parts.path or "/") + ("?" + parts.query if parts.query else "")
 
-    def _client(self, scheme: str, host: str, port: int, timeout_s: float) -> _HostClient:
+    def _client(self, scheme: str, host: str, port: int, timeout_s: float, max_bytes: int) -> _HostClient:
         """The client of one host for this thread's event loop: a gevent socket belongs to the
         loop it was made on (a web process has one; each thread of a worker has its own)."""
         clients = self._clients.setdefault(gevent.get_hub(), {})
-        key = (scheme, host, port, timeout_s)
+        key = (scheme, host, port, timeout_s, max_bytes)
         client = clients.get(key)
         if client is None:
             if len(clients) >= MAX_HOSTS:
@@ -291,15 +293,23 @@ class Client:
                 # connections close when it is collected.
                 clients.pop(next(iter(clients)))
             deny = self._deny or deny_list()
-            client = clients[key] = _HostClient(scheme, host, port, timeout_s, self.pool_size, deny)
+            client = clients[key] = _HostClient(scheme, host, port, timeout_s, self.pool_size, deny, max_bytes)
         return client
 
     def request(
-        self, method: str, url: str, *, body: bytes = b"", headers: Mapping[str, str], deadline_s: float
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes = b"",
+        headers: Mapping[str, str],
+        deadline_s: float,
+        max_bytes: int = MAX_REPLY_BYTES,
     ) -> Reply:
-        """Call once under a hard total deadline. Never raises for the other side's faults: a
-        failure is in the Reply (TIMEOUT, ERROR, or NOT_SENT when the request could not be
-        built)."""
+        """Call once under a hard total deadline, reading at most `max_bytes` of the reply's
+        body (only a provider's list page, which must be read whole to be used, takes more).
+        Never raises for the other side's faults: a failure is in the Reply (TIMEOUT, ERROR,
+        or NOT_SENT when the request could not be built)."""
         started = time.perf_counter()
 
         def failed(failure: Failure, error: str) -> Reply:
@@ -312,11 +322,11 @@ class Client:
         client: _HostClient | None = None
         try:
             scheme, host, port, path = self._target(url)
-            client = self._client(scheme, host, port, deadline_s)
+            client = self._client(scheme, host, port, deadline_s, max_bytes)
             with gevent.Timeout(deadline_s, _Deadline):
                 resp = client.request(method, path, body=body, headers=dict(headers))
                 try:
-                    status, content, truncated = resp.status_code, *_read_capped(resp)
+                    status, content, truncated = resp.status_code, *_read_capped(resp, max_bytes)
                 finally:
                     resp.release()  # pooled again only when the whole reply was read
         except (_Deadline, TimeoutError):
@@ -331,16 +341,16 @@ class Client:
             if client is not None:
                 client.abandon()
         if truncated:
-            log.info("reply of %s is longer than %d bytes: read no further", redact_url(url), MAX_REPLY_BYTES)
+            log.info("reply of %s is longer than %d bytes: read no further", redact_url(url), max_bytes)
         ms = int((time.perf_counter() - started) * 1000)
         return Reply(status=status, body=content, truncated=truncated, ms=ms)
 
 
-def _read_capped(resp: HTTPSocketPoolResponse) -> tuple[bytes, bool]:
-    """The reply's body up to MAX_REPLY_BYTES, and whether there was more. A longer reply's
+def _read_capped(resp: HTTPSocketPoolResponse, max_bytes: int) -> tuple[bytes, bool]:
+    """The reply's body up to `max_bytes`, and whether there was more. A longer reply's
     connection is then closed on release, not pooled (the message is not complete): the rest
     of it is never read."""
-    content = bytes(resp.read(MAX_REPLY_BYTES + 1))
-    if len(content) > MAX_REPLY_BYTES:
-        return content[:MAX_REPLY_BYTES], True
+    content = bytes(resp.read(max_bytes + 1))
+    if len(content) > max_bytes:
+        return content[:max_bytes], True
     return content, False

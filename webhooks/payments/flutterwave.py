@@ -17,9 +17,7 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
-import requests
-
-from webhooks import strictjson
+from webhooks import outbound, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
 from webhooks.payments import money
 from webhooks.payments.events import PaymentEvent
@@ -27,6 +25,7 @@ from webhooks.payments.events import PaymentEvent
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10  # well inside PAYMENT_CLAIM_TTL_MS: the claim is held meanwhile
+_client = outbound.Client(pool_size=8)
 
 
 def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: float = TIMEOUT_S) -> None:
@@ -57,21 +56,19 @@ def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: floa
 
 
 def fetch_verification(api_base: str, transaction_id: str, secret_key: str, timeout_s: float) -> tuple[int, bytes]:
-    """(HTTP status, body) of GET /v3/transactions/<id>/verify; Unavailable when no answer
-    came. The one outbound call of this module: the bounded outbound client replaces it."""
+    """(HTTP status, body) of GET /v3/transactions/<id>/verify through the one outbound path
+    (a total deadline, 64 KiB of answer at most); Unavailable when no whole answer came."""
     url = f"{api_base.rstrip('/')}/v3/transactions/{quote(transaction_id, safe='')}/verify"
-    try:
-        resp = requests.get(
-            url,
-            headers={"Authorization": f"Bearer {secret_key}", "Accept": "application/json"},
-            timeout=timeout_s,
-            allow_redirects=False,
-        )
-    except requests.RequestException as exc:
-        raise Unavailable(
-            f"Flutterwave's verify endpoint did not answer ({type(exc).__name__}); nothing credited, retry later"
-        ) from None
-    return resp.status_code, resp.content
+    reply = _client.request(
+        "GET",
+        url,
+        headers={"Authorization": f"Bearer {secret_key}", "Accept": "application/json"},
+        deadline_s=timeout_s,
+    )
+    if reply.failure is not None or reply.truncated:
+        why = "answered more than 64 KiB" if reply.truncated else f"did not answer ({reply.failure})"
+        raise Unavailable(f"Flutterwave's verify endpoint {why}; nothing credited, retry later")
+    return reply.status, reply.body
 
 
 def _disagreement(event: PaymentEvent, status: Any, data: Any) -> str | None:

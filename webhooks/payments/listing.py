@@ -1,7 +1,7 @@
 """The mechanics every provider's listing shares (providers.py has the providers): paced HTTP
-calls each under a time and size budget (requests' timeout is per socket operation, so the
-body is read against a deadline of its own), a page validated whole or refused with
-ProviderError, and webhook-shaped bodies written with their amounts exactly as read."""
+calls each under a total deadline and a size cap (the one outbound path, webhooks/outbound.py:
+a trickling server cannot hold a job), a page validated whole or refused with ProviderError,
+and webhook-shaped bodies written with their amounts exactly as read."""
 
 from __future__ import annotations
 
@@ -14,20 +14,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
-import requests
-import urllib3.exceptions
-
-from webhooks import strictjson
+from webhooks import outbound, strictjson
 from webhooks.errors import InvalidJSON
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = (5.0, 20.0)  # requests' (connect, read): per socket operation
-DEADLINE_S = 30.0  # the whole body must be read by then (a trickling server cannot hold a job)
-MAX_BYTES = 16 * 1024 * 1024  # of one page's body, decoded
+DEADLINE_S = 30.0  # of one call, connect to the last byte (a trickling server cannot hold a job)
+# of one page's body: a list page must be read whole to be used, so it may pass the 64 KiB of
+# every other outbound reply; past this it is refused, not cut (REPORT: Stripe's 100 events)
+MAX_BYTES = 16 * 1024 * 1024
 MAX_PAGES = 1_000  # a listing longer than this is refused rather than paged on forever
-CHUNK = 64 * 1024
+_client = outbound.Client(pool_size=4)
 
 
 class ProviderError(Exception):
@@ -88,7 +87,7 @@ def objects(value: Any) -> list[dict] | None:
 class Calls:
     """One listing's HTTP calls: paced, each under a time and size budget, answered 200 + JSON."""
 
-    def __init__(self, lister: HttpLister, http: requests.Session):
+    def __init__(self, lister: HttpLister, http: outbound.Client):
         self.lister, self.http = lister, http
         self.count = 0  # calls since the last page was yielded
         self._last = -math.inf
@@ -102,47 +101,25 @@ class Calls:
         self._last = time.monotonic()
         self.count += 1
         fail = lister.error
+        if params:
+            url += ("&" if "?" in url else "?") + urlencode(params, doseq=True)
+        reply = self.http.request(
+            method,
+            url,
+            headers={"Accept": "application/json", **headers},
+            deadline_s=lister.deadline_s,
+            max_bytes=lister.max_bytes,
+        )
+        if reply.failure is not None:
+            raise fail(page, f"no complete answer ({reply.failure})")
+        if reply.status != 200:
+            raise fail(page, _status_reason(reply.status), reply.status)
+        if reply.truncated:
+            raise fail(page, f"body is over the {lister.max_bytes}-byte cap")
         try:
-            with self.http.request(
-                method,
-                url,
-                params=params,
-                headers={"Accept": "application/json", **headers},
-                timeout=lister.timeout,
-                stream=True,
-                allow_redirects=False,
-            ) as resp:
-                status = resp.status_code
-                if status != 200:
-                    raise fail(page, _status_reason(status), status)
-                raw = self._read(resp, page)
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise fail(page, f"no complete answer ({type(exc).__name__})") from None
-        try:
-            return strictjson.loads(raw, decimals=True)
+            return strictjson.loads(reply.body, decimals=True)
         except InvalidJSON as exc:  # MalformedJSON (a cut body) included
             raise fail(page, f"unreadable JSON ({exc.message[:80]})") from None
-
-    def _read(self, resp: requests.Response, page: int) -> bytes:
-        """The whole body, read in chunks until the deadline or the size cap (then refused)."""
-        lister = self.lister
-        declared = resp.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > lister.max_bytes:
-            raise lister.error(page, f"body of {declared} bytes is over the {lister.max_bytes}-byte cap")
-        deadline = time.monotonic() + lister.deadline_s
-        chunks: list[bytes] = []
-        size = 0
-        # read1 returns what one socket read gives: the deadline is checked at least once per
-        # read timeout, so the whole read lasts at most deadline_s + the read timeout. Decoded
-        # (requests asks for gzip): the cap counts what a gzip body inflates to.
-        while chunk := resp.raw.read1(CHUNK, decode_content=True):
-            size += len(chunk)
-            if size > lister.max_bytes:
-                raise lister.error(page, f"body is over the {lister.max_bytes}-byte cap")
-            if time.monotonic() > deadline:
-                raise lister.error(page, f"body not read within {lister.deadline_s:g} s")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     def page(self, number: int, bodies: list[bytes]) -> Page:
         page, self.count = Page(number, bodies, self.count), 0
@@ -164,7 +141,6 @@ class HttpLister:
 
     provider = ""
     min_interval_s = 0.2  # seconds between two calls: under the provider's rate limit
-    timeout = TIMEOUT_S
     deadline_s = DEADLINE_S
     max_bytes = MAX_BYTES
     max_pages = MAX_PAGES
@@ -182,8 +158,7 @@ class HttpLister:
         if since.tzinfo is None or until.tzinfo is None or since > until:
             raise ValueError("since and until must be timezone-aware, since not after until")
         since, until = since.astimezone(timezone.utc), until.astimezone(timezone.utc)
-        with requests.Session() as http:
-            yield from self._pages(Calls(self, http), since, until)
+        yield from self._pages(Calls(self, _client), since, until)
 
     def _pages(self, calls: Calls, since: datetime, until: datetime) -> Iterator[Page]:
         raise NotImplementedError
