@@ -181,3 +181,30 @@ def test_a_buyer_or_endpoint_url_in_the_deny_list_is_refused_at_put(api):
         f"{api.base}/v1/admin/event-endpoints/meta", json={"url": "http://[fe80::1]/hook"}, headers=api.admin
     )
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_endpoint"
+
+
+def test_a_provider_list_page_dripped_ends_the_listing_at_its_deadline_crediting_nothing():
+    """Reconciliation's calls go the same way: a page dripped a byte at a time is a failed
+    page (nothing of it credited, retried next run), not a job held for as long as it drips."""
+    from datetime import datetime, timedelta, timezone
+
+    from webhooks.payments.listing import ProviderError
+    from webhooks.payments.providers import Paystack
+
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{")
+        while not stop.wait(0.05):
+            conn.sendall(b" ")
+
+    lister = Paystack("http://127.0.0.1:1", "sk_test_x")
+    lister.deadline_s, lister.min_interval_s = 0.5, 0
+    now = datetime.now(timezone.utc)
+    with peer(drip) as (url, _sent):
+        lister.base = url.rsplit("/", 1)[0]
+        try:
+            with pytest.raises(ProviderError, match="no complete answer"):
+                list(lister.pages(now - timedelta(hours=1), now))
+        finally:
+            stop.set()
