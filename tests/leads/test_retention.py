@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 
 from webhooks import services
+from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads import ledger, settlement
 from webhooks.leads.publishers import PublisherRule
 from webhooks.leads.routing import Outcome
@@ -160,3 +161,21 @@ def test_erasing_an_unknown_or_ambiguous_lead_is_404_or_409_as_get(aged, api):
     ok = api.http.delete(url % "unsold-new", params={"publisher_id": "other"}, headers=api.admin)
     assert ok.status_code == 200
     assert _ledger()["unsold-new"][0] != ""  # surge's lead of that id is not touched
+
+
+def test_erasing_a_sold_lead_forgets_its_consumer_at_the_buyer(api, app, buyer_server, worker):
+    buyer_server.add("dd")
+    key = api.put_publisher("surge", commission_pct="10")
+    api.put_buyer("dd", buyer_server.url("dd"), dedupe={"fields": ["email", "phone"], "days": 30})
+    api.settle_config()
+    lead = {"email": "Ada@Example.com", "phone": "+15125550100", "state": "TX"}
+    assert api.post_lead(key, {"lead_id": "E1", **lead}).json()["status"] == "sold"
+    api.wait_settled("E1", "surge")
+    digests = consumer_keys("dd", ("email", "phone"), lead)
+    r = services.of(app).store.redis
+    assert r.exists(*digests) == 2
+    assert api.post_lead(key, {"lead_id": "E2", **lead}).json()["status"] == "unsold"  # a duplicate
+    resp = api.http.delete(f"{api.base}/v1/admin/leads/E1/personal-data", headers=api.admin)
+    assert resp.status_code == 200
+    assert r.exists(*digests) == 0
+    assert api.post_lead(key, {"lead_id": "E3", **lead}).json()["status"] == "sold"  # forgotten

@@ -46,6 +46,7 @@ CONTRACT = {
     "GET /ops/rq",
     "GET /ops/rq/",
     "POST /v1/admin/leads/{lead_id}/return",
+    "DELETE /v1/admin/leads/{lead_id}/personal-data",
     "POST /v1/admin/buyers/{buyer_id}/preview",
     "GET /v1/admin/payment-events",
     "GET /v1/admin/event-endpoints",

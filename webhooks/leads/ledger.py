@@ -13,13 +13,16 @@ from typing import cast
 
 import peewee as pw
 
+from webhooks.caps.dedupe import consumer_keys
 from webhooks.events import outbox
+from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.delivery import UNKNOWN
 from webhooks.leads.reports import count_settled
 from webhooks.storage import audit, keys
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
-from webhooks.storage.models import Lead, LeadAttempt, Publisher, utcnow
+from webhooks.storage.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
+from webhooks.storage.redis import Store
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
 log = logging.getLogger(__name__)
@@ -302,3 +305,23 @@ def purge_bodies(
             if progress is not None:
                 progress(g.name, n, mark)
     return emptied
+
+
+def forget_consumer(store: Store, lead: Lead) -> int:
+    """Delete the dedupe keys the sale of `lead` set at its buyer (digests of the consumer's
+    e-mail or phone), while they still name that sale: its lease, or "ledger" when rebuilt
+    from it. Read `lead` before its body is erased; how many keys went."""
+    if lead.buyer_id is None or lead.status not in LONG_KEPT:
+        return 0
+    row = Buyer.get_or_none(Buyer.id == lead.buyer_id)
+    try:
+        fields = json.loads(lead.payload)
+    except ValueError:
+        return 0
+    if row is None or not isinstance(fields, dict):
+        return 0
+    rule = BuyerRule.from_row(row)
+    gone = 0
+    for key in consumer_keys(rule.id, rule.dedupe_fields, fields):
+        gone += store.release_claim(key, lead.lease_id or "ledger") or store.release_claim(key, "ledger")
+    return gone

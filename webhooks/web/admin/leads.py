@@ -12,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.leads import reports, returns
-from webhooks.leads.ledger import erase_personal_data, lead_record
+from webhooks.leads.ledger import erase_personal_data, forget_consumer, lead_record
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
@@ -33,11 +33,14 @@ def get_lead(lead_id: str) -> ResponseReturnValue:
 
 @bp.delete("/leads/<id:lead_id>/personal-data")
 def erase_lead_personal_data(lead_id: str) -> ResponseReturnValue:
-    """Erase a settled lead's body (API.md "Data kept per lead is bounded"): 200 with its
-    record, whose sale, price and payout stay; 404 / 409 ambiguous_lead_id as GET."""
+    """Erase a settled lead's body and its consumer's dedupe digests (API.md "Data kept per lead
+    is bounded"): 200 with its record, whose sale, price and payout stay; 404 / 409
+    ambiguous_lead_id as GET."""
     lead = returns.find(lead_id, _publisher_id())
+    svc = services.current()
     record = erase_personal_data(lead)
-    services.current().journal.forget_body((lead.publisher_id, lead.lead_id))  # this process's copy
+    svc.journal.forget_body((lead.publisher_id, lead.lead_id))  # this process's copy
+    forget_consumer(svc.store, lead)  # its dedupe digests at the buyer
     return jsonify(record)
 
 
