@@ -114,6 +114,21 @@ def test_buyers_import_validates_everything_first_and_export_reads_back(env, tmp
     assert "(0 new)" in ok(env, "buyers", "import", str(out)).stdout  # an export imports back as is
 
 
+def test_buyers_export_imports_back_keeping_the_secrets_it_shows_redacted(env, tmp_path):
+    secret_url = "http://127.0.0.1:9100/acme?api_key=sk_live_cli_secret_1"
+    delivery = {"headers": {"X-Key": "abcd", "X-Api-Key": "sk_live_cli_header_secret"}}
+    ok(env, "buyers", "import", write(tmp_path, "b.json", [{**ZEN, "endpoint_url": secret_url, "delivery": delivery}]))
+    exported = ok(env, "buyers", "export").stdout
+    assert "sk_live_cli" not in exported and "abcd" not in exported  # shown as GET shows them
+    assert "(0 new)" in ok(env, "buyers", "import", write(tmp_path, "e.json", exported)).stdout
+    with db.connection_context():
+        row = Buyer.get_by_id("zen")
+    assert row.endpoint_url == secret_url and json.loads(row.delivery)["headers"] == delivery["headers"]
+    assert "endpoint_url: holds <redacted>" in fails(
+        env, "buyers", "import", write(tmp_path, "new.json", [{**json.loads(exported)[0], "id": "zen-2"}])
+    )
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

@@ -268,15 +268,21 @@ def export_buyers(output: Any) -> None:
     "import",
     help="Create or replace the buyers of FILE (a JSON list as `buyers "
     'export` writes; each needs an "id"). Every buyer is validated '
-    "as the admin API does first; nothing is saved if one is invalid.",
+    "as the admin API does first; nothing is saved if one is invalid. "
+    "Secrets an export shows redacted (header values, secret URL query values) "
+    "keep those of the buyer of the same id here; for a new buyer, give them in full.",
 )
 @click.argument("file", type=click.File("r"))
 def import_buyers(file: Any) -> None:
     from webhooks.caps import leases
     from webhooks.leads import buyers
     from webhooks.leads.catalog import bump_version
+    from webhooks.storage.models import Buyer
 
-    saved = _import(_read_entries(file, "buyers"), "buyers", buyers.parse, buyers.save)
+    def parse(entry: dict) -> dict:  # as a PUT does: the redacted form keeps the stored secret
+        return buyers.parse(entry, Buyer.get_or_none(Buyer.id == entry["id"]))
+
+    saved = _import(_read_entries(file, "buyers"), "buyers", parse, buyers.save)
     r = services.current().store.redis
     for row, created in saved:
         if created:
