@@ -231,7 +231,7 @@ class BuyerRule:
     delivery: integration.Delivery = integration.DEFAULT_DELIVERY
     ping: integration.Ping | None = None
     weight: int = 1
-    filter: Any = None  # compiled JMESPath on the normalised lead (jmespath's ParsedResult); None: none
+    filter: Any = None  # bounded JMESPath on the normalised lead (integration.compile_expression); None: none
 
     @classmethod
     def from_row(cls, row: Buyer) -> BuyerRule:
@@ -262,7 +262,7 @@ class BuyerRule:
             integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
             integration.compile_ping(json.loads(row.ping) if row.ping else None),
             row.weight,
-            None if row.lead_filter is None else integration.compile_expression(row.lead_filter, "filter"),
+            None if row.lead_filter is None else integration.load_expression(row.lead_filter),
         )
 
     def refusal(self, lead: dict, publisher_id: str, now: datetime) -> str | None:

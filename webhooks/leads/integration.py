@@ -11,6 +11,7 @@ yields an empty value rather than an error in the publisher's request.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -25,9 +26,12 @@ from urllib.parse import urlencode
 import jmespath
 import jmespath.exceptions
 from jinja2 import ChainableUndefined, TemplateError, Undefined, nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from webhooks.errors import ValidationError
+from webhooks.leads import bounded
+from webhooks.leads.bounded import ExpressionBudgetExceeded, ExpressionRefused
 from webhooks.logs import redact_secret
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,10 @@ class _Undefined(ChainableUndefined):
 # of output. Over either: RenderBudgetExceeded, and the lead is not sent to that buyer.
 RENDER_MAX_BYTES = 512 * 1024
 RENDER_MAX_S = 0.025
+# What the calls, filters, operators and `~` of one render may make in all (characters or
+# items), charged before a value is made when its arguments say how large it will be
+# (`'x'.center(10 ** 9)`), else as soon as it is made (a constant multiple of what it was given).
+RENDER_MAX_MADE = 4 * RENDER_MAX_BYTES
 _SEQ_LIMIT = 10_000  # batch/slice sizes (they pad to that many items)
 _INT_BITS = 100_000  # an integer a template computes (`9 ** 9 ** 9` would run for hours)
 # A printf width or precision of five digits or more, or taken from an argument (`%*s`).
@@ -88,6 +96,13 @@ class RenderBudgetExceeded(Exception):
 class _Budget:
     deadline: float
     left: int = RENDER_MAX_BYTES
+    made: int = RENDER_MAX_MADE
+
+    def make(self, size: int) -> None:
+        self.made -= size
+        if self.made < 0:
+            raise RenderBudgetExceeded(f"rendering would make more than {RENDER_MAX_MADE} characters or items")
+        self.tick()
 
     def tick(self) -> None:
         if time.perf_counter() > self.deadline:
@@ -123,6 +138,31 @@ def _check_size(size: int) -> None:
     budget = _BUDGET.get()
     if size > (budget.left if budget is not None else RENDER_MAX_BYTES):
         raise RenderBudgetExceeded(f"a value of {size} bytes or items is more than one render may make")
+    _make(size)
+
+
+def _make(size: int) -> None:
+    """Charge `size` to what this render may make (RENDER_MAX_MADE)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.make(size)
+    elif size > RENDER_MAX_MADE:
+        raise RenderBudgetExceeded(f"a value of {size} characters or items is more than one render may make")
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)) else 0
+
+
+class _CodeGenerator(CodeGenerator):
+    """Jinja's compiler, with `a ~ b` built by the environment's `bounded_concat`, inside the budget."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.bounded_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
 
 
 class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
@@ -130,7 +170,8 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
     operators that can multiply a value's size intercepted (which also stops Jinja folding
     `'x' * 10 ** 12` into a constant when it compiles)."""
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
+    code_generator_class = _CodeGenerator
 
     def getattr(self, obj, attribute):
         _tick()
@@ -142,7 +183,28 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
 
     def call(__self, __context, __obj, *args, **kwargs):  # the sandbox's own signature
         _tick()
-        return super().call(__context, __obj, *args, **kwargs)
+        if args and getattr(__obj, "__name__", "") == "join" and isinstance(getattr(__obj, "__self__", None), str):
+            args = (list(args[0]), *args[1:])  # measured before it is joined
+        size = bounded.str_method_size(__obj, args, kwargs)
+        if size is not None:
+            _make(size)
+        result = super().call(__context, __obj, *args, **kwargs)
+        if size is None:
+            _make(_length(result))
+        return result
+
+    def wrap_str_format(self, value):
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        template = value.__self__
+
+        def checked(*args, **kwargs):
+            mapping = args[0] if value.__name__ == "format_map" and args and isinstance(args[0], dict) else kwargs
+            _make(bounded.format_size(template, args if mapping is kwargs else (), mapping))
+            return wrapped(*args, **kwargs)
+
+        return checked
 
     def call_binop(self, context, operator, left, right):
         _tick()
@@ -150,9 +212,20 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
             _check_product(left, right)
         elif operator == "**":
             _check_power(left, right)
-        elif operator == "%" and isinstance(left, str) and _WIDE_FORMAT.search(left):
-            raise RenderBudgetExceeded("a format width or precision that large is not rendered")
+        elif operator == "%" and isinstance(left, str):
+            if _WIDE_FORMAT.search(left):
+                raise RenderBudgetExceeded("a format width or precision that large is not rendered")
+            values = right if isinstance(right, tuple) else (right,)
+            _make(len(left) + left.count("%") * max((len(str(v)) for v in values), default=0))
+        elif operator == "+":
+            _make(_length(left) + _length(right))
         return super().call_binop(context, operator, left, right)
+
+    def bounded_concat(self, parts: tuple) -> str:
+        """`a ~ b ~ ...`, charged before it is joined."""
+        strings = [str(p) for p in parts]
+        _make(sum(map(len, strings)))
+        return "".join(strings)
 
 
 def _check_product(left, right) -> None:
@@ -219,17 +292,31 @@ def _bounded_filters(filters: dict) -> dict:
 
     for name, wrapper in (("replace", replace), ("join", checked_join)):
         wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[union-attr]  # eval context first
-    kept = {k: v for k, v in original.items() if k not in _REFUSED_FILTERS}
+    kept = {k: _charged(v) for k, v in original.items() if k not in _REFUSED_FILTERS}
     kept.update(
         join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch, slice=slice_
     )
     return kept
 
 
+def _charged(f):
+    """A filter whose result is charged to the render's budget as soon as it is made."""
+
+    @functools.wraps(f)  # keeps jinja_pass_arg
+    def charged(*args, **kwargs):
+        result = f(*args, **kwargs)
+        _make(_length(result))
+        return result
+
+    return charged
+
+
 # Immutable: a template may not change the lead it is given (`lead.pop(...)`), which the routing
 # of the next buyers (their dedupe keys) still reads.
 ENV = _BudgetedEnvironment(undefined=_Undefined, autoescape=False)
 ENV.filters = _bounded_filters(ENV.filters)
+for _name in ("lipsum", "cycler", "joiner", "namespace"):  # no use in a field; lipsum(10 ** 5) is megabytes
+    ENV.globals.pop(_name, None)
 
 
 def _check_statements(source: str) -> None:
@@ -276,7 +363,7 @@ class _Field:
             if self.expr is None:
                 _check_statements(source)
             self.template = None if self.expr else ENV.from_string(source)
-        except TemplateError as exc:
+        except (TemplateError, SyntaxError, RecursionError) as exc:  # SyntaxError: 200 nested `+`, Python's limit
             raise ValidationError(CODE, where, f"is not a valid template: {exc}") from None
 
     def value(self, context: dict, native: bool) -> Any:
@@ -350,27 +437,34 @@ def _try_render(fields: list[_Field], where: str, native: bool) -> None:
             raise ValidationError(CODE, f"{where}.{f.name}", f"cannot be rendered: {exc}") from None
 
 
-def compile_expression(raw: Any, where: str) -> Any:
-    """A JMESPath expression (1 to 1024 characters) compiled; ValidationError when it is none."""
-    return _jmespath(raw, where)
+def compile_expression(raw: Any, where: str) -> bounded.Expression:
+    """A JMESPath expression within the bounds of bounded.compile_jmespath; ValidationError
+    naming `where` when it is none."""
+    try:
+        return bounded.compile_jmespath(raw)
+    except ExpressionRefused as exc:
+        raise ValidationError(CODE, where, str(exc)) from None
 
 
-def truthy(expression: Any, data: Any) -> bool:
+def load_expression(source: str) -> bounded.Expression:
+    """A stored expression compiled: one saved before the static bounds existed still loads
+    (its evaluation is bounded all the same)."""
+    try:
+        return bounded.compile_jmespath(source)
+    except ExpressionRefused:
+        return bounded.Expression(source=source, parsed=jmespath.compile(source).parsed)
+
+
+def truthy(expression: bounded.Expression, data: Any, what: str = "filter") -> bool:
     """Whether `expression` is truthy on `data`; False when it fails (a type error, a
-    function given the wrong kind of value, data nested too deep)."""
+    function given the wrong kind of value, data nested too deep, past its budget)."""
     try:
         return bool(expression.search(data))
+    except ExpressionBudgetExceeded as exc:
+        log.warning("%s %r is over its budget on this lead: %s", what, expression.source[:80], exc)
+        return False
     except (jmespath.exceptions.JMESPathError, RecursionError, TypeError, ValueError, OverflowError):
         return False
-
-
-def _jmespath(raw: Any, where: str):
-    if not isinstance(raw, str) or not raw or len(raw) > 1024:
-        raise ValidationError(CODE, where, "must be a JMESPath expression")
-    try:
-        return jmespath.compile(raw)
-    except jmespath.exceptions.JMESPathError as exc:
-        raise ValidationError(CODE, where, f"is not a valid JMESPath expression: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -381,8 +475,8 @@ class Delivery:
     format: str = "json"
     headers: tuple[tuple[str, str], ...] = ()
     fields: tuple[_Field, ...] | None = None  # None: the default contract body
-    accept: Any = None  # compiled JMESPath (None with accept_regex)
-    accept_regex: re.Pattern | None = None
+    accept: bounded.Expression | None = None  # None with accept_regex
+    accept_regex: Any = None  # compiled by RE2 (bounded.compile_regex)
 
     @property
     def content_type(self) -> str:
@@ -409,20 +503,26 @@ class Delivery:
         return body
 
     def accepted(self, content: bytes) -> bool | None:
-        """Whether a 2xx reply says yes; None when it cannot be read (an error)."""
+        """Whether a 2xx reply says yes; None when it cannot be read or judged within the
+        rule's budget (an error). The reply is at most 64 KiB (webhooks/outbound.py)."""
         if self.accept_regex is not None:
             return bool(self.accept_regex.search(content.decode("utf-8", "replace")))
+        if self.accept is None:  # a stored accept_regex RE2 cannot run (compile_delivery)
+            return None
         try:
             reply = json.loads(content)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         try:
             return bool(self.accept.search(reply))
-        except (jmespath.exceptions.JMESPathError, RecursionError):
+        except ExpressionBudgetExceeded as exc:
+            log.warning("accept %r is over its budget on a reply: %s", self.accept.source[:80], exc)
+            return None
+        except (jmespath.exceptions.JMESPathError, RecursionError, TypeError, ValueError, OverflowError):
             return False
 
 
-DEFAULT_DELIVERY = Delivery(accept=jmespath.compile(DEFAULT_ACCEPT))
+DEFAULT_DELIVERY = Delivery(accept=bounded.compile_jmespath(DEFAULT_ACCEPT))
 
 
 def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> dict | None:
@@ -462,16 +562,14 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
         raise ValidationError(CODE, "delivery.accept", "give accept or accept_regex, not both")
     if raw.get("accept_regex") is not None:
         pattern = raw["accept_regex"]
-        if not isinstance(pattern, str) or not pattern or len(pattern) > 1024:
-            raise ValidationError(CODE, "delivery.accept_regex", "must be a regular expression")
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValidationError(CODE, "delivery.accept_regex", f"is not a valid regular expression: {exc}") from None
+            bounded.compile_regex(pattern)
+        except ExpressionRefused as exc:
+            raise ValidationError(CODE, "delivery.accept_regex", str(exc)) from None
         out["accept_regex"] = pattern
     else:
         out["accept"] = raw.get("accept", DEFAULT_ACCEPT)
-        _jmespath(out["accept"], "delivery.accept")
+        compile_expression(out["accept"], "delivery.accept")
     return out
 
 
@@ -482,15 +580,22 @@ def compile_delivery(stored: dict | None) -> Delivery:
     fields = None
     if stored.get("fields") is not None:
         fields = tuple(_compile_fields(stored["fields"], "delivery.fields"))
-    regex = re.compile(stored["accept_regex"]) if stored.get("accept_regex") else None
-    return Delivery(
-        stored["method"],
-        stored["format"],
-        tuple(stored.get("headers", {}).items()),
-        fields,
-        None if regex else jmespath.compile(stored.get("accept", DEFAULT_ACCEPT)),
-        regex,
-    )
+    if stored.get("accept_regex"):
+        accept, regex = None, _load_regex(stored["accept_regex"])
+    else:
+        accept, regex = load_expression(stored.get("accept", DEFAULT_ACCEPT)), None
+    return Delivery(stored["method"], stored["format"], tuple(stored.get("headers", {}).items()), fields, accept, regex)
+
+
+def _load_regex(pattern: str) -> Any:
+    """A stored accept_regex compiled by RE2. One saved before RE2 ran them that RE2 cannot
+    compile (a backreference) is never run by a backtracking engine: every 2xx is an error
+    until the buyer is saved again."""
+    try:
+        return bounded.compile_regex(pattern)
+    except ExpressionRefused as exc:
+        log.error("stored accept_regex %r cannot be run in linear time: %s", pattern[:80], exc)
+        return None
 
 
 def shown_delivery(stored: dict | None) -> dict | None:
@@ -506,7 +611,7 @@ class Ping:
 
     url: str
     fields: tuple[_Field, ...]
-    bid: Any  # compiled JMESPath
+    bid: bounded.Expression
     min_bid: Decimal
 
     def body(self, context: dict) -> bytes:
@@ -522,7 +627,10 @@ class Ping:
         try:
             reply = json.loads(content)
             found = self.bid.search(reply)
-        except (ValueError, UnicodeDecodeError, RecursionError, jmespath.exceptions.JMESPathError):
+        except ExpressionBudgetExceeded as exc:
+            log.warning("ping.bid %r is over its budget on a reply: %s", self.bid.source[:80], exc)
+            return None, None
+        except (ValueError, UnicodeDecodeError, RecursionError, TypeError, jmespath.exceptions.JMESPathError):
             return None, None
         if isinstance(found, bool) or not isinstance(found, (int, float, str)):
             return None, reply
@@ -547,7 +655,7 @@ def parse_ping(raw: Any, parse_url, parse_money) -> dict | None:
     fields = raw.get("fields") or {}
     if fields:
         _try_render(_compile_fields(fields, "ping.fields"), "ping.fields", True)
-    _jmespath(raw["bid"], "ping.bid")
+    compile_expression(raw["bid"], "ping.bid")
     min_bid = parse_money("ping.min_bid", raw.get("min_bid", "0.00"))
     return {"url": url, "fields": fields, "bid": raw["bid"], "min_bid": f"{min_bid:.2f}"}
 
@@ -556,4 +664,4 @@ def compile_ping(stored: dict | None) -> Ping | None:
     if stored is None:
         return None
     fields = tuple(_compile_fields(stored["fields"], "ping.fields")) if stored.get("fields") else ()
-    return Ping(stored["url"], fields, jmespath.compile(stored["bid"]), Decimal(stored["min_bid"]))
+    return Ping(stored["url"], fields, load_expression(stored["bid"]), Decimal(stored["min_bid"]))
