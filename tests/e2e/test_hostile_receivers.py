@@ -169,6 +169,8 @@ def test_a_dripping_and_a_flooding_receiver_delay_no_settlement_and_no_other_end
         assert all(a["status_code"] == 200 and a["error"] is None for a in attempts("flooding"))
         # Floodgate read 64 KiB of each 600 MB reply and hung up: the socket buffers hold the rest.
         assert flooding.sent < flooding.requests * 16 * 1024 * 1024
-        assert events.alive() and peak_rss_mb(events.pid) < 400
+        peak = peak_rss_mb(events.pid)
+        print(f"events worker: peak RSS {peak:.0f} MB after {flooding.requests} flooded replies")
+        assert events.alive() and peak < 400
         api.http.close()
     healthy.close()
