@@ -106,3 +106,17 @@ def test_a_secret_in_an_event_endpoint_url_is_redacted_by_get_and_kept_when_sent
     assert _put(api, "/v1/admin/event-endpoints/app", sent_back).status_code == 200
     with db.connection_context():
         assert EventEndpoint.get_by_id("app").url == url
+
+
+def test_the_managed_endpoint_with_a_secret_in_its_url_can_still_be_paused(api):
+    from webhooks.events import endpoints
+
+    url = "https://app.example/hooks?token=tok_managed_secret_11"
+    with db.connection_context():
+        endpoints.sync_managed(url, ("whsec_" + "A" * 32,))
+    path = f"/v1/admin/event-endpoints/{endpoints.MANAGED_ID}"
+    shown = _get_back(api, path)
+    assert shown["url"] == "https://app.example/hooks?token=<redacted>"
+    assert _put(api, path, {**shown, "enabled": False}).status_code == 200  # GET's form sent back
+    assert _put(api, path, {"url": url, "enabled": True}).status_code == 200  # or the URL in full
+    assert _put(api, path, {"url": "https://elsewhere.example/"}).status_code == 409

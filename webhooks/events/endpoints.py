@@ -204,8 +204,8 @@ def _save_managed(body: Any) -> EventEndpoint:
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ())
     shown = to_json(stored)
     for name in ("url", "types", "publisher_id", "secret"):
-        if name in body and body[name] != shown[name]:
-            _refuse_managed(MANAGED_ID)
+        if name in body and body[name] != shown[name] and not (name == "url" and body[name] == stored.url):
+            _refuse_managed(MANAGED_ID)  # (its url, as GET shows it or in full, is not a change)
     if "enabled" in body:
         return set_enabled(MANAGED_ID, v.boolean(CODE, "enabled", body["enabled"]))
     return stored
