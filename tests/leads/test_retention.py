@@ -179,3 +179,21 @@ def test_erasing_a_sold_lead_forgets_its_consumer_at_the_buyer(api, app, buyer_s
     assert resp.status_code == 200
     assert r.exists(*digests) == 0
     assert api.post_lead(key, {"lead_id": "E3", **lead}).json()["status"] == "sold"  # forgotten
+
+
+def test_the_purge_is_an_hourly_job_that_a_redis_outage_ends_quietly(aged, app, monkeypatch):
+    from testkit.servers import free_port
+    from webhooks.storage.redis import make_store
+    from workers import retention
+    from workers.context import Backends
+    from workers.schedule import PERIODIC
+
+    assert "workers.retention.purge_bodies" in {d["func"] for d in PERIODIC}
+    cfg = services.of(app).config
+    down = make_store(f"redis://127.0.0.1:{free_port()}/0", 2)
+    monkeypatch.setattr(retention, "backends", lambda: Backends(cfg, down, down))
+    assert retention.purge_bodies() == {}  # no exception for RQ (whose failure handling needs Redis)
+    assert _ledger()["unsold-old"][0] != ""  # left for the next run
+    up = services.of(app).settle
+    monkeypatch.setattr(retention, "backends", lambda: Backends(cfg, up, up))
+    assert retention.purge_bodies() == {"unsold": 3, "sold": 2}
