@@ -11,7 +11,7 @@ import sys
 from webhooks import metrics
 from webhooks.config import load as load_config  # `config` would be read as a gunicorn setting
 from webhooks.errors import ConfigError
-from webhooks.web import gunicorn_errors
+from webhooks.web import gunicorn_errors, server
 
 try:
     cfg = load_config()
@@ -22,9 +22,21 @@ metrics.init(cfg)  # in the master: the forked workers inherit the samples folde
 gunicorn_errors.install()  # the requests gunicorn refuses itself get JSON errors too
 
 bind = f"0.0.0.0:{cfg.port}"
-worker_class = "gevent"
+# gevent's worker, reading each request's headers and body within REQUEST_READ_TIMEOUT_MS.
+worker_class = server.DeadlineWorker.with_limits(
+    read_timeout_ms=cfg.request_read_timeout_ms, max_body_bytes=cfg.max_body_bytes
+)
 workers = cfg.web_concurrency
-worker_connections = cfg.worker_connections
+# Every connection is a descriptor: the soft open-files limit goes up to the hard one, and what
+# a worker also keeps open (Redis and database pools, buyer sockets, logs) is set aside.
+_open_files = server.raise_open_files_limit()
+_spare_files = cfg.redis_max_connections + cfg.db_pool_size + 256
+worker_connections = min(cfg.worker_connections, _open_files - _spare_files)
+if worker_connections < cfg.worker_connections:
+    sys.stderr.write(
+        f"floodgate: WORKER_CONNECTIONS {cfg.worker_connections} lowered to {worker_connections}: "
+        f"the open-files limit is {_open_files} (raise its hard limit, ulimit -Hn)\n"
+    )
 timeout = 30
 # On SIGTERM (a deploy) a worker stops accepting and lets the leads in flight finish: longer
 # than the longest routing of one lead, so no lead is cut between a buyer's yes and its answer.

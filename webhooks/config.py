@@ -43,7 +43,7 @@ class Config:
     admin_token: str = ""
     port: int = 8000  # web: gunicorn binds 0.0.0.0:PORT
     web_concurrency: int = 2  # gunicorn worker processes
-    worker_connections: int = 1000  # greenlets per gunicorn worker
+    worker_connections: int = 5000  # connections (greenlets) per gunicorn worker: docs/operations.md
     access_log: str = ""  # gunicorn access log file ('-': stdout); empty: none
     log_level: str = "info"
     metrics_dir: str = DEFAULT_METRICS_DIR  # PROMETHEUS_MULTIPROC_DIR, shared by every process

@@ -1,0 +1,146 @@
+"""Slow clients against the real gunicorn (API.md "Inbound connections are bounded"): 2,200
+connections trickling bodies leave /healthz and a publisher's lead answered, and a request
+whose headers or body trickle past REQUEST_READ_TIMEOUT_MS is closed unanswered, while a lead
+that waits on its buyer, or a keep-alive connection idle between requests, is not."""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import time
+
+import pytest
+import requests
+
+from testkit.payments import child_pids
+from testkit.servers import WebServer, wait_until
+from testkit.slow_clients import SlowClients, raise_open_files, sockets_held, trickled
+from tests.conftest import Api
+
+pytestmark = pytest.mark.e2e  # gunicorn of its own, with its own settings
+
+SLOW = 2_200
+CLIENT_TIMEOUT_S = 5  # generous beside the contract's one second, shorter than a read deadline
+
+
+def worker_sockets(web: WebServer) -> int:
+    """Sockets the web workers hold: accepted connections, their pools, the listener."""
+    return sockets_held(child_pids(web.pid))
+
+
+def answered_lead(api: Api, key: str, lead_id: str) -> dict:
+    resp = requests.post(
+        f"{api.base}/v1/leads",
+        json={"lead_id": lead_id, "state": "TX", "email": f"{lead_id}@example.com"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=CLIENT_TIMEOUT_S,
+    )
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_two_thousand_slow_bodies_leave_healthz_and_a_lead_answered(base_env, tmp_path, buyer_server):
+    if raise_open_files(SLOW + 512) < SLOW + 512:
+        pytest.fail(f"this test needs {SLOW + 512} open files (ulimit -Hn)")
+    web = WebServer(base_env, tmp_path / "web.log", workers=2)  # the repo's defaults
+    api = Api(web.url)
+    try:
+        buyer_server.add("acme")
+        key = api.put_publisher("calm")
+        api.put_buyer("acme", buyer_server.url("acme"))
+        api.settle_config()
+        assert answered_lead(api, key, "warm")["status"] == "sold"
+        baseline = worker_sockets(web)
+        # Webhook bodies the view reads, and /healthz bodies nothing reads: one byte every 5 s.
+        attack = [trickled("/v1/webhooks/paystack")] * 10 + [trickled("/healthz")]
+        with SlowClients(web.port, attack, count=SLOW, interval_s=5) as slow:
+            wait_until(
+                lambda: worker_sockets(web) - baseline >= SLOW - 50,
+                timeout=60,
+                what=f"the web workers to hold the {SLOW} slow connections at once",
+            )
+            rounds = 0
+            # Clean requests until the read deadline has closed every slow connection once
+            # (they are opened again at once): before, during and after that wave.
+            ends = time.monotonic() + 90
+            while rounds < 3 or slow.closed_by_server < SLOW:
+                assert time.monotonic() < ends, f"the server closed {slow.closed_by_server} slow connections"
+                health = requests.get(web.url + "/healthz", timeout=CLIENT_TIMEOUT_S)
+                assert (health.status_code, health.json()) == (200, {"status": "ok"})
+                lead = answered_lead(api, key, f"calm-{rounds}")
+                assert (lead["status"], lead["buyer_id"]) == ("sold", "acme"), lead
+                rounds += 1
+                time.sleep(0.2)  # clean traffic at ~5 rounds a second
+            assert slow.error is None, slow.error
+            assert slow.open >= SLOW - 50  # the attacker kept its connections throughout
+    finally:
+        api.http.close()
+        web.stop()
+
+
+def send_slowly(sock: socket.socket, data: bytes, interval_s: float) -> bytes | None:
+    """Send `data` a byte at a time; None if the server closed the connection meanwhile,
+    else what the server answered once all of it was sent (b"" for a close)."""
+    for i in range(len(data)):
+        readable, _, _ = select.select([sock], [], [], interval_s)
+        if readable:
+            try:
+                got = sock.recv(65536)
+            except ConnectionError:
+                return None
+            return None if got == b"" else got
+        try:
+            sock.sendall(data[i : i + 1])
+        except (BrokenPipeError, ConnectionError):
+            return None
+    return read_answer(sock)
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    sock.settimeout(10)
+    try:
+        return sock.recv(65536)
+    except (ConnectionError, TimeoutError):
+        return b""
+
+
+def test_a_request_trickled_past_the_read_timeout_is_closed_but_a_slow_buyer_or_idle_keepalive_is_not(
+    base_env, tmp_path, buyer_server
+):
+    env = {**base_env, "REQUEST_READ_TIMEOUT_MS": "1000", "BUYER_TIMEOUT_MS": "4000"}
+    web = WebServer(env, tmp_path / "web.log", workers=1)
+    api = Api(web.url)
+    try:
+        # Headers, then a body, each taking ~4 s (under gunicorn's 5 s keep-alive) at 0.1 s a byte.
+        for head, slowly in (
+            (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"X-Pad: " + b"a" * 33 + b"\r\n\r\n"),
+            (b"POST /v1/webhooks/paystack HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40\r\n\r\n", b"b" * 40),
+        ):
+            with socket.create_connection(("127.0.0.1", web.port)) as sock:
+                sock.sendall(head)
+                got = send_slowly(sock, slowly, 0.1)
+                assert not got, f"answered after {head!r}: {got!r}"
+
+        # A lead whose buyer answers after 1.5 s: the app's time is not the client's.
+        buyer_server.add("acme", delay=1.5)
+        key = api.put_publisher("calm")
+        api.put_buyer("acme", buyer_server.url("acme"))
+        api.settle_config()
+        assert answered_lead(api, key, "slow-buyer")["status"] == "sold"
+
+        # A keep-alive connection idle past the budget between two requests: both answered.
+        conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=CLIENT_TIMEOUT_S)
+        try:
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().read() == b'{"status":"ok"}\n'
+            first = conn.sock
+            time.sleep(1.5)  # the scenario: idle past the 1 s budget, under keepalive's 5 s
+            conn.request("GET", "/healthz")
+            assert conn.getresponse().read() == b'{"status":"ok"}\n'
+            assert conn.sock is first  # one connection: the second request was not a reconnect
+        finally:
+            conn.close()
+    finally:
+        api.http.close()
+        web.stop()

@@ -1,0 +1,157 @@
+"""The `web` process's gunicorn worker: gevent's, with a total read deadline per request
+(REQUEST_READ_TIMEOUT_MS, API.md "Inbound connections are bounded"), and the open-files limit
+its connections need. docs/operations.md says what each costs and what to put in front."""
+
+from __future__ import annotations
+
+import io
+import resource
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import gevent
+from gunicorn.http.body import Body
+from gunicorn.http.errors import ParseException
+from gunicorn.workers.ggevent import GeventWorker
+
+# The most of an unread request body (a 405 or 413 answered before the view read it) that is
+# read and thrown away to keep the connection; past it the connection is closed (gunicorn's own
+# figure, http/parser.py _DRAIN_MAX_BYTES).
+DRAIN_MAX_BYTES = 64 * 1024
+
+T = TypeVar("T")
+
+
+class ReadTimedOut(BaseException):
+    """The client took longer than its read budget. A BaseException, as gevent.Timeout is:
+    Flask's and Werkzeug's `except Exception` must not answer a request that is still
+    arriving; it unwinds to the worker, which closes the connection."""
+
+
+class DeadlineSocket:
+    """A client connection whose reads share one budget per request. gunicorn's own timeouts
+    are per read (a byte every few seconds passes them all); here the time a request's reads
+    wait on the client is summed, and when it passes `budget_s` the read raises ReadTimedOut.
+    Only waiting counts, never the app's work between its reads of the body (a lead waits on
+    buyers after reading its body). The first request's budget runs from accept; between
+    requests (`request_done`) the wait for the next one's first byte is gunicorn's keepalive,
+    and the budget starts again with that byte. Everything else is the socket's own."""
+
+    def __init__(self, sock: socket.socket, budget_s: float) -> None:
+        self._sock = sock
+        self.budget_s = budget_s
+        self.left: float | None = budget_s  # None: between requests
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        return self._timed(lambda: self._sock.recv(size, *flags))
+
+    def recv_into(self, buffer: Any, *args: int) -> int:
+        return self._timed(lambda: self._sock.recv_into(buffer, *args))
+
+    def request_done(self) -> None:
+        self.left = None
+
+    def _timed(self, read: Callable[[], T]) -> T:
+        if self.left is None:  # idle between requests: gunicorn's keepalive bounds this wait
+            got = read()
+            self.left = self.budget_s
+            return got
+        if self.left <= 0:
+            raise ReadTimedOut
+        started = time.monotonic()
+        try:
+            with gevent.Timeout(self.left, ReadTimedOut):
+                return read()
+        finally:
+            self.left -= time.monotonic() - started
+
+
+class DeadlineWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no types
+    """gunicorn's gevent worker, reading each request whole within `read_timeout_s` before
+    the app sees it (with_limits)."""
+
+    read_timeout_s = 10.0
+    max_body_bytes = 256 * 1024
+
+    @classmethod
+    def with_limits(cls, *, read_timeout_ms: int, max_body_bytes: int) -> type[DeadlineWorker]:
+        """The worker class gunicorn.conf.py names: REQUEST_READ_TIMEOUT_MS and the body cap."""
+        limits = {"read_timeout_s": read_timeout_ms / 1000, "max_body_bytes": max_body_bytes}
+        return type(cls.__name__, (cls,), limits)
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        super().handle(listener, DeadlineSocket(client, self.read_timeout_s), addr)
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
+        """Read the body (up to the cap) before the app runs, as a buffering proxy would: a
+        client that trickles it costs a greenlet and a descriptor, never a request in Flask,
+        and the app's own time never counts against the client. Then serve the request, and
+        read what is left of the body within the same budget before the next one."""
+        body = req.body
+        declared = next((v for name, v in req.headers if name == "CONTENT-LENGTH"), None)
+        if declared is None or int(declared) <= self.max_body_bytes:  # a longer one is 413 unread
+            if req._expected_100_continue:  # the client waits for it before sending the body
+                sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+                req._expected_100_continue = False  # gunicorn would send it again
+            req.body = Body(io.BytesIO(_read_upto(body, self.max_body_bytes + 1)))
+        kept = super().handle_request(listener_name, req, sock, addr)
+        if not _drained(body):
+            raise StopIteration  # gunicorn's way to close the connection after an answer
+        sock.request_done()
+        return bool(kept)
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        if isinstance(exc, ReadTimedOut):  # too slow: closed without an answer (API.md)
+            self.log.debug("closed a connection whose request took over %ss to arrive", self.read_timeout_s)
+            return
+        super().handle_error(req, client, addr, exc)
+
+
+def _read_upto(body: Any, limit: int) -> bytes:
+    """At most `limit` bytes of `body`, read 64 KiB at a time into one buffer (one copy of
+    the body held while the client sends it, not a list of pieces and their join)."""
+    buf = bytearray()
+    while len(buf) < limit:
+        piece = body.read(min(64 * 1024, limit - len(buf)))
+        if not piece:
+            break
+        buf += piece
+    return bytes(buf)
+
+
+def _drained(body: Any) -> bool:
+    """Read the rest of a request's `body`, at most DRAIN_MAX_BYTES: False when the connection
+    must close (more than that, or a body that cannot be read to its end)."""
+    if body is None:
+        return True
+    if body.failed:
+        return False
+    left = DRAIN_MAX_BYTES
+    try:
+        while left > 0:
+            data = body.read(min(8192, left))
+            if not data:
+                return True
+            left -= len(data)
+    except (ParseException, OSError):  # malformed chunks, or a client gone mid-body
+        return False
+    return not body.read(1)
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (the workers fork with it):
+    each connection is a descriptor, and a soft limit of 1024 would cap the connections
+    below worker_connections. Returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # an unlimited hard limit Linux refuses: keep the soft one
+            pass
+    return soft
