@@ -29,7 +29,7 @@ MAX_PIPES = 8
 # every value the first time a step returns it and again whenever a comparison or a function
 # walks it. A JSON lead of 256 KiB is well under MAX_UNITS: any honest expression stays far
 # from both bounds, and no expression can make or walk more than MAX_UNITS.
-MAX_STEPS = 10_000
+MAX_STEPS = 5_000
 MAX_UNITS = 2_000_000
 
 _PROJECTIONS = {"projection", "value_projection", "filter_projection", "flatten"}
