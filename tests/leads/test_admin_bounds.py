@@ -132,8 +132,14 @@ def test_evaluation_stops_at_its_step_and_unit_bounds():
     assert run.steps < 100  # stopped early: the size of a shared value is known without copying it
     value, run = _evaluate("join(s, [s, s, s, s, s, s, s, s][] | [@, @, @, @, @, @, @, @][])", lead)
     assert isinstance(value, str) and len(value) < bounded.MAX_UNITS  # 64 * 1000 + 63 * 1000
-    value, _ = _evaluate("join(s, [s,s,s,s,s,s,s,s]|[@,@,@,@,@,@,@,@][]|[@,@,@,@,@,@,@,@][]|[@,@,@,@][])", lead)
-    assert isinstance(value, bounded.ExpressionBudgetExceeded)  # 2,048 x 1,000 of separator alone
+    tracemalloc.start()
+    try:
+        value, run = _evaluate("join(s, w)", {"s": "x" * 2000, "w": ["a"] * 20_000})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(value, bounded.ExpressionBudgetExceeded) and run.units < 100_000  # a cheap call...
+    assert peak < 8 * MB, peak  # ...refused before it joins 20,000 x 2,000 characters of separator
 
 
 # A small JMESPath grammar whose combinations include every explosive shape: multiselects of
