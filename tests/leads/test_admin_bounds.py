@@ -226,6 +226,9 @@ def test_accept_regex_keeps_search_semantics_and_is_linear_on_a_hostile_reply():
         "{{ ('a' * 1000).replace('a', 'b' * 200000) }}",
         "{{ ('x' * 2000).join(['a'] * 100000) }}",
         "{{ ('%s' * 1000) % (('y' * 200000,) * 1000) }}",
+        "{{ [1, 2]|tojson(indent=100000000) }}",
+        "{{ (1).to_bytes(100000000, 'big') }}",
+        "{{ 'x'.encode().center(100000000) }}",
     ],
 )
 def test_template_string_methods_are_refused_at_put_before_they_allocate(template):

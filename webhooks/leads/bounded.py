@@ -217,25 +217,29 @@ _WIDTH_METHODS = {"center", "ljust", "rjust", "zfill"}
 
 
 def str_method_size(method: Any, args: tuple, kwargs: dict) -> int | None:
-    """An upper bound of the length of `method(*args, **kwargs)` when `method` is a str
-    method whose result an argument can make large; None for any other callable."""
+    """An upper bound of the length of `method(*args, **kwargs)` when `method` is a str (or
+    bytes) method whose result an argument can make large, or int.to_bytes; None for any
+    other callable."""
     owner = getattr(method, "__self__", None)
-    if not isinstance(owner, str):
-        return None
     name = getattr(method, "__name__", "")
+    if isinstance(owner, int) and name == "to_bytes":
+        return _int(args[0] if args else kwargs.get("length", 1))
+    if not isinstance(owner, (str, bytes, bytearray)):
+        return None
     n = len(owner)
     first = args[0] if args else None
     if name in _WIDTH_METHODS:
         return max(n, _int(first if args else kwargs.get("width")))
     if name == "expandtabs":
-        return n + owner.count("\t") * _int(first if args else kwargs.get("tabsize", 8))
-    if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
+        return n + tabs * _int(first if args else kwargs.get("tabsize", 8))
+    if name == "replace" and len(args) >= 2 and all(isinstance(a, type(owner)) for a in args[:2]):
         old, new = args[0], args[1]
-        hits = n + 1 if old == "" else owner.count(old)
+        hits = owner.count(old)  # n + 1 for an empty `old`: a `new` between every two
         count = _int(args[2] if len(args) > 2 else kwargs.get("count", -1), default=-1)
         return n + (hits if count < 0 else min(hits, count)) * max(0, len(new) - len(old))
     if name == "join" and isinstance(first, (list, tuple)):
-        return sum(len(x) if isinstance(x, str) else 0 for x in first) + n * max(0, len(first) - 1)
+        return sum(len(x) if isinstance(x, (str, bytes)) else 0 for x in first) + n * max(0, len(first) - 1)
     if name == "translate":
         longest = (
             max((len(v) for v in first.values() if isinstance(v, str)), default=1) if isinstance(first, dict) else 1

@@ -282,6 +282,11 @@ def _bounded_filters(filters: dict) -> dict:
             raise RenderBudgetExceeded("a format width or precision that large is not rendered")
         return original["format"](value, *args, **kwargs)
 
+    def tojson(eval_ctx, value, indent=None):
+        if isinstance(indent, (int, str)) and not isinstance(indent, bool) and _length_of(indent) > 16:
+            raise RenderBudgetExceeded("a JSON indent that large is not rendered")
+        return original["tojson"](eval_ctx, value, indent)
+
     def batch(value, linecount, fill_with=None):
         _check_count(linecount)
         return original["batch"](value, linecount, fill_with)
@@ -290,13 +295,18 @@ def _bounded_filters(filters: dict) -> dict:
         _check_count(slices)
         return original["slice"](value, slices, fill_with)
 
-    for name, wrapper in (("replace", replace), ("join", checked_join)):
+    for name, wrapper in (("replace", replace), ("join", checked_join), ("tojson", tojson)):
         wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[union-attr]  # eval context first
     kept = {k: _charged(v) for k, v in original.items() if k not in _REFUSED_FILTERS}
     kept.update(
         join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch, slice=slice_
     )
+    kept["tojson"] = _charged(tojson)
     return kept
+
+
+def _length_of(indent: int | str) -> int:
+    return indent if isinstance(indent, int) else len(indent)
 
 
 def _charged(f):
