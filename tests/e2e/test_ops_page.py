@@ -56,6 +56,7 @@ class Bars(HTMLParser):
         super().__init__()
         self.bars: dict[tuple[str, str], int] = {}
         self.breakers: list[str] = []
+        self.publisher_breakers: list[tuple[str, str]] = []  # (publisher, state), per buyer in order
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         a = dict(attrs)
@@ -63,6 +64,8 @@ class Bars(HTMLParser):
             self.bars[(a["data-buyer"], a["data-cap"])] = int(a["aria-valuenow"])
         if "data-breaker" in a:
             self.breakers.append(a["data-breaker"])
+        if "data-publisher-breaker" in a:
+            self.publisher_breakers.append((a["data-publisher-breaker"], a["data-state"]))
 
 
 def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(
@@ -77,7 +80,7 @@ def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(
     )
     api.put_buyer("flaky", buyer_server.url("flaky"), priority=1)
     api.settle_config()
-    for i in range(3):  # flaky fails three times (BREAKER_FAILURES=3): its circuit opens
+    for i in range(3):  # flaky fails pub's leads three times (BREAKER_FAILURES=3): its circuit for pub opens
         assert api.post_lead(key, {"lead_id": f"ops-{i}"}).json()["buyer_id"] == "acme"
     api.wait_settled("ops-2", "pub")
 
@@ -88,8 +91,10 @@ def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(
     page.feed(dump.stdout)
     assert page.bars == {("acme", "hourly"): 30, ("acme", "daily"): 3, ("acme", "daily_budget"): 15}
     assert not any(b[0] == "flaky" for b in page.bars)  # no caps: no bars
-    flaky, acme = page.breakers  # waterfall order; flaky's 1.5 s cool-down may be over already
-    assert acme == "closed" and flaky in ("open", "half_open")
+    flaky, acme = page.breakers  # waterfall order: each buyer's circuit for every publisher
+    assert acme == "closed" and flaky == "closed"
+    ((publisher, state),) = page.publisher_breakers  # flaky's 1.5 s cool-down may be over already
+    assert publisher == "pub" and state in ("open", "half_open")
     assert 'data-lead="ops-2"' in dump.stdout and "flaky: error" in dump.stdout
     assert ADMIN_TOKEN not in dump.stdout
 
