@@ -282,6 +282,11 @@ def _bounded_filters(filters: dict) -> dict:
             raise RenderBudgetExceeded("a format width or precision that large is not rendered")
         return original["format"](value, *args, **kwargs)
 
+    def sum_(environment, iterable, attribute=None, start=0):
+        if not isinstance(start, (int, float)) or isinstance(start, bool):  # lists: quadratic in C
+            raise RenderBudgetExceeded("sum adds numbers only")
+        return original["sum"](environment, iterable, attribute, start)
+
     def tojson(eval_ctx, value, indent=None):
         if isinstance(indent, (int, str)) and not isinstance(indent, bool) and _length_of(indent) > 16:
             raise RenderBudgetExceeded("a JSON indent that large is not rendered")
@@ -295,13 +300,13 @@ def _bounded_filters(filters: dict) -> dict:
         _check_count(slices)
         return original["slice"](value, slices, fill_with)
 
-    for name, wrapper in (("replace", replace), ("join", checked_join), ("tojson", tojson)):
+    for name, wrapper in (("replace", replace), ("join", checked_join), ("tojson", tojson), ("sum", sum_)):
         wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[union-attr]  # eval context first
     kept = {k: _charged(v) for k, v in original.items() if k not in _REFUSED_FILTERS}
     kept.update(
         join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch, slice=slice_
     )
-    kept["tojson"] = _charged(tojson)
+    kept.update(tojson=_charged(tojson), sum=_charged(sum_))
     return kept
 
 
