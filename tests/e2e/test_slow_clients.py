@@ -122,6 +122,17 @@ def test_a_request_trickled_past_the_read_timeout_is_closed_but_a_slow_buyer_or_
                 got = send_slowly(sock, slowly, 0.1)
                 assert not got, f"answered after {head!r}: {got!r}"
 
+        # A client that waits for `100 Continue` before its body (the worker reads bodies
+        # before the app, so it must send that itself): answered, not timed out.
+        with socket.create_connection(("127.0.0.1", web.port)) as sock:
+            sock.sendall(
+                b"POST /v1/webhooks/paystack HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            assert read_answer(sock) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(b"{}")
+            assert read_answer(sock).startswith(b"HTTP/1.1 401 ")
+
         # A lead whose buyer answers after 1.5 s: the app's time is not the client's.
         buyer_server.add("acme", delay=1.5)
         key = api.put_publisher("calm")

@@ -25,19 +25,19 @@ T = TypeVar("T")
 
 
 class ReadTimedOut(BaseException):
-    """The client took longer than its read budget. A BaseException, as gevent.Timeout is:
-    Flask's and Werkzeug's `except Exception` must not answer a request that is still
-    arriving; it unwinds to the worker, which closes the connection."""
+    """The client took longer than its read budget. A BaseException, as gevent.Timeout is, so
+    that no `except Exception` on its way (gunicorn's, an app's) answers a request that is
+    still arriving: it unwinds to the worker, which closes the connection."""
 
 
 class DeadlineSocket:
     """A client connection whose reads share one budget per request. gunicorn's own timeouts
     are per read (a byte every few seconds passes them all); here the time a request's reads
     wait on the client is summed, and when it passes `budget_s` the read raises ReadTimedOut.
-    Only waiting counts, never the app's work between its reads of the body (a lead waits on
-    buyers after reading its body). The first request's budget runs from accept; between
-    requests (`request_done`) the wait for the next one's first byte is gunicorn's keepalive,
-    and the budget starts again with that byte. Everything else is the socket's own."""
+    Only waiting counts, never work between reads. The first request's budget runs from
+    accept; between requests (`request_done`) the wait for the next one's first byte is
+    gunicorn's keepalive, and the budget starts again with that byte. Everything else is the
+    socket's own."""
 
     def __init__(self, sock: socket.socket, budget_s: float) -> None:
         self._sock = sock
