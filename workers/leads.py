@@ -10,7 +10,7 @@ from rq import get_current_job
 
 from webhooks.leads import recovery
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
-from webhooks.storage.redis import make_queue_redis
+from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
 from webhooks.storage.settle_queue import queue
 from workers.context import backends
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def sweep_abandoned(after_ms: int | None = None) -> dict:
     """Finish the abandoned leads (older than `after_ms`, default LEAD_ABANDONED_AFTER_MS);
     how many were sold, left unsold for review, and left for the next run. A database outage
-    ends the run quietly: the next one, a minute later, finds the same leads."""
+    or Redis outage ends the run quietly: the next one, a minute later, finds the same leads."""
     b = backends()
     job = get_current_job()
     q = queue(job.connection if job else make_queue_redis(b.cfg.queue_redis_url))
@@ -28,6 +28,9 @@ def sweep_abandoned(after_ms: int | None = None) -> dict:
         result = recovery.sweep_all(b.cfg, b.store, b.settle, q, after_ms)
     except UNAVAILABLE_ERRORS as exc:
         log.warning("database unavailable (%s): the abandoned-lead sweep runs again within a minute", exc)
+        return {"sold": 0, "unsold": 0, "left": 0}
+    except REDIS_DOWN as exc:
+        log.warning("Redis unavailable (%s): the abandoned-lead sweep runs again within a minute", exc)
         return {"sold": 0, "unsold": 0, "left": 0}
     finally:
         close_db()

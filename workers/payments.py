@@ -1,6 +1,7 @@
 """Provider reconciliation as a scheduled job (webhooks/payments/reconcile.py): every
 PROVIDER_RECONCILE_INTERVAL_S, the successful payments of each configured provider's last
-PROVIDER_RECONCILE_LOOKBACK_S that the ledger lacks are credited through the webhook's path."""
+PROVIDER_RECONCILE_LOOKBACK_S that the ledger lacks are credited through the webhook's path.
+A database or Redis outage ends a run quietly: the next one reads the window again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rq import get_current_job
 from webhooks.payments import providers, reconcile
 from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
-from webhooks.storage.redis import make_queue_redis
+from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
 from webhooks.storage.settle_queue import queue
 from workers.context import backends
 
@@ -19,8 +20,8 @@ log = logging.getLogger(__name__)
 
 
 def reconcile_providers() -> list[dict]:
-    """One run over every configured provider; a summary per provider. Through a database
-    outage the run ends quietly: the next one (an interval later) reads the window again."""
+    """One run over every configured provider; a summary per provider. Through a database or
+    Redis outage the run ends quietly: the next one (an interval later) reads the window again."""
     b = backends()
     job = get_current_job()
     q = queue(job.connection) if job else queue(make_queue_redis(b.cfg.queue_redis_url))
@@ -34,6 +35,9 @@ def reconcile_providers() -> list[dict]:
             done = reconcile.run(hooks, listers, since)
     except UNAVAILABLE_ERRORS as exc:
         log.warning("database unavailable (%s): provider reconciliation runs again next interval", exc)
+        return []
+    except REDIS_DOWN as exc:
+        log.warning("Redis unavailable (%s): provider reconciliation runs again next interval", exc)
         return []
     finally:
         close_db()

@@ -10,6 +10,7 @@ from rq import get_current_job
 from webhooks.caps.reconcile import reconcile_all as run
 from webhooks.leads.catalog import load_snapshot
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
+from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.settle_queue import JOB_TIMEOUT, queue
 from workers.context import backends
 
@@ -29,14 +30,21 @@ def reconcile_all() -> list[dict]:
         return run(b.store, b.settle.redis, load_snapshot(None).buyers)
     except UNAVAILABLE_ERRORS as exc:
         job = get_current_job()
-        if job is not None:  # the worker's own scheduler (--with-scheduler) runs it
-            queue(job.connection).enqueue_in(
-                timedelta(seconds=OUTAGE_RETRY_S),
-                "workers.reconcile.reconcile_all",
-                job_timeout=JOB_TIMEOUT,
-                description="reconcile caps (after an outage)",
-            )
+        try:
+            if job is not None:  # the worker's own scheduler (--with-scheduler) runs it
+                queue(job.connection).enqueue_in(
+                    timedelta(seconds=OUTAGE_RETRY_S),
+                    "workers.reconcile.reconcile_all",
+                    job_timeout=JOB_TIMEOUT,
+                    description="reconcile caps (after an outage)",
+                )
+        except REDIS_DOWN as redis_exc:
+            log.warning("Redis unavailable too (%s): reconciliation runs again at its next interval", redis_exc)
+            return []
         log.warning("database unavailable (%s): reconciliation runs again in %d s", exc, OUTAGE_RETRY_S)
+        return []
+    except REDIS_DOWN as exc:  # its next hourly run; a Redis that lost its counters rebuilds them first
+        log.warning("Redis unavailable (%s): reconciliation runs again at its next interval", exc)
         return []
     finally:
         close_db()

@@ -8,7 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
+import time
 from datetime import datetime, timezone
+from types import FrameType
 from typing import Any
 
 from redis import Redis
@@ -17,6 +20,7 @@ from rq_scheduler import Scheduler
 
 from webhooks import config, logs
 from webhooks.storage import keys
+from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.settle_queue import JOB_TIMEOUT, SETTLE
 
 log = logging.getLogger(__name__)
@@ -31,11 +35,11 @@ PERIODIC = [
         "interval": config.SWEEP_INTERVAL_MS // 1000,
         "description": "finish leads no retry came for",
     },
+    {"func": "workers.retention.purge_bodies", "interval": 3600, "description": "empty lead bodies past retention"},
 ]
 
 
 def periodic(cfg: config.Config) -> list[dict]:
-    {"func": "workers.retention.purge_bodies", "interval": 3600, "description": "empty lead bodies past retention"},
     """The periodic jobs under `cfg`: PERIODIC, and the provider reconciliation every
     PROVIDER_RECONCILE_INTERVAL_S (a changed interval is a changed definition: rescheduled)."""
     return PERIODIC + [
@@ -127,14 +131,57 @@ class _Scheduler(Scheduler):
             log.exception("requeueing abandoned jobs failed")
         return super().enqueue_jobs()
 
+    def run(self, burst: bool = False) -> None:
+        """rq-scheduler's loop, through Redis outages: a poll that meets one is skipped and the
+        next comes an interval later (rq-scheduler's own loop exits on the first error, and the
+        periodic jobs stopped with it). Only a signal ends it."""
+        self._install_signal_handlers()
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    self.poll(burst)
+                except REDIS_DOWN as exc:
+                    log.warning("Redis unavailable (%s): polling again in %s s", exc, self._interval)
+                if burst:
+                    return
+                time.sleep(max(0.0, self._interval - (time.monotonic() - started)))
+        finally:
+            try:
+                self.remove_lock()
+                self.register_death()
+            except REDIS_DOWN:
+                pass  # both keys expire by themselves
+
+    def poll(self, burst: bool = False) -> None:
+        """One round: enqueue the jobs that are due, unless another scheduler holds the lock."""
+        if not self.connection.exists(self.key):  # first poll, or Redis came back empty
+            self.register_birth()
+        self.heartbeat()
+        if not self.acquire_lock():
+            log.info("another scheduler holds the lock: skipping this poll")
+            return
+        try:
+            self.enqueue_jobs()
+            self.heartbeat()
+        finally:
+            self.remove_lock()
+
+    def _install_signal_handlers(self) -> None:
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("shutting down the scheduler")
+            raise SystemExit()  # run() gives back the lock, if Redis answers
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+
 
 def main() -> None:
     cfg = config.load()
     logs.configure(cfg.log_level)
     scheduler = _Scheduler(queue_name=SETTLE, connection=Redis.from_url(cfg.queue_redis_url), interval=5)
     scheduler.definitions = periodic(cfg)
-    register(scheduler, scheduler.definitions)
-    scheduler.run()
+    scheduler.run()  # its first poll schedules the periodic jobs
 
 
 if __name__ == "__main__":

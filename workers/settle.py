@@ -19,7 +19,7 @@ from webhooks.leads import ledger
 from webhooks.payments import gate
 from webhooks.storage import keys, outbox_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
-from webhooks.storage.redis import Store
+from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import Backlog
 from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
 from workers.context import backends
@@ -129,14 +129,20 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
 
 def sweep() -> int:
     """The scheduler's safety net (workers/schedule.py): `drain`, ending quietly through a
-    database outage instead of failing. A failed periodic job would stay in RQ's failed
-    registry (an operator's alarm) for an outage the system rides out: rq-scheduler runs this
-    job again, under the same id, within a minute, and that run takes back the batches held
-    now (lua/take_batch.lua). Drains enqueued on a push keep failing for RQ to retry them."""
+    database or Redis outage instead of failing. A failed periodic job would stay in RQ's
+    failed registry (an operator's alarm) for an outage the system rides out: rq-scheduler
+    runs this job again, under the same id, within a minute, and that run takes back the
+    batches held now (lua/take_batch.lua). Drains enqueued on a push keep failing for RQ to
+    retry them under their own id, the one that takes their held batch back (a drain that
+    ended quietly would leave it held for ever); the worker outlives a failure RQ cannot
+    record (workers/worker.py)."""
     try:
         return drain()
     except UNAVAILABLE_ERRORS as exc:
         log.warning("database unavailable (%s): the safety-net drain runs again within a minute", exc)
+        return 0
+    except REDIS_DOWN as exc:
+        log.warning("Redis unavailable (%s): the safety-net drain runs again within a minute", exc)
         return 0
 
 

@@ -1,0 +1,268 @@
+"""Every process of the Procfile outlives its dependencies (API.md "Nothing outside can stall or
+exhaust Floodgate"): web, worker, events worker and scheduler, each started from its own
+Procfile line, serve leads and payments while their redis-server goes away (long enough for
+every client's retries to give up) and comes back empty, or while their database link is cut
+and restored. No process exits, and what is sent once the dependency is back is served."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import requests
+
+from testkit.payments import balance, deliver, encode, payload
+from testkit.servers import ROOT, Proc, RedisServer, TcpProxy, WebServer, wait_until
+from tests.conftest import Api
+from workers import schedule
+
+pytestmark = pytest.mark.e2e  # processes of its own, a Redis killed and restarted empty
+
+PROCESSES = ("worker", "events", "scheduler")  # started from the Procfile, beside `web`
+AMOUNT = 100  # minor units per payment
+# What a process's log shows once it has met Redis being away (RQ's and redis-py's words, or ours)
+MET_REDIS_DOWN = ("ConnectionError", "Connection refused", "could not connect to Redis", "Redis unavailable")
+MET_DB_DOWN = ("OperationalError", "InterfaceError", "database unavailable")
+
+
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines if line.strip() and not line.startswith("#"))
+
+
+@dataclass
+class Stack:
+    redis: RedisServer
+    web: WebServer
+    procs: dict[str, Proc]
+    api: Api
+
+    def pids(self) -> dict[str, int | None]:
+        """Each process's pid while it runs (None once it exited)."""
+        every = {"web": self.web, **self.procs}
+        return {name: proc.pid if proc.alive() else None for name, proc in every.items()}
+
+    def logged_since(self, name: str, offset: int) -> str:
+        with open(self.procs[name].log, "rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode(errors="replace")
+
+    def log_sizes(self) -> dict[str, int]:
+        return {name: proc.log.stat().st_size for name, proc in self.procs.items()}
+
+
+@contextmanager
+def procfile_stack(base_env: dict, tmp_path: Path, database_url: str) -> Iterator[Stack]:
+    """gunicorn and the Procfile's worker, events and scheduler lines (run as a Procfile
+    platform runs them: by a shell, the venv's commands on PATH) on a private redis-server."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    env = {
+        **base_env,
+        "REDIS_URL": redis_server.url,
+        "RQ_REDIS_URL": redis_server.url,
+        "DATABASE_URL": database_url,
+        "DB_POOL_SIZE": "4",
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
+    web = WebServer(env, tmp_path / "web.log", workers=1)
+    lines = procfile()
+    procs = {
+        name: Proc(["bash", "-c", "exec " + lines[name]], env, tmp_path / f"{name}.log")
+        for name in PROCESSES
+        if name in lines
+    }
+    stack = Stack(redis_server, web, procs, Api(web.url))
+    try:
+        yield stack
+    finally:
+        stack.api.http.close()
+        for proc in procs.values():
+            proc.stop()
+        web.stop()
+        redis_server.kill()
+
+
+@pytest.fixture
+def db_proxy(database_url):
+    parts = urlparse(database_url)
+    if parts.scheme != "mysql":
+        pytest.skip("SQLite is a file in each process: it cannot go away for a while as a server can")
+    proxy = TcpProxy(parts.hostname, parts.port or 3306)
+    yield proxy
+    proxy.stop()
+
+
+class Traffic:
+    """Leads from a few publisher threads and payments from a provider thread, until stopped:
+    every answer kept with the moment it was sent."""
+
+    def __init__(self, api: Api, api_key: str, lead_threads: int = 3):
+        self.api, self.key = api, api_key
+        self.leads: list[tuple[str, int, float]] = []  # (lead_id, status code, sent at)
+        self.payments: list[tuple[str, int, float]] = []  # (reference, status code, sent at)
+        self._ids = itertools.count()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._send_leads) for _ in range(lead_threads)]
+        self._threads.append(threading.Thread(target=self._send_payments))
+        for t in self._threads:
+            t.start()
+
+    def _send_leads(self) -> None:
+        with requests.Session() as session:
+            while not self._stop.is_set():
+                lead_id, sent = f"lead-{next(self._ids)}", time.monotonic()
+                try:
+                    status = self.api.post_lead(self.key, {"lead_id": lead_id}, session=session).status_code
+                except requests.RequestException:
+                    status = 0
+                self.leads.append((lead_id, status, sent))
+
+    def _send_payments(self) -> None:
+        with requests.Session() as session:
+            while not self._stop.is_set():
+                self.payments.append(self.pay(f"pay-{next(self._ids)}", session))
+                time.sleep(0.05)
+
+    def pay(self, reference: str, session: requests.Session) -> tuple[str, int, float]:
+        raw, sent = encode(payload("paystack", reference, AMOUNT, "NGN", "ada@example.com")), time.monotonic()
+        try:
+            return reference, deliver(self.api.base, "paystack", raw, session=session).status_code, sent
+        except requests.RequestException:
+            return reference, 0, sent
+
+    def answered(self, status: int, after: float = 0.0) -> list[str]:
+        return [lead for lead, code, sent in self.leads if code == status and sent > after]
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def pay_until_recorded(self) -> int:
+        """As a provider: every payment not answered 200 is delivered again until it is; how many."""
+        with requests.Session() as session:
+            for reference, code, _sent in self.payments:
+                while code != 200:
+                    code = self.pay(reference, session)[1]
+        return len(self.payments)
+
+
+def start_traffic(stack: Stack, buyer_server) -> Traffic:
+    buyer_server.add("steady")
+    key = stack.api.put_publisher("steady-pub")
+    stack.api.put_buyer("steady", buyer_server.url("steady"))
+    stack.api.settle_config()
+    traffic = Traffic(stack.api, key)
+    wait_until(lambda: traffic.answered(200), timeout=30, what="leads answered")
+    stack.api.wait_settled(traffic.answered(200)[0], "steady-pub", timeout=30)
+    return traffic
+
+
+def settled(api: Api, lead_id: str) -> bool:
+    return api.get(f"/v1/admin/leads/{lead_id}", params={"publisher_id": "steady-pub"}).status_code == 200
+
+
+def periodic_job_finished(stack: Stack, func: str) -> bool:
+    """The periodic job of `func` ran to its end on the Redis as it is now."""
+    definition = next(d for d in schedule.PERIODIC if d["func"] == func)
+    with stack.redis.client() as client:
+        return client.hget(f"rq:job:{schedule.job_id(definition)}", "status") == "finished"
+
+
+def test_a_redis_restart_under_load_ends_no_process_and_work_resumes(base_env, database_url, tmp_path, buyer_server):
+    with procfile_stack(base_env, tmp_path, database_url) as stack:
+        traffic = start_traffic(stack, buyer_server)
+        before = stack.pids()
+        sizes = stack.log_sizes()
+        stack.redis.kill()
+        try:
+            # down long enough that every client met it: redis-py's retries (about 5 s) gave up
+            # in each process, the web answered 503
+            wait_until(lambda: traffic.answered(503), timeout=30, what="a 503 while Redis is away")
+            for name in stack.procs:
+                wait_until(
+                    lambda name=name: (
+                        not stack.procs[name].alive()
+                        or any(s in stack.logged_since(name, sizes[name]) for s in MET_REDIS_DOWN)
+                    ),
+                    timeout=60,
+                    what=f"the {name} meeting the outage",
+                )
+        finally:
+            stack.redis.start()  # empty: every key is gone, the ledger is not
+        back = time.monotonic()
+        try:
+            wait_until(lambda: traffic.answered(200, after=back), timeout=120, interval=0.2, what="leads after Redis")
+            wait_until(
+                lambda: any(settled(stack.api, lead) for lead in traffic.answered(200, after=back)[:20]),
+                timeout=60,
+                interval=0.3,
+                what="a lead sent after Redis came back settled",
+            )
+            wait_until(
+                lambda: any(code == 200 and sent > back for _ref, code, sent in traffic.payments),
+                timeout=60,
+                what="a payment credited after Redis came back",
+            )
+            for func in ("workers.settle.sweep", "workers.outbox.sweep"):
+                wait_until(lambda f=func: periodic_job_finished(stack, f), timeout=60, what=f"{func} run again")
+        finally:
+            traffic.stop()
+        assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
+        assert {code for _lead, code, _sent in traffic.leads} <= {200, 503}
+        paid = traffic.pay_until_recorded()
+        assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost
+
+
+def test_a_database_outage_under_load_ends_no_process_and_work_resumes(
+    base_env, database_url, db_proxy, tmp_path, buyer_server
+):
+    with procfile_stack(base_env, tmp_path, db_proxy.url_for(database_url)) as stack:
+        traffic = start_traffic(stack, buyer_server)
+        before = stack.pids()
+        sizes = stack.log_sizes()
+        db_proxy.stop()  # every connection dropped, new ones refused
+        try:
+            wait_until(
+                lambda: any(code == 503 for _ref, code, _sent in traffic.payments[-5:]),
+                timeout=30,
+                what="a payment answered 503 while the database is away",
+            )
+            wait_until(
+                lambda: (
+                    any(s in stack.logged_since("worker", sizes["worker"]) for s in MET_DB_DOWN)
+                    or not stack.procs["worker"].alive()
+                ),
+                timeout=60,
+                what="the worker meeting the outage",
+            )
+        finally:
+            db_proxy.start()
+        back = time.monotonic()
+        try:
+            wait_until(
+                lambda: any(code == 200 and sent > back for _ref, code, sent in traffic.payments),
+                timeout=60,
+                what="a payment credited after the database came back",
+            )
+            wait_until(
+                lambda: any(settled(stack.api, lead) for lead in traffic.answered(200, after=back)[:20]),
+                timeout=90,
+                interval=0.3,
+                what="a lead sent after the database came back settled",
+            )
+        finally:
+            traffic.stop()
+        assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
+        paid = traffic.pay_until_recorded()
+        assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost

@@ -1,0 +1,86 @@
+"""The RQ worker class of the Procfile's `worker` and `events` (`-w workers.worker.Worker`):
+RQ's SimpleWorker, kept alive through a Redis outage. RQ records a job's end in Redis and
+quits on any error its work loop meets outside the wait for a job ("found an unhandled
+exception, quitting..."): a Redis restart while a job ran ended the worker for good. Here a
+Redis error in that bookkeeping waits for Redis to answer again and carries on; the job's
+work is left for its next run (each job is safe to run twice). docs/operations.md."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from rq import Queue
+from rq.job import Job
+from rq.worker import SimpleWorker
+
+from webhooks.storage.redis import REDIS_DOWN
+
+log = logging.getLogger(__name__)
+
+WAIT_MAX_S = 5.0  # the longest pause between two pings of a Redis that does not answer
+
+
+class Worker(SimpleWorker):
+    """SimpleWorker that outlives a Redis outage (and revives its scheduler after one)."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        try:
+            super().execute_job(job, queue)
+        except REDIS_DOWN as exc:
+            # The job ran (or failed) but RQ could not record it: left in its started registry,
+            # it is handed back as abandoned once Redis is up (workers/schedule.py).
+            log.warning("Redis unavailable as job %s ended (%s): waiting for it", job.id, exc)
+            self._wait_for_redis()
+        self._revive_scheduler()
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        if pipeline is not None:  # queued on a pipeline: nothing is sent yet
+            super().heartbeat(timeout, pipeline)
+            return
+        try:
+            super().heartbeat(timeout)
+        except REDIS_DOWN as exc:
+            log.warning("Redis unavailable for the heartbeat (%s): waiting for it", exc)
+            self._wait_for_redis()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        try:
+            super().check_for_suspension(burst)
+        except REDIS_DOWN as exc:
+            log.warning("Redis unavailable (%s): waiting for it", exc)
+            self._wait_for_redis()
+
+    def run_maintenance_tasks(self) -> None:
+        try:
+            super().run_maintenance_tasks()
+        except REDIS_DOWN as exc:  # tried again at the next loop
+            log.warning("Redis unavailable for maintenance (%s)", exc)
+
+    def _wait_for_redis(self) -> None:
+        """Ping until Redis answers (or a stop is asked for), then register this worker again
+        if Redis came back empty, so that `rq info` and the dashboards see it."""
+        pause = 0.5
+        while not self._stop_requested:
+            try:
+                self.connection.ping()
+                if not self.connection.sismember(self.redis_workers_keys, self.key):
+                    self.connection.delete(self.key)  # a heartbeat's remains, if any
+                    self.register_birth()
+                log.info("Redis answers again: carrying on")
+                return
+            except REDIS_DOWN:
+                time.sleep(pause)
+                pause = min(pause * 2, WAIT_MAX_S)
+
+    def _revive_scheduler(self) -> None:
+        """RQ's scheduler (--with-scheduler, a child process: retries and delayed jobs) exits on
+        a Redis error and RQ starts it again only at its 10-minute maintenance: start it now."""
+        scheduler = self.scheduler
+        if scheduler is None or (scheduler._process is not None and scheduler._process.is_alive()):
+            return
+        try:
+            scheduler.acquire_locks(auto_start=True)
+        except REDIS_DOWN as exc:
+            log.warning("RQ's scheduler not restarted yet (%s)", exc)
