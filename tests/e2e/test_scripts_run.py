@@ -151,7 +151,7 @@ class Run:
         return self.log.read_text(errors="replace")
 
     def wait_up(self) -> dict[int, str]:
-        """Wait until the web answers and the worker, the scheduler (and the demo buyer) run;
+        """Wait until the web answers and the workers, the scheduler (and the demo buyer) run;
         the processes started by then, with their command lines."""
 
         def up():
@@ -166,7 +166,8 @@ class Run:
                 return None
             started = {pid: cmdline(pid) for pid in descendants(self.proc.pid)}
             commands = " | ".join(started.values())
-            return started if "rq worker" in commands and "workers.schedule" in commands else None
+            wanted = ("rq worker", "floodgate-events", "workers.schedule")  # the events worker too
+            return started if all(w in commands for w in wanted) else None
 
         return wait_until(up, timeout=START_TIMEOUT_S, what="scripts/run up")
 
@@ -283,9 +284,11 @@ def test_a_worker_that_quits_is_started_again_and_stopped_with_the_rest(start_ru
     before = run.wait_up()
 
     def rq_workers() -> set[int]:
-        """The worker processes the supervising loop started: not the scheduler each forks,
-        nor that fork once its worker is killed (then an orphan of PID 1's)."""
+        """The settlement worker processes the supervising loop started: not the events worker,
+        nor the scheduler each forks, nor that fork once its worker is killed (then an orphan
+        of PID 1's)."""
         found = {pid for pid in descendants(run.proc.pid) if "rq worker" in cmdline(pid)}
+        found = {pid for pid in found if cmdline(pid).split()[-1] == "floodgate"}
         return {pid for pid in found if (stat := _stat(pid)) and "scripts/run" in cmdline(stat[1])}
 
     (first,) = rq_workers()
@@ -295,3 +298,31 @@ def test_a_worker_that_quits_is_started_again_and_stopped_with_the_rest(start_ru
     os.kill(run.proc.pid, signal.SIGTERM)
     assert run.wait_stopped() == 128 + signal.SIGTERM
     assert_all_stopped(run, {**before, **dict.fromkeys(again, "rq worker")})
+
+
+def test_a_web_master_that_dies_is_started_again_and_stopped_with_the_rest(start_run):
+    """As a Procfile platform restarts a crashed dyno: the gunicorn master killed -9 (its
+    workers leave by themselves once their parent is gone), a new one answers."""
+    run = start_run(demo=False)
+    before = run.wait_up()
+
+    def masters() -> set[int]:
+        found = {pid for pid in descendants(run.proc.pid) if "gunicorn" in cmdline(pid)}
+        return {pid for pid in found if (stat := _stat(pid)) and "scripts/run" in cmdline(stat[1])}
+
+    (first,) = masters()
+    os.kill(first, signal.SIGKILL)
+
+    def answers_again() -> set[int] | None:
+        again = masters() - {first}
+        try:
+            ok = requests.get(f"http://127.0.0.1:{run.port}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return None
+        return again if again and ok else None
+
+    again = wait_until(answers_again, timeout=60, what="a new gunicorn master answering")
+    assert "==> gunicorn exited" in run.output()
+    os.kill(run.proc.pid, signal.SIGTERM)
+    assert run.wait_stopped() == 128 + signal.SIGTERM
+    assert_all_stopped(run, {**before, **dict.fromkeys(again, "gunicorn")})
