@@ -60,6 +60,6 @@ def test_a_stored_url_with_credentials_never_reaches_a_log_line(api, caplog):
     with caplog.at_level(logging.INFO):
         assert api.post_lead(key, {"lead_id": "l1"}).json()["attempts"][0]["outcome"] == "error"
     lines = [JsonFormatter().format(r) for r in caplog.records]
-    delivery = [json.loads(line) for line in lines if "delivery to" in line]
+    delivery = [json.loads(line) for line in lines if "call to" in line]  # webhooks/outbound.py
     assert delivery and "http://<redacted>@127.0.0.1" in delivery[0]["message"]
     assert not any("s3cret-pw" in line for line in lines)
