@@ -20,6 +20,7 @@ from rq_scheduler import Scheduler
 
 from webhooks import config, logs
 from webhooks.storage import keys
+from webhooks.storage.outbox_queue import EVENTS
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.settle_queue import JOB_TIMEOUT, SETTLE
 
@@ -96,18 +97,22 @@ def _give_back_held(connection: Redis, jid: str) -> int:
     return moved
 
 
-def requeue_abandoned(connection: Redis) -> list[str]:
-    """Run again (as its retries allow) every job of the settlement queue whose worker stopped
-    its heartbeat: killed -9, its machine gone. RQ does this too, but only in a worker's
-    maintenance pass (every 10 minutes), and a killed worker's batch of settlements waited
-    for it. The heartbeat lasts a minute and a half (RQ's job monitoring interval + 60 s; a
-    SimpleWorker does not renew it while a job runs, so every job here hands over to a fresh
-    one after 30 s), so a batch comes back that long after its worker died. Returns the ids
-    found abandoned."""
-    registry = StartedJobRegistry(SETTLE, connection=connection)
-    expired = registry.get_expired_job_ids()
+def requeue_abandoned(connection: Redis, queues: tuple[str, ...] = (SETTLE, EVENTS)) -> list[str]:
+    """Run again (as its retries allow) every job of the settlement and events queues whose
+    worker stopped its heartbeat: killed -9, its machine gone, or Redis away as the job ended
+    (workers/worker.py). RQ does this too, but only in a worker's maintenance pass (every 10
+    minutes), and a killed worker's batch of settlements waited for it. The heartbeat lasts a
+    minute and a half (RQ's job monitoring interval + 60 s; a SimpleWorker does not renew it
+    while a job runs, so every job here hands over to a fresh one after 30 s), so a batch
+    comes back that long after its worker died. Returns the ids found abandoned."""
+    expired: list[str] = []
+    for name in queues:
+        registry = StartedJobRegistry(name, connection=connection)
+        found = registry.get_expired_job_ids()
+        if found:
+            registry.cleanup()
+            expired += found
     if expired:
-        registry.cleanup()
         log.warning(
             "%d job(s) of a dead worker handed to RQ's abandoned-job handling (retried if they have retries left): %s",
             len(expired),

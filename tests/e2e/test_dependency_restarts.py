@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import sys
 import threading
 import time
@@ -18,11 +19,16 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import redis
 import requests
+from rq import Queue
+from rq.registry import StartedJobRegistry
 
 from testkit.payments import balance, deliver, encode, payload
 from testkit.servers import ROOT, Proc, RedisServer, TcpProxy, WebServer, wait_until
 from tests.conftest import Api
+from webhooks.storage.outbox_queue import EVENTS
+from webhooks.storage.settle_queue import RETRY
 from workers import schedule
 
 pytestmark = pytest.mark.e2e  # processes of its own, a Redis killed and restarted empty
@@ -266,3 +272,26 @@ def test_a_database_outage_under_load_ends_no_process_and_work_resumes(
         assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
         paid = traffic.pay_until_recorded()
         assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost
+
+
+def test_an_events_job_whose_worker_died_is_handed_back_by_the_scheduler(base_env, tmp_path):
+    """A drain left in the events queue's started registry (its worker killed -9, or Redis away
+    as it ended) is handed back by the scheduler's poll, as a settlement drain is."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    env = {**base_env, "REDIS_URL": redis_server.url, "RQ_REDIS_URL": redis_server.url}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    worker = Proc(["bash", "-c", "exec " + procfile()["events"]], env, tmp_path / "events.log")
+    try:
+        with redis.Redis.from_url(redis_server.url) as connection:
+            job = Queue(EVENTS, connection=connection).enqueue("time.sleep", 60, retry=RETRY)
+            started = StartedJobRegistry(EVENTS, connection=connection)
+            wait_until(lambda: started.get_job_ids(), timeout=30, what="the job to start")
+            worker.stop(sig=signal.SIGKILL)
+            # its heartbeat would run out a minute and a half later: aged here rather than waited for
+            connection.zadd(started.key, {m: time.time() - 1 for m in connection.zrange(started.key, 0, -1)})
+            assert schedule.requeue_abandoned(connection) == [job.id]
+            assert job.get_status(refresh=True) in ("queued", "scheduled")  # to run again
+    finally:
+        worker.stop(sig=signal.SIGKILL)
+        redis_server.kill()
