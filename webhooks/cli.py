@@ -523,8 +523,6 @@ def return_leads(file: Any) -> None:
         sys.exit(1)
 
 
-@click.command(
-    "demo-buyer",
 @leads_cli.command(
     "purge",
     help="Empty the bodies of leads kept past LEAD_BODY_RETENTION_DAYS (unsold and test leads) "
@@ -549,6 +547,8 @@ def purge_leads(chunk: int) -> None:
     click.echo(", ".join(f"{count} {group} lead bodies emptied" for group, count in emptied.items()))
 
 
+@click.command(
+    "demo-buyer",
     help="Run a buyer to try Floodgate with: it accepts every lead posted to "
     "http://HOST:PORT/<name> and bids on pings at /<name>/ping. Ctrl-C stops it.",
 )
