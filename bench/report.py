@@ -46,7 +46,7 @@ PARTS = [
         "soak",
         "6. Soak under faults",
         "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
-        "`bench/soak.py`); not part of `scripts/bench`, which takes minutes.",
+        "`soak/run.py`); not part of `scripts/bench`, which takes minutes.",
     ),
     (
         "integrations",

@@ -4,14 +4,14 @@ processes die, then check that nothing was lost, doubled or over a cap (issue 17
     scripts/soak [--minutes 10] [--lead-rate 150] [--payment-rate 60]
 
 The stack: a private redis-server; a throw-away MariaDB database reached through a TCP proxy
-(testkit/servers.TcpProxy, in a process of its own: bench/soak_dbproxy.py) that can cut it; gunicorn with 2 gevent workers (WEB_CONCURRENCY=2,
+(testkit/servers.TcpProxy, in a process of its own: soak/dbproxy.py) that can cut it; gunicorn with 2 gevent workers (WEB_CONCURRENCY=2,
 the Procfile's `web`); the RQ worker and the scheduler (`python -m workers.schedule`), each
 restarted 2 s after it dies by a small supervisor (as scripts/run does); four buyers and the
-payment-events receiver (bench/soak_buyers.py); and the traffic from a process of its own
-(bench/soak_traffic.py). On a schedule it injects, and logs the time of, six faults in turn:
+payment-events receiver (soak/buyers.py); and the traffic from a process of its own
+(soak/traffic.py). On a schedule it injects, and logs the time of, six faults in turn:
 kill -9 of a gunicorn worker, a buyer hanging for 30 s, kill -9 of the RQ worker, the database
 unreachable for 10 s, kill -9 of the scheduler, Redis restarted empty; one round per 10
-minutes of run. bench/soak_checks.py then checks the invariants and writes the report.
+minutes of run. soak/checks.py then checks the invariants and writes the report.
 
 Writes bench/out/soak-<N>m.{json,md,png} and bench/out/soak.{md,png} (the Soak part of
 bench/REPORT.md: `python -m bench.report --part soak`); logs of every process under
@@ -39,9 +39,9 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench import soak_checks
 from bench.common import machine_info, mysql_version, redis_version
-from bench.soak_checks import OUT
+from soak import checks as soak_checks
+from soak.checks import OUT
 from testkit.config import NO_PROVIDER_APIS, SECRETS
 from testkit.payments import child_pids, encode, signed_headers
 from testkit.servers import (
@@ -175,7 +175,7 @@ class Stack:
             [
                 venv_bin("python"),
                 "-m",
-                "bench.soak_dbproxy",
+                "soak.dbproxy",
                 a.hostname or "127.0.0.1",
                 str(a.port or 3306),
                 str(port_file),
@@ -217,7 +217,7 @@ class Stack:
             [
                 venv_bin("python"),
                 "-m",
-                "bench.soak_buyers",
+                "soak.buyers",
                 str(self.buyer_port),
                 str(run_dir / "buyers.jsonl"),
                 str(BUYER_TIMEOUT_MS),
@@ -649,12 +649,12 @@ def main() -> int:
         }
         (run_dir / "traffic.json").write_text(json.dumps(traffic_cfg))
         traffic = Proc(
-            [venv_bin("python"), "-m", "bench.soak_traffic", str(run_dir / "traffic.json")],
+            [venv_bin("python"), "-m", "soak.traffic", str(run_dir / "traffic.json")],
             stack.env,
             run_dir / "traffic.log",
         )
         es.callback(traffic.stop)
-        t0 = time.time() + 0.5  # the traffic's own start (bench/soak_traffic.py)
+        t0 = time.time() + 0.5  # the traffic's own start (soak/traffic.py)
         sampler = Sampler(stack, t0, {"traffic": traffic.pid})
         faults = Faults(stack, t0)
         plan = [] if args.no_faults else schedule(args.minutes, kinds)
@@ -717,7 +717,7 @@ def main() -> int:
             result = soak_checks.analyse(run_dir, meta, stack.db_url)
         except Exception:
             stack.keep_db = True
-            log(f"the analysis failed; database kept: bench/soak.py --reanalyse {run_dir.name} when fixed")
+            log(f"the analysis failed; database kept: soak/run.py --reanalyse {run_dir.name} when fixed")
             raise
     return report(result, name)
 

@@ -1,8 +1,8 @@
-"""The soak's traffic (bench/soak.py), from a process of its own: leads and payment deliveries
+"""The soak's traffic (soak/run.py), from a process of its own: leads and payment deliveries
 at fixed offered rates (open loop: a slow answer never slows the sending down), each retried
 as publishers and providers do, until it has an answer.
 
-    python -m bench.soak_traffic CONFIG_JSON
+    python -m soak.traffic CONFIG_JSON
 
 - Leads: `lead_rate` per second, states weighted TX/CA/NY/FL/OK. A 409 (in_flight), a 503, a
   5xx, a connection error or a time-out is retried with the same `lead_id`, with back-off

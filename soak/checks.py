@@ -1,6 +1,6 @@
-"""The soak's checks and report (bench/soak.py): the invariants, from the ledger (MariaDB),
-what the buyers' servers accepted (bench/soak_buyers.py) and every answer the clients got
-(bench/soak_traffic.py); latency, memory and errors over time; the plot."""
+"""The soak's checks and report (soak/run.py): the invariants, from the ledger (MariaDB),
+what the buyers' servers accepted (soak/buyers.py) and every answer the clients got
+(soak/traffic.py); latency, memory and errors over time; the plot."""
 
 from __future__ import annotations
 
@@ -874,7 +874,7 @@ def assemble() -> None:
         )
     main_stem, main = max(runs, key=lambda r: r[1]["meta"]["minutes"])
     text = [
-        "`scripts/soak --minutes N` (`bench/soak.py`): the Procfile stack — gunicorn with 2 gevent workers, "
+        "`scripts/soak --minutes N` (`soak/run.py`): the Procfile stack — gunicorn with 2 gevent workers, "
         "the RQ worker and the scheduler each restarted by a supervisor when they die — on a throw-away "
         "MariaDB database behind a TCP proxy and a private redis-server, under open-loop traffic from a "
         "process of its own (leads to 4 capped buyers, one flaky and one slow; payment deliveries from the "
@@ -901,7 +901,7 @@ def assemble() -> None:
         ),
         "",
     ]
-    notes = Path(__file__).resolve().parent / "soak_notes.md"  # the analysis of the runs, by hand
+    notes = Path(__file__).resolve().parent / "NOTES.md"  # the analysis of the runs, by hand
     if notes.exists():
         text += [notes.read_text().strip(), ""]
     text += [f"### The {main['meta']['minutes']:g}-minute run", "", render(main), ""]

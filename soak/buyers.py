@@ -1,6 +1,6 @@
-"""The buyers of the soak (bench/soak.py) and the receiver of payment events, in one process.
+"""The buyers of the soak (soak/run.py) and the receiver of payment events, in one process.
 
-    python -m bench.soak_buyers PORT LOG_PATH BUYER_TIMEOUT_MS
+    python -m soak.buyers PORT LOG_PATH BUYER_TIMEOUT_MS
 
 A bare keep-alive HTTP/1.1 server on gevent (as bench/buyer_server.py, for low CPU per lead):
 - `POST /<buyer>`: a buyer endpoint. `acme` and `steady` accept in 5-30 ms; `flaky` answers

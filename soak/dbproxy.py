@@ -1,9 +1,9 @@
-"""The soak's cut-able database link (bench/soak.py): testkit/servers.TcpProxy in a process of its
+"""The soak's cut-able database link (soak/run.py): testkit/servers.TcpProxy in a process of its
 own, so that forwarding every query of the stack does not compete with the orchestrator for
 one interpreter lock. SIGUSR1 cuts it (every connection dropped, new ones refused), SIGUSR2
 restores it on the same port.
 
-    python -m bench.soak_dbproxy TARGET_HOST TARGET_PORT PORT_FILE
+    python -m soak.dbproxy TARGET_HOST TARGET_PORT PORT_FILE
 """
 
 from __future__ import annotations
