@@ -1,5 +1,6 @@
 """Assemble bench/REPORT.md from the fragments the benchmarks wrote to bench/out/ (their own
-output: no figure here is typed by hand), with the machine's description and the date."""
+output: no figure here is typed by hand), with the machine's description and the date. Parts
+no longer measured are frozen in bench/history/, which the report's History section links."""
 
 from __future__ import annotations
 
@@ -15,11 +16,6 @@ from bench.common import OUT, machine_info
 REPORT = ROOT / "bench" / "REPORT.md"
 FIGURES = ROOT / "bench" / "figures"
 PARTS = [
-    (
-        "matrix",
-        "1. The concurrency matrix",
-        "The seed's chaos test for five ways to enforce a cap (`bench/matrix.py`).",
-    ),
     (
         "e2e",
         "2. The lead path end to end",
@@ -37,27 +33,10 @@ PARTS = [
         "One Redis against a 3-primary cluster, and failover (`bench/cluster_failover.py`).",
     ),
     (
-        "dedupe",
-        "5. Duplicate suppression",
-        "What the dedupe check adds to a cap reservation, and what a remembered consumer costs in Redis "
-        "(`bench/dedupe.py`).",
-    ),
-    (
         "soak",
         "6. Soak under faults",
         "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
         "`soak/run.py`); not part of `scripts/bench`, which takes minutes.",
-    ),
-    (
-        "integrations",
-        "7. Buyer integrations",
-        "CPU of a templated post against the default contract, and the ping fan-out's latency "
-        "(`bench/integrations.py`).",
-    ),
-    (
-        "perf",
-        "8. Lead path performance",
-        "The lead path after each performance lever, and what bounds it (`bench/e2e.py`, py-spy).",
     ),
     (
         "outbox",
@@ -81,14 +60,6 @@ PARTS = [
         "12. What bounds each path",
         "Where a web worker's CPU goes at 50 connections, by py-spy (`bench/profile.py`).",
     ),
-    # Parts 13-18 are run on their own (their commands are in their sections); a run of
-    # scripts/bench that does not measure them keeps their sections as they are.
-    ("rate_limit_cost", "13. The per-publisher rate limit: its cost per lead", ""),
-    ("parse_cost", "14. Linear parsing: CPU per KiB of hostile bodies", ""),
-    ("journal_memory", "15. What one publisher's large leads leave in a web worker", ""),
-    ("reconcile_cost", "16. Provider reconciliation: what a run costs per 1,000 payments", ""),
-    ("quality_cost", "17. Lead quality: what a publisher's field spec costs per lead", ""),
-    ("report_query", "18. The leads report at 6 million ledger rows", ""),
     (
         "event_fanout",
         "19. Event endpoints: deliveries per second and lag with 1, 10 and 100 endpoints",
@@ -244,6 +215,8 @@ def main() -> int:
         if png.exists():
             shutil.copy(png, FIGURES / png.name)
             out += [f"![{title}](figures/{png.name})", ""]
+    if "History" in kept:
+        out += ["## History", "", kept["History"], ""]
     REPORT.write_text("\n".join(out))
     print(f"wrote {REPORT}")
     return 0
