@@ -56,9 +56,9 @@ class Base:
         return worker
 
     def buyer_stub(self, es: ExitStack) -> tuple[Proc, str]:
-        """bench/buyer_server.py on a free port: its process and the URL of its buyer `acme`."""
+        """testkit/buyer_stub.py on a free port: its process and the URL of its buyer `acme`."""
         port = free_port()
-        stub = Proc([venv_bin("python"), "-m", "bench.buyer_server", str(port)], self.env, self.tmp / "buyer.log")
+        stub = Proc([venv_bin("python"), "-m", "testkit.buyer_stub", str(port)], self.env, self.tmp / "buyer.log")
         es.callback(stub.stop)
         return stub, f"http://127.0.0.1:{port}/acme"
 

@@ -2,7 +2,8 @@
 
     python -m soak.buyers PORT LOG_PATH BUYER_TIMEOUT_MS
 
-A bare keep-alive HTTP/1.1 server on gevent (as bench/buyer_server.py, for low CPU per lead):
+testkit/buyer_stub.py's server (a bare keep-alive HTTP/1.1 server on gevent, for low CPU per
+lead), with these routes:
 - `POST /<buyer>`: a buyer endpoint. `acme` and `steady` accept in 5-30 ms; `flaky` answers
   500 to 8% of new leads and rejects 4%; `slow` answers in 250-650 ms. A buyer that sees an
   `Idempotency-Key` again answers as it did the first time (API.md), and counts the lead once.
@@ -31,6 +32,8 @@ import time
 
 import gevent
 from gevent.server import StreamServer
+
+from testkit.buyer_stub import read_request, reply
 
 BUYERS = {
     # name: (delay range s, P(error 500), P(reject))
@@ -67,38 +70,6 @@ class State:
 
 
 STATE: State
-
-
-def reply(sock, status: int, body: bytes) -> None:
-    reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}.get(status, "OK")
-    sock.sendall(
-        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-        % (status, reason.encode(), len(body))
-        + body
-    )
-
-
-def read_request(sock, buf: bytes):
-    """(method, path, headers, body, rest of buf) of the next request, or None at EOF."""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return None
-        buf += chunk
-    head, _, buf = buf.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    method, path, _ = lines[0].decode("latin-1").split(" ", 2)
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-    length = int(headers.get("content-length", 0))
-    while len(buf) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return None
-        buf += chunk
-    return method, path, headers, buf[:length], buf[length:]
 
 
 def buyer_post(sock, name: str, headers: dict) -> bool:
