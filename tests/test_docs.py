@@ -93,3 +93,12 @@ def test_every_described_route_is_in_the_contract_or_its_extensions() -> None:
 def test_an_extension_is_not_also_in_the_contract() -> None:
     contract, extensions = contract_and_extensions()
     assert not contract & extensions
+
+
+def test_every_setting_has_a_row_in_docs_configuration() -> None:
+    """Every variable webhooks/config.py reads is named in a row of docs/configuration.md."""
+    read = set(re.findall(r'"([A-Z][A-Z0-9_]{3,})"', (ROOT / "webhooks" / "config.py").read_text()))
+    rows = re.findall(r"^\|.*\|$", (ROOT / "docs" / "configuration.md").read_text(), re.MULTILINE)
+    documented = {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row)}
+    assert len(read) > 40, "the pattern still finds config.py's settings"
+    assert read - documented == set()
