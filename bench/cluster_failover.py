@@ -212,16 +212,16 @@ def lease_rows(label: str, url: str, wait: int) -> list[dict]:
     limits = (("hourly", BIG), ("daily", BIG), ("daily_budget", BIG * 100))
     buyers = [
         BuyerRule(
-            f"lease{i}",
-            "http://127.0.0.1:9/",
-            0,
-            Decimal("1.00"),
-            100,
-            ZoneInfo("UTC"),
-            limits,
-            frozenset(),
-            frozenset(),
-            None,
+            id=f"lease{i}",
+            endpoint_url="http://127.0.0.1:9/",
+            priority=0,
+            price=Decimal("1.00"),
+            price_minor=100,
+            tz=ZoneInfo("UTC"),
+            limits=limits,
+            states=frozenset(),
+            blocked=frozenset(),
+            schedule=None,
         )
         for i in range(6)
     ]

@@ -38,18 +38,18 @@ BIG = 10**9
 def buyer(dedupe: bool) -> BuyerRule:
     limits = (("hourly", BIG), ("daily", BIG), ("daily_budget", BIG * 100))
     return BuyerRule(
-        "dd" if dedupe else "plain",
-        "http://127.0.0.1:9/",
-        0,
-        Decimal("1.00"),
-        100,
-        ZoneInfo("UTC"),
-        limits,
-        frozenset(),
-        frozenset(),
-        None,
-        ("email", "phone") if dedupe else (),
-        30 if dedupe else 0,
+        id="dd" if dedupe else "plain",
+        endpoint_url="http://127.0.0.1:9/",
+        priority=0,
+        price=Decimal("1.00"),
+        price_minor=100,
+        tz=ZoneInfo("UTC"),
+        limits=limits,
+        states=frozenset(),
+        blocked=frozenset(),
+        schedule=None,
+        dedupe_fields=("email", "phone") if dedupe else (),
+        dedupe_days=30 if dedupe else 0,
     )
 
 

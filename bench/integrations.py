@@ -72,21 +72,21 @@ PING_TIMEOUT_MS = 300
 
 def rule(buyer_id: str, delivery=None, ping=None, url="http://127.0.0.1:9/") -> BuyerRule:
     return BuyerRule(
-        buyer_id,
-        url,
-        0,
-        Decimal("12.50"),
-        1250,
-        ZoneInfo("UTC"),
-        (),
-        frozenset(),
-        frozenset(),
-        None,
-        (),
-        0,
-        7,
-        compile_delivery(delivery),
-        compile_ping(ping),
+        id=buyer_id,
+        endpoint_url=url,
+        priority=0,
+        price=Decimal("12.50"),
+        price_minor=1250,
+        tz=ZoneInfo("UTC"),
+        limits=(),
+        states=frozenset(),
+        blocked=frozenset(),
+        schedule=None,
+        dedupe_fields=(),
+        dedupe_days=0,
+        return_window_days=7,
+        delivery=compile_delivery(delivery),
+        ping=compile_ping(ping),
     )
 
 
@@ -118,7 +118,7 @@ def cpu_per_lead(n: int, rounds: int) -> list[dict]:
 
 def fan_out_latency(store, pings: int, ping_url: str) -> list[dict]:
     router = Router(store, store.redis, Deliverer(1500), 1500, 5, 30_000, PING_TIMEOUT_MS)
-    publisher = PublisherRule("surge", True, Decimal("10"))
+    publisher = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
     rows, curves = [], {}
     for k in (1, 3, 10):
         buyers = [

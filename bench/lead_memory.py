@@ -95,7 +95,7 @@ def database_bytes(n: int, size: int) -> dict:
     init_db(url, pool_size=2)
     try:
         upgrade(echo=lambda _m: None)
-        pub = PublisherRule("surge", True, Decimal("10"))
+        pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
         at = datetime.now(timezone.utc) - timedelta(days=31)
         with db.connection_context():
             Publisher.create(id="surge", name="Surge", api_key_hash="h" * 64, api_key_hint="abcd", commission_pct=10)

@@ -241,16 +241,16 @@ class FloodgateLease(RedisStrategy):
         limits = dict.fromkeys(CAPS, LARGE) | {BINDING_CAP: CAP}
         limits["daily_budget"] *= 100  # minor units: room for LARGE leads at 1.00 each
         self.buyer = BuyerRule(
-            "bench-buyer",
-            "http://127.0.0.1:9/",
-            0,
-            Decimal("1.00"),
-            100,
-            ZoneInfo("UTC"),
-            tuple(limits.items()),
-            frozenset(),
-            frozenset(),
-            None,
+            id="bench-buyer",
+            endpoint_url="http://127.0.0.1:9/",
+            priority=0,
+            price=Decimal("1.00"),
+            price_minor=100,
+            tz=ZoneInfo("UTC"),
+            limits=tuple(limits.items()),
+            states=frozenset(),
+            blocked=frozenset(),
+            schedule=None,
         )
         leases.mark_ready(self.r, self.buyer.id)
         self.store = Store(self.r)

@@ -25,16 +25,16 @@ def rule(buyer_id="acme", price="10.00", tz="UTC", **limits) -> BuyerRule:
 
     minor = {k: (int(Decimal(v) * 100) if k == "daily_budget" else v) for k, v in limits.items()}
     return BuyerRule(
-        buyer_id,
-        "http://x",
-        1,
-        Decimal(price),
-        int(Decimal(price) * 100),
-        ZoneInfo(tz),
-        tuple(minor.items()),
-        frozenset(),
-        frozenset(),
-        None,
+        id=buyer_id,
+        endpoint_url="http://x",
+        priority=1,
+        price=Decimal(price),
+        price_minor=int(Decimal(price) * 100),
+        tz=ZoneInfo(tz),
+        limits=tuple(minor.items()),
+        states=frozenset(),
+        blocked=frozenset(),
+        schedule=None,
     )
 
 

@@ -279,7 +279,7 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     r = queue_server.client()  # the settlement lists' Redis
     journal = settlement.Journal(r, queue(Redis(port=queue_server.port)), 600, claims=store)
     journal._watcher = threading.current_thread()  # no watcher thread: this test calls check_epoch itself
-    pub = PublisherRule("surge", True, Decimal("10"))
+    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
     items = []
     for i in range(5):
         out = Outcome(

@@ -73,7 +73,7 @@ def traffic(api, buyer_server, worker):
     )
     assert resp.status_code == 200
     # the day before, through the settlement path the worker runs
-    pub = PublisherRule("surge", True, Decimal("10"))
+    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
     sold = Outcome(LeadStatus.SOLD, "acme", Decimal("10.00"), YESTERDAY)
 
     class Lease:  # what make_item reads of a confirmed lease

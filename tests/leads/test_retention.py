@@ -22,7 +22,7 @@ from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher
 from webhooks.storage.scripts import Lease
 from webhooks.storage.states import LeadStatus
 
-PUB = PublisherRule("surge", True, Decimal("10"))
+PUB = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
 NOW = datetime.now(timezone.utc)
 BODY = '{"lead_id": "%s", "email": "ada@example.com", "phone": "+15125550100"}'
 

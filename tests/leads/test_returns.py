@@ -213,7 +213,8 @@ def test_a_return_after_the_sales_day_rolled_over_leaves_the_new_days_cap_alone(
         sold_at=yesterday,
         lease=leases.Lease("acme", "old-lease", ()),
     )
-    item = settlement.make_item(PublisherRule("surge", True, Decimal("10")), "old-1", out, "{}", yesterday, None)
+    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
+    item = settlement.make_item(pub, "old-1", out, "{}", yesterday, None)
     with db.connection_context():
         assert ledger.settle([item]) == 1
     resp = api.http.post(f"{api.base}/v1/admin/leads/old-1/return", headers=api.admin)

@@ -31,7 +31,7 @@ from workers import schedule
 
 pytestmark = pytest.mark.e2e  # RQ worker processes of its own, killed -9
 
-PUB = PublisherRule("pub", True, Decimal("10"))
+PUB = PublisherRule(id="pub", active=True, commission_pct=Decimal("10"))
 
 
 def sold_item(lead_id: str, price: str = "20.00") -> dict:

@@ -273,7 +273,7 @@ def test_the_journal_keeps_what_it_needs_within_its_byte_budget(database_url, qu
     budget = 4 * 1024 * 1024
     journal = settlement.Journal(r, queue(Redis(port=queue_server.port, db=7)), 600, max_bytes=budget)
     journal._watcher = threading.current_thread()  # this test calls check_epoch itself
-    pub = PublisherRule("surge", True, Decimal("10"))
+    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
     payloads = []
     for i in range(2000):  # random, so that compression cannot hide their size
         rng = random.Random(i)

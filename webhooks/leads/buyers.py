@@ -211,7 +211,7 @@ def to_json(row: Buyer) -> dict:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuyerRule:
     """What the lead path needs of a buyer, parsed once per config reload."""
 
@@ -246,23 +246,23 @@ class BuyerRule:
         price = Decimal(row.price).quantize(v.CENTS)
         dedupe: dict[str, Any] = json.loads(row.dedupe) if row.dedupe else {"fields": [], "days": 0}
         return cls(
-            row.id,
-            row.endpoint_url,
-            row.priority,
-            price,
-            cents(price),
-            ZoneInfo(row.timezone),
-            limits,
-            frozenset(json.loads(row.states)),
-            frozenset(json.loads(row.blocked_publishers)),
-            schedule,
-            tuple(dedupe["fields"]),
-            dedupe["days"],
-            row.return_window_days,
-            integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
-            integration.compile_ping(json.loads(row.ping) if row.ping else None),
-            row.weight,
-            None if row.lead_filter is None else integration.load_expression(row.lead_filter),
+            id=row.id,
+            endpoint_url=row.endpoint_url,
+            priority=row.priority,
+            price=price,
+            price_minor=cents(price),
+            tz=ZoneInfo(row.timezone),
+            limits=limits,
+            states=frozenset(json.loads(row.states)),
+            blocked=frozenset(json.loads(row.blocked_publishers)),
+            schedule=schedule,
+            dedupe_fields=tuple(dedupe["fields"]),
+            dedupe_days=dedupe["days"],
+            return_window_days=row.return_window_days,
+            delivery=integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
+            ping=integration.compile_ping(json.loads(row.ping) if row.ping else None),
+            weight=row.weight,
+            filter=None if row.lead_filter is None else integration.load_expression(row.lead_filter),
         )
 
     def refusal(self, lead: dict, publisher_id: str, now: datetime) -> str | None:

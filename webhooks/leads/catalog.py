@@ -28,7 +28,7 @@ CHECK_INTERVAL = 0.5  # seconds; CONFIG_CHECK_INTERVAL_MS overrides (tests use l
 MAX_AGE = 30.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     version: str | None = None
     buyers: tuple[BuyerRule, ...] = ()  # active, in waterfall order
@@ -48,7 +48,7 @@ def load_snapshot(version: str | None) -> Snapshot:
         inactive = tuple(sorted(b.id for b in rows if not b.active))
         publishers = {p.api_key_hash: PublisherRule.from_row(p) for p in Publisher.select()}
     buyers.sort(key=lambda b: (b.priority, -b.price, b.id))
-    return Snapshot(version, tuple(buyers), publishers, inactive)
+    return Snapshot(version=version, buyers=tuple(buyers), publishers_by_key=publishers, inactive=inactive)
 
 
 class Catalog:

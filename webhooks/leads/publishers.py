@@ -219,7 +219,7 @@ def to_json(row: Publisher) -> dict:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PublisherRule:
     id: str
     active: bool
@@ -237,15 +237,15 @@ class PublisherRule:
         fixed = None if row.payout_fixed is None else Decimal(row.payout_fixed)
         caps = tuple((n, int(getattr(row, f"cap_{n}"))) for n in PUBLISHER_CAPS if getattr(row, f"cap_{n}") is not None)
         return cls(
-            row.id,
-            bool(row.active),
-            Decimal(row.commission_pct),
-            row.routing,
-            _rate_of(row),
-            spec,
-            row.mode,
-            fixed,
-            caps,
+            id=row.id,
+            active=bool(row.active),
+            commission_pct=Decimal(row.commission_pct),
+            routing=row.routing,
+            rate_limit=_rate_of(row),
+            spec=spec,
+            mode=row.mode,
+            payout_fixed=fixed,
+            caps=caps,
         )
 
 

@@ -29,7 +29,7 @@ from webhooks.payments.states import Ignored
 __all__ = ["REFUND_SPECS", "PaymentEvent", "RefundEvent", "parse", "wallet"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PaymentEvent:
     provider: str
     event_type: str
@@ -269,7 +269,16 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | 
     ref = reference(get(body, spec.reference))
     if motion is not None or not spec.success(body):
         reason = motion or (Ignored.NOT_SUCCESSFUL if event_type in MONEY_TYPES[provider] else Ignored.EVENT_TYPE)
-        return PaymentEvent(provider, event_type, ref, None, None, None, False, reason=reason)
+        return PaymentEvent(
+            provider=provider,
+            event_type=event_type,
+            reference=ref,
+            amount_minor=None,
+            currency=None,
+            customer=None,
+            succeeded=False,
+            reason=reason,
+        )
     if ref is None:
         raise InvalidPayload(f"no reference at {'.'.join(spec.reference)} (1 to 128 characters)")
     code = money.currency(get(body, spec.currency))
@@ -281,15 +290,15 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | 
         account = _account(get(body, spec.metadata), account_field)
     status = None if spec.status is None else get(body, spec.status)
     return PaymentEvent(
-        provider,
-        event_type,
-        ref,
-        credited,
-        code,
-        account or payer,
-        True,
-        transaction_id,
-        payer,
-        fees,
-        (MONNIFY_FLAGS.get(status) if isinstance(status, str) else None) or fee_flag,
+        provider=provider,
+        event_type=event_type,
+        reference=ref,
+        amount_minor=credited,
+        currency=code,
+        customer=account or payer,
+        succeeded=True,
+        transaction_id=transaction_id,
+        payer=payer,
+        fees_minor=fees,
+        flag=(MONNIFY_FLAGS.get(status) if isinstance(status, str) else None) or fee_flag,
     )
