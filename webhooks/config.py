@@ -187,20 +187,25 @@ ACCOUNT_FIELD = re.compile(r"[A-Za-z0-9._-]{1,64}")
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     """Build a Config from `environ` (default: os.environ); raise ConfigError on bad values."""
     env = os.environ if environ is None else environ
-    values: dict = {}
-    for var, name in _STRS.items():
-        if env.get(var):
-            values[name] = env[var]
+    values = _from_env(env)
+    known = {f.name for f in fields(Config)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ConfigError(f"unknown config keys: {sorted(unknown)}")
+    values.update(overrides)
+    _check(values)
+    if "ping_max_bid" not in values:
+        values["ping_max_bid"] = _max_bid(env)
+    return Config(**values)
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The Config fields `env` sets, each parsed; the other fields keep their defaults."""
+    values: dict[str, Any] = {name: env[var] for var, name in _STRS.items() if env.get(var)}
     for var, name in _INTS.items():
         raw = env.get(var)
-        if raw in (None, ""):
-            continue
-        try:
-            values[name] = int(raw)
-        except ValueError:
-            raise ConfigError(f"{var} must be an integer, got {raw!r}") from None
-        if values[name] < (0 if var in _ZERO_OK else 1):
-            raise ConfigError(f"{var} must be {'0 or more' if var in _ZERO_OK else 'positive'}, got {raw!r}")
+        if raw not in (None, ""):
+            values[name] = _int(var, raw)
     if _switch(env, "REDIS_CLUSTER"):
         values["redis_url"] = _as_cluster_url(values.get("redis_url", Config.redis_url))
     values["secrets"] = _provider_secrets(env)
@@ -211,11 +216,22 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
         values["outbound_deny_nets"] = _deny_nets(env["OUTBOUND_DENY_NETS"])
     if env.get("PUBLISHER_RATE_LIMIT", "").strip():
         values["publisher_rate_limit"] = _rate_limit(env["PUBLISHER_RATE_LIMIT"])
-    known = {f.name for f in fields(Config)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ConfigError(f"unknown config keys: {sorted(unknown)}")
-    values.update(overrides)
+    return values
+
+
+def _int(var: str, raw: str) -> int:
+    """An integer setting: positive, or 0 or more for those in _ZERO_OK."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{var} must be an integer, got {raw!r}") from None
+    if value < (0 if var in _ZERO_OK else 1):
+        raise ConfigError(f"{var} must be {'0 or more' if var in _ZERO_OK else 'positive'}, got {raw!r}")
+    return value
+
+
+def _check(values: dict[str, Any]) -> None:
+    """Refuse a combination of values that cannot run; lower-case the log level in place."""
     url = values.get("database_url", DEFAULT_SQLITE)
     if not url.startswith(("mysql://", "sqlite:///")):
         raise ConfigError("DATABASE_URL must start with mysql:// or sqlite:///")
@@ -227,9 +243,6 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
     _check_secrets(values)
     _check_payment_events(values)
     _check_abandoned_after(values)
-    if "ping_max_bid" not in values:
-        values["ping_max_bid"] = _max_bid(env)
-    return Config(**values)
 
 
 def _max_bid(env: Mapping[str, str]) -> Decimal:

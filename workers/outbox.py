@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from rq import Queue, get_current_job
@@ -103,59 +104,77 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
 
 def _drain(time_budget_s: float) -> int:
     b = backends()
-    cfg = b.cfg
     r = b.settle.redis
     ttl_ms = LOCK_TTL_MS
     lock = _acquire(b, ttl_ms)
     if lock is None:
         log.info("another drain is delivering events")
         return 0
-    delivered, started = 0, time.monotonic()
+    deadline = time.monotonic() + time_budget_s
     try:
-        endpoints.sync_managed(cfg.payment_events_url, cfg.payment_events_secrets)
+        endpoints.sync_managed(b.cfg.payment_events_url, b.cfg.payment_events_secrets)
         with ThreadPoolExecutor(THREADS, thread_name_prefix="events") as pool, StopAfterBatch() as stop:
             engine = _engine(b, pool)
+
+            def keep() -> bool:
+                return _keep(r, lock, ttl_ms)
+
             try:
-                while True:
-                    if not _keep(r, lock, ttl_ms):
-                        log.warning("events lock lost (or Redis away); another drain carries on")
-                        return delivered
-                    outbox_queue.still_draining(r)
-                    engine.refresh()
-                    fanned = delivery.fan_out(engine.endpoints, utcnow())
-                    submitted = engine.submit_due()
-                    delivered += _count(engine.collect(0.05 if (fanned or submitted) else 0.5))
-                    if stop.requested or time.monotonic() - started > time_budget_s:
-                        delivered += _count(engine.finish(lambda: _keep(r, lock, ttl_ms)))
-                        outbox_queue.enqueue_drain(_queue(b), reason="handover")  # the flag stays set
-                        return delivered
-                    if fanned or submitted or engine.in_flight:
-                        continue
-                    due = delivery.next_due_s(engine.enabled(), utcnow())
-                    if due is not None and due <= LINGER_S:
-                        if outbox_queue.wait_for_work(r, max(due, 0.05)):  # a retry due soon, or a wake
-                            engine.refresh(force=True)  # a wake may be an endpoint enabled
-                        continue
-                    if outbox_queue.wait_for_work(r, LINGER_S):
-                        engine.refresh(force=True)
-                        continue
-                    # Clear the flag, then look once more: an event committed in between either
-                    # finds the flag gone (and starts a drain) or is seen here.
-                    outbox_queue.stop_draining(r)
-                    engine.refresh(force=True)
-                    if delivery.work_waiting(engine.enabled(), utcnow()):
-                        continue
-                    return delivered
+                return _rounds(b, engine, keep, stop, deadline)
             finally:
                 # Sends in flight end within their deadline; what they did is written if the
                 # database answers (else they stay pending and go again, same webhook-id).
-                delivered += _count(engine.finish(lambda: _keep(r, lock, ttl_ms)))
+                _count(engine.finish(keep))
     finally:
         try:
             claims.release(b.settle, lock)
         except REDIS_DOWN as exc:
             log.warning("events lock not released (expires by ttl): %s", exc)
         close_db()
+
+
+def _rounds(
+    b: Backends, engine: delivery.Engine, keep: Callable[[], bool], stop: StopAfterBatch, deadline: float
+) -> int:
+    """Fan out, send and collect, round after round, while the lock is ours; return how many
+    were delivered once nothing is due within LINGER_S, or hand over past `deadline` or when
+    asked to stop."""
+    r = b.settle.redis
+    delivered = 0
+    while True:
+        if not keep():
+            log.warning("events lock lost (or Redis away); another drain carries on")
+            return delivered
+        outbox_queue.still_draining(r)
+        engine.refresh()
+        fanned = delivery.fan_out(engine.endpoints, utcnow())
+        submitted = engine.submit_due()
+        delivered += _count(engine.collect(0.05 if (fanned or submitted) else 0.5))
+        if stop.requested or time.monotonic() > deadline:
+            delivered += _count(engine.finish(keep))
+            outbox_queue.enqueue_drain(_queue(b), reason="handover")  # the flag stays set
+            return delivered
+        if fanned or submitted or engine.in_flight or _work_soon(r, engine):
+            continue
+        return delivered
+
+
+def _work_soon(r: Client, engine: delivery.Engine) -> bool:
+    """Nothing to do right now: wait for a retry due within LINGER_S or a wake, and say whether
+    there is work again; False when the drain may end."""
+    due = delivery.next_due_s(engine.enabled(), utcnow())
+    if due is not None and due <= LINGER_S:
+        if outbox_queue.wait_for_work(r, max(due, 0.05)):  # a retry due soon, or a wake
+            engine.refresh(force=True)  # a wake may be an endpoint enabled
+        return True
+    if outbox_queue.wait_for_work(r, LINGER_S):
+        engine.refresh(force=True)
+        return True
+    # Clear the flag, then look once more: an event committed in between either
+    # finds the flag gone (and starts a drain) or is seen here.
+    outbox_queue.stop_draining(r)
+    engine.refresh(force=True)
+    return delivery.work_waiting(engine.enabled(), utcnow())
 
 
 def sweep() -> bool:

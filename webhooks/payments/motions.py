@@ -17,7 +17,7 @@ from webhooks.payments.money import InvalidPayload
 from webhooks.payments.states import Ignored, Motion
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RefundEvent:
     """Money of an earlier payment going back (or returning): moves the wallet once per
     (reference, kind). `reference` is the refund's, the dispute's, or (charge.refunded) the charge's."""
@@ -144,7 +144,6 @@ def _stripe(event_type: str, body: dict) -> RefundSpec | Ignored | None:
         return None
     paid: Path = (*_STRIPE_OBJECT, "payment_intent" if _id(obj.get("payment_intent")) else "charge")
     amount: Path = (*_STRIPE_OBJECT, "amount")
-    kind: Motion | None
     if event_type in _STRIPE_REFUND_TYPES and obj.get("object") == "refund":
         status = obj.get("status")
         if event_type == "refund.failed" or status in ("failed", "canceled"):
@@ -157,17 +156,23 @@ def _stripe(event_type: str, body: dict) -> RefundSpec | Ignored | None:
             paid = (*_STRIPE_OBJECT, "id")  # a Charges API payment is keyed by its charge id
         return _stripe_spec(paid, (*_STRIPE_OBJECT, "amount_refunded"), Motion.CHARGE_REFUNDED)
     if event_type.startswith("charge.dispute.") and obj.get("object") == "dispute":
-        kind = _STRIPE_TAKEN.get(event_type) or _STRIPE_GIVEN.get(event_type)
-        if kind is None and event_type == "charge.dispute.closed":
-            # lost: the money stays withdrawn (once, with or without funds_withdrawn before it);
-            # won: it comes back (once, with or without funds_reinstated after it)
-            kind = {"lost": Motion.DISPUTE_WITHDRAWN, "won": Motion.DISPUTE_REINSTATED}.get(str(obj.get("status")))
-            if kind is None:
-                return Ignored.NOT_WITHDRAWN  # warning_closed: an inquiry that took nothing
-        if kind is None:
-            return Ignored.DISPUTE_OPEN
-        return _stripe_spec(paid, amount, kind)
+        kind = _stripe_dispute(event_type, obj)
+        return kind if isinstance(kind, Ignored) else _stripe_spec(paid, amount, kind)
     return None
+
+
+def _stripe_dispute(event_type: str, dispute: dict) -> Motion | Ignored:
+    """What a Stripe dispute event does to the money: a Motion, or why it moves none."""
+    kind = _STRIPE_TAKEN.get(event_type) or _STRIPE_GIVEN.get(event_type)
+    if kind is None and event_type == "charge.dispute.closed":
+        # lost: the money stays withdrawn (once, with or without funds_withdrawn before it);
+        # won: it comes back (once, with or without funds_reinstated after it)
+        kind = {"lost": Motion.DISPUTE_WITHDRAWN, "won": Motion.DISPUTE_REINSTATED}.get(str(dispute.get("status")))
+        if kind is None:
+            return Ignored.NOT_WITHDRAWN  # warning_closed: an inquiry that took nothing
+    if kind is None:
+        return Ignored.DISPUTE_OPEN
+    return kind
 
 
 def _paystack(event_type: str, body: dict) -> RefundSpec | Ignored | None:
@@ -221,15 +226,15 @@ def parse(provider: str, event_type: str, body: dict, spec: RefundSpec) -> Refun
     code = None if spec.currency is None else money.currency(get(body, spec.currency))
     mail = None if spec.email is None else get(body, spec.email)
     event = RefundEvent(
-        provider,
-        event_type,
-        ref,
-        payment_reference,
-        amount,
-        spec.major,
-        code,
-        None if mail is None else email(mail),
-        spec.kind,
+        provider=provider,
+        event_type=event_type,
+        reference=ref,
+        payment_reference=payment_reference,
+        amount=amount,
+        major=spec.major,
+        currency=code,
+        customer=None if mail is None else email(mail),
+        kind=spec.kind,
     )
     if code is not None:  # else the ledger converts it with the payment's currency
         event.amount_minor(code)  # refuse a bad amount before anything is locked

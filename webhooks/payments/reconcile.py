@@ -149,11 +149,30 @@ def _settle_page(
     hooks: PaymentWebhooks, provider: str, bodies: list[bytes], dry_run: bool, result: ProviderRun
 ) -> None:
     """Credit what the ledger does not have of one whole page; what it has costs one query."""
+    found, back = _read_page(provider, bodies, hooks.account_field, result)
+    result.listed += len(found)
+    known = _known(provider, [e.reference for e, _ in found if e.reference])
+    for event, body in found:
+        if event.reference in known:
+            result.known += 1
+        elif dry_run:
+            result.missing += 1
+        else:
+            _credit(hooks, provider, event, body, result)
+    for motion, body in back:  # after the page's payments: a refund of one of them finds it
+        _move(hooks, provider, motion, body, dry_run=dry_run, result=result)
+
+
+def _read_page(
+    provider: str, bodies: list[bytes], account_field: str, result: ProviderRun
+) -> tuple[list[tuple[events.PaymentEvent, bytes]], list[tuple[events.RefundEvent, bytes]]]:
+    """A page's successful payments and its refunds or disputes, each with its body; what
+    cannot be read is counted and logged."""
     found: list[tuple[events.PaymentEvent, bytes]] = []
     back: list[tuple[events.RefundEvent, bytes]] = []
     for body in bodies:
         try:
-            event = events.parse(provider, body, hooks.account_field)
+            event = events.parse(provider, body, account_field)
         except FloodgateError as exc:  # InvalidPayload, InvalidJSON
             result.unreadable += 1
             log.error("%s listed a payment that cannot be read (%s): left for review", provider, exc.message)
@@ -162,33 +181,29 @@ def _settle_page(
             back.append((event, body))
         elif event.succeeded and event.reference:
             found.append((event, body))
-    result.listed += len(found)
-    known = _known(provider, [e.reference for e, _ in found if e.reference])
-    for event, body in found:
-        if event.reference in known:
-            result.known += 1
-            continue
-        if dry_run:
-            result.missing += 1
-            continue
-        try:
-            verdict = hooks.record_found(event, _receipt(provider, body), None)
-        except ReferenceConflict:
-            result.conflicts += 1
-            continue
-        if verdict in RECOVERED:
-            result.recovered += 1
-            log.warning("%s payment %s recovered by reconciliation (%s)", provider, event.reference, verdict)
-        elif verdict == Verdict.DUPLICATE:
-            result.known += 1
-        else:  # in flight: a webhook is crediting it right now
-            result.missing += 1
-    for motion, body in back:  # after the page's payments: a refund of one of them finds it
-        _move(hooks, provider, motion, body, dry_run, result)
+    return found, back
+
+
+def _credit(
+    hooks: PaymentWebhooks, provider: str, event: events.PaymentEvent, body: bytes, result: ProviderRun
+) -> None:
+    """A listed payment the ledger lacks, through the webhook's own claim and transaction."""
+    try:
+        verdict = hooks.record_found(event, _receipt(provider, body), None)
+    except ReferenceConflict:
+        result.conflicts += 1
+        return
+    if verdict in RECOVERED:
+        result.recovered += 1
+        log.warning("%s payment %s recovered by reconciliation (%s)", provider, event.reference, verdict)
+    elif verdict == Verdict.DUPLICATE:
+        result.known += 1
+    else:  # in flight: a webhook is crediting it right now
+        result.missing += 1
 
 
 def _move(
-    hooks: PaymentWebhooks, provider: str, event: events.RefundEvent, body: bytes, dry_run: bool, result: ProviderRun
+    hooks: PaymentWebhooks, provider: str, event: events.RefundEvent, body: bytes, *, dry_run: bool, result: ProviderRun
 ) -> None:
     """A listed refund or dispute, through the webhook's own claim and transaction: whichever of
     the two comes first moves the wallet, the other is a duplicate."""
