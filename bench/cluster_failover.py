@@ -329,7 +329,7 @@ def main() -> int:
             capture_output=True,
         )
         stub_port = free_port()
-        stub = Proc([venv_bin("python"), "-m", "bench.buyer_server", str(stub_port)], base, tmp / "stub.log")
+        stub = Proc([venv_bin("python"), "-m", "testkit.buyer_stub", str(stub_port)], base, tmp / "stub.log")
         es.callback(stub.stop)
         buyers = BuyerServer()
         es.callback(buyers.close)
