@@ -1,18 +1,10 @@
-"""One outbound HTTP path for every call Floodgate makes: buyer posts and pings, event
-deliveries, provider APIs.
-
-- A hard total deadline around connect, send and the whole reply: a `gevent.Timeout`, since a
-  socket timeout is per operation and a reply dripped a byte at a time never trips it. The
-  sockets are gevent's, so the deadline holds in a gevent web worker and in a plain thread
-  of an RQ worker alike (each thread runs a loop of its own).
-- At most MAX_REPLY_BYTES of reply body are read: a longer reply is cut there (its connection
-  closed, never pooled) and judged by its status; at most MAX_HEAD_BYTES of status line and
-  headers are received.
-- Certificates and host names are verified; no redirect is followed; a POST is never resent.
-- No connection is made to an address in OUTBOUND_DENY_NETS: the check is on the address
-  actually connected to, after name resolution, so a host name that resolves (or rebinds) to
-  a denied address is refused too.
-"""
+"""One outbound HTTP path for every call Floodgate makes (buyer posts and pings, event deliveries,
+provider APIs): a hard total deadline around connect, send and the whole reply (a
+`gevent.Timeout`: it holds in a web greenlet and an RQ worker's thread alike), at most
+MAX_REPLY_BYTES of body and MAX_HEAD_BYTES of head read, certificates verified, no redirect
+followed, no POST resent, and no connection to an address in OUTBOUND_DENY_NETS (checked on the
+address connected to, after name resolution). Why: docs/security.md "Nothing outside can stall
+or exhaust Floodgate"."""
 
 from __future__ import annotations
 

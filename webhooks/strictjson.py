@@ -1,18 +1,8 @@
-"""The one JSON parser for request bodies (the admin and lead APIs, payment webhooks, provider
-replies): strict where Python's json module is lenient.
-
-API.md, Conventions: a body must be UTF-8; `NaN`, `Infinity` and numbers that overflow a
-double (`1e999`) are refused, as are duplicate keys (two parsers may keep different ones) and
-nesting deeper than MAX_DEPTH (the json module recurses in C: a deep body is a RecursionError,
-or worse, not a clean 400). Plain syntax errors raise MalformedJSON, the strict rules
-InvalidJSON (its base class), so a caller can tell "not JSON at all" from "JSON we refuse".
-
-Every step is linear in the body size, whatever the body (API.md: hostile input costs what
-honest input costs). The C parser validates first; the depth and surrogate checks then run on
-text known to be valid JSON, where every string ends, so nothing can rescan an unterminated
-one; and they are C-level passes over the bytes (translate, replace, split, count, a regex
-search of fixed width), never a Python loop per character or per node.
-"""
+"""The one JSON parser for request bodies and provider replies, strict where Python's json module
+is lenient: UTF-8 only, no `NaN`, `Infinity`, number that overflows a double, duplicate key,
+lone surrogate or nesting past MAX_DEPTH; and linear in the body size for every input.
+MalformedJSON: not JSON at all; InvalidJSON (its base class): JSON we refuse. Why and how:
+docs/security.md "Linear parsing"."""
 
 from __future__ import annotations
 

@@ -1,26 +1,9 @@
-"""The delivery engine (the worker's side of the outbox; workers/outbox.py runs it).
-
-Each step:
-1. **Fan-out**: events not yet fanned out become one delivery per endpoint that wants them
-   (paused endpoints included: pausing stops sending, never writing), in event order, with a
-   `webhook-id` of their own, stable from then on: the managed endpoint (PAYMENT_EVENTS_URL)
-   keeps the event's id as it always had, every other endpoint gets a fresh one.
-2. **Send**: per enabled endpoint, the due heads of its queues, one queue per entity (a wallet's
-   customer, a lead): a head is the oldest delivery of its queue not yet delivered. Each head
-   goes out with the queue's next deliveries after it, one after the other, on a thread of the
-   pool; queues of one endpoint go in parallel (up to PER_ENDPOINT, one while it is failing),
-   and a slow endpoint does not hold the others up: a chain is written when it is done, not at
-   the end of a batch.
-3. **Write** each finished chain in one transaction: its deliveries' state, an attempt row each
-   (the delivery log), and the endpoint's health. A failed delivery waits with exponential
-   back-off and jitter, and the deliveries behind it in its queue wait with it; failing for
-   `retry_for_s` it becomes `failed` and holds its queue until `events retry` or the endpoint is
-   enabled again. An endpoint failing for EVENT_ENDPOINT_DISABLE_AFTER_S is disabled
-   (`failing`), keeping everything.
-
-Only rows still `pending` change when an outcome is written, so a second engine running by
-accident (a lost lock) can only send a delivery twice, with the same webhook-id, never lose one.
-"""
+"""The delivery engine, the worker's side of the outbox (workers/outbox.py runs it): fan-out (one
+delivery per endpoint that wants an event, with a stable `webhook-id`), send (each entity's
+queue in order, queues and endpoints in parallel), write (each finished chain in one
+transaction: its state, an attempt row each, the endpoint's health). Only rows still `pending`
+change when an outcome is written, so a second engine (a lost lock) can send a delivery twice,
+with the same webhook-id, never lose one. docs/events.md "Delivery"."""
 
 from __future__ import annotations
 
