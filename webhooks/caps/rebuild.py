@@ -4,7 +4,7 @@ counters of the current windows are rebuilt from the ledger plus the unsettled s
 The rebuild waits one delivery deadline and SETTLE_MARGIN_S first, so every lease taken before
 the loss has finished and its sale (if any) is in the ledger or in the settlement queue (a
 journal pushed again) when we count. Part of the recovery from a Redis data loss: see
-webhooks/leads/redis_loss.py.
+docs/architecture.md "When Redis loses its data".
 """
 
 from __future__ import annotations

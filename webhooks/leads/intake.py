@@ -1,4 +1,4 @@
-"""The lead path (DESIGN.md "Lead path"): authenticate the publisher, check the lead, claim
+"""The lead path (docs/architecture.md "A lead"): authenticate the publisher, check the lead, claim
 its id, route it, answer, and hand the settlement to the ledger. No Flask here: the view
 passes the request's parts in and sends back what `Intake.take` returns."""
 
@@ -272,7 +272,7 @@ class Intake:
         ledger before routing. A settled lead's answer is put back as the claim's value and
         returned (its first reservation withdrawn); None when the ledger has no such lead.
         Unavailable when the ledger cannot say: routing blind could sell the lead twice.
-        One piece of the recovery from a Redis data loss: see leads/redis_loss.py."""
+        One piece of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
         from webhooks.leads.ledger import answer_for
         from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 
@@ -306,7 +306,7 @@ class Intake:
         is refused here (503, Retry-After), before the ledger is asked: the database is
         spared while every publisher retries at once. After it, the lead is settled, answered
         (the request that held it writes its answer into the empty claim,
-        lua/answer_lead.lua) or was never routed. See leads/redis_loss.py."""
+        lua/answer_lead.lua) or was never routed. See docs/architecture.md "When Redis loses its data"."""
         left_ms = max(1, mark_ms + ctx.claim_ttl_ms - int(ctx.now.timestamp() * 1000))
         self._start_rebuilds(snapshot, mark_ms)
         raise Unavailable(

@@ -1,14 +1,7 @@
-"""A lead whose routing died while a buyer held it (its process killed between the offer and
-the answer): offer it again to that buyer alone, on the same reservation, with the same
-Idempotency-Key, and settle what the buyer says.
-
-Two callers do it. The publisher's retry finds the dead request's attempt note when it claims
-the lead (leads/intake.py). A publisher that never retries leaves the lead to the
-abandoned-lead sweep here (`Sweeper.sweep`, run by the scheduler: workers/leads.py): it finds the
-held leases older than LEAD_ABANDONED_AFTER_MS whose lead nobody claims, claims each lead as
-a retry would, and does the same. Without it such a lead stayed out of the ledger though its
-buyer had it and its slot stayed counted, until reconciliation gave the slot back.
-"""
+"""A lead whose routing died while a buyer held it: offered again to that buyer alone, on the same
+reservation with the same Idempotency-Key, and settled as the buyer says; by the publisher's
+retry (`reoffer`, from leads/intake.py) or, when none comes, by the abandoned-lead sweep
+(`Sweeper`, run by workers/leads.py). docs/leads.md "Recovery"."""
 
 from __future__ import annotations
 

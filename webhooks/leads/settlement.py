@@ -247,7 +247,7 @@ class Journal:
         The new epoch is remembered only once every settlement is pushed again (a failure
         part-way pushes them all again on the next check: the ledger's unique keys make the
         repeats harmless); the answers are put back after that, apart, as best effort. Part
-        of the recovery from a Redis data loss: see leads/redis_loss.py."""
+        of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
         self._restore_answers()
         fresh = uuid.uuid4().hex
         current: str | None

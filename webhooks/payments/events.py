@@ -1,16 +1,8 @@
 """What each provider's (already verified) webhook body means: a PaymentEvent, or a RefundEvent.
-
-Where the fields live is data, one Spec per provider, taken from the table in API.md
-("Payment webhooks"); a valid event that is not a success is returned with succeeded=False.
-The wallet a payment credits is the merchant's account id from its metadata
-(PAYMENT_ACCOUNT_FIELD), else the payer's e-mail; a success naming neither is returned
-unattributed (customer None), never refused: its money is real (API.md "Payment attribution
-and recovery"). Fees passed on to the payer, partial and over payments and Stripe's currency
-rules are each read as the provider documents them (docs/payments.md names the sources).
-Refunds and reversals have a RefundSpec per provider whose own documentation names one
-(docs/payments.md, "Refunds and reversals", gives each source); the others have none, and
-their refund events are valid events that credit nothing (`ignored`).
-"""
+Where the fields live is data, one Spec (and RefundSpec) per provider, each from the
+provider's own documentation; which wallet a payment credits, and why a success naming none is
+kept unattributed, not refused: docs/payments.md "Which wallet a payment credits" and "Refunds
+and reversals" (the sources)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""The Redis front of a payment (or refund) delivery (DESIGN.md "Payment path"): one round trip
-says whether it repeats what was already credited (a duplicate), whether another request holds
-its reference (in flight), or claims the reference for this request. The two answers that
-change nothing never wait for the database: their audit row is queued in Redis in the same
-script and written in batches by the settlement drain (`write_rows`). After the transaction,
-`finish` sets the `processed` marker and releases the claim in one more round trip.
-
-On a Redis Cluster, or with the queue on a Redis of its own (RQ_REDIS_URL), the audit row
-cannot share the script (its list is not in the payment's hash slot): it is pushed in a second
-round trip, and written at once to the database if that Redis is down.
-"""
+"""The Redis front of a payment (or refund) notification: one round trip says whether it repeats
+what was already credited (a duplicate), whether another request holds its reference (in
+flight), or claims the reference for this request; the two answers that change nothing queue
+their audit row in Redis (`write_rows` writes them in batches) and never wait for the
+database. `finish` marks the reference processed and releases the claim. docs/payments.md
+"Flow", steps 4 to 6."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Each provider's list of successful payments, page by page, as webhook-shaped JSON bodies.
-
-Reconciliation credits the payments whose webhook never arrived. Each listed payment is turned
-into the body its provider's webhook carries, so `events.parse(provider, body)` reads both: one
-parse path for webhooks and reconciliation. A page is fetched under a time and size budget and
-validated whole before it is yielded; anything wrong with it (an error status, a refusal, a rate
-limit, a cut or unreadable body, an envelope out of shape) raises ProviderError and nothing of
-that page is yielded: the next run starts over. Calls are paced under each provider's
-documented rate limit, never slept out at length inside a job.
-
-Sources are named per provider below, and in docs/payments.md "Provider reconciliation".
-"""
+"""Each provider's list of successful payments, page by page, as the JSON body its webhook would
+carry, so `events.parse` reads both. A page is fetched under a time and size budget, paced
+under the provider's rate limit, and validated whole before it is yielded (else ProviderError,
+nothing of it yielded). Sources: per provider below, and docs/payments.md "Provider
+reconciliation"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Provider reconciliation: the payments whose webhook never came (API.md "Provider
-reconciliation"; docs/payments.md). Each configured provider's list of successful payments in
-the lookback window is read page by page (providers.py); every payment the ledger does not
-have goes through the same claim, unique key and transaction as a webhook
-(`PaymentWebhooks.record_found`), so whichever of the two arrives first credits it once and
-the other is a duplicate, or a reference_conflict when it differs.
-
-A page is read whole before anything of it is credited; a failed, refused, rate-limited or
-unreadable page ends that provider's run (what the pages before it recovered stands) and the
-next run reads the window again. One run at a time across schedulers: a Redis lock whose
-token only its holder may release.
-"""
+"""Provider reconciliation: the payments whose webhook never came. Each configured provider's
+successful payments in the lookback window (providers.py) go through the same claim, unique key
+and transaction as a webhook (`PaymentWebhooks.record_found`), so either credits a payment
+once; one run at a time (a Redis lock). docs/payments.md "Provider reconciliation"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Money going back (API.md "Refunds and reversals", "Disputes, refunds on every API version"):
-the one transaction per refund, refund failure or Stripe `charge.refunded`; disputes.py uses the
-same frame.
-
-The refunded payment's row is locked first (`SELECT ... FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`),
-so every motion of one payment's money is decided one after the other against what is already
-recorded; the UNIQUE key (provider, reference) of `refunds` backs that for a refund id named by
-two payments. `charge.refunded` carries the charge's cumulative `amount_refunded`: it debits what
-that adds over `payments.refunded_minor`, and keeps the part no refund id has claimed in
-`refund_unnamed_minor`; a refund id arriving later takes its amount from there first, so the
-two kinds of event debit each refund once in whichever order they come.
-"""
+"""Money going back: the one transaction per refund, refund failure or Stripe `charge.refunded`
+(disputes.py uses the same frame), with the payment's row locked first, so each motion of one
+payment's money is decided against what is already recorded, and each refund debited once in
+whichever order its events come. docs/payments.md "Refunds and reversals" and "Money going
+back"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
-"""One payment webhook, from its raw bytes to its answer (DESIGN.md "Payment path",
-docs/payments.md "Flow"), without Flask: web/payments.py passes the request's parts to
-`PaymentWebhooks.receive` and sends back the Answer.
-
-Reject (unknown or unconfigured provider), verify (signatures.py; a forgery is counted and
-listed in Redis by rejected.py, and never reaches the database), parse (events.py; an event
-that is not a success is recorded and `ignored`), dedupe and claim in one Redis round trip
-(gate.py: a duplicate or an in-flight repeat answers at once), confirm (Flutterwave with
-FLUTTERWAVE_VERIFY=1), then credit (ledger.py), or move money going back (refunds.py,
-disputes.py) in one transaction (with its event, the outbox), release the claim, and wake the events worker.
-
-Audit rows (webhook_deliveries): a webhook that reaches the database writes its row in its own
-transaction. A duplicate or in-flight repeat never waits for the database: the gate queues its
-row on the settlement queue's Redis (keys.DELIVERIES_PENDING, in the gate's own script when it
-can) and the settlement drain writes the rows in batches (workers/settle.py,
-`record_deliveries`, with `gate.write_rows`). That list rides the lead settlement's queue and
-drain job for now; it is not this module's to move.
-"""
+"""One payment webhook, from its raw bytes to its answer, without Flask: web/payments.py passes
+the request's parts to `PaymentWebhooks.receive` and sends back the Answer. Verify
+(signatures.py), parse (events.py), dedupe and claim (gate.py), confirm (Flutterwave), credit
+(ledger.py) or move money going back (refunds.py, disputes.py) in one transaction with its
+event, release the claim, wake the events worker. The steps and the audit rows:
+docs/payments.md "Flow" and "Audit trail"; the arrows: docs/architecture.md."""
 
 from __future__ import annotations
 

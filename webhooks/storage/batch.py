@@ -1,17 +1,12 @@
-"""Several script calls and plain commands in one round trip, typed.
+"""Several script calls and plain commands in one round trip, typed:
 
     with store.batch() as b:
         claim = b.claim_lead(lead, token, ...)     # Pending[LeadClaim]
-        note = b.set(key, value, px=ttl_ms)        # Pending[bool | None]
     claim.value.outcome                            # filled when the block ends
 
 Each method queues its command on a non-transactional pipeline and returns a `Pending` that
-holds the reply's place: no caller counts positions. The block sends the batch when it ends
-without an exception (`execute` sends it earlier; a batch can be used again after it).
-Script calls are sent as EVAL, not EVALSHA: redis-py would otherwise check SCRIPT EXISTS in a
-round trip of its own on every pipeline (Redis caches the script). On a Redis Cluster the
-EVAL is sent to the node of its first key (see `_script`).
-"""
+holds the reply's place, so no caller counts positions. Scripts go as EVAL (no SCRIPT EXISTS
+round trip per pipeline); on a Redis Cluster, to the node of their first key (`_script`)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,6 @@ def remember_from_start(store: Store, publisher_id: str) -> None:
 def memory_gap(mark: str | int | None, now_ms: int, replay_ttl_s: int) -> bool:
     """Whether a lead with no claim may still have been answered before Redis lost its
     memory: the mark (claim_lead.lua) is younger than the replay window. One piece of the
-    recovery from a Redis data loss: see webhooks/leads/redis_loss.py."""
+    recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
     since = int(mark or 0)
     return since > 0 and now_ms - since < replay_ttl_s * 1000

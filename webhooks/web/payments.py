@@ -1,4 +1,4 @@
-"""POST /v1/webhooks/<provider>: exactly-once payment webhooks (DESIGN.md, "Payment path").
+"""POST /v1/webhooks/<provider>: exactly-once payment webhooks (docs/payments.md "Flow").
 
 Reject, verify, dedupe, act, answer: the view rejects an unknown or unconfigured provider
 before it reads the body, and hands the rest to webhooks/payments/webhook.py, whose Answer
