@@ -44,6 +44,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench import stack
 from bench.common import (
     OUT,
     machine_info,
@@ -59,11 +60,8 @@ from testkit.cluster import LocalCluster, wait_for_failover
 from testkit.servers import (
     BuyerServer,
     Proc,
-    RedisServer,
     WebServer,
-    create_mysql_db,
     free_port,
-    mysql_admin_url,
     venv_bin,
 )
 from webhooks.caps import leases
@@ -303,17 +301,11 @@ def main() -> int:
     started = time.monotonic()
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-cluster-")))
-        single, queue = RedisServer(tmp / "single"), RedisServer(tmp / "queue")
+        single, queue = stack.redis(es, tmp, "single"), stack.redis(es, tmp, "queue")
         cluster = LocalCluster(tmp / "cluster", node_timeout_ms=1000)
-        for server in (single, queue, cluster):
-            server.start()
-            es.callback(server.kill)
-        admin_url = mysql_admin_url()
-        if admin_url:
-            db_url, drop = create_mysql_db(admin_url)
-            es.callback(drop)
-        else:
-            db_url = f"sqlite:///{tmp / 'ledger.sqlite3'}"
+        cluster.start()
+        es.callback(cluster.kill)
+        db_url = stack.database(es, tmp)
         base = {
             **os.environ,
             "DATABASE_URL": db_url,

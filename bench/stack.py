@@ -1,8 +1,8 @@
 """The processes a benchmark measures, set up once and torn down by an ExitStack: a private
 redis-server, a throw-away MariaDB database (or SQLite where none answers), the schema, and
 the environment Floodgate's processes run with; then, as a bench needs them, gunicorn, the RQ
-worker and the buyer stub. The one set-up of bench/ (the soak and the cluster failover build
-fault-injecting variants of their own on these parts).
+worker and the buyer stub (testkit/buyer_stub.py). The one set-up of bench/: the cluster
+failover builds its three Redis backends side by side from redis() and database().
 """
 
 from __future__ import annotations
