@@ -1,13 +1,7 @@
-"""The leads report (API.md "Reports"): leads, sold, unsold, returned, revenue, payout,
-profit and return rate per publisher, buyer, day or hour, from the ledger.
-
-The figures are kept per hour (of the lead's arrival, UTC), publisher and buyer in
-`lead_stats`, in the same transaction as the ledger change each counts: a settlement adds its
-new leads (`count_settled`, from ledger.settle), a return its return (`count_returned`, from
-returns.return_lead). A month of a network selling 200,000 leads a day is then ~720 rows per
-publisher and buyer pair to read, not six million leads to aggregate. Test leads are never
-counted (their ledger status is test_sold / test_unsold).
-"""
+"""The leads report (docs/api.md "Reports"): leads, sold, unsold, returned, revenue, payout,
+profit and return rate per publisher, buyer, day or hour, read from `lead_stats` (per hour,
+publisher and buyer, counted in the transaction of each settlement and return; test leads
+never). docs/operations.md "The leads report"."""
 
 from __future__ import annotations
 

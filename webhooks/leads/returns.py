@@ -1,13 +1,8 @@
-"""Lead returns (API.md "Lead returns"): a buyer sends back a lead it bought, within its
-`return_window_days`.
-
-One conditional ledger update (`WHERE status = 'sold'`) decides who wins when returns race;
-the same transaction takes the publisher's commission back and writes the `lead.returned`
-event and the audit row. Only
-after it commits, and only for the caps whose window the sale counted in is still current, is
-the buyer's slot (and budget) given back in Redis: reconciliation counts sold leads, so a
-returned lead stops counting there too, and an old window's counter is left alone.
-"""
+"""Lead returns (docs/api.md "Lead returns"): a buyer sends back a lead it bought, within its
+`return_window_days`. One conditional ledger update decides a race; the same transaction takes
+the publisher's payout back and writes the `lead.returned` event; after it commits, the
+buyer's slot is given back in Redis for the windows still current. docs/leads.md
+"Duplicates, the routing trace and returns"."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Disputes (chargebacks): a row per provider dispute id (`payment_disputes`), moving the wallet
 once when the provider withdraws the money and once when it reinstates it, in the transaction
-that records it, with its wallet event (API.md "Disputes, refunds on every API version").
-
-The payment's row is locked first, as for refunds (refunds.py), so a dispute's events are
-decided one after the other: withdrawn debits unless the dispute is already recorded;
-reinstated credits back a withdrawal, and records a dispute that never withdrew anything as
-reinstated, so that a withdrawal arriving after it moves nothing either.
-"""
+that records it, with its wallet event; the payment's row is locked first, as for refunds.
+docs/payments.md "Money going back"."""
 
 from __future__ import annotations
 

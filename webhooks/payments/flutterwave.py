@@ -1,15 +1,8 @@
-"""Flutterwave's re-check of a payment before it is credited (FLUTTERWAVE_VERIFY=1).
-
-Flutterwave's v3 webhook carries `verif-hash`, a static secret sent as is: it signs nothing,
-so whoever learns it once (a log, a proxy, a leaked request) can post any body and have it
-credited. Flutterwave's own guidance is to verify every transaction before giving value
-("Transaction verification", developer.flutterwave.com): GET /v3/transactions/<data.id>/verify
-with `Authorization: Bearer <secret key>`, as its Node-v3 SDK does
-(services/transactions/rave.verify.ts). The payment is confirmed when Flutterwave answers
-`status: success` and its `data` has status `successful` and the webhook's tx_ref, amount,
-currency and payer e-mail (payer with payer: the wallet may be an account id). See
-docs/payments.md.
-"""
+"""Flutterwave's re-check of a payment before it is credited (FLUTTERWAVE_VERIFY=1): its v3
+`verif-hash` is a static secret that signs nothing, so the payment is confirmed with
+`GET /v3/transactions/<data.id>/verify`, as Flutterwave's guidance and its Node-v3 SDK do, and
+credited only when Flutterwave's answer matches the webhook. Sources and the matched fields:
+docs/payments.md "What each scheme is based on"."""
 
 from __future__ import annotations
 

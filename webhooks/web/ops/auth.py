@@ -1,12 +1,7 @@
-"""The admin token for the operator pages, which a browser must be able to open.
-
-Besides the `Authorization: Bearer` header of the admin API, `?token=<ADMIN_TOKEN>` is accepted
-once (GET) and swapped for a session cookie: a random id kept in Redis with an expiry
-(OPS_SESSION_TTL_S), bound to the admin token it was opened with, HttpOnly, SameSite=Strict,
-scoped to /ops, Secure unless OPS_INSECURE_COOKIE=1. A stolen cookie is not the admin API key
-and dies with its session. Under that cookie a request that changes anything must come from
-the same origin (Sec-Fetch-Site, else Origin): a page elsewhere cannot drive the RQ dashboard.
-"""
+"""The admin token for the operator pages, which a browser must be able to open: the admin API's
+`Authorization: Bearer`, or `?token=` once, swapped for a session cookie (a random id in Redis,
+bound to the token, expiring); under the cookie a change must come from the same origin.
+docs/operations.md "`/ops` and `/ops/rq`", docs/security.md."""
 
 from __future__ import annotations
 
