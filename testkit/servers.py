@@ -203,6 +203,32 @@ class Buyer:
         with self.lock:
             return sum(1 for r in self.received if r["answered"] == "accept")
 
+    def accepted_leads(self) -> set[str]:
+        """The lead ids this buyer answered `accepted` for, the default contract's body read."""
+        with self.lock:
+            return {r["body"]["lead_id"] for r in self.received if r["answered"] == "accept"}
+
+
+def sold_to(buyer_id: str, stub: Buyer, answers: list[dict], cap: int | None = None) -> set[str]:
+    """The lead ids `answers` (bodies of POST /v1/leads) sold to `buyer_id`, checked against
+    what its stub accepted: every sale was accepted, and a lead the stub accepted but was not
+    sold is one whose post ran past the delivery deadline (BUYER_TIMEOUT_MS): on a busy
+    machine the stub may answer after Floodgate stopped listening, a timeout to Floodgate and
+    a purchase to the stub. Such a post is a case to count, not a flake. With `cap` (the
+    buyer's count cap, and more leads sent than it): at most `cap` sold, and each slot left
+    unsold was given back by a post that failed (its lead may have been the last one)."""
+    assert all("status" in a for a in answers), [a for a in answers if "status" not in a]
+    sold = {a["lead_id"] for a in answers if a["status"] == "sold" and a["buyer_id"] == buyer_id}
+    attempts = [(a["lead_id"], t["outcome"]) for a in answers for t in a["attempts"] if t["buyer_id"] == buyer_id]
+    cut_off = {lead_id for lead_id, outcome in attempts if outcome == "timeout"}
+    accepted = stub.accepted_leads()
+    assert sold <= accepted, f"sold but never accepted by {buyer_id}: {sorted(sold - accepted)}"
+    assert accepted - sold <= cut_off, f"accepted, unsold, no timeout: {sorted(accepted - sold - cut_off)}"
+    if cap is not None:
+        given_back = sum(1 for _, outcome in attempts if outcome != "accepted")
+        assert len(sold) <= cap and len(sold) + given_back >= cap, (len(sold), given_back, cap)
+    return sold
+
 
 class _Listener(ThreadingHTTPServer):
     """The buyer stub's server. Its listen backlog is read by the constructor (listen() runs in

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+
+from testkit.servers import sold_to
 
 
 def test_sold_lead_reaches_the_buyer_with_the_contract_body_and_header(api, buyer_server, worker):
@@ -159,9 +160,8 @@ def test_chaos_cap_100_under_1000_concurrent_leads(api, buyer_server, redis_serv
     api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 100})
     api.settle_config()
     answers = _blast(api, key, 1000, 50, "chaos-")
-    assert Counter(a["status"] for a in answers) == {"sold": 100, "unsold": 900}
-    assert acme.accepted == 100
-    assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 100
+    sold = sold_to("acme", acme, answers, cap=100)  # a post the deadline cut off: accepted by the stub, unsold
+    assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == len(sold)
 
 
 def _clear_of_the_hour_boundary(margin_s: float = 90) -> None:
@@ -186,11 +186,8 @@ def test_chaos_across_four_web_processes_sharing_one_redis(web_api, base_env, tm
         api.put_buyer("acme", buyer_server.url("acme"), caps={"hourly": 100})
         api.settle_config()
         answers = _blast(api, key, 1000, 50, "multi-", bases=[api.base, second.url])
-        assert Counter(a["status"] for a in answers) == {"sold": 100, "unsold": 900}, Counter(
-            t["outcome"] for a in answers if a["status"] == "unsold" for t in a["attempts"]
-        )
-        assert acme.accepted == 100
-        assert api.get("/v1/admin/buyers/acme").json()["usage"]["hourly"]["used"] == 100
+        sold = sold_to("acme", acme, answers, cap=100)  # a post the deadline cut off: accepted, unsold
+        assert api.get("/v1/admin/buyers/acme").json()["usage"]["hourly"]["used"] == len(sold)
     finally:
         second.stop()
 
