@@ -14,6 +14,14 @@ from webhooks.payments.signatures import InvalidSignature, verify
 NOW = time.time()
 
 
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    """Each test's own now: a module-level one is minutes old by the time a slow run gets here,
+    and the deliveries signed at the real time fall outside its 5 minutes."""
+    global NOW
+    NOW = time.time()
+
+
 def body(provider: str) -> bytes:
     return encode(payload(provider, "ref-1", 12345))
 
