@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -287,7 +287,7 @@ def room(
     buyers: Sequence[BuyerRule],
     now: datetime,
     budget_minor: dict[str, int] | None = None,
-    consumers: dict[str, Sequence[str]] | None = None,
+    consumers: Mapping[str, Sequence[str]] | None = None,
     publisher_id: str = "",
 ) -> dict[str, str | None]:
     """Whether each buyer could take one more lead of `publisher_id` now, read without

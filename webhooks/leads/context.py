@@ -4,14 +4,15 @@ of each taking a dozen parameters."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage.scripts import CapCounter, LeadKey
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LeadContext:
     publisher: PublisherRule
     lead_id: str
@@ -25,6 +26,8 @@ class LeadContext:
     deadline: float  # time.monotonic() until which the claim surely is ours
     test: bool = False  # a test lead: every write of its routing replaced by a read
     caps: tuple[CapCounter, ...] = ()  # the publisher's cap counters this claim counts the lead in
+    # each candidate buyer's dedupe keys of this lead (routing.Router.select, once per lead)
+    consumers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def key(self) -> LeadKey:

@@ -9,25 +9,26 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from webhooks.caps import leases, rebuild
-from webhooks.caps.dedupe import consumer_keys
+from webhooks.caps import rebuild
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
 from webhooks.leads import answers, recovery, settlement
 from webhooks.leads.catalog import Snapshot
 from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import Deliverer
-from webhooks.leads.publishers import PublisherRule, cap_counters, cap_windows, key_hash
-from webhooks.leads.routing import Offer, Outcome, Router, attempt_note, candidates
+from webhooks.leads.publishers import PublisherRule, cap_counters, cap_windows, key_hash, throttle
+from webhooks.leads.quality import checked
+from webhooks.leads.routing import Outcome, Reservation, Route, Router
 from webhooks.leads.settlement import Journal, Settlement
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import LeadClaim
 from webhooks.storage.states import ClaimOutcome, LeadStatus
-from webhooks.validate import cents, is_id
+from webhooks.validate import is_id
 
 if TYPE_CHECKING:
     from webhooks.config import Config
@@ -105,7 +106,19 @@ def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict] | None:
     return None if found is None else found["attempts"]
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class LeadRequest:
+    """A POST /v1/leads as the view hands it over: the body is read only when asked for
+    (after the publisher's token bucket), as strict JSON (`body`) and as text (`text`)."""
+
+    authorization: str
+    body: Callable[[], Any]
+    text: Callable[[], str]
+    received_at: datetime
+    request_id: str | None
+
+
+@dataclass(kw_only=True)
 class Intake:
     """Everything the lead path needs, built once per process by create_app."""
 
@@ -118,6 +131,7 @@ class Intake:
     replay_ttl_s: int
     claim_margin_ms: int = 10_000
     recovery_window_ms: int = 900_000
+    rate_limit: tuple[int, int] | None = None  # PUBLISHER_RATE_LIMIT: a publisher without its own
     _rebuilds_started: set[int] = field(default_factory=set)  # memory marks whose rebuilds were asked for
 
     @classmethod
@@ -135,16 +149,28 @@ class Intake:
         )
         ending = Settlement(store, settle, journal.push, router.breaker, cfg.lead_replay_ttl_s)
         return cls(
-            store,
-            settle,
-            router,
-            journal,
-            ending,
-            cfg.buyer_timeout_ms,
-            cfg.lead_replay_ttl_s,
-            cfg.lead_claim_margin_ms,
-            cfg.lead_recovery_window_ms,
+            store=store,
+            settle=settle,
+            router=router,
+            journal=journal,
+            settlement=ending,
+            buyer_timeout_ms=cfg.buyer_timeout_ms,
+            replay_ttl_s=cfg.lead_replay_ttl_s,
+            claim_margin_ms=cfg.lead_claim_margin_ms,
+            recovery_window_ms=cfg.lead_recovery_window_ms,
+            rate_limit=cfg.publisher_rate_limit,
         )
+
+    def receive(self, snapshot: Snapshot, req: LeadRequest) -> str:
+        """A posted lead, from the request to its answer's JSON text: authenticate, the
+        publisher's token bucket (before the body is read: a flood costs one round trip), parse,
+        check against the publisher's field spec (leads/quality.py), `take`."""
+        publisher = authenticate(snapshot, req.authorization)
+        throttle(self.store, publisher, self.rate_limit)
+        lead_id, lead = parse_lead(req.body())
+        test = test_flag(lead) or publisher.mode == "test"
+        lead, payload = checked(publisher.spec, lead_id, lead, req.text())
+        return self.take(snapshot, publisher, lead_id, lead, payload, req.received_at, req.request_id, test)
 
     def take(
         self,
@@ -163,48 +189,86 @@ class Intake:
         claimed and answered like any other (a replay returns its answer) but only tried out
         (Router.try_out): nothing reserved, posted, earned or counted."""
         now = datetime.now(timezone.utc)
-        started = time.monotonic()
-        buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
-        claim_ttl = self.claim_margin_ms + max(1, len(buyers)) * (self.buyer_timeout_ms + 100)
-        ctx = LeadContext(
-            publisher,
-            lead_id,
-            lead,
-            payload,
-            now,
-            request_id,
-            claims.new_token(claims.ROUTING),
-            claim_ttl,
-            claim_ttl + self.recovery_window_ms,
-            started + claim_ttl / 1000,
-            test,
-            () if test else cap_counters(publisher, now),  # a test lead counts in no cap
-        )  # the claim lives at least this long (set after `started`)
-        plan = None if test else self.router.plan(buyers, publisher)
-        got, first = self._claim(ctx, plan[0] if plan else None)
+        route = self.router.select(snapshot, publisher, lead, now, test)
+        ctx = self._context(publisher, lead_id, lead, payload, now, request_id, test, route)
+        got, first = self._claim(ctx, route)
+        early = self._claim_answer(ctx, got, first, snapshot)
+        if early is not None:
+            return early
+        if got.dead_note is not None:  # that lead was counted when its dead request claimed it
+            ctx = replace(ctx, caps=())
+        outcome = self._route(ctx, route, got.dead_note, first, snapshot)
+        item = settlement.make_item(
+            publisher, lead_id, outcome, payload, received_at, request_id, test and got.dead_note is None
+        )
+        holder = settlement.end_in_time(self.settlement, ctx, outcome, item)
+        if holder is not None:  # the claim expired under a stalled process: the holder's answer
+            return _replay(holder, publisher.id, lead_id)
+        return json.dumps(settlement.answer_of(item))
+
+    def _context(
+        self,
+        publisher: PublisherRule,
+        lead_id: str,
+        lead: dict,
+        payload: str,
+        now: datetime,
+        request_id: str | None,
+        test: bool,
+        route: Route,
+    ) -> LeadContext:
+        """The lead's context; its claim lives for the worst case of its route's waterfall."""
+        claim_ttl = self.claim_margin_ms + max(1, len(route.buyers)) * (self.buyer_timeout_ms + 100)
+        return LeadContext(
+            publisher=publisher,
+            lead_id=lead_id,
+            lead=lead,
+            payload=payload,
+            now=now,
+            request_id=request_id,
+            token=claims.new_token(claims.ROUTING),
+            claim_ttl_ms=claim_ttl,
+            lease_ttl_ms=claim_ttl + self.recovery_window_ms,
+            deadline=time.monotonic() + claim_ttl / 1000,  # the claim lives at least this long
+            test=test,
+            caps=() if test else cap_counters(publisher, now),  # a test lead counts in no cap
+            consumers=route.consumers,
+        )
+
+    def _claim_answer(
+        self, ctx: LeadContext, got: LeadClaim, first: Reservation | None, snapshot: Snapshot
+    ) -> str | None:
+        """What the claim's outcome answers before any routing: a replay, a refusal (raised), or
+        the ledger's answer when Redis lost the publisher's replay memory lately; None: route."""
         if got.outcome is ClaimOutcome.WAIT:
             self._refuse_after_claim_loss(ctx, got.memory_mark, snapshot)
         if got.outcome is ClaimOutcome.HELD:
-            return _replay(got.held, publisher.id, lead_id)
+            return _replay(got.held, ctx.publisher.id, ctx.lead_id)
         if got.outcome is ClaimOutcome.CAPPED:
             self._refuse_over_cap(ctx, got.full)
-        if got.dead_note is not None:  # that lead was counted when its dead request claimed it
-            ctx = replace(ctx, caps=())
-        if got.dead_note is None and claims.memory_gap(got.memory_mark, int(now.timestamp() * 1000), self.replay_ttl_s):
+        now_ms = int(ctx.now.timestamp() * 1000)
+        if got.dead_note is None and claims.memory_gap(got.memory_mark, now_ms, self.replay_ttl_s):
             settled = self._settled_answer(ctx, first)
             if settled is not None:
                 return json.dumps({**json.loads(settled), "replayed": True})
+        return None
 
+    def _route(
+        self, ctx: LeadContext, route: Route, dead_note: str | None, first: Reservation | None, snapshot: Snapshot
+    ) -> Outcome:
+        """The lead's outcome: re-offered to the buyer a dead request was offering it to, tried
+        out (a test lead) or routed. Unavailable (the claim freed for a retry) when this
+        process stalled or buyer caps are being rebuilt."""
         try:
-            if got.dead_note is not None:
+            if dead_note is not None:
                 # The request that held this claim died while offering the lead to a buyer.
                 outcome = recovery.reoffer(
-                    self.store, self.router.deliverer, snapshot.buyers, ctx, json.loads(got.dead_note)
+                    self.store, self.router.deliverer, snapshot.buyers, ctx, json.loads(dead_note)
                 )
-            elif test:
-                outcome = self.router.try_out(ctx, buyers, skipped)
+            elif ctx.test:
+                outcome = self.router.try_out(ctx, route)
             else:
-                outcome = self.router.route(ctx, buyers, skipped, plan, first)
+                outcome = self.router.route(ctx, route, first)
         except BaseException:
             # Killed (a deploy's graceful timeout) or failed mid-routing: a buyer may hold the
             # lead, so the attempt note stays for the retry (every refund already deleted it).
@@ -215,8 +279,8 @@ class Intake:
             # attempt note. No buyer holds the lead from us (each earlier offer was settled).
             log.warning(
                 "lead %s:%s not offered further: its claim was about to expire (a stalled process)",
-                publisher.id,
-                lead_id,
+                ctx.publisher.id,
+                ctx.lead_id,
             )
             self._give_up(ctx, forget_note=time.monotonic() < ctx.deadline)
             raise Unavailable("this request ran out of time; retry")
@@ -226,48 +290,9 @@ class Intake:
                 "buyer caps are being rebuilt after a Redis data loss; retry shortly",
                 retry_after_s=math.ceil(self.buyer_timeout_ms / 1000 + rebuild.SETTLE_MARGIN_S),
             )
+        return outcome
 
-        item = settlement.make_item(
-            publisher, lead_id, outcome, payload, received_at, request_id, test and got.dead_note is None
-        )
-        answer = json.dumps(settlement.answer_of(item))
-        if time.monotonic() > ctx.deadline - claims.LATE_S:
-            # The claim may have expired under a stalled process: write the answer first, and
-            # settle only if it was ours to write (an expired claim nobody took is).
-            holder = self._answer(ctx, answers.remember(settlement.answer_of(item)))
-            if holder is not None:
-                return self._end_lost(ctx, outcome, answer, item, holder)
-            settlement.end_lead(self.settlement, ctx.token, outcome, item, keep_claim=True)
-            return answer
-        settlement.end_lead(self.settlement, ctx.token, outcome, item)
-        return answer
-
-    def _answer(self, ctx: LeadContext, answer: str) -> str | None:
-        """Write the answer (as leads/answers.py remembers it) into the lead's claim unless another
-        request holds it now (lua/answer_lead.lua); None when written, else what the claim holds."""
-        try:
-            return self.store.answer_lead(ctx.key, ctx.token, answer, self.replay_ttl_s).held
-        except REDIS_DOWN:
-            return None  # cannot tell: end as usual (the settlement goes to the database)
-
-    def _end_lost(self, ctx: LeadContext, outcome: Outcome, answer: str, item: dict, holder: str) -> str:
-        """The claim expired while this request routed (its process stalled) and another
-        request holds it now. A sale stands (the buyer has the lead: it is confirmed and
-        settled, the claim left alone); anything else is forgotten, so the ledger and the
-        publisher get the other request's answer."""
-        log.error(
-            "lead %s:%s: the claim expired while it was routed (a stalled process); outcome %s%s",
-            item["publisher_id"],
-            item["lead_id"],
-            outcome.status,
-            " to " + str(outcome.buyer_id) if outcome.buyer_id else "",
-        )
-        if outcome.lease is not None:
-            settlement.end_lead(self.settlement, ctx.token, outcome, item, keep_claim=True)
-            return answer
-        return _replay(holder, ctx.publisher.id, ctx.lead_id)
-
-    def _settled_answer(self, ctx: LeadContext, first: leases.Reservation | None) -> str | None:
+    def _settled_answer(self, ctx: LeadContext, first: Reservation | None) -> str | None:
         """Redis lost the publisher's replay memory lately (its mark is young): ask the
         ledger before routing. A settled lead's answer is put back as the claim's value and
         returned (its first reservation withdrawn); None when the ledger has no such lead.
@@ -280,7 +305,7 @@ class Intake:
             with db.connection_context():
                 found = answer_for(ctx.publisher.id, ctx.lead_id)
         except UNAVAILABLE_ERRORS:
-            self._withdraw(first)
+            self.router.withdraw(first)
             self._give_up(ctx, forget_note=True)
             raise Unavailable(
                 "the lead ledger is unreachable and Redis lost its replay memory lately; retry shortly"
@@ -288,7 +313,7 @@ class Intake:
         if found is None:
             return None
         answer = json.dumps(found)
-        self._withdraw(first)
+        self.router.withdraw(first)
         try:
             with self.store.batch() as b:  # EVAL: no EVALSHA miss on a Redis that just lost its data
                 b.answer_lead(ctx.key, ctx.token, answers.remember(found), self.replay_ttl_s)
@@ -332,50 +357,33 @@ class Intake:
                 self._rebuilds_started.discard(mark_ms)  # the next waiting lead tries again
                 return
 
-    def _withdraw(self, reservation: leases.Reservation | None) -> None:
-        """Give back the speculative first reservation, if one was granted."""
-        if reservation is not None and reservation.lease is not None:
-            leases.withdraw(self.store, reservation.lease)
-
-    def _claim(self, ctx: LeadContext, offer: Offer | None) -> tuple[LeadClaim, leases.Reservation | None]:
+    def _claim(self, ctx: LeadContext, route: Route) -> tuple[LeadClaim, Reservation | None]:
         """Claim the lead id and, in the same round trip, reserve its first buyer and note the
-        attempt (lua/claim_lead.lua writes the note only when the claim is ours and no dead
-        request left one). Returns the claim's answer and the first reservation. The
-        reservation is made before the claim's answer is known: when the claim is not ours,
-        or a dead request's offer must be finished first, it is withdrawn again (a round trip
-        more on that path only)."""
+        attempt (routing's `opening`; lua/claim_lead.lua writes the note only when the claim is
+        ours and no dead request left one). Returns the claim's answer and the first
+        reservation, withdrawn again (a round trip more on that path only) when the claim is
+        not ours or a dead request's offer must be finished first."""
         now_ms = int(ctx.now.timestamp() * 1000)
-        if offer is None or self.store.cap_wait.replicas:  # the WAIT path reserves on its own connection
+        opening = self.router.opening(ctx, route)
+        if opening is None:
             got = self.store.claim_lead(
                 ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note_ttl_ms=ctx.lease_ttl_ms, caps=ctx.caps
             )
             return got, None
-        buyer = offer.buyer
-        call = leases.prepare(
-            buyer,
-            ctx.now,
-            lease_ttl_ms=ctx.lease_ttl_ms,
-            probe_ttl_ms=self.router.probe_ttl_ms,
-            consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
-            price_minor=cents(offer.price),
-            note_key=ctx.attempt_key,
-            publisher_id=ctx.publisher.id,
-        )
-        note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref).value(call.lease)
         with self.store.batch() as b:
             claimed = b.claim_lead(
                 ctx.key,
                 ctx.token,
                 ttl_ms=ctx.claim_ttl_ms,
                 now_ms=now_ms,
-                note=note,
+                note=opening.note,
                 note_ttl_ms=ctx.lease_ttl_ms,
                 caps=ctx.caps,
             )
-            reserved = call.queue(b)
+            reserved = opening.queue(b)
         got, first = claimed.value, reserved.value
         if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:
-            self._withdraw(first)
+            self.router.withdraw(first)
             return got, None
         return got, first
 

@@ -18,7 +18,7 @@ from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
-from webhooks.leads import answers, settlement
+from webhooks.leads import settlement
 from webhooks.leads.buyers import BuyerRule
 from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
@@ -191,10 +191,7 @@ class Sweeper:
         claimed it first, it was ended meanwhile, or Redis lost its data lately.
 
         The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
-        the claim: near or past the claim's end the answer is written first (token-checked, as
-        a late request does), and when a retry holds the claim by then, a sale stands (the buyer
-        has the lead; the ledger's unique key keeps the first settlement) and anything else is
-        dropped."""
+        the claim: it ends the lead as a late request does (settlement.end_in_time)."""
         store, settle, queue, deliverer, cfg = self.store, self.settle, self.queue, self.deliverer, self.cfg
         claim_key = _claim_key(note_key)
         claim_ttl = cfg.lead_claim_margin_ms + cfg.buyer_timeout_ms + 100
@@ -216,36 +213,22 @@ class Sweeper:
             lead = json.loads(note["payload"])
             lead.pop("lead_id", None)
             ctx = LeadContext(
-                publisher,
-                note["lead_id"],
-                lead,
-                note["payload"],
-                datetime.fromisoformat(note["at"]),
-                note.get("request_id"),
-                token,
-                claim_ttl,
-                lease_ttl_ms,
-                started + claim_ttl / 1000,
+                publisher=publisher,
+                lead_id=note["lead_id"],
+                lead=lead,
+                payload=note["payload"],
+                now=datetime.fromisoformat(note["at"]),
+                request_id=note.get("request_id"),
+                token=token,
+                claim_ttl_ms=claim_ttl,
+                lease_ttl_ms=lease_ttl_ms,
+                deadline=started + claim_ttl / 1000,
             )
             outcome = reoffer(store, deliverer, buyers, ctx, note)
             item = settlement.make_item(publisher, ctx.lead_id, outcome, note["payload"], ctx.now, ctx.request_id)
         except BaseException:
             claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
             raise
-        answer = answers.remember(settlement.answer_of(item))
-        keep_claim = False
-        if time.monotonic() - started > claim_ttl / 1000 - claims.LATE_S:
-            if not store.answer_lead(lead_key, token, answer, cfg.lead_replay_ttl_s).written:
-                log.error(
-                    "abandoned lead %s:%s: the sweep's claim expired during the re-offer and a retry holds "
-                    "it now; outcome %s",
-                    publisher.id,
-                    ctx.lead_id,
-                    outcome.status,
-                )
-                if outcome.lease is None:
-                    return None
-            keep_claim = True
 
         def queue_item(item: dict, batch: Batch | None, _answer: str) -> None:
             settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], batch, item["request_id"])
@@ -253,7 +236,8 @@ class Sweeper:
         ending = settlement.Settlement(
             store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s
         )
-        settlement.end_lead(ending, token, outcome, item, keep_claim)
+        if settlement.end_in_time(ending, ctx, outcome, item) is not None:
+            return None  # the claim expired during the re-offer and a retry holds it now
         log.warning(
             "abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
             publisher.id,

@@ -9,7 +9,6 @@ import json
 import logging
 import random
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,13 +21,15 @@ from gevent import monkey
 from webhooks import metrics
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
+from webhooks.caps.leases import Reservation
 from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.catalog import Snapshot
 from webhooks.leads.context import LeadContext, lead_ref
 from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.integration import RenderBudgetExceeded
 from webhooks.leads.publishers import PublisherRule
 from webhooks.storage import keys
-from webhooks.storage.batch import Client
+from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule
 from webhooks.storage.states import AttemptOutcome, Circuit, LeadStatus, ReservationStatus
@@ -43,7 +44,10 @@ OFFER_SLACK_S = 0.5  # beyond the buyer deadline: recording an offer's outcome
 __all__ = [
     "LeadContext",
     "Offer",
+    "Opening",
     "Outcome",
+    "Reservation",
+    "Route",
     "Router",
     "attempt_note",
     "attempt_record",
@@ -79,6 +83,11 @@ def candidates(
         else:
             skipped.append({"buyer_id": b.id, "reason": reason})
     return passed, skipped
+
+
+def consumers_of(buyers: list[BuyerRule], lead: dict) -> dict[str, tuple[str, ...]]:
+    """The lead's dedupe keys at each of `buyers` that dedupes: computed once per lead."""
+    return {b.id: tuple(consumer_keys(b.id, b.dedupe_fields, lead)) for b in buyers if b.dedupe_fields}
 
 
 def buyer_body(lead_id: str, publisher_id: str, price: Decimal | str, lead_json: str) -> bytes:
@@ -143,6 +152,28 @@ class Offer:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """The buyers a lead may go to: those the static filters pass, the trace of those they
+    refuse, the offers' order when it needs no I/O (`Router.plan`) and the lead's dedupe keys."""
+
+    buyers: list[BuyerRule]
+    skipped: list[dict]
+    plan: list[Offer] | None
+    consumers: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The first offer's reservation and its attempt note, for the claim's round trip."""
+
+    reservation: leases.PreparedReservation
+    note: str
+
+    def queue(self, batch: Batch) -> Pending[Reservation]:
+        return self.reservation.queue(batch)
+
+
 def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None) -> list[Offer]:
     """The offers in the order `mode` gives (API.md "Routing modes"). `rotation` is, per
     priority, the round-robin counter of this lead."""
@@ -200,6 +231,37 @@ class Router:
             if attempt_key is not None:
                 b.delete(attempt_key)
 
+    def select(self, snapshot: Snapshot, publisher: PublisherRule, lead: dict, now: datetime, test: bool) -> Route:
+        """The route of one lead (`candidates`, `plan`; no plan for a test lead)."""
+        buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
+        plan = None if test else self.plan(buyers, publisher)
+        return Route(buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, lead))
+
+    def opening(self, ctx: LeadContext, route: Route) -> Opening | None:
+        """The reservation of the planned first offer and its attempt note, to be made in the
+        claim's round trip; None without a plan, or when a reservation must WAIT for replicas
+        on its own connection."""
+        if not route.plan or self.store.cap_wait.replicas:
+            return None
+        offer = route.plan[0]
+        call = leases.prepare(
+            offer.buyer,
+            ctx.now,
+            lease_ttl_ms=ctx.lease_ttl_ms,
+            probe_ttl_ms=self.probe_ttl_ms,
+            consumer=ctx.consumers.get(offer.buyer.id, ()),
+            price_minor=cents(offer.price),
+            note_key=ctx.attempt_key,
+            publisher_id=ctx.publisher.id,
+        )
+        note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref)
+        return Opening(call, note.value(call.lease))
+
+    def withdraw(self, reservation: Reservation | None) -> None:
+        """Give back a reservation granted but not to be offered (if one was)."""
+        if reservation is not None and reservation.lease is not None:
+            leases.withdraw(self.store, reservation.lease)
+
     def plan(self, buyers: list[BuyerRule], publisher: PublisherRule) -> list[Offer] | None:
         """The order of the offers when it needs no I/O (no ping/post buyer, no round-robin
         counter): then the lead path reserves the first one in its claim's round trip."""
@@ -207,28 +269,16 @@ class Router:
             return None
         return order([Offer(b, b.price) for b in buyers], publisher.routing)
 
-    def route(
-        self,
-        ctx: LeadContext,
-        buyers: list[BuyerRule],
-        skipped: list[dict] | None = None,
-        plan: list[Offer] | None = None,
-        first: leases.Reservation | None = None,
-    ) -> Outcome:
-        """Offer the lead to `buyers` (those the static filters passed) in the publisher's
-        routing order until one accepts it. Ping/post buyers bid first, all at once. Each
-        reservation writes, in its own round trip, which buyer and lease the lead is about
-        to be offered to (`ctx.attempt_key`, with `ctx.ref`); a refund clears it again in its
-        round trip. Leases live `ctx.lease_ttl_ms`: long enough for a retry to find the lease
-        of a request that died. `plan` is the order already drawn (see `plan`) and `first`
-        the reservation of its first offer, made by the caller in its claim's round trip. An
-        offer that could end after `ctx.deadline` (when the caller's claim may expire) is not
-        made (the process stalled; a retry may hold the lead now): its slot is given back and
-        the outcome says `out_of_time`."""
+    def route(self, ctx: LeadContext, route: Route, first: Reservation | None = None) -> Outcome:
+        """Offer the lead along `route` in the publisher's routing order until a buyer accepts
+        it (`first`: the `opening` reserved in the claim's round trip). Each reservation
+        writes the attempt note; an offer that could end after `ctx.deadline` is not made
+        (`out_of_time`). The steps: docs/leads.md "The lead path"."""
         publisher = ctx.publisher
-        out = Outcome(skipped=list(skipped or ()))
+        out = Outcome(skipped=list(route.skipped))
+        plan = route.plan
         if plan is None:
-            offers = self._bids(buyers, publisher, ctx.lead_id, ctx.lead, ctx.now, out)
+            offers = self._bids(ctx, route.buyers, out)
             rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
             plan = order(offers, publisher.routing, rotation)
         lead_json = json.dumps(ctx.lead, separators=(",", ":"))
@@ -260,7 +310,7 @@ class Router:
             self._refund(lease, outcome, ctx.attempt_key, replied)
         return out
 
-    def _reserve(self, ctx: LeadContext, offer: Offer, out: Outcome) -> leases.Reservation:
+    def _reserve(self, ctx: LeadContext, offer: Offer, out: Outcome) -> Reservation:
         """Reserve a slot under every cap of the offer's buyer (and its dedupe keys), writing
         the attempt note in the same round trip."""
         buyer = offer.buyer
@@ -271,12 +321,12 @@ class Router:
             lease_ttl_ms=ctx.lease_ttl_ms,
             probe_ttl_ms=self.probe_ttl_ms,
             note=attempt_note(ctx.attempt_key, offer, ctx.now, out.attempts, ctx.lease_ttl_ms, ctx.ref),
-            consumer=consumer_keys(buyer.id, buyer.dedupe_fields, ctx.lead),
+            consumer=ctx.consumers.get(buyer.id, ()),
             price_minor=cents(offer.price),
             publisher_id=ctx.publisher.id,
         )
 
-    def _usable(self, reservation: leases.Reservation, offer: Offer, out: Outcome) -> leases.Lease | None:
+    def _usable(self, reservation: Reservation, offer: Offer, out: Outcome) -> leases.Lease | None:
         """The reservation's lease, or None with the reason the buyer is passed over written
         into `out` (a full cap, a duplicate consumer, counters being rebuilt, an open circuit)."""
         buyer, status = offer.buyer, reservation.status
@@ -311,21 +361,18 @@ class Router:
             buyer.endpoint_url, body, idempotency_key(publisher_id, ctx.lead_id, buyer.id), buyer.delivery
         )
 
-    def try_out(self, ctx: LeadContext, buyers: list[BuyerRule], skipped: list[dict] | None = None) -> Outcome:
+    def try_out(self, ctx: LeadContext, route: Route) -> Outcome:
         """A test lead: the route it would take, with every write replaced by a read. Ping/post
         buyers are pinged (marked as a test); the offers are ordered as the publisher's mode
         orders them (round robin from each group's first: the shared rotation is not moved);
         caps, dedupe and circuits are read (leases.room), nothing is reserved, and no buyer is
         posted to. The outcome is SOLD to the buyer that would have been offered the lead
         first with room for it (its lease None), or UNSOLD; its attempts are none."""
-        out = Outcome(skipped=list(skipped or ()))
-        offers = self._bids(buyers, ctx.publisher, ctx.lead_id, ctx.lead, ctx.now, out, test=True)
+        out = Outcome(skipped=list(route.skipped))
+        offers = self._bids(ctx, route.buyers, out)
         plan = order(offers, ctx.publisher.routing)
         fixed = [o.buyer for o in plan if o.buyer.ping is None]  # pingers: read before their ping
-        consumers: dict[str, Sequence[str]] = {
-            b.id: consumer_keys(b.id, b.dedupe_fields, ctx.lead) for b in fixed if b.dedupe_fields
-        }
-        room = leases.room(self.store, fixed, ctx.now, None, consumers, ctx.publisher.id) if fixed else {}
+        room = leases.room(self.store, fixed, ctx.now, None, ctx.consumers, ctx.publisher.id) if fixed else {}
         for offer in plan:
             reason = room.get(offer.buyer.id)
             if reason is not None:
@@ -335,19 +382,11 @@ class Router:
             break
         return out
 
-    def _bids(
-        self,
-        buyers: list[BuyerRule],
-        publisher: PublisherRule,
-        lead_id: str,
-        lead: dict,
-        now: datetime,
-        out: Outcome,
-        test: bool = False,
-    ) -> list[Offer]:
+    def _bids(self, ctx: LeadContext, buyers: list[BuyerRule], out: Outcome) -> list[Offer]:
         """An offer per buyer: fixed-price buyers as they are; ping/post buyers that have room
-        and an open circuit are pinged at once under one PING_TIMEOUT_MS deadline, and take
-        part at their bid (no usable bid: skipped as no_bid)."""
+        and an open circuit are pinged at once under one PING_TIMEOUT_MS deadline (marked as a
+        test for a test lead), and take part at their bid (no usable bid: skipped as no_bid)."""
+        publisher, lead_id, lead, test = ctx.publisher, ctx.lead_id, ctx.lead, ctx.test
         offers = {b.id: Offer(b, b.price) for b in buyers if b.ping is None}
         pingers = [b for b in buyers if b.ping is not None]
         if not pingers:
@@ -355,9 +394,9 @@ class Router:
         room = leases.room(
             self.store,
             pingers,
-            now,
+            ctx.now,
             {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
-            {b.id: consumer_keys(b.id, b.dedupe_fields, lead) for b in pingers if b.dedupe_fields},
+            ctx.consumers,
             publisher.id,
         )
         for b in pingers:

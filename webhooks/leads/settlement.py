@@ -28,9 +28,10 @@ from rq import Queue
 
 from webhooks.caps import leases
 from webhooks.leads import answers
+from webhooks.leads.context import LeadContext
 from webhooks.leads.delivery import ACCEPTED
 from webhooks.leads.publishers import PublisherRule
-from webhooks.storage import keys
+from webhooks.storage import claims, keys
 from webhooks.storage.batch import Batch, Client
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.scripts import BreakerRule, LeadKey
@@ -373,6 +374,33 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, keep_claim
             s.queue_item(item, None, answer)
     except REDIS_DOWN:
         settle_directly(item)
+
+
+def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: dict) -> str | None:
+    """`end_lead`, for a request and for the sweep alike. Near or past the claim's end (a stalled
+    process: the claim may be another request's now) the answer is written first, token-checked,
+    and the lead ends without touching the claim; when another request holds the claim by then,
+    a sale stands (the buyer has the lead) and anything else is dropped: then what that claim
+    holds is returned, for the caller to answer with. None when the lead was ended."""
+    if time.monotonic() <= ctx.deadline - claims.LATE_S:
+        end_lead(s, ctx.token, outcome, item)
+        return None
+    try:
+        holder = s.store.answer_lead(ctx.key, ctx.token, answers.remember(answer_of(item)), s.replay_ttl_s).held
+    except REDIS_DOWN:
+        holder = None  # cannot tell: end as usual (the settlement goes to the database)
+    if holder is not None:
+        log.error(
+            "lead %s:%s: the claim expired while it was routed (a stalled process); outcome %s%s",
+            ctx.publisher.id,
+            ctx.lead_id,
+            outcome.status,
+            " to " + str(outcome.buyer_id) if outcome.buyer_id else "",
+        )
+        if outcome.lease is None:
+            return holder
+    end_lead(s, ctx.token, outcome, item, keep_claim=True)
+    return None
 
 
 def settle_directly(item: dict) -> None:

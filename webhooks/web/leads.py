@@ -1,5 +1,5 @@
-"""POST /v1/leads: reject, authenticate, check the lead against its publisher's spec
-(leads/quality.py), act (leads/intake.py), answer."""
+"""POST /v1/leads: the request handed to the lead path (leads/intake.py `Intake.receive`),
+its answer sent back and counted."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from flask import Blueprint, Response, g, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
-from webhooks.leads.intake import authenticate, parse_lead, test_flag
-from webhooks.leads.publishers import throttle
-from webhooks.leads.quality import checked
+from webhooks.leads.intake import LeadRequest
 from webhooks.web.http import json_body
 
 bp = Blueprint("leads", __name__)
@@ -40,16 +38,13 @@ def _count(resp: Response) -> Response:
 
 @bp.post("/v1/leads")
 def post_lead() -> ResponseReturnValue:
-    received_at = datetime.now(timezone.utc)
     svc = services.current()
-    snapshot = svc.catalog.snapshot()
-    publisher = authenticate(snapshot, request.headers.get("Authorization", ""))
-    # The publisher's token bucket before the body is even read: a flood costs one round trip.
-    throttle(svc.store, publisher, svc.config.publisher_rate_limit)
-    lead_id, lead = parse_lead(json_body())
-    test = test_flag(lead) or publisher.mode == "test"
-    lead, payload = checked(publisher.spec, lead_id, lead, request.get_data(as_text=True))
-    answer = g.lead_answer = svc.intake.take(
-        snapshot, publisher, lead_id, lead, payload, received_at, g.request_id, test
+    lead_request = LeadRequest(
+        authorization=request.headers.get("Authorization", ""),
+        body=json_body,
+        text=lambda: request.get_data(as_text=True),
+        received_at=datetime.now(timezone.utc),
+        request_id=g.request_id,
     )
+    answer = g.lead_answer = svc.intake.receive(svc.catalog.snapshot(), lead_request)
     return Response(answer, mimetype="application/json")
