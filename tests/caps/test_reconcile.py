@@ -10,7 +10,7 @@ import pytest
 from redis import Redis
 from rq_scheduler import Scheduler
 
-from testkit.servers import Proc, sold_to, venv_bin, wait_until
+from testkit.servers import Proc, post_lead_until_answered, sold_to, venv_bin, wait_until
 from webhooks import config
 from webhooks.caps import leases, reconcile
 from webhooks.leads import answers
@@ -95,13 +95,7 @@ def test_reconciliation_during_live_traffic_never_lets_a_cap_be_exceeded(api, bu
     loop.start()
 
     def one(i):
-        resp = api.session().post(
-            f"{api.base}/v1/leads",
-            json={"lead_id": f"live-{i}"},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=30,
-        )
-        return resp.json()
+        return post_lead_until_answered(api.session(), api.base, key, {"lead_id": f"live-{i}"})
 
     try:
         with ThreadPoolExecutor(50) as pool:

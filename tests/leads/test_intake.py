@@ -7,7 +7,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from testkit.servers import sold_to
+from testkit.servers import post_lead_until_answered, sold_to
 
 
 def test_sold_lead_reaches_the_buyer_with_the_contract_body_and_header(api, buyer_server, worker):
@@ -140,14 +140,7 @@ def _blast(api, key, n, threads, prefix, bases=None):
     def one(i):
         s = getattr(local, "s", None) or api.session()
         local.s = s
-        resp = s.post(
-            f"{bases[i % len(bases)]}/v1/leads",
-            json={"lead_id": f"{prefix}{i}", "state": "TX"},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=30,
-        )
-        assert resp.status_code == 200, resp.text
-        return resp.json()
+        return post_lead_until_answered(s, bases[i % len(bases)], key, {"lead_id": f"{prefix}{i}", "state": "TX"})
 
     with ThreadPoolExecutor(threads) as pool:
         return list(pool.map(one, range(n)))

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from testkit.servers import WebServer, sold_to
+from testkit.servers import WebServer, post_lead_until_answered, sold_to
 from tests.conftest import Api
 
 FORM = {
@@ -325,11 +325,7 @@ def test_caps_stay_exact_under_every_routing_mode(api, buyer_server, mode):
     with ThreadPoolExecutor(20) as pool:
         answers = list(
             pool.map(
-                lambda i: (
-                    api.session()
-                    .post(f"{api.base}/v1/leads", json={"lead_id": f"c{i}"}, headers={"Authorization": f"Bearer {key}"})
-                    .json()
-                ),
+                lambda i: post_lead_until_answered(api.session(), api.base, key, {"lead_id": f"c{i}"}),
                 range(40),
             )
         )
