@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parent / "out"
+# FG_BENCH_OUT: `scripts/bench --quick` writes elsewhere, leaving the fragments of REPORT.md alone.
+OUT = Path(os.environ.get("FG_BENCH_OUT") or Path(__file__).resolve().parent / "out")
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float | None]:

@@ -30,6 +30,7 @@ from bench.common import OUT, machine_info, markdown_table, mysql_version, redis
 from testkit.servers import (
     Proc,
     free_port,
+    listening,
     venv_bin,
     wait_until,
 )
@@ -91,6 +92,7 @@ class Stack:
                 url + "/v1/leads", json={"state": "TX"}, timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}
             )
 
+        wait_until(lambda: listening(self.bare_port), timeout=60, what="bare app")  # a loaded machine: seconds
         wait_until(lambda: lead(self.bare_url).status_code == 200, timeout=30, what="bare app")
         answer = lead(self.web.url).json()
         if answer.get("status") != "sold":

@@ -222,7 +222,7 @@ def main() -> int:
         log(f"bare: {bare}")
         before = {n: cpu_seconds(p) for n, p in pids.items()}
         pay = wrk_payments(stack.web.url, listing, 50, args.seconds)
-        cpu = {n: round((cpu_seconds(p) - before[n]) / pay["requests"] * 1000, 3) for n, p in pids.items()}
+        cpu = {n: round((cpu_seconds(p) - before[n]) / max(1, pay["requests"]) * 1000, 3) for n, p in pids.items()}
         log(f"payments: {pay}")
         throughput = {
             "bare": bare,

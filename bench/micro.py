@@ -2,7 +2,7 @@
 request, each against its alternative in the same process, alternated, medians of 3.
 
 - the HTTP client of a buyer post under gevent: urllib3's pool (requests' adapter) against
-  geventhttpclient, 25 greenlets posting to bench/buyer_server.py answering at once;
+  geventhttpclient, 25 greenlets posting to testkit/buyer_stub.py answering at once;
 - JSON: the standard library against orjson, on the shapes a lead encodes and decodes;
 - prometheus-client: a counter and a histogram in multiprocess mode (mmap files, as the web
   workers run) against one process's memory;
@@ -38,6 +38,7 @@ from bench.e2e import log
 from testkit.servers import RedisServer, free_port, listening, venv_bin, wait_until
 
 ROUNDS = 3
+SCALE = 1  # --quick: every count divided by 50, one round (does it still run?)
 LEAD = {"email": "ada@example.com", "phone": "+2348030000000", "state": "CA", "zip": "94107", "age": 33}
 ITEM = {
     "publisher_id": "pub-1",
@@ -54,6 +55,7 @@ ANSWER = {"lead_id": "x-2-320", "status": "sold", "buyer_id": "acme", "price": "
 
 
 def per_call_us(fn: Callable[[], object], number: int) -> float:
+    number = max(1, number // SCALE)
     return timeit.timeit(fn, number=number) / number * 1e6
 
 
@@ -74,7 +76,7 @@ def http_clients() -> dict[str, float]:
 
     port = free_port()
     buyer = subprocess.Popen(
-        [venv_bin("python"), str(ROOT / "bench" / "buyer_server.py"), str(port)],
+        [venv_bin("python"), str(ROOT / "testkit" / "buyer_stub.py"), str(port)],
         env={**os.environ, "BUYER_DELAY_MS": "0"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -106,6 +108,7 @@ def http_clients() -> dict[str, float]:
         wait_until(lambda: listening(port), timeout=10, what="buyer stub")
 
         def cpu_per_post(post: Callable[[], None], n: int = 6000, greenlets: int = 25) -> float:
+            n = max(greenlets, n // SCALE)
             started = time.process_time()
             gevent.joinall([gevent.spawn(lambda: [post() for _ in range(n // greenlets)]) for _ in range(greenlets)])
             return (time.process_time() - started) / n * 1e6
@@ -193,6 +196,7 @@ def eval_or_evalsha(workdir: Path) -> dict[str, float]:
             return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
         def run(command: str, body: str, n: int = 20_000) -> tuple[float, float]:
+            n = max(1, n // SCALE)
             server_before, client_before = redis_cpu(), time.process_time()
             for _ in range(n):
                 pipe = r.pipeline(transaction=False)
@@ -228,6 +232,9 @@ def render(d: dict) -> str:
 
 
 def main() -> int:
+    global ROUNDS, SCALE
+    if sys.argv[1:] == ["--quick"]:
+        ROUNDS, SCALE = 1, 50
     with tempfile.TemporaryDirectory(prefix="fg-micro-") as tmp:
         results = {}
         for title, measure in (

@@ -209,7 +209,7 @@ def cost_run(n: int, rounds: int, threads: int, offset: int) -> dict[str, list[f
         for variant, announce in (("without outbox", False), ("with outbox", True)):
             todo = iter(range(n // rounds))
             # the lever: the event row and its balance read, or neither (a bench-only switch)
-            outbox.record = RECORD if announce else (lambda _event, _now: None)  # type: ignore[assignment]
+            outbox.record = RECORD if announce else (lambda _event, _now, deferred=False: None)  # type: ignore[assignment]
 
             def worker(variant=variant, todo=todo) -> None:
                 mine = []
