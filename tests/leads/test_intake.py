@@ -274,10 +274,12 @@ def test_same_lead_id_from_two_publishers_is_two_leads(api, buyer_server, worker
     assert api.get("/v1/admin/leads/unknown").status_code == 404
 
 
-def test_circuit_opens_skips_without_a_call_half_opens_and_closes(api, buyer_server):
-    """BREAKER_FAILURES=3 and BREAKER_COOLDOWN_MS=1500 in the test environment."""
-    import time
+def test_circuit_opens_skips_without_a_call_half_opens_and_closes(api, buyer_server, reconfigure, redis_server):
+    """BREAKER_FAILURES=3; a cool-down of a minute, so that a stalled test never finds the
+    circuit half-open where it expects it open. Its end is brought forward in Redis."""
+    from webhooks.storage import keys
 
+    reconfigure(breaker_cooldown_ms=60_000)
     flaky = buyer_server.add("flaky", "error500")
     buyer_server.add("backup")
     key = api.put_publisher("surge")
@@ -287,7 +289,10 @@ def test_circuit_opens_skips_without_a_call_half_opens_and_closes(api, buyer_ser
     outcomes = [api.post_lead(key, {"lead_id": f"cb{i}"}).json()["attempts"][0]["outcome"] for i in range(5)]
     assert outcomes == ["error", "error", "error", "circuit_open", "circuit_open"]
     assert len(flaky.received) == 3  # an open circuit costs no call
-    time.sleep(1.6)  # past the cool-down: one probe goes through
+    r = redis_server.client()
+    for circuit in (keys.breaker("flaky"), keys.publisher_breaker("flaky", "surge")):
+        if r.hget(circuit, "open_until"):
+            r.hset(circuit, "open_until", 1)  # past the cool-down: one probe goes through
     flaky.mode = "accept"
     probe = api.post_lead(key, {"lead_id": "probe"}).json()
     assert probe["buyer_id"] == "flaky" and probe["attempts"][0]["outcome"] == "accepted"
