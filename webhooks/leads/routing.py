@@ -386,7 +386,6 @@ class Router:
         """An offer per buyer: fixed-price buyers as they are; ping/post buyers that have room
         and an open circuit are pinged at once under one PING_TIMEOUT_MS deadline (marked as a
         test for a test lead), and take part at their bid (no usable bid: skipped as no_bid)."""
-        publisher, lead_id, lead, test = ctx.publisher, ctx.lead_id, ctx.lead, ctx.test
         offers = {b.id: Offer(b, b.price) for b in buyers if b.ping is None}
         pingers = [b for b in buyers if b.ping is not None]
         if not pingers:
@@ -397,45 +396,15 @@ class Router:
             ctx.now,
             {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
             ctx.consumers,
-            publisher.id,
+            ctx.publisher.id,
         )
         for b in pingers:
             if room[b.id] is not None:
                 out.skipped.append({"buyer_id": b.id, "reason": room[b.id]})
         pingers = [b for b in pingers if room[b.id] is None]
         deadline = time.monotonic() + self.ping_timeout_ms / 1000
-
-        def ping(b: BuyerRule) -> tuple[Decimal | None, Any]:
-            spec = b.ping
-            assert spec is not None  # a pinger
-            try:
-                body = spec.body(
-                    {
-                        "lead": lead,
-                        "lead_id": lead_id,
-                        "publisher_id": publisher.id,
-                        "buyer_id": b.id,
-                        "price": f"{b.price:.2f}",
-                    }
-                )
-            except RenderBudgetExceeded:
-                return None, NOT_SENT
-            status, content, failure, _ms = self.deliverer.ping(
-                spec.url, body, max(0.001, deadline - time.monotonic()), test
-            )
-            if failure == NOT_SENT:
-                return None, NOT_SENT
-            if failure is not None or not 200 <= status < 300:
-                return None, None
-            bid, reply = spec.read_bid(content)
-            if bid is not None and bid > self.max_bid:
-                log.info("bid %s of buyer %s is above PING_MAX_BID: ignored", bid, b.id)
-                return None, reply
-            return bid, reply
-
-        for b, result in zip(
-            pingers, fan_out([functools.partial(ping, b) for b in pingers], self.ping_timeout_ms / 1000)
-        ):
+        calls = [functools.partial(self._ping, ctx, b, deadline) for b in pingers]
+        for b, result in zip(pingers, fan_out(calls, self.ping_timeout_ms / 1000)):
             bid, reply = result if result is not None else (None, None)  # failed or late: no bid
             if reply is NOT_SENT:
                 out.skipped.append({"buyer_id": b.id, "reason": NOT_SENT})
@@ -444,6 +413,36 @@ class Router:
             else:
                 offers[b.id] = Offer(b, bid, bid, reply)
         return [offers[b.id] for b in buyers if b.id in offers]
+
+    def _ping(self, ctx: LeadContext, b: BuyerRule, deadline: float) -> tuple[Decimal | None, Any]:
+        """A ping/post buyer's bid for the lead and its reply (None, NOT_SENT when the ping
+        cannot be made within the template's budget; no bid for a failure or one over max_bid)."""
+        spec = b.ping
+        assert spec is not None  # a pinger
+        try:
+            body = spec.body(
+                {
+                    "lead": ctx.lead,
+                    "lead_id": ctx.lead_id,
+                    "publisher_id": ctx.publisher.id,
+                    "buyer_id": b.id,
+                    "price": f"{b.price:.2f}",
+                }
+            )
+        except RenderBudgetExceeded:
+            return None, NOT_SENT
+        status, content, failure, _ms = self.deliverer.ping(
+            spec.url, body, max(0.001, deadline - time.monotonic()), ctx.test
+        )
+        if failure == NOT_SENT:
+            return None, NOT_SENT
+        if failure is not None or not 200 <= status < 300:
+            return None, None
+        bid, reply = spec.read_bid(content)
+        if bid is not None and bid > self.max_bid:
+            log.info("bid %s of buyer %s is above PING_MAX_BID: ignored", bid, b.id)
+            return None, reply
+        return bid, reply
 
     def _rotation(self, offers: list[Offer]) -> dict[int, int]:
         """Round robin: this lead's turn in each priority group, shared by every process (one
