@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from testkit.servers import wait_until
+from testkit.servers import post_lead_until_answered, wait_until
 from webhooks import services
 from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import consumer_keys, normalise
@@ -62,28 +62,25 @@ def test_200_concurrent_leads_of_40_consumers_reach_a_dedupe_buyer_once_per_cons
             start.wait()
         s = getattr(local, "s", None) or api.session()
         local.s = s
-        resp = s.post(
-            f"{api.base}/v1/leads",
-            json={"lead_id": f"d{i}", **consumer(i % 40, i // 40)},
-            headers={"Authorization": f"Bearer {key}"},
-        )
-        assert resp.status_code == 200, resp.text
-        return resp.json()
+        return post_lead_until_answered(s, api.base, key, {"lead_id": f"d{i}", **consumer(i % 40, i // 40)})
 
     with ThreadPoolExecutor(50) as pool:
         answers = list(pool.map(post, range(200)))
-    bought = Counter(normalise("email", r["body"]["lead"]["email"]) for r in dd.received)
-    assert set(bought.values()) == {1}  # no consumer reached the buyer twice
-    # Every consumer reached it once, unless the buyer's connection failed under this load for
-    # each of that consumer's offers (a failed delivery frees the consumer: API.md).
+    email = [normalise("email", consumer(i % 40, i // 40)["email"]) for i in range(200)]
+    sold = Counter(email[i] for i, a in enumerate(answers) if a["buyer_id"] == "dd")
+    assert set(sold.values()) == {1}  # no consumer sold to the buyer twice
+    # A failed delivery frees the consumer (API.md): under this load the buyer's connection may
+    # fail, or its post run past the deadline (the stub may accept after it, unsold)
     failed = {
-        normalise("email", consumer(i % 40, i // 40)["email"])
+        email[i]
         for i, a in enumerate(answers)
         if any(t["buyer_id"] == "dd" and t["outcome"] in ("error", "timeout") for t in a["attempts"])
+        or 503 in a["refused"]
     }
-    assert len(bought) + len(failed - set(bought)) == 40
-    sold_to = Counter(a["buyer_id"] for a in answers)
-    assert sold_to["dd"] == len(bought)
+    reached = Counter(normalise("email", r["body"]["lead"]["email"]) for r in dd.received)
+    assert all(n == 1 or c in failed for c, n in reached.items())  # again only after a failed offer
+    # every consumer sold to it once, unless each of that consumer's offers failed
+    assert len(sold) + len(failed - set(sold)) == 40
     # the rest cascaded to the next buyer (which, under this load, may fail a connection too)
     assert all(any(t["buyer_id"] == "fallback" for t in a["attempts"]) for a in answers if a["buyer_id"] != "dd")
 
