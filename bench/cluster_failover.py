@@ -250,7 +250,7 @@ def lease_rows(label: str, url: str, wait: int) -> list[dict]:
             }
         )
         log(f"lease {label} {load}: {rows[-1]}")
-    r.close()
+    r.redis.close()
     return rows
 
 
