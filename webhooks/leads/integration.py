@@ -256,6 +256,18 @@ def _bounded_filters(filters: dict) -> dict:
     """The filters a field template may use, those that can grow their input wrapped so that
     their output's size is known before it is made."""
     original = dict(filters)
+    growing, refusing = _growing_filters(original), _refusing_filters(original)
+    for name in ("replace", "join", "tojson", "sum"):  # eval context first
+        (growing if name in growing else refusing)[name].jinja_pass_arg = original[name].jinja_pass_arg
+    kept = {k: _charged(v) for k, v in original.items() if k not in _REFUSED_FILTERS}
+    kept.update(growing)
+    kept.update(format=refusing["format"], batch=refusing["batch"], slice=refusing["slice"])
+    kept.update(tojson=_charged(refusing["tojson"]), sum=_charged(refusing["sum"]))
+    return kept
+
+
+def _growing_filters(original: dict) -> dict:
+    """join, replace, center, indent: their output's size checked before it is made."""
 
     def checked_join(eval_ctx, value, d="", attribute=None):
         items = list(value)
@@ -276,6 +288,12 @@ def _bounded_filters(filters: dict) -> dict:
         s = str(s)
         _check_size(len(s) + (s.count("\n") + 1) * (len(width) if isinstance(width, str) else int(width)))
         return original["indent"](s, width, first, blank)
+
+    return {"join": checked_join, "replace": replace, "center": center, "indent": indent}
+
+
+def _refusing_filters(original: dict) -> dict:
+    """format, sum, tojson, batch, slice: refused when their arguments would make too much."""
 
     def format_(value, *args, **kwargs):
         if _WIDE_FORMAT.search(str(value)):
@@ -300,14 +318,7 @@ def _bounded_filters(filters: dict) -> dict:
         _check_count(slices)
         return original["slice"](value, slices, fill_with)
 
-    for name, wrapper in (("replace", replace), ("join", checked_join), ("tojson", tojson), ("sum", sum_)):
-        wrapper.jinja_pass_arg = original[name].jinja_pass_arg  # type: ignore[union-attr]  # eval context first
-    kept = {k: _charged(v) for k, v in original.items() if k not in _REFUSED_FILTERS}
-    kept.update(
-        join=checked_join, replace=replace, center=center, indent=indent, format=format_, batch=batch, slice=slice_
-    )
-    kept.update(tojson=_charged(tojson), sum=_charged(sum_))
-    return kept
+    return {"format": format_, "sum": sum_, "tojson": tojson, "batch": batch, "slice": slice_}
 
 
 def _length_of(indent: int | str) -> int:
@@ -558,7 +569,16 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
     headers = raw.get("headers") or {}
     if not isinstance(headers, dict) or len(headers) > 32:
         raise ValidationError(CODE, "delivery.headers", "must be an object of at most 32 headers")
-    stored_headers = stored_headers or {}
+    out: dict[str, Any] = {"method": method, "format": fmt, "headers": _kept_headers(headers, stored_headers or {})}
+    if raw.get("fields") is not None:
+        _try_render(_compile_fields(raw["fields"], "delivery.fields"), "delivery.fields", fmt == "json")
+        out["fields"] = raw["fields"]
+    out.update(_accept_of(raw))
+    return out
+
+
+def _kept_headers(headers: dict, stored_headers: dict[str, str]) -> dict[str, str]:
+    """A delivery's headers, checked; one sent back in its redacted form keeps the stored value."""
     kept = {}
     for name, value in headers.items():
         field = f"delivery.headers.{name}"
@@ -569,10 +589,11 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
         if name in stored_headers and value == redact_secret(stored_headers[name]):
             value = stored_headers[name]
         kept[name] = value
-    out: dict[str, Any] = {"method": method, "format": fmt, "headers": kept}
-    if raw.get("fields") is not None:
-        _try_render(_compile_fields(raw["fields"], "delivery.fields"), "delivery.fields", fmt == "json")
-        out["fields"] = raw["fields"]
+    return kept
+
+
+def _accept_of(raw: dict) -> dict[str, Any]:
+    """A delivery's `accept` (JMESPath, the default when none) or `accept_regex`, checked."""
     if raw.get("accept") is not None and raw.get("accept_regex") is not None:
         raise ValidationError(CODE, "delivery.accept", "give accept or accept_regex, not both")
     if raw.get("accept_regex") is not None:
@@ -581,11 +602,10 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
             bounded.compile_regex(pattern)
         except ExpressionRefused as exc:
             raise ValidationError(CODE, "delivery.accept_regex", str(exc)) from None
-        out["accept_regex"] = pattern
-    else:
-        out["accept"] = raw.get("accept", DEFAULT_ACCEPT)
-        compile_expression(out["accept"], "delivery.accept")
-    return out
+        return {"accept_regex": pattern}
+    accept = raw.get("accept", DEFAULT_ACCEPT)
+    compile_expression(accept, "delivery.accept")
+    return {"accept": accept}
 
 
 def compile_delivery(stored: dict | None) -> Delivery:

@@ -168,7 +168,12 @@ def _field(name: Any, rule: Any) -> Field:
     required = rule.get("required", False)
     if not isinstance(required, bool):
         raise ValidationError(CODE, f"{where}.required", "must be true or false")
-    field = Field(name, kind, required)
+    return _typed(Field(name, kind, required), rule, where)
+
+
+def _typed(field: Field, rule: dict, where: str) -> Field:
+    """`field` with the options of its type read from `rule`."""
+    name, kind, required = field.name, field.type, field.required
     if kind == "string":
         longest = _count(rule.get("max_length", MAX_STRING), f"{where}.max_length")
         field = Field(name, kind, required, max_length=longest)
