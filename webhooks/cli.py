@@ -53,7 +53,7 @@ def _id_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> st
     return value
 
 
-def _progress(items: list, label: str) -> Any:
+def _progress(items: list[Any], label: str) -> Any:
     """A progress bar on stderr (stdout may be carrying JSON)."""
     return click.progressbar(items, label=label, file=sys.stderr, show_pos=True)
 
@@ -199,12 +199,12 @@ def reconcile_payments(provider: str | None, since: datetime | None, dry_run: bo
 # --- import / export -------------------------------------------------------------------------
 
 
-def _write(entries: list[dict], output: Any) -> None:
+def _write(entries: list[dict[str, Any]], output: Any) -> None:
     json.dump(entries, output, indent=2)
     output.write("\n")
 
 
-def _read_entries(file: Any, what: str) -> list[dict]:
+def _read_entries(file: Any, what: str) -> list[dict[str, Any]]:
     """The JSON list an export wrote: objects with a valid, unique `id` each."""
     try:
         entries = json.load(file)
@@ -223,17 +223,17 @@ def _read_entries(file: Any, what: str) -> list[dict]:
 
 
 def _import(
-    entries: list[dict],
+    entries: list[dict[str, Any]],
     what: str,
-    parse: Callable[[Any], dict],
-    save: Callable[[str, dict], Any],
+    parse: Callable[[Any], dict[str, Any]],
+    save: Callable[[str, dict[str, Any]], Any],
     hint: Callable[[ValidationError], str] = lambda e: "",
-) -> list:
+) -> list[Any]:
     """Validate every entry, then save them all in one transaction (all or nothing); return
     what `save` returned for each."""
     from webhooks.storage.db import db
 
-    def checked(i: int, action: Callable, *args: Any) -> Any:
+    def checked(i: int, action: Callable[..., Any], *args: Any) -> Any:
         try:
             return action(*args)
         except ValidationError as exc:
@@ -279,7 +279,7 @@ def import_buyers(file: Any) -> None:
     from webhooks.leads.catalog import bump_version
     from webhooks.storage.models import Buyer
 
-    def parse(entry: dict) -> dict:  # as a PUT does: the redacted form keeps the stored secret
+    def parse(entry: dict[str, Any]) -> dict[str, Any]:  # as a PUT does: the redacted form keeps the stored secret
         return buyers.parse(entry, Buyer.get_or_none(Buyer.id == entry["id"]))
 
     saved = _import(_read_entries(file, "buyers"), "buyers", parse, buyers.save)
@@ -542,7 +542,12 @@ def purge_leads(chunk: int) -> None:
 
     with db.connection_context():
         emptied = ledger.purge_bodies(
-            svc.settle.redis, groups, datetime.now(timezone.utc), chunk, float("inf"), progress
+            svc.settle.redis,
+            groups,
+            datetime.now(timezone.utc),
+            chunk=chunk,
+            time_budget_s=float("inf"),
+            progress=progress,
         )
     click.echo(", ".join(f"{count} {group} lead bodies emptied" for group, count in emptied.items()))
 

@@ -282,7 +282,7 @@ def _rate_limit(raw: str) -> tuple[int, int] | None:
     return limit
 
 
-def _check_abandoned_after(values: dict) -> None:
+def _check_abandoned_after(values: dict[str, Any]) -> None:
     """The abandoned-lead sweep (every minute) must find a dead routing's lease while it lives:
     LEAD_ABANDONED_AFTER_MS defaults to 2 minutes, or half a shorter recovery window."""
     window = values.get("lead_recovery_window_ms", Config.lead_recovery_window_ms)
@@ -317,7 +317,7 @@ def _events_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
     return secrets
 
 
-def _check_payment_events(values: dict) -> None:
+def _check_payment_events(values: dict[str, Any]) -> None:
     url = values.get("payment_events_url", "")
     if url:
         parts = urlsplit(url)
@@ -366,7 +366,7 @@ def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def _check_secrets(values: dict) -> None:
+def _check_secrets(values: dict[str, Any]) -> None:
     token = values.get("admin_token", "")
     if token and len(token) < MIN_ADMIN_TOKEN:
         raise ConfigError(

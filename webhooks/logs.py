@@ -12,6 +12,7 @@ import re
 import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
+from typing import TextIO
 from urllib.parse import unquote_plus
 
 from rq import get_current_job
@@ -30,7 +31,7 @@ REDACTED = "<redacted>"
 REDACTED_URL = f"holds {REDACTED}: give the real value (or the URL exactly as GET shows it, to keep it)"
 
 
-def _param(m: re.Match) -> str:
+def _param(m: re.Match[str]) -> str:
     sep, name, value = m.groups()
     secret = value and _SECRET_NAME.search(unquote_plus(name))  # `api%5Fkey` is `api_key`
     return f"{sep}{name}={REDACTED}" if secret else m.group(0)
@@ -110,7 +111,7 @@ class JsonFormatter(logging.Formatter):
         return redact_text(json.dumps(entry, default=str))
 
 
-class _JsonHandler(logging.StreamHandler):
+class _JsonHandler(logging.StreamHandler[TextIO]):
     """Our stderr handler, told apart from others (pytest's, a host app's) by its class."""
 
 

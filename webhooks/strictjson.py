@@ -63,13 +63,13 @@ def loads(raw: bytes, *, decimals: bool = False) -> Any:
     return value
 
 
-def _number_hooks(raw: bytes, decimals: bool) -> dict:
+def _number_hooks(raw: bytes, decimals: bool) -> dict[str, Any]:
     """The json.loads number arguments: the C defaults (Decimal itself with `decimals`) unless
     a number might overflow a double (or, for ints, pass int()'s 4300-digit limit); then the
     hooks that refuse it, a Python call per number."""
     shapes = raw.translate(_NUMBER_SHAPE)
     long_run, exponent = _LONG_RUN in shapes, _EXPONENT in shapes
-    hooks: dict = {"parse_int": _int} if long_run else {}
+    hooks: dict[str, Any] = {"parse_int": _int} if long_run else {}
     if long_run or exponent:
         hooks["parse_float"] = _decimal if decimals else _float
     elif decimals:
@@ -100,7 +100,7 @@ def _check_surrogates(raw: bytes) -> None:
         raise InvalidJSON("JSON string is not UTF-8 text (a lone surrogate)")
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict:
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         counts = Counter(map(itemgetter(0), pairs))

@@ -28,7 +28,7 @@ def bearer(authorization: str) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-def fields(code: str, body: Any, known: set[str], read_only: set[str], required: tuple[str, ...]) -> dict:
+def fields(code: str, body: Any, known: set[str], read_only: set[str], required: tuple[str, ...]) -> dict[str, Any]:
     """Check the shape of an admin PUT body: an object, no unknown field (a typo must not
     silently mean a default), every required field present. Read-only fields (what a GET
     adds) are allowed so that a fetched resource can be put back."""

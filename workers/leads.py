@@ -5,6 +5,7 @@ settled. Run by the scheduler every minute (workers/schedule.py)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from rq import get_current_job
 
@@ -17,7 +18,7 @@ from workers.context import backends
 log = logging.getLogger(__name__)
 
 
-def sweep_abandoned(after_ms: int | None = None) -> dict:
+def sweep_abandoned(after_ms: int | None = None) -> dict[str, Any]:
     """Finish the abandoned leads (older than `after_ms`, default LEAD_ABANDONED_AFTER_MS);
     how many were sold, left unsold for review, and left for the next run. A database outage
     or Redis outage ends the run quietly: the next one, a minute later, finds the same leads."""

@@ -6,6 +6,7 @@ A database or Redis outage ends a run quietly: the next one reads the window aga
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from rq import get_current_job
 
@@ -19,7 +20,7 @@ from workers.context import backends
 log = logging.getLogger(__name__)
 
 
-def reconcile_providers() -> list[dict]:
+def reconcile_providers() -> list[dict[str, Any]]:
     """One run over every configured provider; a summary per provider. Through a database or
     Redis outage the run ends quietly: the next one (an interval later) reads the window again."""
     b = backends()

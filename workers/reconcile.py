@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from rq import get_current_job
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 OUTAGE_RETRY_S = 60
 
 
-def reconcile_all() -> list[dict]:
+def reconcile_all() -> list[dict[str, Any]]:
     """Reconcile every active buyer. Through a database outage the run ends quietly and asks
     for another a minute later (the hourly job would otherwise leave a failed job in RQ's
     registry, an operator's alarm, for an outage that heals by itself: the soak found one

@@ -40,7 +40,7 @@ PERIODIC = [
 ]
 
 
-def periodic(cfg: config.Config) -> list[dict]:
+def periodic(cfg: config.Config) -> list[dict[str, Any]]:
     """The periodic jobs under `cfg`: PERIODIC, and the provider reconciliation every
     PROVIDER_RECONCILE_INTERVAL_S (a changed interval is a changed definition: rescheduled)."""
     return PERIODIC + [
@@ -52,12 +52,12 @@ def periodic(cfg: config.Config) -> list[dict]:
     ]
 
 
-def job_id(definition: dict) -> str:
+def job_id(definition: dict[str, Any]) -> str:
     digest = hashlib.sha1(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
     return ID_PREFIX + digest
 
 
-def register(scheduler: Scheduler, definitions: list[dict] = PERIODIC) -> list[str]:
+def register(scheduler: Scheduler, definitions: list[dict[str, Any]] = PERIODIC) -> list[str]:
     """Make the scheduled periodic jobs exactly `definitions`; return their ids."""
     wanted = {job_id(d): d for d in definitions}
     existing = {job.id: job for job in scheduler.get_jobs() if job.id.startswith(ID_PREFIX)}
@@ -126,7 +126,7 @@ class _Scheduler(Scheduler):
     everything else, and the sweeps among them are what recovers from that (a no-op otherwise).
     Each poll also hands the jobs of dead workers back to the queue."""
 
-    definitions: list[dict] = PERIODIC
+    definitions: list[dict[str, Any]] = PERIODIC
 
     def enqueue_jobs(self) -> Any:
         register(self, self.definitions)

@@ -54,7 +54,7 @@ class Worker(SimpleWorker):
 
     def run_maintenance_tasks(self) -> None:
         try:
-            super().run_maintenance_tasks()
+            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
         except REDIS_DOWN as exc:  # tried again at the next loop
             log.warning("Redis unavailable for maintenance (%s)", exc)
 
@@ -67,7 +67,7 @@ class Worker(SimpleWorker):
                 self.connection.ping()
                 if not self.connection.sismember(self.redis_workers_keys, self.key):
                     self.connection.delete(self.key)  # a heartbeat's remains, if any
-                    self.register_birth()
+                    self.register_birth()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
                 log.info("Redis answers again: carrying on")
                 return
             except REDIS_DOWN:

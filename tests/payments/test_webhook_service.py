@@ -88,7 +88,7 @@ def test_a_webhook_whose_reference_is_claimed_answers_409_in_flight(hooks):
         hooks.queue,
         events.parse("paystack", raw),
         ledger.receipt("paystack", raw, {}),
-        30_000,
+        claim_ttl_ms=30_000,
     )
     assert held.verdict == gate.CLAIMED
     answer = receive(hooks, "paystack", raw)

@@ -138,9 +138,9 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     raw = encode(payload("paystack", "rt-pay-1", 5000))
     event = events.parse("paystack", raw)
     delivery = ledger.receipt("paystack", raw, {"content-type": "application/json"})
-    first, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
+    first, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
     assert (first.verdict, trips) == ("claimed", 1)
-    again, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
+    again, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
     assert (again.verdict, trips) == ("in_flight", 1)
     with db.connection_context():
         assert ledger.credit(event, delivery, False) == "credited"
@@ -152,7 +152,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
             return [d.verdict for d in WebhookDelivery.select().order_by(WebhookDelivery.received_at)]
 
     assert rows() == ["credited"]
-    repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, 30_000))
+    repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
     assert (repeat.verdict, repeat.claim, trips) == ("duplicate", None, 1)
     assert rows() == ["credited"]  # nothing written on the request path
     assert store.redis.llen(keys.DELIVERIES_PENDING) == 2  # the in-flight one and the duplicate

@@ -78,7 +78,7 @@ def expire_at(w: Window) -> int:
     return int((w.end + EXPIRY_GRACE).timestamp())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PreparedReservation:
     """One reservation of a lead at a buyer (lua/reserve_lease.lua), prepared: the lease it
     will open (its id is chosen here, so a note can name it before the call), what it adds to
@@ -156,13 +156,13 @@ def prepare(
     )
     charges = tuple(Charge(limit, amount if cap == "daily_budget" else 1, expire_at(w)) for cap, limit, w in caps)
     return PreparedReservation(
-        lease,
-        charges,
-        tuple(cap for cap, _, _ in caps),
-        lease_ttl_ms,
-        probe_ttl_ms,
-        buyer.dedupe_days * 86_400_000,
-        note_key,
+        lease=lease,
+        charges=charges,
+        caps=tuple(cap for cap, _, _ in caps),
+        lease_ttl_ms=lease_ttl_ms,
+        probe_ttl_ms=probe_ttl_ms,
+        dedupe_ms=buyer.dedupe_days * 86_400_000,
+        note_key=note_key,
     )
 
 

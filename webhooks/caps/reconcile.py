@@ -34,7 +34,7 @@ SNAPSHOT_TRIES = 5
 RECONCILE_LOCK_MS = 60_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     buyer_id: str
     cap: str
@@ -94,7 +94,11 @@ def _reconcile_windows(
         corrected = None
         if values[i] != expected:
             corrected = store.adjust_counter(counters[i], expected - values[i], leases.expire_at(w))
-        findings.append(Finding(buyer.id, cap, w.label, values[i], expected, corrected))
+        findings.append(
+            Finding(
+                buyer_id=buyer.id, cap=cap, window=w.label, counter=values[i], expected=expected, corrected_to=corrected
+            )
+        )
     return findings
 
 

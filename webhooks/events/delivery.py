@@ -52,8 +52,9 @@ class RetryPolicy:
     retry_for_s: int
 
     def delay_s(self, attempts: int, rng: random.Random | None = None) -> float:
-        ceiling = min(self.max_ms, self.base_ms * 2 ** min(max(attempts, 1) - 1, 40)) / 1000
-        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+        ceiling: float = min(self.max_ms, self.base_ms * 2 ** min(max(attempts, 1) - 1, 40)) / 1000
+        jitter: float = (rng or random).uniform(0, ceiling / 2)
+        return ceiling / 2 + jitter
 
 
 @dataclass(frozen=True)

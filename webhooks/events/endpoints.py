@@ -40,7 +40,7 @@ MAX_ENDPOINTS = 1000  # endpoints are admin-made, and each costs every event a d
 SECRET_PREFIX = "whsec_"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
     """An endpoint as the delivery engine uses it."""
 
@@ -93,7 +93,7 @@ def _types(value: Any) -> list[str] | None:
     return sorted(set(value), key=known.index)
 
 
-def parse(body: Any, stored: EventEndpoint | None) -> dict:
+def parse(body: Any, stored: EventEndpoint | None) -> dict[str, Any]:
     """Validate an admin PUT body; return the columns of the EventEndpoint row. The secret is
     kept when absent (or sent back as GET shows it) and generated for a new endpoint."""
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("url",))
@@ -129,7 +129,7 @@ def _restored(url: Any, stored: EventEndpoint | None) -> Any:
     return restored
 
 
-def to_json(row: EventEndpoint, show_secret: bool = False) -> dict:
+def to_json(row: EventEndpoint, show_secret: bool = False) -> dict[str, Any]:
     """An endpoint as the admin API shows it: the secret in full only when `show_secret` (the
     answer to the PUT that made it), else its last 4 characters."""
     secret = row.secret
@@ -308,13 +308,13 @@ def active(managed_secrets: tuple[str, ...]) -> list[Endpoint]:
     """Every endpoint, as the engine uses it (the managed one signs with `managed_secrets`)."""
     return [
         Endpoint(
-            row.id,
-            row.url,
-            frozenset(json.loads(row.types)) if row.types else None,
-            row.publisher_id,
-            (row.secret,) if row.secret else managed_secrets,
-            bool(row.enabled),
-            row.failing_since,
+            id=row.id,
+            url=row.url,
+            types=frozenset(json.loads(row.types)) if row.types else None,
+            publisher_id=row.publisher_id,
+            secrets=(row.secret,) if row.secret else managed_secrets,
+            enabled=bool(row.enabled),
+            failing_since=row.failing_since,
         )
         for row in EventEndpoint.select()
     ]

@@ -29,11 +29,11 @@ def _iso(value: datetime | str | None) -> str | None:
     return value.isoformat() + "Z"
 
 
-def _attempt(a: EventAttempt, endpoint_id: str) -> dict:
+def _attempt(a: EventAttempt, endpoint_id: str) -> dict[str, Any]:
     return {"endpoint_id": endpoint_id, "at": _iso(a.at), "status_code": a.status_code, "error": a.error, "ms": a.ms}
 
 
-def _delivery(d: EventDelivery) -> dict:
+def _delivery(d: EventDelivery) -> dict[str, Any]:
     return {
         "endpoint_id": d.endpoint_id,
         "webhook_id": d.webhook_id,
@@ -45,7 +45,7 @@ def _delivery(d: EventDelivery) -> dict:
     }
 
 
-def records(events: list[Event], endpoint_id: str | None = None) -> list[dict]:
+def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[str, Any]]:
     """Events as the admin API shows them: what was sent, each delivery, each attempt (oldest
     first); only `endpoint_id`'s deliveries when given."""
     if not events:
@@ -87,7 +87,7 @@ def search(
     since: datetime | None = None,
     before: int | None = None,
     limit: int = 100,
-) -> tuple[list[dict], int | None]:
+) -> tuple[list[dict[str, Any]], int | None]:
     """Events, newest first, filtered: of a type, since a time, with a delivery (to
     `endpoint_id`) in `status`. Returns the page and the cursor of the next (None: last page)."""
     query = Event.select()
@@ -110,7 +110,7 @@ def search(
     return records(page, endpoint_id), (page[-1].id if more else None)
 
 
-def one(event_id: str) -> dict:
+def one(event_id: str) -> dict[str, Any]:
     event = Event.get_or_none(Event.event_id == event_id)
     if event is None:
         raise NotFound(f"no event {event_id!r}")
@@ -154,7 +154,7 @@ def retry_failed(now: datetime | None = None) -> int:
     deliveries held behind them; how many were failed."""
     now = now or utcnow()
     with db.atomic():
-        failed = (
+        failed: int = (
             EventDelivery.update(status=PENDING, next_attempt_at=now, first_attempt_at=None)
             .where(EventDelivery.status == FAILED)
             .execute()
@@ -189,7 +189,7 @@ def not_fanned_out() -> int:
 # PAYMENT_EVENTS_URL's view (API.md "Payment events to your application"): its deliveries.
 
 
-def payment_event_record(d: Any) -> dict:
+def payment_event_record(d: Any) -> dict[str, Any]:
     """A delivery to PAYMENT_EVENTS_URL as GET /v1/admin/payment-events shows it."""
     return {
         "id": d.webhook_id,
@@ -205,7 +205,7 @@ def payment_event_record(d: Any) -> dict:
     }
 
 
-def payment_events(statuses: tuple[str, ...], limit: int, configured: bool = True) -> list[dict]:
+def payment_events(statuses: tuple[str, ...], limit: int, configured: bool = True) -> list[dict[str, Any]]:
     """The oldest deliveries to PAYMENT_EVENTS_URL in `statuses`, oldest first; while it is
     `configured`, wallet events the worker has not fanned out yet count as pending ones."""
     rows = (
@@ -230,7 +230,7 @@ def _wallet_events_not_fanned_out() -> pw.ModelSelect[Event]:
     )
 
 
-def _not_fanned_out(e: Event) -> dict:
+def _not_fanned_out(e: Event) -> dict[str, Any]:
     return {
         "id": e.event_id,
         "type": e.type,

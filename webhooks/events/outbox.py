@@ -75,6 +75,7 @@ def record_many(new: list[NewEvent], now: datetime) -> None:
 
 def wallet_event(
     kind: EventType,
+    *,
     provider: str,
     reference: str,
     customer: str,

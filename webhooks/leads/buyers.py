@@ -71,7 +71,7 @@ def _minutes(field: str, hhmm: Any) -> int:
     return int(m.group(1)) * 60 + int(m.group(2))
 
 
-def _schedule(value: Any) -> dict | None:
+def _schedule(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -110,7 +110,7 @@ def _caps(value: Any) -> dict[str, Decimal | int]:
     return caps
 
 
-def _dedupe(value: Any) -> dict | None:
+def _dedupe(value: Any) -> dict[str, Any] | None:
     """{"fields": [email|phone, ...], "days": 1..365}, or None (no duplicate suppression)."""
     if value is None:
         return None
@@ -136,7 +136,7 @@ def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
     return value
 
 
-def parse(body: Any, stored: Buyer | None = None) -> dict:
+def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
     """Validate an admin PUT body; return the column values of the Buyer row. `stored` is the
     buyer as it is now, whose header secrets a redacted header sent back keeps."""
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
@@ -181,13 +181,13 @@ def _filter(raw: Any) -> str | None:
     return str(raw)
 
 
-def caps_of(row: Buyer) -> dict:
+def caps_of(row: Buyer) -> dict[str, Any]:
     caps: dict[str, Any] = {n: getattr(row, f"cap_{n}") for n in COUNT_CAPS}
     caps["daily_budget"] = None if row.cap_daily_budget is None else f"{row.cap_daily_budget:.2f}"
     return {k: val for k, val in caps.items() if val is not None}
 
 
-def to_json(row: Buyer) -> dict:
+def to_json(row: Buyer) -> dict[str, Any]:
     return {
         "id": row.id,
         "name": row.name,
@@ -265,7 +265,7 @@ class BuyerRule:
             filter=None if row.lead_filter is None else integration.load_expression(row.lead_filter),
         )
 
-    def refusal(self, lead: dict, publisher_id: str, now: datetime) -> str | None:
+    def refusal(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> str | None:
         """Why the static filters of phase 1 refuse this lead (a routing-trace reason), or
         None when they pass it; `now` is aware. The buyer's `filter` runs last: a falsy or
         failing result refuses (reason `filter`)."""
@@ -280,7 +280,7 @@ class BuyerRule:
             return "filter"
         return None
 
-    def accepts(self, lead: dict, publisher_id: str, now: datetime) -> bool:
+    def accepts(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> bool:
         return self.refusal(lead, publisher_id, now) is None
 
     def is_open(self, now: datetime) -> bool:
@@ -291,7 +291,7 @@ class BuyerRule:
         return any(a <= minute < b for a, b in self.schedule[local.weekday()])
 
 
-def save(buyer_id: str, fields: dict) -> tuple[Buyer, bool]:
+def save(buyer_id: str, fields: dict[str, Any]) -> tuple[Buyer, bool]:
     """Create or replace a buyer (and undelete it); return (row, created). Caller bumps config."""
     from webhooks.storage import audit
     from webhooks.storage.db import db
@@ -307,7 +307,7 @@ def save(buyer_id: str, fields: dict) -> tuple[Buyer, bool]:
     return Buyer.get_by_id(buyer_id), created
 
 
-def _shown_ping(stored: str | None) -> dict | None:
+def _shown_ping(stored: str | None) -> dict[str, Any] | None:
     """A stored `ping` as GET shows it: the secret query values of its URL redacted."""
     if not stored:
         return None
@@ -315,7 +315,7 @@ def _shown_ping(stored: str | None) -> dict | None:
     return {**ping, "url": redact_url(ping["url"])}
 
 
-def _audited(fields: dict) -> dict:
+def _audited(fields: dict[str, Any]) -> dict[str, Any]:
     """The buyer's columns as the audit log keeps them: its credential headers and URLs only
     as GET shows them, never in clear text."""
     audited = {**fields, "endpoint_url": redact_url(fields["endpoint_url"])}

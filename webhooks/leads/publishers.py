@@ -47,7 +47,7 @@ def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def parse(body: Any) -> dict:
+def parse(body: Any) -> dict[str, Any]:
     """Validate an admin PUT body; return the column values of the Publisher row."""
     body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "api_key"))
     api_key = v.text(CODE, "api_key", body["api_key"], min_len=16, max_len=200)
@@ -90,7 +90,7 @@ def _payout(value: Any) -> tuple[Decimal, Decimal | None]:
     return Decimal(0), v.money(CODE, "payout.amount", value["amount"], max_value=Decimal(1_000_000))
 
 
-def payout_json(pct: Decimal, fixed: Decimal | None) -> dict:
+def payout_json(pct: Decimal, fixed: Decimal | None) -> dict[str, Any]:
     if fixed is not None:
         return {"type": "fixed", "amount": f"{fixed:.2f}"}
     return {"type": "percent", "pct": f"{pct:.2f}"}
@@ -150,13 +150,13 @@ def cap_usage(store: Store, publisher: PublisherRule, now: datetime) -> dict[str
 def _mode(value: Any) -> str:
     if value not in MODES:
         raise ValidationError(CODE, "mode", "must be live or test")
-    return value
+    return str(value)
 
 
 def _routing(value: Any) -> str:
     if value not in ROUTING_MODES:
         raise ValidationError(CODE, "routing", "must be one of " + ", ".join(ROUTING_MODES))
-    return value
+    return str(value)
 
 
 class RateLimit(NamedTuple):
@@ -184,7 +184,7 @@ def rate_limit(value: Any) -> RateLimit | None:
     return RateLimit(per_second, burst)
 
 
-def _rate_columns(limit: RateLimit | None) -> dict:
+def _rate_columns(limit: RateLimit | None) -> dict[str, Any]:
     return {"rate_per_second": limit.per_second if limit else None, "rate_burst": limit.burst if limit else None}
 
 
@@ -195,7 +195,7 @@ def _rate_of(row: Publisher) -> RateLimit | None:
     return RateLimit(row.rate_per_second, row.rate_burst)
 
 
-def to_json(row: Publisher) -> dict:
+def to_json(row: Publisher) -> dict[str, Any]:
     limit = _rate_of(row)
     return {
         "id": row.id,
@@ -267,7 +267,7 @@ def throttle(store: Store, publisher: PublisherRule, default: tuple[int, int] | 
         )
 
 
-def save(publisher_id: str, fields: dict) -> tuple[Publisher, bool]:
+def save(publisher_id: str, fields: dict[str, Any]) -> tuple[Publisher, bool]:
     """Create or replace a publisher; an API key already used by another one is refused.
     Returns (row, fresh): fresh when it was created and the ledger has no lead of it (so
     Redis can remember every answer it is given: claims.remember_from_start)."""

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhooks import strictjson
-from webhooks.errors import InvalidJSON
+from webhooks.errors import InvalidJSON, InvalidPayload
 from webhooks.payments import money, motions
 from webhooks.payments.fields import Path, both, email, equals, get, load, one_of, reference
-from webhooks.payments.money import InvalidPayload
 from webhooks.payments.motions import REFUND_SPECS, RefundEvent
 from webhooks.payments.states import Ignored
 
@@ -42,10 +41,10 @@ class PaymentEvent:
         return f"{self.amount_minor}:{self.currency}:{self.customer}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Spec:
     event_type: Path
-    success: Callable[[dict], bool]
+    success: Callable[[dict[str, Any]], bool]
     reference: Path
     amount: Path
     major: bool  # amount in major units (scaled by the currency exponent) or already minor
@@ -63,69 +62,69 @@ MONNIFY_FLAGS = {"PARTIALLY_PAID": "partially_paid", "OVERPAID": "overpaid"}
 
 SPECS: dict[str, Spec] = {
     "paystack": Spec(
-        ("event",),
-        equals(("event",), "charge.success"),
-        ("data", "reference"),
-        ("data", "amount"),
-        False,
-        ("data", "currency"),
-        ("data", "customer", "email"),
+        event_type=("event",),
+        success=equals(("event",), "charge.success"),
+        reference=("data", "reference"),
+        amount=("data", "amount"),
+        major=False,
+        currency=("data", "currency"),
+        email=("data", "customer", "email"),
         metadata=("data", "metadata"),
         requested=("data", "requested_amount"),
     ),
     "flutterwave": Spec(
-        ("event",),
-        both(equals(("event",), "charge.completed"), equals(("data", "status"), "successful")),
-        ("data", "tx_ref"),
-        ("data", "amount"),
-        True,
-        ("data", "currency"),
-        ("data", "customer", "email"),
-        ("data", "id"),
+        event_type=("event",),
+        success=both(equals(("event",), "charge.completed"), equals(("data", "status"), "successful")),
+        reference=("data", "tx_ref"),
+        amount=("data", "amount"),
+        major=True,
+        currency=("data", "currency"),
+        email=("data", "customer", "email"),
+        transaction_id=("data", "id"),
         metadata=("data", "meta"),
     ),
     # PAID, and PARTIALLY_PAID / OVERPAID: money received all the same (amountPaid), flagged
     "monnify": Spec(
-        ("eventType",),
-        both(
+        event_type=("eventType",),
+        success=both(
             equals(("eventType",), "SUCCESSFUL_TRANSACTION"),
             one_of(("eventData", "paymentStatus"), frozenset(MONNIFY_FLAGS) | {"PAID"}),
         ),
-        ("eventData", "transactionReference"),
-        ("eventData", "amountPaid"),
-        True,
-        ("eventData", "currency"),
-        ("eventData", "customer", "email"),
+        reference=("eventData", "transactionReference"),
+        amount=("eventData", "amountPaid"),
+        major=True,
+        currency=("eventData", "currency"),
+        email=("eventData", "customer", "email"),
         metadata=("eventData", "metaData"),
         status=("eventData", "paymentStatus"),
     ),
     "interswitch": Spec(
-        ("event",),
-        both(equals(("event",), "TRANSACTION.COMPLETED"), equals(("data", "responseCode"), "00")),
-        ("data", "transactionRef"),
-        ("data", "amount"),
-        False,
-        ("data", "currency"),
-        ("data", "customer", "email"),
+        event_type=("event",),
+        success=both(equals(("event",), "TRANSACTION.COMPLETED"), equals(("data", "responseCode"), "00")),
+        reference=("data", "transactionRef"),
+        amount=("data", "amount"),
+        major=False,
+        currency=("data", "currency"),
+        email=("data", "customer", "email"),
     ),
     "stripe": Spec(
-        ("type",),
-        equals(("type",), "payment_intent.succeeded"),
-        ("data", "object", "id"),
-        ("data", "object", "amount_received"),
-        False,
-        ("data", "object", "currency"),
-        ("data", "object", "receipt_email"),
+        event_type=("type",),
+        success=equals(("type",), "payment_intent.succeeded"),
+        reference=("data", "object", "id"),
+        amount=("data", "object", "amount_received"),
+        major=False,
+        currency=("data", "object", "currency"),
+        email=("data", "object", "receipt_email"),
         metadata=("data", "object", "metadata"),
     ),
     "standard": Spec(
-        ("type",),
-        equals(("type",), "payment.succeeded"),
-        ("data", "reference"),
-        ("data", "amount_minor"),
-        False,
-        ("data", "currency"),
-        ("data", "customer", "email"),
+        event_type=("type",),
+        success=equals(("type",), "payment.succeeded"),
+        reference=("data", "reference"),
+        amount=("data", "amount_minor"),
+        major=False,
+        currency=("data", "currency"),
+        email=("data", "customer", "email"),
         metadata=("data", "metadata"),
     ),
 }
@@ -173,7 +172,7 @@ def wallet(value: Any) -> str | None:
 REQUESTED_DIFFERS = "requested_amount_differs"
 
 
-def _amounts(provider: str, spec: Spec, body: dict, code: str) -> tuple[int, int, str | None]:
+def _amounts(provider: str, spec: Spec, body: dict[str, Any], code: str) -> tuple[int, int, str | None]:
     """(credited, fees, flag) in minor units. Paystack adds a fee it passes on to the payer to
     `amount` and says what was asked in `requested_amount` (its transaction samples: amount
     40333 = requested 30050 + fees 10283): the wallet is credited what was requested, but only
@@ -216,22 +215,22 @@ MONEY_TYPES = {
 # Stripe's Charges API (no PaymentIntent): a `charge.succeeded` Charge is the payment, keyed by
 # its id (stripe-python `_charge.py`: amount_captured, captured, paid, status, payment_intent None).
 STRIPE_CHARGE = Spec(
-    ("type",),
-    both(
+    event_type=("type",),
+    success=both(
         equals(("type",), "charge.succeeded"),
         equals(("data", "object", "status"), "succeeded"),
         lambda body: get(body, ("data", "object", "paid")) is True,
     ),
-    ("data", "object", "id"),
-    ("data", "object", "amount_captured"),
-    False,
-    ("data", "object", "currency"),
-    ("data", "object", "receipt_email"),
+    reference=("data", "object", "id"),
+    amount=("data", "object", "amount_captured"),
+    major=False,
+    currency=("data", "object", "currency"),
+    email=("data", "object", "receipt_email"),
     metadata=("data", "object", "metadata"),
 )
 
 
-def _spec(provider: str, event_type: str, body: dict) -> Spec:
+def _spec(provider: str, event_type: str, body: dict[str, Any]) -> Spec:
     """The provider's Spec; Stripe's Charges API payment (a charge without a PaymentIntent, whose
     own `payment_intent.succeeded` credits it otherwise) has its own."""
     if (

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhooks import strictjson
-from webhooks.errors import MalformedJSON
-from webhooks.payments.money import InvalidPayload
+from webhooks.errors import InvalidPayload, MalformedJSON
 
 Path = tuple[str, ...]
 
@@ -20,15 +19,15 @@ def get(body: Any, path: Path) -> Any:
     return body
 
 
-def equals(path: Path, value: str) -> Callable[[dict], bool]:
+def equals(path: Path, value: str) -> Callable[[dict[str, Any]], bool]:
     return lambda body: get(body, path) == value
 
 
-def both(*checks: Callable[[dict], bool]) -> Callable[[dict], bool]:
+def both(*checks: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
     return lambda body: all(check(body) for check in checks)
 
 
-def one_of(path: Path, values: frozenset[str]) -> Callable[[dict], bool]:
+def one_of(path: Path, values: frozenset[str]) -> Callable[[dict[str, Any]], bool]:
     return lambda body: get(body, path) in values
 
 
@@ -48,7 +47,7 @@ def email(value: Any) -> str:
     return address
 
 
-def load(raw: bytes) -> dict:
+def load(raw: bytes) -> dict[str, Any]:
     """The body, amounts as Decimal. Not JSON at all: invalid_payload (API.md's "body not
     parseable"); JSON the strict rules refuse (NaN, duplicate keys, ...): InvalidJSON."""
     try:

@@ -12,7 +12,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import peewee as pw
 from redis.cluster import RedisCluster
@@ -63,6 +63,7 @@ def enter(
     queue: Queue,
     event: PaymentEvent | RefundEvent,
     d: Receipt,
+    *,
     claim_ttl_ms: int,
     request_id: str | None = None,
 ) -> Entry:
@@ -149,7 +150,7 @@ def write_rows(raws: list[str]) -> int:
     return len(kept)
 
 
-def _written(rows: list[dict]) -> tuple[set[tuple[str, str, str, str]], set[tuple[str, str, str]]]:
+def _written(rows: list[dict[str, Any]]) -> tuple[set[tuple[str, str, str, str]], set[tuple[str, str, str]]]:
     """Of these rows' (provider, reference, body SHA-256): the (…, verdict) already written,
     and those whose body is already kept (one read on the (provider, reference) index)."""
     if not rows:

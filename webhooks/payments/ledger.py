@@ -41,7 +41,7 @@ _KEPT_HEADERS = ("content-type", "user-agent")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Receipt:
     """What is kept of one incoming webhook, as it arrived: headers of interest (JSON), capped
     body, arrival, and the length and SHA-256 of the whole body."""
@@ -63,17 +63,17 @@ def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
         if value is not None:
             kept[name] = "<redacted>" if name in SECRET_HEADERS else value[:1024]
     return Receipt(
-        provider,
-        json.dumps(kept, sort_keys=True),
-        raw[:BODY_CAP],
-        len(raw) > BODY_CAP,
-        utcnow(),
-        len(raw),
-        hashlib.sha256(raw).hexdigest(),
+        provider=provider,
+        headers=json.dumps(kept, sort_keys=True),
+        body=raw[:BODY_CAP],
+        truncated=len(raw) > BODY_CAP,
+        received_at=utcnow(),
+        length=len(raw),
+        sha256=hashlib.sha256(raw).hexdigest(),
     )
 
 
-def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) -> dict:
+def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) -> dict[str, Any]:
     """The webhook_deliveries columns of a verified webhook, but its verdict and status."""
     return {
         "provider": d.provider,
@@ -146,7 +146,8 @@ def credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime
 
 def balance(customer: str, currency: str) -> int:
     """One wallet's balance, read inside the caller's transaction (which holds its row lock)."""
-    return Wallet.select(Wallet.balance_minor).where(Wallet.customer == customer, Wallet.currency == currency).scalar()
+    query = Wallet.select(Wallet.balance_minor).where(Wallet.customer == customer, Wallet.currency == currency)
+    return cast(int, query.scalar())
 
 
 def _is_deadlock(exc: pw.OperationalError) -> bool:
@@ -220,13 +221,13 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
             after = credit_wallet(event.customer, event.currency, event.amount_minor, now)
             outbox.record(
                 outbox.wallet_event(
-                    outbox.EventType.WALLET_CREDITED,
-                    event.provider,
-                    event.reference,
-                    event.customer,
-                    event.currency,
-                    event.amount_minor,
-                    after,
+                    kind=outbox.EventType.WALLET_CREDITED,
+                    provider=event.provider,
+                    reference=event.reference,
+                    customer=event.customer,
+                    currency=event.currency,
+                    amount_minor=event.amount_minor,
+                    balance_minor=after,
                 ),
                 now,
                 deferred=True,
@@ -276,7 +277,7 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat() + "Z"
 
 
-def payment_record(p: Payment) -> dict:
+def payment_record(p: Payment) -> dict[str, Any]:
     return {
         "provider": p.provider,
         "reference": p.reference,
@@ -332,7 +333,16 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 after = credit_wallet(customer, payment.currency, amount, now)
                 credited = outbox.EventType.WALLET_CREDITED
                 outbox.record(
-                    outbox.wallet_event(credited, provider, reference, customer, payment.currency, amount, after), now
+                    outbox.wallet_event(
+                        kind=credited,
+                        provider=provider,
+                        reference=reference,
+                        customer=customer,
+                        currency=payment.currency,
+                        amount_minor=amount,
+                        balance_minor=after,
+                    ),
+                    now,
                 )
             audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
             return payment
@@ -362,7 +372,7 @@ def balances(customer: str) -> dict[str, int]:
     return dict(cast("list[tuple[str, int]]", rows))  # peewee's stubs: .tuples() yields models
 
 
-def ignored_counts(provider: str | None, since: datetime) -> list[dict]:
+def ignored_counts(provider: str | None, since: datetime) -> list[dict[str, Any]]:
     """The verified deliveries answered `ignored` since `since`, counted per provider, event type
     and reason, most frequent first: a money-moving type Floodgate does not know shows here."""
     n = pw.fn.COUNT(WebhookDelivery.id)

@@ -77,7 +77,7 @@ def count(value: Any) -> int | None:
     return None
 
 
-def objects(value: Any) -> list[dict] | None:
+def objects(value: Any) -> list[dict[str, Any]] | None:
     """`value` when it is a list of JSON objects, else None."""
     if isinstance(value, list) and all(isinstance(item, dict) for item in value):
         return value
@@ -92,7 +92,9 @@ class Calls:
         self.count = 0  # calls since the last page was yielded
         self._last = -math.inf
 
-    def json(self, page: int, method: str, url: str, headers: dict[str, str], params: dict | None = None) -> Any:
+    def json(
+        self, page: int, method: str, url: str, headers: dict[str, str], params: dict[str, Any] | None = None
+    ) -> Any:
         """The JSON answer (amounts as Decimal) of one call for `page`, or ProviderError."""
         lister = self.lister
         wait = self._last + lister.min_interval_s - time.monotonic()

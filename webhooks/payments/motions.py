@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from webhooks.errors import InvalidPayload
 from webhooks.payments import money
 from webhooks.payments.fields import Path, both, email, equals, get, one_of, reference
-from webhooks.payments.money import InvalidPayload
 from webhooks.payments.states import Ignored, Motion
 
 
@@ -49,7 +49,7 @@ class RefundEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class RefundSpec:
-    applies: Callable[[dict], bool]  # a refund whose money went back (others are ignored)
+    applies: Callable[[dict[str, Any]], bool]  # a refund whose money went back (others are ignored)
     reference: Path
     payment_reference: Path
     amount: Path
@@ -136,7 +136,7 @@ def _stripe_spec(paid: Path, amount: Path, kind: Motion) -> RefundSpec:
     )
 
 
-def _stripe(event_type: str, body: dict) -> RefundSpec | Ignored | None:
+def _stripe(event_type: str, body: dict[str, Any]) -> RefundSpec | Ignored | None:
     """Stripe (stripe-python's Refund, Charge and Dispute objects): which motion `body` is. The
     payment is its PaymentIntent, or for the Charges API (no PaymentIntent) its charge."""
     obj = get(body, _STRIPE_OBJECT)
@@ -161,7 +161,7 @@ def _stripe(event_type: str, body: dict) -> RefundSpec | Ignored | None:
     return None
 
 
-def _stripe_dispute(event_type: str, dispute: dict) -> Motion | Ignored:
+def _stripe_dispute(event_type: str, dispute: dict[str, Any]) -> Motion | Ignored:
     """What a Stripe dispute event does to the money: a Motion, or why it moves none."""
     kind = _STRIPE_TAKEN.get(event_type) or _STRIPE_GIVEN.get(event_type)
     if kind is None and event_type == "charge.dispute.closed":
@@ -175,7 +175,7 @@ def _stripe_dispute(event_type: str, dispute: dict) -> Motion | Ignored:
     return kind
 
 
-def _paystack(event_type: str, body: dict) -> RefundSpec | Ignored | None:
+def _paystack(event_type: str, body: dict[str, Any]) -> RefundSpec | Ignored | None:
     """Paystack's dispute events (PaystackOSS/doc-code-snippets, src/doc/payments/webhooks/events/
     charge-dispute-*.json): only a resolution that returned money to the payer moves any."""
     if event_type in ("charge.dispute.create", "charge.dispute.remind"):
@@ -197,10 +197,13 @@ def _paystack(event_type: str, body: dict) -> RefundSpec | Ignored | None:
     )
 
 
-_SHAPES: dict[str, Callable[[str, dict], RefundSpec | Ignored | None]] = {"stripe": _stripe, "paystack": _paystack}
+_SHAPES: dict[str, Callable[[str, dict[str, Any]], RefundSpec | Ignored | None]] = {
+    "stripe": _stripe,
+    "paystack": _paystack,
+}
 
 
-def spec_of(provider: str, event_type: str, body: dict) -> RefundSpec | Ignored | None:
+def spec_of(provider: str, event_type: str, body: dict[str, Any]) -> RefundSpec | Ignored | None:
     """The motion `body` describes; an Ignored reason for a money-going-back event that moves
     nothing (yet); None when it is no such event (a payment's, or another type)."""
     shape = _SHAPES.get(provider)
@@ -211,7 +214,7 @@ def spec_of(provider: str, event_type: str, body: dict) -> RefundSpec | Ignored 
     return spec if spec is not None and spec.applies(body) else None
 
 
-def parse(provider: str, event_type: str, body: dict, spec: RefundSpec) -> RefundEvent:
+def parse(provider: str, event_type: str, body: dict[str, Any], spec: RefundSpec) -> RefundEvent:
     """The RefundEvent `spec` reads from `body`; InvalidPayload without a usable reference,
     payment reference, amount or currency."""
     ref = reference(get(body, spec.reference))

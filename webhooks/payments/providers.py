@@ -49,7 +49,7 @@ class Paystack(HttpLister):
             if number >= page_count:
                 return
 
-    def _check(self, body: Any, number: int) -> tuple[list[dict], int]:
+    def _check(self, body: Any, number: int) -> tuple[list[dict[str, Any]], int]:
         if not isinstance(body, dict) or body.get("status") is not True:
             raise self.error(number, "the answer's status is not true")
         items, meta = objects(body.get("data")), body.get("meta")
@@ -92,7 +92,7 @@ class Flutterwave(HttpLister):
             if number >= total_pages:
                 return
 
-    def _check(self, body: Any, number: int) -> tuple[list[dict], int]:
+    def _check(self, body: Any, number: int) -> tuple[list[dict[str, Any]], int]:
         if not isinstance(body, dict) or body.get("status") != "success":
             raise self.error(number, 'the answer\'s status is not "success"')
         items, meta = objects(body.get("data")), body.get("meta")
@@ -105,7 +105,7 @@ class Flutterwave(HttpLister):
         return items, total_pages
 
 
-def _flutterwave_body(item: dict) -> bytes:
+def _flutterwave_body(item: dict[str, Any]) -> bytes:
     """A charge.completed webhook of a list item: its payer e-mail is `customer.email` in one
     official sample, `customer_email` in another (Node-v3 doc vs the Mintlify reference)."""
     customer = item.get("customer")
@@ -164,7 +164,7 @@ class Monnify(HttpLister):
             if last:
                 return
 
-    def _check(self, body: Any, number: int) -> tuple[list[dict], bool]:
+    def _check(self, body: Any, number: int) -> tuple[list[dict[str, Any]], bool]:
         answer = body.get("responseBody") if isinstance(body, dict) else None
         if not isinstance(answer, dict) or body.get("requestSuccessful") is not True:
             raise self.error(number, "requestSuccessful is not true, or no responseBody")
@@ -178,7 +178,7 @@ class Monnify(HttpLister):
         return items, last
 
 
-def _monnify_body(item: dict) -> bytes:
+def _monnify_body(item: dict[str, Any]) -> bytes:
     """A SUCCESSFUL_TRANSACTION webhook of a search item, whose fields are named otherwise
     (Java TransactionRecord.java, dotnet TransactionSummary.cs: customerDTO, amount,
     payableAmount, currencyCode); some items also carry the webhook's own names."""
@@ -223,7 +223,7 @@ class Stripe(HttpLister):
                 return
             after = events[-1]["id"]
 
-    def _check(self, body: Any, number: int) -> tuple[list[dict], bool]:
+    def _check(self, body: Any, number: int) -> tuple[list[dict[str, Any]], bool]:
         if not isinstance(body, dict) or body.get("object") != "list":
             raise self.error(number, 'the answer is not a "list" object')
         events, has_more = objects(body.get("data")), body.get("has_more")
@@ -255,7 +255,7 @@ class PaystackDisputes(Paystack):
                 return
 
 
-def _dispute_body(item: dict) -> bytes:
+def _dispute_body(item: dict[str, Any]) -> bytes:
     """A charge.dispute.resolve webhook of a listed dispute; its currency, when the item has
     none, is its transaction's."""
     transaction = item.get("transaction")

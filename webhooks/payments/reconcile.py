@@ -17,7 +17,8 @@ from webhooks import metrics
 from webhooks.errors import FloodgateError, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.payments import events
 from webhooks.payments.ledger import BODY_CAP, Receipt
-from webhooks.payments.providers import Lister, ProviderError, going_back
+from webhooks.payments.listing import Lister, ProviderError
+from webhooks.payments.providers import going_back
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage import claims, keys
@@ -84,7 +85,7 @@ def run(
     try:
         done = Run()
         for provider, lister in listers.items():
-            result = _run_provider(hooks, lister, since, until, dry_run, deadline, progress)
+            result = _run_provider(hooks, lister, since, until, dry_run=dry_run, deadline=deadline, progress=progress)
             done.providers.append(result)
             if not dry_run:
                 metrics.provider_reconciled(provider, result.counts())
@@ -98,6 +99,7 @@ def _run_provider(
     lister: Lister,
     since: datetime,
     until: datetime,
+    *,
     dry_run: bool,
     deadline: float,
     progress: Callable[[str], None],
@@ -234,13 +236,13 @@ def _known(provider: str, references: list[str]) -> set[str]:
 def _receipt(provider: str, body: bytes) -> Receipt:
     """What the ledger keeps of a listed payment, as of a webhook: the body it was read from."""
     return Receipt(
-        provider,
-        RECEIPT_HEADERS,
-        body[:BODY_CAP],
-        len(body) > BODY_CAP,
-        utcnow(),
-        len(body),
-        hashlib.sha256(body).hexdigest(),
+        provider=provider,
+        headers=RECEIPT_HEADERS,
+        body=body[:BODY_CAP],
+        truncated=len(body) > BODY_CAP,
+        received_at=utcnow(),
+        length=len(body),
+        sha256=hashlib.sha256(body).hexdigest(),
     )
 
 

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import peewee as pw
 
@@ -38,7 +39,7 @@ class Outcome:
 class Refused(Exception):
     """Raised inside the transaction to roll it back; answered after the rollback."""
 
-    def __init__(self, error: Exception, verdict: Verdict, status: int, flag: tuple[str, dict] | None = None):
+    def __init__(self, error: Exception, verdict: Verdict, status: int, flag: tuple[str, dict[str, Any]] | None = None):
         super().__init__(verdict)
         self.error, self.verdict, self.status, self.flag = error, verdict, status, flag
 
@@ -55,7 +56,7 @@ def locked_payment(event: RefundEvent) -> Payment:
     query = Payment.select().where(Payment.provider == event.provider, Payment.reference == event.payment_reference)
     if is_mysql():
         query = query.for_update()
-    payment = query.first()
+    payment: Payment | None = query.first()
     if payment is None:
         raise Refused(
             PaymentNotFound(
@@ -143,10 +144,21 @@ def move_wallet(event: RefundEvent, payment: Payment, delta: int, now: datetime,
             detail = {"balance_minor": after, event.kind.value: f"{event.provider}:{event.reference}"}
             audit.record("payments", "wallet.negative_balance", "wallet", key, detail)
             log.warning("%s %s:%s takes a wallet below zero; flagged", event.kind, event.provider, event.reference)
-    outbox.record(outbox.wallet_event(kind, event.provider, reference, customer, currency, abs(delta), after), now)
+    outbox.record(
+        outbox.wallet_event(
+            kind=kind,
+            provider=event.provider,
+            reference=reference,
+            customer=customer,
+            currency=currency,
+            amount_minor=abs(delta),
+            balance_minor=after,
+        ),
+        now,
+    )
 
 
-def _exceeds(event: RefundEvent, payment: Payment, amount: int, detail: dict) -> Refused:
+def _exceeds(event: RefundEvent, payment: Payment, amount: int, detail: dict[str, Any]) -> Refused:
     return Refused(
         RefundExceedsPayment(
             f"{event.kind} {event.reference!r} of {amount} would take the refunds of payment "

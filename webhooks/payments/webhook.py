@@ -11,13 +11,22 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import RedisClusterException
 from rq import Queue
 
 from webhooks import metrics
 from webhooks.config import Config
-from webhooks.errors import FloodgateError, InvalidJSON, InvalidPayload, NotConfirmed, NotFound, PaymentNotFound
+from webhooks.errors import (
+    FloodgateError,
+    InvalidJSON,
+    InvalidPayload,
+    InvalidSignature,
+    NotConfirmed,
+    NotFound,
+    PaymentNotFound,
+)
 from webhooks.events.endpoints import Listening
 from webhooks.payments import disputes, events, flutterwave, gate, ledger, refunds, rejected, signatures
 from webhooks.payments.ledger import Receipt
@@ -56,7 +65,7 @@ class Answer:
     message: str | None = None
     reason: str | None = None  # why an `ignored` one moved nothing
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         if self.reason is not None:
             return {"status": self.status, "reason": self.reason}
         if self.message is None:
@@ -78,7 +87,7 @@ class FlutterwaveCheck:
     secret_key: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PaymentWebhooks:
     """Everything the payment path needs, built once per process (and per reconfigure)."""
 
@@ -97,14 +106,14 @@ class PaymentWebhooks:
             FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) if cfg.flutterwave_verify else None
         )
         return cls(
-            store,
-            settle,
-            queue,
-            cfg.secrets,
-            cfg.payment_claim_ttl_ms,
-            check,
-            cfg.payment_account_field,
-            Listening(bool(cfg.payment_events_url)),
+            store=store,
+            settle=settle,
+            queue=queue,
+            secrets=cfg.secrets,
+            claim_ttl_ms=cfg.payment_claim_ttl_ms,
+            flutterwave=check,
+            account_field=cfg.payment_account_field,
+            listening=Listening(bool(cfg.payment_events_url)),
         )
 
     def secrets_of(self, provider: str) -> tuple[str, ...]:
@@ -130,7 +139,7 @@ class PaymentWebhooks:
         receipt = ledger.receipt(provider, raw, headers)
         try:
             signatures.verify(provider, raw, headers, secrets, now)
-        except signatures.InvalidSignature:
+        except InvalidSignature:
             self._reject(receipt, request_id)
             raise
         watch.lap("verify")
@@ -145,7 +154,9 @@ class PaymentWebhooks:
             ledger.record(receipt, Verdict.IGNORED, 200, event, reason=reason)
             metrics.payment_ignored(provider, event.event_type, reason)
             return _answer(Verdict.IGNORED, 200, watch, reason=reason)
-        entry = gate.enter(self.store, self.settle, self.queue, event, receipt, self.claim_ttl_ms, request_id)
+        entry = gate.enter(
+            self.store, self.settle, self.queue, event, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
+        )
         watch.lap("dedupe")
         if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
             return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
@@ -169,7 +180,9 @@ class PaymentWebhooks:
         unique key and transaction as a webhook: whichever of the two comes first credits it,
         the other is a duplicate (or a reference_conflict, raised). IN_FLIGHT when a webhook
         holds the reference now (the next run looks again if it fails)."""
-        entry = gate.enter(self.store, self.settle, self.queue, event, receipt, self.claim_ttl_ms, request_id)
+        entry = gate.enter(
+            self.store, self.settle, self.queue, event, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
+        )
         if entry.verdict != gate.CLAIMED:
             return Verdict(entry.verdict)
         assert entry.claim is not None  # claimed: the claim is ours
@@ -189,6 +202,7 @@ class PaymentWebhooks:
         payment (each commits, or raises: nothing kept), then release our claim, marking the
         reference processed if it was."""
         processed = False
+        outcome: refunds.Outcome
         try:
             if isinstance(event, events.RefundEvent):
                 disputed = event.kind in (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)

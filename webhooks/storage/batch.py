@@ -133,7 +133,9 @@ class Batch:
         caps: Sequence[CapCounter] = (),
     ) -> Pending[LeadClaim]:
         """See Store.claim_lead."""
-        return self._script(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms, caps))
+        return self._script(
+            scripts.claim_lead(lead, token, ttl_ms, now_ms, note=note, note_ttl_ms=note_ttl_ms, caps=caps)
+        )
 
     def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Pending[Answered]:
         """See Store.answer_lead."""

@@ -178,7 +178,7 @@ class Store:
         request left a note, write this request's attempt `note`; read the publisher's replay
         memory mark (set anew at `now_ms` when Redis lost it). A lead claimed afresh counts in
         each of the publisher's `caps`, or is not claimed (CAPPED) when one is full."""
-        return self._run(scripts.claim_lead(lead, token, ttl_ms, now_ms, note, note_ttl_ms, caps))
+        return self._run(scripts.claim_lead(lead, token, ttl_ms, now_ms, note=note, note_ttl_ms=note_ttl_ms, caps=caps))
 
     def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Answered:
         """Remember the lead's answer for replays and forget its attempt note, unless another
@@ -275,7 +275,14 @@ class Store:
     ) -> GateReply:
         """A payment webhook's duplicate check and claim in one step (see scripts.payment_gate)."""
         return self._run(
-            scripts.payment_gate(ref, fingerprint, token, claim_ttl_ms, audit_row, settle_queue.SCHEDULED_TTL_MS)
+            scripts.payment_gate(
+                ref,
+                fingerprint,
+                token,
+                claim_ttl_ms,
+                audit_row=audit_row,
+                scheduled_ttl_ms=settle_queue.SCHEDULED_TTL_MS,
+            )
         )
 
     def finish_payment(self, ref: PaymentRef, token: str, fingerprint: str | None, marker_ttl_s: int) -> None:

@@ -223,6 +223,7 @@ def claim_lead(
     token: str,
     ttl_ms: int,
     now_ms: int,
+    *,
     note: str,
     note_ttl_ms: int,
     caps: Sequence[CapCounter] = (),
@@ -397,7 +398,7 @@ def take_batch(backlog: Backlog, job_id: str, size: int) -> Call[list[str]]:
 
 
 def payment_gate(
-    ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, audit_row: str | None, scheduled_ttl_ms: int
+    ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, *, audit_row: str | None, scheduled_ttl_ms: int
 ) -> Call[GateReply]:
     """With `audit_row` (JSON, its opening brace left out) the row of a webhook that changes
     nothing is queued by the script itself (the queue must live on this Redis, in one slot),
