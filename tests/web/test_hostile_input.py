@@ -144,7 +144,8 @@ def test_x_request_id_is_taken_only_when_it_is_an_id(api):
     )
 
 
-def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_server):
+def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_server, worker_manager):
+    worker_manager.stop()  # the run's RQ worker, if an earlier test started it, would take the job first
     buyer_server.add("acme")
     key = api.put_publisher("surge")
     api.put_buyer("acme", buyer_server.url("acme"))
