@@ -34,7 +34,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.info("demo buyer: %s lead %s (%d bytes)%s", self.path, key, len(raw), " again" if again else "")
         self._answer({"accepted": True, "result": "success"})
 
-    def _answer(self, body: dict) -> None:
+    def _answer(self, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

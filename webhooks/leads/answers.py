@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 COMPACT = "~"
 MAX_INLINE = 64  # bytes of the remembered form; past it the attempts are the ledger's
@@ -23,12 +24,12 @@ class AttemptsPending(Exception):
     """The remembered answer's attempts are the ledger's, and it does not hold the lead yet."""
 
 
-def _attempt(a: dict) -> str:
+def _attempt(a: dict[str, Any]) -> str:
     code = f"{a['buyer_id']}:{_OUTCOME_CODE[a['outcome']]}:{a['ms']}"
     return code + f":{a['bid']}" if a.get("bid") is not None else code
 
 
-def remember(answer: dict) -> str:
+def remember(answer: dict[str, Any]) -> str:
     """The form a lead's claim keeps of `answer` (as settlement.answer_of made it)."""
     head = (
         f"{COMPACT}{_STATUS_CODE[(answer['status'], bool(answer.get('test')))]}|"
@@ -41,14 +42,20 @@ def remember(answer: dict) -> str:
     return f"{head}*{len(answer['attempts'])}"
 
 
-def recall(held: str, lead_id: str, attempts_of: Callable[[], list[dict] | None]) -> dict:
+def recall(held: str, lead_id: str, attempts_of: Callable[[], list[dict[str, Any]] | None]) -> dict[str, Any]:
     """The answer `held` remembers for `lead_id`. `attempts_of` reads the lead's attempts from
     the ledger when they were left to it (None: not settled yet, AttemptsPending)."""
     if not held.startswith(COMPACT):
-        return json.loads(held)  # remembered before the compact form
+        remembered: dict[str, Any] = json.loads(held)  # remembered before the compact form
+        return remembered
     status_code, buyer_id, price, attempts = held[1:].split("|", 3)
     status, test = _STATUS[status_code]
-    answer: dict = {"lead_id": lead_id, "status": status, "buyer_id": buyer_id or None, "price": price or None}
+    answer: dict[str, Any] = {
+        "lead_id": lead_id,
+        "status": status,
+        "buyer_id": buyer_id or None,
+        "price": price or None,
+    }
     if attempts.startswith("*"):
         found = attempts_of()
         if found is None:
@@ -61,9 +68,9 @@ def recall(held: str, lead_id: str, attempts_of: Callable[[], list[dict] | None]
     return answer
 
 
-def _recalled(code: str) -> dict:
+def _recalled(code: str) -> dict[str, Any]:
     buyer_id, outcome, ms, *bid = code.split(":")
-    attempt: dict = {"buyer_id": buyer_id, "outcome": _OUTCOME[outcome], "ms": int(ms)}
+    attempt: dict[str, Any] = {"buyer_id": buyer_id, "outcome": _OUTCOME[outcome], "ms": int(ms)}
     if bid:
         attempt["bid"] = bid[0]
     return attempt

@@ -175,7 +175,7 @@ class _Interpreter(jmespath.visitor.TreeInterpreter):
         if not isinstance(base, list):
             return None
         self._charge(sum(len(e) if isinstance(e, list) else 1 for e in base))  # before it is made
-        merged: list = []
+        merged: list[Any] = []
         for element in base:
             if isinstance(element, list):
                 merged.extend(element)
@@ -216,7 +216,7 @@ _RE2_OPTIONS.never_capture = True  # only "is there a match" is asked: RE2's fas
 _WIDTH_METHODS = {"center", "ljust", "rjust", "zfill"}
 
 
-def str_method_size(method: Any, args: tuple, kwargs: dict) -> int | None:
+def str_method_size(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     """An upper bound of the length of `method(*args, **kwargs)` when `method` is a str (or
     bytes) method whose result an argument can make large, or int.to_bytes; None for any
     other callable."""
@@ -248,7 +248,7 @@ def str_method_size(method: Any, args: tuple, kwargs: dict) -> int | None:
     return None
 
 
-def format_size(template: str, args: tuple, kwargs: dict) -> int:
+def format_size(template: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """An upper bound (up to a small constant factor) of the length of
     `template.format(*args, **kwargs)`: its text, and per replacement field the longest
     argument plus any width or precision. A width taken from an argument (`{:{}}`) counts as

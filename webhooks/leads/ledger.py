@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import cast
+from typing import Any, cast
 
 import peewee as pw
 
@@ -34,7 +34,7 @@ def _naive_utc(iso: str | None) -> datetime | None:
     return datetime.fromisoformat(iso).replace(tzinfo=None)
 
 
-def _lead_row(item: dict, now: datetime) -> dict:
+def _lead_row(item: dict[str, Any], now: datetime) -> dict[str, Any]:
     return {
         "publisher_id": item["publisher_id"],
         "lead_id": item["lead_id"],
@@ -53,7 +53,7 @@ def _lead_row(item: dict, now: datetime) -> dict:
     }
 
 
-def _write_extras(new: list[dict], now: datetime) -> None:
+def _write_extras(new: list[dict[str, Any]], now: datetime) -> None:
     """Attempts, commission, report, event and audit rows of leads whose row was just inserted:
     a sale's `lead.sold` event is written with it (none for a test lead: never a sale)."""
     attempts = [
@@ -106,11 +106,11 @@ def _write_extras(new: list[dict], now: datetime) -> None:
     )
 
 
-def _payout(item: dict) -> str:
+def _payout(item: dict[str, Any]) -> str:
     return f"{Decimal(item['commission'] or 0):.2f}"
 
 
-def settle(items: list[dict]) -> int:
+def settle(items: list[dict[str, Any]]) -> int:
     """Write settlements; return how many were new. Safe to repeat: the lead's unique key
     (publisher, lead_id) decides, and only a new lead row brings its attempts, commission and
     audit entry. A batch is written with a handful of statements in one transaction; if any
@@ -134,14 +134,14 @@ def settle(items: list[dict]) -> int:
     return written
 
 
-def _attempt(a: LeadAttempt) -> dict:
+def _attempt(a: LeadAttempt) -> dict[str, Any]:
     out = {"buyer_id": a.buyer_id, "outcome": a.outcome, "ms": a.ms}
     if a.bid is not None:
         out["bid"] = f"{Decimal(a.bid):.2f}"
     return out
 
 
-def lead_record(lead: Lead) -> dict:
+def lead_record(lead: Lead) -> dict[str, Any]:
     attempts = (
         LeadAttempt.select()
         .where(LeadAttempt.publisher_id == lead.publisher_id, LeadAttempt.lead_id == lead.lead_id)
@@ -167,7 +167,7 @@ def lead_record(lead: Lead) -> dict:
     }
 
 
-def answer_for(publisher_id: str, lead_id: str) -> dict | None:
+def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     """The answer the publisher was given for a settled lead (as settlement.answer_of made
     it), or None when the ledger has no such lead."""
     lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
@@ -243,7 +243,7 @@ def purge_chunk(statuses: tuple[str, ...], before: datetime, after: Mark | None,
     return emptied, Mark(received_at=last_at, id=last_id)
 
 
-def erase_personal_data(lead: Lead, actor: str = "admin") -> dict:
+def erase_personal_data(lead: Lead, actor: str = "admin") -> dict[str, Any]:
     """Erase what `lead` holds of its consumer (its body; the sale, price, payout, attempts and
     trace stay) and record it in the audit log; the lead record after it. Safe to repeat."""
     with db.atomic():

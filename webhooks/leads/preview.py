@@ -16,7 +16,7 @@ from webhooks.logs import redact_secret, redact_url
 PREVIEW_PUBLISHER = "preview"
 
 
-def request_for(buyer: BuyerRule, body: Any) -> dict:
+def request_for(buyer: BuyerRule, body: Any) -> dict[str, Any]:
     """{"method", "url", "headers", "body"} of the post of `body` (a lead, plus an optional
     "ping" reply for a ping/post buyer, whose bid then prices the lead)."""
     if not isinstance(body, dict):

@@ -76,7 +76,7 @@ class Field:
 class FieldSpec:
     fields: tuple[Field, ...]
 
-    def apply(self, lead: dict) -> dict:
+    def apply(self, lead: dict[str, Any]) -> dict[str, Any]:
         """The lead with every declared field normalised; InvalidLead naming each field that
         breaks the spec (a missing required one, a value of the wrong type or out of bounds)."""
         out = dict(lead)
@@ -102,11 +102,11 @@ class FieldSpec:
             raise InvalidLead(f"the lead breaks the publisher's field spec: {names}", fields=why)
         return out
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {f.name: _field_json(f) for f in self.fields}
 
 
-def checked(spec: FieldSpec | None, lead_id: str, lead: dict, payload: str) -> tuple[dict, str]:
+def checked(spec: FieldSpec | None, lead_id: str, lead: dict[str, Any], payload: str) -> tuple[dict[str, Any], str]:
     """(lead, payload) as the lead path carries them: with a spec, the normalised lead and its
     JSON (what the ledger keeps and a re-offer posts, so a buyer sees one form of the lead
     however it reaches it); without one, as they came. InvalidLead when the lead breaks it."""
@@ -116,7 +116,7 @@ def checked(spec: FieldSpec | None, lead_id: str, lead: dict, payload: str) -> t
     return normal, json.dumps({"lead_id": lead_id, **normal}, separators=(",", ":"), ensure_ascii=False)
 
 
-def _field_json(f: Field) -> dict:
+def _field_json(f: Field) -> dict[str, Any]:
     out: dict[str, Any] = {"type": f.type}
     if f.required:
         out["required"] = True
@@ -171,7 +171,7 @@ def _field(name: Any, rule: Any) -> Field:
     return _typed(Field(name, kind, required), rule, where)
 
 
-def _typed(field: Field, rule: dict, where: str) -> Field:
+def _typed(field: Field, rule: dict[str, Any], where: str) -> Field:
     """`field` with the options of its type read from `rule`."""
     name, kind, required = field.name, field.type, field.required
     if kind == "string":

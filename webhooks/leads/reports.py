@@ -38,7 +38,7 @@ class _Delta:
     payout: Decimal = ZERO
 
 
-def count_settled(items: Iterable[dict]) -> None:
+def count_settled(items: Iterable[dict[str, Any]]) -> None:
     """Add newly settled leads (settlement items) to their hours, in the caller's transaction."""
     deltas: dict[tuple[datetime, str, str], _Delta] = {}
     for item in items:
@@ -126,7 +126,7 @@ def report_query(first: date, last: date, group_by: str) -> Any:
     )
 
 
-def report(first: date, last: date, group_by: str) -> dict:
+def report(first: date, last: date, group_by: str) -> dict[str, Any]:
     """The report of the leads received from `first` to `last` (inclusive, UTC days)."""
     found = cast(
         "list[tuple[Any, ...]]", list(report_query(first, last, group_by))
@@ -140,7 +140,7 @@ def report(first: date, last: date, group_by: str) -> dict:
 _SUMS = (("leads", 0), ("sold", 0), ("returned", 0), ("revenue", ZERO), ("payout", ZERO))
 
 
-def last_hours(now: datetime, hours: int = 24) -> list[dict]:
+def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
     """The `hours` hours up to `now`'s (UTC), oldest first, each with its leads, sold and
     revenue (zeros for an hour without leads): the chart on /ops."""
     end = _hour(now.astimezone(timezone.utc)) + timedelta(hours=1)
@@ -166,7 +166,7 @@ def last_hours(now: datetime, hours: int = 24) -> list[dict]:
     return out
 
 
-def _row(key: Any, leads: Any, sold: Any, returned: Any, revenue: Any, payout: Any) -> dict:
+def _row(key: Any, leads: Any, sold: Any, returned: Any, revenue: Any, payout: Any) -> dict[str, Any]:
     leads, sold, returned = int(leads or 0), int(sold or 0), int(returned or 0)
     revenue, payout = Decimal(revenue or 0).quantize(ZERO), Decimal(payout or 0).quantize(ZERO)
     rate = (Decimal(returned) / sold).quantize(Decimal("0.001")).normalize() if sold else Decimal(0)
@@ -183,7 +183,7 @@ def _row(key: Any, leads: Any, sold: Any, returned: Any, revenue: Any, payout: A
     }
 
 
-def as_json(result: dict) -> dict:
+def as_json(result: dict[str, Any]) -> dict[str, Any]:
     """Money and rates as decimal strings (API.md, Conventions)."""
 
     def text(name: str, value: Any) -> Any:
@@ -191,13 +191,13 @@ def as_json(result: dict) -> dict:
             return value
         return f"{value:.2f}" if name in MONEY else format(value, "f")
 
-    def strings(row: dict) -> dict:
+    def strings(row: dict[str, Any]) -> dict[str, Any]:
         return {k: text(k, v) for k, v in row.items()}
 
     return {**result, "rows": [strings(r) for r in result["rows"]], "totals": strings(result["totals"])}
 
 
-def as_csv(result: dict) -> str:
+def as_csv(result: dict[str, Any]) -> str:
     """The rows as CSV (csvsafe: text escaped against formulas, figures written as numbers)."""
 
     def typed(name: str, value: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
@@ -47,7 +48,7 @@ def return_lead(
     reason: str | None,
     now: datetime | None = None,
     actor: str = "admin",
-) -> dict:
+) -> dict[str, Any]:
     """Return a sold lead exactly once; the lead record after it. Raises NotFound, or
     Conflict: already_returned, not_sold, return_window_closed (or ambiguous_lead_id)."""
     now = now or datetime.now(timezone.utc)
