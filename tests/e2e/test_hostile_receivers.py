@@ -170,7 +170,7 @@ def test_a_dripping_and_a_flooding_receiver_delay_no_settlement_and_no_other_end
         # Floodgate read 64 KiB of each 600 MB reply and hung up: the socket buffers hold the rest.
         assert flooding.sent < flooding.requests * 16 * 1024 * 1024
         peak = peak_rss_mb(events.pid)
-        print(f"events worker: peak RSS {peak:.0f} MB after {flooding.requests} flooded replies")
+        print(f"events worker: peak RSS {peak:.0f} MB after {flooding.requests} flooded replies")  # noqa: T201 (-s)
         assert events.alive() and peak < 400
         api.http.close()
     healthy.close()
