@@ -47,7 +47,7 @@ def test_a_record_outside_requests_and_jobs_has_no_request_id():
 def test_request_id_reaches_the_web_log_and_the_settlement_job_log(web_api, web, worker):
     api = web_api
     key = api.put_publisher("pub")
-    api.put_buyer("gone", f"http://127.0.0.1:{free_port()}/gone")  # refused: logged by delivery
+    api.put_buyer("gone", f"http://127.0.0.1:{free_port()}/gone")  # refused: logged by the outbound client
     api.settle_config()
     resp = api.http.post(
         f"{api.base}/v1/leads",
@@ -62,7 +62,7 @@ def test_request_id_reaches_the_web_log_and_the_settlement_job_log(web_api, web,
             line for line in _json_lines(path) if line.get("request_id") == "trace-7f3a" and line["logger"] == logger
         ]
 
-    web_lines = wait_until(lambda: logged(web.log, "webhooks.leads.delivery"), what="the web log line")
-    assert "delivery to http://127.0.0.1" in web_lines[0]["message"]
+    web_lines = wait_until(lambda: logged(web.log, "webhooks.outbound"), what="the web log line")
+    assert "call to http://127.0.0.1" in web_lines[0]["message"]
     job_lines = wait_until(lambda: logged(worker.log, "workers.settle"), what="the job's log line")
     assert job_lines[0]["message"] == "draining settlements" and job_lines[0]["job_id"]

@@ -47,6 +47,7 @@ CONTRACT = {
     "GET /ops/rq/",
     "POST /v1/admin/leads/{lead_id}/return",
     "DELETE /v1/admin/leads/{lead_id}/personal-data",
+    "GET /v1/admin/webhooks/ignored",
     "POST /v1/admin/buyers/{buyer_id}/preview",
     "GET /v1/admin/payment-events",
     "GET /v1/admin/event-endpoints",
