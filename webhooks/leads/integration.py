@@ -68,7 +68,7 @@ class _Undefined(ChainableUndefined):
 
 
 # What one render may cost (API.md: a template cheap on the sample lead may loop on a real
-# one): its output, and its time, checked at every attribute, item, call, operator and chunk
+# one): its output, and its CPU time, checked at every attribute, item, call, operator and chunk
 # of output. Over either: RenderBudgetExceeded, and the lead is not sent to that buyer.
 RENDER_MAX_BYTES = 512 * 1024
 RENDER_MAX_S = 0.025
@@ -105,7 +105,7 @@ class _Budget:
         self.tick()
 
     def tick(self) -> None:
-        if time.perf_counter() > self.deadline:
+        if time.thread_time() > self.deadline:
             raise RenderBudgetExceeded(f"rendering took longer than {RENDER_MAX_S * 1000:.0f} ms")
 
     def spend(self, size: int) -> None:
@@ -121,7 +121,10 @@ _BUDGET: ContextVar[_Budget | None] = ContextVar("render_budget", default=None)
 @contextmanager
 def render_budget():
     """One render's budget (per greenlet or thread: a context variable)."""
-    token = _BUDGET.set(_Budget(time.perf_counter() + RENDER_MAX_S))
+    # CPU time of this thread, not the wall clock: a render never yields to another greenlet
+    # (no I/O), so this is the render's own cost, and a busy machine does not make a valid
+    # template fail (or a buyer's PUT be refused) for the time other processes took.
+    token = _BUDGET.set(_Budget(time.thread_time() + RENDER_MAX_S))
     try:
         yield _BUDGET.get()
     finally:
