@@ -43,6 +43,18 @@ def wait_until(predicate, timeout: float = 15.0, interval: float = 0.05, what: s
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def read_head(conn: socket.socket) -> bytes:
+    """A request's head, through its blank line (and whatever of the body came with it), read
+    from a raw connection; b"" when the peer closed first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
 def redis_binary() -> str:
     found = shutil.which("redis-server")
     if found:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from testkit.servers import wait_until
+from testkit.servers import read_head, wait_until
 from webhooks import outbound
 from webhooks.outbound import MAX_REPLY_BYTES, Client, DenyList, Failure
 
@@ -28,12 +28,8 @@ def peer(answer: Callable[[socket.socket], None]) -> Iterator[tuple[str, list[in
 
     def serve(conn: socket.socket) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
+            if not read_head(conn):
+                return
             try:
                 answer(conn)
             except OSError:  # the client hung up
@@ -103,12 +99,8 @@ def test_a_reply_within_the_cap_is_read_whole_and_the_connection_reused():
     def answer(conn: socket.socket) -> None:
         while True:
             conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
+            if not read_head(conn):
+                return
 
     client = Client()
     with peer(answer) as (url, _):

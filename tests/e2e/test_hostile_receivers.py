@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from testkit.events import EventReceiver
-from testkit.servers import wait_until
+from testkit.servers import read_head, wait_until
 from tests.conftest import Api
 from tests.e2e.test_event_endpoints import SECRETS, lead_ids, put_endpoint
 from tests.e2e.test_payment_lifecycle import running_stack
@@ -61,12 +61,8 @@ class RawReceiver:
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
+            if not read_head(conn):
+                return
             with self.lock:
                 self.requests += 1
             try:
