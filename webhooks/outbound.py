@@ -40,7 +40,6 @@ MAX_ERROR = 300  # characters of a failure's description
 # What http.client would put on the wire, and nothing else (RFC 9110 token and field-value).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
-_DOTTED_QUAD = re.compile(r"(?:0|[1-9][0-9]{0,2})(?:\.(?:0|[1-9][0-9]{0,2})){3}")
 
 
 class Failure(StrEnum):
@@ -119,13 +118,11 @@ class DenyList:
         if parts.username is not None or parts.password is not None:
             return "must not carry credentials (user:pass@); put them in headers"
         try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
+            ipaddress.ip_address(host)
+        except ValueError:  # ip_address takes canonical dotted quads only: `127.1`, `010.0.0.1` land here
             if _numeric_host(host):
                 return "names an address in a non-canonical form; write it as a dotted quad"
             return None  # a name: checked again on every address it resolves to
-        if isinstance(ip, ipaddress.IPv4Address) and not _DOTTED_QUAD.fullmatch(host):
-            return "names an address in a non-canonical form; write it as a dotted quad"
         if self.denies(host):
             return "names an address in OUTBOUND_DENY_NETS"
         return None
