@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rq import Queue, get_current_job
 
-from webhooks import metrics, outbound
+from webhooks import metrics
 from webhooks.events import delivery, endpoints
 from webhooks.storage import claims, keys, outbox_queue
 from webhooks.storage.batch import Client
@@ -75,7 +75,6 @@ def _engine(b: Backends, pool: ThreadPoolExecutor) -> delivery.Engine:
         cfg.event_delivery_timeout_ms / 1000,
         cfg.event_endpoint_disable_after_s,
         cfg.payment_events_secrets,
-        client=outbound.Client(outbound.DenyList(cfg.outbound_deny_nets)),
     )
 
 
