@@ -65,7 +65,7 @@ from testkit.servers import (
     venv_bin,
 )
 from webhooks.caps import leases
-from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import keys
 from webhooks.storage.redis import make_store
 

@@ -40,7 +40,7 @@ from bench.outbox import arrivals
 from testkit.events import EVENTS_SECRET, sale_item
 from testkit.servers import Proc, free_port, listening, wait_until
 from webhooks.events import endpoints
-from webhooks.leads import ledger
+from webhooks.leads.accounting import ledger
 from webhooks.storage import outbox_queue
 from webhooks.storage.db import db, init_db
 from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, Lead, LeadStats

@@ -1,7 +1,7 @@
 -- Remember a lead's answer for replays and forget its attempt note, only while the claim is
 -- this request's (or expired with nobody after it): a request that outlived its claim (a
 -- stalled process) must not write over the answer or the note of the request that holds it
--- now (see webhooks/leads/intake.py).
+-- now (see webhooks/leads/path/intake.py).
 -- KEYS[1]  the lead claim   fg:{p:<publisher>}:lead:<lead_id>
 -- KEYS[2]  its attempt note
 -- ARGV[1]  the claimer's token

@@ -1,5 +1,5 @@
 -- Claim a lead id for one request, and in the same step note the buyer it is about to be
--- offered to (see webhooks/leads/intake.py): SET NX PX on the claim; when taken, the attempt
+-- offered to (see webhooks/leads/path/intake.py): SET NX PX on the claim; when taken, the attempt
 -- note a dead request left is returned untouched, else this request's note is written.
 -- It also reads the publisher's replay memory mark (keys.lead_memory): the time from which
 -- this Redis remembers every answer it gave that publisher ("0": since the publisher was

@@ -20,7 +20,7 @@
 --                 lease until lua/finish_lease.lua confirms the sale
 -- ARGV[6+3n]      the key of the attempt note the caller writes beside the reservation ("":
 --                 none), kept in the lease so that the abandoned-lead sweep can find the
---                 lead of a held lease (webhooks/leads/recovery.py)
+--                 lead of a held lease (webhooks/leads/path/recovery.py)
 -- Returns {"ok", probe 0|1, reserved at (unix us)} | {"full", counter index} | {"duplicate"}
 --         | {"circuit_open", "buyer" | "publisher"} | {"not_ready"}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'not_ready'} end

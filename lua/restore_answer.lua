@@ -1,5 +1,5 @@
 -- Put back the answer a lead was given, after Redis lost it (see
--- webhooks/leads/settlement.py Journal): set unless the claim holds an answer already. A
+-- webhooks/leads/path/settlement.py Journal): set unless the claim holds an answer already. A
 -- routing claim is replaced: that request routes a lead already answered, and it cannot
 -- sell it while the caps are rebuilt; its release, token-checked, leaves the answer.
 -- KEYS[1]  the lead claim

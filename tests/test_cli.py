@@ -15,7 +15,7 @@ from rq.registry import FailedJobRegistry
 
 from testkit.servers import ROOT, free_port, venv_bin
 from webhooks.caps import leases
-from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog, Buyer, Publisher

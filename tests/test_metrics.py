@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit.servers import ROOT, WebServer, venv_bin, wait_until
 from tests.conftest import Api
 from webhooks.caps import leases
-from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.models import Buyer
 
 

@@ -72,7 +72,7 @@ def upgrade_command() -> None:
 )
 def reconcile_command() -> None:
     from webhooks.caps.reconcile import reconcile_all
-    from webhooks.leads.catalog import load_snapshot
+    from webhooks.leads.rules.catalog import load_snapshot
 
     svc = services.current()
     drifts = reconcile_all(svc.store, svc.settle.redis, load_snapshot(None).buyers)
@@ -254,7 +254,7 @@ def _import(
 )
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_buyers(output: Any) -> None:
-    from webhooks.leads.buyers import to_json
+    from webhooks.leads.rules.buyers import to_json
     from webhooks.storage.models import Buyer
 
     rows = list(Buyer.select().where(Buyer.deleted_at.is_null()).order_by(Buyer.id))
@@ -275,8 +275,8 @@ def export_buyers(output: Any) -> None:
 @click.argument("file", type=click.File("r"))
 def import_buyers(file: Any) -> None:
     from webhooks.caps import leases
-    from webhooks.leads import buyers
-    from webhooks.leads.catalog import bump_version
+    from webhooks.leads.rules import buyers
+    from webhooks.leads.rules.catalog import bump_version
     from webhooks.storage.models import Buyer
 
     def parse(entry: dict[str, Any]) -> dict[str, Any]:  # as a PUT does: the redacted form keeps the stored secret
@@ -304,7 +304,7 @@ def _publisher_key_hint(exc: ValidationError) -> str:
 )
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_publishers(output: Any) -> None:
-    from webhooks.leads.publishers import to_json
+    from webhooks.leads.rules.publishers import to_json
     from webhooks.storage.models import Publisher
 
     rows = list(Publisher.select().order_by(Publisher.id))
@@ -326,8 +326,8 @@ def export_publishers(output: Any) -> None:
 )
 @click.argument("file", type=click.File("r"))
 def import_publishers(file: Any) -> None:
-    from webhooks.leads import publishers
-    from webhooks.leads.catalog import bump_version
+    from webhooks.leads.rules import publishers
+    from webhooks.leads.rules.catalog import bump_version
     from webhooks.storage import claims
 
     saved = _import(
@@ -385,7 +385,7 @@ def _table(rows: Iterable[Iterable[Any]]) -> None:
 def show_buyer(buyer_id: str) -> None:
     from webhooks.caps import leases
     from webhooks.caps.breaker import breakers
-    from webhooks.leads.buyers import BuyerRule
+    from webhooks.leads.rules.buyers import BuyerRule
 
     row = _buyer_row(buyer_id)
     r = services.current().store.redis
@@ -461,7 +461,7 @@ def buyer_leads(buyer_id: str, limit: int) -> None:
 )
 @click.option("-n", "--limit", type=click.IntRange(1, 10000), default=50, show_default=True, help="How many leads.")
 def unknown_leads(limit: int) -> None:
-    from webhooks.leads.ledger import flagged, lead_record
+    from webhooks.leads.accounting.ledger import flagged, lead_record
 
     rows = [lead_record(lead) for lead in flagged(limit)]
     if not rows:
@@ -493,7 +493,7 @@ def return_leads(file: Any) -> None:
     import csv
 
     from webhooks.errors import FloodgateError
-    from webhooks.leads import returns
+    from webhooks.leads.accounting import returns
 
     rows = list(csv.DictReader(file))
     if rows and "lead_id" not in rows[0]:
@@ -531,7 +531,7 @@ def return_leads(file: Any) -> None:
 )
 @click.option("--chunk", type=click.IntRange(1, 10000), default=500, show_default=True, help="Leads per statement.")
 def purge_leads(chunk: int) -> None:
-    from webhooks.leads import ledger
+    from webhooks.leads.accounting import ledger
     from webhooks.storage.db import db
 
     svc = services.current()

@@ -58,10 +58,10 @@ class Config:
     payment_claim_ttl_ms: int = 30_000
     lead_claim_margin_ms: int = 10_000  # a lead claim outlives its longest routing by this much
     lead_recovery_window_ms: int = 900_000  # a dead routing's lease waits this long for a retry
-    lead_abandoned_after_ms: int = 120_000  # then the abandoned-lead sweep finishes it (leads/recovery.py)
+    lead_abandoned_after_ms: int = 120_000  # then the abandoned-lead sweep finishes it (leads/path/recovery.py)
     config_check_interval_ms: int = 500
     journal_keep_s: int = 600
-    journal_max_bytes: int = 64 * 1024 * 1024  # what a web process's journal may hold (leads/settlement.py)
+    journal_max_bytes: int = 64 * 1024 * 1024  # what a web process's journal may hold (leads/path/settlement.py)
     cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
     cap_wait_timeout_ms: int = 100
     max_body_bytes: int = 256 * 1024
@@ -172,7 +172,7 @@ _STRS = {
     "STRIPE_API_KEY": "stripe_api_key",
 }
 MIN_ADMIN_TOKEN = 24
-RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/publishers.py RATE_MAX)
+RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/rules/publishers.py RATE_MAX)
 # verif-hash is compared as is and signs nothing: it must at least not be guessable
 MIN_FLUTTERWAVE_HASH = 16
 API_BASES = {

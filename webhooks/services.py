@@ -13,9 +13,9 @@ from flask import Flask, current_app
 from rq import Queue
 
 from webhooks.config import Config
-from webhooks.leads.catalog import Catalog
-from webhooks.leads.intake import Intake
-from webhooks.leads.settlement import Journal
+from webhooks.leads.path.intake import Intake
+from webhooks.leads.path.settlement import Journal
+from webhooks.leads.rules.catalog import Catalog
 from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage.redis import ReplicaWait, Store, make_queue_redis, make_redis
 from webhooks.storage.settle_queue import queue

@@ -1,4 +1,4 @@
-"""The abandoned-lead sweep (webhooks/leads/recovery.py): leads whose routing died while a
+"""The abandoned-lead sweep (webhooks/leads/path/recovery.py): leads whose routing died while a
 buyer held them and whose publisher never retried are offered again to that buyer and
 settled. Run by the scheduler every minute (workers/schedule.py)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from rq import get_current_job
 
-from webhooks.leads import recovery
+from webhooks.leads.path import recovery
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
 from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
 from webhooks.storage.settle_queue import queue

@@ -9,7 +9,7 @@ from typing import Any
 from rq import get_current_job
 
 from webhooks.caps.reconcile import reconcile_all as run
-from webhooks.leads.catalog import load_snapshot
+from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.settle_queue import JOB_TIMEOUT, queue

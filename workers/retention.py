@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
-from webhooks.leads import ledger
+from webhooks.leads.accounting import ledger
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
 from webhooks.storage.redis import REDIS_DOWN
 from workers.context import backends

@@ -15,7 +15,7 @@ import peewee as pw
 from rq import get_current_job
 
 from webhooks.caps import leases
-from webhooks.leads import ledger
+from webhooks.leads.accounting import ledger
 from webhooks.payments import gate
 from webhooks.storage import keys, outbox_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from webhooks.caps import leases
-from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import keys
 from webhooks.storage.redis import make_store
 

@@ -13,8 +13,8 @@ from rq_scheduler import Scheduler
 from testkit.servers import Proc, post_lead_until_answered, sold_to, venv_bin, wait_until
 from webhooks import config
 from webhooks.caps import leases, reconcile
-from webhooks.leads import answers
-from webhooks.leads.catalog import load_snapshot
+from webhooks.leads.path import answers
+from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage.redis import make_store
 from workers import schedule
 
@@ -276,9 +276,10 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     from decimal import Decimal
 
     from webhooks.caps.leases import Lease
-    from webhooks.leads import ledger, settlement
-    from webhooks.leads.publishers import PublisherRule
-    from webhooks.leads.routing import Outcome
+    from webhooks.leads.accounting import ledger
+    from webhooks.leads.path import settlement
+    from webhooks.leads.path.routing import Outcome
+    from webhooks.leads.rules.publishers import PublisherRule
     from webhooks.storage import keys
     from webhooks.storage.db import db
     from webhooks.storage.settle_queue import queue

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from webhooks.caps.windows import window
-from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.models import Buyer
 
 CHICAGO = ZoneInfo("America/Chicago")

@@ -20,7 +20,7 @@ from testkit.servers import wait_until
 from tests.conftest import Api
 from tests.e2e.test_payment_lifecycle import running_stack
 from webhooks.events import log as events_log
-from webhooks.leads import ledger
+from webhooks.leads.accounting import ledger
 from webhooks.storage.db import db
 from webhooks.storage.models import Event
 

@@ -19,7 +19,7 @@ from testkit.events import EventReceiver, deliver_inline, sale_item
 from testkit.payments import deliver, encode, payload, refund_payload
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
-from webhooks.leads import ledger
+from webhooks.leads.accounting import ledger
 from webhooks.storage.db import db
 from webhooks.storage.models import EventDelivery, utcnow
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhooks.errors import ValidationError
-from webhooks.leads import bounded, integration
+from webhooks.leads.posting import bounded, integration
 
 MB = 1024 * 1024
 # The issue's filter: 26 stages, each doubling the value the next one walks.
@@ -199,11 +199,11 @@ def test_accept_regex_keeps_search_semantics_and_is_linear_on_a_hostile_reply():
     fails at the guard (60 s, thousands of times what RE2 needs) instead of hanging."""
     code = textwrap.dedent(
         """
-        from webhooks.leads import integration
-        d = integration.compile_delivery(integration.parse_delivery({"accept_regex": "^(a+)+$"}))
+        from webhooks.leads.posting import integration
+        d = integration.compile_post(integration.parse_delivery({"accept_regex": "^(a+)+$"}))
         assert d.accepted(b"a" * 65535 + b"b") is False
         assert d.accepted(b"aaaa") is True
-        d = integration.compile_delivery(integration.parse_delivery({"accept_regex": "<s>OK</s>"}))
+        d = integration.compile_post(integration.parse_delivery({"accept_regex": "<s>OK</s>"}))
         assert d.accepted(b"<r><s>OK</s></r>") is True and d.accepted(b"<s>NO</s>") is False
         print("ok")
         """
@@ -260,7 +260,7 @@ def test_a_sum_of_lists_is_refused_before_it_runs():
     ],
 )
 def test_a_template_a_lead_makes_large_fails_that_delivery_without_allocating(template):
-    delivery = integration.compile_delivery(integration.parse_delivery({"fields": {"x": template}}))
+    delivery = integration.compile_post(integration.parse_delivery({"fields": {"x": template}}))
     context = {**integration.SAMPLE, "lead": {"s": "s" * 200_000, "n": "300000000"}}
     tracemalloc.start()
     try:
@@ -273,7 +273,7 @@ def test_a_template_a_lead_makes_large_fails_that_delivery_without_allocating(te
 
 
 def test_honest_templates_and_expressions_are_untouched():
-    delivery = integration.compile_delivery(
+    delivery = integration.compile_post(
         integration.parse_delivery(
             {
                 "fields": {
@@ -327,7 +327,7 @@ def test_any_template_chain_renders_within_its_allocation_budget(chain):
     for step, n in chain:
         expr = f"({expr}{step.format(n=n)})"
     try:
-        delivery = integration.compile_delivery(integration.parse_delivery({"fields": {"x": "{{ " + expr + " }}"}}))
+        delivery = integration.compile_post(integration.parse_delivery({"fields": {"x": "{{ " + expr + " }}"}}))
     except ValidationError:
         return  # refused at PUT: the sample lead already went over
     context = {**integration.SAMPLE, "lead": {"s": "a\t" * 50_000}}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from webhooks import services
-from webhooks.leads import answers
+from webhooks.leads.path import answers
 from webhooks.storage import keys
 
 ATTEMPTS = [

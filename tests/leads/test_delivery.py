@@ -1,4 +1,4 @@
-"""The buyer post's HTTP client (leads/delivery.py) against buyers that misbehave at the socket:
+"""The buyer post's HTTP client (leads/posting/delivery.py) against buyers that misbehave at the socket:
 each run against a real listening socket of this test, no mock between the two."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from webhooks.leads.delivery import MAX_HEAD_BYTES, Deliverer
+from webhooks.leads.posting.delivery import MAX_HEAD_BYTES, Deliverer
 from webhooks.storage.states import AttemptOutcome
 
 ACCEPTED = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 18\r\n\r\n{"accepted": true}'

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from webhooks.errors import InvalidLead, ValidationError
-from webhooks.leads.quality import parse_spec
+from webhooks.leads.rules.quality import parse_spec
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from webhooks.errors import InvalidLead
-from webhooks.leads import quality
-from webhooks.leads.quality import parse_spec
+from webhooks.leads.rules import quality
+from webhooks.leads.rules.quality import parse_spec
 
 
 @pytest.fixture

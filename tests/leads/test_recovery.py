@@ -26,10 +26,10 @@ from testkit.servers import WebServer, wait_until
 from tests.conftest import Api
 from webhooks import services
 from webhooks.caps import leases
-from webhooks.leads import answers, recovery
-from webhooks.leads.catalog import load_snapshot
-from webhooks.leads.delivery import Deliverer
-from webhooks.leads.routing import Offer, attempt_note, lead_ref
+from webhooks.leads.path import answers, recovery
+from webhooks.leads.path.routing import Offer, attempt_note, lead_ref
+from webhooks.leads.posting.delivery import Deliverer
+from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt

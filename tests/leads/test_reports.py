@@ -11,9 +11,10 @@ from decimal import Decimal
 
 import pytest
 
-from webhooks.leads import ledger, settlement
-from webhooks.leads.publishers import PublisherRule
-from webhooks.leads.routing import Outcome
+from webhooks.leads.accounting import ledger
+from webhooks.leads.path import settlement
+from webhooks.leads.path.routing import Outcome
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.db import db
 from webhooks.storage.states import LeadStatus
 

@@ -13,9 +13,10 @@ import pytest
 
 from webhooks import services
 from webhooks.caps.dedupe import consumer_keys
-from webhooks.leads import ledger, settlement
-from webhooks.leads.publishers import PublisherRule
-from webhooks.leads.routing import Outcome
+from webhooks.leads.accounting import ledger
+from webhooks.leads.path import settlement
+from webhooks.leads.path.routing import Outcome
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher

@@ -15,10 +15,11 @@ from testkit.servers import post_lead_until_answered, wait_until
 from webhooks import services
 from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import consumer_keys, normalise
-from webhooks.leads import ledger, settlement
-from webhooks.leads.catalog import load_snapshot
-from webhooks.leads.publishers import PublisherRule
-from webhooks.leads.routing import Outcome
+from webhooks.leads.accounting import ledger
+from webhooks.leads.path import settlement
+from webhooks.leads.path.routing import Outcome
+from webhooks.leads.rules.catalog import load_snapshot
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.db import db
 from webhooks.storage.models import Publisher
 

@@ -20,9 +20,10 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegis
 
 from testkit.servers import Proc, TcpProxy, venv_bin, wait_until
 from webhooks.caps import leases
-from webhooks.leads import ledger, settlement
-from webhooks.leads.publishers import PublisherRule
-from webhooks.leads.routing import Outcome
+from webhooks.leads.accounting import ledger
+from webhooks.leads.path import settlement
+from webhooks.leads.path.routing import Outcome
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import keys, settle_queue
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from webhooks import config
-from webhooks.leads.catalog import load_snapshot
-from webhooks.leads.intake import Intake
-from webhooks.leads.settlement import Journal
+from webhooks.leads.path.intake import Intake
+from webhooks.leads.path.settlement import Journal
+from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import queue

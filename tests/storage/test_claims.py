@@ -20,9 +20,9 @@ import redis
 from testkit.servers import wait_until
 from webhooks import config
 from webhooks.errors import Conflict, Unavailable
-from webhooks.leads.catalog import load_snapshot
-from webhooks.leads.intake import Intake
-from webhooks.leads.settlement import Journal
+from webhooks.leads.path.intake import Intake
+from webhooks.leads.path.settlement import Journal
+from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store

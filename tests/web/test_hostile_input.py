@@ -263,9 +263,9 @@ def test_secrets_in_url_queries_are_redacted_in_logs_and_stored_errors(caplog):
 def test_the_journal_keeps_what_it_needs_within_its_byte_budget(database_url, queue_server):
     """2,000 large emoji-heavy unsold leads: the journal stays under its budget; after a
     Redis data loss the newest are pushed again whole, the oldest without their bodies."""
-    from webhooks.leads import settlement
-    from webhooks.leads.publishers import PublisherRule
-    from webhooks.leads.routing import Outcome
+    from webhooks.leads.path import settlement
+    from webhooks.leads.path.routing import Outcome
+    from webhooks.leads.rules.publishers import PublisherRule
     from webhooks.storage.settle_queue import queue
 
     # A database index of its own: no worker drains this queue behind the test's back

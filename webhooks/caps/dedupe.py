@@ -22,7 +22,7 @@ from webhooks.storage.redis import Store
 from webhooks.storage.states import LeadStatus
 
 if TYPE_CHECKING:
-    from webhooks.leads.buyers import BuyerRule
+    from webhooks.leads.rules.buyers import BuyerRule
 
 FIELDS = ("email", "phone")
 

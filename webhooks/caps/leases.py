@@ -26,7 +26,7 @@ from webhooks.storage.scripts import BreakerRule, Charge, Extended, Lease, Reser
 from webhooks.storage.states import AttemptOutcome, Circuit, ReservationStatus
 
 if TYPE_CHECKING:
-    from webhooks.leads.buyers import BuyerRule
+    from webhooks.leads.rules.buyers import BuyerRule
 
 # Counters outlive their window a little so a late refund still finds them; the key name
 # carries the window, so a new window always starts from a new key at 0.

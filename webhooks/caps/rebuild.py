@@ -24,7 +24,7 @@ from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 
 if TYPE_CHECKING:
-    from webhooks.leads.buyers import BuyerRule
+    from webhooks.leads.rules.buyers import BuyerRule
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from webhooks.storage.scripts import CapSnapshot
 from webhooks.storage.states import SnapshotStatus
 
 if TYPE_CHECKING:
-    from webhooks.leads.buyers import BuyerRule
+    from webhooks.leads.rules.buyers import BuyerRule
 
 log = logging.getLogger(__name__)
 SNAPSHOT_TRIES = 5

@@ -1,2 +1,4 @@
-"""Lead routing under caps: intake, buyer and publisher rules, the per-process catalog,
-routing, delivery, settlement to the ledger."""
+"""Lead routing under caps, one folder per capability, each layer importing only those below
+it (pyproject's import contracts): `path` (intake, routing, recovery, settlement) over
+`accounting` (the ledger, returns, reports) over `rules` (publishers, buyers, the catalog)
+over `posting` (a buyer's templates and the call)."""

@@ -146,6 +146,6 @@ PROVIDER_RECONCILE_LOCK = PREFIX + "payments:reconcile:lock"
 
 
 def retention_mark(group: str) -> str:
-    """Where the lead-body purge of one retention group got to in the ledger (leads/ledger.py
+    """Where the lead-body purge of one retention group got to in the ledger (leads/accounting/ledger.py
     purge_bodies): "<received_at>|<id>". Lost, the next walk starts over from the oldest lead."""
     return PREFIX + "retention:" + group

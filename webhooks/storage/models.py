@@ -55,7 +55,7 @@ class Publisher(BaseModel):
     # NULL: the PUBLISHER_RATE_LIMIT default applies
     rate_per_second = pw.IntegerField(null=True)
     rate_burst = pw.IntegerField(null=True)
-    fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/quality.py); NULL: none
+    fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/rules/quality.py); NULL: none
     mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
     # payout (API.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
     payout_fixed = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
@@ -348,7 +348,7 @@ class Wallet(BaseModel):
 class LeadStats(BaseModel):
     """The leads report's figures per hour (received_at, UTC), publisher and buyer ('' for
     leads no buyer bought), kept in the transactions of the ledger changes they count: a
-    settlement adds its leads, a return its return (leads/reports.py)."""
+    settlement adds its leads, a return its return (leads/accounting/reports.py)."""
 
     id = pw.BigAutoField()
     hour = DateTime6Field()  # naive UTC, on the hour

@@ -1,4 +1,4 @@
-"""POST /v1/leads: the request handed to the lead path (leads/intake.py `Intake.receive`),
+"""POST /v1/leads: the request handed to the lead path (leads/path/intake.py `Intake.receive`),
 its answer sent back and counted."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from flask import Blueprint, Response, g, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
-from webhooks.leads.intake import LeadRequest
+from webhooks.leads.path.intake import LeadRequest
 from webhooks.web.http import json_body
 
 bp = Blueprint("leads", __name__)

@@ -11,9 +11,10 @@ from webhooks import services
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.errors import NotFound
-from webhooks.leads import buyers, preview
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.catalog import bump_version
+from webhooks.leads.path import preview
+from webhooks.leads.rules import buyers
+from webhooks.leads.rules.buyers import BuyerRule
+from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage.batch import Client
 from webhooks.storage.models import Buyer
 from webhooks.web.admin import bp

@@ -11,8 +11,8 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
-from webhooks.leads import reports, returns
-from webhooks.leads.ledger import erase_personal_data, forget_consumer, lead_record
+from webhooks.leads.accounting import reports, returns
+from webhooks.leads.accounting.ledger import erase_personal_data, forget_consumer, lead_record
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp

@@ -9,8 +9,8 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound
-from webhooks.leads import publishers
-from webhooks.leads.catalog import bump_version
+from webhooks.leads.rules import publishers
+from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage import claims
 from webhooks.storage.models import Publisher
 from webhooks.web.admin import bp

@@ -13,7 +13,7 @@ from flask import Blueprint, Response, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
-from webhooks.leads.buyers import BuyerRule
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import providers
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN

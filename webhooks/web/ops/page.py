@@ -18,9 +18,9 @@ from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
-from webhooks.leads import reports
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.ledger import flagged, lead_record
+from webhooks.leads.accounting import reports
+from webhooks.leads.accounting.ledger import flagged, lead_record
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import rejected
 from webhooks.storage.batch import Client
 from webhooks.storage.models import Buyer, Lead

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from webhooks.leads.publishers import PublisherRule
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.scripts import CapCounter, LeadKey
 
 
@@ -41,7 +41,7 @@ class LeadContext:
     @property
     def ref(self) -> dict:
         """The lead itself, as its attempt notes carry it: enough to offer it again and settle
-        it (the abandoned-lead sweep, leads/recovery.py)."""
+        it (the abandoned-lead sweep, leads/path/recovery.py)."""
         return lead_ref(self.publisher.id, self.lead_id, self.payload, self.request_id)
 
 

@@ -13,9 +13,9 @@ from typing import Any
 from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
-from webhooks.leads import reports
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.ledger import lead_record
+from webhooks.leads.accounting import reports
+from webhooks.leads.accounting.ledger import lead_record
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import audit
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Publisher

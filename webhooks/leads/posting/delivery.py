@@ -8,7 +8,7 @@ import json
 import logging
 from typing import NamedTuple
 
-from webhooks.leads.integration import DEFAULT_DELIVERY, Delivery
+from webhooks.leads.posting.integration import DEFAULT_POST, PostTemplate
 from webhooks.outbound import MAX_HEAD_BYTES, MAX_REPLY_BYTES, Client, DenyList, Failure
 from webhooks.storage.states import AttemptOutcome
 
@@ -78,28 +78,28 @@ class Deliverer:
         return reply.status, reply.body, None, reply.ms
 
     def deliver(
-        self, url: str, body: bytes, idempotency_key: str, delivery: Delivery = DEFAULT_DELIVERY
+        self, url: str, body: bytes, idempotency_key: str, template: PostTemplate = DEFAULT_POST
     ) -> tuple[AttemptOutcome, int]:
-        """Post `body` to `url` as `delivery` says; return (outcome, elapsed ms)."""
-        posted = self.post(url, body, idempotency_key, delivery)
+        """Post `body` to `url` as `template` says; return (outcome, elapsed ms)."""
+        posted = self.post(url, body, idempotency_key, template)
         return posted.outcome, posted.ms
 
-    def post(self, url: str, body: bytes, idempotency_key: str, delivery: Delivery = DEFAULT_DELIVERY) -> Posted:
+    def post(self, url: str, body: bytes, idempotency_key: str, template: PostTemplate = DEFAULT_POST) -> Posted:
         """`deliver`, saying too whether the buyer sent a whole reply (its breaker tells a
         failed reply, which may be about the lead, from a failed connection, which is not)."""
         headers = {
-            "Content-Type": delivery.content_type,
+            "Content-Type": template.content_type,
             "Content-Length": str(len(body)),
             "Idempotency-Key": idempotency_key,
             "User-Agent": USER_AGENT,
-            **dict(delivery.headers),
+            **dict(template.headers),
         }
-        status, content, failure, ms = self.request(delivery.method, url, body, headers, self.timeout_s)
+        status, content, failure, ms = self.request(template.method, url, body, headers, self.timeout_s)
         if failure is not None:
             return Posted(failure, ms, replied=False)
-        if delivery is DEFAULT_DELIVERY:
+        if template is DEFAULT_POST:
             return Posted(classify(status, content), ms, replied=True)
-        return Posted(judge(status, content, delivery), ms, replied=True)
+        return Posted(judge(status, content, template), ms, replied=True)
 
     def ping(
         self, url: str, body: bytes, timeout_s: float, test: bool = False
@@ -112,9 +112,9 @@ class Deliverer:
         return self.request("POST", url, body, headers, timeout_s)
 
 
-def judge(status: int, content: bytes, delivery: Delivery) -> AttemptOutcome:
+def judge(status: int, content: bytes, template: PostTemplate) -> AttemptOutcome:
     """The outcome of a reply under a buyer's own accept rule."""
     if 200 <= status < 300:
-        verdict = delivery.accepted(content)
+        verdict = template.accepted(content)
         return ERROR if verdict is None else ACCEPTED if verdict else REJECTED
     return REJECTED if 400 <= status < 500 else ERROR

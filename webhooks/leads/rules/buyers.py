@@ -16,7 +16,7 @@ from webhooks import validate as v
 from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import ValidationError
-from webhooks.leads import integration
+from webhooks.leads.posting import integration
 from webhooks.logs import REDACTED_URL, redact_url, restore_url
 from webhooks.storage.models import Buyer
 from webhooks.validate import cents
@@ -228,7 +228,7 @@ class BuyerRule:
     dedupe_fields: tuple[str, ...] = ()  # consumer fields a duplicate is found by (none: off)
     dedupe_days: int = 0
     return_window_days: int = 7
-    delivery: integration.Delivery = integration.DEFAULT_DELIVERY
+    post: integration.PostTemplate = integration.DEFAULT_POST
     ping: integration.Ping | None = None
     weight: int = 1
     filter: Any = None  # bounded JMESPath on the normalised lead (integration.compile_expression); None: none
@@ -259,7 +259,7 @@ class BuyerRule:
             dedupe_fields=tuple(dedupe["fields"]),
             dedupe_days=dedupe["days"],
             return_window_days=row.return_window_days,
-            delivery=integration.compile_delivery(json.loads(row.delivery) if row.delivery else None),
+            post=integration.compile_post(json.loads(row.delivery) if row.delivery else None),
             ping=integration.compile_ping(json.loads(row.ping) if row.ping else None),
             weight=row.weight,
             filter=None if row.lead_filter is None else integration.load_expression(row.lead_filter),

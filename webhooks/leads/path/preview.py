@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from webhooks.errors import ValidationError
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.delivery import USER_AGENT
-from webhooks.leads.intake import parse_lead
-from webhooks.leads.routing import Offer, idempotency_key
+from webhooks.leads.path.intake import parse_lead
+from webhooks.leads.path.routing import Offer, idempotency_key
+from webhooks.leads.posting.delivery import USER_AGENT
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.logs import redact_secret, redact_url
 
 PREVIEW_PUBLISHER = "preview"
@@ -32,13 +32,13 @@ def request_for(buyer: BuyerRule, body: Any) -> dict[str, Any]:
         offer = Offer(buyer, bid, bid, ping_reply)
     sent = offer.body(lead_id, PREVIEW_PUBLISHER, lead, json.dumps(lead, separators=(",", ":")))
     headers = {
-        "Content-Type": buyer.delivery.content_type,
+        "Content-Type": buyer.post.content_type,
         "Idempotency-Key": idempotency_key(PREVIEW_PUBLISHER, lead_id, buyer.id),
         "User-Agent": USER_AGENT,
-        **{name: redact_secret(value) for name, value in buyer.delivery.headers},
+        **{name: redact_secret(value) for name, value in buyer.post.headers},
     }
     return {
-        "method": buyer.delivery.method,
+        "method": buyer.post.method,
         "url": redact_url(buyer.endpoint_url),
         "headers": headers,
         "body": sent.decode("utf-8", "replace"),

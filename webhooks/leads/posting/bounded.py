@@ -211,7 +211,7 @@ _RE2_OPTIONS.log_errors = False  # a refused pattern is the admin's 400, not a l
 _RE2_OPTIONS.never_capture = True  # only "is there a match" is asked: RE2's fastest engine
 
 
-# Templates (leads/integration.py): the size of what a str method makes, known before it is
+# Templates (leads/posting/integration.py): the size of what a str method makes, known before it is
 # made when an argument sets it (a width, a tab size, a replacement, a separator, a table).
 _WIDTH_METHODS = {"center", "ljust", "rjust", "zfill"}
 

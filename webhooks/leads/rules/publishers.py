@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
-from webhooks.leads import quality
+from webhooks.leads.rules import quality
 from webhooks.storage import keys
 from webhooks.storage.models import Publisher
 from webhooks.storage.scripts import CapCounter

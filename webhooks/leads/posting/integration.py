@@ -30,8 +30,8 @@ from jinja2.compiler import CodeGenerator, Frame
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from webhooks.errors import ValidationError
-from webhooks.leads import bounded
-from webhooks.leads.bounded import ExpressionBudgetExceeded, ExpressionRefused
+from webhooks.leads.posting import bounded
+from webhooks.leads.posting.bounded import ExpressionBudgetExceeded, ExpressionRefused
 from webhooks.logs import redact_secret
 
 log = logging.getLogger(__name__)
@@ -497,7 +497,7 @@ def truthy(expression: bounded.Expression, data: Any, what: str = "filter") -> b
 
 
 @dataclass(frozen=True)
-class Delivery:
+class PostTemplate:
     """A buyer's post: how it is built and how its reply is judged."""
 
     method: str = "POST"
@@ -536,7 +536,7 @@ class Delivery:
         rule's budget (an error). The reply is at most 64 KiB (webhooks/outbound.py)."""
         if self.accept_regex is not None:
             return bool(self.accept_regex.search(content.decode("utf-8", "replace")))
-        if self.accept is None:  # a stored accept_regex RE2 cannot run (compile_delivery)
+        if self.accept is None:  # a stored accept_regex RE2 cannot run (compile_post)
             return None
         try:
             reply = json.loads(content)
@@ -551,7 +551,7 @@ class Delivery:
             return False
 
 
-DEFAULT_DELIVERY = Delivery(accept=bounded.compile_jmespath(DEFAULT_ACCEPT))
+DEFAULT_POST = PostTemplate(accept=bounded.compile_jmespath(DEFAULT_ACCEPT))
 
 
 def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> dict | None:
@@ -611,10 +611,10 @@ def _accept_of(raw: dict) -> dict[str, Any]:
     return {"accept": accept}
 
 
-def compile_delivery(stored: dict | None) -> Delivery:
-    """The Delivery of a stored `delivery` (as parse_delivery returned it)."""
+def compile_post(stored: dict | None) -> PostTemplate:
+    """The PostTemplate of a stored `delivery` (as parse_delivery returned it)."""
     if stored is None:
-        return DEFAULT_DELIVERY
+        return DEFAULT_POST
     fields = None
     if stored.get("fields") is not None:
         fields = tuple(_compile_fields(stored["fields"], "delivery.fields"))
@@ -622,7 +622,9 @@ def compile_delivery(stored: dict | None) -> Delivery:
         accept, regex = None, _load_regex(stored["accept_regex"])
     else:
         accept, regex = load_expression(stored.get("accept", DEFAULT_ACCEPT)), None
-    return Delivery(stored["method"], stored["format"], tuple(stored.get("headers", {}).items()), fields, accept, regex)
+    return PostTemplate(
+        stored["method"], stored["format"], tuple(stored.get("headers", {}).items()), fields, accept, regex
+    )
 
 
 def _load_regex(pattern: str) -> Any:

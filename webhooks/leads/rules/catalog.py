@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.publishers import PublisherRule
+from webhooks.leads.rules.buyers import BuyerRule
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import keys
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db

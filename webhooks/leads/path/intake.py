@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhooks.caps import rebuild
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
-from webhooks.leads import answers, recovery, settlement
-from webhooks.leads.catalog import Snapshot
-from webhooks.leads.context import LeadContext
-from webhooks.leads.delivery import Deliverer
-from webhooks.leads.publishers import PublisherRule, cap_counters, cap_windows, key_hash, throttle
-from webhooks.leads.quality import checked
-from webhooks.leads.routing import Outcome, Reservation, Route, Router
-from webhooks.leads.settlement import Journal, Settlement
+from webhooks.leads.path import answers, recovery, settlement
+from webhooks.leads.path.context import LeadContext
+from webhooks.leads.path.routing import Outcome, Reservation, Route, Router
+from webhooks.leads.path.settlement import Journal, Settlement
+from webhooks.leads.posting.delivery import Deliverer
+from webhooks.leads.rules.catalog import Snapshot
+from webhooks.leads.rules.publishers import PublisherRule, cap_counters, cap_windows, key_hash, throttle
+from webhooks.leads.rules.quality import checked
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import LeadClaim
@@ -80,7 +80,7 @@ def parse_lead(body: Any) -> tuple[str, dict]:
 
 def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
     """The answer for a request that does not hold the lead's claim: the first answer with
-    "replayed": true (leads/answers.py; its attempts from the ledger when the claim left them
+    "replayed": true (leads/path/answers.py; its attempts from the ledger when the claim left them
     to it), or Conflict (in_flight) while another request routes the lead (or the claim is
     gone, as it is between an expiry and the next claim, or the ledger does not hold those
     attempts yet)."""
@@ -95,7 +95,7 @@ def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
 
 def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict] | None:
     """A settled lead's attempts as its answer gave them; None while the ledger lacks it."""
-    from webhooks.leads.ledger import answer_for
+    from webhooks.leads.accounting.ledger import answer_for
     from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 
     try:
@@ -164,7 +164,7 @@ class Intake:
     def receive(self, snapshot: Snapshot, req: LeadRequest) -> str:
         """A posted lead, from the request to its answer's JSON text: authenticate, the
         publisher's token bucket (before the body is read: a flood costs one round trip), parse,
-        check against the publisher's field spec (leads/quality.py), `take`."""
+        check against the publisher's field spec (leads/rules/quality.py), `take`."""
         publisher = authenticate(snapshot, req.authorization)
         throttle(self.store, publisher, self.rate_limit)
         lead_id, lead = parse_lead(req.body())
@@ -298,7 +298,7 @@ class Intake:
         returned (its first reservation withdrawn); None when the ledger has no such lead.
         Unavailable when the ledger cannot say: routing blind could sell the lead twice.
         One piece of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
-        from webhooks.leads.ledger import answer_for
+        from webhooks.leads.accounting.ledger import answer_for
         from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 
         try:

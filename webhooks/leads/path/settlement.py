@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, cast
 from rq import Queue
 
 from webhooks.caps import leases
-from webhooks.leads import answers
-from webhooks.leads.context import LeadContext
-from webhooks.leads.delivery import ACCEPTED
-from webhooks.leads.publishers import PublisherRule
+from webhooks.leads.path import answers
+from webhooks.leads.path.context import LeadContext
+from webhooks.leads.posting.delivery import ACCEPTED
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import claims, keys
 from webhooks.storage.batch import Batch, Client
 from webhooks.storage.redis import REDIS_DOWN
@@ -41,7 +41,7 @@ from webhooks.storage.states import TEST_STATUSES, LeadStatus
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from webhooks.leads.routing import Outcome
+    from webhooks.leads.path.routing import Outcome
     from webhooks.storage.redis import Store
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class _Entry:
     at: float  # time.monotonic() when pushed
     head: str  # the settlement's JSON, its payload left out
     payload: bytes | None  # the lead's body, zlib-compressed when large; None once dropped
-    answer: str  # what the publisher was given, as its claim remembers it (leads/answers.py)
+    answer: str  # what the publisher was given, as its claim remembers it (leads/path/answers.py)
     lead: tuple[str, str]  # (publisher_id, lead_id)
 
     @property
@@ -200,7 +200,7 @@ class Journal:
 
     def push(self, item: dict, batch: Batch | None = None, answer: str | None = None) -> None:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
-        publisher was given, in the form its claim keeps (`answer`, leads/answers.py)."""
+        publisher was given, in the form its claim keeps (`answer`, leads/path/answers.py)."""
         raw = _dumps(item)
         entry = _Entry(
             time.monotonic(),
@@ -353,9 +353,9 @@ class Settlement:
 
 def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, keep_claim: bool = False) -> None:
     """End a routed lead in one round trip: confirm its lease (a sale), remember the answer
-    (leads/answers.py) for the publisher's replays and forget the attempt note (if the claim still holds
+    (leads/path/answers.py) for the publisher's replays and forget the attempt note (if the claim still holds
     `token`), and queue the settlement. The one end of a lead, for a request
-    (leads/intake.py) and for the abandoned-lead sweep (leads/recovery.py). With
+    (leads/path/intake.py) and for the abandoned-lead sweep (leads/path/recovery.py). With
     `keep_claim` (it is not the caller's any more) the claim and the note are left to the
     request that holds them. Redis unreachable: the buyer has the lead, the answer stands,
     and the settlement is written to the ledger directly (an unconfirmed lease just expires;
@@ -405,7 +405,7 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: dict) -
 
 def settle_directly(item: dict) -> None:
     """Write one settlement synchronously: the fallback when its queue is unreachable."""
-    from webhooks.leads.ledger import settle
+    from webhooks.leads.accounting.ledger import settle
     from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 
     try:

@@ -1,6 +1,6 @@
 """A lead whose routing died while a buyer held it: offered again to that buyer alone, on the same
 reservation with the same Idempotency-Key, and settled as the buyer says; by the publisher's
-retry (`reoffer`, from leads/intake.py) or, when none comes, by the abandoned-lead sweep
+retry (`reoffer`, from leads/path/intake.py) or, when none comes, by the abandoned-lead sweep
 (`Sweeper`, run by workers/leads.py). docs/leads.md "Recovery"."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
-from webhooks.leads import settlement
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.context import LeadContext
-from webhooks.leads.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
-from webhooks.leads.integration import RenderBudgetExceeded
-from webhooks.leads.publishers import PublisherRule
-from webhooks.leads.routing import Offer, Outcome, attempt_record, idempotency_key
+from webhooks.leads.path import settlement
+from webhooks.leads.path.context import LeadContext
+from webhooks.leads.path.routing import Offer, Outcome, attempt_record, idempotency_key
+from webhooks.leads.posting.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
+from webhooks.leads.posting.integration import RenderBudgetExceeded
+from webhooks.leads.rules.buyers import BuyerRule
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.batch import Batch
 from webhooks.storage.db import db
@@ -65,7 +65,7 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx
             outcome = NOT_SENT
         else:
             outcome, ms = deliverer.deliver(
-                note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id), rule.delivery
+                note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id), rule.post
             )
     if outcome == ACCEPTED:
         out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
@@ -286,7 +286,7 @@ def sweep_all(
     """`Sweeper.sweep` with the current config of buyers and publishers read from the database (the
     leases of buyers switched off or deleted since are looked at too); `abandoned_after_ms`
     instead of LEAD_ABANDONED_AFTER_MS when given."""
-    from webhooks.leads.catalog import load_snapshot
+    from webhooks.leads.rules.catalog import load_snapshot
 
     snapshot = load_snapshot(None)
     with db.connection_context():

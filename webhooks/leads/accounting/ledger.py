@@ -15,9 +15,9 @@ import peewee as pw
 
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.events import outbox
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.delivery import UNKNOWN
-from webhooks.leads.reports import count_settled
+from webhooks.leads.accounting.reports import count_settled
+from webhooks.leads.posting.delivery import UNKNOWN
+from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import audit, keys
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db

@@ -22,12 +22,12 @@ from webhooks import metrics
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation
-from webhooks.leads.buyers import BuyerRule
-from webhooks.leads.catalog import Snapshot
-from webhooks.leads.context import LeadContext, lead_ref
-from webhooks.leads.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
-from webhooks.leads.integration import RenderBudgetExceeded
-from webhooks.leads.publishers import PublisherRule
+from webhooks.leads.path.context import LeadContext, lead_ref
+from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
+from webhooks.leads.posting.integration import RenderBudgetExceeded
+from webhooks.leads.rules.buyers import BuyerRule
+from webhooks.leads.rules.catalog import Snapshot
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import keys
 from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import Store
@@ -109,7 +109,7 @@ def attempt_note(
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
     in, and the attempts before it. `ref` (publisher_id, lead_id, payload, request_id: see
-    `LeadContext.ref`) lets the abandoned-lead sweep (leads/recovery.py) do it when the
+    `LeadContext.ref`) lets the abandoned-lead sweep (leads/path/recovery.py) do it when the
     publisher never retries."""
     return leases.Note(
         attempt_key,
@@ -137,9 +137,9 @@ class Offer:
 
     def body(self, lead_id: str, publisher_id: str, lead: dict, lead_json: str) -> bytes:
         default = buyer_body(lead_id, publisher_id, self.price, lead_json)
-        if self.buyer.delivery.fields is None:
+        if self.buyer.post.fields is None:
             return default
-        return self.buyer.delivery.body(
+        return self.buyer.post.body(
             {
                 "lead": lead,
                 "lead_id": lead_id,
@@ -358,7 +358,7 @@ class Router:
         except RenderBudgetExceeded:
             return NOT_SENT, 0, False
         return self.deliverer.post(
-            buyer.endpoint_url, body, idempotency_key(publisher_id, ctx.lead_id, buyer.id), buyer.delivery
+            buyer.endpoint_url, body, idempotency_key(publisher_id, ctx.lead_id, buyer.id), buyer.post
         )
 
     def try_out(self, ctx: LeadContext, route: Route) -> Outcome:

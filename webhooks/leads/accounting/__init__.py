@@ -1,0 +1,1 @@
+"""What a sold lead leaves in the ledger: settlement writes, returns, reports."""
