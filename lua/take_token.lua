@@ -1,4 +1,4 @@
--- Take one token from a publisher's bucket (API.md "rate_limit"): `burst` leads at once,
+-- Take one token from a publisher's bucket (docs/api.md "rate_limit"): `burst` leads at once,
 -- refilled at `per_second`. The time is Redis's own, so web processes whose clocks disagree
 -- share one bucket exactly. Tokens are counted in millionths, so every value is an integer
 -- below 2^53 (exact in Lua's doubles): a full bucket admits exactly `burst` leads at once.

@@ -1,4 +1,4 @@
-"""Secrets as the admin API and the logs show them (API.md "Nothing outside can stall or
+"""Secrets as the admin API and the logs show them (docs/api.md "Nothing outside can stall or
 exhaust Floodgate", docs/buyers.md "Secrets as GET shows them"): nothing of a short secret,
 no secret query value of a URL; what GET shows, sent back unchanged, keeps the stored value."""
 

@@ -1,4 +1,4 @@
-"""Strict JSON on every body Floodgate parses (API.md, Conventions): NaN/Infinity/1e999,
+"""Strict JSON on every body Floodgate parses (docs/api.md, Conventions): NaN/Infinity/1e999,
 duplicate keys, nesting deeper than 64 and non-UTF-8 are 400 invalid_json, never a 500."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile bodies against the strict JSON parser (API.md, Conventions: checking and parsing a
+"""Hostile bodies against the strict JSON parser (docs/api.md, Conventions: checking and parsing a
 body is linear in its size). Generated shapes, up to the 256 KiB body limit, built by
 repeating a generated unit: deep nesting, unterminated strings, escape runs, surrogate
 escapes, long numbers, huge and duplicate keys, invalid UTF-8 and their mixtures. The parser
@@ -21,7 +21,7 @@ from testkit.payments import child_pids, deliver
 from webhooks import strictjson
 from webhooks.errors import InvalidJSON
 
-LIMIT = 256 * 1024  # the body limit (API.md): the largest body any parser call ever sees
+LIMIT = 256 * 1024  # the body limit (docs/api.md): the largest body any parser call ever sees
 FAST = settings(max_examples=60, deadline=None, database=None)
 HTTP = settings(
     max_examples=15,
@@ -142,7 +142,7 @@ HOSTILE = st.one_of(_nested(), STRINGS, _number(), _keys(), _bad_utf8(), MIXTURE
 
 
 def _reference(raw: bytes, decimals: bool) -> tuple[bool, object]:
-    """(accepted, value) by the rules of API.md, checked the plain way: every node walked."""
+    """(accepted, value) by the rules of docs/api.md, checked the plain way: every node walked."""
 
     def pairs(items):
         if len({k for k, _ in items}) != len(items):

@@ -1,4 +1,4 @@
-"""Decimal strings are ASCII digits with at most two decimals (API.md, Conventions), for admin
+"""Decimal strings are ASCII digits with at most two decimals (docs/api.md, Conventions), for admin
 prices and budgets and for provider amounts alike; currencies come from the ISO 4217 list."""
 
 from __future__ import annotations

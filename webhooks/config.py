@@ -86,7 +86,7 @@ class Config:
     payment_events_retry_max_ms: int = 3_600_000  # back-off never grows past this (1 h)
     payment_events_retry_for_s: int = 86_400  # failing for this long (24 h): `failed`
     # Event endpoints (webhooks/events/): one failing for this long is disabled, keeping its
-    # events (API.md "Event endpoints"); the retries above apply to every endpoint.
+    # events (docs/api.md "Event endpoints"); the retries above apply to every endpoint.
     event_endpoint_disable_after_s: int = 432_000  # 5 days
     # Attribution (docs/payments.md "Which wallet"): the merchant's metadata key naming the
     # wallet; empty: the payer's e-mail, as before.
@@ -100,7 +100,7 @@ class Config:
     monnify_api_key: str = ""
     stripe_api_base: str = "https://api.stripe.com"
     stripe_api_key: str = ""
-    # Nothing outside can stall or exhaust Floodgate (API.md): a request's headers and body
+    # Nothing outside can stall or exhaust Floodgate (docs/api.md): a request's headers and body
     # must arrive within this (web), and no outbound call connects to an address in these nets.
     request_read_timeout_ms: int = 10_000
     outbound_deny_nets: tuple[str, ...] = DEFAULT_DENY_NETS

@@ -1,4 +1,4 @@
-"""Every error Floodgate raises on purpose, each mapped to the JSON error shape of API.md."""
+"""Every error Floodgate raises on purpose, each mapped to the JSON error shape of docs/api.md."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class InvalidJSON(BadRequest):
 
 class MalformedJSON(InvalidJSON):
     """A body that is not JSON at all (a syntax error), as opposed to JSON the strict rules
-    refuse; the payment webhook answers it as API.md's "body not parseable"."""
+    refuse; the payment webhook answers it as docs/api.md's "body not parseable"."""
 
 
 class ValidationError(BadRequest):
@@ -50,7 +50,7 @@ class ValidationError(BadRequest):
 
 class InvalidLead(BadRequest):
     """A lead that breaks its publisher's field spec: `fields` names each failing field and why
-    (API.md: `error.fields`)."""
+    (docs/api.md: `error.fields`)."""
 
     code = "invalid_lead"
 
@@ -138,7 +138,7 @@ class Unavailable(FloodgateError):
 
 
 class PublisherCapReached(FloodgateError):
-    """A lead over one of its publisher's `caps` (API.md): 429 publisher_cap_reached, with
+    """A lead over one of its publisher's `caps` (docs/api.md): 429 publisher_cap_reached, with
     Retry-After the seconds to the cap's next window."""
 
     status = 429
@@ -150,7 +150,7 @@ class PublisherCapReached(FloodgateError):
 
 
 class RateLimited(FloodgateError):
-    """A lead over its publisher's `rate_limit` (API.md): refused before anything else is done
+    """A lead over its publisher's `rate_limit` (docs/api.md): refused before anything else is done
     for it. `retry_after_s` (at least 1) becomes the answer's Retry-After header."""
 
     status = 429

@@ -46,7 +46,7 @@ def fields(code: str, body: Any, known: set[str], read_only: set[str], required:
 def money(code: str, field: str, value: Any, *, max_value: Decimal = Decimal("9999999999")) -> Decimal:
     """A non-negative decimal with at most two places, from a string (or a JSON number).
 
-    The text must be ASCII digits with an optional fraction (API.md, Conventions): Decimal()
+    The text must be ASCII digits with an optional fraction (docs/api.md, Conventions): Decimal()
     alone would also take "1_0.00", "１２.50" or "١٢", " 12 " and "1e2"."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValidationError(code, field, 'must be a decimal string such as "12.50"')

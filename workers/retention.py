@@ -1,4 +1,4 @@
-"""The lead-body purge (API.md "Data kept per lead is bounded"): unsold and test leads keep
+"""The lead-body purge (docs/api.md "Data kept per lead is bounded"): unsold and test leads keep
 their raw body LEAD_BODY_RETENTION_DAYS, sold ones SOLD_LEAD_BODY_RETENTION_DAYS; the ledger's
 figures stay. Run by the scheduler every hour (workers/schedule.py); `flask leads purge`
 runs it now."""

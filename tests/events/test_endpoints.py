@@ -1,4 +1,4 @@
-"""Event endpoints (API.md "Event endpoints"): the admin API, filters by type and publisher,
+"""Event endpoints (docs/api.md "Event endpoints"): the admin API, filters by type and publisher,
 order per endpoint and entity through a receiver that is down for a while, pausing and
 automatic disabling without losing an event, replay with the same webhook-ids, and the events
 log. Real receivers (local HTTP servers verifying with the standardwebhooks library), the real

@@ -1,4 +1,4 @@
-"""Admin input is bounded too (API.md "Nothing outside can stall or exhaust Floodgate"): a
+"""Admin input is bounded too (docs/api.md "Nothing outside can stall or exhaust Floodgate"): a
 buyer's `filter`, `accept` and `ping.bid` JMESPath, its `accept_regex` and its templates cost
 bounded work and memory per lead, whatever the admin writes. Each hostile input is refused at
 PUT or fails only its own lead's offer or delivery, against real HTTP buyers and Redis; the

@@ -1,4 +1,4 @@
-"""A remembered lead_id answer costs Redis at most 200 bytes (API.md "Data kept per lead is
+"""A remembered lead_id answer costs Redis at most 200 bytes (docs/api.md "Data kept per lead is
 bounded") and a replay still answers the first outcome, `"replayed": true`: real Redis
 (MEMORY USAGE), database and HTTP buyers."""
 

@@ -1,4 +1,4 @@
-"""A buyer's circuits on the lead path (API.md "One publisher cannot take a buyer from
+"""A buyer's circuits on the lead path (docs/api.md "One publisher cannot take a buyer from
 another"): failed replies to one publisher's leads open the buyer's circuit for that publisher
 only; connection errors, timeouts and failed replies to several publishers open it for all.
 The in-process app on real Redis, with BREAKER_FAILURES=3 and BREAKER_COOLDOWN_MS=1500; the

@@ -1,4 +1,4 @@
-"""Buyer integrations (API.md "Buyer integrations"): post templates and accept rules, the
+"""Buyer integrations (docs/api.md "Buyer integrations"): post templates and accept rules, the
 preview, ping/post bidding and routing modes, against real HTTP buyers, Redis and database."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Publisher payouts (API.md "Publishers: limits, quality, test mode and payouts" `payout`):
+"""Publisher payouts (docs/api.md "Publishers: limits, quality, test mode and payouts" `payout`):
 a percentage of the sale price (what `commission_pct` is, still accepted) or a fixed amount
 per sold lead; each sale keeps what it paid, a later change applies to later sales only, and a
 return takes back exactly that sale's payout. Balances checked in the ledger after real sales

@@ -1,4 +1,4 @@
-"""Publisher caps (API.md "Publishers: limits, quality, test mode and payouts", `caps`): leads
+"""Publisher caps (docs/api.md "Publishers: limits, quality, test mode and payouts", `caps`): leads
 accepted per UTC hour and day, counted atomically with the lead's claim (lua/claim_lead.lua):
 over a cap, 429 publisher_cap_reached with Retry-After to the next window; a replay is never
 counted again, nor a lead the field spec or the rate limit refused. Real concurrency, checked

@@ -1,4 +1,4 @@
-"""Per-publisher rate limits (API.md "Publishers: limits, quality, test mode and payouts" →
+"""Per-publisher rate limits (docs/api.md "Publishers: limits, quality, test mode and payouts" →
 `rate_limit`): a token bucket per publisher in one Lua script (lua/take_token.lua), shared by
 every web process, checked right after authentication: a lead over it is 429 `rate_limited`
 with Retry-After, and nothing else is done for it."""
@@ -43,7 +43,7 @@ def _refill_bound(start_us: int, end_us: int, per_second: int) -> int:
 
 
 def _is_rate_limited(resp: requests.Response) -> bool:
-    """A 429 `rate_limited` of API.md's error shape, with Retry-After whole seconds ≥ 1."""
+    """A 429 `rate_limited` of docs/api.md's error shape, with Retry-After whole seconds ≥ 1."""
     if resp.status_code != 429:
         return False
     assert resp.json()["error"]["code"] == "rate_limited" and resp.json()["error"]["message"]

@@ -1,4 +1,4 @@
-"""Lead quality (API.md "Publishers: limits, quality, test mode and payouts" `fields`, "Buyer
+"""Lead quality (docs/api.md "Publishers: limits, quality, test mode and payouts" `fields`, "Buyer
 `filter`"): a publisher's field spec validates and normalises each lead before it is claimed;
 a lead breaking it is 400 invalid_lead naming every failing field, and is not stored, routed
 or counted; buyers, templates, filters and dedupe see the normalised values; a buyer's JMESPath

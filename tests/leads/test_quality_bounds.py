@@ -1,4 +1,4 @@
-"""A spec's e-mail fields cost bounded work per lead (API.md "Nothing outside can stall or
+"""A spec's e-mail fields cost bounded work per lead (docs/api.md "Nothing outside can stall or
 exhaust Floodgate"): an address the RFC's length and label limits refuse never reaches
 email-validator, and one lead hands it a bounded number of characters however many e-mail
 fields its spec declares. Counted, not timed: the library is wrapped to count its input."""

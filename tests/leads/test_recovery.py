@@ -1,5 +1,5 @@
 """A lead is sold to at most one buyer even when a Floodgate process dies between a buyer's
-answer and the publisher's (API.md, "A lead is sold to at most one buyer").
+answer and the publisher's (docs/api.md, "A lead is sold to at most one buyer").
 
 The fast tests leave Redis as a routing that died mid-offer leaves it (its reservation and its
 attempt note, written by the same functions the router uses; its claim expired) and post the

@@ -1,4 +1,4 @@
-"""GET /v1/admin/reports/leads (API.md "Reports"): the figures of a ledger built by real
+"""GET /v1/admin/reports/leads (docs/api.md "Reports"): the figures of a ledger built by real
 traffic (two publishers, two buyers, sold, unsold, a return, a test lead) and by the settlement
 path for the day before, grouped by publisher, buyer, day and hour, as JSON and as CSV."""
 

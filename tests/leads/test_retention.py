@@ -1,4 +1,4 @@
-"""What a lead leaves behind is bounded (API.md "Data kept per lead is bounded"): bodies of
+"""What a lead leaves behind is bounded (docs/api.md "Data kept per lead is bounded"): bodies of
 unsold and test leads are emptied after LEAD_BODY_RETENTION_DAYS, of sold ones after
 SOLD_LEAD_BODY_RETENTION_DAYS, the figures staying; DELETE .../personal-data erases one
 lead's body at once. Real Redis and database; the purge runs as `flask leads purge`."""

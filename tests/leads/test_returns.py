@@ -1,4 +1,4 @@
-"""Per-buyer duplicate suppression, the routing trace and lead returns (API.md "dedupe",
+"""Per-buyer duplicate suppression, the routing trace and lead returns (docs/api.md "dedupe",
 "Routing trace", "Lead returns"), against the real Redis, database and HTTP buyers."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_200_concurrent_leads_of_40_consumers_reach_a_dedupe_buyer_once_per_cons
     email = [normalise("email", consumer(i % 40, i // 40)["email"]) for i in range(200)]
     sold = Counter(email[i] for i, a in enumerate(answers) if a["buyer_id"] == "dd")
     assert set(sold.values()) == {1}  # no consumer sold to the buyer twice
-    # A failed delivery frees the consumer (API.md): under this load the buyer's connection may
+    # A failed delivery frees the consumer (docs/api.md): under this load the buyer's connection may
     # fail, or its post run past the deadline (the stub may accept after it, unsold)
     failed = {
         email[i]

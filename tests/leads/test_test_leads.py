@@ -1,4 +1,4 @@
-"""Test leads (API.md "Publishers: limits, quality, test mode and payouts" `mode`): a lead
+"""Test leads (docs/api.md "Publishers: limits, quality, test mode and payouts" `mode`): a lead
 posted with `"test": true`, or any lead of a publisher in `mode: "test"`, goes through the spec,
 the filters, caps and dedupe (read) and pings marked as a test, but is never posted, reserves
 nothing, earns nothing and is counted nowhere; its answer says who would have bought it. Checked

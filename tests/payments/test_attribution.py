@@ -1,4 +1,4 @@
-"""Which wallet a payment credits (API.md "Payment attribution and recovery"): the merchant's
+"""Which wallet a payment credits (docs/api.md "Payment attribution and recovery"): the merchant's
 account from its metadata, else the payer's e-mail; a verified payment naming neither is kept
 `unattributed` (200, never a 4xx that stops the provider's retries) until one assign credits
 it; fees passed on, partial and over payments; refunds debit the wallet their payment

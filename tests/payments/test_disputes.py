@@ -1,4 +1,4 @@
-"""Disputes (API.md "Disputes, refunds on every API version"): a dispute's money leaves the wallet
+"""Disputes (docs/api.md "Disputes, refunds on every API version"): a dispute's money leaves the wallet
 once when the provider withdraws it and comes back once when it reinstates it, however often and
 however concurrently its events arrive; one opened but not lost moves nothing and says why. Real
 Redis and database, the app in this process. Payloads are built field by field from the

@@ -1,4 +1,4 @@
-"""Provider payloads to PaymentEvent: the API.md table, on the providers' documented samples."""
+"""Provider payloads to PaymentEvent: the docs/api.md table, on the providers' documented samples."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """An `ignored` answer says why, and GET /v1/admin/webhooks/ignored counts the ignored deliveries
-per provider and event type (API.md "Disputes, refunds on every API version"), so that a new
+per provider and event type (docs/api.md "Disputes, refunds on every API version"), so that a new
 money-moving event type shows up. The app in this process, real Redis and database."""
 
 from __future__ import annotations

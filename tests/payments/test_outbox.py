@@ -1,4 +1,4 @@
-"""Payment events to the application (API.md "Payment events to your application"): one event per
+"""Payment events to the application (docs/api.md "Payment events to your application"): one event per
 wallet change, written with it; delivered signed per Standard Webhooks to a real local receiver
 that verifies them with the standardwebhooks library; retried with back-off under a stable
 `webhook-id`; one customer's events in order; `failed` after the retry window, visible and
@@ -27,7 +27,7 @@ from webhooks.events import delivery
 from webhooks.events import log as events_log
 from webhooks.storage import keys, outbox_queue
 
-# API.md: the body is {"type", "data": {these}}
+# docs/api.md: the body is {"type", "data": {these}}
 CONTRACT_FIELDS = ["provider", "reference", "customer", "currency", "amount_minor", "balance_minor"]
 
 

@@ -1,4 +1,4 @@
-"""Provider reconciliation (API.md "Provider reconciliation: payments whose webhook never came")
+"""Provider reconciliation (docs/api.md "Provider reconciliation: payments whose webhook never came")
 against a real local HTTP server playing each provider's list API (testkit/provider_apis.py),
 the real app's payment path, Redis and database: a lost webhook is credited once, a late one is
 a duplicate (or a reference_conflict), webhook and reconciliation racing credit once, a failed

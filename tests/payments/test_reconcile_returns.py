@@ -1,4 +1,4 @@
-"""Reconciliation of money going back (API.md "Disputes, refunds on every API version"): a Stripe
+"""Reconciliation of money going back (docs/api.md "Disputes, refunds on every API version"): a Stripe
 refund and dispute, and a Paystack dispute, whose webhooks never came are applied from the
 providers' lists (local stand-ins in their documented shapes, testkit/provider_apis.py) through
 the webhook's own path, exactly once with the webhooks that arrive late afterwards, and with a

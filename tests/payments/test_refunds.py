@@ -1,4 +1,4 @@
-"""Refunds and reversals (API.md "Refunds and reversals"): each debits its payer's wallet exactly
+"""Refunds and reversals (docs/api.md "Refunds and reversals"): each debits its payer's wallet exactly
 once per refund reference, the refunds of a payment never pass it, and a refund that arrives
 before its payment waits for it. Real Redis and database, the app in this process."""
 

@@ -1,4 +1,4 @@
-"""Stripe refunds on every API version (API.md "Disputes, refunds on every API version"): before
+"""Stripe refunds on every API version (docs/api.md "Disputes, refunds on every API version"): before
 2024-10-28 a card refund is announced by `charge.refunded` (the charge's cumulative
 `amount_refunded`), after it by `refund.*` events; both may come for the same refunds, in any
 order, repeated, at once. Each refund debits once; one that fails or is canceled after it was

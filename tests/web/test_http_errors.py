@@ -1,4 +1,4 @@
-"""Every error is the JSON shape of API.md, also when gunicorn refuses a request before the
+"""Every error is the JSON shape of docs/api.md, also when gunicorn refuses a request before the
 app sees it (an over-long request line, too large or too many header fields, garbage)."""
 
 from __future__ import annotations

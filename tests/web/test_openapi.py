@@ -1,4 +1,4 @@
-"""GET /openapi.json: a valid OpenAPI 3 description of every route in API.md, kept honest by
+"""GET /openapi.json: a valid OpenAPI 3 description of every route in docs/api.md, kept honest by
 schemathesis against the live app under gunicorn (no 5xx, no answer outside the contract)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.conftest import ADMIN_TOKEN
 
 PUBLISHER_KEY = "pk_test_openapi_0123456789"
 MAX_EXAMPLES = 25  # per operation and phase: the whole run stays well under a minute
-# Every route of API.md's tables, as "METHOD path" of the description.
+# Every route of docs/api.md's tables, as "METHOD path" of the description.
 CONTRACT = {
     "PUT /v1/admin/publishers/{publisher_id}",
     "GET /v1/admin/publishers/{publisher_id}",

@@ -1,4 +1,4 @@
-"""Who a lead's consumer is, for per-buyer duplicate suppression (API.md "dedupe").
+"""Who a lead's consumer is, for per-buyer duplicate suppression (docs/api.md "dedupe").
 
 A buyer's dedupe fields of a lead, normalised (e-mail trimmed and lower-cased; phone digits
 only, the leading 1 of an 11-digit US number dropped) and hashed, name keys beside the buyer's

@@ -1,4 +1,4 @@
-"""The applications' endpoints (API.md "Event endpoints"): where events go, which ones, signed
+"""The applications' endpoints (docs/api.md "Event endpoints"): where events go, which ones, signed
 with which secret, and whether they are sent now.
 
 `enabled: false` pauses an endpoint: fan-out still writes its deliveries (pausing stops

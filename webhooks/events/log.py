@@ -186,7 +186,7 @@ def not_fanned_out() -> int:
     return Event.select().where(Event.fanned_out == False).count()  # noqa: E712 - SQL
 
 
-# PAYMENT_EVENTS_URL's view (API.md "Payment events to your application"): its deliveries.
+# PAYMENT_EVENTS_URL's view (docs/api.md "Payment events to your application"): its deliveries.
 
 
 def payment_event_record(d: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from webhooks.storage.models import Event
 
 
 class EventType(StrEnum):
-    """An event's `type` (API.md "Event endpoints")."""
+    """An event's `type` (docs/api.md "Event endpoints")."""
 
     WALLET_CREDITED = "wallet.credited"
     WALLET_DEBITED = "wallet.debited"
@@ -83,7 +83,7 @@ def wallet_event(
     amount_minor: int,
     balance_minor: int,
 ) -> NewEvent:
-    """A wallet change's event (API.md "Payment events to your application"): in order per customer."""
+    """A wallet change's event (docs/api.md "Payment events to your application"): in order per customer."""
     data = {
         "provider": provider,
         "reference": reference,

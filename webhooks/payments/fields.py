@@ -48,7 +48,7 @@ def email(value: Any) -> str:
 
 
 def load(raw: bytes) -> dict[str, Any]:
-    """The body, amounts as Decimal. Not JSON at all: invalid_payload (API.md's "body not
+    """The body, amounts as Decimal. Not JSON at all: invalid_payload (docs/api.md's "body not
     parseable"); JSON the strict rules refuse (NaN, duplicate keys, ...): InvalidJSON."""
     try:
         body = strictjson.loads(raw, decimals=True)

@@ -1,4 +1,4 @@
-"""Payment webhooks that failed their signature check (API.md "Operations"): anyone can send
+"""Payment webhooks that failed their signature check (docs/api.md "Operations"): anyone can send
 one, so each costs one Redis round trip and never the database, not even a connection. What
 is kept is what Floodgate measured, never what the sender chose: provider, body length and
 SHA-256, arrival time and the request id, in a list capped at the last KEEP (one key: one

@@ -51,15 +51,15 @@ class Publisher(BaseModel):
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)
     routing = pw.CharField(max_length=16, default="waterfall")  # waterfall | price | round_robin | weighted
-    # rate_limit (API.md): a token bucket of rate_burst leads refilled at rate_per_second; both
+    # rate_limit (docs/api.md): a token bucket of rate_burst leads refilled at rate_per_second; both
     # NULL: the PUBLISHER_RATE_LIMIT default applies
     rate_per_second = pw.IntegerField(null=True)
     rate_burst = pw.IntegerField(null=True)
     fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/rules/quality.py); NULL: none
     mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
-    # payout (API.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
+    # payout (docs/api.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
     payout_fixed = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
-    # caps (API.md): leads accepted per UTC hour / day; NULL: unlimited
+    # caps (docs/api.md): leads accepted per UTC hour / day; NULL: unlimited
     cap_hourly = pw.IntegerField(null=True)
     cap_daily = pw.IntegerField(null=True)
 
@@ -246,7 +246,7 @@ class PaymentEvent(BaseModel):
 
 
 class EventEndpoint(BaseModel):
-    """An application's endpoint for events (API.md "Event endpoints"): what it wants and its
+    """An application's endpoint for events (docs/api.md "Event endpoints"): what it wants and its
     state. The endpoint PAYMENT_EVENTS_URL configures is a row too (events/endpoints.py)."""
 
     id = pw.CharField(max_length=64, primary_key=True)

@@ -54,7 +54,7 @@ class ClaimOutcome(StrEnum):
 
 
 class AttemptOutcome(StrEnum):
-    """How one offer of a lead to a buyer ended (API.md "attempts"), plus the two internal
+    """How one offer of a lead to a buyer ended (docs/api.md "attempts"), plus the two internal
     outcomes that are never an attempt: WITHDRAWN (a reservation given back unoffered) and
     NOT_SENT (the post could not be built: the buyer is skipped)."""
 

@@ -1,6 +1,6 @@
 """gunicorn answers some requests itself, before the app sees them: a request line over
 `limit_request_line` (414), too many or too large header fields (431), a request it cannot
-parse (400). Its answer is an HTML page; API.md wants the JSON error shape everywhere.
+parse (400). Its answer is an HTML page; docs/api.md wants the JSON error shape everywhere.
 gunicorn has no hook for these pages, so `install()` (called by gunicorn.conf.py) replaces
 the one function that writes them, `gunicorn.util.write_error`, which its workers look up at
 call time. The message is fixed per status: gunicorn's own text may quote the request line,
@@ -26,7 +26,7 @@ ANSWERS = {
 
 
 def write_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
-    """gunicorn's util.write_error, answering the JSON error of API.md."""
+    """gunicorn's util.write_error, answering the JSON error of docs/api.md."""
     code, message = ANSWERS.get(status_int, ("http_error", reason))
     body = json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()
     head = (

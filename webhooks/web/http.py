@@ -110,7 +110,7 @@ def _on_unexpected(exc: Exception) -> ResponseReturnValue:
 
 
 def _assign_request_id() -> None:
-    """A caller's X-Request-Id only when it is an id (API.md, Conventions): it is echoed,
+    """A caller's X-Request-Id only when it is an id (docs/api.md, Conventions): it is echoed,
     logged and carried into RQ jobs, whose dashboard renders their metadata unescaped."""
     rid = request.headers.get("X-Request-Id", "")
     g.request_id = rid if is_id(rid) else uuid.uuid4().hex

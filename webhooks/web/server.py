@@ -1,5 +1,5 @@
 """The `web` process's gunicorn worker: gevent's, with a total read deadline per request
-(REQUEST_READ_TIMEOUT_MS, API.md "Inbound connections are bounded"), and the open-files limit
+(REQUEST_READ_TIMEOUT_MS, docs/api.md "Inbound connections are bounded"), and the open-files limit
 its connections need. docs/operations.md says what each costs and what to put in front."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no t
         return bool(kept)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        if isinstance(exc, ReadTimedOut):  # too slow: closed without an answer (API.md)
+        if isinstance(exc, ReadTimedOut):  # too slow: closed without an answer (docs/api.md)
             self.log.debug("closed a connection whose request took over %ss to arrive", self.read_timeout_s)
             return
         super().handle_error(req, client, addr, exc)

@@ -157,7 +157,7 @@ def lead_record(lead: Lead) -> dict[str, Any]:
         "price": None if lead.price is None else f"{Decimal(lead.price):.2f}",
         "commission": None if lead.commission is None else f"{Decimal(lead.commission):.2f}",
         "attempts": [_attempt(a) for a in attempts],
-        # a buyer may hold this lead without it being sold (its routing died): see API.md
+        # a buyer may hold this lead without it being sold (its routing died): see docs/api.md
         "review": any(a.outcome == UNKNOWN for a in attempts),
         "skipped": json.loads(lead.skipped) if lead.skipped else [],
         "returned_at": None if lead.returned_at is None else lead.returned_at.isoformat() + "Z",
@@ -194,7 +194,7 @@ def flagged(limit: int = 50) -> list[Lead]:
     )
 
 
-# --- what a lead leaves behind (API.md "Data kept per lead is bounded") --------------------
+# --- what a lead leaves behind (docs/api.md "Data kept per lead is bounded") --------------------
 
 ERASED = ""  # a lead's body once purged or erased: its figures, attempts and trace stay
 SHORT_KEPT = (LeadStatus.UNSOLD, LeadStatus.TEST_SOLD, LeadStatus.TEST_UNSOLD)  # LEAD_BODY_RETENTION_DAYS

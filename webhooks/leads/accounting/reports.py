@@ -184,7 +184,7 @@ def _row(key: Any, leads: Any, sold: Any, returned: Any, revenue: Any, payout: A
 
 
 def as_json(result: dict[str, Any]) -> dict[str, Any]:
-    """Money and rates as decimal strings (API.md, Conventions)."""
+    """Money and rates as decimal strings (docs/api.md, Conventions)."""
 
     def text(name: str, value: Any) -> Any:
         if not isinstance(value, Decimal):

@@ -1,5 +1,5 @@
 """The answer a lead's claim remembers for its publisher's replays, small: a remembered lead_id
-costs Redis at most 200 bytes (API.md "Data kept per lead is bounded") for LEAD_REPLAY_TTL_S.
+costs Redis at most 200 bytes (docs/api.md "Data kept per lead is bounded") for LEAD_REPLAY_TTL_S.
 
 `remember` writes an answer as `~<status>|<buyer>|<price>|<attempts>`: the lead_id is in the
 key, outcomes are one letter, ids need no quoting (they match [A-Za-z0-9._-]). Attempts that

@@ -91,7 +91,7 @@ def consumers_of(buyers: list[BuyerRule], lead: dict) -> dict[str, tuple[str, ..
 
 
 def buyer_body(lead_id: str, publisher_id: str, price: Decimal | str, lead_json: str) -> bytes:
-    """The default contract's post (API.md "What a buyer receives"), built without re-encoding
+    """The default contract's post (docs/api.md "What a buyer receives"), built without re-encoding
     the lead."""
     return (
         '{"lead_id":%s,"publisher_id":%s,"price":"%s","lead":%s}'
@@ -175,7 +175,7 @@ class Opening:
 
 
 def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None) -> list[Offer]:
-    """The offers in the order `mode` gives (API.md "Routing modes"). `rotation` is, per
+    """The offers in the order `mode` gives (docs/api.md "Routing modes"). `rotation` is, per
     priority, the round-robin counter of this lead."""
     if mode == "price":
         return sorted(offers, key=lambda o: (-o.price, o.buyer.priority, o.buyer.id))

@@ -113,7 +113,7 @@ def make_item(
 
 
 def answer_of(item: dict) -> dict:
-    """The publisher's answer for a settlement item (API.md "POST /v1/leads"); a test lead's
+    """The publisher's answer for a settlement item (docs/api.md "POST /v1/leads"); a test lead's
     says what it would have become, marked `"test": true`."""
     answer = {
         "lead_id": item["lead_id"],

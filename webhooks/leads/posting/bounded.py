@@ -1,4 +1,4 @@
-"""What an admin's expressions may cost per lead (API.md "Admin input is bounded too"): JMESPath
+"""What an admin's expressions may cost per lead (docs/api.md "Admin input is bounded too"): JMESPath
 bounded when it is saved (length, depth, projections, multiselects, pipes) and while it runs
 (steps, and the size of what it walks and makes); `accept_regex` matched by RE2, in linear
 time. The bounds and their reasons: docs/buyers.md, "What an expression may cost"."""

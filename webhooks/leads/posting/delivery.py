@@ -1,4 +1,4 @@
-"""Delivery of a lead to a buyer, and the outcome of API.md. The call itself goes through
+"""Delivery of a lead to a buyer, and the outcome of docs/api.md. The call itself goes through
 the one outbound path (webhooks/outbound.py): a hard total deadline, a capped reply, no
 denied address."""
 
@@ -25,7 +25,7 @@ ACCEPTED, REJECTED, ERROR, TIMEOUT = (
 )
 CIRCUIT_OPEN = AttemptOutcome.CIRCUIT_OPEN
 # An attempt whose answer was lost with a dead process and that the buyer did not confirm
-# when offered the lead again (API.md): the lead is unsold and flagged for review.
+# when offered the lead again (docs/api.md): the lead is unsold and flagged for review.
 UNKNOWN = AttemptOutcome.UNKNOWN
 # Floodgate could not build or send the request (a header http.client refuses, a template over
 # its budget): the lead's problem, never the buyer's. Not an attempt: the buyer is skipped

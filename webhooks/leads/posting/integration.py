@@ -1,4 +1,4 @@
-"""Buyer integrations (API.md "Buyer integrations"): how a buyer wants its post and its ping
+"""Buyer integrations (docs/api.md "Buyer integrations"): how a buyer wants its post and its ping
 built, and how its reply is judged.
 
 Everything is compiled once, when the buyer is saved (and again when the config cache
@@ -67,7 +67,7 @@ class _Undefined(ChainableUndefined):
         return super().__str__()
 
 
-# What one render may cost (API.md: a template cheap on the sample lead may loop on a real
+# What one render may cost (docs/api.md: a template cheap on the sample lead may loop on a real
 # one): its output, and its CPU time, checked at every attribute, item, call, operator and chunk
 # of output. Over either: RenderBudgetExceeded, and the lead is not sent to that buyer.
 RENDER_MAX_BYTES = 512 * 1024

@@ -1,4 +1,4 @@
-"""A publisher's lead spec (API.md "Publishers: limits, quality, test mode and payouts",
+"""A publisher's lead spec (docs/api.md "Publishers: limits, quality, test mode and payouts",
 `fields`): each declared field typed, bounded and normalised before a lead is claimed or
 routed, so that buyers, templates, filters and dedupe see one form of it and nobody pays for
 junk. E-mail syntax is email-validator's, phone numbers are phonenumbers' (Google's

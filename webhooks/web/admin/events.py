@@ -1,4 +1,4 @@
-"""Admin routes for event endpoints and the events log (API.md "Event endpoints")."""
+"""Admin routes for event endpoints and the events log (docs/api.md "Event endpoints")."""
 
 from __future__ import annotations
 

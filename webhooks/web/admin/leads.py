@@ -33,7 +33,7 @@ def get_lead(lead_id: str) -> ResponseReturnValue:
 
 @bp.delete("/leads/<id:lead_id>/personal-data")
 def erase_lead_personal_data(lead_id: str) -> ResponseReturnValue:
-    """Erase a settled lead's body and its consumer's dedupe digests (API.md "Data kept per lead
+    """Erase a settled lead's body and its consumer's dedupe digests (docs/api.md "Data kept per lead
     is bounded"): 200 with its record, whose sale, price and payout stay; 404 / 409
     ambiguous_lead_id as GET."""
     lead = returns.find(lead_id, _publisher_id())
@@ -75,7 +75,7 @@ def _day(name: str) -> date:
 
 @bp.get("/reports/leads")
 def leads_report() -> ResponseReturnValue:
-    """The leads report (API.md "Reports"): `from`, `to` (inclusive UTC days), `group_by`
+    """The leads report (docs/api.md "Reports"): `from`, `to` (inclusive UTC days), `group_by`
     publisher, buyer, day or hour, `format` json (default) or csv."""
     first, last = _day("from"), _day("to")
     if last < first or (last - first).days >= reports.MAX_DAYS:
