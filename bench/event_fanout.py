@@ -43,7 +43,7 @@ from webhooks.events import endpoints
 from webhooks.leads.accounting import ledger
 from webhooks.storage import outbox_queue
 from webhooks.storage.db import db, init_db
-from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, Lead, LeadStats
+from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, Lead, LeadStats
 from webhooks.storage.settle_queue import queue
 
 
@@ -52,7 +52,7 @@ def sale(n: int, tag: str) -> dict:
 
 
 def reset(count: int, url: str) -> None:
-    for model in (EventAttempt, EventDelivery, Event, EventEndpoint, Lead, LeadStats):
+    for model in (EventAttempt, EventDispatch, Event, EventEndpoint, Lead, LeadStats):
         model.delete().execute()
     for i in range(count):
         endpoints.save(f"ep{i}", {"url": f"{url}/ep{i}", "secret": EVENTS_SECRET})
@@ -63,8 +63,8 @@ def delivered_lags(log: Path) -> tuple[list[float], float | None, int]:
     first, unverified = arrivals(log)
     made = {
         webhook_id: created.replace(tzinfo=timezone.utc).timestamp()
-        for webhook_id, created in EventDelivery.select(EventDelivery.webhook_id, Event.created_at)
-        .join(Event, on=(Event.id == EventDelivery.event))
+        for webhook_id, created in EventDispatch.select(EventDispatch.webhook_id, Event.created_at)
+        .join(Event, on=(Event.id == EventDispatch.event))
         .tuples()
     }
     lags = [(first[w] - made[w]) * 1000 for w in made if w in first]
@@ -91,7 +91,7 @@ def run(base: stack.Base, work: Path, count: int, rate: int, seconds: int, burst
         outbox_queue.wake(r, q)
         wait_until(lambda: len(arrivals(steady_log)[0]) >= count, timeout=60, what="the warm-up deliveries")
         with db.connection_context():
-            for model in (EventAttempt, EventDelivery, Event):
+            for model in (EventAttempt, EventDispatch, Event):
                 model.delete().execute()
 
         # 1. steady: `rate` sales a second, each its own settlement
@@ -124,7 +124,7 @@ def run(base: stack.Base, work: Path, count: int, rate: int, seconds: int, burst
         es.callback(receiver2.stop)
         wait_until(lambda: listening(port), what="the receiver again")
         with db.connection_context():
-            for model in (EventAttempt, EventDelivery, Event):
+            for model in (EventAttempt, EventDispatch, Event):
                 model.delete().execute()
             committed = time.time()
             ledger.settle([sale(n, f"b{count}") for n in range(burst)])

@@ -60,7 +60,7 @@ from testkit.servers import (
 from webhooks.events import outbox
 from webhooks.payments import events, ledger
 from webhooks.storage.db import db, init_db
-from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint
+from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint
 
 COST_THREADS = (1, 16)
 RECORD = outbox.record
@@ -167,7 +167,7 @@ def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> d
 
         def delivered() -> bool:
             with db.connection_context():
-                return EventDelivery.select().where(EventDelivery.status == "delivered").count() >= credited
+                return EventDispatch.select().where(EventDispatch.status == "delivered").count() >= credited
 
         wait_until(delivered, timeout=600, interval=0.2, what="every event delivered")
         drained_s = time.time() - load_done
@@ -177,7 +177,7 @@ def lag_run(env: dict, work: Path, rate: int, seconds: int, redis_url: str) -> d
                 e.event_id: e.created_at.replace(tzinfo=timezone.utc).timestamp()
                 for e in Event.select(Event.event_id, Event.created_at)
             }
-            for model in (EventAttempt, EventDelivery, Event, EventEndpoint):
+            for model in (EventAttempt, EventDispatch, Event, EventEndpoint):
                 model.delete().execute()  # the next rate starts from an empty outbox
         lags = [(first_arrival[i] - made[i]) * 1000 for i in made if i in first_arrival]
         return {

@@ -19,7 +19,7 @@ from webhooks.events import delivery, endpoints
 from webhooks.events import log as events_log
 from webhooks.events.outbox import WALLET_TYPES
 from webhooks.storage.db import db
-from webhooks.storage.models import Event, EventDelivery, utcnow
+from webhooks.storage.models import Event, EventDispatch, utcnow
 
 EVENTS_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"  # the application's Standard Webhooks secret
 FAST = delivery.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s
@@ -169,7 +169,7 @@ def event_rows() -> list[dict]:
     webhook-id, and its delivery's state (pending while not fanned out)."""
     with db.connection_context():
         events = list(Event.select().where(Event.type.in_(list(WALLET_TYPES))).order_by(Event.id))
-        managed = {d.event: d for d in EventDelivery.select().where(EventDelivery.endpoint_id == endpoints.MANAGED_ID)}
+        managed = {d.event: d for d in EventDispatch.select().where(EventDispatch.endpoint_id == endpoints.MANAGED_ID)}
         rows = []
         for e in events:
             d = managed.get(e.id)

@@ -23,7 +23,7 @@ from testkit.config import SECRETS
 from testkit.servers import wait_until
 from webhooks.storage import keys
 from webhooks.storage.db import db
-from webhooks.storage.models import Payment, Wallet, WebhookDelivery
+from webhooks.storage.models import Payment, Wallet, WebhookCall
 
 PROVIDERS = ("paystack", "flutterwave", "monnify", "interswitch", "stripe", "standard")
 SECRET = {
@@ -488,7 +488,7 @@ def counts() -> dict[str, int]:
         return {
             "payments": Payment.select().count(),
             "wallets": Wallet.select().count(),
-            "deliveries": WebhookDelivery.select().count(),
+            "deliveries": WebhookCall.select().count(),
         }
 
 
@@ -496,10 +496,10 @@ def verdicts(provider: str, reference: str | None = None) -> list[str]:
     """The verdicts of the provider's deliveries in the order they arrived."""
     write_queued_deliveries()
     with db.connection_context():
-        query = WebhookDelivery.select().where(WebhookDelivery.provider == provider)
+        query = WebhookCall.select().where(WebhookCall.provider == provider)
         if reference is not None:
-            query = query.where(WebhookDelivery.reference == reference)
-        return [d.verdict for d in query.order_by(WebhookDelivery.received_at, WebhookDelivery.id)]
+            query = query.where(WebhookCall.reference == reference)
+        return [d.verdict for d in query.order_by(WebhookCall.received_at, WebhookCall.id)]
 
 
 def child_pids(pid: int) -> list[int]:

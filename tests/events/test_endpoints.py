@@ -21,7 +21,7 @@ from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.leads.accounting import ledger
 from webhooks.storage.db import db
-from webhooks.storage.models import EventDelivery, utcnow
+from webhooks.storage.models import EventDispatch, utcnow
 
 SECRETS = {
     "a": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
@@ -225,7 +225,7 @@ def test_a_receiver_down_for_a_while_gets_every_event_once_in_order_when_back(ap
 
 def _attempted(endpoint_id: str) -> int:
     with db.connection_context():
-        return sum(d.attempts for d in EventDelivery.select().where(EventDelivery.endpoint_id == endpoint_id))
+        return sum(d.attempts for d in EventDispatch.select().where(EventDispatch.endpoint_id == endpoint_id))
 
 
 def test_a_paused_endpoint_keeps_its_events_and_sends_them_in_order_once_enabled(api, receivers, engine_lock):

@@ -89,7 +89,7 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
     each with the verdict it was answered, one row per body and verdict (a replay of the same
     bytes is not written again; a delivery of other bytes is)."""
     from testkit.servers import wait_until
-    from webhooks.storage.models import WebhookDelivery
+    from webhooks.storage.models import WebhookCall
 
     raw = encode(payload("flutterwave", "flw-repeats", 12300, "NGN", "repeats@example.com"))
     answers = [deliver(web_api, "flutterwave", raw).json()["status"] for _ in range(6)]
@@ -99,9 +99,9 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
         with db.connection_context():
             return [
                 d.verdict
-                for d in WebhookDelivery.select()
-                .where(WebhookDelivery.reference == "flw-repeats")
-                .order_by(WebhookDelivery.received_at)
+                for d in WebhookCall.select()
+                .where(WebhookCall.reference == "flw-repeats")
+                .order_by(WebhookCall.received_at)
             ]
 
     other_bytes = raw.replace(b"{", b"{ ", 1)  # the same payment, delivered again in other bytes: queued last
@@ -115,7 +115,7 @@ def test_200_replays_of_a_delivery_store_its_body_once(api):
     replay is answered `duplicate` (and counted), but the database keeps the body once and one
     row per verdict, however many replays come."""
     from testkit.payments import verdicts, with_metadata, write_queued_deliveries
-    from webhooks.storage.models import WebhookDelivery
+    from webhooks.storage.models import WebhookCall
 
     notes = {"notes": "n" * 60_000}  # a big delivery: under the 64 KiB kept of a body
     raw = encode(with_metadata("paystack", payload("paystack", "ps-replayed", 40000), notes))
@@ -123,7 +123,7 @@ def test_200_replays_of_a_delivery_store_its_body_once(api):
     def stored() -> tuple[int, int]:
         write_queued_deliveries()
         with db.connection_context():
-            rows = WebhookDelivery.select().where(WebhookDelivery.reference == "ps-replayed")
+            rows = WebhookCall.select().where(WebhookCall.reference == "ps-replayed")
             return rows.count(), sum(len(r.body) for r in rows)
 
     assert [deliver(api, "paystack", raw).json()["status"] for _ in range(2)] == ["credited", "duplicate"]

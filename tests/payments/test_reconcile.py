@@ -26,7 +26,7 @@ from webhooks.payments import events, providers, reconcile
 from webhooks.payments.states import Verdict
 from webhooks.storage import claims, keys
 from webhooks.storage.db import db
-from webhooks.storage.models import Payment, WebhookDelivery
+from webhooks.storage.models import Payment, WebhookCall
 
 SINCE = datetime.now(timezone.utc) - timedelta(days=1)
 LISTED = ("paystack", "flutterwave", "monnify", "stripe")
@@ -182,7 +182,7 @@ def test_a_dry_run_counts_what_is_missing_and_credits_nothing(api, apis):
     (done,) = run(api.app, apis, ("monnify",), dry_run=True).providers
     assert (done.listed, done.missing, done.recovered) == (1, 1, 0)
     with db.connection_context():
-        assert Payment.select().count() == 0 and WebhookDelivery.select().count() == 0
+        assert Payment.select().count() == 0 and WebhookCall.select().count() == 0
 
 
 def test_reconciliation_attributes_and_keeps_unattributed_as_a_webhook_would(api, apis, reconfigure):

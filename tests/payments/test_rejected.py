@@ -19,7 +19,7 @@ from testkit.servers import TcpProxy, wait_until
 from webhooks import services
 from webhooks.storage import keys
 from webhooks.storage.db import db, make_database
-from webhooks.storage.models import ALL_MODELS, WebhookDelivery
+from webhooks.storage.models import ALL_MODELS, WebhookCall
 from webhooks.storage.redis import REDIS_DOWN
 
 MARKER = "forged-marker-7d1c"
@@ -83,7 +83,7 @@ def test_forged_delivery_leaves_one_list_entry_a_metric_and_no_row(api, redis_se
     resp = deliver(api, provider, raw, headers={**headers, "X-Request-Id": "forged-rid.1"})
     assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_signature"
 
-    assert table_counts() == tables  # no WebhookDelivery row, nor any other
+    assert table_counts() == tables  # no WebhookCall row, nor any other
     (entry,) = listed(redis_server)
     assert entry == {
         "provider": provider,
@@ -250,7 +250,7 @@ def test_with_redis_down_a_forged_delivery_is_still_401_and_counted(api, redis_s
     finally:
         redis_server.start()
         wait_until(lambda: _app_redis_answers(api), what="the app's Redis client to reconnect")
-    assert table_counts()["WebhookDelivery"] == 0
+    assert table_counts()["WebhookCall"] == 0
 
 
 def _app_redis_answers(api) -> bool:
@@ -264,7 +264,7 @@ def test_verified_delivery_keeps_body_headers_and_the_same_metadata(api, redis_s
     raw = encode(payload("paystack", "ps-kept", 5000))
     assert deliver(api, "paystack", raw).json() == {"status": "credited"}
     with db.connection_context():
-        (row,) = WebhookDelivery.select()
+        (row,) = WebhookCall.select()
     assert bytes(row.body) == raw and "x-paystack-signature" in json.loads(row.headers)
     assert (row.body_length, row.body_sha256) == (len(raw), hashlib.sha256(raw).hexdigest())
     assert listed(redis_server) == []

@@ -64,7 +64,7 @@ def test_flutterwave_secret_hash_is_not_stored_with_the_delivery(api):
     raw = encode(payload("flutterwave", "flw-audit", 100))
     deliver(api, "flutterwave", raw)
     with db.connection_context():
-        stored = db.execute_sql("SELECT headers FROM webhook_deliveries").fetchone()[0]
+        stored = db.execute_sql("SELECT headers FROM webhook_calls").fetchone()[0]
     assert "flw-secret-hash" not in stored and "<redacted>" in stored
 
 

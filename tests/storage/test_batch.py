@@ -123,7 +123,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     from testkit.payments import encode, payload
     from webhooks.payments import events, gate, ledger
     from webhooks.storage import keys
-    from webhooks.storage.models import WebhookDelivery
+    from webhooks.storage.models import WebhookCall
     from workers.settle import record_deliveries
 
     # A Redis database of its own: the run's RQ worker (started by an earlier test under xdist)
@@ -149,7 +149,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
 
     def rows() -> list[str]:
         with db.connection_context():
-            return [d.verdict for d in WebhookDelivery.select().order_by(WebhookDelivery.received_at)]
+            return [d.verdict for d in WebhookCall.select().order_by(WebhookCall.received_at)]
 
     assert rows() == ["credited"]
     repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
@@ -160,8 +160,8 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
         assert record_deliveries(store, "tests") == 2  # as the settlement drain writes them
     assert sorted(rows()) == ["credited", "duplicate", "in_flight"]
     with db.connection_context():
-        kept = WebhookDelivery.get(WebhookDelivery.verdict == "duplicate")
-        first_row = WebhookDelivery.get(WebhookDelivery.verdict == "credited")
+        kept = WebhookCall.get(WebhookCall.verdict == "duplicate")
+        first_row = WebhookCall.get(WebhookCall.verdict == "credited")
     # the body is kept once (the credited row); a repeat's row keeps its length and hash
     assert (bytes(kept.body), kept.reference, kept.status_code) == (b"", "rt-pay-1", 200)
     assert bytes(first_row.body) == raw and kept.body_length == len(raw)

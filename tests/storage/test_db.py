@@ -155,7 +155,7 @@ def test_a_credit_is_two_round_trips_and_a_second_one_of_the_same_payment_keeps_
     from testkit.payments import encode, payload
     from webhooks.payments import events, ledger
     from webhooks.storage.db import db
-    from webhooks.storage.models import Payment, WebhookDelivery
+    from webhooks.storage.models import Payment, WebhookCall
 
     if not is_mysql():
         pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
@@ -170,5 +170,5 @@ def test_a_credit_is_two_round_trips_and_a_second_one_of_the_same_payment_keeps_
         assert ledger.credit(event, receipt) == "duplicate"  # the unique key, inside its transaction
         assert Payment.select().where(Payment.reference == "two-trips-1").count() == 1
         assert ledger.balance("two-trips@example.com", "NGN") == 5000
-        verdicts = [d.verdict for d in WebhookDelivery.select().where(WebhookDelivery.reference == "two-trips-1")]
+        verdicts = [d.verdict for d in WebhookCall.select().where(WebhookCall.reference == "two-trips-1")]
         assert sorted(verdicts) == ["credited", "duplicate"]

@@ -25,7 +25,7 @@ from webhooks.events import endpoints as eps
 from webhooks.events.endpoints import MANAGED_ID, Endpoint
 from webhooks.events.outbox import new_id
 from webhooks.storage.db import db
-from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, utcnow
+from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH
         for row in rows:
             row["next_attempt_at"] = max(now, waiting.get((row["endpoint_id"], row["entity"]), now))
         for i in range(0, len(rows), INSERT_CHUNK):
-            EventDelivery.insert_many(rows[i : i + INSERT_CHUNK]).on_conflict_ignore().execute()
+            EventDispatch.insert_many(rows[i : i + INSERT_CHUNK]).on_conflict_ignore().execute()
         Event.update(fanned_out=True).where(Event.id.in_([e.id for e in events])).execute()
     return len(events)
 
@@ -147,10 +147,10 @@ def _waiting_queues(entities: set[str]) -> dict[tuple[str, str], datetime]:
     for i in range(0, len(listed), 500):
         rows = cast(
             "list[tuple[str, str, str, datetime | str]]",
-            EventDelivery.select(
-                EventDelivery.endpoint_id, EventDelivery.entity, EventDelivery.status, EventDelivery.next_attempt_at
+            EventDispatch.select(
+                EventDispatch.endpoint_id, EventDispatch.entity, EventDispatch.status, EventDispatch.next_attempt_at
             )
-            .where(EventDelivery.entity.in_(listed[i : i + 500]), EventDelivery.status.in_([PENDING, FAILED]))
+            .where(EventDispatch.entity.in_(listed[i : i + 500]), EventDispatch.status.in_([PENDING, FAILED]))
             .tuples(),
         )
         for endpoint_id, entity, status, next_at in rows:
@@ -167,12 +167,12 @@ def _naive(value: datetime | str) -> datetime:
 class Due:
     """A delivery about to be sent, with what it sends."""
 
-    delivery: EventDelivery
+    delivery: EventDispatch
     body: str
     created_at: datetime  # the event's: its lag is measured from here
 
 
-def _due(row: EventDelivery) -> Due:
+def _due(row: EventDispatch) -> Due:
     """A delivery read with its event's body and time (`.objects()`: joined columns on the row)."""
     return Due(row, getattr(row, "body"), _naive(getattr(row, "event_created_at")))  # noqa: B009
 
@@ -180,42 +180,42 @@ def _due(row: EventDelivery) -> Due:
 def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]) -> list[list[Due]]:
     """Up to `chains` queues of the endpoint whose head is due (none of `busy`, the entities in
     flight): each head with the pending deliveries after it in its queue, oldest first."""
-    earlier = EventDelivery.alias("earlier")
+    earlier = EventDispatch.alias("earlier")
     query = (
-        EventDelivery.select(EventDelivery, Event.body, Event.created_at.alias("event_created_at"))
-        .join(Event, on=(Event.id == EventDelivery.event))
+        EventDispatch.select(EventDispatch, Event.body, Event.created_at.alias("event_created_at"))
+        .join(Event, on=(Event.id == EventDispatch.event))
         .where(
-            EventDelivery.endpoint_id == endpoint_id,
-            EventDelivery.status == PENDING,
-            EventDelivery.next_attempt_at <= now,
+            EventDispatch.endpoint_id == endpoint_id,
+            EventDispatch.status == PENDING,
+            EventDispatch.next_attempt_at <= now,
             ~pw.fn.EXISTS(
                 earlier.select(pw.SQL("1")).where(
-                    earlier.entity == EventDelivery.entity,
-                    earlier.endpoint_id == EventDelivery.endpoint_id,
+                    earlier.entity == EventDispatch.entity,
+                    earlier.endpoint_id == EventDispatch.endpoint_id,
                     earlier.status.in_([PENDING, FAILED]),
-                    earlier.id < EventDelivery.id,
+                    earlier.id < EventDispatch.id,
                 )
             ),
         )
-        .order_by(EventDelivery.next_attempt_at, EventDelivery.id)
+        .order_by(EventDispatch.next_attempt_at, EventDispatch.id)
         .limit(chains)
     )
     busy = list(busy)
     if busy:
-        query = query.where(EventDelivery.entity.not_in(busy))
+        query = query.where(EventDispatch.entity.not_in(busy))
     heads = [_due(row) for row in query.objects()]
     if not heads:
         return []
     found = {h.delivery.entity: [h] for h in heads}
     following = (
-        EventDelivery.select(EventDelivery, Event.body, Event.created_at.alias("event_created_at"))
-        .join(Event, on=(Event.id == EventDelivery.event))
+        EventDispatch.select(EventDispatch, Event.body, Event.created_at.alias("event_created_at"))
+        .join(Event, on=(Event.id == EventDispatch.event))
         .where(
-            EventDelivery.entity.in_(list(found)),
-            EventDelivery.endpoint_id == endpoint_id,
-            EventDelivery.status.in_([PENDING, FAILED]),
+            EventDispatch.entity.in_(list(found)),
+            EventDispatch.endpoint_id == endpoint_id,
+            EventDispatch.status.in_([PENDING, FAILED]),
         )
-        .order_by(EventDelivery.id)
+        .order_by(EventDispatch.id)
         .limit(len(found) * (PER_CHAIN + 1))
         .objects()
     )
@@ -274,14 +274,14 @@ def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPo
         if delivered:
             at = max(a.at for _, a in delivered)
             ids = [due.delivery.id for due, _ in delivered]
-            EventDelivery.update(
+            EventDispatch.update(
                 status=DELIVERED,
                 delivered_at=at,
                 last_attempt_at=at,
-                first_attempt_at=pw.fn.COALESCE(EventDelivery.first_attempt_at, at),
-                attempts=EventDelivery.attempts + 1,
+                first_attempt_at=pw.fn.COALESCE(EventDispatch.first_attempt_at, at),
+                attempts=EventDispatch.attempts + 1,
                 last_error=None,
-            ).where(EventDelivery.id.in_(ids), EventDelivery.status == PENDING).execute()
+            ).where(EventDispatch.id.in_(ids), EventDispatch.status == PENDING).execute()
             done.delivered += [due for due, _ in delivered]
             done.lags_s += [(a.at - due.created_at).total_seconds() for due, a in delivered]
         for due, attempt in sends:
@@ -324,20 +324,20 @@ def _write_failure(due: Due, attempt: Attempt, policy: RetryPolicy, done: Writte
     if give_up:
         done.gave_up.append(d.endpoint_id)
     next_at = attempt.at + timedelta(seconds=policy.delay_s(d.attempts + 1))
-    EventDelivery.update(
+    EventDispatch.update(
         status=FAILED if give_up else PENDING,
-        attempts=EventDelivery.attempts + 1,
+        attempts=EventDispatch.attempts + 1,
         first_attempt_at=first,
         last_attempt_at=attempt.at,
         last_error=attempt.error,
         next_attempt_at=next_at,
-    ).where(EventDelivery.id == d.id, EventDelivery.status == PENDING).execute()
+    ).where(EventDispatch.id == d.id, EventDispatch.status == PENDING).execute()
     # the rest of its queue waits with it (so that no due scan reads them until then)
-    EventDelivery.update(next_attempt_at=HELD if give_up else next_at).where(
-        EventDelivery.entity == d.entity,
-        EventDelivery.endpoint_id == d.endpoint_id,
-        EventDelivery.status == PENDING,
-        EventDelivery.id > d.id,
+    EventDispatch.update(next_attempt_at=HELD if give_up else next_at).where(
+        EventDispatch.entity == d.entity,
+        EventDispatch.endpoint_id == d.endpoint_id,
+        EventDispatch.status == PENDING,
+        EventDispatch.id > d.id,
     ).execute()
     if give_up:
         log.warning(
@@ -392,11 +392,11 @@ def next_due_s(enabled: list[str], now: datetime) -> float | None:
     if not enabled:
         return None
     earliest = (
-        EventDelivery.select(pw.fn.MIN(EventDelivery.next_attempt_at))
+        EventDispatch.select(pw.fn.MIN(EventDispatch.next_attempt_at))
         .where(
-            EventDelivery.endpoint_id.in_(enabled),
-            EventDelivery.status == PENDING,
-            EventDelivery.next_attempt_at < HELD,
+            EventDispatch.endpoint_id.in_(enabled),
+            EventDispatch.status == PENDING,
+            EventDispatch.next_attempt_at < HELD,
         )
         .scalar()
     )

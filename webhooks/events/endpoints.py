@@ -29,7 +29,7 @@ from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
 from webhooks.logs import REDACTED_URL, redact_secret, redact_url, restore_url
 from webhooks.storage import audit
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
-from webhooks.storage.models import EventDelivery, EventEndpoint, utcnow
+from webhooks.storage.models import EventDispatch, EventEndpoint, utcnow
 
 CODE = "invalid_endpoint"
 MANAGED_ID = "payment-events-url"  # the endpoint PAYMENT_EVENTS_URL configures
@@ -237,8 +237,8 @@ def _switch(stored: EventEndpoint, enabled: bool, now: datetime) -> None:
     EventEndpoint.update(disabled_reason=None, disabled_at=None, failing_since=None).where(
         EventEndpoint.id == stored.id
     ).execute()
-    EventDelivery.update(status="pending", next_attempt_at=now, first_attempt_at=None).where(
-        EventDelivery.endpoint_id == stored.id, EventDelivery.status.in_(["pending", "failed"])
+    EventDispatch.update(status="pending", next_attempt_at=now, first_attempt_at=None).where(
+        EventDispatch.endpoint_id == stored.id, EventDispatch.status.in_(["pending", "failed"])
     ).execute()
 
 
@@ -249,8 +249,8 @@ def delete(endpoint_id: str) -> None:
     with db.atomic():
         if not EventEndpoint.delete().where(EventEndpoint.id == endpoint_id).execute():
             raise NotFound(f"no event endpoint {endpoint_id!r}")
-        EventDelivery.delete().where(
-            EventDelivery.endpoint_id == endpoint_id, EventDelivery.status != "delivered"
+        EventDispatch.delete().where(
+            EventDispatch.endpoint_id == endpoint_id, EventDispatch.status != "delivered"
         ).execute()
         audit.record("admin", "event_endpoint.delete", "event_endpoint", endpoint_id)
 

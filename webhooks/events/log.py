@@ -15,7 +15,7 @@ from webhooks.events.delivery import DELIVERED, FAILED, HELD, PENDING
 from webhooks.events.endpoints import MANAGED_ID
 from webhooks.events.outbox import WALLET_TYPES
 from webhooks.storage.db import db
-from webhooks.storage.models import Event, EventAttempt, EventDelivery, EventEndpoint, utcnow
+from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
 
 STATUSES = (PENDING, DELIVERED, FAILED)
 REPLAY_CHUNK = 5000  # deliveries reset per statement
@@ -33,7 +33,7 @@ def _attempt(a: EventAttempt, endpoint_id: str) -> dict[str, Any]:
     return {"endpoint_id": endpoint_id, "at": _iso(a.at), "status_code": a.status_code, "error": a.error, "ms": a.ms}
 
 
-def _delivery(d: EventDelivery) -> dict[str, Any]:
+def _delivery(d: EventDispatch) -> dict[str, Any]:
     return {
         "endpoint_id": d.endpoint_id,
         "webhook_id": d.webhook_id,
@@ -50,11 +50,11 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[st
     first); only `endpoint_id`'s deliveries when given."""
     if not events:
         return []
-    deliveries = EventDelivery.select().where(EventDelivery.event.in_([e.id for e in events]))
+    deliveries = EventDispatch.select().where(EventDispatch.event.in_([e.id for e in events]))
     if endpoint_id is not None:
-        deliveries = deliveries.where(EventDelivery.endpoint_id == endpoint_id)
-    by_event: dict[int, list[EventDelivery]] = defaultdict(list)
-    for d in deliveries.order_by(EventDelivery.id):
+        deliveries = deliveries.where(EventDispatch.endpoint_id == endpoint_id)
+    by_event: dict[int, list[EventDispatch]] = defaultdict(list)
+    for d in deliveries.order_by(EventDispatch.id):
         by_event[d.event].append(d)
     endpoint_of = {d.id: d.endpoint_id for ds in by_event.values() for d in ds}
     attempts: dict[int, list[EventAttempt]] = defaultdict(list)
@@ -98,11 +98,11 @@ def search(
     if before is not None:
         query = query.where(Event.id < before)
     if endpoint_id is not None or status is not None:
-        matching = EventDelivery.select(EventDelivery.event)
+        matching = EventDispatch.select(EventDispatch.event)
         if endpoint_id is not None:
-            matching = matching.where(EventDelivery.endpoint_id == endpoint_id)
+            matching = matching.where(EventDispatch.endpoint_id == endpoint_id)
         if status is not None:
-            matching = matching.where(EventDelivery.status == status)
+            matching = matching.where(EventDispatch.status == status)
         query = query.where(Event.id.in_(matching))
     page = list(query.order_by(Event.id.desc()).limit(limit + 1))
     more = len(page) > limit
@@ -126,24 +126,24 @@ def replay(endpoint_id: str, since: datetime) -> int:
         raise NotFound(f"no event endpoint {endpoint_id!r}")
     since_events = Event.select(Event.id).where(Event.created_at >= since)
     first = (
-        EventDelivery.select(pw.fn.MIN(EventDelivery.id))
-        .where(EventDelivery.endpoint_id == endpoint_id, EventDelivery.event.in_(since_events))
+        EventDispatch.select(pw.fn.MIN(EventDispatch.id))
+        .where(EventDispatch.endpoint_id == endpoint_id, EventDispatch.event.in_(since_events))
         .scalar()
     )
     if first is None:
         return 0
-    last = EventDelivery.select(pw.fn.MAX(EventDelivery.id)).where(EventDelivery.endpoint_id == endpoint_id).scalar()
+    last = EventDispatch.select(pw.fn.MAX(EventDispatch.id)).where(EventDispatch.endpoint_id == endpoint_id).scalar()
     count = 0
     for low in range(first, last + 1, REPLAY_CHUNK):
         in_chunk = (
-            (EventDelivery.endpoint_id == endpoint_id)
-            & (EventDelivery.id >= low)
-            & (EventDelivery.id < low + REPLAY_CHUNK)
-            & EventDelivery.event.in_(since_events)
+            (EventDispatch.endpoint_id == endpoint_id)
+            & (EventDispatch.id >= low)
+            & (EventDispatch.id < low + REPLAY_CHUNK)
+            & EventDispatch.event.in_(since_events)
         )
         with db.atomic():
-            count += EventDelivery.select().where(in_chunk).count()
-            EventDelivery.update(status=PENDING, next_attempt_at=utcnow(), first_attempt_at=None).where(
+            count += EventDispatch.select().where(in_chunk).count()
+            EventDispatch.update(status=PENDING, next_attempt_at=utcnow(), first_attempt_at=None).where(
                 in_chunk
             ).execute()
     return count
@@ -155,26 +155,26 @@ def retry_failed(now: datetime | None = None) -> int:
     now = now or utcnow()
     with db.atomic():
         failed: int = (
-            EventDelivery.update(status=PENDING, next_attempt_at=now, first_attempt_at=None)
-            .where(EventDelivery.status == FAILED)
+            EventDispatch.update(status=PENDING, next_attempt_at=now, first_attempt_at=None)
+            .where(EventDispatch.status == FAILED)
             .execute()
         )
-        EventDelivery.update(next_attempt_at=now).where(
-            EventDelivery.status == PENDING, EventDelivery.next_attempt_at >= HELD
+        EventDispatch.update(next_attempt_at=now).where(
+            EventDispatch.status == PENDING, EventDispatch.next_attempt_at >= HELD
         ).execute()
     return failed
 
 
 def backlog(endpoint_id: str | None = None) -> dict[str, dict[str, int]]:
     """Per endpoint (or of `endpoint_id` only), its deliveries not yet delivered, by status."""
-    query = EventDelivery.select(EventDelivery.endpoint_id, EventDelivery.status, pw.fn.COUNT(EventDelivery.id)).where(
-        EventDelivery.status.in_([PENDING, FAILED])
+    query = EventDispatch.select(EventDispatch.endpoint_id, EventDispatch.status, pw.fn.COUNT(EventDispatch.id)).where(
+        EventDispatch.status.in_([PENDING, FAILED])
     )
     if endpoint_id is not None:
-        query = query.where(EventDelivery.endpoint_id == endpoint_id)
+        query = query.where(EventDispatch.endpoint_id == endpoint_id)
     rows = cast(
         "list[tuple[str, str, int]]",
-        query.group_by(EventDelivery.endpoint_id, EventDelivery.status).tuples(),
+        query.group_by(EventDispatch.endpoint_id, EventDispatch.status).tuples(),
     )
     found: dict[str, dict[str, int]] = defaultdict(lambda: {PENDING: 0, FAILED: 0})
     for endpoint_id, status, n in rows:
@@ -209,10 +209,10 @@ def payment_events(statuses: tuple[str, ...], limit: int, configured: bool = Tru
     """The oldest deliveries to PAYMENT_EVENTS_URL in `statuses`, oldest first; while it is
     `configured`, wallet events the worker has not fanned out yet count as pending ones."""
     rows = (
-        EventDelivery.select(EventDelivery, Event.type, Event.body, Event.created_at.alias("event_created_at"))
-        .join(Event, on=(Event.id == EventDelivery.event))
-        .where(EventDelivery.endpoint_id == MANAGED_ID, EventDelivery.status.in_(list(statuses)))
-        .order_by(EventDelivery.id)
+        EventDispatch.select(EventDispatch, Event.type, Event.body, Event.created_at.alias("event_created_at"))
+        .join(Event, on=(Event.id == EventDispatch.event))
+        .where(EventDispatch.endpoint_id == MANAGED_ID, EventDispatch.status.in_(list(statuses)))
+        .order_by(EventDispatch.id)
         .limit(limit)
         .objects()
     )

@@ -23,7 +23,7 @@ from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.ledger import Receipt
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.models import WebhookDelivery
+from webhooks.storage.models import WebhookCall
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import PaymentRef
 from webhooks.storage.states import GateVerdict
@@ -97,7 +97,7 @@ def finish(store: Store, event: PaymentEvent | RefundEvent, claim: claims.Claim,
 
 
 def audit_row(d: Receipt, event: PaymentEvent | RefundEvent) -> str:
-    """The webhook_deliveries row of a verified delivery as JSON (`ledger.record`'s columns,
+    """The webhook_calls row of a verified webhook call as JSON (`ledger.record`'s columns,
     the body in base64), its verdict left out."""
     row = ledger.receipt_fields(d, event)
     row.update(body=base64.b64encode(d.body).decode(), received_at=d.received_at.isoformat())
@@ -122,7 +122,7 @@ def _queue_apart(settle: Store, queue: Queue, verdict: GateVerdict, row: str, re
 
 
 def write_rows(raws: list[str]) -> int:
-    """Insert queued audit rows (JSON from the gate) into webhook_deliveries, in one statement;
+    """Insert queued audit rows (JSON from the gate) into webhook_calls, in one statement;
     return how many were written. A replayed delivery costs no storage per replay: a row whose
     (provider, reference, body SHA-256, verdict) is already written is dropped, and one whose
     body is already kept under another verdict is written without it (its length and hash
@@ -144,7 +144,7 @@ def write_rows(raws: list[str]) -> int:
         row["received_at"] = datetime.fromisoformat(row["received_at"])
         kept.append(row)
     if kept:
-        WebhookDelivery.insert_many(kept).execute()
+        WebhookCall.insert_many(kept).execute()
     if len(kept) < len(rows):
         log.info("%d repeated payment deliveries not written again", len(rows) - len(kept))
     return len(kept)
@@ -155,7 +155,7 @@ def _written(rows: list[dict[str, Any]]) -> tuple[set[tuple[str, str, str, str]]
     and those whose body is already kept (one read on the (provider, reference) index)."""
     if not rows:
         return set(), set()
-    d = WebhookDelivery
+    d = WebhookCall
     query = (
         d.select(d.provider, d.reference, d.body_sha256, d.verdict, pw.fn.LENGTH(d.body) > 0)
         .where(d.reference.in_({r["reference"] for r in rows}), d.body_sha256.in_({r["body_sha256"] for r in rows}))

@@ -30,7 +30,7 @@ from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
 from webhooks.storage import audit, fastsql
 from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Payment, Wallet, WebhookDelivery, utcnow
+from webhooks.storage.models import Payment, Wallet, WebhookCall, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
 
 
 def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) -> dict[str, Any]:
-    """The webhook_deliveries columns of a verified webhook, but its verdict and status."""
+    """The webhook_calls columns of a verified webhook, but its verdict and status."""
     return {
         "provider": d.provider,
         "reference": event.reference if event else None,
@@ -96,12 +96,12 @@ def record(
     deferred: bool = False,
     reason: str | None = None,
 ) -> None:
-    """Add the verified webhook to webhook_deliveries (in the caller's transaction, if any;
+    """Add the verified webhook to webhook_calls (in the caller's transaction, if any;
     `deferred`: see fastsql.insert); `reason`: why an ignored one moved nothing."""
     row = {**receipt_fields(d, event), "verdict": verdict, "status_code": status}
     if reason is not None:
         row["reason"] = reason
-    fastsql.insert(WebhookDelivery, row, deferred)
+    fastsql.insert(WebhookCall, row, deferred)
 
 
 def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
@@ -375,21 +375,21 @@ def balances(customer: str) -> dict[str, int]:
 def ignored_counts(provider: str | None, since: datetime) -> list[dict[str, Any]]:
     """The verified deliveries answered `ignored` since `since`, counted per provider, event type
     and reason, most frequent first: a money-moving type Floodgate does not know shows here."""
-    n = pw.fn.COUNT(WebhookDelivery.id)
+    n = pw.fn.COUNT(WebhookCall.id)
     query = (
-        WebhookDelivery.select(
-            WebhookDelivery.provider,
-            WebhookDelivery.event_type,
-            WebhookDelivery.reason,
+        WebhookCall.select(
+            WebhookCall.provider,
+            WebhookCall.event_type,
+            WebhookCall.reason,
             n.alias("count"),
-            pw.fn.MAX(WebhookDelivery.received_at).alias("last"),
+            pw.fn.MAX(WebhookCall.received_at).alias("last"),
         )
-        .where(WebhookDelivery.verdict == Verdict.IGNORED, WebhookDelivery.received_at >= since)
-        .group_by(WebhookDelivery.provider, WebhookDelivery.event_type, WebhookDelivery.reason)
-        .order_by(n.desc(), WebhookDelivery.provider, WebhookDelivery.event_type)
+        .where(WebhookCall.verdict == Verdict.IGNORED, WebhookCall.received_at >= since)
+        .group_by(WebhookCall.provider, WebhookCall.event_type, WebhookCall.reason)
+        .order_by(n.desc(), WebhookCall.provider, WebhookCall.event_type)
     )
     if provider is not None:
-        query = query.where(WebhookDelivery.provider == provider)
+        query = query.where(WebhookCall.provider == provider)
     rows = cast("list[dict[str, Any]]", list(query.dicts()))  # peewee's stubs: .dicts() yields models
     return [
         {

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 class Verdict(StrEnum):
     """What became of one verified webhook: its answer's `status` (or error code) and the
-    `verdict` of its webhook_deliveries row (docs/payments.md, "Audit trail")."""
+    `verdict` of its webhook_calls row (docs/payments.md, "Audit trail")."""
 
     CREDITED = "credited"
     UNATTRIBUTED = "unattributed"

@@ -104,7 +104,7 @@ class Lead(BaseModel):
     status = pw.CharField(max_length=16)
     buyer_id = pw.CharField(max_length=64, null=True)
     price = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
-    commission = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    payout = pw.DecimalField(max_digits=12, decimal_places=2, null=True, column_name="commission")
     payload = MediumTextField()
     received_at = DateTime6Field()
     sold_at = DateTime6Field(null=True)
@@ -217,9 +217,9 @@ class PaymentDispute(BaseModel):
         )
 
 
-class PaymentEvent(BaseModel):
+class LegacyPaymentEvent(BaseModel):
     """The payment events outbox before sql/011 (one endpoint, PAYMENT_EVENTS_URL): read only
-    by that migration, which carries its rows over into events and event_deliveries."""
+    by that migration, which carries its rows over into events and their dispatches."""
 
     id = pw.BigAutoField()
     event_id = pw.CharField(max_length=64, unique=True)  # the stable webhook-id
@@ -271,7 +271,7 @@ class EventEndpoint(BaseModel):
 class Event(BaseModel):
     """The outbox: one row per announced change (a wallet credited or debited, a lead sold or
     returned), inserted in the transaction that makes the change. The worker fans it out into
-    one EventDelivery per matching endpoint (`fanned_out`)."""
+    one EventDispatch per matching endpoint (`fanned_out`)."""
 
     id = pw.BigAutoField()
     event_id = pw.CharField(max_length=64, unique=True)  # msg_...: shown by the admin API
@@ -292,13 +292,14 @@ class Event(BaseModel):
         )
 
 
-class EventDelivery(BaseModel):
-    """One event to one endpoint: its stable `webhook-id` and how its delivery goes."""
+class EventDispatch(BaseModel):
+    """One event sent to one endpoint: its stable `webhook-id`, its state and its retries (its
+    attempts are EventAttempt rows). Its table was renamed by sql/014."""
 
     id = pw.BigAutoField()
     event = pw.BigIntegerField(column_name="event_id")  # Event.id
     endpoint_id = pw.CharField(max_length=64)
-    entity = pw.CharField(max_length=254)  # the event's: one endpoint's deliveries of it go in order
+    entity = pw.CharField(max_length=254)  # the event's: one endpoint's dispatches of it go in order
     webhook_id = pw.CharField(max_length=64)
     status = pw.CharField(max_length=16)  # pending | delivered | failed
     attempts = pw.IntegerField(default=0)
@@ -310,7 +311,7 @@ class EventDelivery(BaseModel):
     last_error = pw.CharField(max_length=500, null=True)
 
     class Meta:
-        table_name = "event_deliveries"
+        table_name = "event_dispatches"
         indexes = (
             (("event_id", "endpoint_id"), True),
             (("endpoint_id", "status", "next_attempt_at"), False),  # what is due, per endpoint
@@ -319,10 +320,10 @@ class EventDelivery(BaseModel):
 
 
 class EventAttempt(BaseModel):
-    """The delivery log: every attempt, with what the endpoint answered."""
+    """The events log: every attempt to send an event, with what the endpoint answered."""
 
     id = pw.BigAutoField()
-    delivery_id = pw.BigIntegerField()
+    delivery_id = pw.BigIntegerField()  # EventDispatch.id (the column's name from sql/011)
     at = DateTime6Field()
     status_code = pw.SmallIntegerField(null=True)  # NULL: no answer (refused, timed out)
     error = pw.CharField(max_length=500, null=True)  # NULL: delivered
@@ -365,10 +366,11 @@ class LeadStats(BaseModel):
         indexes = ((("hour", "publisher_id", "buyer_id"), True),)
 
 
-class WebhookDelivery(BaseModel):
-    """Every payment delivery, kept for audit and replay: verified ones with their headers
-    of interest and body; one that failed its signature check as metadata only (provider,
-    verdict, length and SHA-256 of the body), so a forger cannot fill the database."""
+class WebhookCall(BaseModel):
+    """Every webhook call of a payment provider, kept for audit and replay: verified ones with
+    their headers of interest and body; one that failed its signature check as metadata only
+    (provider, verdict, length and SHA-256 of the body), so a forger cannot fill the database.
+    Its table was renamed by sql/014."""
 
     id = pw.BigAutoField()
     provider = pw.CharField(max_length=32)
@@ -385,7 +387,7 @@ class WebhookDelivery(BaseModel):
     reason = pw.CharField(max_length=32, null=True)  # why an `ignored` one moved nothing (sql/013)
 
     class Meta:
-        table_name = "webhook_deliveries"
+        table_name = "webhook_calls"
         indexes = ((("provider", "reference"), False), (("verdict", "received_at"), False))
 
 
@@ -411,14 +413,14 @@ ALL_MODELS = [
     LeadAttempt,
     Payment,
     Wallet,
-    WebhookDelivery,
+    WebhookCall,
     AuditLog,
     Refund,
     PaymentDispute,
-    PaymentEvent,
+    LegacyPaymentEvent,
     LeadStats,
     EventEndpoint,
     Event,
-    EventDelivery,
+    EventDispatch,
     EventAttempt,
 ]

@@ -1,7 +1,7 @@
 """The Redis side of the events outbox: a committed change wakes the worker, and one drain job
 at a time fans out and delivers (as the settlement queue does for leads: one job, many events).
 
-The events themselves live in the database (events, event_deliveries), written in the
+The events themselves live in the database (events, event_dispatches), written in the
 transaction of the change. Everything here may be lost with Redis: the scheduled sweep (workers/outbox.py)
 starts a drain again from what the database holds, so delivery depends only on the database.
 """

@@ -1,0 +1,13 @@
+-- One word per concept (docs/architecture.md "Glossary"): a "delivery" is a post of a lead to a
+-- buyer and nothing else, so the two tables that used the word for something else are renamed.
+--   webhook_deliveries -> webhook_calls      one incoming provider call (a webhook), kept for
+--                                            audit and replay
+--   event_deliveries   -> event_dispatches   one outbox event sent to one endpoint, with its
+--                                            attempts (event_attempts.delivery_id points at it)
+-- The rename changes table names only: columns, rows, AUTO_INCREMENT counters and indexes (with
+-- their names) stay as they are, and InnoDB renames without copying. Both tables move in one
+-- statement, at once. Processes of the release before this one still use the old names: their
+-- writes to these tables fail until they are replaced (a provider retries its webhook; the
+-- events drain runs again). Idempotent (MariaDB's IF EXISTS), like every migration; on SQLite
+-- webhooks/storage/migrate.py applies this statement as ALTER TABLE ... RENAME TO.
+RENAME TABLE IF EXISTS webhook_deliveries TO webhook_calls, event_deliveries TO event_dispatches;
