@@ -208,6 +208,7 @@ class Buyer:
         self.reply: tuple[int, bytes, str] = (200, b"{}", "application/json")  # mode "reply": what to answer
         self.received: list[dict] = []  # every post, once answered
         self.arrived: list[dict] = []  # every post, as soon as it arrives (before any delay)
+        self.gate: threading.Event | None = None  # set: each post waits for it before answering
         self.lock = threading.Lock()
 
     @property
@@ -304,6 +305,8 @@ class BuyerServer:
                 }
                 with buyer.lock:
                     buyer.arrived.append(record)
+                if buyer.gate is not None:  # the test says when to answer, not the clock
+                    buyer.gate.wait(30)
                 if mode == "sleep":
                     time.sleep(buyer.delay)
                     record["answered"] = "accept"

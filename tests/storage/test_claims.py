@@ -31,12 +31,13 @@ from webhooks.storage.settle_queue import queue
 
 @pytest.fixture
 def tight(api, base_env, redis_server, worker_manager):
-    """The lead path with a 300 ms buyer deadline and a claim margin of `margin_ms`; no RQ
-    worker drains the settlement queue, so the tests read what was queued."""
+    """The lead path with a buyer deadline of `deadline_ms` (300 ms unless told) and a claim
+    margin of `margin_ms`; no RQ worker drains the settlement queue, so the tests read what
+    was queued."""
     worker_manager.stop()
 
-    def build(margin_ms: int) -> Intake:
-        cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=300, lead_claim_margin_ms=margin_ms)
+    def build(margin_ms: int, deadline_ms: int = 300) -> Intake:
+        cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=deadline_ms, lead_claim_margin_ms=margin_ms)
         store = Store(redis.Redis.from_url(redis_server.url, decode_responses=True))
         journal = Journal(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
         return Intake.build(cfg, store, store, journal)
@@ -74,7 +75,8 @@ def test_no_offer_is_made_that_could_outlive_the_claim(api, buyer_server, tight,
 
 @pytest.mark.parametrize("answer", ["reject", "accept"])
 def test_a_request_that_lost_its_claim_leaves_the_new_holder_alone(api, buyer_server, tight, redis_server, answer):
-    buyer = buyer_server.add("x", answer, delay=0.25)  # decides within its deadline
+    buyer = buyer_server.add("x", answer)
+    buyer.gate = threading.Event()  # x answers once the claim is taken over, within its deadline
     api.put_publisher("surge")
     api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
     r = redis_server.client()
@@ -83,15 +85,19 @@ def test_a_request_that_lost_its_claim_leaves_the_new_holder_alone(api, buyer_se
     def take_over() -> None:  # what a retry does once the claim has expired
         wait_until(lambda: buyer.arrived, what="the offer")
         r.set(claim, "routing:another-request")
+        buyer.gate.set()
 
+    # a claim of 500 + (350 + 100) ms, under claims.LATE_S: the request checks its claim whenever
+    # x answers, and x has its whole 350 ms deadline to answer once the claim is taken over
+    late = tight(500, deadline_ms=350)
     thief = threading.Thread(target=take_over)
     thief.start()
     if answer == "reject":
         with pytest.raises(Conflict):
-            _take(tight(500), "surge", "lost-1")
+            _take(late, "surge", "lost-1")
         assert _queued(r, "lost-1") == []  # its `unsold` is not settled: the holder's answer will be
     else:
-        sold = json.loads(_take(tight(500), "surge", "lost-1"))
+        sold = json.loads(_take(late, "surge", "lost-1"))
         assert (sold["status"], sold["buyer_id"]) == ("sold", "x")  # x has the lead: the sale stands
         assert [i["status"] for i in _queued(r, "lost-1")] == ["sold"]
     thief.join()
@@ -121,11 +127,14 @@ def test_after_redis_lost_its_data_a_retry_waits_out_a_request_still_offering_th
     (503, Retry-After) until one claim's life after the loss, then it replays x's sale, which
     the first request wrote back when it ended. Found by the 60-minute soak (leads accepted by
     two buyers after Redis restarts)."""
-    x, y = buyer_server.add("x", "sleep", delay=0.25), buyer_server.add("y")
+    x, y = buyer_server.add("x"), buyer_server.add("y")
+    x.gate = threading.Event()  # x answers once the test has seen the retry refused
     api.put_publisher("surge")
     api.put_buyer("x", buyer_server.url("x"), priority=1, caps={"daily": 10})
     api.put_buyer("y", buyer_server.url("y"), priority=2, caps={"daily": 10})
-    first, retry = tight(300), tight(300)  # a claim of 0.3 + 2 × 0.4 = 1.1 s: the wait after a loss
+    # a claim of 2 × (0.4 + 0.1) s = claims.LATE_S, the wait after a loss: the first request
+    # checks its claim when x answers; x has its 400 ms deadline for what the test does meanwhile
+    first, retry = tight(0, deadline_ms=400), tight(0, deadline_ms=400)
     answers: dict = {}
     r1 = threading.Thread(target=lambda: answers.update(first=_take(first, "surge", "gone-in-flight")))
     r1.start()
@@ -135,9 +144,10 @@ def test_after_redis_lost_its_data_a_retry_waits_out_a_request_still_offering_th
     _rebuilt_now(retry.store, ["x", "y"])
     with pytest.raises(Unavailable) as refused:
         _take(retry, "surge", "gone-in-flight")
-    assert 1 <= refused.value.retry_after_s <= 2
+    assert refused.value.retry_after_s == 1
     assert r.get(keys.lead_claim("surge", "gone-in-flight")) is None  # refused without claiming it
-    r1.join(timeout=5)
+    x.gate.set()
+    r1.join(timeout=10)
     sold = json.loads(answers["first"])
     assert (sold["status"], sold["buyer_id"]) == ("sold", "x")
 
@@ -147,7 +157,7 @@ def test_after_redis_lost_its_data_a_retry_waits_out_a_request_still_offering_th
         except Unavailable:
             return None
 
-    again = wait_until(replayed, timeout=5, interval=0.1, what="the wait after the loss to end")
+    again = wait_until(replayed, timeout=15, interval=0.1, what="the wait after the loss to end")
     assert again == {**sold, "replayed": True}
     assert len(x.arrived) == 1 and y.arrived == []
     assert [i["buyer_id"] for i in _queued(r, "gone-in-flight")] == ["x"]
