@@ -15,14 +15,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from testkit.servers import wait_until
-from webhooks.events import delivery, endpoints
+from webhooks.events import endpoints, sender
 from webhooks.events import log as events_log
 from webhooks.events.outbox import WALLET_TYPES
 from webhooks.storage.db import db
 from webhooks.storage.models import Event, EventDispatch, utcnow
 
 EVENTS_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"  # the application's Standard Webhooks secret
-FAST = delivery.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s
+FAST = sender.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s
 
 
 @dataclass
@@ -137,7 +137,7 @@ def all_sent() -> bool:
 
 def deliver_inline(
     url: str | None = None,
-    policy: delivery.RetryPolicy = FAST,
+    policy: sender.RetryPolicy = FAST,
     secret: str = EVENTS_SECRET,
     until=None,
     timeout: float = 30,
@@ -149,11 +149,11 @@ def deliver_inline(
     with ThreadPoolExecutor(8) as pool, db.connection_context():
         if url:
             endpoints.sync_managed(url, (secret,))
-        engine = delivery.Engine(pool, policy, 5, disable_after_s, (secret,))
+        engine = sender.Engine(pool, policy, 5, disable_after_s, (secret,))
 
         def step():
             engine.refresh()
-            delivery.fan_out(engine.endpoints, utcnow())
+            sender.fan_out(engine.endpoints, utcnow())
             engine.submit_due()
             engine.collect(0.05)
             return not engine.in_flight and done()

@@ -1,7 +1,7 @@
-"""Delivery of events to every endpoint (webhooks/events/delivery.py): one drain job fans out
-and delivers many events (the worker is non-forking, as for settlements), and a periodic sweep
-starts a drain again from the database when the job that should deliver them was lost (Redis
-restarted empty, a worker killed), so that delivery depends only on the database. The fan-out
+"""Events sent to every endpoint (webhooks/events/sender.py): one drain job fans out and
+sends many events (the worker is non-forking, as for settlements), and a periodic sweep starts
+a drain again from the database when the job that should send them was lost (Redis restarted
+empty, a worker killed), so that sending depends only on the database. The fan-out
 happens here, never in the web process: one event row per change there, whatever the number
 of endpoints."""
 
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rq import Queue, get_current_job
 
 from webhooks import metrics
-from webhooks.events import delivery, endpoints
+from webhooks.events import endpoints, sender
 from webhooks.storage import claims, keys, outbox_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
@@ -42,7 +42,7 @@ LOCK_TTL_MS = 30_000  # extended at every step (a step waits at most LINGER_S)
 
 
 def _acquire(b: Backends, ttl_ms: int) -> claims.Claim | None:
-    """Only the holder of keys.OUTBOX_LOCK delivers, so each queue's events leave one at a time."""
+    """Only the holder of keys.OUTBOX_LOCK sends, so each queue's events leave one at a time."""
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         lock, _holder = claims.claim(b.settle, keys.OUTBOX_LOCK, ttl_ms)
@@ -64,12 +64,12 @@ def _keep(r: Client, lock: claims.Claim, ttl_ms: int) -> bool:
     return True
 
 
-def _engine(b: Backends, pool: ThreadPoolExecutor) -> delivery.Engine:
+def _engine(b: Backends, pool: ThreadPoolExecutor) -> sender.Engine:
     cfg = b.cfg
-    policy = delivery.RetryPolicy(
+    policy = sender.RetryPolicy(
         cfg.payment_events_retry_base_ms, cfg.payment_events_retry_max_ms, cfg.payment_events_retry_for_s
     )
-    return delivery.Engine(
+    return sender.Engine(
         pool,
         policy,
         cfg.event_delivery_timeout_ms / 1000,
@@ -78,9 +78,9 @@ def _engine(b: Backends, pool: ThreadPoolExecutor) -> delivery.Engine:
     )
 
 
-def _count(written: delivery.Written) -> int:
+def _count(written: sender.Written) -> int:
     metrics.events_delivered(
-        [(d.delivery.endpoint_id, lag) for d, lag in zip(written.delivered, written.lags_s, strict=True)],
+        [(d.dispatch.endpoint_id, lag) for d, lag in zip(written.delivered, written.lags_s, strict=True)],
         written.failed,
         written.gave_up,
         written.disabled,
@@ -89,7 +89,7 @@ def _count(written: delivery.Written) -> int:
 
 
 def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
-    """Fan out and deliver events until nothing is due within LINGER_S; return how many were
+    """Fan out and send events until nothing is due within LINGER_S; return how many were
     delivered. A job asked to stop (SIGTERM), or past its time budget, finishes the chains it
     has in flight and hands over to a new one. Redis or the database going away ends it
     quietly: an exception escaping a job while Redis is down would end the worker, and the
@@ -107,7 +107,7 @@ def _drain(time_budget_s: float) -> int:
     ttl_ms = LOCK_TTL_MS
     lock = _acquire(b, ttl_ms)
     if lock is None:
-        log.info("another drain is delivering events")
+        log.info("another drain is sending events")
         return 0
     deadline = time.monotonic() + time_budget_s
     try:
@@ -132,9 +132,7 @@ def _drain(time_budget_s: float) -> int:
         close_db()
 
 
-def _rounds(
-    b: Backends, engine: delivery.Engine, keep: Callable[[], bool], stop: StopAfterBatch, deadline: float
-) -> int:
+def _rounds(b: Backends, engine: sender.Engine, keep: Callable[[], bool], stop: StopAfterBatch, deadline: float) -> int:
     """Fan out, send and collect, round after round, while the lock is ours; return how many
     were delivered once nothing is due within LINGER_S, or hand over past `deadline` or when
     asked to stop."""
@@ -146,7 +144,7 @@ def _rounds(
             return delivered
         outbox_queue.still_draining(r)
         engine.refresh()
-        fanned = delivery.fan_out(engine.endpoints, utcnow())
+        fanned = sender.fan_out(engine.endpoints, utcnow())
         submitted = engine.submit_due()
         delivered += _count(engine.collect(0.05 if (fanned or submitted) else 0.5))
         if stop.requested or time.monotonic() > deadline:
@@ -158,10 +156,10 @@ def _rounds(
         return delivered
 
 
-def _work_soon(r: Client, engine: delivery.Engine) -> bool:
+def _work_soon(r: Client, engine: sender.Engine) -> bool:
     """Nothing to do right now: wait for a retry due within LINGER_S or a wake, and say whether
     there is work again; False when the drain may end."""
-    due = delivery.next_due_s(engine.enabled(), utcnow())
+    due = sender.next_due_s(engine.enabled(), utcnow())
     if due is not None and due <= LINGER_S:
         if outbox_queue.wait_for_work(r, max(due, 0.05)):  # a retry due soon, or a wake
             engine.refresh(force=True)  # a wake may be an endpoint enabled
@@ -173,19 +171,19 @@ def _work_soon(r: Client, engine: delivery.Engine) -> bool:
     # finds the flag gone (and starts a drain) or is seen here.
     outbox_queue.stop_draining(r)
     engine.refresh(force=True)
-    return delivery.work_waiting(engine.enabled(), utcnow())
+    return sender.work_waiting(engine.enabled(), utcnow())
 
 
 def sweep() -> bool:
     """The safety net (every few seconds, workers/schedule.py): when an event waits for fan-out
-    or a delivery is due and no drain is scheduled or running, enqueue one. True when it did;
+    or a dispatch is due and no drain is scheduled or running, enqueue one. True when it did;
     False too when Redis or the database does not answer (the next sweep looks again)."""
     b = backends()
     try:
         enabled = [ep.id for ep in endpoints.active(b.cfg.payment_events_secrets) if ep.sendable]
         if not enabled and b.cfg.payment_events_url:
             enabled = [endpoints.MANAGED_ID]  # not made yet: the first drain makes it
-        if not delivery.work_waiting(enabled, utcnow()):
+        if not sender.work_waiting(enabled, utcnow()):
             return False
         started = outbox_queue.ensure_drain(b.settle.redis, _queue(b))
         if started:

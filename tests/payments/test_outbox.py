@@ -2,7 +2,7 @@
 wallet change, written with it; delivered signed per Standard Webhooks to a real local receiver
 that verifies them with the standardwebhooks library; retried with back-off under a stable
 `webhook-id`; one customer's events in order; `failed` after the retry window, visible and
-requeued. The delivery batches run in this process; tests/e2e/test_payment_lifecycle.py runs
+requeued. The sending batches run in this process; tests/e2e/test_payment_lifecycle.py runs
 the real worker."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from testkit.servers import ROOT, venv_bin
 from tests.conftest import ADMIN_TOKEN
 from webhooks import config
 from webhooks.errors import ConfigError
-from webhooks.events import delivery
 from webhooks.events import log as events_log
+from webhooks.events import sender
 from webhooks.storage import keys, outbox_queue
 
 # docs/api.md: the body is {"type", "data": {these}}
@@ -116,7 +116,7 @@ def test_a_failed_attempt_is_retried_with_the_same_webhook_id_and_body(api, even
 
 
 def test_back_off_doubles_up_to_its_cap_with_jitter():
-    policy = delivery.RetryPolicy(base_ms=1_000, max_ms=60_000, retry_for_s=86_400)
+    policy = sender.RetryPolicy(base_ms=1_000, max_ms=60_000, retry_for_s=86_400)
     rng = random.Random(7)
     for attempts, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (30, 60.0)]:
         delays = [policy.delay_s(attempts, rng) for _ in range(200)]
@@ -164,7 +164,7 @@ def refs(receiver: EventReceiver) -> list[str]:
 def test_an_event_failing_past_the_retry_window_is_failed_shown_and_requeued_by_the_cli(api, events_on, base_env):
     credit(api, "standard", "std-fail", 7_700)
     events_on.fail = lambda body: True
-    give_up_at_once = delivery.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=0)
+    give_up_at_once = sender.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=0)
     deliver_inline(events_on.url, give_up_at_once, until=lambda: events_log.payment_event_counts()["failed"] == 1)
     [row] = event_rows()
 
@@ -257,7 +257,7 @@ def test_two_secrets_while_rotating_sign_each_event_twice(receiver):
     old, new = EVENTS_SECRET, "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
     cfg = config.load({"PAYMENT_EVENTS_URL": receiver.url, "PAYMENT_EVENTS_SECRET": f"{old} {new}"})
     now = time.time()
-    headers = delivery.Sender(cfg.payment_events_url, cfg.payment_events_secrets, 5).headers("msg_1", "{}", now)
+    headers = sender.Sender(cfg.payment_events_url, cfg.payment_events_secrets, 5).headers("msg_1", "{}", now)
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (old, new):  # a receiver on either secret accepts it
         assert Webhook(secret).verify("{}", headers) == {}

@@ -240,7 +240,7 @@ def test_buyer_credential_headers_never_reach_the_audit_log_in_clear(api, buyer_
 
 
 def test_secrets_in_url_queries_are_redacted_in_logs_and_stored_errors(caplog):
-    from webhooks.events.delivery import Sender
+    from webhooks.events.sender import Sender
     from webhooks.logs import JsonFormatter, redact_text
 
     line = JsonFormatter().format(

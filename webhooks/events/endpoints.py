@@ -1,7 +1,7 @@
 """The applications' endpoints (docs/api.md "Event endpoints"): where events go, which ones, signed
 with which secret, and whether they are sent now.
 
-`enabled: false` pauses an endpoint: fan-out still writes its deliveries (pausing stops
+`enabled: false` pauses an endpoint: fan-out still writes its dispatches (pausing stops
 sending, never writing) and enabling it again makes every one of them due at once, failed ones
 included, so that they drain in order. The worker disables an endpoint the same way when it has
 been failing for EVENT_ENDPOINT_DISABLE_AFTER_S (`disabled_reason: failing`).
@@ -36,13 +36,13 @@ MANAGED_ID = "payment-events-url"  # the endpoint PAYMENT_EVENTS_URL configures
 PAUSED, FAILING = "paused", "failing"  # why an endpoint is disabled
 _FIELDS = {"url", "types", "publisher_id", "secret", "enabled"}
 _READ_ONLY = {"id", "managed", "disabled_reason", "disabled_at", "last_error", "created_at", "updated_at"}
-MAX_ENDPOINTS = 1000  # endpoints are admin-made, and each costs every event a delivery row
+MAX_ENDPOINTS = 1000  # endpoints are admin-made, and each costs every event a dispatch row
 SECRET_PREFIX = "whsec_"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Endpoint:
-    """An endpoint as the delivery engine uses it."""
+    """An endpoint as the sending engine (sender.py) uses it."""
 
     id: str
     url: str
@@ -227,7 +227,7 @@ def set_enabled(endpoint_id: str, enabled: bool) -> EventEndpoint:
 
 
 def _switch(stored: EventEndpoint, enabled: bool, now: datetime) -> None:
-    """The state change of a PUT: pausing records why; enabling makes every kept delivery due
+    """The state change of a PUT: pausing records why; enabling makes every kept dispatch due
     now (failed ones get a new round of attempts), so they drain in order from the oldest."""
     if enabled == bool(stored.enabled):
         return
@@ -243,7 +243,7 @@ def _switch(stored: EventEndpoint, enabled: bool, now: datetime) -> None:
 
 
 def delete(endpoint_id: str) -> None:
-    """Remove an endpoint and the deliveries it had not received (its delivered ones stay, for
+    """Remove an endpoint and the dispatches it had not received (its delivered ones stay, for
     the events log)."""
     _refuse_managed(endpoint_id)
     with db.atomic():
@@ -261,7 +261,7 @@ def listing() -> list[EventEndpoint]:
 
 def sync_managed(url: str, secrets: tuple[str, ...]) -> None:
     """Make the managed endpoint's row agree with PAYMENT_EVENTS_URL (the worker, each drain).
-    Unset: the row stays as it was, and its deliveries wait until it is set again."""
+    Unset: the row stays as it was, and its dispatches wait until it is set again."""
     if not url:
         return
     now = utcnow()

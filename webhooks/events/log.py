@@ -1,5 +1,6 @@
-"""What the admin API, the CLI and /ops show of events: each event with its deliveries and
-every attempt (the delivery log), the backlog per endpoint, replay and retry."""
+"""What the admin API, the CLI and /ops show of events: each event with its dispatches and
+every attempt (the events log), the backlog per endpoint, replay and retry. The admin API's
+JSON keeps its field names (`deliveries`, `delivered_at`): docs/api.md."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from typing import Any, cast
 import peewee as pw
 
 from webhooks.errors import NotFound
-from webhooks.events.delivery import DELIVERED, FAILED, HELD, PENDING
 from webhooks.events.endpoints import MANAGED_ID
 from webhooks.events.outbox import WALLET_TYPES
+from webhooks.events.sender import DELIVERED, FAILED, HELD, PENDING
 from webhooks.storage.db import db
 from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
 
 STATUSES = (PENDING, DELIVERED, FAILED)
-REPLAY_CHUNK = 5000  # deliveries reset per statement
+REPLAY_CHUNK = 5000  # dispatches reset per statement
 
 
 def _iso(value: datetime | str | None) -> str | None:
@@ -33,7 +34,7 @@ def _attempt(a: EventAttempt, endpoint_id: str) -> dict[str, Any]:
     return {"endpoint_id": endpoint_id, "at": _iso(a.at), "status_code": a.status_code, "error": a.error, "ms": a.ms}
 
 
-def _delivery(d: EventDispatch) -> dict[str, Any]:
+def _dispatch(d: EventDispatch) -> dict[str, Any]:
     return {
         "endpoint_id": d.endpoint_id,
         "webhook_id": d.webhook_id,
@@ -46,15 +47,15 @@ def _delivery(d: EventDispatch) -> dict[str, Any]:
 
 
 def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[str, Any]]:
-    """Events as the admin API shows them: what was sent, each delivery, each attempt (oldest
-    first); only `endpoint_id`'s deliveries when given."""
+    """Events as the admin API shows them: what was sent, each dispatch, each attempt (oldest
+    first); only `endpoint_id`'s dispatches when given."""
     if not events:
         return []
-    deliveries = EventDispatch.select().where(EventDispatch.event.in_([e.id for e in events]))
+    dispatches = EventDispatch.select().where(EventDispatch.event.in_([e.id for e in events]))
     if endpoint_id is not None:
-        deliveries = deliveries.where(EventDispatch.endpoint_id == endpoint_id)
+        dispatches = dispatches.where(EventDispatch.endpoint_id == endpoint_id)
     by_event: dict[int, list[EventDispatch]] = defaultdict(list)
-    for d in deliveries.order_by(EventDispatch.id):
+    for d in dispatches.order_by(EventDispatch.id):
         by_event[d.event].append(d)
     endpoint_of = {d.id: d.endpoint_id for ds in by_event.values() for d in ds}
     attempts: dict[int, list[EventAttempt]] = defaultdict(list)
@@ -70,7 +71,7 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[st
                 "type": e.type,
                 "data": body["data"],
                 "created_at": _iso(e.created_at),
-                "deliveries": [_delivery(d) for d in by_event[e.id]],
+                "deliveries": [_dispatch(d) for d in by_event[e.id]],
                 "attempts": [
                     _attempt(a, endpoint_of[a.delivery_id])
                     for a in sorted((a for d in by_event[e.id] for a in attempts[d.id]), key=lambda a: (a.at, a.id))
@@ -88,7 +89,7 @@ def search(
     before: int | None = None,
     limit: int = 100,
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """Events, newest first, filtered: of a type, since a time, with a delivery (to
+    """Events, newest first, filtered: of a type, since a time, with a dispatch (to
     `endpoint_id`) in `status`. Returns the page and the cursor of the next (None: last page)."""
     query = Event.select()
     if event_type is not None:
@@ -118,7 +119,7 @@ def one(event_id: str) -> dict[str, Any]:
 
 
 def replay(endpoint_id: str, since: datetime) -> int:
-    """Send the endpoint's deliveries of events since `since` again, due now, with their own
+    """Send the endpoint's dispatches of events since `since` again, due now, with their own
     webhook-ids (delivered ones included); how many. In order per entity, as always: the
     oldest goes first. Each chunk commits on its own, so a long outage's week is no lock held
     for minutes; a replay cut short is simply asked for again."""
@@ -150,8 +151,8 @@ def replay(endpoint_id: str, since: datetime) -> int:
 
 
 def retry_failed(now: datetime | None = None) -> int:
-    """Give every failed delivery a new round of attempts, due now (`events retry`), and the
-    deliveries held behind them; how many were failed."""
+    """Give every failed dispatch a new round of attempts, due now (`events retry`), and the
+    dispatches held behind them; how many were failed."""
     now = now or utcnow()
     with db.atomic():
         failed: int = (
@@ -166,7 +167,7 @@ def retry_failed(now: datetime | None = None) -> int:
 
 
 def backlog(endpoint_id: str | None = None) -> dict[str, dict[str, int]]:
-    """Per endpoint (or of `endpoint_id` only), its deliveries not yet delivered, by status."""
+    """Per endpoint (or of `endpoint_id` only), its dispatches not yet delivered, by status."""
     query = EventDispatch.select(EventDispatch.endpoint_id, EventDispatch.status, pw.fn.COUNT(EventDispatch.id)).where(
         EventDispatch.status.in_([PENDING, FAILED])
     )
@@ -186,11 +187,11 @@ def not_fanned_out() -> int:
     return Event.select().where(Event.fanned_out == False).count()  # noqa: E712 - SQL
 
 
-# PAYMENT_EVENTS_URL's view (docs/api.md "Payment events to your application"): its deliveries.
+# PAYMENT_EVENTS_URL's view (docs/api.md "Payment events to your application"): its dispatches.
 
 
 def payment_event_record(d: Any) -> dict[str, Any]:
-    """A delivery to PAYMENT_EVENTS_URL as GET /v1/admin/payment-events shows it."""
+    """A dispatch to PAYMENT_EVENTS_URL as GET /v1/admin/payment-events shows it."""
     return {
         "id": d.webhook_id,
         "type": d.type,
@@ -206,7 +207,7 @@ def payment_event_record(d: Any) -> dict[str, Any]:
 
 
 def payment_events(statuses: tuple[str, ...], limit: int, configured: bool = True) -> list[dict[str, Any]]:
-    """The oldest deliveries to PAYMENT_EVENTS_URL in `statuses`, oldest first; while it is
+    """The oldest dispatches to PAYMENT_EVENTS_URL in `statuses`, oldest first; while it is
     `configured`, wallet events the worker has not fanned out yet count as pending ones."""
     rows = (
         EventDispatch.select(EventDispatch, Event.type, Event.body, Event.created_at.alias("event_created_at"))
@@ -246,7 +247,7 @@ def _not_fanned_out(e: Event) -> dict[str, Any]:
 
 
 def payment_event_counts(configured: bool = True) -> dict[str, int]:
-    """How many deliveries to PAYMENT_EVENTS_URL are pending and failed (while it is
+    """How many dispatches to PAYMENT_EVENTS_URL are pending and failed (while it is
     `configured`, wallet events not fanned out yet among the pending)."""
     counts = dict(backlog(MANAGED_ID).get(MANAGED_ID, {PENDING: 0, FAILED: 0}))
     if configured:

@@ -1,9 +1,9 @@
 """The outbox: an event row per announced change, inserted in the caller's transaction, so an
 event exists exactly when the change it announces committed (none for a change rolled back,
-none lost for one that committed). The body is fixed here; delivery (delivery.py) sends it as
-it is to every endpoint that wants it.
+none lost for one that committed). The body is fixed here; the sending engine (sender.py)
+sends it as it is to every endpoint that wants it.
 
-Events of one entity (a wallet's customer, a lead) are delivered to each endpoint in the order
+Events of one entity (a wallet's customer, a lead) are sent to each endpoint in the order
 of their ids. A change inserts its event while it holds the entity's row lock (the wallet's
 upsert, the lead's conditional update), so for one entity ids follow commits."""
 

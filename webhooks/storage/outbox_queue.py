@@ -1,9 +1,9 @@
 """The Redis side of the events outbox: a committed change wakes the worker, and one drain job
-at a time fans out and delivers (as the settlement queue does for leads: one job, many events).
+at a time fans out and sends (as the settlement queue does for leads: one job, many events).
 
 The events themselves live in the database (events, event_dispatches), written in the
 transaction of the change. Everything here may be lost with Redis: the scheduled sweep (workers/outbox.py)
-starts a drain again from what the database holds, so delivery depends only on the database.
+starts a drain again from what the database holds, so sending depends only on the database.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ SCHEDULED_TTL_MS = 60_000  # a drain is scheduled or running while keys.OUTBOX_S
 
 
 def enqueue_drain(q: Queue, **meta: Any) -> None:
-    """Ask the events worker to fan out and deliver the pending events. `q` is any queue on RQ's
+    """Ask the events worker to fan out and send the pending events. `q` is any queue on RQ's
     Redis: the job goes to EVENTS, so a receiver that stalls a drain never holds up the
     settlement worker."""
     events = q if q.name == EVENTS else Queue(EVENTS, connection=q.connection)
     events.enqueue(
-        "workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="deliver events"
+        "workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="send events"
     )
 
 
@@ -48,11 +48,11 @@ def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
 
 def wake(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
     """`signal`, for callers whose commit stands whatever Redis does: if Redis is down the event
-    still is in the database, and the scheduled sweep starts its delivery."""
+    still is in the database, and the scheduled sweep starts its sending."""
     try:
         signal(queue_r, q, request_id)
     except REDIS_DOWN as exc:
-        log.warning("event committed, worker not woken (the sweep will deliver it): %s", exc)
+        log.warning("event committed, worker not woken (the sweep will send it): %s", exc)
 
 
 def ensure_drain(queue_r: Client, q: Queue) -> bool:

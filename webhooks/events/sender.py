@@ -1,8 +1,8 @@
-"""The delivery engine, the worker's side of the outbox (workers/outbox.py runs it): fan-out (one
-delivery per endpoint that wants an event, with a stable `webhook-id`), send (each entity's
-queue in order, queues and endpoints in parallel), write (each finished chain in one
+"""The events' sending engine, the worker's side of the outbox (workers/outbox.py runs it):
+fan-out (one dispatch per endpoint that wants an event, with a stable `webhook-id`), send (each
+entity's queue in order, queues and endpoints in parallel), write (each finished chain in one
 transaction: its state, an attempt row each, the endpoint's health). Only rows still `pending`
-change when an outcome is written, so a second engine (a lost lock) can send a delivery twice,
+change when an outcome is written, so a second engine (a lost lock) can send a dispatch twice,
 with the same webhook-id, never lose one. docs/events.md "Delivery"."""
 
 from __future__ import annotations
@@ -31,20 +31,20 @@ log = logging.getLogger(__name__)
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 FAN_OUT_BATCH = 200  # events fanned out per transaction
-INSERT_CHUNK = 1000  # delivery rows per INSERT
+INSERT_CHUNK = 1000  # dispatch rows per INSERT
 PER_ENDPOINT = 8  # tasks of one endpoint in flight at once (one while it is failing)
-QUEUES_PER_TASK = 8  # queues one task sends one after the other (fewer writes per delivery)
+QUEUES_PER_TASK = 8  # queues one task sends one after the other (fewer writes per dispatch)
 REFRESH_S = 1.0  # how often a drain reads the endpoints again
-PER_CHAIN = 20  # deliveries of one queue sent in a row
+PER_CHAIN = 20  # dispatches of one queue sent in a row
 MAX_ERROR = 500
-# The deliveries behind a `failed` one wait for an operator (events retry, enabling): not due.
+# The dispatches behind a `failed` one wait for an operator (events retry, enabling): not due.
 HELD = datetime(9999, 1, 1)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential back-off with jitter: the n-th failed attempt waits between half and all of
-    min(max_ms, base_ms * 2^(n-1)); a delivery failing for `retry_for_s` since its first attempt
+    min(max_ms, base_ms * 2^(n-1)); a dispatch failing for `retry_for_s` since its first attempt
     is given up (`failed`)."""
 
     base_ms: int
@@ -73,7 +73,7 @@ class Attempt:
 
 class Sender:
     """POSTs an event's body to one endpoint, signed per Standard Webhooks: `webhook-id` (the
-    delivery's, the same on every attempt), `webhook-timestamp` (this attempt) and
+    dispatch's, the same on every attempt), `webhook-timestamp` (this attempt) and
     `webhook-signature` (one `v1,<base64>` per secret: two while the managed secret is rotated).
     Through the one outbound path: a hard total deadline of `timeout_s` for connect, send and
     the whole reply, of which at most 64 KiB is read (a 2xx is a success however long)."""
@@ -93,7 +93,7 @@ class Sender:
         }
 
     def send(self, webhook_id: str, body: str) -> Attempt:
-        """Deliver once."""
+        """One attempt."""
         at = utcnow()
         data = body.encode()
         headers = self.headers(webhook_id, body, time.time()) | {"Content-Length": str(len(data))}
@@ -104,8 +104,8 @@ class Sender:
 
 
 def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH) -> int:
-    """Fan the oldest events not yet fanned out into deliveries, in one transaction; how many
-    events. A delivery joining a queue that waits (back-off, or held behind a failed one) waits
+    """Fan the oldest events not yet fanned out into dispatches, in one transaction; how many
+    events. A dispatch joining a queue that waits (back-off, or held behind a failed one) waits
     with it. Repeating it is harmless: (event, endpoint) is unique."""
     with db.atomic():
         events = list(
@@ -141,7 +141,7 @@ def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH
 
 
 def _waiting_queues(entities: set[str]) -> dict[tuple[str, str], datetime]:
-    """Of these entities' queues, those with a delivery not yet delivered: until when they wait."""
+    """Of these entities' queues, those with a dispatch not yet delivered: until when they wait."""
     found: dict[tuple[str, str], datetime] = {}
     listed = list(entities)
     for i in range(0, len(listed), 500):
@@ -165,21 +165,21 @@ def _naive(value: datetime | str) -> datetime:
 
 @dataclass
 class Due:
-    """A delivery about to be sent, with what it sends."""
+    """A dispatch about to be sent, with what it sends."""
 
-    delivery: EventDispatch
+    dispatch: EventDispatch
     body: str
     created_at: datetime  # the event's: its lag is measured from here
 
 
 def _due(row: EventDispatch) -> Due:
-    """A delivery read with its event's body and time (`.objects()`: joined columns on the row)."""
+    """A dispatch read with its event's body and time (`.objects()`: joined columns on the row)."""
     return Due(row, getattr(row, "body"), _naive(getattr(row, "event_created_at")))  # noqa: B009
 
 
 def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]) -> list[list[Due]]:
     """Up to `chains` queues of the endpoint whose head is due (none of `busy`, the entities in
-    flight): each head with the pending deliveries after it in its queue, oldest first."""
+    flight): each head with the pending dispatches after it in its queue, oldest first."""
     earlier = EventDispatch.alias("earlier")
     query = (
         EventDispatch.select(EventDispatch, Event.body, Event.created_at.alias("event_created_at"))
@@ -206,7 +206,7 @@ def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]
     heads = [_due(row) for row in query.objects()]
     if not heads:
         return []
-    found = {h.delivery.entity: [h] for h in heads}
+    found = {h.dispatch.entity: [h] for h in heads}
     following = (
         EventDispatch.select(EventDispatch, Event.body, Event.created_at.alias("event_created_at"))
         .join(Event, on=(Event.id == EventDispatch.event))
@@ -222,7 +222,7 @@ def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]
     closed: set[str] = set()
     for row in following:
         chain = found[row.entity]
-        if row.id <= chain[0].delivery.id or row.entity in closed:
+        if row.id <= chain[0].dispatch.id or row.entity in closed:
             continue
         if row.status != PENDING or len(chain) >= PER_CHAIN:
             closed.add(row.entity)
@@ -243,7 +243,7 @@ def send_chains(sender: Sender, chains: list[list[Due]]) -> list[tuple[Due, Atte
         for due in chain:
             if time.monotonic() >= stop_at:
                 return sent
-            attempt = sender.send(due.delivery.webhook_id, due.body)
+            attempt = sender.send(due.dispatch.webhook_id, due.body)
             sent.append((due, attempt))
             if not attempt.ok:
                 return sent
@@ -257,7 +257,7 @@ class Written:
     delivered: list[Due] = field(default_factory=list)
     lags_s: list[float] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # the endpoint of each failed attempt
-    gave_up: list[str] = field(default_factory=list)  # the endpoint of each delivery given up
+    gave_up: list[str] = field(default_factory=list)  # the endpoint of each dispatch given up
     disabled: list[str] = field(default_factory=list)
 
 
@@ -273,7 +273,7 @@ def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPo
         delivered = [(due, attempt) for due, attempt in sends if attempt.ok]
         if delivered:
             at = max(a.at for _, a in delivered)
-            ids = [due.delivery.id for due, _ in delivered]
+            ids = [due.dispatch.id for due, _ in delivered]
             EventDispatch.update(
                 status=DELIVERED,
                 delivered_at=at,
@@ -290,7 +290,7 @@ def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPo
         EventAttempt.insert_many(
             [
                 {
-                    "delivery_id": due.delivery.id,
+                    "delivery_id": due.dispatch.id,
                     "at": attempt.at,
                     "status_code": attempt.status_code,
                     "error": attempt.error,
@@ -317,7 +317,7 @@ def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPo
 
 
 def _write_failure(due: Due, attempt: Attempt, policy: RetryPolicy, done: Written) -> None:
-    d = due.delivery
+    d = due.dispatch
     first = d.first_attempt_at or attempt.at
     done.failed.append(d.endpoint_id)
     give_up = (attempt.at - first).total_seconds() >= policy.retry_for_s
@@ -341,7 +341,7 @@ def _write_failure(due: Due, attempt: Attempt, policy: RetryPolicy, done: Writte
     ).execute()
     if give_up:
         log.warning(
-            "event delivery %s to %s failed for %s s: given up after %d attempts (%s)",
+            "event dispatch %s to %s failed for %s s: given up after %d attempts (%s)",
             d.webhook_id,
             d.endpoint_id,
             policy.retry_for_s,
@@ -387,8 +387,8 @@ def _write_health(endpoint_id: str, tried: list[Attempt], disable_after_s: int) 
 
 
 def next_due_s(enabled: list[str], now: datetime) -> float | None:
-    """Seconds until a delivery to an enabled endpoint may be due (0: one is), None when none
-    is pending. Queues behind a failed delivery are not counted (they wait for an operator)."""
+    """Seconds until a dispatch to an enabled endpoint may be due (0: one is), None when none
+    is pending. Queues behind a failed dispatch are not counted (they wait for an operator)."""
     if not enabled:
         return None
     earliest = (
@@ -406,7 +406,7 @@ def next_due_s(enabled: list[str], now: datetime) -> float | None:
 
 
 def work_waiting(enabled: list[str], now: datetime) -> bool:
-    """Whether an event waits for fan-out or a delivery is due (the scheduled sweep's question)."""
+    """Whether an event waits for fan-out or a dispatch is due (the scheduled sweep's question)."""
     if Event.select().where(Event.fanned_out == False).exists():  # noqa: E712 - SQL
         return True
     due = next_due_s(enabled, now)
@@ -414,7 +414,7 @@ def work_waiting(enabled: list[str], now: datetime) -> bool:
 
 
 class Engine:
-    """Fan-out and delivery for one drain: chains run on `pool`, each written when it is done."""
+    """Fan-out and sending for one drain: chains run on `pool`, each written when it is done."""
 
     def __init__(
         self,
@@ -442,7 +442,7 @@ class Engine:
         return self.senders[key]
 
     def enabled(self) -> list[str]:
-        """The endpoints deliveries go to now: enabled, and able to sign."""
+        """The endpoints events go to now: enabled, and able to sign."""
         return [ep.id for ep in self.endpoints if ep.sendable]
 
     def refresh(self, force: bool = False) -> None:
@@ -473,7 +473,7 @@ class Engine:
             for i in range(0, len(chains), per_task):
                 batch = chains[i : i + per_task]
                 future = self.pool.submit(send_chains, sender, batch)
-                self.in_flight[future] = (ep.id, {c[0].delivery.entity for c in batch})
+                self.in_flight[future] = (ep.id, {c[0].dispatch.entity for c in batch})
                 started += len(batch)
         return started
 
