@@ -18,6 +18,7 @@ from testkit.servers import wait_until
 from webhooks.events import endpoints, sender
 from webhooks.events import log as events_log
 from webhooks.events.outbox import WALLET_TYPES
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.storage.db import db
 from webhooks.storage.models import Event, EventDispatch, utcnow
 
@@ -187,23 +188,25 @@ def event_rows() -> list[dict]:
         return rows
 
 
-def sale_item(publisher_id: str, lead_id: str, payout: str = "4.00", price: str = "40.00") -> dict:
+def sale_item(publisher_id: str, lead_id: str, payout: str = "4.00", price: str = "40.00") -> SettlementItem:
     """A sale's settlement item, as the settlement worker hands it to leads.ledger.settle (which
     writes its lead.sold event with it): for tests and benches that need sales in numbers."""
     now = datetime.now(timezone.utc).isoformat()
-    return {
-        "publisher_id": publisher_id,
-        "lead_id": lead_id,
-        "status": "sold",
-        "buyer_id": "acme",
-        "price": price,
-        "commission": payout,
-        "attempts": [{"buyer_id": "acme", "outcome": "accepted", "ms": 12}],
-        "skipped": [],
-        "payload": "{}",
-        "received_at": now,
-        "sold_at": now,
-        "lease": ["acme", f"l-{publisher_id}-{lead_id}"],
-        "reserved_us": None,
-        "request_id": None,
-    }
+    return SettlementItem.from_dict(
+        {
+            "publisher_id": publisher_id,
+            "lead_id": lead_id,
+            "status": "sold",
+            "buyer_id": "acme",
+            "price": price,
+            "commission": payout,
+            "attempts": [{"buyer_id": "acme", "outcome": "accepted", "ms": 12}],
+            "skipped": [],
+            "payload": "{}",
+            "received_at": now,
+            "sold_at": now,
+            "lease": ["acme", f"l-{publisher_id}-{lead_id}"],
+            "reserved_us": None,
+            "request_id": None,
+        }
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import time
@@ -16,6 +15,7 @@ from rq import get_current_job
 
 from webhooks.caps import leases
 from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.payments import gate
 from webhooks.storage import keys, outbox_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
@@ -108,11 +108,11 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     return written
                 r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
                 if batch:
-                    items = [json.loads(x) for x in batch]
+                    items = [SettlementItem.from_json(x) for x in batch]
                     written += ledger.settle(items)
-                    if any(i["status"] == "sold" for i in items):
+                    if any(i.sold for i in items):
                         outbox_queue.wake(r, queue(r))  # their lead.sold events
-                    leases.release_settled(b.store.redis, [tuple(i["lease"]) for i in items if i.get("lease")])
+                    leases.release_settled(b.store.redis, [i.lease for i in items if i.lease])
                     r.delete(processing)
                 if stop.requested or time.monotonic() - started > time_budget_s:
                     # Hand over to a fresh job (the flag stays set): no job runs for ever, and

@@ -289,7 +289,7 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     r = queue_server.client()  # the settlement lists' Redis
     journal = settlement.Journal(r, queue(Redis(port=queue_server.port)), 600, claims=store)
     journal._watcher = threading.current_thread()  # no watcher thread: this test calls check_epoch itself
-    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
+    pub = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
     items = []
     for i in range(5):
         out = Outcome(
@@ -300,7 +300,16 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
             lease=Lease("acme", f"lease-j{i}", ()),
             attempts=[{"buyer_id": "acme", "outcome": "accepted", "ms": 5}],
         )
-        items.append(settlement.make_item(pub, f"j{i}", out, "{}", datetime.now(timezone.utc), None))
+        items.append(
+            settlement.make_item(
+                publisher=pub,
+                lead_id=f"j{i}",
+                outcome=out,
+                payload="{}",
+                received_at=datetime.now(timezone.utc),
+                request_id=None,
+            )
+        )
         journal.push(items[-1])
     journal.check_epoch()  # the epoch this process knows
     with db.connection_context():

@@ -74,7 +74,7 @@ def traffic(api, buyer_server, worker):
     )
     assert resp.status_code == 200
     # the day before, through the settlement path the worker runs
-    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
+    pub = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
     sold = Outcome(LeadStatus.SOLD, "acme", Decimal("10.00"), YESTERDAY)
 
     class Lease:  # what make_item reads of a confirmed lease
@@ -82,8 +82,12 @@ def traffic(api, buyer_server, worker):
 
     sold.lease = Lease()  # type: ignore[assignment]
     items = [
-        settlement.make_item(pub, "y-tx", sold, "{}", YESTERDAY, None),
-        settlement.make_item(pub, "y-ca", Outcome(), "{}", YESTERDAY, None),
+        settlement.make_item(
+            publisher=pub, lead_id="y-tx", outcome=sold, payload="{}", received_at=YESTERDAY, request_id=None
+        ),
+        settlement.make_item(
+            publisher=pub, lead_id="y-ca", outcome=Outcome(), payload="{}", received_at=YESTERDAY, request_id=None
+        ),
     ]
     with db.connection_context():
         assert ledger.settle(items) == 2

@@ -6,6 +6,7 @@ lead's body at once. Real Redis and database; the purge runs as `flask leads pur
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -14,6 +15,7 @@ import pytest
 from webhooks import services
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
@@ -23,12 +25,12 @@ from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher
 from webhooks.storage.scripts import Lease
 from webhooks.storage.states import LeadStatus
 
-PUB = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
+PUB = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
 NOW = datetime.now(timezone.utc)
 BODY = '{"lead_id": "%s", "email": "ada@example.com", "phone": "+15125550100"}'
 
 
-def _item(lead_id: str, age_days: float, status: str) -> dict:
+def _item(lead_id: str, age_days: float, status: str) -> SettlementItem:
     at = NOW - timedelta(days=age_days)
     if status in (LeadStatus.SOLD, LeadStatus.RETURNED, LeadStatus.TEST_SOLD):
         out = Outcome(
@@ -45,9 +47,11 @@ def _item(lead_id: str, age_days: float, status: str) -> dict:
     else:
         out = Outcome(attempts=[{"buyer_id": "zen", "outcome": "rejected", "ms": 12}])
     test = status.startswith("test_")
-    item = settlement.make_item(PUB, lead_id, out, BODY % lead_id, at, None, test=test)
+    item = settlement.make_item(
+        publisher=PUB, lead_id=lead_id, outcome=out, payload=BODY % lead_id, received_at=at, request_id=None, test=test
+    )
     if status == LeadStatus.RETURNED:
-        item["status"] = LeadStatus.RETURNED
+        return replace(item, status=LeadStatus.RETURNED)
     return item
 
 
@@ -79,7 +83,7 @@ def _ledger() -> dict[str, tuple]:
         for a in LeadAttempt.select():
             attempts[a.lead_id] += 1
         return {
-            r.lead_id: (r.payload, r.status, r.buyer_id, r.price, r.commission, r.received_at, attempts.get(r.lead_id))
+            r.lead_id: (r.payload, r.status, r.buyer_id, r.price, r.payout, r.received_at, attempts.get(r.lead_id))
             for r in rows
         }
 
@@ -153,7 +157,7 @@ def test_erasing_a_leads_personal_data_empties_its_body_keeps_its_sale_and_is_au
 def test_erasing_an_unknown_or_ambiguous_lead_is_404_or_409_as_get(aged, api):
     with db.connection_context():
         Publisher.create(id="other", name="Other", api_key_hash="i" * 64, api_key_hint="abcd", commission_pct=10)
-        ledger.settle([{**_item("unsold-new", 1, LeadStatus.UNSOLD), "publisher_id": "other"}])
+        ledger.settle([replace(_item("unsold-new", 1, LeadStatus.UNSOLD), publisher_id="other")])
     url = f"{api.base}/v1/admin/leads/%s/personal-data"
     assert api.http.delete(url % "nope", headers=api.admin).status_code == 404
     ambiguous = api.http.delete(url % "unsold-new", headers=api.admin)

@@ -211,8 +211,10 @@ def test_a_return_after_the_sales_day_rolled_over_leaves_the_new_days_cap_alone(
         sold_at=yesterday,
         lease=leases.Lease("acme", "old-lease", ()),
     )
-    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
-    item = settlement.make_item(pub, "old-1", out, "{}", yesterday, None)
+    pub = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
+    item = settlement.make_item(
+        publisher=pub, lead_id="old-1", outcome=out, payload="{}", received_at=yesterday, request_id=None
+    )
     with db.connection_context():
         assert ledger.settle([item]) == 1
     resp = api.http.post(f"{api.base}/v1/admin/leads/old-1/return", headers=api.admin)

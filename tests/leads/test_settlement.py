@@ -21,6 +21,7 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegis
 from testkit.servers import Proc, TcpProxy, venv_bin, wait_until
 from webhooks.caps import leases
 from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
@@ -32,10 +33,10 @@ from workers import schedule
 
 pytestmark = pytest.mark.e2e  # RQ worker processes of its own, killed -9
 
-PUB = PublisherRule(id="pub", active=True, commission_pct=Decimal("10"))
+PUB = PublisherRule(id="pub", active=True, payout_pct=Decimal("10"))
 
 
-def sold_item(lead_id: str, price: str = "20.00") -> dict:
+def sold_item(lead_id: str, price: str = "20.00") -> SettlementItem:
     out = Outcome(
         status="sold",
         buyer_id="acme",
@@ -47,7 +48,14 @@ def sold_item(lead_id: str, price: str = "20.00") -> dict:
             {"buyer_id": "acme", "outcome": "accepted", "ms": 41},
         ],
     )
-    return settlement.make_item(PUB, lead_id, out, '{"lead_id": "%s"}' % lead_id, datetime.now(timezone.utc), "req-1")
+    return settlement.make_item(
+        publisher=PUB,
+        lead_id=lead_id,
+        outcome=out,
+        payload='{"lead_id": "%s"}' % lead_id,
+        received_at=datetime.now(timezone.utc),
+        request_id="req-1",
+    )
 
 
 @pytest.fixture
@@ -97,8 +105,8 @@ class IsolatedQueue:
         self.workers.append(proc)
         return proc
 
-    def push(self, *items: dict) -> None:
-        settle_queue.push(self.client, self.queue, [json.dumps(i) for i in items])
+    def push(self, *items: SettlementItem) -> None:
+        settle_queue.push(self.client, self.queue, [i.to_json() for i in items])
 
     def close(self) -> None:
         for w in self.workers:

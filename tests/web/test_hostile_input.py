@@ -274,13 +274,22 @@ def test_the_journal_keeps_what_it_needs_within_its_byte_budget(database_url, qu
     budget = 4 * 1024 * 1024
     journal = settlement.Journal(r, queue(Redis(port=queue_server.port, db=7)), 600, max_bytes=budget)
     journal._watcher = threading.current_thread()  # this test calls check_epoch itself
-    pub = PublisherRule(id="surge", active=True, commission_pct=Decimal("10"))
+    pub = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
     payloads = []
     for i in range(2000):  # random, so that compression cannot hide their size
         rng = random.Random(i)
         note = "".join(chr(0x1F600 + rng.randrange(80)) for _ in range(4000)) + rng.randbytes(8000).hex()
         payloads.append(json.dumps({"note": note}, ensure_ascii=False))
-        journal.push(settlement.make_item(pub, f"e{i}", Outcome(), payloads[-1], datetime.now(timezone.utc), None))
+        journal.push(
+            settlement.make_item(
+                publisher=pub,
+                lead_id=f"e{i}",
+                outcome=Outcome(),
+                payload=payloads[-1],
+                received_at=datetime.now(timezone.utc),
+                request_id=None,
+            )
+        )
         if i % 200 == 199:
             r.delete(keys.SETTLE_PENDING)  # the worker drains as it goes
     assert journal.bytes <= budget and len(journal.entries) == 2000

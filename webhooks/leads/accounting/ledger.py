@@ -15,6 +15,7 @@ import peewee as pw
 
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.events import outbox
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
 from webhooks.leads.posting.delivery import UNKNOWN
 from webhooks.leads.rules.buyers import BuyerRule
@@ -34,32 +35,32 @@ def _naive_utc(iso: str | None) -> datetime | None:
     return datetime.fromisoformat(iso).replace(tzinfo=None)
 
 
-def _lead_row(item: dict[str, Any], now: datetime) -> dict[str, Any]:
+def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
     return {
-        "publisher_id": item["publisher_id"],
-        "lead_id": item["lead_id"],
-        "status": item["status"],
-        "buyer_id": item["buyer_id"],
-        "price": item["price"],
-        "commission": item["commission"],
-        "payload": item["payload"],
-        "received_at": _naive_utc(item["received_at"]),
-        "sold_at": _naive_utc(item["sold_at"]),
+        "publisher_id": item.publisher_id,
+        "lead_id": item.lead_id,
+        "status": item.status,
+        "buyer_id": item.buyer_id,
+        "price": item.price,
+        "payout": item.payout,
+        "payload": item.payload,
+        "received_at": _naive_utc(item.received_at),
+        "sold_at": _naive_utc(item.sold_at),
         "settled_at": now,
-        "request_id": item.get("request_id"),
-        "lease_id": item["lease"][1] if item.get("lease") else None,
-        "reserved_us": item.get("reserved_us"),
-        "skipped": json.dumps(item["skipped"], separators=(",", ":")) if item.get("skipped") else None,
+        "request_id": item.request_id,
+        "lease_id": item.lease[1] if item.lease else None,
+        "reserved_us": item.reserved_us,
+        "skipped": json.dumps(list(item.skipped), separators=(",", ":")) if item.skipped else None,
     }
 
 
-def _write_extras(new: list[dict[str, Any]], now: datetime) -> None:
-    """Attempts, commission, report, event and audit rows of leads whose row was just inserted:
+def _write_extras(new: list[SettlementItem], now: datetime) -> None:
+    """Attempts, payout, report, event and audit rows of leads whose row was just inserted:
     a sale's `lead.sold` event is written with it (none for a test lead: never a sale)."""
     attempts = [
         {
-            "publisher_id": i["publisher_id"],
-            "lead_id": i["lead_id"],
+            "publisher_id": i.publisher_id,
+            "lead_id": i.lead_id,
             "seq": seq,
             "buyer_id": a["buyer_id"],
             "outcome": a["outcome"],
@@ -67,23 +68,23 @@ def _write_extras(new: list[dict[str, Any]], now: datetime) -> None:
             "bid": a.get("bid"),
         }
         for i in new
-        for seq, a in enumerate(i["attempts"], 1)
+        for seq, a in enumerate(i.attempts, 1)
     ]
     if attempts:
         LeadAttempt.insert_many(attempts).execute()
-    commissions: dict[str, Decimal] = {}
+    payouts: dict[str, Decimal] = {}
     for i in new:
-        if i["commission"]:
-            commissions[i["publisher_id"]] = commissions.get(i["publisher_id"], 0) + Decimal(i["commission"])
-    for publisher_id, amount in commissions.items():
+        if i.payout:
+            payouts[i.publisher_id] = payouts.get(i.publisher_id, Decimal(0)) + Decimal(i.payout)
+    for publisher_id, amount in payouts.items():
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
     count_settled(new)
     outbox.record_many(
         [
-            outbox.lead_event(outbox.EventType.LEAD_SOLD, i["publisher_id"], i["lead_id"], _payout(i))
+            outbox.lead_event(outbox.EventType.LEAD_SOLD, i.publisher_id, i.lead_id, _payout(i))
             for i in new
-            if i["status"] == "sold"
+            if i.status == "sold"
         ],
         now,
     )
@@ -92,13 +93,13 @@ def _write_extras(new: list[dict[str, Any]], now: datetime) -> None:
         "lead",
         [
             (
-                f"lead.{i['status']}",
-                f"{i['publisher_id']}:{i['lead_id']}",
+                f"lead.{i.status}",
+                f"{i.publisher_id}:{i.lead_id}",
                 {
-                    "buyer_id": i["buyer_id"],
-                    "price": i["price"],
-                    "commission": i["commission"],
-                    "attempts": len(i["attempts"]),
+                    "buyer_id": i.buyer_id,
+                    "price": i.price,
+                    "commission": i.payout,
+                    "attempts": len(i.attempts),
                 },
             )
             for i in new
@@ -106,17 +107,17 @@ def _write_extras(new: list[dict[str, Any]], now: datetime) -> None:
     )
 
 
-def _payout(item: dict[str, Any]) -> str:
-    return f"{Decimal(item['commission'] or 0):.2f}"
+def _payout(item: SettlementItem) -> str:
+    return f"{Decimal(item.payout or 0):.2f}"
 
 
-def settle(items: list[dict[str, Any]]) -> int:
+def settle(items: Iterable[SettlementItem]) -> int:
     """Write settlements; return how many were new. Safe to repeat: the lead's unique key
-    (publisher, lead_id) decides, and only a new lead row brings its attempts, commission and
+    (publisher, lead_id) decides, and only a new lead row brings its attempts, payout and
     audit entry. A batch is written with a handful of statements in one transaction; if any
     lead of it was settled before, the batch is written again lead by lead."""
     now = utcnow()
-    unique = list({(i["publisher_id"], i["lead_id"]): i for i in items}.values())
+    unique = list({(i.publisher_id, i.lead_id): i for i in items}.values())
     try:
         with db.atomic():
             Lead.insert_many([_lead_row(i, now) for i in unique]).execute()
@@ -155,7 +156,7 @@ def lead_record(lead: Lead) -> dict[str, Any]:
         "test": test,
         "buyer_id": lead.buyer_id,
         "price": None if lead.price is None else f"{Decimal(lead.price):.2f}",
-        "commission": None if lead.commission is None else f"{Decimal(lead.commission):.2f}",
+        "commission": None if lead.payout is None else f"{Decimal(lead.payout):.2f}",
         "attempts": [_attempt(a) for a in attempts],
         # a buyer may hold this lead without it being sold (its routing died): see docs/api.md
         "review": any(a.outcome == UNKNOWN for a in attempts),

@@ -14,6 +14,7 @@ from typing import Any, cast
 import peewee as pw
 
 from webhooks import csvsafe
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.storage.db import is_mysql
 from webhooks.storage.models import Lead, LeadStats
 from webhooks.storage.states import LeadStatus
@@ -38,29 +39,29 @@ class _Delta:
     payout: Decimal = ZERO
 
 
-def count_settled(items: Iterable[dict[str, Any]]) -> None:
+def count_settled(items: Iterable[SettlementItem]) -> None:
     """Add newly settled leads (settlement items) to their hours, in the caller's transaction."""
     deltas: dict[tuple[datetime, str, str], _Delta] = {}
     for item in items:
-        if item["status"] not in (LeadStatus.SOLD, LeadStatus.UNSOLD):
+        if item.status not in (LeadStatus.SOLD, LeadStatus.UNSOLD):
             continue  # a test lead
-        at = datetime.fromisoformat(item["received_at"])  # aware UTC, as the web process wrote it
+        at = datetime.fromisoformat(item.received_at)  # aware UTC, as the web process wrote it
         if at.tzinfo is not None:
             at = at.astimezone(timezone.utc)
-        key = (_hour(at), item["publisher_id"], item["buyer_id"] or "")
+        key = (_hour(at), item.publisher_id, item.buyer_id or "")
         d = deltas.setdefault(key, _Delta())
         d.leads += 1
-        if item["status"] == LeadStatus.SOLD:
+        if item.status == LeadStatus.SOLD:
             d.sold += 1
-            d.revenue += Decimal(item["price"])
-            d.payout += Decimal(item["commission"] or 0)
+            d.revenue += Decimal(item.price or 0)
+            d.payout += Decimal(item.payout or 0)
     for key, d in sorted(deltas.items()):
         _add(key, d)
 
 
 def count_returned(lead: Lead) -> None:
     """A sold lead returned: counted as returned, its price and payout out of the sums."""
-    delta = _Delta(returned=1, revenue=-Decimal(lead.price or 0), payout=-Decimal(lead.commission or 0))
+    delta = _Delta(returned=1, revenue=-Decimal(lead.price or 0), payout=-Decimal(lead.payout or 0))
     _add((_hour(lead.received_at), lead.publisher_id, lead.buyer_id or ""), delta)
 
 

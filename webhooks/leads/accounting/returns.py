@@ -72,12 +72,10 @@ def return_lead(
         )
         if not won:  # a concurrent return committed first
             raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
-        if lead.commission:
-            Publisher.update(balance=Publisher.balance - lead.commission).where(
-                Publisher.id == lead.publisher_id
-            ).execute()
+        if lead.payout:
+            Publisher.update(balance=Publisher.balance - lead.payout).where(Publisher.id == lead.publisher_id).execute()
         reports.count_returned(lead)
-        payout = f"{lead.commission or 0:.2f}"
+        payout = f"{lead.payout or 0:.2f}"
         returned = outbox.EventType.LEAD_RETURNED
         outbox.record(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
         audit.record(
@@ -85,7 +83,7 @@ def return_lead(
             "lead.returned",
             "lead",
             f"{lead.publisher_id}:{lead.lead_id}",
-            {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.commission, "reason": reason},
+            {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.payout, "reason": reason},
         )
     given_back = _give_back_slot(store, BuyerRule.from_row(buyer), lead, now)
     log.info(

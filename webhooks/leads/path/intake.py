@@ -199,7 +199,13 @@ class Intake:
             ctx = replace(ctx, caps=())
         outcome = self._route(ctx, route, got.dead_note, first, snapshot)
         item = settlement.make_item(
-            publisher, lead_id, outcome, payload, received_at, request_id, test and got.dead_note is None
+            publisher=publisher,
+            lead_id=lead_id,
+            outcome=outcome,
+            payload=payload,
+            received_at=received_at,
+            request_id=request_id,
+            test=test and got.dead_note is None,
         )
         holder = settlement.end_in_time(self.settlement, ctx, outcome, item)
         if holder is not None:  # the claim expired under a stalled process: the holder's answer

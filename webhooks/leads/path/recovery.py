@@ -18,6 +18,7 @@ from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.path.routing import Offer, Outcome, attempt_record, idempotency_key
@@ -225,13 +226,22 @@ class Sweeper:
                 deadline=started + claim_ttl / 1000,
             )
             outcome = reoffer(store, deliverer, buyers, ctx, note)
-            item = settlement.make_item(publisher, ctx.lead_id, outcome, note["payload"], ctx.now, ctx.request_id)
+            item = settlement.make_item(
+                publisher=publisher,
+                lead_id=ctx.lead_id,
+                outcome=outcome,
+                payload=note["payload"],
+                received_at=ctx.now,
+                request_id=ctx.request_id,
+            )
         except BaseException:
             claims.release(store, claim)  # the note stays: a retry or the next sweep takes the lead
             raise
 
-        def queue_item(item: dict, batch: Batch | None, _answer: str) -> None:
-            settle_queue.push(settle.redis, queue, [json.dumps(item, separators=(",", ":"))], batch, item["request_id"])
+        def queue_item(item: SettlementItem, batch: Batch | None, _answer: str) -> None:
+            # the sweep's JSON as it has always been queued, non-ASCII escaped (the same item to a reader)
+            raw = json.dumps(item.to_dict(), separators=(",", ":"))
+            settle_queue.push(settle.redis, queue, [raw], batch, item.request_id)
 
         ending = settlement.Settlement(
             store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s

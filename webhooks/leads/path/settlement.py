@@ -13,13 +13,12 @@ them.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
 import time
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rq import Queue
 
 from webhooks.caps import leases
+from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import answers
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.posting.delivery import ACCEPTED
@@ -50,20 +50,21 @@ CENTS = Decimal("0.01")
 LEDGER_CHECK_S = 2.0  # after a loss, how long a journal asks the ledger what it has already
 
 
-def commission(price: Decimal, pct: Decimal) -> Decimal:
+def percent_payout(price: Decimal, pct: Decimal) -> Decimal:
     return (price * pct / 100).quantize(CENTS, rounding=ROUND_HALF_UP)
 
 
 def payout(publisher: PublisherRule, price: Decimal) -> Decimal:
     """What the publisher earns for a lead sold at `price` under its payout rule now: a fixed
-    amount, or its percentage of the price. The ledger keeps it per sale (`commission`), so a
-    later change of the rule applies to later sales only, and a return takes back this one."""
+    amount, or its percentage of the price. The ledger keeps it per sale (column `commission`),
+    so a later change of the rule applies to later sales only, and a return takes back this one."""
     if publisher.payout_fixed is not None:
         return publisher.payout_fixed
-    return commission(price, publisher.commission_pct)
+    return percent_payout(price, publisher.payout_pct)
 
 
 def make_item(
+    *,
     publisher: PublisherRule,
     lead_id: str,
     outcome: Outcome,
@@ -71,59 +72,57 @@ def make_item(
     received_at: datetime,
     request_id: str | None,
     test: bool = False,
-) -> dict[str, Any]:
+) -> SettlementItem:
     """The settlement of a routed lead. A test lead's records what it would have become
     (status test_sold / test_unsold, the buyer and price that would have bought it) and
     earns nothing: the ledger counts no test lead as a sale."""
-    item: dict[str, Any] = {
-        "publisher_id": publisher.id,
-        "lead_id": lead_id,
-        "status": outcome.status,
-        "buyer_id": outcome.buyer_id,
-        "price": None,
-        "commission": None,
-        "attempts": outcome.attempts,
-        "skipped": outcome.skipped,
-        "payload": payload,
-        "received_at": received_at.isoformat(),
-        "sold_at": None,
-        "lease": None,
-        "reserved_us": None,
-        "request_id": request_id,
-    }
+    item = SettlementItem(
+        publisher_id=publisher.id,
+        lead_id=lead_id,
+        status=outcome.status,
+        buyer_id=outcome.buyer_id,
+        price=None,
+        payout=None,
+        attempts=tuple(outcome.attempts),
+        skipped=tuple(outcome.skipped),
+        payload=payload,
+        received_at=received_at.isoformat(),
+        request_id=request_id,
+    )
     if test:  # what it would have become, with nothing sold, earned or attempted
         sold = outcome.status == LeadStatus.SOLD and outcome.price is not None
-        item.update(
+        return replace(
+            item,
             status=LeadStatus.TEST_SOLD if sold else LeadStatus.TEST_UNSOLD,
             price=f"{outcome.price:.2f}" if sold and outcome.price is not None else None,
-            attempts=[],
+            attempts=(),
         )
-        return item
-    if outcome.status == LeadStatus.SOLD:  # the sale's columns, in their places above
+    if outcome.status == LeadStatus.SOLD:  # the sale's fields
         price, sold_at, lease = outcome.price, outcome.sold_at, outcome.lease
         assert price is not None and sold_at is not None and lease is not None  # a sale has all three
-        item.update(
+        return replace(
+            item,
             price=f"{price:.2f}",
-            commission=f"{payout(publisher, price):.2f}",
+            payout=f"{payout(publisher, price):.2f}",
             sold_at=sold_at.isoformat(),
-            lease=[lease.buyer_id, lease.lease_id],
+            lease=(lease.buyer_id, lease.lease_id),
             reserved_us=lease.reserved_us,
         )
     return item
 
 
-def answer_of(item: dict) -> dict:
+def answer_of(item: SettlementItem) -> dict[str, Any]:
     """The publisher's answer for a settlement item (docs/api.md "POST /v1/leads"); a test lead's
     says what it would have become, marked `"test": true`."""
-    answer = {
-        "lead_id": item["lead_id"],
-        "status": item["status"],
-        "buyer_id": item["buyer_id"],
-        "price": item["price"],
-        "attempts": item["attempts"],
+    answer: dict[str, Any] = {
+        "lead_id": item.lead_id,
+        "status": item.status,
+        "buyer_id": item.buyer_id,
+        "price": item.price,
+        "attempts": [dict(a) for a in item.attempts],
     }
-    if item["status"] in TEST_STATUSES:
-        answer.update(status=TEST_STATUSES[item["status"]], test=True)
+    if item.status in TEST_STATUSES:
+        answer.update(status=TEST_STATUSES[item.status], test=True)
     return answer
 
 
@@ -143,11 +142,10 @@ class _Entry:
 
     def raw(self) -> str:
         """The settlement as it was pushed (an empty payload once the budget dropped it)."""
-        item = json.loads(self.head)
-        item["payload"] = "" if self.payload is None else _unpack(self.payload)
+        item = SettlementItem.from_json(self.head)
         if self.payload is None:
-            item["payload_dropped"] = True
-        return _dumps(item)
+            return replace(item, payload="", payload_dropped=True).to_json()
+        return replace(item, payload=_unpack(self.payload)).to_json()
 
 
 ENTRY_OVERHEAD = 400  # bytes an entry costs besides its strings (objects, deque slot)
@@ -162,11 +160,6 @@ def _pack(payload: str) -> bytes:
 
 def _unpack(packed: bytes) -> str:
     return (zlib.decompress(packed[1:]) if packed[:1] == _PACKED else packed[1:]).decode()
-
-
-def _dumps(item: dict) -> str:
-    """Settlement JSON as it is queued: UTF-8 as is (escaping it would triple an emoji-heavy lead)."""
-    return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
 
 
 class Journal:
@@ -198,19 +191,19 @@ class Journal:
         self._unrestored: list[tuple[LeadKey, str]] = []  # (lead, answer) to put back after a loss
         self._watcher: threading.Thread | None = None
 
-    def push(self, item: dict, batch: Batch | None = None, answer: str | None = None) -> None:
+    def push(self, item: SettlementItem, batch: Batch | None = None, answer: str | None = None) -> None:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
         publisher was given, in the form its claim keeps (`answer`, leads/path/answers.py)."""
-        raw = _dumps(item)
+        raw = item.to_json()
         entry = _Entry(
-            time.monotonic(),
-            _dumps({**item, "payload": None}),
-            _pack(item["payload"]),
-            answer or answers.remember(answer_of(item)),
-            (item["publisher_id"], item["lead_id"]),
+            at=time.monotonic(),
+            head=replace(item, payload="").to_json(),
+            payload=_pack(item.payload),
+            answer=answer or answers.remember(answer_of(item)),
+            lead=(item.publisher_id, item.lead_id),
         )
         self._remember(entry)
-        push(self.settle_r, self.queue, [raw], batch, item.get("request_id"))
+        push(self.settle_r, self.queue, [raw], batch, item.request_id)
         self.start_watching()
 
     def _remember(self, entry: _Entry) -> None:
@@ -310,7 +303,7 @@ class Journal:
             time.sleep(self.CHECK_INTERVAL_S)
 
 
-def _settled(entries: list, budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, str]]:
+def _settled(entries: list[_Entry], budget_s: float = LEDGER_CHECK_S) -> set[tuple[str, str]]:
     """The journal entries' leads the ledger has already: not pushed again after a loss (tens
     of thousands a process, each drained again by the worker and read by every counter
     rebuild). The ledger is asked for `budget_s` at most (the counter rebuilds wait for the
@@ -346,12 +339,12 @@ class Settlement:
 
     store: Store
     settle: Store
-    queue_item: Callable[[dict, Batch | None, str], None]
+    queue_item: Callable[[SettlementItem, Batch | None, str], None]
     breaker: BreakerRule
     replay_ttl_s: int
 
 
-def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, keep_claim: bool = False) -> None:
+def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, keep_claim: bool = False) -> None:
     """End a routed lead in one round trip: confirm its lease (a sale), remember the answer
     (leads/path/answers.py) for the publisher's replays and forget the attempt note (if the claim still holds
     `token`), and queue the settlement. The one end of a lead, for a request
@@ -366,7 +359,7 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, keep_claim
         if outcome.lease is not None:
             leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
         if not keep_claim:
-            batch.answer_lead(LeadKey(item["publisher_id"], item["lead_id"]), token, answer, s.replay_ttl_s)
+            batch.answer_lead(LeadKey(item.publisher_id, item.lead_id), token, answer, s.replay_ttl_s)
         if s.settle is s.store:
             s.queue_item(item, batch, answer)  # the settlement shares the round trip
         else:
@@ -376,7 +369,7 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: dict, keep_claim
         settle_directly(item)
 
 
-def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: dict) -> str | None:
+def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: SettlementItem) -> str | None:
     """`end_lead`, for a request and for the sweep alike. Near or past the claim's end (a stalled
     process: the claim may be another request's now) the answer is written first, token-checked,
     and the lead ends without touching the claim; when another request holds the claim by then,
@@ -403,7 +396,7 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: dict) -
     return None
 
 
-def settle_directly(item: dict) -> None:
+def settle_directly(item: SettlementItem) -> None:
     """Write one settlement synchronously: the fallback when its queue is unreachable."""
     from webhooks.leads.accounting.ledger import settle
     from webhooks.storage.db import UNAVAILABLE_ERRORS, db
@@ -411,6 +404,6 @@ def settle_directly(item: dict) -> None:
     try:
         with db.connection_context():
             settle([item])
-        log.warning("settlement queue unreachable: lead %s:%s written directly", item["publisher_id"], item["lead_id"])
+        log.warning("settlement queue unreachable: lead %s:%s written directly", item.publisher_id, item.lead_id)
     except UNAVAILABLE_ERRORS:
-        log.error("settlement LOST from queue and database, recover it from this line: %s", json.dumps(item))
+        log.error("settlement LOST from queue and database, recover it from this line: %s", item.to_json())

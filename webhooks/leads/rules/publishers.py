@@ -223,12 +223,12 @@ def to_json(row: Publisher) -> dict[str, Any]:
 class PublisherRule:
     id: str
     active: bool
-    commission_pct: Decimal
+    payout_pct: Decimal  # the percent payout (the API's and the column's commission_pct)
     routing: str = "waterfall"
     rate_limit: RateLimit | None = None  # None: the PUBLISHER_RATE_LIMIT default
     spec: quality.FieldSpec | None = None  # the lead spec (`fields`); None: leads are not checked
     mode: str = "live"  # test: every lead of the publisher is a test lead
-    payout_fixed: Decimal | None = None  # a fixed payout per sold lead; None: commission_pct of the price
+    payout_fixed: Decimal | None = None  # a fixed payout per sold lead; None: payout_pct of the price
     caps: tuple[tuple[str, int], ...] = ()  # (hourly | daily, leads accepted per UTC window)
 
     @classmethod
@@ -239,7 +239,7 @@ class PublisherRule:
         return cls(
             id=row.id,
             active=bool(row.active),
-            commission_pct=Decimal(row.commission_pct),
+            payout_pct=Decimal(row.commission_pct),
             routing=row.routing,
             rate_limit=_rate_of(row),
             spec=spec,
