@@ -15,7 +15,7 @@ import tracemalloc
 
 import jmespath
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from webhooks.errors import ValidationError
@@ -322,6 +322,10 @@ _SIZES = st.sampled_from([1, 2, 10, 1000, 100_000, 10_000_000, 400_000_000])
 
 @settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(_STEPS, _SIZES), min_size=1, max_size=6))
+# Found by this test: a method of `|tojson`'s Markup (a str subclass that escapes its arguments)
+# went unmeasured, and its 50 MB result was made before the budget saw it.
+@example([("|tojson", 1), (".replace('a', 'b' * {n})", 1000)])
+@example([("|tojson", 1), (".replace('', 'xy')", 1)])
 def test_any_template_chain_renders_within_its_allocation_budget(chain):
     expr = "(lead.s|default('a\tb'))"
     for step, n in chain:

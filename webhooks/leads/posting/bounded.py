@@ -216,6 +216,9 @@ _RE2_OPTIONS.never_capture = True  # only "is there a match" is asked: RE2's fas
 _WIDTH_METHODS = {"center", "ljust", "rjust", "zfill"}
 
 
+_ESCAPE_GROWTH = 5  # the most HTML escaping makes of one character ("&#34;" for `"`)
+
+
 def str_method_size(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     """An upper bound of the length of `method(*args, **kwargs)` when `method` is a str (or
     bytes) method whose result an argument can make large, or int.to_bytes; None for any
@@ -228,18 +231,24 @@ def str_method_size(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         return None
     n = len(owner)
     first = args[0] if args else None
+    # A subclass may escape what it is given first (Markup, what `|tojson` returns, makes a
+    # `"` into `&#34;`): what its arguments add is counted five times over.
+    grows = 1 if type(owner) in (str, bytes, bytearray) else _ESCAPE_GROWTH
+    text = str if isinstance(owner, str) else (bytes, bytearray)
     if name in _WIDTH_METHODS:
         return max(n, _int(first if args else kwargs.get("width")))
     if name == "expandtabs":
         tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
         return n + tabs * _int(first if args else kwargs.get("tabsize", 8))
-    if name == "replace" and len(args) >= 2 and all(isinstance(a, type(owner)) for a in args[:2]):
+    if name == "replace" and len(args) >= 2 and all(isinstance(a, text) for a in args[:2]):
         old, new = args[0], args[1]
-        hits = owner.count(old)  # n + 1 for an empty `old`: a `new` between every two
+        # n + 1 for an empty `old` (a `new` between every two); an escaped `old` is no shorter
+        hits = owner.count(old) if grows == 1 else n + 1 if not old else n // len(old)
         count = _int(args[2] if len(args) > 2 else kwargs.get("count", -1), default=-1)
-        return n + (hits if count < 0 else min(hits, count)) * max(0, len(new) - len(old))
+        return n + (hits if count < 0 else min(hits, count)) * max(0, grows * len(new) - len(old))
     if name == "join" and isinstance(first, (list, tuple)):
-        return sum(len(x) if isinstance(x, (str, bytes)) else 0 for x in first) + n * max(0, len(first) - 1)
+        items = sum(len(x) if isinstance(x, (str, bytes)) else 0 for x in first)
+        return grows * items + n * max(0, len(first) - 1)
     if name == "translate":
         longest = (
             max((len(v) for v in first.values() if isinstance(v, str)), default=1) if isinstance(first, dict) else 1
