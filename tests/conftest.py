@@ -406,7 +406,7 @@ def engine_lock(app, redis_server):
     (and would fan events out with its own configuration, not the test's)."""
     from webhooks.storage import claims
 
-    store = services.of(app).settle
+    store = services.of(app).queue_redis
     wait_until(lambda: claims.claim(store, keys.OUTBOX_LOCK, 120_000)[0], timeout=15, what="the events lock")
     yield
     store.redis.delete(keys.OUTBOX_LOCK)

@@ -75,7 +75,7 @@ def reconcile_command() -> None:
     from webhooks.leads.rules.catalog import load_snapshot
 
     svc = services.current()
-    drifts = reconcile_all(svc.store, svc.settle.redis, load_snapshot(None).buyers)
+    drifts = reconcile_all(svc.store, svc.queue_redis.redis, load_snapshot(None).buyers)
     for d in drifts:
         click.echo(f"{d['buyer_id']} {d['cap']} {d['window']}: counter {d['counter']} -> {d['expected']}")
     click.echo(f"{len(drifts)} drift(s) corrected")
@@ -105,7 +105,7 @@ def status_command() -> None:
 
     q = services.current().queue
     status = {
-        "pending_settlements": services.current().settle.redis.llen(keys.SETTLE_PENDING),
+        "pending_settlements": services.current().queue_redis.redis.llen(keys.SETTLE_PENDING),
         "queued_jobs": q.count,
         "running_jobs": StartedJobRegistry(queue=q).count,
         "failed_jobs": FailedJobRegistry(queue=q).count,
@@ -146,7 +146,7 @@ def events_retry() -> None:
     requeued = events_log.retry_failed()
     if requeued:
         svc = services.current()
-        outbox_queue.signal(svc.settle.redis, svc.queue)
+        outbox_queue.signal(svc.queue_redis.redis, svc.queue)
     click.echo(f"requeued {requeued} failed event deliveries")
 
 
@@ -542,7 +542,7 @@ def purge_leads(chunk: int) -> None:
 
     with db.connection_context():
         emptied = ledger.purge_bodies(
-            svc.settle.redis,
+            svc.queue_redis.redis,
             groups,
             datetime.now(timezone.utc),
             chunk=chunk,

@@ -27,9 +27,11 @@ EXTENSION = "floodgate"
 class Services:
     config: Config
     store: Store  # REDIS_URL: caps, leases, claims, breakers, config version, ops sessions
-    settle: Store  # RQ_REDIS_URL: the settlement lists and the payment outbox's signals (`store` itself unless set)
-    queue: Queue  # RQ's queue on the settle Redis (raw replies: RQ pickles)
-    journal: Journal  # what this process queued lately, pushed again if the settle Redis loses it
+    queue_redis: (
+        Store  # RQ_REDIS_URL: the settlement lists and the payment outbox's signals (`store` itself unless set)
+    )
+    queue: Queue  # RQ's queue on the queue Redis (raw replies: RQ pickles)
+    journal: Journal  # what this process queued lately, pushed again if the queue Redis loses it
     catalog: Catalog  # the buyer and publisher config cache
     intake: Intake  # the lead path
     payments: PaymentWebhooks  # the payment webhook path
@@ -42,10 +44,10 @@ class Services:
             ReplicaWait(cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms),
         )
         same = cfg.queue_redis_url == cfg.redis_url
-        settle = store if same else Store(make_redis(cfg.queue_redis_url, cfg.redis_max_connections))
+        queue_redis = store if same else Store(make_redis(cfg.queue_redis_url, cfg.redis_max_connections))
         rq_queue = queue(make_queue_redis(cfg.queue_redis_url))
         journal = Journal(
-            settle.redis,
+            queue_redis.redis,
             rq_queue,
             cfg.journal_keep_s,
             claims=store,
@@ -56,19 +58,19 @@ class Services:
         return cls(
             cfg,
             store,
-            settle,
+            queue_redis,
             rq_queue,
             journal,
             catalog,
-            Intake.build(cfg, store, settle, journal),
-            PaymentWebhooks.build(cfg, store, settle, rq_queue),
+            Intake.build(cfg, store, queue_redis, journal),
+            PaymentWebhooks.build(cfg, store, queue_redis, rq_queue),
         )
 
     def reconfigure(self, cfg: Config) -> None:
         """Run with `cfg` from now on (the clients stay: a test changing a setting)."""
         self.config = cfg
-        self.intake = Intake.build(cfg, self.store, self.settle, self.journal)
-        self.payments = PaymentWebhooks.build(cfg, self.store, self.settle, self.queue)
+        self.intake = Intake.build(cfg, self.store, self.queue_redis, self.journal)
+        self.payments = PaymentWebhooks.build(cfg, self.store, self.queue_redis, self.queue)
 
 
 def of(app: Flask) -> Services:

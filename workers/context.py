@@ -14,7 +14,7 @@ from webhooks.storage.redis import Store, make_store
 class Backends:
     cfg: config.Config
     store: Store  # caps, leases, breakers
-    settle: Store  # the settlement lists (same server as the RQ queue)
+    queue_redis: Store  # RQ_REDIS_URL: the RQ queues and the settlement lists (`store` itself unless set)
 
 
 @functools.lru_cache(maxsize=1)
@@ -25,5 +25,5 @@ def backends() -> Backends:
     outbound.configure(cfg.outbound_deny_nets)
     init_db(cfg.database_url, pool_size=2)
     store = make_store(cfg.redis_url, 8)
-    settle = store if cfg.queue_redis_url == cfg.redis_url else make_store(cfg.queue_redis_url, 8)
-    return Backends(cfg, store, settle)
+    queue_redis = store if cfg.queue_redis_url == cfg.redis_url else make_store(cfg.queue_redis_url, 8)
+    return Backends(cfg=cfg, store=store, queue_redis=queue_redis)

@@ -26,7 +26,7 @@ def sweep_abandoned(after_ms: int | None = None) -> dict[str, Any]:
     job = get_current_job()
     q = queue(job.connection if job else make_queue_redis(b.cfg.queue_redis_url))
     try:
-        result = recovery.sweep_all(b.cfg, b.store, b.settle, q, after_ms)
+        result = recovery.sweep_all(b.cfg, b.store, b.queue_redis, q, after_ms)
     except UNAVAILABLE_ERRORS as exc:
         log.warning("database unavailable (%s): the abandoned-lead sweep runs again within a minute", exc)
         return {"sold": 0, "unsold": 0, "left": 0}

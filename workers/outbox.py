@@ -45,7 +45,7 @@ def _acquire(b: Backends, ttl_ms: int) -> claims.Claim | None:
     """Only the holder of keys.OUTBOX_LOCK sends, so each queue's events leave one at a time."""
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
-        lock, _holder = claims.claim(b.settle, keys.OUTBOX_LOCK, ttl_ms)
+        lock, _holder = claims.claim(b.queue_redis, keys.OUTBOX_LOCK, ttl_ms)
         if lock is not None or time.monotonic() > deadline:
             return lock
         time.sleep(0.05)
@@ -103,7 +103,7 @@ def drain(time_budget_s: float = TIME_BUDGET_S) -> int:
 
 def _drain(time_budget_s: float) -> int:
     b = backends()
-    r = b.settle.redis
+    r = b.queue_redis.redis
     ttl_ms = LOCK_TTL_MS
     lock = _acquire(b, ttl_ms)
     if lock is None:
@@ -126,7 +126,7 @@ def _drain(time_budget_s: float) -> int:
                 _count(engine.finish(keep))
     finally:
         try:
-            claims.release(b.settle, lock)
+            claims.release(b.queue_redis, lock)
         except REDIS_DOWN as exc:
             log.warning("events lock not released (expires by ttl): %s", exc)
         close_db()
@@ -136,7 +136,7 @@ def _rounds(b: Backends, engine: sender.Engine, keep: Callable[[], bool], stop: 
     """Fan out, send and collect, round after round, while the lock is ours; return how many
     were delivered once nothing is due within LINGER_S, or hand over past `deadline` or when
     asked to stop."""
-    r = b.settle.redis
+    r = b.queue_redis.redis
     delivered = 0
     while True:
         if not keep():
@@ -185,7 +185,7 @@ def sweep() -> bool:
             enabled = [endpoints.MANAGED_ID]  # not made yet: the first drain makes it
         if not sender.work_waiting(enabled, utcnow()):
             return False
-        started = outbox_queue.ensure_drain(b.settle.redis, _queue(b))
+        started = outbox_queue.ensure_drain(b.queue_redis.redis, _queue(b))
         if started:
             log.info("events waiting and no drain running: one enqueued")
         return started

@@ -26,7 +26,7 @@ def reconcile_providers() -> list[dict[str, Any]]:
     b = backends()
     job = get_current_job()
     q = queue(job.connection) if job else queue(make_queue_redis(b.cfg.queue_redis_url))
-    hooks = PaymentWebhooks.build(b.cfg, b.store, b.settle, q)
+    hooks = PaymentWebhooks.build(b.cfg, b.store, b.queue_redis, q)
     listers = providers.listers(b.cfg)
     if not listers:
         return []

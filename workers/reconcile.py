@@ -28,7 +28,7 @@ def reconcile_all() -> list[dict[str, Any]]:
     corrected some buyers: each correction is a delta, safe to repeat."""
     b = backends()
     try:
-        return run(b.store, b.settle.redis, load_snapshot(None).buyers)
+        return run(b.store, b.queue_redis.redis, load_snapshot(None).buyers)
     except UNAVAILABLE_ERRORS as exc:
         job = get_current_job()
         try:

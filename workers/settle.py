@@ -70,7 +70,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     harmless (an audit row's rewrite repeats the row). A job asked to stop (SIGTERM)
     finishes its batch and hands the rest to a new job."""
     b = backends()
-    r = b.settle.redis
+    r = b.queue_redis.redis
     job = get_current_job()
     job_id = job.id if job else "inline-" + uuid.uuid4().hex
     processing = keys.settle_processing(job_id)
@@ -79,8 +79,8 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     try:
         with StopAfterBatch() as stop:
             while True:
-                recorded = record_deliveries(b.settle, job_id)
-                batch = b.settle.take_batch(Backlog.SETTLEMENTS, job_id, batch_size)
+                recorded = record_deliveries(b.queue_redis, job_id)
+                batch = b.queue_redis.take_batch(Backlog.SETTLEMENTS, job_id, batch_size)
                 if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
                     # steady stream of leads instead of one job being enqueued every few leads.

@@ -145,7 +145,7 @@ def test_leads_unknown_lists_the_leads_flagged_for_review(api, app, buyer_server
 def _sweep(app, after_ms: int = 0) -> recovery.SweepResult:
     """The scheduler's abandoned-lead sweep (workers/leads.py), in this process."""
     svc = services.of(app)
-    return recovery.sweep_all(svc.config, svc.store, svc.settle, svc.queue, after_ms)
+    return recovery.sweep_all(svc.config, svc.store, svc.queue_redis, svc.queue, after_ms)
 
 
 def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_sweep(api, app, buyer_server, worker):
@@ -222,7 +222,7 @@ def test_a_sweep_outliving_its_claim_lets_its_sale_stand_beside_the_retry_that_t
         snapshot = load_snapshot(None)
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     with ThreadPoolExecutor(1) as pool:
-        sweeper = recovery.Sweeper(ext.store, ext.settle, ext.queue, Deliverer(3000), cfg)
+        sweeper = recovery.Sweeper(ext.store, ext.queue_redis, ext.queue, Deliverer(3000), cfg)
         sweeping = pool.submit(sweeper.sweep, snapshot.buyers, ["x", "y"], publishers)
         wait_until(lambda: x.arrived, what="the sweep's re-offer to reach x")
         wait_until(lambda: not r.exists(keys.lead_claim("surge", "D1")), what="the sweep's claim to expire")

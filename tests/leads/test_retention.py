@@ -108,7 +108,7 @@ def test_bodies_past_retention_are_emptied_by_status_and_age_and_the_figures_sta
 
 
 def test_the_purge_walks_in_chunks_and_carries_on_from_its_mark(aged, app):
-    redis = services.of(app).settle.redis
+    redis = services.of(app).queue_redis.redis
     groups = ledger.kept(30, 365)
     with db.connection_context():
         # a budget of nothing: one chunk of one lead per group, then the run ends
@@ -199,6 +199,6 @@ def test_the_purge_is_an_hourly_job_that_a_redis_outage_ends_quietly(aged, app, 
     monkeypatch.setattr(retention, "backends", lambda: Backends(cfg, down, down))
     assert retention.purge_bodies() == {}  # no exception for RQ (whose failure handling needs Redis)
     assert _ledger()["unsold-old"][0] != ""  # left for the next run
-    up = services.of(app).settle
+    up = services.of(app).queue_redis
     monkeypatch.setattr(retention, "backends", lambda: Backends(cfg, up, up))
     assert retention.purge_bodies() == {"unsold": 3, "sold": 2}

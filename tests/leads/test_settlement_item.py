@@ -147,7 +147,7 @@ def test_items_the_running_release_queued_are_settled_by_this_one(api, app, work
         _older(SOLD, "g-older"),
     ]
     svc = services.of(app)
-    settle_queue.push(svc.settle.redis, svc.queue, raws)
+    settle_queue.push(svc.queue_redis.redis, svc.queue, raws)
     records = {lead_id: api.wait_settled(lead_id, "pub") for lead_id in ("g-sold", "g-sweep", "g-dropped", "g-older")}
     for lead_id, record in records.items():
         assert (record["status"], record["buyer_id"], record["price"], record["commission"]) == (

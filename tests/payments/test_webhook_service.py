@@ -14,7 +14,7 @@ from requests.structures import CaseInsensitiveDict
 from testkit.payments import balance, counts, encode, payload, refund_payload, signed_headers, verdicts
 from webhooks import services
 from webhooks.errors import FloodgateError, InvalidPayload, NotFound
-from webhooks.payments import events, gate, ledger, rejected
+from webhooks.payments import gate, ledger, notifications, rejected
 from webhooks.payments.signatures import InvalidSignature
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
@@ -25,7 +25,7 @@ from webhooks.storage.db import db
 def build(app, **settings) -> PaymentWebhooks:
     """The payment path of the in-process app's services, with some Config fields changed."""
     svc = services.of(app)
-    return PaymentWebhooks.build(dataclasses.replace(svc.config, **settings), svc.store, svc.settle, svc.queue)
+    return PaymentWebhooks.build(dataclasses.replace(svc.config, **settings), svc.store, svc.queue_redis, svc.queue)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_a_webhook_whose_reference_is_claimed_answers_409_in_flight(hooks):
         hooks.store,
         hooks.settle,
         hooks.queue,
-        events.parse("paystack", raw),
+        notifications.parse("paystack", raw),
         ledger.receipt("paystack", raw, {}),
         claim_ttl_ms=30_000,
     )

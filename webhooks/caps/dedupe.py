@@ -54,7 +54,7 @@ def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict[str, Any]) ->
 
 
 def sold_consumers(
-    settle_r: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+    queue_redis: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
 ) -> dict[str, int]:
     """Dedupe key -> when it expires (unix ms) of every consumer `buyer` bought within its
     dedupe days, from the ledger and the settlements not yet in it (`pending`, when the
@@ -64,7 +64,7 @@ def sold_consumers(
     window_ms = buyer.dedupe_days * 86_400_000
     since = now - timedelta(days=buyer.dedupe_days)
     sales: list[tuple[datetime, str]] = []
-    for item in settle_queue.unsettled(settle_r, mentioning=buyer.id) if pending is None else pending:
+    for item in settle_queue.unsettled(queue_redis, mentioning=buyer.id) if pending is None else pending:
         if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer.id:
             sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():
@@ -93,11 +93,11 @@ def sold_consumers(
 
 
 def restore(
-    store: Store, settle_r: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+    store: Store, queue_redis: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
 ) -> int:
     """Set the dedupe keys of `buyer`'s sales within its window that Redis lacks (after a
     data loss, or drift); never shortens or removes one. Returns how many were missing."""
-    remembered = sold_consumers(settle_r, buyer, now, pending)
+    remembered = sold_consumers(queue_redis, buyer, now, pending)
     now_ms = int(now.timestamp() * 1000)
     live = {k: at for k, at in remembered.items() if at > now_ms}
     if not live:

@@ -35,7 +35,7 @@ LOCK_TTL_MS = 60_000
 SETTLE_MARGIN_S = 4.0
 
 
-def request(store: Store, settle_r: Client, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
+def request(store: Store, queue_redis: Client, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
     """Start a rebuild of `buyer` in the background unless one is running; True if started."""
     token = uuid.uuid4().hex
     if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
@@ -47,21 +47,21 @@ def request(store: Store, settle_r: Client, buyer: BuyerRule, buyer_timeout_ms: 
         return False
     log.warning("counters of buyer %s are not trusted (Redis lost data?): rebuilding", buyer.id)
     delay = buyer_timeout_ms / 1000 + SETTLE_MARGIN_S
-    threading.Thread(target=_run, args=(store, settle_r, buyer, token, delay), daemon=True).start()
+    threading.Thread(target=_run, args=(store, queue_redis, buyer, token, delay), daemon=True).start()
     return True
 
 
-def _run(store: Store, settle_r: Client, buyer: BuyerRule, token: str, delay: float) -> None:
+def _run(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, delay: float) -> None:
     time.sleep(delay)
     try:
-        rebuild(store, settle_r, buyer, token)
+        rebuild(store, queue_redis, buyer, token)
     except Exception:
         # The lock expires and the next lead for this buyer starts another try.
         log.exception("rebuild of buyer %s failed", buyer.id)
 
 
 def sold_counts(
-    settle_r: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+    queue_redis: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
 ) -> dict[str, int]:
     """Sold leads (and cents for daily_budget) of each current window: the ledger's, counted
     by the database, plus the unsettled sales it does not have yet. The queue is read first
@@ -70,7 +70,7 @@ def sold_counts(
     windows = leases.windows(buyer, now)
     if not windows:
         return {}
-    queued = queued_sales(settle_r, buyer.id, min(w.start for _, _, w in windows), pending)
+    queued = queued_sales(queue_redis, buyer.id, min(w.start for _, _, w in windows), pending)
     with db.connection_context():
         for key in settled_of(list(queued), buyer.id):
             del queued[key]
@@ -78,15 +78,15 @@ def sold_counts(
     return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}
 
 
-def rebuild(store: Store, settle_r: Client, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
+def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
     now = now or datetime.now(timezone.utc)
     # The consumers bought within the dedupe window first: `ready` (set below) must not come
     # before them, or a duplicate could be sold in between.
     # The settlement queue is read and decoded once for both (after a data loss it holds
     # every journal pushed again: the costly part of a rebuild).
-    pending = settle_queue.unsettled(settle_r, mentioning=buyer.id)
-    restored = dedupe.restore(store, settle_r, buyer, now, pending)
-    counts = sold_counts(settle_r, buyer, now, pending)
+    pending = settle_queue.unsettled(queue_redis, mentioning=buyer.id)
+    restored = dedupe.restore(store, queue_redis, buyer, now, pending)
+    counts = sold_counts(queue_redis, buyer, now, pending)
     done = store.rebuild_counters(
         buyer.id,
         token,

@@ -44,10 +44,10 @@ class Finding:
     corrected_to: int | None  # None when there was nothing to correct
 
 
-def reconcile_buyer(store: Store, settle_r: Client, buyer: BuyerRule, now: datetime | None = None) -> list[Finding]:
+def reconcile_buyer(store: Store, queue_redis: Client, buyer: BuyerRule, now: datetime | None = None) -> list[Finding]:
     now = now or datetime.now(timezone.utc)
     if buyer.dedupe_fields and store.redis.exists(keys.ready(buyer.id)):
-        missing = dedupe.restore(store, settle_r, buyer, now)
+        missing = dedupe.restore(store, queue_redis, buyer, now)
         if missing:
             log.warning(
                 "buyer %s: %d consumer(s) sold within the dedupe window were not remembered; restored from the ledger",
@@ -64,13 +64,13 @@ def reconcile_buyer(store: Store, settle_r: Client, buyer: BuyerRule, now: datet
         log.info("buyer %s is being reconciled by another run", buyer.id)
         return []
     try:
-        return _reconcile_windows(store, settle_r, buyer, windows)
+        return _reconcile_windows(store, queue_redis, buyer, windows)
     finally:
         store.redis.delete(lock)
 
 
 def _reconcile_windows(
-    store: Store, settle_r: Client, buyer: BuyerRule, windows: list[tuple[str, int, Window]]
+    store: Store, queue_redis: Client, buyer: BuyerRule, windows: list[tuple[str, int, Window]]
 ) -> list[Finding]:
     counters = [leases.counter_key(buyer.id, w) for _, _, w in windows]
     snap = _snapshot(store, buyer.id, counters)
@@ -84,7 +84,7 @@ def _reconcile_windows(
     since = min(w.start for _, _, w in windows)
     sold = [
         s
-        for s in sales_since(settle_r, buyer.id, since).values()
+        for s in sales_since(queue_redis, buyer.id, since).values()
         if s.lease_id not in snap.leases and (s.reserved_us is None or s.reserved_us < snap.at_us)
     ]
     findings = []
@@ -113,11 +113,11 @@ def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> CapSnapshot:
     return snap
 
 
-def reconcile_all(store: Store, settle_r: Client, buyers: Iterable[BuyerRule]) -> list[dict[str, Any]]:
+def reconcile_all(store: Store, queue_redis: Client, buyers: Iterable[BuyerRule]) -> list[dict[str, Any]]:
     """Reconcile each of `buyers` (the active ones); log and audit each drift; return the drifts found."""
     drifts = []
     for buyer in buyers:
-        for f in reconcile_buyer(store, settle_r, buyer):
+        for f in reconcile_buyer(store, queue_redis, buyer):
             if f.corrected_to is not None:
                 drifts.append(asdict(f))
                 log.warning(

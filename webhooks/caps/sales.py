@@ -39,12 +39,12 @@ def sold_since(buyer_id: str, since: datetime) -> list[tuple[Any, ...]]:
 
 
 def sales_since(
-    settle_r: Client, buyer_id: str, since: datetime, pending: list[dict[str, Any]] | None = None
+    queue_redis: Client, buyer_id: str, since: datetime, pending: list[dict[str, Any]] | None = None
 ) -> dict[tuple[str, str], Sale]:
     """Sales of `buyer_id` since `since` (aware): settled, queued, or taken by a running job,
     keyed by (publisher_id, lead_id) so a sale seen in two places counts once. `pending` is
     the queue as `settle_queue.unsettled` read it, when the caller already has it."""
-    sales = queued_sales(settle_r, buyer_id, since, pending)
+    sales = queued_sales(queue_redis, buyer_id, since, pending)
     # The ledger is read after the queue: a sale moving from one to the other meanwhile is
     # still seen (in the ledger), and the key de-duplicates one seen in both.
     with db.connection_context():
@@ -54,13 +54,13 @@ def sales_since(
 
 
 def queued_sales(
-    settle_r: Client, buyer_id: str, since: datetime, pending: list[dict[str, Any]] | None = None
+    queue_redis: Client, buyer_id: str, since: datetime, pending: list[dict[str, Any]] | None = None
 ) -> dict[tuple[str, str], Sale]:
     """The buyer's sales since `since` still in the settlement queue (or taken by a running
     job), keyed by (publisher_id, lead_id): a sale queued twice (a journal pushed again)
     counts once."""
     sales: dict[tuple[str, str], Sale] = {}
-    for item in settle_queue.unsettled(settle_r, mentioning=buyer_id) if pending is None else pending:
+    for item in settle_queue.unsettled(queue_redis, mentioning=buyer_id) if pending is None else pending:
         if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id:
             at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
             if at >= since:

@@ -30,15 +30,13 @@ def enqueue_drain(q: Queue, **meta: Any) -> None:
     Redis: the job goes to EVENTS, so a receiver that stalls a drain never holds up the
     settlement worker."""
     events = q if q.name == EVENTS else Queue(EVENTS, connection=q.connection)
-    events.enqueue(
-        "workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="send events"
-    )
+    events.enqueue("workers.outbox.drain", job_timeout=JOB_TIMEOUT, retry=RETRY, meta=meta, description="send events")
 
 
-def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
+def signal(queue_redis: Client, q: Queue, request_id: str | None = None) -> None:
     """After a commit that made an event: wake a drain that is waiting for work, and start one
     unless one is scheduled already. One round trip (plus the enqueue when one is needed)."""
-    pipe = queue_r.pipeline(transaction=False)
+    pipe = queue_redis.pipeline(transaction=False)
     pipe.lpush(keys.OUTBOX_WAKE, "1")
     pipe.ltrim(keys.OUTBOX_WAKE, 0, 0)  # one wake-up is as good as many
     pipe.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
@@ -46,34 +44,34 @@ def signal(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
         enqueue_drain(q, request_id=request_id)
 
 
-def wake(queue_r: Client, q: Queue, request_id: str | None = None) -> None:
+def wake(queue_redis: Client, q: Queue, request_id: str | None = None) -> None:
     """`signal`, for callers whose commit stands whatever Redis does: if Redis is down the event
     still is in the database, and the scheduled sweep starts its sending."""
     try:
-        signal(queue_r, q, request_id)
+        signal(queue_redis, q, request_id)
     except REDIS_DOWN as exc:
         log.warning("event committed, worker not woken (the sweep will send it): %s", exc)
 
 
-def ensure_drain(queue_r: Client, q: Queue) -> bool:
+def ensure_drain(queue_redis: Client, q: Queue) -> bool:
     """Start a drain unless one is scheduled or running (the sweep); True when one was enqueued."""
-    if queue_r.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
+    if queue_redis.set(keys.OUTBOX_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS):
         enqueue_drain(q, reason="sweep")
         return True
     return False
 
 
-def still_draining(queue_r: Client) -> None:
+def still_draining(queue_redis: Client) -> None:
     """A running drain keeps the flag alive, so that commits wake it instead of enqueueing more."""
-    queue_r.set(keys.OUTBOX_SCHEDULED, "1", px=SCHEDULED_TTL_MS)
+    queue_redis.set(keys.OUTBOX_SCHEDULED, "1", px=SCHEDULED_TTL_MS)
 
 
-def wait_for_work(queue_r: Client, timeout_s: float) -> bool:
+def wait_for_work(queue_redis: Client, timeout_s: float) -> bool:
     """Block until a commit signals new events, at most `timeout_s`; True when one did."""
-    return queue_r.blpop([keys.OUTBOX_WAKE], timeout=max(0.01, timeout_s)) is not None
+    return queue_redis.blpop([keys.OUTBOX_WAKE], timeout=max(0.01, timeout_s)) is not None
 
 
-def stop_draining(queue_r: Client) -> None:
+def stop_draining(queue_redis: Client) -> None:
     """Clear the flag before a drain's last look at the database: a commit after that look
     finds the flag gone and starts a new drain."""
-    queue_r.delete(keys.OUTBOX_SCHEDULED)
+    queue_redis.delete(keys.OUTBOX_SCHEDULED)

@@ -35,7 +35,7 @@ def enqueue_drain(q: Queue, **meta: Any) -> None:
 
 
 def push(
-    settle_r: Client,
+    queue_redis: Client,
     queue: Queue,
     raws: list[str],
     batch: Batch | None = None,
@@ -44,8 +44,8 @@ def push(
 ) -> None:
     """Queue serialised settlements (or, with `key` keys.DELIVERIES_PENDING, audit rows of
     payment deliveries); start a drain job unless one is already scheduled. `batch` (on
-    `settle_r`) lets the caller send its own commands in the same round trip; it is sent here."""
-    b = Batch(settle_r) if batch is None else batch
+    `queue_redis`) lets the caller send its own commands in the same round trip; it is sent here."""
+    b = Batch(queue_redis) if batch is None else batch
     b.lpush(key, *raws)
     scheduled = b.set(keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS)
     b.execute()
@@ -53,15 +53,15 @@ def push(
         enqueue_drain(queue, request_id=request_id)
 
 
-def unsettled(settle_r: Client, mentioning: str | None = None) -> list[dict[str, Any]]:
+def unsettled(queue_redis: Client, mentioning: str | None = None) -> list[dict[str, Any]]:
     """Every settlement not yet in the ledger: pending, or taken by a job not yet done. With
     `mentioning` (an id), only those whose JSON holds it as a string somewhere: a superset of
     the ones sold to that buyer, decoded without decoding the rest. After a Redis data loss
     the queue holds every journal pushed again (tens of thousands), and a counter rebuild
     per buyer decoding all of them held its web worker's event loop for seconds."""
-    raw = list(settle_r.lrange(keys.SETTLE_PENDING, 0, -1))
-    for key in settle_r.scan_iter(match=keys.settle_processing("*"), count=500):
-        raw += settle_r.lrange(key, 0, -1)
+    raw = list(queue_redis.lrange(keys.SETTLE_PENDING, 0, -1))
+    for key in queue_redis.scan_iter(match=keys.settle_processing("*"), count=500):
+        raw += queue_redis.lrange(key, 0, -1)
     if mentioning is not None:
         needle = json.dumps(mentioning)  # ids need no escaping, so every encoding holds this
         raw = [x for x in raw if needle in x]

@@ -123,7 +123,7 @@ class Intake:
     """Everything the lead path needs, built once per process by create_app."""
 
     store: Store  # caps, leases, breakers, lead claims
-    settle: Store  # the settlement queue (the same Store unless RQ has a Redis of its own)
+    queue_redis: Store  # the settlement queue (the same Store unless RQ has a Redis of its own)
     router: Router
     journal: Journal
     settlement: Settlement  # how a lead ends (settlement.end_lead), through `journal`
@@ -135,11 +135,11 @@ class Intake:
     _rebuilds_started: set[int] = field(default_factory=set)  # memory marks whose rebuilds were asked for
 
     @classmethod
-    def build(cls, cfg: Config, store: Store, settle: Store, journal: Journal) -> Intake:
+    def build(cls, cfg: Config, store: Store, queue_redis: Store, journal: Journal) -> Intake:
         """The lead path of one process, from its config and stores."""
         router = Router(
             store,
-            settle.redis,
+            queue_redis.redis,
             Deliverer(cfg.buyer_timeout_ms),
             cfg.buyer_timeout_ms,
             cfg.breaker_failures,
@@ -147,10 +147,10 @@ class Intake:
             cfg.ping_timeout_ms,
             cfg.ping_max_bid,
         )
-        ending = Settlement(store, settle, journal.push, router.breaker, cfg.lead_replay_ttl_s)
+        ending = Settlement(store, queue_redis, journal.push, router.breaker, cfg.lead_replay_ttl_s)
         return cls(
             store=store,
-            settle=settle,
+            queue_redis=queue_redis,
             router=router,
             journal=journal,
             settlement=ending,
@@ -358,7 +358,7 @@ class Intake:
         for buyer in snapshot.buyers:
             try:
                 if not self.store.redis.exists(keys.ready(buyer.id)):
-                    rebuild.request(self.store, self.router.settle_r, buyer, self.buyer_timeout_ms)
+                    rebuild.request(self.store, self.router.queue_redis, buyer, self.buyer_timeout_ms)
             except REDIS_DOWN:
                 self._rebuilds_started.discard(mark_ms)  # the next waiting lead tries again
                 return

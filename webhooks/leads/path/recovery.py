@@ -178,7 +178,7 @@ class Sweeper:
     (its Redis and RQ queue), a deliverer for the re-offers and the config."""
 
     store: Store
-    settle: Store
+    queue_redis: Store
     queue: Queue
     deliverer: Deliverer
     cfg: Config
@@ -193,7 +193,7 @@ class Sweeper:
 
         The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
         the claim: it ends the lead as a late request does (settlement.end_in_time)."""
-        store, settle, queue, deliverer, cfg = self.store, self.settle, self.queue, self.deliverer, self.cfg
+        store, queue_redis, queue, deliverer, cfg = self.store, self.queue_redis, self.queue, self.deliverer, self.cfg
         claim_key = _claim_key(note_key)
         claim_ttl = cfg.lead_claim_margin_ms + cfg.buyer_timeout_ms + 100
         lease_ttl_ms = claim_ttl + cfg.lead_recovery_window_ms
@@ -241,10 +241,14 @@ class Sweeper:
         def queue_item(item: SettlementItem, batch: Batch | None, _answer: str) -> None:
             # the sweep's JSON as it has always been queued, non-ASCII escaped (the same item to a reader)
             raw = json.dumps(item.to_dict(), separators=(",", ":"))
-            settle_queue.push(settle.redis, queue, [raw], batch, item.request_id)
+            settle_queue.push(queue_redis.redis, queue, [raw], batch, item.request_id)
 
         ending = settlement.Settlement(
-            store, settle, queue_item, BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms), cfg.lead_replay_ttl_s
+            store,
+            queue_redis,
+            queue_item,
+            BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms),
+            cfg.lead_replay_ttl_s,
         )
         if settlement.end_in_time(ending, ctx, outcome, item) is not None:
             return None  # the claim expired during the re-offer and a retry holds it now
@@ -291,7 +295,7 @@ class Sweeper:
 
 
 def sweep_all(
-    cfg: Config, store: Store, settle: Store, queue: Queue, abandoned_after_ms: int | None = None
+    cfg: Config, store: Store, queue_redis: Store, queue: Queue, abandoned_after_ms: int | None = None
 ) -> SweepResult:
     """`Sweeper.sweep` with the current config of buyers and publishers read from the database (the
     leases of buyers switched off or deleted since are looked at too); `abandoned_after_ms`
@@ -304,5 +308,5 @@ def sweep_all(
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}
     if abandoned_after_ms is not None:
         cfg = replace(cfg, lead_abandoned_after_ms=abandoned_after_ms)
-    sweeper = Sweeper(store, settle, queue, Deliverer(cfg.buyer_timeout_ms), cfg)
+    sweeper = Sweeper(store, queue_redis, queue, Deliverer(cfg.buyer_timeout_ms), cfg)
     return sweeper.sweep(snapshot.buyers, buyer_ids, publishers)

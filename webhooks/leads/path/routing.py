@@ -198,7 +198,7 @@ class Router:
     """Everything routing needs, built once per process."""
 
     store: Store  # caps, leases and breakers
-    settle_r: Client  # Redis holding unsettled sales (counted by a rebuild)
+    queue_redis: Client  # Redis holding unsettled sales (counted by a rebuild)
     deliverer: Deliverer
     buyer_timeout_ms: int
     breaker_failures: int
@@ -335,7 +335,7 @@ class Router:
         elif status is ReservationStatus.DUPLICATE:
             out.skipped.append({"buyer_id": buyer.id, "reason": ReservationStatus.DUPLICATE})
         elif status is ReservationStatus.NOT_READY:
-            rebuild.request(self.store, self.settle_r, buyer, self.buyer_timeout_ms)
+            rebuild.request(self.store, self.queue_redis, buyer, self.buyer_timeout_ms)
             out.waiting_for_rebuild = True
         elif status is ReservationStatus.CIRCUIT_OPEN:
             # which circuit: the buyer's own (every publisher) or its one for this publisher

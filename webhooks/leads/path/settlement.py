@@ -173,7 +173,7 @@ class Journal:
 
     def __init__(
         self,
-        settle_r: Client,
+        queue_redis: Client,
         queue: Queue,
         keep_s: float = 600,
         max_items: int = 100_000,
@@ -181,7 +181,7 @@ class Journal:
         replay_ttl_s: int = 7 * 24 * 3600,
         max_bytes: int = 64 * 1024 * 1024,
     ):
-        self.settle_r, self.queue, self.keep_s = settle_r, queue, keep_s
+        self.queue_redis, self.queue, self.keep_s = queue_redis, queue, keep_s
         self.claims, self.replay_ttl_s = claims, replay_ttl_s
         self.entries: collections.deque[_Entry] = collections.deque()
         self.max_items, self.max_bytes = max_items, max_bytes
@@ -203,7 +203,7 @@ class Journal:
             lead=(item.publisher_id, item.lead_id),
         )
         self._remember(entry)
-        push(self.settle_r, self.queue, [raw], batch, item.request_id)
+        push(self.queue_redis, self.queue, [raw], batch, item.request_id)
         self.start_watching()
 
     def _remember(self, entry: _Entry) -> None:
@@ -245,10 +245,10 @@ class Journal:
         self._restore_answers()
         fresh = uuid.uuid4().hex
         current: str | None
-        if self.settle_r.set(keys.EPOCH, fresh, nx=True):
+        if self.queue_redis.set(keys.EPOCH, fresh, nx=True):
             current = fresh
         else:
-            current = cast("str | None", self.settle_r.get(keys.EPOCH))  # decoded replies
+            current = cast("str | None", self.queue_redis.get(keys.EPOCH))  # decoded replies
         previous = self.epoch
         cutoff = time.monotonic() - self.keep_s
         while self.entries and self.entries[0].at < cutoff:
@@ -260,7 +260,7 @@ class Journal:
         settled = _settled(entries)
         again = [e.raw() for e in entries if e.lead not in settled]
         for i in range(0, len(again), 1000):
-            push(self.settle_r, self.queue, again[i : i + 1000])
+            push(self.queue_redis, self.queue, again[i : i + 1000])
         self.epoch = current
         log.warning(
             "settlement Redis lost its data: pushed %d recent settlements again (%d of %d journaled "
@@ -338,7 +338,7 @@ class Settlement:
     feeds and how long an answer is remembered for replays."""
 
     store: Store
-    settle: Store
+    queue_redis: Store
     queue_item: Callable[[SettlementItem, Batch | None, str], None]
     breaker: BreakerRule
     replay_ttl_s: int
@@ -360,7 +360,7 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
             leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
         if not keep_claim:
             batch.answer_lead(LeadKey(item.publisher_id, item.lead_id), token, answer, s.replay_ttl_s)
-        if s.settle is s.store:
+        if s.queue_redis is s.store:
             s.queue_item(item, batch, answer)  # the settlement shares the round trip
         else:
             batch.execute()

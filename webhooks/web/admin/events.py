@@ -23,7 +23,7 @@ QUERY = "invalid_query"
 
 def _wake() -> None:
     svc = services.current()
-    outbox_queue.wake(svc.settle.redis, svc.queue)
+    outbox_queue.wake(svc.queue_redis.redis, svc.queue)
 
 
 @bp.put("/event-endpoints/<id:endpoint_id>")

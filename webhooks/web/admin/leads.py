@@ -56,7 +56,7 @@ def return_lead(lead_id: str) -> ResponseReturnValue:
         )
     svc = services.current()
     record = returns.return_lead(svc.store, lead_id, _publisher_id(), reason)
-    outbox_queue.wake(svc.settle.redis, svc.queue)  # its lead.returned event
+    outbox_queue.wake(svc.queue_redis.redis, svc.queue)  # its lead.returned event
     return jsonify(record)
 
 

@@ -70,7 +70,7 @@ def prometheus_metrics() -> ResponseReturnValue:
     svc = services.current()
     buyer_ids = [b.id for b in _buyers()]
     body, content_type = metrics.scrape(
-        LiveCollector(svc.store.redis, svc.settle.redis, svc.queue, buyer_ids), OutboxCollector()
+        LiveCollector(svc.store.redis, svc.queue_redis.redis, svc.queue, buyer_ids), OutboxCollector()
     )
     return Response(body, content_type=content_type)
 

@@ -25,8 +25,8 @@ class LiveCollector:
     """Gauges read from Redis at scrape time: breaker state per buyer, RQ queue depth and
     failed jobs, pending settlements. A Redis that does not answer is reported, not raised."""
 
-    def __init__(self, redis: Client, settle_redis: Client, queue: Queue, buyer_ids: list[str]):
-        self.redis, self.settle_redis, self.queue, self.buyer_ids = redis, settle_redis, queue, buyer_ids
+    def __init__(self, redis: Client, queue_redis: Client, queue: Queue, buyer_ids: list[str]):
+        self.redis, self.queue_redis, self.queue, self.buyer_ids = redis, queue_redis, queue, buyer_ids
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily("floodgate_redis_up", "1 when this scrape could read Redis")
@@ -57,7 +57,7 @@ class LiveCollector:
                 publishers_open.add_metric([buyer_id], len(breaker.of("open")))
             queued.add_metric([self.queue.name], self.queue.count)
             failed.add_metric([self.queue.name], FailedJobRegistry(queue=self.queue).count)
-            pending.add_metric([], self.settle_redis.llen(keys.SETTLE_PENDING))
+            pending.add_metric([], self.queue_redis.llen(keys.SETTLE_PENDING))
         except REDIS_DOWN as exc:
             log.warning("metrics: Redis unavailable at scrape: %s", exc)
             up.add_metric([], 0)
