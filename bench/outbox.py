@@ -58,7 +58,7 @@ from testkit.servers import (
     wait_until,
 )
 from webhooks.events import outbox
-from webhooks.payments import events, ledger
+from webhooks.payments import ledger, notifications
 from webhooks.storage.db import db, init_db
 from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint
 
@@ -222,7 +222,7 @@ def cost_run(n: int, rounds: int, threads: int, offset: int) -> dict[str, list[f
                         raw = encode(
                             payload("standard", f"cost-{i}", 1_000 + i % 997, "NGN", f"cost{i % 200}@example.com")
                         )
-                        event = events.parse("standard", raw)
+                        event = notifications.parse("standard", raw)
                         d = ledger.receipt("standard", raw, signed_headers("standard", raw))
                         t = time.perf_counter()
                         assert ledger.credit(event, d) == "credited"

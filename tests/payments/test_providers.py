@@ -15,7 +15,7 @@ from testkit import provider_apis as fake
 from testkit.provider_apis import ProviderApis
 from webhooks import config
 from webhooks.config import PROVIDER_SECRETS
-from webhooks.payments import events, providers
+from webhooks.payments import notifications, providers
 from webhooks.payments.providers import Page, ProviderError
 
 NOW = datetime.now(timezone.utc)
@@ -69,9 +69,9 @@ def add_payments(apis: ProviderApis, provider: str, n: int) -> list[dict]:
     ]
 
 
-def parsed(provider: str, page: Page) -> list[events.PaymentEvent]:
-    found = [events.parse(provider, body) for body in page.bodies]
-    assert all(isinstance(e, events.PaymentEvent) and e.succeeded for e in found)
+def parsed(provider: str, page: Page) -> list[notifications.PaymentNotification]:
+    found = [notifications.parse(provider, body) for body in page.bodies]
+    assert all(isinstance(e, notifications.PaymentNotification) and e.succeeded for e in found)
     return found
 
 
@@ -124,7 +124,7 @@ def test_amounts_stay_exact_decimals_from_the_page_to_the_body(apis):
     apis.add("flutterwave", "flw-1", Decimal("0.1"), "ada@example.com")
     (page,) = lister(apis, "flutterwave").pages(SINCE, UNTIL)
     assert b'"amount":0.1,' in page.bodies[0] and b'"app_fee":1.4' in page.bodies[0]
-    assert events.parse("flutterwave", page.bodies[0]).amount_minor == 10
+    assert notifications.parse("flutterwave", page.bodies[0]).amount_minor == 10
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -147,7 +147,7 @@ def test_a_gzipped_page_is_capped_at_its_inflated_size(apis):
 def test_flutterwave_reads_the_payer_from_customer_email_when_the_item_has_no_customer(apis):
     apis.add("flutterwave", "flw-flat", 2500, "Flat@Example.com", email_as="customer_email")
     (page,) = lister(apis, "flutterwave").pages(SINCE, UNTIL)
-    assert events.parse("flutterwave", page.bodies[0]).customer == "flat@example.com"
+    assert notifications.parse("flutterwave", page.bodies[0]).customer == "flat@example.com"
 
 
 def test_payments_that_did_not_succeed_are_skipped(apis):

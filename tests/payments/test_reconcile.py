@@ -22,7 +22,7 @@ from testkit.payments import SECRET, balance, deliver, encode, payload
 from testkit.provider_apis import ProviderApis
 from testkit.servers import ROOT, venv_bin
 from webhooks import config, services
-from webhooks.payments import events, providers, reconcile
+from webhooks.payments import notifications, providers, reconcile
 from webhooks.payments.states import Verdict
 from webhooks.storage import claims, keys
 from webhooks.storage.db import db
@@ -112,7 +112,7 @@ def test_webhooks_and_reconciliation_racing_on_one_payment_credit_it_once(api, a
     hooks = services.of(api.app).payments
     (page,) = list(listers(apis, ("paystack",))["paystack"].pages(SINCE, datetime.now(timezone.utc)))
     (body,) = page.bodies
-    listed = events.parse("paystack", body)
+    listed = notifications.parse("paystack", body)
     start = threading.Barrier(50, timeout=60)
 
     def by_webhook(_: int) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from testkit.payments import REFUND_PROVIDERS, balance, deliver, encode, payload, refund_payload, verdicts
 from webhooks import services
-from webhooks.payments.events import REFUND_SPECS, PaymentEvent, RefundEvent, parse
+from webhooks.payments.notifications import REFUND_SPECS, PaymentNotification, RefundNotification, parse
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog, Payment, Refund, Wallet
 
@@ -212,7 +212,7 @@ def test_documented_refund_samples_read_as_docs_payments_md_says():
     from testkit.payments import MONNIFY_REFUND, PAYSTACK_REFUND, STANDARD_REFUND, STRIPE_REFUND
 
     paystack = parse("paystack", encode(PAYSTACK_REFUND))
-    assert isinstance(paystack, RefundEvent)
+    assert isinstance(paystack, RefundNotification)
     assert (
         paystack.reference,
         paystack.payment_reference,
@@ -251,5 +251,5 @@ def test_flutterwave_and_interswitch_have_no_refund_mapping():
     assert set(REFUND_SPECS) == set(REFUND_PROVIDERS)
     body = payload("interswitch", "isw-1", 1_000)
     body["event"] = "TRANSACTION.UPDATED"
-    event = parse("interswitch", encode(body))
-    assert isinstance(event, PaymentEvent) and not event.succeeded
+    note = parse("interswitch", encode(body))
+    assert isinstance(note, PaymentNotification) and not note.succeeded

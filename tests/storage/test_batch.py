@@ -121,7 +121,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     has its audit row queued in that same script, and the database sees it only when the
     settlement drain writes its batch."""
     from testkit.payments import encode, payload
-    from webhooks.payments import events, gate, ledger
+    from webhooks.payments import gate, ledger, notifications
     from webhooks.storage import keys
     from webhooks.storage.models import WebhookCall
     from workers.settle import record_deliveries
@@ -136,23 +136,23 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     for script in store.scripts.values():
         store.redis.script_load(script.script)
     raw = encode(payload("paystack", "rt-pay-1", 5000))
-    event = events.parse("paystack", raw)
+    note = notifications.parse("paystack", raw)
     delivery = ledger.receipt("paystack", raw, {"content-type": "application/json"})
-    first, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
+    first, trips = _counted_trips(lambda: gate.enter(store, store, q, note, delivery, claim_ttl_ms=30_000))
     assert (first.verdict, trips) == ("claimed", 1)
-    again, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
+    again, trips = _counted_trips(lambda: gate.enter(store, store, q, note, delivery, claim_ttl_ms=30_000))
     assert (again.verdict, trips) == ("in_flight", 1)
     with db.connection_context():
-        assert ledger.credit(event, delivery, False) == "credited"
-    _, trips = _counted_trips(lambda: gate.finish(store, event, first.claim, processed=True))
-    assert trips == 1 and store.redis.exists(gate.claim_key(event)) == 0
+        assert ledger.credit(note, delivery, False) == "credited"
+    _, trips = _counted_trips(lambda: gate.finish(store, note, first.claim, processed=True))
+    assert trips == 1 and store.redis.exists(gate.claim_key(note)) == 0
 
     def rows() -> list[str]:
         with db.connection_context():
             return [d.verdict for d in WebhookCall.select().order_by(WebhookCall.received_at)]
 
     assert rows() == ["credited"]
-    repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, event, delivery, claim_ttl_ms=30_000))
+    repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, note, delivery, claim_ttl_ms=30_000))
     assert (repeat.verdict, repeat.claim, trips) == ("duplicate", None, 1)
     assert rows() == ["credited"]  # nothing written on the request path
     assert store.redis.llen(keys.DELIVERIES_PENDING) == 2  # the in-flight one and the duplicate

@@ -153,21 +153,21 @@ def test_a_transaction_that_ran_no_statement_sends_nothing(pool, table, queries)
 
 def test_a_credit_is_two_round_trips_and_a_second_one_of_the_same_payment_keeps_nothing(database_url, queries):
     from testkit.payments import encode, payload
-    from webhooks.payments import events, ledger
+    from webhooks.payments import ledger, notifications
     from webhooks.storage.db import db
     from webhooks.storage.models import Payment, WebhookCall
 
     if not is_mysql():
         pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
     raw = encode(payload("paystack", "two-trips-1", 5000, "NGN", "two-trips@example.com"))
-    event = events.parse("paystack", raw)
+    note = notifications.parse("paystack", raw)
     receipt = ledger.receipt("paystack", raw, {"content-type": "application/json"})
     with db.connection_context():
         queries.clear()
-        assert ledger.credit(event, receipt) == "credited"
+        assert ledger.credit(note, receipt) == "credited"
         mine = [sql for conn, sql in queries if conn is db.connection()]
         assert len(mine) == 2, mine
-        assert ledger.credit(event, receipt) == "duplicate"  # the unique key, inside its transaction
+        assert ledger.credit(note, receipt) == "duplicate"  # the unique key, inside its transaction
         assert Payment.select().where(Payment.reference == "two-trips-1").count() == 1
         assert ledger.balance("two-trips@example.com", "NGN") == 5000
         verdicts = [d.verdict for d in WebhookCall.select().where(WebhookCall.reference == "two-trips-1")]

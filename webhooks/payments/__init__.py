@@ -1,2 +1,2 @@
-"""Exactly-once payment webhooks: provider signatures, provider events, money parsing and
+"""Exactly-once payment webhooks: provider signatures, provider notifications, money parsing and
 the payment ledger."""

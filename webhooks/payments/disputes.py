@@ -9,7 +9,7 @@ import peewee as pw
 
 from webhooks.errors import ReferenceConflict
 from webhooks.payments.ledger import Receipt, record
-from webhooks.payments.motions import RefundEvent
+from webhooks.payments.motions import RefundNotification
 from webhooks.payments.refunds import Outcome, check_same_payer, locked_payment, move_wallet, save, settle, writing
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, Verdict
 from webhooks.storage import audit
@@ -17,35 +17,35 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Payment, PaymentDispute, utcnow
 
 
-def _once(event: RefundEvent, d: Receipt) -> Outcome:
-    withdraw = event.kind is Motion.DISPUTE_WITHDRAWN
+def _once(note: RefundNotification, d: Receipt) -> Outcome:
+    withdraw = note.kind is Motion.DISPUTE_WITHDRAWN
     with writing():
         now = utcnow()
-        payment: Payment = locked_payment(event)
-        amount = event.amount_minor(payment.currency)
-        check_same_payer(event, payment)
+        payment: Payment = locked_payment(note)
+        amount = note.amount_minor(payment.currency)
+        check_same_payer(note, payment)
         known = PaymentDispute.get_or_none(
-            PaymentDispute.provider == event.provider, PaymentDispute.reference == event.reference
+            PaymentDispute.provider == note.provider, PaymentDispute.reference == note.reference
         )
-        if known is not None and known.payment_reference != event.payment_reference:
+        if known is not None and known.payment_reference != note.payment_reference:
             raise pw.IntegrityError("dispute id known with another payment")
         if known is None:
             PaymentDispute.insert(
-                provider=event.provider,
-                reference=event.reference,
-                payment_reference=event.payment_reference,
+                provider=note.provider,
+                reference=note.reference,
+                payment_reference=note.payment_reference,
                 amount_minor=amount,
                 currency=payment.currency,
                 customer=payment.customer,
                 status=DisputeStatus.WITHDRAWN if withdraw else DisputeStatus.REINSTATED,
-                event_type=event.event_type,
+                event_type=note.event_type,
                 received_at=d.received_at,
                 withdrawn_at=now if withdraw else None,
                 reinstated_at=None if withdraw else now,
             ).execute()
             if withdraw:
                 save(payment, disputed_minor=payment.disputed_minor + amount)
-                move_wallet(event, payment, -amount, now, event.reference)
+                move_wallet(note, payment, -amount, now, note.reference)
                 outcome = Outcome(Verdict.DEBITED)
             else:
                 outcome = Outcome(Verdict.IGNORED, Ignored.NOT_WITHDRAWN)
@@ -59,33 +59,33 @@ def _once(event: RefundEvent, d: Receipt) -> Outcome:
                 .execute()
             )
             save(payment, disputed_minor=max(0, payment.disputed_minor - back))
-            move_wallet(event, payment, back, now, event.reference)
+            move_wallet(note, payment, back, now, note.reference)
             outcome = Outcome(Verdict.CREDITED)
-        record(d, outcome.verdict, 200, event, reason=outcome.reason)
+        record(d, outcome.verdict, 200, note, reason=outcome.reason)
     return outcome
 
 
-def apply(event: RefundEvent, d: Receipt) -> Outcome:
+def apply(note: RefundNotification, d: Receipt) -> Outcome:
     """A dispute's money withdrawn or reinstated, once per dispute: DEBITED, CREDITED, DUPLICATE,
     or IGNORED (not_withdrawn: reinstated before anything was withdrawn). Raises as refunds.apply
     does; a dispute id known for another payment is a ReferenceConflict (422, flagged)."""
     try:
-        return settle(event, d, lambda: _once(event, d))
+        return settle(note, d, lambda: _once(note, d))
     except pw.IntegrityError as exc:
         known = PaymentDispute.get_or_none(
-            PaymentDispute.provider == event.provider, PaymentDispute.reference == event.reference
+            PaymentDispute.provider == note.provider, PaymentDispute.reference == note.reference
         )
         if known is None:
             raise exc
-        if known.payment_reference == event.payment_reference:  # two first deliveries at once
-            record(d, Verdict.DUPLICATE, 200, event)
+        if known.payment_reference == note.payment_reference:  # two first deliveries at once
+            record(d, Verdict.DUPLICATE, 200, note)
             return Outcome(Verdict.DUPLICATE)
-        detail = {"known": known.payment_reference, "delivered": event.payment_reference}
+        detail = {"known": known.payment_reference, "delivered": note.payment_reference}
         with db.atomic():
             audit.record(
-                "payments", "dispute.reference_conflict", "dispute", f"{event.provider}:{event.reference}", detail
+                "payments", "dispute.reference_conflict", "dispute", f"{note.provider}:{note.reference}", detail
             )
-            record(d, Verdict.REFERENCE_CONFLICT, 422, event)
+            record(d, Verdict.REFERENCE_CONFLICT, 422, note)
         raise ReferenceConflict(
-            f"dispute {event.reference!r} is already recorded for another payment; nothing moved, flagged for review"
+            f"dispute {note.reference!r} is already recorded for another payment; nothing moved, flagged for review"
         ) from None

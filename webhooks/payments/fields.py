@@ -1,4 +1,4 @@
-"""Reading a provider's JSON body by path: the small helpers events.py and motions.py share."""
+"""Reading a provider's JSON body by path: the small helpers notifications.py and motions.py share."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 from webhooks import outbound, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
 from webhooks.payments import money
-from webhooks.payments.events import PaymentEvent
+from webhooks.payments.notifications import PaymentNotification
 
 log = logging.getLogger(__name__)
 
@@ -21,18 +21,18 @@ TIMEOUT_S = 10  # well inside PAYMENT_CLAIM_TTL_MS: the claim is held meanwhile
 _client = outbound.Client(pool_size=8)
 
 
-def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: float = TIMEOUT_S) -> None:
-    """Return when Flutterwave confirms `event`; NotConfirmed (422) when it does not, or
+def confirm(note: PaymentNotification, api_base: str, secret_key: str, timeout_s: float = TIMEOUT_S) -> None:
+    """Return when Flutterwave confirms `note`; NotConfirmed (422) when it does not, or
     Unavailable (503: the provider retries later) when it cannot be asked or its answer is not
     the documented object (a list, a bare value, another envelope: never a 500)."""
-    if not event.transaction_id:
-        raise NotConfirmed("the event has no data.id to verify with Flutterwave")
-    status, content = fetch_verification(api_base, event.transaction_id, secret_key, timeout_s)
+    if not note.transaction_id:
+        raise NotConfirmed("the notification has no data.id to verify with Flutterwave")
+    status, content = fetch_verification(api_base, note.transaction_id, secret_key, timeout_s)
     if status in (400, 404):
-        raise NotConfirmed(f"Flutterwave knows no transaction {event.transaction_id}")
+        raise NotConfirmed(f"Flutterwave knows no transaction {note.transaction_id}")
     if status != 200:
         # 401/403: our FLUTTERWAVE_SECRET_KEY is wrong; 429/5xx: theirs. Either way not the payer's fault.
-        log.error("Flutterwave verify answered %s for %s", status, event.reference)
+        log.error("Flutterwave verify answered %s for %s", status, note.reference)
         raise Unavailable(f"Flutterwave's verify endpoint answered {status}; nothing credited, retry later")
     try:
         body = strictjson.loads(content, decimals=True)
@@ -40,11 +40,11 @@ def confirm(event: PaymentEvent, api_base: str, secret_key: str, timeout_s: floa
         raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(body, dict) or (body.get("status") == "success" and not isinstance(data, dict)):
-        log.error("Flutterwave verify answered JSON of another shape for %s", event.reference)
+        log.error("Flutterwave verify answered JSON of another shape for %s", note.reference)
         raise Unavailable("Flutterwave's verify endpoint answered JSON of another shape; nothing credited, retry later")
-    problem = _disagreement(event, body.get("status"), data)
+    problem = _disagreement(note, body.get("status"), data)
     if problem:
-        log.warning("Flutterwave does not confirm %s: %s", event.reference, problem)
+        log.warning("Flutterwave does not confirm %s: %s", note.reference, problem)
         raise NotConfirmed(f"Flutterwave does not confirm this payment: {problem}; nothing credited")
 
 
@@ -64,7 +64,7 @@ def fetch_verification(api_base: str, transaction_id: str, secret_key: str, time
     return reply.status, reply.body
 
 
-def _disagreement(event: PaymentEvent, status: Any, data: Any) -> str | None:
+def _disagreement(note: PaymentNotification, status: Any, data: Any) -> str | None:
     """What in Flutterwave's answer (its `status` and `data`) differs from the webhook, or None
     when all agrees. The payer is compared with the payer: the webhook's `data.customer.email`,
     not the wallet (which is the merchant's account id when PAYMENT_ACCOUNT_FIELD names one)."""
@@ -72,17 +72,17 @@ def _disagreement(event: PaymentEvent, status: Any, data: Any) -> str | None:
         return "no transaction in the answer"
     if data.get("status") != "successful":
         return f"its status is {str(data.get('status'))[:32]!r}"
-    if str(data.get("id")) != event.transaction_id or str(data.get("tx_ref")) != event.reference:
+    if str(data.get("id")) != note.transaction_id or str(data.get("tx_ref")) != note.reference:
         return "another transaction id or tx_ref"
     try:
         code = money.currency(data.get("currency"))
         amount = money.to_minor(data.get("amount"), code, major=True)
     except InvalidPayload:
         return "no usable amount or currency"
-    if (amount, code) != (event.amount_minor, event.currency):
+    if (amount, code) != (note.amount_minor, note.currency):
         return "another amount or currency"
     customer = data.get("customer")
     email = customer.get("email") if isinstance(customer, dict) else None
-    if (email.strip().lower() if isinstance(email, str) else None) != event.payer:
+    if (email.strip().lower() if isinstance(email, str) else None) != note.payer:
         return "another payer"
     return None

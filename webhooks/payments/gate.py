@@ -19,8 +19,8 @@ from redis.cluster import RedisCluster
 from rq import Queue
 
 from webhooks.payments import ledger
-from webhooks.payments.events import PaymentEvent, RefundEvent
 from webhooks.payments.ledger import Receipt
+from webhooks.payments.notifications import PaymentNotification, RefundNotification
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import WebhookCall
@@ -35,20 +35,20 @@ CLAIMED, DUPLICATE, IN_FLIGHT = GateVerdict.CLAIMED, GateVerdict.DUPLICATE, Gate
 STATUS = {DUPLICATE: 200, IN_FLIGHT: 409}
 
 
-def _ref(event: PaymentEvent | RefundEvent) -> PaymentRef:
+def _ref(note: PaymentNotification | RefundNotification) -> PaymentRef:
     """A payment's or a refund's reference (refunds have a key space of their own)."""
-    assert event.reference is not None  # only refunds and succeeded payments (parse() wants one) get here
-    return PaymentRef(event.provider, event.reference, isinstance(event, RefundEvent))
+    assert note.reference is not None  # only refunds and succeeded payments (parse() wants one) get here
+    return PaymentRef(note.provider, note.reference, isinstance(note, RefundNotification))
 
 
-def marker_key(event: PaymentEvent | RefundEvent) -> str:
+def marker_key(note: PaymentNotification | RefundNotification) -> str:
     """Holds the fingerprint of what was credited (or debited) under this reference."""
-    return _ref(event).marker
+    return _ref(note).marker
 
 
-def claim_key(event: PaymentEvent | RefundEvent) -> str:
+def claim_key(note: PaymentNotification | RefundNotification) -> str:
     """The key a request claims while it credits the payment (or debits the refund)."""
-    return _ref(event).claim
+    return _ref(note).claim
 
 
 @dataclass(frozen=True)
@@ -61,45 +61,45 @@ def enter(
     store: Store,
     settle: Store,
     queue: Queue,
-    event: PaymentEvent | RefundEvent,
+    note: PaymentNotification | RefundNotification,
     d: Receipt,
     *,
     claim_ttl_ms: int,
     request_id: str | None = None,
 ) -> Entry:
-    """Dedupe and claim `event` in one round trip (lua/payment_gate.lua); a duplicate or
+    """Dedupe and claim `note` in one round trip (lua/payment_gate.lua); a duplicate or
     in-flight delivery's audit row is queued, not written."""
     token = claims.new_token()
-    row = audit_row(d, event)
-    claim = claim_key(event)
+    row = audit_row(d, note)
+    claim = claim_key(note)
     if settle is store and not isinstance(store.redis, RedisCluster):
-        verdict, enqueue = store.payment_gate(_ref(event), event.fingerprint, token, claim_ttl_ms, row[1:])
+        verdict, enqueue = store.payment_gate(_ref(note), note.fingerprint, token, claim_ttl_ms, row[1:])
         if enqueue:
             try:
                 settle_queue.enqueue_drain(queue, request_id=request_id)
             except REDIS_DOWN as exc:  # the row is queued: the scheduler's drain (every minute) takes it
                 log.warning("audit row queued, drain job not enqueued: %s", exc)
     else:
-        verdict, _ = store.payment_gate(_ref(event), event.fingerprint, token, claim_ttl_ms)
+        verdict, _ = store.payment_gate(_ref(note), note.fingerprint, token, claim_ttl_ms)
         if verdict != CLAIMED:
             _queue_apart(settle, queue, verdict, row, request_id)
     return Entry(verdict, claims.Claim(claim, token) if verdict == CLAIMED else None)
 
 
-def finish(store: Store, event: PaymentEvent | RefundEvent, claim: claims.Claim, processed: bool) -> None:
+def finish(store: Store, note: PaymentNotification | RefundNotification, claim: claims.Claim, processed: bool) -> None:
     """Release our claim, and with `processed` (the transaction committed a change or found
     it committed) set the marker that makes the next repeat a duplicate. If Redis is gone the
     claim expires by itself, and a lost marker costs the next repeat a database read."""
     try:
-        store.finish_payment(_ref(event), claim.token, event.fingerprint if processed else None, PROCESSED_TTL_S)
+        store.finish_payment(_ref(note), claim.token, note.fingerprint if processed else None, PROCESSED_TTL_S)
     except REDIS_DOWN as exc:
         log.warning("claim %s not released, marker not set (both expire): %s", claim.key, exc)
 
 
-def audit_row(d: Receipt, event: PaymentEvent | RefundEvent) -> str:
+def audit_row(d: Receipt, note: PaymentNotification | RefundNotification) -> str:
     """The webhook_calls row of a verified webhook call as JSON (`ledger.record`'s columns,
     the body in base64), its verdict left out."""
-    row = ledger.receipt_fields(d, event)
+    row = ledger.receipt_fields(d, note)
     row.update(body=base64.b64encode(d.body).decode(), received_at=d.received_at.isoformat())
     return json.dumps(row, separators=(",", ":"))
 

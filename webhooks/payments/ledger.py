@@ -25,7 +25,7 @@ import peewee as pw
 
 from webhooks.errors import AlreadyAssigned, NotFound, ReferenceConflict
 from webhooks.events import outbox
-from webhooks.payments.events import PaymentEvent, RefundEvent
+from webhooks.payments.notifications import PaymentNotification, RefundNotification
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
 from webhooks.storage import audit, fastsql
@@ -73,12 +73,12 @@ def receipt(provider: str, raw: bytes, headers: Mapping[str, str]) -> Receipt:
     )
 
 
-def receipt_fields(d: Receipt, event: PaymentEvent | RefundEvent | None = None) -> dict[str, Any]:
+def receipt_fields(d: Receipt, note: PaymentNotification | RefundNotification | None = None) -> dict[str, Any]:
     """The webhook_calls columns of a verified webhook, but its verdict and status."""
     return {
         "provider": d.provider,
-        "reference": event.reference if event else None,
-        "event_type": event.event_type if event else None,
+        "reference": note.reference if note else None,
+        "event_type": note.event_type if note else None,
         "headers": d.headers,
         "body": d.body,
         "body_truncated": d.truncated,
@@ -92,29 +92,29 @@ def record(
     d: Receipt,
     verdict: str,
     status: int,
-    event: PaymentEvent | RefundEvent | None = None,
+    note: PaymentNotification | RefundNotification | None = None,
     deferred: bool = False,
     reason: str | None = None,
 ) -> None:
     """Add the verified webhook to webhook_calls (in the caller's transaction, if any;
     `deferred`: see fastsql.insert); `reason`: why an ignored one moved nothing."""
-    row = {**receipt_fields(d, event), "verdict": verdict, "status_code": status}
+    row = {**receipt_fields(d, note), "verdict": verdict, "status_code": status}
     if reason is not None:
         row["reason"] = reason
     fastsql.insert(WebhookCall, row, deferred)
 
 
-def record_unconfirmed(d: Receipt, event: PaymentEvent, reason: str) -> None:
+def record_unconfirmed(d: Receipt, note: PaymentNotification, reason: str) -> None:
     """A verified webhook the provider's API does not confirm: kept, and flagged for review."""
     with db.atomic():
         audit.record(
             "payments",
             "payment.verification_failed",
             "payment",
-            f"{event.provider}:{event.reference}",
+            f"{note.provider}:{note.reference}",
             {"reason": reason},
         )
-        record(d, Verdict.VERIFICATION_FAILED, 422, event)
+        record(d, Verdict.VERIFICATION_FAILED, 422, note)
 
 
 # MySQL/MariaDB: the upsert hands the new balance back in the OK packet (LAST_INSERT_ID(expr)
@@ -172,7 +172,7 @@ def retrying_deadlocks(transaction: Callable[[], T], what: str) -> T:
             attempt += 1
 
 
-def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> Verdict:
+def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOOK) -> Verdict:
     """Insert the payment, credit its wallet, write its `wallet.credited` event (the outbox)
     and record the webhook, in one transaction. A
     payment naming no wallet (customer None) is inserted `unattributed` and credits nothing
@@ -182,93 +182,93 @@ def credit(event: PaymentEvent, d: Receipt, source: Source = Source.WEBHOOK) -> 
     Returns CREDITED (UNATTRIBUTED), or DUPLICATE when the reference is already in the ledger
     with the same amount, currency and payer; raises ReferenceConflict when it is there with
     others. An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
-    attributed = event.customer is not None
+    attributed = note.customer is not None
 
     # On MySQL two round trips: the payment's INSERT travels with the wallet's upsert (its
-    # balance is read from the reply), the event's and the delivery record's with the COMMIT.
+    # balance is read from the reply), the outbox event's and the webhook call's rows with the COMMIT.
     def transaction() -> Verdict:
         with db.atomic():
             now = utcnow()
             fastsql.insert(
                 Payment,
                 {
-                    "provider": event.provider,
-                    "reference": event.reference,
-                    "amount_minor": event.amount_minor,
-                    "currency": event.currency,
-                    "customer": event.customer or "",
+                    "provider": note.provider,
+                    "reference": note.reference,
+                    "amount_minor": note.amount_minor,
+                    "currency": note.currency,
+                    "customer": note.customer or "",
                     "status": PaymentStatus.CREDITED if attributed else PaymentStatus.UNATTRIBUTED,
-                    "event_type": event.event_type,
+                    "event_type": note.event_type,
                     "received_at": d.received_at,
                     "credited_at": now if attributed else None,
-                    "payer": event.payer or "",
-                    "fees_minor": event.fees_minor,
-                    "flag": event.flag,
+                    "payer": note.payer or "",
+                    "fees_minor": note.fees_minor,
+                    "flag": note.flag,
                     "source": source,
                 },
                 deferred=True,
             )
             # a succeeded payment: parse() refused it without any of these
-            assert event.reference and event.currency and event.amount_minor is not None
-            key = f"{event.provider}:{event.reference}"
-            if event.flag is not None:
-                audit.record("payments", f"payment.{event.flag}", "payment", key, {"amount_minor": event.amount_minor})
+            assert note.reference and note.currency and note.amount_minor is not None
+            key = f"{note.provider}:{note.reference}"
+            if note.flag is not None:
+                audit.record("payments", f"payment.{note.flag}", "payment", key, {"amount_minor": note.amount_minor})
             if not attributed:
-                audit.record("payments", "payment.unattributed", "payment", key, {"amount_minor": event.amount_minor})
-                record(d, Verdict.UNATTRIBUTED, 200, event)
+                audit.record("payments", "payment.unattributed", "payment", key, {"amount_minor": note.amount_minor})
+                record(d, Verdict.UNATTRIBUTED, 200, note)
                 return Verdict.UNATTRIBUTED
-            assert event.customer is not None
-            after = credit_wallet(event.customer, event.currency, event.amount_minor, now)
+            assert note.customer is not None
+            after = credit_wallet(note.customer, note.currency, note.amount_minor, now)
             outbox.record(
                 outbox.wallet_event(
                     kind=outbox.EventType.WALLET_CREDITED,
-                    provider=event.provider,
-                    reference=event.reference,
-                    customer=event.customer,
-                    currency=event.currency,
-                    amount_minor=event.amount_minor,
+                    provider=note.provider,
+                    reference=note.reference,
+                    customer=note.customer,
+                    currency=note.currency,
+                    amount_minor=note.amount_minor,
                     balance_minor=after,
                 ),
                 now,
                 deferred=True,
             )
-            record(d, Verdict.CREDITED, 200, event, deferred=True)
+            record(d, Verdict.CREDITED, 200, note, deferred=True)
         return Verdict.CREDITED
 
     try:
-        return retrying_deadlocks(transaction, f"crediting {event.provider}:{event.reference}")
+        return retrying_deadlocks(transaction, f"crediting {note.provider}:{note.reference}")
     except pw.IntegrityError as exc:
-        return _already_known(event, d, exc)
+        return _already_known(note, d, exc)
 
 
-def _same_payment(known: Payment, event: PaymentEvent) -> bool:
+def _same_payment(known: Payment, note: PaymentNotification) -> bool:
     """Whether a repeat agrees with the ledger: same amount and currency, and the same wallet,
     or no wallet named where the payment was unattributed or assigned one since."""
-    if (known.amount_minor, known.currency) != (event.amount_minor, event.currency):
+    if (known.amount_minor, known.currency) != (note.amount_minor, note.currency):
         return False
-    if event.customer is None:
+    if note.customer is None:
         return known.status == PaymentStatus.UNATTRIBUTED or known.assigned_at is not None
-    return bool(known.customer == event.customer)
+    return bool(known.customer == note.customer)
 
 
-def _already_known(event: PaymentEvent, d: Receipt, exc: pw.IntegrityError) -> Verdict:
-    known = Payment.get_or_none(Payment.provider == event.provider, Payment.reference == event.reference)
+def _already_known(note: PaymentNotification, d: Receipt, exc: pw.IntegrityError) -> Verdict:
+    known = Payment.get_or_none(Payment.provider == note.provider, Payment.reference == note.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
-    if _same_payment(known, event):
-        record(d, Verdict.DUPLICATE, 200, event)
+    if _same_payment(known, note):
+        record(d, Verdict.DUPLICATE, 200, note)
         return Verdict.DUPLICATE
     detail = {
         "known": {"amount_minor": known.amount_minor, "currency": known.currency, "customer": known.customer},
-        "delivered": {"amount_minor": event.amount_minor, "currency": event.currency, "customer": event.customer},
+        "delivered": {"amount_minor": note.amount_minor, "currency": note.currency, "customer": note.customer},
     }
     with db.atomic():
-        audit.record("payments", "payment.reference_conflict", "payment", f"{event.provider}:{event.reference}", detail)
-        record(d, Verdict.REFERENCE_CONFLICT, 422, event)
+        audit.record("payments", "payment.reference_conflict", "payment", f"{note.provider}:{note.reference}", detail)
+        record(d, Verdict.REFERENCE_CONFLICT, 422, note)
     # The reference only: the amounts and payer e-mails are in audit_log, not in log files.
-    log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", event.provider, event.reference)
+    log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", note.provider, note.reference)
     raise ReferenceConflict(
-        f"reference {event.reference!r} was already credited with another "
+        f"reference {note.reference!r} was already credited with another "
         "amount, currency or payer; nothing credited, flagged for review"
     )
 

@@ -1,8 +1,8 @@
-"""What a provider's (verified) event says about money going back: a refund, a refund that failed
+"""What a provider's (verified) notification says about money going back: a refund, a refund that failed
 after it was debited, Stripe's cumulative `charge.refunded`, a dispute's money withdrawn or
 reinstated. Each provider's shape comes from its own documentation or SDK (docs/payments.md,
 "Money going back", names each source); a provider that documents none has no entry here, and
-its events of that kind are `ignored`."""
+its notifications of that kind are `ignored`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from webhooks.payments.states import Ignored, Motion
 
 
 @dataclass(frozen=True, kw_only=True)
-class RefundEvent:
+class RefundNotification:
     """Money of an earlier payment going back (or returning): moves the wallet once per
     (reference, kind). `reference` is the refund's, the dispute's, or (charge.refunded) the charge's."""
 
@@ -41,7 +41,7 @@ class RefundEvent:
 
     @property
     def fingerprint(self) -> str:
-        """What a repeat of this event must agree on (a refund's failure, a dispute's
+        """What a repeat of this notification must agree on (a refund's failure, a dispute's
         reinstatement, a later cumulative amount differ from what came before: not repeats)."""
         base = f"{self.payment_reference}:{self.amount}:{self.currency}"
         return base if self.kind is Motion.REFUND else f"{self.kind}:{base}"
@@ -61,7 +61,7 @@ class RefundSpec:
 
 # Refunds and reversals, each as its provider's own text describes it. Flutterwave (v3 documents
 # refunds as an API call with no webhook) and Interswitch (its webhook events name no refund or
-# reversal) have none: their refund events are `ignored`.
+# reversal) have none: their refund notifications are `ignored`.
 REFUND_SPECS: dict[str, RefundSpec] = {
     # refund.processed: the refund reached the customer (refund.pending/processing/failed: not yet or not)
     "paystack": RefundSpec(
@@ -162,7 +162,7 @@ def _stripe(event_type: str, body: dict[str, Any]) -> RefundSpec | Ignored | Non
 
 
 def _stripe_dispute(event_type: str, dispute: dict[str, Any]) -> Motion | Ignored:
-    """What a Stripe dispute event does to the money: a Motion, or why it moves none."""
+    """What a Stripe dispute notification does to the money: a Motion, or why it moves none."""
     kind = _STRIPE_TAKEN.get(event_type) or _STRIPE_GIVEN.get(event_type)
     if kind is None and event_type == "charge.dispute.closed":
         # lost: the money stays withdrawn (once, with or without funds_withdrawn before it);
@@ -204,8 +204,8 @@ _SHAPES: dict[str, Callable[[str, dict[str, Any]], RefundSpec | Ignored | None]]
 
 
 def spec_of(provider: str, event_type: str, body: dict[str, Any]) -> RefundSpec | Ignored | None:
-    """The motion `body` describes; an Ignored reason for a money-going-back event that moves
-    nothing (yet); None when it is no such event (a payment's, or another type)."""
+    """The motion `body` describes; an Ignored reason for a money-going-back notification that
+    moves nothing (yet); None when it is no such notification (a payment's, or another type)."""
     shape = _SHAPES.get(provider)
     found = None if shape is None else shape(event_type, body)
     if found is not None:
@@ -214,8 +214,8 @@ def spec_of(provider: str, event_type: str, body: dict[str, Any]) -> RefundSpec 
     return spec if spec is not None and spec.applies(body) else None
 
 
-def parse(provider: str, event_type: str, body: dict[str, Any], spec: RefundSpec) -> RefundEvent:
-    """The RefundEvent `spec` reads from `body`; InvalidPayload without a usable reference,
+def parse(provider: str, event_type: str, body: dict[str, Any], spec: RefundSpec) -> RefundNotification:
+    """The RefundNotification `spec` reads from `body`; InvalidPayload without a usable reference,
     payment reference, amount or currency."""
     ref = reference(get(body, spec.reference))
     if ref is None:
@@ -228,7 +228,7 @@ def parse(provider: str, event_type: str, body: dict[str, Any], spec: RefundSpec
         raise InvalidPayload(f"no amount at {'.'.join(spec.amount)}")
     code = None if spec.currency is None else money.currency(get(body, spec.currency))
     mail = None if spec.email is None else get(body, spec.email)
-    event = RefundEvent(
+    note = RefundNotification(
         provider=provider,
         event_type=event_type,
         reference=ref,
@@ -240,5 +240,5 @@ def parse(provider: str, event_type: str, body: dict[str, Any], spec: RefundSpec
         kind=spec.kind,
     )
     if code is not None:  # else the ledger converts it with the payment's currency
-        event.amount_minor(code)  # refuse a bad amount before anything is locked
-    return event
+        note.amount_minor(code)  # refuse a bad amount before anything is locked
+    return note

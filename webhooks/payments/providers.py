@@ -1,5 +1,5 @@
 """Each provider's list of successful payments, page by page, as the JSON body its webhook would
-carry, so `events.parse` reads both. A page is fetched under a time and size budget, paced
+carry, so `notifications.parse` reads both. A page is fetched under a time and size budget, paced
 under the provider's rate limit, and validated whole before it is yielded (else ProviderError,
 nothing of it yielded). Sources: per provider below, and docs/payments.md "Provider
 reconciliation"."""

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 from webhooks import metrics
 from webhooks.errors import FloodgateError, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
-from webhooks.payments import events
+from webhooks.payments import notifications
 from webhooks.payments.ledger import BODY_CAP, Receipt
 from webhooks.payments.listing import Lister, ProviderError
 from webhooks.payments.providers import going_back
@@ -146,50 +146,50 @@ def _settle_page(
     found, back = _read_page(provider, bodies, hooks.account_field, result)
     result.listed += len(found)
     known = _known(provider, [e.reference for e, _ in found if e.reference])
-    for event, body in found:
-        if event.reference in known:
+    for note, body in found:
+        if note.reference in known:
             result.known += 1
         elif dry_run:
             result.missing += 1
         else:
-            _credit(hooks, provider, event, body, result)
+            _credit(hooks, provider, note, body, result)
     for motion, body in back:  # after the page's payments: a refund of one of them finds it
         _move(hooks, provider, motion, body, dry_run=dry_run, result=result)
 
 
 def _read_page(
     provider: str, bodies: list[bytes], account_field: str, result: ProviderRun
-) -> tuple[list[tuple[events.PaymentEvent, bytes]], list[tuple[events.RefundEvent, bytes]]]:
+) -> tuple[list[tuple[notifications.PaymentNotification, bytes]], list[tuple[notifications.RefundNotification, bytes]]]:
     """A page's successful payments and its refunds or disputes, each with its body; what
     cannot be read is counted and logged."""
-    found: list[tuple[events.PaymentEvent, bytes]] = []
-    back: list[tuple[events.RefundEvent, bytes]] = []
+    found: list[tuple[notifications.PaymentNotification, bytes]] = []
+    back: list[tuple[notifications.RefundNotification, bytes]] = []
     for body in bodies:
         try:
-            event = events.parse(provider, body, account_field)
+            note = notifications.parse(provider, body, account_field)
         except FloodgateError as exc:  # InvalidPayload, InvalidJSON
             result.unreadable += 1
             log.error("%s listed a payment that cannot be read (%s): left for review", provider, exc.message)
             continue
-        if isinstance(event, events.RefundEvent):
-            back.append((event, body))
-        elif event.succeeded and event.reference:
-            found.append((event, body))
+        if isinstance(note, notifications.RefundNotification):
+            back.append((note, body))
+        elif note.succeeded and note.reference:
+            found.append((note, body))
     return found, back
 
 
 def _credit(
-    hooks: PaymentWebhooks, provider: str, event: events.PaymentEvent, body: bytes, result: ProviderRun
+    hooks: PaymentWebhooks, provider: str, note: notifications.PaymentNotification, body: bytes, result: ProviderRun
 ) -> None:
     """A listed payment the ledger lacks, through the webhook's own claim and transaction."""
     try:
-        verdict = hooks.record_found(event, _receipt(provider, body), None)
+        verdict = hooks.record_found(note, _receipt(provider, body), None)
     except ReferenceConflict:
         result.conflicts += 1
         return
     if verdict in RECOVERED:
         result.recovered += 1
-        log.warning("%s payment %s recovered by reconciliation (%s)", provider, event.reference, verdict)
+        log.warning("%s payment %s recovered by reconciliation (%s)", provider, note.reference, verdict)
     elif verdict == Verdict.DUPLICATE:
         result.known += 1
     else:  # in flight: a webhook is crediting it right now
@@ -197,7 +197,13 @@ def _credit(
 
 
 def _move(
-    hooks: PaymentWebhooks, provider: str, event: events.RefundEvent, body: bytes, *, dry_run: bool, result: ProviderRun
+    hooks: PaymentWebhooks,
+    provider: str,
+    note: notifications.RefundNotification,
+    body: bytes,
+    *,
+    dry_run: bool,
+    result: ProviderRun,
 ) -> None:
     """A listed refund or dispute, through the webhook's own claim and transaction: whichever of
     the two comes first moves the wallet, the other is a duplicate."""
@@ -206,7 +212,7 @@ def _move(
         result.missing += 1
         return
     try:
-        verdict = hooks.record_found(event, _receipt(provider, body), None)
+        verdict = hooks.record_found(note, _receipt(provider, body), None)
     except PaymentNotFound:  # its payment is not in the ledger yet: the next run tries again
         result.missing += 1
         return
@@ -215,11 +221,11 @@ def _move(
         return
     except FloodgateError as exc:  # InvalidPayload: an amount the payment's currency refuses
         result.unreadable += 1
-        log.error("%s listed a %s that cannot be applied (%s)", provider, event.kind, exc.message)
+        log.error("%s listed a %s that cannot be applied (%s)", provider, note.kind, exc.message)
         return
     if verdict in (Verdict.DEBITED, Verdict.CREDITED):
         result.moved += 1
-        log.warning("%s %s %s applied by reconciliation (%s)", provider, event.kind, event.reference, verdict)
+        log.warning("%s %s %s applied by reconciliation (%s)", provider, note.kind, note.reference, verdict)
     elif verdict == Verdict.IN_FLIGHT:
         result.missing += 1
     else:

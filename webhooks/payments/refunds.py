@@ -1,7 +1,7 @@
 """Money going back: the one transaction per refund, refund failure or Stripe `charge.refunded`
 (disputes.py uses the same frame), with the payment's row locked first, so each motion of one
 payment's money is decided against what is already recorded, and each refund debited once in
-whichever order its events come. docs/payments.md "Refunds and reversals" and "Money going
+whichever order its notifications come. docs/payments.md "Refunds and reversals" and "Money going
 back"."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import peewee as pw
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
 from webhooks.payments.ledger import Receipt, balance, credit_wallet, record, retrying_deadlocks
-from webhooks.payments.motions import RefundEvent
+from webhooks.payments.motions import RefundNotification
 from webhooks.payments.states import Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db, is_mysql
@@ -50,17 +50,17 @@ def writing() -> pw._atomic:
     return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
 
 
-def locked_payment(event: RefundEvent) -> Payment:
-    """The payment `event` concerns, its row locked; Refused (409 payment_not_found) when the
+def locked_payment(note: RefundNotification) -> Payment:
+    """The payment `note` concerns, its row locked; Refused (409 payment_not_found) when the
     ledger has none yet: the provider delivers again later."""
-    query = Payment.select().where(Payment.provider == event.provider, Payment.reference == event.payment_reference)
+    query = Payment.select().where(Payment.provider == note.provider, Payment.reference == note.payment_reference)
     if is_mysql():
         query = query.for_update()
     payment: Payment | None = query.first()
     if payment is None:
         raise Refused(
             PaymentNotFound(
-                f"no {event.provider} payment {event.payment_reference!r} in the ledger "
+                f"no {note.provider} payment {note.payment_reference!r} in the ledger "
                 "yet; nothing moved, deliver it again later"
             ),
             Verdict.PAYMENT_NOT_FOUND,
@@ -77,25 +77,25 @@ def _payer(payment: Payment) -> str | None:
     return payment.payer or None
 
 
-def check_same_payer(event: RefundEvent, payment: Payment) -> None:
+def check_same_payer(note: RefundNotification, payment: Payment) -> None:
     """A motion naming another currency or payer than its payment's is not that payment's
     (the payer is the e-mail the payment came with: its wallet may be the merchant's account)."""
     paid_by = _payer(payment)
     mismatch = {
         k: v
-        for k, v, known in (("currency", event.currency, payment.currency), ("customer", event.customer, paid_by))
+        for k, v, known in (("currency", note.currency, payment.currency), ("customer", note.customer, paid_by))
         if v is not None and known is not None and v != known
     }
     if mismatch:
         detail = {"payment": {"currency": payment.currency, "customer": paid_by}, "refund": mismatch}
         raise Refused(
             ReferenceConflict(
-                f"{event.kind} {event.reference!r} names another currency or payer than payment "
-                f"{event.payment_reference!r}; nothing moved, flagged for review"
+                f"{note.kind} {note.reference!r} names another currency or payer than payment "
+                f"{note.payment_reference!r}; nothing moved, flagged for review"
             ),
             Verdict.REFERENCE_CONFLICT,
             422,
-            (f"{event.kind}.reference_conflict", detail),
+            (f"{note.kind}.reference_conflict", detail),
         )
 
 
@@ -119,7 +119,7 @@ def save(payment: Payment, **changes: int) -> None:
     Payment.update(fields).where(Payment.id == payment.id).execute()
 
 
-def move_wallet(event: RefundEvent, payment: Payment, delta: int, now: datetime, reference: str) -> None:
+def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: datetime, reference: str) -> None:
     """Add `delta` (negative: a debit) to the payment's wallet, with its wallet event (the
     outbox) under `reference`. An unattributed payment's wallet is not known: nothing moves
     (its sums lower what an assign credits)."""
@@ -141,13 +141,13 @@ def move_wallet(event: RefundEvent, payment: Payment, delta: int, now: datetime,
         kind = outbox.EventType.WALLET_DEBITED
         if after < 0:
             key = f"{customer}:{currency}"
-            detail = {"balance_minor": after, event.kind.value: f"{event.provider}:{event.reference}"}
+            detail = {"balance_minor": after, note.kind.value: f"{note.provider}:{note.reference}"}
             audit.record("payments", "wallet.negative_balance", "wallet", key, detail)
-            log.warning("%s %s:%s takes a wallet below zero; flagged", event.kind, event.provider, event.reference)
+            log.warning("%s %s:%s takes a wallet below zero; flagged", note.kind, note.provider, note.reference)
     outbox.record(
         outbox.wallet_event(
             kind=kind,
-            provider=event.provider,
+            provider=note.provider,
             reference=reference,
             customer=customer,
             currency=currency,
@@ -158,11 +158,11 @@ def move_wallet(event: RefundEvent, payment: Payment, delta: int, now: datetime,
     )
 
 
-def _exceeds(event: RefundEvent, payment: Payment, amount: int, detail: dict[str, Any]) -> Refused:
+def _exceeds(note: RefundNotification, payment: Payment, amount: int, detail: dict[str, Any]) -> Refused:
     return Refused(
         RefundExceedsPayment(
-            f"{event.kind} {event.reference!r} of {amount} would take the refunds of payment "
-            f"{event.payment_reference!r} past the whole transaction; nothing debited, flagged for review"
+            f"{note.kind} {note.reference!r} of {amount} would take the refunds of payment "
+            f"{note.payment_reference!r} past the whole transaction; nothing debited, flagged for review"
         ),
         Verdict.REFUND_EXCEEDS_PAYMENT,
         422,
@@ -170,7 +170,7 @@ def _exceeds(event: RefundEvent, payment: Payment, amount: int, detail: dict[str
     )
 
 
-def _refund(event: RefundEvent, payment: Payment, amount: int, d: Receipt, now: datetime) -> Outcome:
+def _refund(note: RefundNotification, payment: Payment, amount: int, d: Receipt, now: datetime) -> Outcome:
     """A refund id whose money went back: debit what charge.refunded has not already debited of
     it, up to what was credited; a refund that also returns the fee the payer paid on top
     (Paystack: `amount` past `requested_amount`) debits what was credited and is flagged."""
@@ -180,21 +180,21 @@ def _refund(event: RefundEvent, payment: Payment, amount: int, d: Receipt, now: 
     flag = None
     if debit > room:
         returned = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.amount_minor), 0)).where(
-            Refund.provider == event.provider,
-            Refund.payment_reference == event.payment_reference,
+            Refund.provider == note.provider,
+            Refund.payment_reference == note.payment_reference,
             Refund.status == RefundStatus.DEBITED,
         )
         if not payment.fees_minor or returned.scalar() + amount > payment.amount_minor + payment.fees_minor:
-            raise _exceeds(event, payment, amount, {"refunded_minor": payment.refunded_minor, "amount_minor": amount})
+            raise _exceeds(note, payment, amount, {"refunded_minor": payment.refunded_minor, "amount_minor": amount})
         flag, debit = INCLUDES_FEE, room
     Refund.insert(
-        provider=event.provider,
-        reference=event.reference,
-        payment_reference=event.payment_reference,
+        provider=note.provider,
+        reference=note.reference,
+        payment_reference=note.payment_reference,
         amount_minor=amount,
         currency=payment.currency,
         customer=payment.customer,
-        event_type=event.event_type,
+        event_type=note.event_type,
         received_at=d.received_at,
         debited_at=now,
         status=RefundStatus.DEBITED,
@@ -211,16 +211,16 @@ def _refund(event: RefundEvent, payment: Payment, amount: int, d: Receipt, now: 
             "payments",
             f"refund.{flag}",
             "refund",
-            f"{event.provider}:{event.reference}",
+            f"{note.provider}:{note.reference}",
             {"amount_minor": amount, "debited_minor": debit},
         )
-    move_wallet(event, payment, -debit, now, event.reference)
+    move_wallet(note, payment, -debit, now, note.reference)
     if debit == 0 and flag is None:  # charge.refunded took it already
         return Outcome(Verdict.DUPLICATE)
     return Outcome(Verdict.DEBITED)
 
 
-def _reversal(event: RefundEvent, payment: Payment, amount: int, known: Refund | None, now: datetime) -> Outcome:
+def _reversal(note: RefundNotification, payment: Payment, amount: int, known: Refund | None, now: datetime) -> Outcome:
     """A refund that failed or was canceled: what it took comes back, once. One never debited by
     its id may have been by charge.refunded (the unnamed part)."""
     if known is not None:
@@ -232,13 +232,13 @@ def _reversal(event: RefundEvent, payment: Payment, amount: int, known: Refund |
     else:
         back = min(amount, payment.refund_unnamed_minor)
         Refund.insert(
-            provider=event.provider,
-            reference=event.reference,
-            payment_reference=event.payment_reference,
+            provider=note.provider,
+            reference=note.reference,
+            payment_reference=note.payment_reference,
             amount_minor=amount,
             currency=payment.currency,
             customer=payment.customer,
-            event_type=event.event_type,
+            event_type=note.event_type,
             received_at=now,
             debited_at=now,
             status=RefundStatus.REVERSED,
@@ -250,20 +250,20 @@ def _reversal(event: RefundEvent, payment: Payment, amount: int, known: Refund |
             refunded_minor=payment.refunded_minor - back,
             refund_unnamed_minor=payment.refund_unnamed_minor - back,
         )
-    move_wallet(event, payment, back, now, event.reference)
+    move_wallet(note, payment, back, now, note.reference)
     return Outcome(Verdict.CREDITED) if back else Outcome(Verdict.IGNORED, Ignored.NOT_DEBITED)
 
 
-def _charge_refunded(event: RefundEvent, payment: Payment, total: int, now: datetime) -> Outcome:
+def _charge_refunded(note: RefundNotification, payment: Payment, total: int, now: datetime) -> Outcome:
     """Stripe's cumulative `amount_refunded`: debit what it adds over what is recorded (refunds
     debited, and refunds that failed after they were counted: see docs/payments.md)."""
     if total > payment.amount_minor:
-        raise _exceeds(event, payment, total, {"amount_refunded_minor": total})
+        raise _exceeds(note, payment, total, {"amount_refunded_minor": total})
     # A refund that failed after the charge counted it: an older charge.refunded (a retry, or
     # one delivered late) still includes it, so what was given back is counted as refunded.
     reversed_ = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.debited_minor), 0)).where(
-        Refund.provider == event.provider,
-        Refund.payment_reference == event.payment_reference,
+        Refund.provider == note.provider,
+        Refund.payment_reference == note.payment_reference,
         Refund.status == RefundStatus.REVERSED,
     )
     debit = total - payment.refunded_minor - int(reversed_.scalar())
@@ -274,59 +274,59 @@ def _charge_refunded(event: RefundEvent, payment: Payment, total: int, now: date
         refunded_minor=payment.refunded_minor + debit,
         refund_unnamed_minor=payment.refund_unnamed_minor + debit,
     )
-    move_wallet(event, payment, -debit, now, f"{event.reference}:refunded:{total}")
+    move_wallet(note, payment, -debit, now, f"{note.reference}:refunded:{total}")
     return Outcome(Verdict.DEBITED)
 
 
-def _once(event: RefundEvent, d: Receipt) -> Outcome:
+def _once(note: RefundNotification, d: Receipt) -> Outcome:
     with writing():
         now = utcnow()
-        payment = locked_payment(event)
-        amount = event.amount_minor(payment.currency)
-        check_same_payer(event, payment)
-        if event.kind is Motion.CHARGE_REFUNDED:
-            outcome = _charge_refunded(event, payment, amount, now)
+        payment = locked_payment(note)
+        amount = note.amount_minor(payment.currency)
+        check_same_payer(note, payment)
+        if note.kind is Motion.CHARGE_REFUNDED:
+            outcome = _charge_refunded(note, payment, amount, now)
         else:
-            known = Refund.get_or_none(Refund.provider == event.provider, Refund.reference == event.reference)
-            if known is not None and (known.payment_reference, known.amount_minor) != (event.payment_reference, amount):
+            known = Refund.get_or_none(Refund.provider == note.provider, Refund.reference == note.reference)
+            if known is not None and (known.payment_reference, known.amount_minor) != (note.payment_reference, amount):
                 raise pw.IntegrityError("refund reference known with another payment or amount")
-            if event.kind is Motion.REFUND_REVERSED:
-                outcome = _reversal(event, payment, amount, known, now)
+            if note.kind is Motion.REFUND_REVERSED:
+                outcome = _reversal(note, payment, amount, known, now)
             elif known is not None:
                 outcome = Outcome(Verdict.DUPLICATE)
             else:
-                outcome = _refund(event, payment, amount, d, now)
-        record(d, outcome.verdict, 200, event, reason=outcome.reason)
+                outcome = _refund(note, payment, amount, d, now)
+        record(d, outcome.verdict, 200, note, reason=outcome.reason)
     return outcome
 
 
-def settle(event: RefundEvent, d: Receipt, transaction: Callable[[], Outcome]) -> Outcome:
+def settle(note: RefundNotification, d: Receipt, transaction: Callable[[], Outcome]) -> Outcome:
     """Run a motion's transaction (deadlocks retried); a refusal is recorded (and flagged) after
     its rollback and raised as its error. Shared with disputes.py."""
     try:
-        return retrying_deadlocks(transaction, f"{event.kind} {event.provider}:{event.reference}")
+        return retrying_deadlocks(transaction, f"{note.kind} {note.provider}:{note.reference}")
     except InvalidPayload as exc:  # an amount that is no whole number of the payment's minor units
-        record(d, exc.code, 400, event)
+        record(d, exc.code, 400, note)
         raise
     except Refused as refused:
         with db.atomic():
             if refused.flag is not None:
                 action, detail = refused.flag
-                audit.record("payments", action, event.kind.value, f"{event.provider}:{event.reference}", detail)
-            record(d, refused.verdict, refused.status, event)
+                audit.record("payments", action, note.kind.value, f"{note.provider}:{note.reference}", detail)
+            record(d, refused.verdict, refused.status, note)
         if refused.flag is not None:  # references only: amounts and payers are in audit_log
             log.warning(
                 "%s %s:%s of payment %s refused (%s), flagged in audit_log",
-                event.kind,
-                event.provider,
-                event.reference,
-                event.payment_reference,
+                note.kind,
+                note.provider,
+                note.reference,
+                note.payment_reference,
                 refused.verdict,
             )
         raise refused.error from None
 
 
-def apply(event: RefundEvent, d: Receipt) -> Outcome:
+def apply(note: RefundNotification, d: Receipt) -> Outcome:
     """A refund, a refund's failure or Stripe's `charge.refunded`, once: DEBITED / CREDITED, or
     DUPLICATE when it is already in the ledger (or moved nothing new). Raises PaymentNotFound
     (409: the payment is not in the ledger yet), RefundExceedsPayment (422, flagged),
@@ -334,27 +334,27 @@ def apply(event: RefundEvent, d: Receipt) -> Outcome:
     the payment has another currency or payer) or InvalidPayload; in each case nothing moves and
     the webhook is recorded."""
     try:
-        return settle(event, d, lambda: _once(event, d))
+        return settle(note, d, lambda: _once(note, d))
     except pw.IntegrityError as exc:
-        return _conflict(event, d, exc)
+        return _conflict(note, d, exc)
 
 
-def _conflict(event: RefundEvent, d: Receipt, exc: pw.IntegrityError) -> Outcome:
-    known = Refund.get_or_none(Refund.provider == event.provider, Refund.reference == event.reference)
+def _conflict(note: RefundNotification, d: Receipt, exc: pw.IntegrityError) -> Outcome:
+    known = Refund.get_or_none(Refund.provider == note.provider, Refund.reference == note.reference)
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
-    if (known.payment_reference, known.amount_minor) == (event.payment_reference, event.amount_minor(known.currency)):
-        record(d, Verdict.DUPLICATE, 200, event)  # a concurrent first delivery for another payment row
+    if (known.payment_reference, known.amount_minor) == (note.payment_reference, note.amount_minor(known.currency)):
+        record(d, Verdict.DUPLICATE, 200, note)  # a concurrent first delivery for another payment row
         return Outcome(Verdict.DUPLICATE)
     detail = {
         "known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},
-        "delivered": {"payment_reference": event.payment_reference, "amount": str(event.amount)},
+        "delivered": {"payment_reference": note.payment_reference, "amount": str(note.amount)},
     }
     with db.atomic():
-        audit.record("payments", "refund.reference_conflict", "refund", f"{event.provider}:{event.reference}", detail)
-        record(d, Verdict.REFERENCE_CONFLICT, 422, event)
-    log.warning("refund reference conflict %s:%s: nothing moved, flagged in audit_log", event.provider, event.reference)
+        audit.record("payments", "refund.reference_conflict", "refund", f"{note.provider}:{note.reference}", detail)
+        record(d, Verdict.REFERENCE_CONFLICT, 422, note)
+    log.warning("refund reference conflict %s:%s: nothing moved, flagged in audit_log", note.provider, note.reference)
     raise ReferenceConflict(
-        f"refund {event.reference!r} is already recorded for another payment or amount; "
+        f"refund {note.reference!r} is already recorded for another payment or amount; "
         "nothing moved, flagged for review"
     )

@@ -43,7 +43,7 @@ class PaymentStatus(StrEnum):
 
 
 class Motion(StrEnum):
-    """What a provider's event says happened to money already credited (refunds.py, disputes.py)."""
+    """What a provider's notification says happened to money already credited (refunds.py, disputes.py)."""
 
     REFUND = "refund"  # a named refund succeeded: debit it (once per refund id)
     REFUND_REVERSED = "refund_reversed"  # a refund failed or was canceled: credit back what it took
@@ -67,7 +67,7 @@ class DisputeStatus(StrEnum):
 
 
 class Ignored(StrEnum):
-    """Why a verified event moved no money (the `reason` of an `ignored` answer)."""
+    """Why a verified notification moved no money (the `reason` of an `ignored` answer)."""
 
     EVENT_TYPE = "event_type"  # a type that moves no money
     NOT_SUCCESSFUL = "not_successful"  # a money type whose status says it did not (yet) happen

@@ -1,6 +1,6 @@
 """One payment webhook, from its raw bytes to its answer, without Flask: web/payments.py passes
 the request's parts to `PaymentWebhooks.receive` and sends back the Answer. Verify
-(signatures.py), parse (events.py), dedupe and claim (gate.py), confirm (Flutterwave), credit
+(signatures.py), parse (notifications.py), dedupe and claim (gate.py), confirm (Flutterwave), credit
 (ledger.py) or move money going back (refunds.py, disputes.py) in one transaction with its
 event, release the claim, wake the events worker. The steps and the audit rows:
 docs/payments.md "Flow" and "Audit trail"; the arrows: docs/architecture.md."""
@@ -28,7 +28,7 @@ from webhooks.errors import (
     PaymentNotFound,
 )
 from webhooks.events.endpoints import Listening
-from webhooks.payments import disputes, events, flutterwave, gate, ledger, refunds, rejected, signatures
+from webhooks.payments import disputes, flutterwave, gate, ledger, notifications, refunds, rejected, signatures
 from webhooks.payments.ledger import Receipt
 from webhooks.payments.states import Ignored, Motion, Source, Verdict
 from webhooks.storage import outbox_queue
@@ -144,25 +144,25 @@ class PaymentWebhooks:
             raise
         watch.lap("verify")
         try:
-            event = events.parse(provider, raw, self.account_field)
+            note = notifications.parse(provider, raw, self.account_field)
         except (InvalidPayload, InvalidJSON) as exc:
             ledger.record(receipt, exc.code, 400)
             raise
         watch.lap("parse")
-        if not isinstance(event, events.RefundEvent) and not event.succeeded:
-            reason = event.reason or Ignored.EVENT_TYPE
-            ledger.record(receipt, Verdict.IGNORED, 200, event, reason=reason)
-            metrics.payment_ignored(provider, event.event_type, reason)
+        if not isinstance(note, notifications.RefundNotification) and not note.succeeded:
+            reason = note.reason or Ignored.EVENT_TYPE
+            ledger.record(receipt, Verdict.IGNORED, 200, note, reason=reason)
+            metrics.payment_ignored(provider, note.event_type, reason)
             return _answer(Verdict.IGNORED, 200, watch, reason=reason)
         entry = gate.enter(
-            self.store, self.settle, self.queue, event, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
+            self.store, self.settle, self.queue, note, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
         )
         watch.lap("dedupe")
         if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
             return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
         assert entry.claim is not None  # claimed: the claim is ours
         try:
-            outcome = self._act(event, receipt, entry.claim)
+            outcome = self._act(note, receipt, entry.claim)
         except PaymentNotFound as exc:
             # 409 for a refund of a payment not in the ledger yet: the provider retries it
             return _answer(Verdict.PAYMENT_NOT_FOUND, exc.status, watch, exc.message)
@@ -170,30 +170,33 @@ class PaymentWebhooks:
         if outcome.verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
         if outcome.reason is not None:
-            metrics.payment_ignored(provider, event.event_type, outcome.reason)
+            metrics.payment_ignored(provider, note.event_type, outcome.reason)
         return _answer(outcome.verdict, 200, watch, reason=outcome.reason)
 
     def record_found(
-        self, event: events.PaymentEvent | events.RefundEvent, receipt: Receipt, request_id: str | None
+        self,
+        note: notifications.PaymentNotification | notifications.RefundNotification,
+        receipt: Receipt,
+        request_id: str | None,
     ) -> Verdict:
         """A payment the provider reconciliation found (reconcile.py), through the same claim,
         unique key and transaction as a webhook: whichever of the two comes first credits it,
         the other is a duplicate (or a reference_conflict, raised). IN_FLIGHT when a webhook
         holds the reference now (the next run looks again if it fails)."""
         entry = gate.enter(
-            self.store, self.settle, self.queue, event, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
+            self.store, self.settle, self.queue, note, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
         )
         if entry.verdict != gate.CLAIMED:
             return Verdict(entry.verdict)
         assert entry.claim is not None  # claimed: the claim is ours
-        verdict = self._act(event, receipt, entry.claim, Source.RECONCILIATION).verdict
+        verdict = self._act(note, receipt, entry.claim, Source.RECONCILIATION).verdict
         if verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
         return verdict
 
     def _act(
         self,
-        event: events.PaymentEvent | events.RefundEvent,
+        note: notifications.PaymentNotification | notifications.RefundNotification,
         receipt: Receipt,
         claim: Claim,
         source: Source = Source.WEBHOOK,
@@ -204,16 +207,16 @@ class PaymentWebhooks:
         processed = False
         outcome: refunds.Outcome
         try:
-            if isinstance(event, events.RefundEvent):
-                disputed = event.kind in (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)
-                outcome = (disputes if disputed else refunds).apply(event, receipt)
+            if isinstance(note, notifications.RefundNotification):
+                disputed = note.kind in (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)
+                outcome = (disputes if disputed else refunds).apply(note, receipt)
             else:
                 if source is Source.WEBHOOK:  # a listed payment comes from the provider's API itself
-                    self._confirm(event, receipt)
-                outcome = refunds.Outcome(ledger.credit(event, receipt, source))
+                    self._confirm(note, receipt)
+                outcome = refunds.Outcome(ledger.credit(note, receipt, source))
             processed = True
         finally:
-            gate.finish(self.store, event, claim, processed)
+            gate.finish(self.store, note, claim, processed)
         return outcome
 
     def _reject(self, receipt: Receipt, request_id: str | None) -> None:
@@ -227,16 +230,16 @@ class PaymentWebhooks:
         except (*REDIS_DOWN, RedisClusterException) as exc:
             log.warning("%s webhook with an invalid signature not listed, Redis unavailable: %s", receipt.provider, exc)
 
-    def _confirm(self, event: events.PaymentEvent, receipt: Receipt) -> None:
+    def _confirm(self, note: notifications.PaymentNotification, receipt: Receipt) -> None:
         """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
         (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
         503 when Flutterwave cannot be asked, so that it sends the webhook again later."""
-        if event.provider != "flutterwave" or self.flutterwave is None:
+        if note.provider != "flutterwave" or self.flutterwave is None:
             return
         try:
-            flutterwave.confirm(event, self.flutterwave.api_base, self.flutterwave.secret_key)
+            flutterwave.confirm(note, self.flutterwave.api_base, self.flutterwave.secret_key)
         except NotConfirmed as exc:
-            ledger.record_unconfirmed(receipt, event, exc.message)
+            ledger.record_unconfirmed(receipt, note, exc.message)
             raise
 
     def wake_outbox(self, request_id: str | None) -> None:

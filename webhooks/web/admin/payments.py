@@ -18,8 +18,8 @@ from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.events import log as events_log
 from webhooks.payments import ledger, rejected
-from webhooks.payments.events import wallet
 from webhooks.payments.ledger import balances, payment_record
+from webhooks.payments.notifications import wallet
 from webhooks.payments.signatures import VERIFIERS
 from webhooks.storage.models import Payment, utcnow
 from webhooks.web.admin import bp

@@ -1,4 +1,4 @@
-"""Provider payloads to PaymentEvent: the docs/api.md table, on the providers' documented samples."""
+"""Provider payloads to PaymentNotification: the docs/api.md table, on the providers' documented samples."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import pytest
 
 from testkit.payments import METADATA_PATH, PROVIDERS, encode, payload, with_metadata, without_payer
 from webhooks.errors import InvalidJSON
-from webhooks.payments.events import parse
 from webhooks.payments.money import InvalidPayload
+from webhooks.payments.notifications import parse
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_success_event_gives_reference_minor_amount_currency_and_payer(provider):
-    event = parse(provider, encode(payload(provider, "ref-42", 123456, "GHS", "Ada@Example.COM")))
-    assert event.succeeded
-    assert (event.reference, event.amount_minor, event.currency, event.customer) == (
+    note = parse(provider, encode(payload(provider, "ref-42", 123456, "GHS", "Ada@Example.COM")))
+    assert note.succeeded
+    assert (note.reference, note.amount_minor, note.currency, note.customer) == (
         "ref-42",
         123456,
         "GHS",
@@ -24,8 +24,8 @@ def test_success_event_gives_reference_minor_amount_currency_and_payer(provider)
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_failed_charge_is_a_valid_event_that_credits_nothing(provider):
-    event = parse(provider, encode(payload(provider, "ref-43", 500, success=False)))
-    assert not event.succeeded and event.amount_minor is None
+    note = parse(provider, encode(payload(provider, "ref-43", 500, success=False)))
+    assert not note.succeeded and note.amount_minor is None
 
 
 @pytest.mark.parametrize("provider", ["flutterwave", "monnify"])
@@ -35,13 +35,13 @@ def test_major_unit_providers_are_scaled_by_the_currency_exponent(provider):
 
 
 def test_documented_paystack_sample_reads_as_api_md_says():
-    event = parse("paystack", encode(payload("paystack", "qTPrJoy9Bx", 10000, email="bojack@horseman.com")))
-    assert (event.event_type, event.reference, event.amount_minor) == ("charge.success", "qTPrJoy9Bx", 10000)
+    note = parse("paystack", encode(payload("paystack", "qTPrJoy9Bx", 10000, email="bojack@horseman.com")))
+    assert (note.event_type, note.reference, note.amount_minor) == ("charge.success", "qTPrJoy9Bx", 10000)
 
 
 def test_monnify_references_keep_their_pipes():
-    event = parse("monnify", encode(payload("monnify", "MNFY|76|20211117154810|000001", 7800000)))
-    assert event.reference == "MNFY|76|20211117154810|000001" and event.amount_minor == 7800000
+    note = parse("monnify", encode(payload("monnify", "MNFY|76|20211117154810|000001", 7800000)))
+    assert note.reference == "MNFY|76|20211117154810|000001" and note.amount_minor == 7800000
 
 
 def test_stripe_currency_is_upper_cased():
@@ -83,16 +83,16 @@ def test_a_success_naming_no_usable_payer_is_unattributed_not_refused(provider, 
     body = without_payer(provider, payload(provider, "ref-46", 700))
     if email is not None:
         body = payload(provider, "ref-46", 700, email=email)
-    event = parse(provider, encode(body), "account_id")
-    assert event.succeeded and event.customer is None and event.payer is None
-    assert (event.reference, event.amount_minor) == ("ref-46", 700)
+    note = parse(provider, encode(body), "account_id")
+    assert note.succeeded and note.customer is None and note.payer is None
+    assert (note.reference, note.amount_minor) == ("ref-46", 700)
 
 
 @pytest.mark.parametrize("provider", sorted(METADATA_PATH))
 def test_the_merchants_account_in_metadata_names_the_wallet_before_the_email(provider):
     body = with_metadata(provider, payload(provider, "ref-47", 900), {"account_id": "acct_42", "x": 1})
-    event = parse(provider, encode(body), "account_id")
-    assert (event.customer, event.payer) == ("acct_42", "ada@example.com")
+    note = parse(provider, encode(body), "account_id")
+    assert (note.customer, note.payer) == ("acct_42", "ada@example.com")
     assert parse(provider, encode(body)).customer == "ada@example.com"  # PAYMENT_ACCOUNT_FIELD unset
     assert parse(provider, encode(body), "user_id").customer == "ada@example.com"  # another key
 
@@ -132,8 +132,8 @@ def test_paystack_credits_the_amount_requested_when_the_fee_was_passed_on():
     verify/response.json): amount 40333 = requested_amount 30050 + fees 10283."""
     body = payload("paystack", "re4lyvq3s3", 40333)
     body["data"].update(requested_amount=30050, fees=10283)
-    event = parse("paystack", encode(body))
-    assert (event.amount_minor, event.fees_minor) == (30050, 10283)
+    note = parse("paystack", encode(body))
+    assert (note.amount_minor, note.fees_minor) == (30050, 10283)
     body["data"].update(requested_amount=40333, fees=605)  # the merchant bore the fee
     assert (parse("paystack", encode(body)).amount_minor, parse("paystack", encode(body)).fees_minor) == (40333, 0)
     body["data"]["requested_amount"] = "30050.5"
@@ -147,8 +147,8 @@ def test_paystack_credits_the_amount_requested_when_the_fee_was_passed_on():
 def test_monnify_partial_and_over_payments_credit_what_was_received_and_are_flagged(status, flag):
     body = payload("monnify", "MNFY|1", 250000)  # amountPaid 2500.00 naira
     body["eventData"].update(paymentStatus=status, totalPayable=3000)
-    event = parse("monnify", encode(body))
-    assert event.succeeded and (event.amount_minor, event.flag) == (250000, flag)
+    note = parse("monnify", encode(body))
+    assert note.succeeded and (note.amount_minor, note.flag) == (250000, flag)
 
 
 @pytest.mark.parametrize("status", ["PENDING", "FAILED", "REVERSED", "EXPIRED"])

@@ -1,8 +1,8 @@
-"""What each provider's (already verified) webhook body means: a PaymentEvent, or a RefundEvent.
-Where the fields live is data, one Spec (and RefundSpec) per provider, each from the
-provider's own documentation; which wallet a payment credits, and why a success naming none is
-kept unattributed, not refused: docs/payments.md "Which wallet a payment credits" and "Refunds
-and reversals" (the sources)."""
+"""What each provider's (already verified) webhook body says: a notification, of a payment
+(PaymentNotification) or of money going back (RefundNotification). Where the fields live is
+data, one Spec (and RefundSpec) per provider, each from the provider's own documentation; which
+wallet a payment credits, and why a success naming none is kept unattributed, not refused:
+docs/payments.md "Which wallet a payment credits" and "Refunds and reversals" (the sources)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from webhooks import strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload
 from webhooks.payments import money, motions
 from webhooks.payments.fields import Path, both, email, equals, get, load, one_of, reference
-from webhooks.payments.motions import REFUND_SPECS, RefundEvent
+from webhooks.payments.motions import REFUND_SPECS, RefundNotification
 from webhooks.payments.states import Ignored
 
-__all__ = ["REFUND_SPECS", "PaymentEvent", "RefundEvent", "parse", "wallet"]
+__all__ = ["REFUND_SPECS", "PaymentNotification", "RefundNotification", "parse", "wallet"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class PaymentEvent:
+class PaymentNotification:
     provider: str
     event_type: str
     reference: str | None
@@ -33,7 +33,7 @@ class PaymentEvent:
     payer: str | None = None  # the payer's e-mail, lower-cased, when the payload has a usable one
     fees_minor: int = 0  # the provider's fee the payer paid on top (Paystack requested_amount)
     flag: str | None = None  # partially_paid, overpaid, requested_amount_differs: credited what was received
-    reason: Ignored | None = None  # why a valid event that is no success moves nothing
+    reason: Ignored | None = None  # why a valid notification that is no success moves nothing
 
     @property
     def fingerprint(self) -> str:
@@ -242,7 +242,7 @@ def _spec(provider: str, event_type: str, body: dict[str, Any]) -> Spec:
     return SPECS[provider]
 
 
-def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | RefundEvent:
+def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentNotification | RefundNotification:
     """The event in `raw`; InvalidPayload when it is not JSON, has no event type, or is a
     success (or refund) without a usable reference, amount or currency; InvalidJSON when it is
     JSON the strict rules refuse (webhooks/strictjson.py). A success's wallet is the value of
@@ -260,7 +260,7 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | 
     ref = reference(get(body, spec.reference))
     if motion is not None or not spec.success(body):
         reason = motion or (Ignored.NOT_SUCCESSFUL if event_type in MONEY_TYPES[provider] else Ignored.EVENT_TYPE)
-        return PaymentEvent(
+        return PaymentNotification(
             provider=provider,
             event_type=event_type,
             reference=ref,
@@ -280,7 +280,7 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentEvent | 
     if account_field and spec.metadata is not None:
         account = _account(get(body, spec.metadata), account_field)
     status = None if spec.status is None else get(body, spec.status)
-    return PaymentEvent(
+    return PaymentNotification(
         provider=provider,
         event_type=event_type,
         reference=ref,
