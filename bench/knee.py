@@ -110,7 +110,7 @@ class Watch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for name, key in (("settlements", keys.SETTLE_PENDING), ("audit_rows", keys.DELIVERIES_PENDING)):
+            for name, key in (("settlements", keys.SETTLE_PENDING), ("audit_rows", keys.WEBHOOK_CALLS_PENDING)):
                 self.peak[name] = max(self.peak[name], self.client.llen(key))
             self._stop.wait(0.25)
 
@@ -124,7 +124,7 @@ def drained(stack: Stack) -> float:
     """Seconds until both queues are empty."""
     t0, r = time.monotonic(), stack.redis.client()
     wait_until(
-        lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.DELIVERIES_PENDING) == 0,
+        lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.WEBHOOK_CALLS_PENDING) == 0,
         timeout=180,
         interval=0.2,
         what="both queues drained",

@@ -469,7 +469,7 @@ def write_queued_deliveries() -> int:
         # by a job that failed stays there for RQ's retry: then the rows are read as they are)
         try:
             wait_until(
-                lambda: not list(store.redis.scan_iter(match=keys.deliveries_processing("*"))),
+                lambda: not list(store.redis.scan_iter(match=keys.webhook_calls_processing("*"))),
                 timeout=10,
                 what="the worker's batch of delivery rows written",
             )

@@ -244,7 +244,7 @@ def _let_the_worker_finish(queue: RedisServer, timeout_s: float = 10.0) -> None:
         while time.monotonic() < deadline:
             held = [
                 key.decode().rsplit(":", 1)[1]
-                for pattern in (keys.settle_processing("*"), keys.deliveries_processing("*"))
+                for pattern in (keys.settle_processing("*"), keys.webhook_calls_processing("*"))
                 for key in client.scan_iter(match=pattern, count=1000)
             ]
             running = [j for j in held if client.hget(f"rq:job:{j}", "status") == b"started"]

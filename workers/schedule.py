@@ -88,7 +88,7 @@ def _give_back_held(connection: Redis, jid: str) -> int:
     moved = 0
     for held, pending in (
         (keys.settle_processing(jid), keys.SETTLE_PENDING),
-        (keys.deliveries_processing(jid), keys.DELIVERIES_PENDING),
+        (keys.webhook_calls_processing(jid), keys.WEBHOOK_CALLS_PENDING),
     ):
         while connection.lmove(held, pending, "RIGHT", "RIGHT") is not None:
             moved += 1

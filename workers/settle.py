@@ -99,7 +99,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     # Clear the flag, then look once more: an item pushed in between either
                     # sees the flag gone (and enqueues a job) or is picked up here.
                     r.delete(keys.SETTLE_SCHEDULED)
-                    if (r.llen(keys.SETTLE_PENDING) or r.llen(keys.DELIVERIES_PENDING)) and r.set(
+                    if (r.llen(keys.SETTLE_PENDING) or r.llen(keys.WEBHOOK_CALLS_PENDING)) and r.set(
                         keys.SETTLE_SCHEDULED, "1", nx=True, px=SCHEDULED_TTL_MS
                     ):
                         if not stop.requested:
@@ -149,8 +149,8 @@ def sweep() -> int:
 def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BATCH) -> int:
     """Write one batch of queued delivery audit rows; return how many were taken. A row the
     database refuses (not an outage, which fails the job for RQ to retry) is parked in
-    keys.DELIVERIES_FAILED with a log line, so that it cannot stop lead settlement."""
-    processing = keys.deliveries_processing(job_id)
+    keys.WEBHOOK_CALLS_FAILED with a log line, so that it cannot stop lead settlement."""
+    processing = keys.webhook_calls_processing(job_id)
     batch = settle.take_batch(Backlog.PAYMENT_AUDIT, job_id, batch_size)
     if not batch:
         return 0
@@ -170,10 +170,10 @@ def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BAT
             except (pw.DatabaseError, ValueError, KeyError) as one:
                 log.error(
                     "delivery audit row refused by the database, parked in %s: %s (%s)",
-                    keys.DELIVERIES_FAILED,
+                    keys.WEBHOOK_CALLS_FAILED,
                     raw[:300],
                     one,
                 )
-                settle.redis.lpush(keys.DELIVERIES_FAILED, raw)
+                settle.redis.lpush(keys.WEBHOOK_CALLS_FAILED, raw)
     settle.redis.delete(processing)
     return len(batch)

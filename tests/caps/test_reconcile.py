@@ -173,12 +173,12 @@ def test_a_replaced_periodic_job_gives_back_the_batches_it_held(queue_server):
         old = {"func": "workers.settle.drain", "interval": 60, "description": "an older definition"}
         [old_id] = schedule.register(scheduler, [old])
         conn.rpush(keys.settle_processing(old_id), b"s1", b"s2")
-        conn.rpush(keys.deliveries_processing(old_id), b"d1")
+        conn.rpush(keys.webhook_calls_processing(old_id), b"d1")
         conn.lpush(keys.SETTLE_PENDING, b"s3")
         schedule.register(scheduler)
         assert conn.lrange(keys.SETTLE_PENDING, 0, -1) == [b"s3", b"s2", b"s1"]  # taken from the right: s1 first
-        assert conn.lrange(keys.DELIVERIES_PENDING, 0, -1) == [b"d1"]
-        assert not conn.exists(keys.settle_processing(old_id), keys.deliveries_processing(old_id))
+        assert conn.lrange(keys.WEBHOOK_CALLS_PENDING, 0, -1) == [b"d1"]
+        assert not conn.exists(keys.settle_processing(old_id), keys.webhook_calls_processing(old_id))
     finally:
         conn.flushdb()
 

@@ -143,7 +143,7 @@ def test_an_audit_row_the_database_refuses_is_parked_and_the_others_written(api,
     assert deliver(api, "paystack", raw).json() == {"status": "duplicate"}  # its row is queued
     r = queue_server.client()  # the queue's Redis (a Redis of its own beside a cluster)
     bad = '{"verdict":"duplicate","status_code":200,"provider":"paystack","body":"%%%not base64"}'
-    r.lpush(keys.DELIVERIES_PENDING, bad)
+    r.lpush(keys.WEBHOOK_CALLS_PENDING, bad)
     assert verdicts("paystack", "ps-parked") == ["credited", "duplicate"]  # the drain's own code wrote it
-    assert r.lrange(keys.DELIVERIES_FAILED, 0, -1) == [bad]
-    assert r.llen(keys.DELIVERIES_PENDING) == 0
+    assert r.lrange(keys.WEBHOOK_CALLS_FAILED, 0, -1) == [bad]
+    assert r.llen(keys.WEBHOOK_CALLS_PENDING) == 0

@@ -155,7 +155,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     repeat, trips = _counted_trips(lambda: gate.enter(store, store, q, note, delivery, claim_ttl_ms=30_000))
     assert (repeat.verdict, repeat.claim, trips) == ("duplicate", None, 1)
     assert rows() == ["credited"]  # nothing written on the request path
-    assert store.redis.llen(keys.DELIVERIES_PENDING) == 2  # the in-flight one and the duplicate
+    assert store.redis.llen(keys.WEBHOOK_CALLS_PENDING) == 2  # the in-flight one and the duplicate
     with db.connection_context():
         assert record_deliveries(store, "tests") == 2  # as the settlement drain writes them
     assert sorted(rows()) == ["credited", "duplicate", "in_flight"]

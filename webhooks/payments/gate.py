@@ -111,7 +111,7 @@ def _with_verdict(verdict: GateVerdict, row: str) -> str:
 def _queue_apart(settle: Store, queue: Queue, verdict: GateVerdict, row: str, request_id: str | None) -> None:
     raw = _with_verdict(verdict, row)
     try:
-        settle_queue.push(settle.redis, queue, [raw], request_id=request_id, key=keys.DELIVERIES_PENDING)
+        settle_queue.push(settle.redis, queue, [raw], request_id=request_id, key=keys.WEBHOOK_CALLS_PENDING)
     except REDIS_DOWN as exc:
         log.warning("delivery audit queue unreachable (%s): writing the row directly", exc)
         try:

@@ -108,15 +108,18 @@ def settle_processing(job_id: str) -> str:
     return PREFIX + "settle:processing:" + job_id
 
 
-DELIVERIES_PENDING = PREFIX + "deliveries:pending"  # audit rows of payment deliveries that changed nothing
-DELIVERIES_FAILED = PREFIX + "deliveries:failed"  # audit rows the database refused (workers/settle.py)
+# Queued audit rows of payment webhook calls (webhook_calls). The key strings keep their older
+# word ("deliveries"): a rename would strand the rows the running release queued under them.
+WEBHOOK_CALLS_PENDING = PREFIX + "deliveries:pending"  # audit rows of webhook calls that changed nothing
+WEBHOOK_CALLS_FAILED = PREFIX + "deliveries:failed"  # audit rows the database refused (workers/settle.py)
 # The last 1,000 payment webhooks that failed their signature check, newest first: JSON of
 # provider, body length and SHA-256, time, request id; never a body or header (payments/rejected.py).
 # One key, so one slot on a Redis Cluster.
 REJECTED_WEBHOOKS = PREFIX + "webhooks:rejected"
 
 
-def deliveries_processing(job_id: str) -> str:
+def webhook_calls_processing(job_id: str) -> str:
+    """A drain job's audit rows in flight; the older word kept, as for WEBHOOK_CALLS_PENDING."""
     return PREFIX + "deliveries:processing:" + job_id
 
 
@@ -134,7 +137,7 @@ def refund(provider: str, reference: str, what: str) -> str:
 
 # The payment events outbox (webhooks/payments/outbox.py), on the queue's Redis: a drain job is
 # scheduled or running while OUTBOX_SCHEDULED lives; OUTBOX_WAKE wakes a lingering one; only the
-# holder of OUTBOX_LOCK delivers, so one customer's events go out one after the other.
+# holder of OUTBOX_LOCK sends, so one customer's events go out one after the other.
 OUTBOX_SCHEDULED = PREFIX + "outbox:scheduled"
 OUTBOX_WAKE = PREFIX + "outbox:wake"
 OUTBOX_LOCK = PREFIX + "outbox:lock"

@@ -128,7 +128,7 @@ class Backlog(StrEnum):
     def keys(self, job_id: str) -> tuple[str, str]:
         if self is Backlog.SETTLEMENTS:
             return keys.SETTLE_PENDING, keys.settle_processing(job_id)
-        return keys.DELIVERIES_PENDING, keys.deliveries_processing(job_id)
+        return keys.WEBHOOK_CALLS_PENDING, keys.webhook_calls_processing(job_id)
 
 
 # --- what they answer -----------------------------------------------------------------------
@@ -407,7 +407,7 @@ def payment_gate(
         script_keys: tuple[str, ...] = (ref.marker, ref.claim)
         args: tuple[Arg, ...] = (fingerprint, token, claim_ttl_ms, "", 0)
     else:
-        script_keys = (ref.marker, ref.claim, keys.DELIVERIES_PENDING, keys.SETTLE_SCHEDULED)
+        script_keys = (ref.marker, ref.claim, keys.WEBHOOK_CALLS_PENDING, keys.SETTLE_SCHEDULED)
         args = (fingerprint, token, claim_ttl_ms, audit_row, scheduled_ttl_ms)
     return Call("payment_gate", script_keys, args, lambda raw: GateReply(GateVerdict(raw[0]), bool(raw[1])))
 
