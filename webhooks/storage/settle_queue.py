@@ -42,7 +42,7 @@ def push(
     request_id: str | None = None,
     key: str = keys.SETTLE_PENDING,
 ) -> None:
-    """Queue serialised settlements (or, with `key` keys.DELIVERIES_PENDING, audit rows of
+    """Queue serialised settlements (or, with `key` keys.WEBHOOK_CALLS_PENDING, audit rows of
     payment webhook calls); start a drain job unless one is already scheduled. `batch` (on
     `queue_redis`) lets the caller send its own commands in the same round trip; it is sent here."""
     b = Batch(queue_redis) if batch is None else batch
