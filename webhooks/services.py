@@ -23,7 +23,7 @@ from webhooks.storage.settle_queue import queue
 EXTENSION = "floodgate"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Services:
     config: Config
     store: Store  # REDIS_URL: caps, leases, claims, breakers, config version, ops sessions
@@ -56,14 +56,14 @@ class Services:
         )
         catalog = Catalog(store.redis, cfg.config_check_interval_ms / 1000)
         return cls(
-            cfg,
-            store,
-            queue_redis,
-            rq_queue,
-            journal,
-            catalog,
-            Intake.build(cfg, store, queue_redis, journal),
-            PaymentWebhooks.build(cfg, store, queue_redis, rq_queue),
+            config=cfg,
+            store=store,
+            queue_redis=queue_redis,
+            queue=rq_queue,
+            journal=journal,
+            catalog=catalog,
+            intake=Intake.build(cfg, store, queue_redis, journal),
+            payments=PaymentWebhooks.build(cfg, store, queue_redis, rq_queue),
         )
 
     def reconfigure(self, cfg: Config) -> None:

@@ -48,12 +48,12 @@ def _die_while_offering(
         [buyer] = [b for b in load_snapshot(None).buyers if b.id == buyer_id]
     ref = None if payload is None else lead_ref(publisher_id, lead_id, payload, "req-1")
     note = attempt_note(
-        keys.lead_attempt(publisher_id, lead_id),
-        Offer(buyer, buyer.price),
-        datetime.now(timezone.utc),
-        list(attempts),
-        60_000,
-        ref,
+        attempt_key=keys.lead_attempt(publisher_id, lead_id),
+        offer=Offer(buyer, buyer.price),
+        now=datetime.now(timezone.utc),
+        attempts=list(attempts),
+        ttl_ms=60_000,
+        ref=ref,
     )
     reservation = leases.reserve(
         store, buyer, datetime.now(timezone.utc), lease_ttl_ms=60_000, probe_ttl_ms=60_000, note=note

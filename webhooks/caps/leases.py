@@ -286,6 +286,7 @@ def room(
     store: Store,
     buyers: Sequence[BuyerRule],
     now: datetime,
+    *,
     budget_minor: dict[str, int] | None = None,
     consumers: Mapping[str, Sequence[str]] | None = None,
     publisher_id: str = "",

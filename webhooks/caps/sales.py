@@ -27,11 +27,15 @@ class Sale:
     reserved_us: int | None  # Redis time of the lease
 
 
+# What sold_since reads of a sale, in its tuples' order (sold_at naive UTC).
+SALE_COLUMNS = (Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id, Lead.reserved_us)
+
+
 def sold_since(buyer_id: str, since: datetime) -> list[tuple[Any, ...]]:
     """(publisher_id, lead_id, sold_at naive UTC, price, lease_id, reserved_us) of the buyer's
     sales since `since`."""
     rows = (
-        Lead.select(Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id, Lead.reserved_us)
+        Lead.select(*SALE_COLUMNS)
         .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None))
         .tuples()
     )

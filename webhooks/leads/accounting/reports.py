@@ -24,6 +24,7 @@ MAX_DAYS = 366
 COLUMNS = ("key", "leads", "sold", "unsold", "returned", "revenue", "payout", "profit", "return_rate")
 ZERO = Decimal("0.00")
 MONEY = ("revenue", "payout", "profit")
+SUMMED = ("leads", "sold", "returned", "revenue", "payout")  # lead_stats' columns a report adds up
 
 
 def _hour(at: datetime) -> datetime:
@@ -112,14 +113,7 @@ def report_query(first: date, last: date, group_by: str) -> Any:
     start = datetime(first.year, first.month, first.day)
     end = datetime(last.year, last.month, last.day) + timedelta(days=1)
     return (
-        LeadStats.select(
-            key,
-            pw.fn.SUM(LeadStats.leads).alias("leads"),
-            pw.fn.SUM(LeadStats.sold).alias("sold"),
-            pw.fn.SUM(LeadStats.returned).alias("returned"),
-            pw.fn.SUM(LeadStats.revenue).alias("revenue"),
-            pw.fn.SUM(LeadStats.payout).alias("payout"),
-        )
+        LeadStats.select(key, *(pw.fn.SUM(getattr(LeadStats, name)).alias(name) for name in SUMMED))
         .where(LeadStats.hour >= start, LeadStats.hour < end)
         .group_by(pw.SQL("1"))
         .order_by(pw.SQL("1"))

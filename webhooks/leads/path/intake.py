@@ -138,14 +138,14 @@ class Intake:
     def build(cls, cfg: Config, store: Store, queue_redis: Store, journal: Journal) -> Intake:
         """The lead path of one process, from its config and stores."""
         router = Router(
-            store,
-            queue_redis.redis,
-            Deliverer(cfg.buyer_timeout_ms),
-            cfg.buyer_timeout_ms,
-            cfg.breaker_failures,
-            cfg.breaker_cooldown_ms,
-            cfg.ping_timeout_ms,
-            cfg.ping_max_bid,
+            store=store,
+            queue_redis=queue_redis.redis,
+            deliverer=Deliverer(cfg.buyer_timeout_ms),
+            buyer_timeout_ms=cfg.buyer_timeout_ms,
+            breaker_failures=cfg.breaker_failures,
+            breaker_cooldown_ms=cfg.breaker_cooldown_ms,
+            ping_timeout_ms=cfg.ping_timeout_ms,
+            max_bid=cfg.ping_max_bid,
         )
         ending = Settlement(store, queue_redis, journal.push, router.breaker, cfg.lead_replay_ttl_s)
         return cls(
@@ -170,7 +170,16 @@ class Intake:
         lead_id, lead = parse_lead(req.body())
         test = test_flag(lead) or publisher.mode == "test"
         lead, payload = checked(publisher.spec, lead_id, lead, req.text())
-        return self.take(snapshot, publisher, lead_id, lead, payload, req.received_at, req.request_id, test)
+        return self.take(
+            snapshot,
+            publisher=publisher,
+            lead_id=lead_id,
+            lead=lead,
+            payload=payload,
+            received_at=req.received_at,
+            request_id=req.request_id,
+            test=test,
+        )
 
     def take(
         self,
@@ -190,7 +199,16 @@ class Intake:
         (Router.try_out): nothing reserved, posted, earned or counted."""
         now = datetime.now(timezone.utc)
         route = self.router.select(snapshot, publisher, lead, now, test)
-        ctx = self._context(publisher, lead_id, lead, payload, now, request_id, test, route)
+        ctx = self._context(
+            publisher=publisher,
+            lead_id=lead_id,
+            lead=lead,
+            payload=payload,
+            now=now,
+            request_id=request_id,
+            test=test,
+            route=route,
+        )
         got, first = self._claim(ctx, route)
         early = self._claim_answer(ctx, got, first, snapshot)
         if early is not None:
@@ -214,6 +232,7 @@ class Intake:
 
     def _context(
         self,
+        *,
         publisher: PublisherRule,
         lead_id: str,
         lead: dict,

@@ -104,7 +104,7 @@ def idempotency_key(publisher_id: str, lead_id: str, buyer_id: str) -> str:
 
 
 def attempt_note(
-    attempt_key: str, offer: Offer, now: datetime, attempts: list[dict], ttl_ms: int, ref: dict | None = None
+    *, attempt_key: str, offer: Offer, now: datetime, attempts: list[dict], ttl_ms: int, ref: dict | None = None
 ) -> leases.Note:
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
@@ -193,7 +193,7 @@ def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Router:
     """Everything routing needs, built once per process."""
 
@@ -254,7 +254,9 @@ class Router:
             note_key=ctx.attempt_key,
             publisher_id=ctx.publisher.id,
         )
-        note = attempt_note(ctx.attempt_key, offer, ctx.now, [], ctx.lease_ttl_ms, ctx.ref)
+        note = attempt_note(
+            attempt_key=ctx.attempt_key, offer=offer, now=ctx.now, attempts=[], ttl_ms=ctx.lease_ttl_ms, ref=ctx.ref
+        )
         return Opening(call, note.value(call.lease))
 
     def withdraw(self, reservation: Reservation | None) -> None:
@@ -320,7 +322,14 @@ class Router:
             ctx.now,
             lease_ttl_ms=ctx.lease_ttl_ms,
             probe_ttl_ms=self.probe_ttl_ms,
-            note=attempt_note(ctx.attempt_key, offer, ctx.now, out.attempts, ctx.lease_ttl_ms, ctx.ref),
+            note=attempt_note(
+                attempt_key=ctx.attempt_key,
+                offer=offer,
+                now=ctx.now,
+                attempts=out.attempts,
+                ttl_ms=ctx.lease_ttl_ms,
+                ref=ctx.ref,
+            ),
             consumer=ctx.consumers.get(buyer.id, ()),
             price_minor=cents(offer.price),
             publisher_id=ctx.publisher.id,
@@ -372,7 +381,9 @@ class Router:
         offers = self._bids(ctx, route.buyers, out)
         plan = order(offers, ctx.publisher.routing)
         fixed = [o.buyer for o in plan if o.buyer.ping is None]  # pingers: read before their ping
-        room = leases.room(self.store, fixed, ctx.now, None, ctx.consumers, ctx.publisher.id) if fixed else {}
+        room = {}
+        if fixed:
+            room = leases.room(self.store, fixed, ctx.now, consumers=ctx.consumers, publisher_id=ctx.publisher.id)
         for offer in plan:
             reason = room.get(offer.buyer.id)
             if reason is not None:
@@ -394,9 +405,9 @@ class Router:
             self.store,
             pingers,
             ctx.now,
-            {b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
-            ctx.consumers,
-            ctx.publisher.id,
+            budget_minor={b.id: max(1, cents(b.ping.min_bid)) for b in pingers if b.ping},
+            consumers=ctx.consumers,
+            publisher_id=ctx.publisher.id,
         )
         for b in pingers:
             if room[b.id] is not None:

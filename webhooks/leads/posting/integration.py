@@ -496,7 +496,7 @@ def truthy(expression: bounded.Expression, data: Any, what: str = "filter") -> b
         return False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PostTemplate:
     """A buyer's post: how it is built and how its reply is judged."""
 
@@ -623,7 +623,12 @@ def compile_post(stored: dict | None) -> PostTemplate:
     else:
         accept, regex = load_expression(stored.get("accept", DEFAULT_ACCEPT)), None
     return PostTemplate(
-        stored["method"], stored["format"], tuple(stored.get("headers", {}).items()), fields, accept, regex
+        method=stored["method"],
+        format=stored["format"],
+        headers=tuple(stored.get("headers", {}).items()),
+        fields=fields,
+        accept=accept,
+        accept_regex=regex,
     )
 
 

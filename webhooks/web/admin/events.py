@@ -79,7 +79,7 @@ def replay_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
 
 @bp.get("/events")
 def list_events() -> ResponseReturnValue:
-    """The events log, newest first: `endpoint_id`, `type`, `status` (of a delivery), `since`,
+    """The events log, newest first: `endpoint_id`, `type`, `status` (of a dispatch), `since`,
     `limit` (default 100), `before` (the `next` of the page before)."""
     args = request.args
     endpoint_id = args.get("endpoint_id")
@@ -93,7 +93,12 @@ def list_events() -> ResponseReturnValue:
         raise ValidationError(QUERY, "status", f"must be one of {', '.join(events_log.STATUSES)}")
     since = _since(args["since"], QUERY) if "since" in args else None
     found, cursor = events_log.search(
-        endpoint_id, event_type, status, since, _integer("before", 1 << 62), _integer("limit", MAX_EVENTS) or 100
+        endpoint_id=endpoint_id,
+        event_type=event_type,
+        status=status,
+        since=since,
+        before=_integer("before", 1 << 62),
+        limit=_integer("limit", MAX_EVENTS) or 100,
     )
     return jsonify({"events": found, "next": cursor})
 
