@@ -77,7 +77,7 @@ def apply(note: RefundNotification, d: Receipt) -> Outcome:
         )
         if known is None:
             raise exc
-        if known.payment_reference == note.payment_reference:  # two first deliveries at once
+        if known.payment_reference == note.payment_reference:  # two first webhook calls at once
             record(d, Verdict.DUPLICATE, 200, note)
             return Outcome(Verdict.DUPLICATE)
         detail = {"known": known.payment_reference, "delivered": note.payment_reference}

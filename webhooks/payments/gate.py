@@ -68,7 +68,7 @@ def enter(
     request_id: str | None = None,
 ) -> Entry:
     """Dedupe and claim `note` in one round trip (lua/payment_gate.lua); a duplicate or
-    in-flight delivery's audit row is queued, not written."""
+    in-flight webhook call's audit row is queued, not written."""
     token = claims.new_token()
     row = audit_row(d, note)
     claim = claim_key(note)
@@ -113,17 +113,17 @@ def _queue_apart(settle: Store, queue: Queue, verdict: GateVerdict, row: str, re
     try:
         settle_queue.push(settle.redis, queue, [raw], request_id=request_id, key=keys.WEBHOOK_CALLS_PENDING)
     except REDIS_DOWN as exc:
-        log.warning("delivery audit queue unreachable (%s): writing the row directly", exc)
+        log.warning("webhook call audit queue unreachable (%s): writing the row directly", exc)
         try:
             with db.connection_context():
                 write_rows([raw])
         except UNAVAILABLE_ERRORS:
-            log.error("delivery audit row LOST from queue and database: %s", raw)
+            log.error("webhook call audit row LOST from queue and database: %s", raw)
 
 
 def write_rows(raws: list[str]) -> int:
     """Insert queued audit rows (JSON from the gate) into webhook_calls, in one statement;
-    return how many were written. A replayed delivery costs no storage per replay: a row whose
+    return how many were written. A replayed webhook call costs no storage per replay: a row whose
     (provider, reference, body SHA-256, verdict) is already written is dropped, and one whose
     body is already kept under another verdict is written without it (its length and hash
     stay), so a payment keeps each body once and at most one row per body and verdict. The
@@ -146,7 +146,7 @@ def write_rows(raws: list[str]) -> int:
     if kept:
         WebhookCall.insert_many(kept).execute()
     if len(kept) < len(rows):
-        log.info("%d repeated payment deliveries not written again", len(rows) - len(kept))
+        log.info("%d repeated payment webhook calls not written again", len(rows) - len(kept))
     return len(kept)
 
 

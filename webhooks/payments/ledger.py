@@ -301,7 +301,7 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
     """Credit an unattributed payment to `customer`, exactly once: the conditional update
     (WHERE status = 'unattributed') decides which of concurrent assigns wins; the others raise
     AlreadyAssigned (409). NotFound (404) when there is no such payment. The wallet is credited
-    what is left after refunds delivered meanwhile, with its outbox event, in the same
+    what is left after refunds that came meanwhile, with its outbox event, in the same
     transaction."""
 
     def transaction() -> Payment:
@@ -373,7 +373,7 @@ def balances(customer: str) -> dict[str, int]:
 
 
 def ignored_counts(provider: str | None, since: datetime) -> list[dict[str, Any]]:
-    """The verified deliveries answered `ignored` since `since`, counted per provider, event type
+    """The verified webhook calls answered `ignored` since `since`, counted per provider, event type
     and reason, most frequent first: a money-moving type Floodgate does not know shows here."""
     n = pw.fn.COUNT(WebhookCall.id)
     query = (

@@ -52,7 +52,7 @@ def writing() -> pw._atomic:
 
 def locked_payment(note: RefundNotification) -> Payment:
     """The payment `note` concerns, its row locked; Refused (409 payment_not_found) when the
-    ledger has none yet: the provider delivers again later."""
+    ledger has none yet: the provider sends its webhook again later."""
     query = Payment.select().where(Payment.provider == note.provider, Payment.reference == note.payment_reference)
     if is_mysql():
         query = query.for_update()
@@ -61,7 +61,7 @@ def locked_payment(note: RefundNotification) -> Payment:
         raise Refused(
             PaymentNotFound(
                 f"no {note.provider} payment {note.payment_reference!r} in the ledger "
-                "yet; nothing moved, deliver it again later"
+                "yet; nothing moved, send it again later"
             ),
             Verdict.PAYMENT_NOT_FOUND,
             409,
@@ -70,7 +70,7 @@ def locked_payment(note: RefundNotification) -> Payment:
 
 
 def _payer(payment: Payment) -> str | None:
-    """The payer's e-mail the payment was delivered with: `payer` ('' when it had none); a row
+    """The payer's e-mail the payment's notification carried: `payer` ('' when it had none); a row
     from before attribution (payer NULL) was credited to that e-mail."""
     if payment.payer is None:
         return payment.customer
@@ -260,7 +260,7 @@ def _charge_refunded(note: RefundNotification, payment: Payment, total: int, now
     if total > payment.amount_minor:
         raise _exceeds(note, payment, total, {"amount_refunded_minor": total})
     # A refund that failed after the charge counted it: an older charge.refunded (a retry, or
-    # one delivered late) still includes it, so what was given back is counted as refunded.
+    # one that came late) still includes it, so what was given back is counted as refunded.
     reversed_ = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.debited_minor), 0)).where(
         Refund.provider == note.provider,
         Refund.payment_reference == note.payment_reference,
@@ -344,7 +344,7 @@ def _conflict(note: RefundNotification, d: Receipt, exc: pw.IntegrityError) -> O
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
     if (known.payment_reference, known.amount_minor) == (note.payment_reference, note.amount_minor(known.currency)):
-        record(d, Verdict.DUPLICATE, 200, note)  # a concurrent first delivery for another payment row
+        record(d, Verdict.DUPLICATE, 200, note)  # a concurrent first webhook call for another payment row
         return Outcome(Verdict.DUPLICATE)
     detail = {
         "known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},

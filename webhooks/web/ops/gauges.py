@@ -1,5 +1,5 @@
 """Gauges read at scrape time from Redis (breakers, queue depths, pending settlements) and from the
-database (event deliveries not yet made, endpoints disabled), added to every process's samples by GET /metrics."""
+database (event dispatches not yet made, endpoints disabled), added to every process's samples by GET /metrics."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class LiveCollector:
 
 class OutboxCollector:
     """The events outbox, from the database (it is there, not in Redis): per endpoint, its
-    deliveries not yet made and whether it is disabled; PAYMENT_EVENTS_URL's backlog under its
+    dispatches not yet made and whether it is disabled; PAYMENT_EVENTS_URL's backlog under its
     own name as well. A database that does not answer leaves the gauges out."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -82,7 +82,7 @@ class OutboxCollector:
         )
         backlog = GaugeMetricFamily(
             "floodgate_event_deliveries",
-            "Event deliveries not yet made, by endpoint and status (pending, failed: given up)",
+            "Event dispatches not yet made, by endpoint and status (pending, failed: given up)",
             labels=["endpoint", "status"],
         )
         disabled = GaugeMetricFamily(

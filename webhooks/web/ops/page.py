@@ -97,7 +97,7 @@ def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
 
 
 def event_panel() -> dict[str, Any]:
-    """The endpoints with their state, backlog and last error, and the last failed deliveries."""
+    """The endpoints with their state, backlog and last error, and the last failed dispatches."""
     backlog = events_log.backlog()
     panels = []
     for row in event_endpoints.listing():
