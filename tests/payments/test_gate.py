@@ -110,7 +110,7 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
     assert written() == ["credited", "duplicate", "duplicate"]
 
 
-def test_200_replays_of_a_delivery_store_its_body_once(api):
+def test_200_replays_of_a_webhook_call_store_its_body_once(api):
     """Paystack's scheme has no timestamp: a captured delivery can be replayed for ever. Each
     replay is answered `duplicate` (and counted), but the database keeps the body once and one
     row per verdict, however many replays come."""

@@ -3,7 +3,7 @@ fan-out (one dispatch per endpoint that wants an event, with a stable `webhook-i
 entity's queue in order, queues and endpoints in parallel), write (each finished chain in one
 transaction: its state, an attempt row each, the endpoint's health). Only rows still `pending`
 change when an outcome is written, so a second engine (a lost lock) can send a dispatch twice,
-with the same webhook-id, never lose one. docs/events.md "Delivery"."""
+with the same webhook-id, never lose one. docs/events.md "Sending"."""
 
 from __future__ import annotations
 
