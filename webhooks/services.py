@@ -75,7 +75,9 @@ class Services:
 
 def of(app: Flask) -> Services:
     """The services create_app built for `app`."""
-    return app.extensions[EXTENSION]
+    services = app.extensions[EXTENSION]  # Flask keeps its extensions as Any
+    assert isinstance(services, Services)
+    return services
 
 
 def current() -> Services:

@@ -121,7 +121,9 @@ def requeue_abandoned(connection: Redis, queues: tuple[str, ...] = (SETTLE, EVEN
     return expired
 
 
-class _Scheduler(Scheduler):
+# rq_scheduler ships no types (pyproject's [tool.mypy]): its Scheduler is Any, the one class
+# subclassed across that boundary.
+class _Scheduler(Scheduler):  # type: ignore[misc]
     """Declares the periodic jobs again before each poll: a Redis restarted empty loses them with
     everything else, and the sweeps among them are what recovers from that (a no-op otherwise).
     Each poll also hands the jobs of dead workers back to the queue."""

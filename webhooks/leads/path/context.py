@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.scripts import CapCounter, LeadKey
@@ -16,7 +17,7 @@ from webhooks.storage.scripts import CapCounter, LeadKey
 class LeadContext:
     publisher: PublisherRule
     lead_id: str
-    lead: dict  # the posted fields, lead_id left out
+    lead: dict[str, Any]  # the posted fields, lead_id left out
     payload: str  # the lead's body as posted (its settlement keeps it)
     now: datetime  # the time whose cap windows the lead counts in
     request_id: str | None
@@ -39,12 +40,12 @@ class LeadContext:
         return self.key.attempt
 
     @property
-    def ref(self) -> dict:
+    def ref(self) -> dict[str, Any]:
         """The lead itself, as its attempt notes carry it: enough to offer it again and settle
         it (the abandoned-lead sweep, leads/path/recovery.py)."""
         return lead_ref(self.publisher.id, self.lead_id, self.payload, self.request_id)
 
 
-def lead_ref(publisher_id: str, lead_id: str, payload: str, request_id: str | None) -> dict:
+def lead_ref(publisher_id: str, lead_id: str, payload: str, request_id: str | None) -> dict[str, Any]:
     """The lead itself, as its attempt notes carry it: enough to offer it again and settle it."""
     return {"publisher_id": publisher_id, "lead_id": lead_id, "payload": payload, "request_id": request_id}

@@ -54,7 +54,7 @@ def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
     return publisher
 
 
-def test_flag(lead: dict) -> bool:
+def test_flag(lead: dict[str, Any]) -> bool:
     """Whether a posted lead asks to be a test lead (`"test": true`); the field is taken out
     of the lead (a buyer never sees it). Anything but true or false is 400."""
     flag = lead.pop("test", False)
@@ -63,7 +63,7 @@ def test_flag(lead: dict) -> bool:
     return flag
 
 
-def parse_lead(body: Any) -> tuple[str, dict]:
+def parse_lead(body: Any) -> tuple[str, dict[str, Any]]:
     """(lead_id, the other fields) of a posted lead; a missing lead_id is generated."""
     if not isinstance(body, dict):
         raise ValidationError(CODE, "body", "must be a JSON object")
@@ -93,7 +93,7 @@ def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
     return json.dumps({**answer, "replayed": True})
 
 
-def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict] | None:
+def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | None:
     """A settled lead's attempts as its answer gave them; None while the ledger lacks it."""
     from webhooks.leads.accounting.ledger import answer_for
     from webhooks.storage.db import UNAVAILABLE_ERRORS, db
@@ -186,7 +186,7 @@ class Intake:
         snapshot: Snapshot,
         publisher: PublisherRule,
         lead_id: str,
-        lead: dict,
+        lead: dict[str, Any],
         payload: str,
         received_at: datetime,
         request_id: str | None,
@@ -235,7 +235,7 @@ class Intake:
         *,
         publisher: PublisherRule,
         lead_id: str,
-        lead: dict,
+        lead: dict[str, Any],
         payload: str,
         now: datetime,
         request_id: str | None,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rq import Queue
 
@@ -31,7 +31,7 @@ from webhooks.storage.batch import Batch
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
 from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BreakerRule, LeadKey
+from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
 from webhooks.storage.states import ClaimOutcome, LeadStatus, LeaseState
 
 if TYPE_CHECKING:  # webhooks.config imports payments' signature checks: a type only here
@@ -43,14 +43,16 @@ SCAN = 500  # leases read per page
 BUDGET_S = 25.0  # a sweep's time at most; the next run (a minute later) takes the rest
 
 
-def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx: LeadContext, note: dict) -> Outcome:
+def reoffer(
+    store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx: LeadContext, note: dict[str, Any]
+) -> Outcome:
     """Offer the lead again to the one buyer a dead request was offering it to (`note`, its
     attempt note), with the same Idempotency-Key, on the same reservation. Accepted: sold to
     that buyer. Anything else, or a reservation that is gone: unsold, that attempt
     `unknown`, flagged for review; its slot stays taken until reconciliation. Never another
     buyer: the first may hold the lead already."""
     buyer_id, publisher_id, lead_id = note["buyer_id"], ctx.publisher.id, ctx.lead_id
-    lease = leases.Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
+    lease = Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
     state, reserved_us = leases.take_over(store, lease, ctx.lease_ttl_ms)
     out = Outcome(attempts=list(note.get("attempts", [])))
     rule = next((b for b in buyers if b.id == buyer_id), None)  # switched off since: no
@@ -72,7 +74,7 @@ def reoffer(store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx
         out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
         out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
-        out.lease = leases.Lease(
+        out.lease = Lease(
             buyer_id,
             lease.lease_id,
             lease.counters,
@@ -102,11 +104,11 @@ class SweepResult:
     unsold: list[str] = field(default_factory=list)  # flagged for review
     left: int = 0  # found, but not finished this time (claimed by a retry, failed, out of time)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"sold": len(self.sold), "unsold": len(self.unsold), "left": self.left}
 
 
-def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config) -> list[tuple[str, dict]]:
+def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config) -> list[tuple[str, dict[str, Any]]]:
     """(attempt note key, note) of every lead whose routing died holding a lease reserved
     more than LEAD_ABANDONED_AFTER_MS ago, that no request claims now and whose note carries the
     lead (notes written before notes did are left to their publisher's retry). The leases
@@ -129,7 +131,7 @@ def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config
     return out
 
 
-def _abandoned_of(store: Store, buyer_id: str, lease_ids: list[str]) -> list[tuple[str, dict]]:
+def _abandoned_of(store: Store, buyer_id: str, lease_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
     if not lease_ids:
         return []
     pipe = store.redis.pipeline(transaction=False)

@@ -9,11 +9,12 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent
 from gevent import monkey
@@ -31,11 +32,12 @@ from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import keys
 from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BreakerRule
+from webhooks.storage.scripts import BreakerRule, Lease
 from webhooks.storage.states import AttemptOutcome, Circuit, LeadStatus, ReservationStatus
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LEASE_MARGIN_MS = 10_000
 OFFER_SLACK_S = 0.5  # beyond the buyer deadline: recording an offer's outcome
@@ -63,16 +65,20 @@ class Outcome:
     buyer_id: str | None = None
     price: Decimal | None = None
     sold_at: datetime | None = None
-    lease: leases.Lease | None = None
-    attempts: list[dict] = field(default_factory=list)
-    skipped: list[dict] = field(default_factory=list)  # the routing trace: buyers not attempted, why
+    lease: Lease | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # the routing trace: buyers not attempted, why
     waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding
     out_of_time: bool = False  # stopped before an offer its claim might not outlive (a stall)
 
 
 def candidates(
-    buyers: tuple[BuyerRule, ...], lead: dict, publisher_id: str, now: datetime, inactive: tuple[str, ...] = ()
-) -> tuple[list[BuyerRule], list[dict]]:
+    buyers: tuple[BuyerRule, ...],
+    lead: dict[str, Any],
+    publisher_id: str,
+    now: datetime,
+    inactive: tuple[str, ...] = (),
+) -> tuple[list[BuyerRule], list[dict[str, Any]]]:
     """The buyers the static filters (and each buyer's `filter` on the normalised lead) pass,
     in order, and the trace of those they refuse (inactive buyers first)."""
     passed, skipped = [], [{"buyer_id": b, "reason": "inactive"} for b in inactive]
@@ -85,7 +91,7 @@ def candidates(
     return passed, skipped
 
 
-def consumers_of(buyers: list[BuyerRule], lead: dict) -> dict[str, tuple[str, ...]]:
+def consumers_of(buyers: list[BuyerRule], lead: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     """The lead's dedupe keys at each of `buyers` that dedupes: computed once per lead."""
     return {b.id: tuple(consumer_keys(b.id, b.dedupe_fields, lead)) for b in buyers if b.dedupe_fields}
 
@@ -104,7 +110,13 @@ def idempotency_key(publisher_id: str, lead_id: str, buyer_id: str) -> str:
 
 
 def attempt_note(
-    *, attempt_key: str, offer: Offer, now: datetime, attempts: list[dict], ttl_ms: int, ref: dict | None = None
+    *,
+    attempt_key: str,
+    offer: Offer,
+    now: datetime,
+    attempts: list[dict[str, Any]],
+    ttl_ms: int,
+    ref: dict[str, Any] | None = None,
 ) -> leases.Note:
     """What a retry needs to offer the lead again to this buyer alone if this request dies:
     where, at what price (its bid), the ping reply, the time whose windows the lease counts
@@ -135,7 +147,7 @@ class Offer:
     bid: Decimal | None = None  # ping/post buyers
     ping_reply: Any = None
 
-    def body(self, lead_id: str, publisher_id: str, lead: dict, lead_json: str) -> bytes:
+    def body(self, lead_id: str, publisher_id: str, lead: dict[str, Any], lead_json: str) -> bytes:
         default = buyer_body(lead_id, publisher_id, self.price, lead_json)
         if self.buyer.post.fields is None:
             return default
@@ -158,7 +170,7 @@ class Route:
     refuse, the offers' order when it needs no I/O (`Router.plan`) and the lead's dedupe keys."""
 
     buyers: list[BuyerRule]
-    skipped: list[dict]
+    skipped: list[dict[str, Any]]
     plan: list[Offer] | None
     consumers: dict[str, tuple[str, ...]]
 
@@ -219,9 +231,7 @@ class Router:
     def breaker(self) -> BreakerRule:
         return BreakerRule(self.breaker_failures, self.breaker_cooldown_ms)
 
-    def _refund(
-        self, lease: leases.Lease, outcome: AttemptOutcome, attempt_key: str | None, replied: bool = True
-    ) -> None:
+    def _refund(self, lease: Lease, outcome: AttemptOutcome, attempt_key: str | None, replied: bool = True) -> None:
         """Refund a reservation (feeding the buyer's circuits with `outcome`; `withdrawn`
         leaves them alone) and, with `attempt_key`, forget the attempt note: one round trip.
         A refund that cannot reach Redis raises: the slot stays taken (safe for the cap; the
@@ -231,7 +241,9 @@ class Router:
             if attempt_key is not None:
                 b.delete(attempt_key)
 
-    def select(self, snapshot: Snapshot, publisher: PublisherRule, lead: dict, now: datetime, test: bool) -> Route:
+    def select(
+        self, snapshot: Snapshot, publisher: PublisherRule, lead: dict[str, Any], now: datetime, test: bool
+    ) -> Route:
         """The route of one lead (`candidates`, `plan`; no plan for a test lead)."""
         buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
         plan = None if test else self.plan(buyers, publisher)
@@ -335,7 +347,7 @@ class Router:
             publisher_id=ctx.publisher.id,
         )
 
-    def _usable(self, reservation: Reservation, offer: Offer, out: Outcome) -> leases.Lease | None:
+    def _usable(self, reservation: Reservation, offer: Offer, out: Outcome) -> Lease | None:
         """The reservation's lease, or None with the reason the buyer is passed over written
         into `out` (a full cap, a duplicate consumer, counters being rebuilt, an open circuit)."""
         buyer, status = offer.buyer, reservation.status
@@ -467,7 +479,7 @@ class Router:
         return {p: n - 1 for p, n in zip(priorities, pipe.execute())}
 
 
-def attempt_record(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms: int) -> dict:
+def attempt_record(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms: int) -> dict[str, Any]:
     """One attempt as answers and the ledger show it; ping/post buyers carry their bid."""
     attempt = {"buyer_id": buyer_id, "outcome": outcome, "ms": ms}
     if bid is not None:
@@ -475,7 +487,7 @@ def attempt_record(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, 
     return attempt
 
 
-def fan_out(calls: list, timeout_s: float) -> list:
+def fan_out(calls: Sequence[Callable[[], T]], timeout_s: float) -> list[T | None]:
     """Run `calls` at once and return their results in order (None for one that failed or
     was still running at `timeout_s`): greenlets in the gevent-patched web process, threads
     elsewhere (the CLI, tests in-process)."""
@@ -495,7 +507,7 @@ def fan_out(calls: list, timeout_s: float) -> list:
         return [job.value if job.successful() else None for job in jobs]
     with ThreadPoolExecutor(len(calls)) as pool:
         futures = [pool.submit(c) for c in calls]
-        results = []
+        results: list[T | None] = []
         for f in futures:
             try:
                 results.append(f.result(timeout=timeout_s + 0.05))

@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -27,7 +28,10 @@ import jmespath
 import jmespath.exceptions
 from jinja2 import ChainableUndefined, TemplateError, Undefined, nodes
 from jinja2.compiler import CodeGenerator, Frame
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.exceptions import SecurityError
+from jinja2.nodes import EvalContext
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from webhooks.errors import ValidationError
 from webhooks.leads.posting import bounded
@@ -35,6 +39,8 @@ from webhooks.leads.posting.bounded import ExpressionBudgetExceeded, ExpressionR
 from webhooks.logs import redact_secret
 
 log = logging.getLogger(__name__)
+
+Filter = Callable[..., Any]  # a Jinja filter: Jinja's own loose signatures (an eval context first, *args)
 
 CODE = "invalid_buyer"
 DEFAULT_ACCEPT = "accepted == `true`"
@@ -51,12 +57,12 @@ class _Undefined(ChainableUndefined):
     def _refused(self) -> bool:
         return self._undefined_exception is SecurityError
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if self._refused() and not name.startswith("_undefined"):
             self._fail_with_undefined_error()
         return super().__getattr__(name)
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Any:
         if self._refused():
             self._fail_with_undefined_error()
         return super().__getitem__(key)
@@ -119,7 +125,7 @@ _BUDGET: ContextVar[_Budget | None] = ContextVar("render_budget", default=None)
 
 
 @contextmanager
-def render_budget():
+def render_budget() -> Iterator[_Budget | None]:
     """One render's budget (per greenlet or thread: a context variable)."""
     # CPU time of this thread, not the wall clock: a render never yields to another greenlet
     # (no I/O), so this is the render's own cost, and a busy machine does not make a valid
@@ -176,15 +182,15 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "%", "+"})
     code_generator_class = _CodeGenerator
 
-    def getattr(self, obj, attribute):
+    def getattr(self, obj: Any, attribute: str) -> Any:
         _tick()
         return super().getattr(obj, attribute)
 
-    def getitem(self, obj, argument):
+    def getitem(self, obj: Any, argument: Any) -> Any:
         _tick()
         return super().getitem(obj, argument)
 
-    def call(__self, __context, __obj, *args, **kwargs):  # the sandbox's own signature
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # the sandbox's own signature
         _tick()
         if args and getattr(__obj, "__name__", "") == "join" and isinstance(getattr(__obj, "__self__", None), str):
             args = (list(args[0]), *args[1:])  # measured before it is joined
@@ -196,20 +202,20 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
             _make(_length(result))
         return result
 
-    def wrap_str_format(self, value):
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
         if wrapped is None:
             return None
         template = value.__self__
 
-        def checked(*args, **kwargs):
+        def checked(*args: Any, **kwargs: Any) -> str:
             mapping = args[0] if value.__name__ == "format_map" and args and isinstance(args[0], dict) else kwargs
             _make(bounded.format_size(template, args if mapping is kwargs else (), mapping))
             return wrapped(*args, **kwargs)
 
         return checked
 
-    def call_binop(self, context, operator, left, right):
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         _tick()
         if operator == "*":
             _check_product(left, right)
@@ -224,14 +230,14 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
             _make(_length(left) + _length(right))
         return super().call_binop(context, operator, left, right)
 
-    def bounded_concat(self, parts: tuple) -> str:
+    def bounded_concat(self, parts: tuple[Any, ...]) -> str:
         """`a ~ b ~ ...`, charged before it is joined."""
         strings = [str(p) for p in parts]
         _make(sum(map(len, strings)))
         return "".join(strings)
 
 
-def _check_product(left, right) -> None:
+def _check_product(left: Any, right: Any) -> None:
     for seq, n in ((left, right), (right, left)):
         if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
             _check_size(len(seq) * max(0, n))
@@ -239,7 +245,7 @@ def _check_product(left, right) -> None:
         raise RenderBudgetExceeded("an integer that large is not computed")
 
 
-def _check_power(base, exp) -> None:
+def _check_power(base: Any, exp: Any) -> None:
     if (
         isinstance(base, int)
         and isinstance(exp, int)
@@ -250,18 +256,21 @@ def _check_power(base, exp) -> None:
         raise RenderBudgetExceeded("an integer that large is not computed")
 
 
-def _check_count(n) -> None:
+def _check_count(n: Any) -> None:
     if int(n) > _SEQ_LIMIT:
         raise RenderBudgetExceeded(f"more than {_SEQ_LIMIT} items in one batch or slice")
 
 
-def _bounded_filters(filters: dict) -> dict:
+def _bounded_filters(filters: Mapping[str, Filter]) -> dict[str, Filter]:
     """The filters a field template may use, those that can grow their input wrapped so that
     their output's size is known before it is made."""
     original = dict(filters)
     growing, refusing = _growing_filters(original), _refusing_filters(original)
     for name in ("replace", "join", "tojson", "sum"):  # eval context first
-        (growing if name in growing else refusing)[name].jinja_pass_arg = original[name].jinja_pass_arg
+        # Jinja's marker of a filter taking the eval context first, set on the function itself
+        vars((growing if name in growing else refusing)[name])["jinja_pass_arg"] = vars(original[name])[
+            "jinja_pass_arg"
+        ]
     kept = {k: _charged(v) for k, v in original.items() if k not in _REFUSED_FILTERS}
     kept.update(growing)
     kept.update(format=refusing["format"], batch=refusing["batch"], slice=refusing["slice"])
@@ -269,25 +278,25 @@ def _bounded_filters(filters: dict) -> dict:
     return kept
 
 
-def _growing_filters(original: dict) -> dict:
+def _growing_filters(original: dict[str, Filter]) -> dict[str, Filter]:
     """join, replace, center, indent: their output's size checked before it is made."""
 
-    def checked_join(eval_ctx, value, d="", attribute=None):
+    def checked_join(eval_ctx: EvalContext, value: Iterable[Any], d: Any = "", attribute: Any = None) -> Any:
         items = list(value)
         _check_size(sum(len(str(x)) for x in items) + len(str(d)) * max(0, len(items) - 1))
         return original["join"](eval_ctx, items, d, attribute)
 
-    def replace(eval_ctx, s, old, new, count=None):
+    def replace(eval_ctx: EvalContext, s: Any, old: Any, new: Any, count: Any = None) -> Any:
         s, old, new = str(s), str(old), str(new)
         n = (len(s) + 1 if old == "" else s.count(old)) if count is None else max(0, int(count))
         _check_size(len(s) + n * max(0, len(new) - len(old)))
         return original["replace"](eval_ctx, s, old, new, count)
 
-    def center(value, width=80):
+    def center(value: Any, width: Any = 80) -> Any:
         _check_size(int(width))
         return original["center"](value, width)
 
-    def indent(s, width=4, first=False, blank=False):
+    def indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> Any:
         s = str(s)
         _check_size(len(s) + (s.count("\n") + 1) * (len(width) if isinstance(width, str) else int(width)))
         return original["indent"](s, width, first, blank)
@@ -295,29 +304,29 @@ def _growing_filters(original: dict) -> dict:
     return {"join": checked_join, "replace": replace, "center": center, "indent": indent}
 
 
-def _refusing_filters(original: dict) -> dict:
+def _refusing_filters(original: dict[str, Filter]) -> dict[str, Filter]:
     """format, sum, tojson, batch, slice: refused when their arguments would make too much."""
 
-    def format_(value, *args, **kwargs):
+    def format_(value: Any, *args: Any, **kwargs: Any) -> Any:
         if _WIDE_FORMAT.search(str(value)):
             raise RenderBudgetExceeded("a format width or precision that large is not rendered")
         return original["format"](value, *args, **kwargs)
 
-    def sum_(environment, iterable, attribute=None, start=0):
+    def sum_(environment: Any, iterable: Iterable[Any], attribute: Any = None, start: Any = 0) -> Any:
         if not isinstance(start, (int, float)) or isinstance(start, bool):  # lists: quadratic in C
             raise RenderBudgetExceeded("sum adds numbers only")
         return original["sum"](environment, iterable, attribute, start)
 
-    def tojson(eval_ctx, value, indent=None):
+    def tojson(eval_ctx: EvalContext, value: Any, indent: Any = None) -> Any:
         if isinstance(indent, (int, str)) and not isinstance(indent, bool) and _length_of(indent) > 16:
             raise RenderBudgetExceeded("a JSON indent that large is not rendered")
         return original["tojson"](eval_ctx, value, indent)
 
-    def batch(value, linecount, fill_with=None):
+    def batch(value: Any, linecount: Any, fill_with: Any = None) -> Any:
         _check_count(linecount)
         return original["batch"](value, linecount, fill_with)
 
-    def slice_(value, slices, fill_with=None):
+    def slice_(value: Any, slices: Any, fill_with: Any = None) -> Any:
         _check_count(slices)
         return original["slice"](value, slices, fill_with)
 
@@ -328,11 +337,11 @@ def _length_of(indent: int | str) -> int:
     return indent if isinstance(indent, int) else len(indent)
 
 
-def _charged(f):
+def _charged(f: Filter) -> Filter:
     """A filter whose result is charged to the render's budget as soon as it is made."""
 
     @functools.wraps(f)  # keeps jinja_pass_arg
-    def charged(*args, **kwargs):
+    def charged(*args: Any, **kwargs: Any) -> Any:
         result = f(*args, **kwargs)
         _make(_length(result))
         return result
@@ -395,7 +404,7 @@ class _Field:
         except (TemplateError, SyntaxError, RecursionError) as exc:  # SyntaxError: 200 nested `+`, Python's limit
             raise ValidationError(CODE, where, f"is not a valid template: {exc}") from None
 
-    def value(self, context: dict, native: bool) -> Any:
+    def value(self, context: dict[str, Any], native: bool) -> Any:
         """The field's value for `context`, within the render budget of the caller (see
         render_budget; without one, a budget of its own)."""
         budget = _BUDGET.get()
@@ -423,7 +432,7 @@ class _Field:
         return "".join(out)
 
 
-def _render_all(fields: tuple[_Field, ...], context: dict, native: bool, what: str) -> dict[str, Any]:
+def _render_all(fields: tuple[_Field, ...], context: dict[str, Any], native: bool, what: str) -> dict[str, Any]:
     """Every field's value under one render budget. A field that fails renders empty (JSON:
     null), never an error in the publisher's request; a body over its budget raises
     RenderBudgetExceeded: the lead is not sent to that buyer."""
@@ -511,7 +520,7 @@ class PostTemplate:
     def content_type(self) -> str:
         return "application/json" if self.format == "json" else "application/x-www-form-urlencoded"
 
-    def body(self, context: dict, default: bytes) -> bytes:
+    def body(self, context: dict[str, Any], default: bytes) -> bytes:
         """The post's body for `context` (lead, lead_id, publisher_id, buyer_id, price, ping)."""
         if self.fields is None:
             return default
@@ -554,7 +563,7 @@ class PostTemplate:
 DEFAULT_POST = PostTemplate(accept=bounded.compile_jmespath(DEFAULT_ACCEPT))
 
 
-def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> dict | None:
+def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Validate a buyer's `delivery`; return what is stored (None: the default contract).
     A header sent back in its redacted form keeps the stored value."""
     if raw is None:
@@ -580,7 +589,7 @@ def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> di
     return out
 
 
-def _kept_headers(headers: dict, stored_headers: dict[str, str]) -> dict[str, str]:
+def _kept_headers(headers: dict[str, Any], stored_headers: dict[str, str]) -> dict[str, str]:
     """A delivery's headers, checked; one sent back in its redacted form keeps the stored value."""
     kept = {}
     for name, value in headers.items():
@@ -595,7 +604,7 @@ def _kept_headers(headers: dict, stored_headers: dict[str, str]) -> dict[str, st
     return kept
 
 
-def _accept_of(raw: dict) -> dict[str, Any]:
+def _accept_of(raw: dict[str, Any]) -> dict[str, Any]:
     """A delivery's `accept` (JMESPath, the default when none) or `accept_regex`, checked."""
     if raw.get("accept") is not None and raw.get("accept_regex") is not None:
         raise ValidationError(CODE, "delivery.accept", "give accept or accept_regex, not both")
@@ -611,7 +620,7 @@ def _accept_of(raw: dict) -> dict[str, Any]:
     return {"accept": accept}
 
 
-def compile_post(stored: dict | None) -> PostTemplate:
+def compile_post(stored: dict[str, Any] | None) -> PostTemplate:
     """The PostTemplate of a stored `delivery` (as parse_delivery returned it)."""
     if stored is None:
         return DEFAULT_POST
@@ -643,7 +652,7 @@ def _load_regex(pattern: str) -> Any:
         return None
 
 
-def shown_delivery(stored: dict | None) -> dict | None:
+def shown_delivery(stored: dict[str, Any] | None) -> dict[str, Any] | None:
     """`delivery` as GET shows it: header values redacted."""
     if stored is None:
         return None
@@ -659,7 +668,7 @@ class Ping:
     bid: bounded.Expression
     min_bid: Decimal
 
-    def body(self, context: dict) -> bytes:
+    def body(self, context: dict[str, Any]) -> bytes:
         values = _render_all(self.fields, context, True, "ping template")
         try:
             return json.dumps(values, separators=(",", ":"), default=str).encode()
@@ -688,7 +697,9 @@ class Ping:
         return bid, reply
 
 
-def parse_ping(raw: Any, parse_url, parse_money) -> dict | None:
+def parse_ping(
+    raw: Any, parse_url: Callable[[str, Any], str], parse_money: Callable[[str, Any], Decimal]
+) -> dict[str, Any] | None:
     """Validate a buyer's `ping`; return what is stored. `parse_url` and `parse_money` are
     the buyer's own validators (the ping URL obeys the endpoint's rules)."""
     if raw is None:
@@ -705,7 +716,7 @@ def parse_ping(raw: Any, parse_url, parse_money) -> dict | None:
     return {"url": url, "fields": fields, "bid": raw["bid"], "min_bid": f"{min_bid:.2f}"}
 
 
-def compile_ping(stored: dict | None) -> Ping | None:
+def compile_ping(stored: dict[str, Any] | None) -> Ping | None:
     if stored is None:
         return None
     fields = tuple(_compile_fields(stored["fields"], "ping.fields")) if stored.get("fields") else ()
