@@ -49,7 +49,7 @@ def test_same_payment_50_times_at_once_across_processes_credits_once(web_api, se
     assert 1 <= found["deliveries"] <= len(statuses)
 
 
-def test_thousand_payments_delivered_five_times_shuffled_credit_each_exactly_once(web_api, second_web):
+def test_thousand_payments_sent_five_times_shuffled_credit_each_exactly_once(web_api, second_web):
     api = web_api
     rng = random.Random(4)
     customers = [f"payer{i}@example.com" for i in range(40)]

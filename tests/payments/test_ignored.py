@@ -16,7 +16,7 @@ def stripe_event(type_: str) -> bytes:
     return encode(body)
 
 
-def test_ignored_deliveries_are_counted_per_provider_type_and_reason(api):
+def test_ignored_webhook_calls_are_counted_per_provider_type_and_reason(api):
     for _ in range(3):  # a type Floodgate moves no money for, three times
         resp = deliver(api, "stripe", stripe_event("customer.created"))
         assert resp.json() == {"status": "ignored", "reason": "event_type"}
@@ -48,7 +48,7 @@ def test_the_ignored_count_refuses_a_bad_query(api):
         assert (resp.status_code, resp.json()["error"]["code"]) == (400, "invalid_query"), query
 
 
-def test_an_ignored_delivery_is_counted_in_the_metric(api):
+def test_an_ignored_webhook_call_is_counted_in_the_metric(api):
     deliver(api, "stripe", stripe_event("customer.updated"))
     metrics = api.get("/metrics").text
     line = 'floodgate_payment_ignored_total{event_type="customer.updated",provider="stripe",reason="event_type"} 1.0'

@@ -80,7 +80,7 @@ def test_refunds_debit_the_wallet_and_show_on_the_payment(api, provider):
     assert verdicts(provider, "rf-2") == ["debited", "duplicate"]
 
 
-def test_five_concurrent_deliveries_of_one_refund_debit_once(api):
+def test_five_concurrent_webhook_calls_of_one_refund_debit_once(api):
     pay(api, "paystack", "ps-conc", 50_000)
     raw = encode(refund_payload("paystack", "rf-conc", "ps-conc", 20_000))
     start = threading.Barrier(5)

@@ -76,7 +76,7 @@ def forged(provider: str, ref: str = "ref", pad: int = 0) -> tuple[bytes, dict]:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_forged_delivery_leaves_one_list_entry_a_metric_and_no_row(api, redis_server, provider):
+def test_forged_webhook_call_leaves_one_list_entry_a_metric_and_no_row(api, redis_server, provider):
     raw, headers = forged(provider, pad=200_000)  # a big body: none of it may be stored
     before, tables = rejected_count(api, provider), table_counts()
     before_bytes = metric(api, "floodgate_payment_rejected_bytes_total", provider)
@@ -221,7 +221,7 @@ def db_through_proxy(database_url):
         proxy.stop()
 
 
-def test_a_forged_delivery_takes_no_database_connection(api, db_through_proxy):
+def test_a_forged_webhook_call_takes_no_database_connection(api, db_through_proxy):
     proxy = db_through_proxy
     for provider in PROVIDERS:
         raw, headers = forged(provider)
@@ -239,7 +239,7 @@ def test_a_forged_delivery_takes_no_database_connection(api, db_through_proxy):
         assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_signature"
 
 
-def test_with_redis_down_a_forged_delivery_is_still_401_and_counted(api, redis_server):
+def test_with_redis_down_a_forged_webhook_call_is_still_401_and_counted(api, redis_server):
     raw, headers = forged("stripe")
     before = rejected_count(api, "stripe")
     redis_server.kill()
@@ -260,7 +260,7 @@ def _app_redis_answers(api) -> bool:
         return False
 
 
-def test_verified_delivery_keeps_body_headers_and_the_same_metadata(api, redis_server):
+def test_verified_webhook_call_keeps_body_headers_and_the_same_metadata(api, redis_server):
     raw = encode(payload("paystack", "ps-kept", 5000))
     assert deliver(api, "paystack", raw).json() == {"status": "credited"}
     with db.connection_context():

@@ -27,7 +27,7 @@ def body(provider: str) -> bytes:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_genuine_delivery_verifies(provider):
+def test_genuine_webhook_call_verifies(provider):
     raw = body(provider)
     verify(provider, raw, signed_headers(provider, raw), SECRET[provider], NOW)
 

@@ -15,7 +15,7 @@ from webhooks.storage.models import AuditLog
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_signed_delivery_credits_once_then_answers_duplicate(api, provider):
+def test_signed_webhook_call_credits_once_then_answers_duplicate(api, provider):
     raw = encode(payload(provider, f"{provider}-ref-1", 250050, "NGN", "Ada@Example.com"))
     first = deliver(api, provider, raw)
     assert (first.status_code, first.json()) == (200, {"status": "credited"})
@@ -48,7 +48,7 @@ def forgeries(provider: str, raw: bytes) -> dict[str, tuple[bytes, dict]]:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_forged_deliveries_get_401_and_no_row(api, provider):
+def test_forged_webhook_calls_get_401_and_no_row(api, provider):
     """No row at all: they are listed in Redis only (tests/payments/test_rejected.py)."""
     raw = encode(payload(provider, f"{provider}-forged", 100000))
     cases = forgeries(provider, raw)
@@ -60,7 +60,7 @@ def test_forged_deliveries_get_401_and_no_row(api, provider):
     assert services.of(api.app).store.redis.llen(keys.REJECTED_WEBHOOKS) == len(cases)
 
 
-def test_flutterwave_secret_hash_is_not_stored_with_the_delivery(api):
+def test_flutterwave_secret_hash_is_not_stored_with_the_webhook_call(api):
     raw = encode(payload("flutterwave", "flw-audit", 100))
     deliver(api, "flutterwave", raw)
     with db.connection_context():
