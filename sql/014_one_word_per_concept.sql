@@ -6,8 +6,7 @@
 --                                            attempts (event_attempts.delivery_id points at it)
 -- The rename changes table names only: columns, rows, AUTO_INCREMENT counters and indexes (with
 -- their names) stay as they are, and InnoDB renames without copying. Both tables move in one
--- statement, at once. Processes of the release before this one still use the old names: their
--- writes to these tables fail until they are replaced (a provider retries its webhook; the
--- events drain runs again). Idempotent (MariaDB's IF EXISTS), like every migration; on SQLite
+-- statement, at once. Processes of the release before this one still use the old names:
+-- sql/015 keeps those as views for them. Idempotent (MariaDB's IF EXISTS); on SQLite
 -- webhooks/storage/migrate.py applies this statement as ALTER TABLE ... RENAME TO.
 RENAME TABLE IF EXISTS webhook_deliveries TO webhook_calls, event_deliveries TO event_dispatches;
