@@ -3,7 +3,6 @@ run again after a kill -9, requeued from RQ's failed registry."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -194,7 +193,7 @@ def test_the_periodic_safety_net_rides_out_a_database_outage_without_a_failed_jo
     run (the same job id, as rq-scheduler repeats it) takes back the batch and settles it."""
     q = isolated(8, db_proxy.url_for(database_url))
     db_proxy.stop()
-    q.client.lpush(keys.SETTLE_PENDING, json.dumps(sold_item("N1")))
+    q.client.lpush(keys.SETTLE_PENDING, sold_item("N1").to_json())
     periodic = schedule.job_id(next(d for d in schedule.PERIODIC if d["func"].startswith("workers.settle")))
     func = next(d["func"] for d in schedule.PERIODIC if d["func"].startswith("workers.settle"))
     job = q.queue.enqueue(func, job_id=periodic)  # no retries, as rq-scheduler enqueues it
@@ -268,7 +267,7 @@ def test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once(publ
 def test_failed_settlement_job_is_requeued_by_the_cli(publisher, isolated, database_url, db_proxy):
     q = isolated(6, db_proxy.url_for(database_url))
     db_proxy.stop()
-    q.client.lpush(keys.SETTLE_PENDING, json.dumps(sold_item("L1")))
+    q.client.lpush(keys.SETTLE_PENDING, sold_item("L1").to_json())
     q.queue.enqueue("workers.settle.drain")  # no retries: straight to the failed registry
     q.start_worker()
     failed = FailedJobRegistry(queue=q.queue)
