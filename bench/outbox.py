@@ -63,7 +63,7 @@ from webhooks.storage.db import db, init_db
 from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint
 
 COST_THREADS = (1, 16)
-RECORD = outbox.record
+RECORD = outbox.emit
 
 
 def receive(port: int, path: str) -> None:
@@ -209,7 +209,7 @@ def cost_run(n: int, rounds: int, threads: int, offset: int) -> dict[str, list[f
         for variant, announce in (("without outbox", False), ("with outbox", True)):
             todo = iter(range(n // rounds))
             # the lever: the event row and its balance read, or neither (a bench-only switch)
-            outbox.record = RECORD if announce else (lambda _event, _now, deferred=False: None)  # type: ignore[assignment]
+            outbox.emit = RECORD if announce else (lambda _event, _now, deferred=False: None)  # type: ignore[assignment]
 
             def worker(variant=variant, todo=todo) -> None:
                 mine = []
@@ -235,7 +235,7 @@ def cost_run(n: int, rounds: int, threads: int, offset: int) -> dict[str, list[f
                 t.start()
             for t in pool:
                 t.join()
-    outbox.record = RECORD  # type: ignore[assignment]
+    outbox.emit = RECORD  # type: ignore[assignment]
     return samples
 
 

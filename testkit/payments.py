@@ -453,9 +453,9 @@ def balance(customer: str, currency: str) -> int | None:
 
 def write_queued_deliveries() -> int:
     """Write the audit rows of duplicate and in-flight deliveries still queued in Redis, as the
-    settlement drain does (workers/settle.py record_deliveries), so a test reads them all."""
+    settlement drain does (workers/settle.py write_webhook_calls), so a test reads them all."""
     from webhooks.storage.redis import make_store
-    from workers.settle import record_deliveries
+    from workers.settle import write_webhook_calls
 
     if QUEUE_URL is None:
         return 0
@@ -463,7 +463,7 @@ def write_queued_deliveries() -> int:
     written = 0
     try:
         with db.connection_context():
-            while done := record_deliveries(store, "tests"):
+            while done := write_webhook_calls(store, "tests"):
                 written += done
         # The run's RQ worker may hold a batch it took before us: let it write it (a batch left
         # by a job that failed stays there for RQ's retry: then the rows are read as they are)

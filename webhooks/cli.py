@@ -461,9 +461,9 @@ def buyer_leads(buyer_id: str, limit: int) -> None:
 )
 @click.option("-n", "--limit", type=click.IntRange(1, 10000), default=50, show_default=True, help="How many leads.")
 def unknown_leads(limit: int) -> None:
-    from webhooks.leads.accounting.ledger import flagged, lead_record
+    from webhooks.leads.accounting.ledger import flagged, lead_view
 
-    rows = [lead_record(lead) for lead in flagged(limit)]
+    rows = [lead_view(lead) for lead in flagged(limit)]
     if not rows:
         click.echo("no leads flagged for review")
         return

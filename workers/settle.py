@@ -27,7 +27,7 @@ from workers.context import backends
 log = logging.getLogger(__name__)
 
 BATCH = 200
-DELIVERY_BATCH = 50  # audit rows keep bodies of up to 64 KiB: at most ~4.4 MB a statement
+WEBHOOK_CALL_BATCH = 50  # audit rows keep bodies of up to 64 KiB: at most ~4.4 MB a statement
 TIME_BUDGET_S = 30.0
 LINGER_S = 1.0
 GATHER_S = 0.1
@@ -79,7 +79,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
     try:
         with StopAfterBatch() as stop:
             while True:
-                recorded = record_deliveries(b.queue_redis, job_id)
+                recorded = write_webhook_calls(b.queue_redis, job_id)
                 batch = b.queue_redis.take_batch(Backlog.SETTLEMENTS, job_id, batch_size)
                 if not batch and not recorded:
                     # Wait a moment for more (blocking in Redis), so that one job serves a
@@ -119,7 +119,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     # a worker told to stop leaves within one batch.
                     enqueue_drain(queue(job.connection) if job else queue(r))
                     return written
-                if len(batch) < batch_size and recorded < DELIVERY_BATCH:
+                if len(batch) < batch_size and recorded < WEBHOOK_CALL_BATCH:
                     # A small batch means the queue is keeping up: let a few more leads
                     # gather before the next transaction (settlement is asynchronous anyway).
                     time.sleep(GATHER_S)
@@ -146,12 +146,12 @@ def sweep() -> int:
         return 0
 
 
-def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BATCH) -> int:
+def write_webhook_calls(queue_redis: Store, job_id: str, batch_size: int = WEBHOOK_CALL_BATCH) -> int:
     """Write one batch of queued delivery audit rows; return how many were taken. A row the
     database refuses (not an outage, which fails the job for RQ to retry) is parked in
     keys.WEBHOOK_CALLS_FAILED with a log line, so that it cannot stop lead settlement."""
     processing = keys.webhook_calls_processing(job_id)
-    batch = settle.take_batch(Backlog.PAYMENT_AUDIT, job_id, batch_size)
+    batch = queue_redis.take_batch(Backlog.PAYMENT_AUDIT, job_id, batch_size)
     if not batch:
         return 0
     try:
@@ -174,6 +174,6 @@ def record_deliveries(settle: Store, job_id: str, batch_size: int = DELIVERY_BAT
                     raw[:300],
                     one,
                 )
-                settle.redis.lpush(keys.WEBHOOK_CALLS_FAILED, raw)
-    settle.redis.delete(processing)
+                queue_redis.redis.lpush(keys.WEBHOOK_CALLS_FAILED, raw)
+    queue_redis.redis.delete(processing)
     return len(batch)

@@ -84,7 +84,7 @@ def test_a_webhook_whose_reference_is_claimed_answers_409_in_flight(hooks):
     raw = encode(payload("paystack", "unit-held", 5000))
     held = gate.enter(
         hooks.store,
-        hooks.settle,
+        hooks.queue_redis,
         hooks.queue,
         notifications.parse("paystack", raw),
         ledger.receipt("paystack", raw, {}),
@@ -131,7 +131,7 @@ def test_nobody_listening_a_credit_wakes_no_worker_and_an_enabled_endpoint_makes
 
     quiet = build(app)
     quiet.listening.ttl_s = 0  # read the endpoints at every credit
-    redis = quiet.settle.redis
+    redis = quiet.queue_redis.redis
     assert receive(quiet, "paystack", encode(payload("paystack", "unit-quiet", 7000))).status == Verdict.CREDITED
     assert redis.llen(keys.OUTBOX_WAKE) == 0  # the event is written; the sweep fans it out to nobody
     with db.connection_context():
@@ -142,7 +142,7 @@ def test_nobody_listening_a_credit_wakes_no_worker_and_an_enabled_endpoint_makes
 
 def test_a_credit_wakes_the_events_worker_and_a_duplicate_does_not(app, redis_server, database_url):
     announcing = build(app, payment_events_url="http://127.0.0.1:9/events")
-    redis = announcing.settle.redis
+    redis = announcing.queue_redis.redis
     redis.set(keys.OUTBOX_SCHEDULED, "1")  # a drain is scheduled already: nothing enqueued here
     raw = encode(payload("paystack", "unit-announced", 7000))
     assert receive(announcing, "paystack", raw).status == Verdict.CREDITED

@@ -124,7 +124,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     from webhooks.payments import gate, ledger, notifications
     from webhooks.storage import keys
     from webhooks.storage.models import WebhookCall
-    from workers.settle import record_deliveries
+    from workers.settle import write_webhook_calls
 
     # A Redis database of its own: the run's RQ worker (started by an earlier test under xdist)
     # drains db 0's audit list and would take rows from under the count below.
@@ -157,7 +157,7 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     assert rows() == ["credited"]  # nothing written on the request path
     assert store.redis.llen(keys.WEBHOOK_CALLS_PENDING) == 2  # the in-flight one and the duplicate
     with db.connection_context():
-        assert record_deliveries(store, "tests") == 2  # as the settlement drain writes them
+        assert write_webhook_calls(store, "tests") == 2  # as the settlement drain writes them
     assert sorted(rows()) == ["credited", "duplicate", "in_flight"]
     with db.connection_context():
         kept = WebhookCall.get(WebhookCall.verdict == "duplicate")

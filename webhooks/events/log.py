@@ -190,7 +190,7 @@ def not_fanned_out() -> int:
 # PAYMENT_EVENTS_URL's view (docs/api.md "Payment events to your application"): its dispatches.
 
 
-def payment_event_record(d: Any) -> dict[str, Any]:
+def payment_event_view(d: Any) -> dict[str, Any]:
     """A dispatch to PAYMENT_EVENTS_URL as GET /v1/admin/payment-events shows it."""
     return {
         "id": d.webhook_id,
@@ -217,7 +217,7 @@ def payment_events(statuses: tuple[str, ...], limit: int, configured: bool = Tru
         .limit(limit)
         .objects()
     )
-    found = [payment_event_record(d) for d in rows]
+    found = [payment_event_view(d) for d in rows]
     if configured and PENDING in statuses and len(found) < limit:
         found += [_not_fanned_out(e) for e in _wallet_events_not_fanned_out().limit(limit - len(found))]
     return found

@@ -62,12 +62,12 @@ def new_id() -> str:
     return "msg_" + uuid.uuid4().hex
 
 
-def record(event: NewEvent, now: datetime, deferred: bool = False) -> None:
+def emit(event: NewEvent, now: datetime, deferred: bool = False) -> None:
     """Insert one event, in the caller's transaction (`deferred`: see fastsql.insert)."""
     fastsql.insert(Event, event.row(now), deferred)
 
 
-def record_many(new: list[NewEvent], now: datetime) -> None:
+def emit_many(new: list[NewEvent], now: datetime) -> None:
     """Insert several events with one statement, in the caller's transaction."""
     if new:
         Event.insert_many([e.row(now) for e in new]).execute()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import peewee as pw
 
 from webhooks.errors import ReferenceConflict
-from webhooks.payments.ledger import Receipt, record
+from webhooks.payments.ledger import Receipt, write_call
 from webhooks.payments.motions import RefundNotification
-from webhooks.payments.refunds import Outcome, check_same_payer, locked_payment, move_wallet, save, settle, writing
+from webhooks.payments.refunds import Outcome, check_same_payer, locked_payment, move_wallet, run_motion, save, writing
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db
@@ -61,7 +61,7 @@ def _once(note: RefundNotification, d: Receipt) -> Outcome:
             save(payment, disputed_minor=max(0, payment.disputed_minor - back))
             move_wallet(note, payment, back, now, note.reference)
             outcome = Outcome(Verdict.CREDITED)
-        record(d, outcome.verdict, 200, note, reason=outcome.reason)
+        write_call(d, outcome.verdict, 200, note, reason=outcome.reason)
     return outcome
 
 
@@ -70,7 +70,7 @@ def apply(note: RefundNotification, d: Receipt) -> Outcome:
     or IGNORED (not_withdrawn: reinstated before anything was withdrawn). Raises as refunds.apply
     does; a dispute id known for another payment is a ReferenceConflict (422, flagged)."""
     try:
-        return settle(note, d, lambda: _once(note, d))
+        return run_motion(note, d, lambda: _once(note, d))
     except pw.IntegrityError as exc:
         known = PaymentDispute.get_or_none(
             PaymentDispute.provider == note.provider, PaymentDispute.reference == note.reference
@@ -78,14 +78,14 @@ def apply(note: RefundNotification, d: Receipt) -> Outcome:
         if known is None:
             raise exc
         if known.payment_reference == note.payment_reference:  # two first webhook calls at once
-            record(d, Verdict.DUPLICATE, 200, note)
+            write_call(d, Verdict.DUPLICATE, 200, note)
             return Outcome(Verdict.DUPLICATE)
         detail = {"known": known.payment_reference, "delivered": note.payment_reference}
         with db.atomic():
             audit.record(
                 "payments", "dispute.reference_conflict", "dispute", f"{note.provider}:{note.reference}", detail
             )
-            record(d, Verdict.REFERENCE_CONFLICT, 422, note)
+            write_call(d, Verdict.REFERENCE_CONFLICT, 422, note)
         raise ReferenceConflict(
             f"dispute {note.reference!r} is already recorded for another payment; nothing moved, flagged for review"
         ) from None

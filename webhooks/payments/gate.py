@@ -59,7 +59,7 @@ class Entry:
 
 def enter(
     store: Store,
-    settle: Store,
+    queue_redis: Store,
     queue: Queue,
     note: PaymentNotification | RefundNotification,
     d: Receipt,
@@ -72,7 +72,7 @@ def enter(
     token = claims.new_token()
     row = audit_row(d, note)
     claim = claim_key(note)
-    if settle is store and not isinstance(store.redis, RedisCluster):
+    if queue_redis is store and not isinstance(store.redis, RedisCluster):
         verdict, enqueue = store.payment_gate(_ref(note), note.fingerprint, token, claim_ttl_ms, row[1:])
         if enqueue:
             try:
@@ -82,7 +82,7 @@ def enter(
     else:
         verdict, _ = store.payment_gate(_ref(note), note.fingerprint, token, claim_ttl_ms)
         if verdict != CLAIMED:
-            _queue_apart(settle, queue, verdict, row, request_id)
+            _queue_apart(queue_redis, queue, verdict, row, request_id)
     return Entry(verdict, claims.Claim(claim, token) if verdict == CLAIMED else None)
 
 
@@ -97,7 +97,7 @@ def finish(store: Store, note: PaymentNotification | RefundNotification, claim: 
 
 
 def audit_row(d: Receipt, note: PaymentNotification | RefundNotification) -> str:
-    """The webhook_calls row of a verified webhook call as JSON (`ledger.record`'s columns,
+    """The webhook_calls row of a verified webhook call as JSON (`ledger.write_call`'s columns,
     the body in base64), its verdict left out."""
     row = ledger.receipt_fields(d, note)
     row.update(body=base64.b64encode(d.body).decode(), received_at=d.received_at.isoformat())
@@ -108,10 +108,10 @@ def _with_verdict(verdict: GateVerdict, row: str) -> str:
     return f'{{"verdict":"{verdict}","status_code":{STATUS[verdict]},{row[1:]}'
 
 
-def _queue_apart(settle: Store, queue: Queue, verdict: GateVerdict, row: str, request_id: str | None) -> None:
+def _queue_apart(queue_redis: Store, queue: Queue, verdict: GateVerdict, row: str, request_id: str | None) -> None:
     raw = _with_verdict(verdict, row)
     try:
-        settle_queue.push(settle.redis, queue, [raw], request_id=request_id, key=keys.WEBHOOK_CALLS_PENDING)
+        settle_queue.push(queue_redis.redis, queue, [raw], request_id=request_id, key=keys.WEBHOOK_CALLS_PENDING)
     except REDIS_DOWN as exc:
         log.warning("webhook call audit queue unreachable (%s): writing the row directly", exc)
         try:

@@ -88,7 +88,7 @@ def receipt_fields(d: Receipt, note: PaymentNotification | RefundNotification | 
     }
 
 
-def record(
+def write_call(
     d: Receipt,
     verdict: str,
     status: int,
@@ -114,7 +114,7 @@ def record_unconfirmed(d: Receipt, note: PaymentNotification, reason: str) -> No
             f"{note.provider}:{note.reference}",
             {"reason": reason},
         )
-        record(d, Verdict.VERIFICATION_FAILED, 422, note)
+        write_call(d, Verdict.VERIFICATION_FAILED, 422, note)
 
 
 # MySQL/MariaDB: the upsert hands the new balance back in the OK packet (LAST_INSERT_ID(expr)
@@ -215,11 +215,11 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
                 audit.record("payments", f"payment.{note.flag}", "payment", key, {"amount_minor": note.amount_minor})
             if not attributed:
                 audit.record("payments", "payment.unattributed", "payment", key, {"amount_minor": note.amount_minor})
-                record(d, Verdict.UNATTRIBUTED, 200, note)
+                write_call(d, Verdict.UNATTRIBUTED, 200, note)
                 return Verdict.UNATTRIBUTED
             assert note.customer is not None
             after = credit_wallet(note.customer, note.currency, note.amount_minor, now)
-            outbox.record(
+            outbox.emit(
                 outbox.wallet_event(
                     kind=outbox.EventType.WALLET_CREDITED,
                     provider=note.provider,
@@ -232,7 +232,7 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
                 now,
                 deferred=True,
             )
-            record(d, Verdict.CREDITED, 200, note, deferred=True)
+            write_call(d, Verdict.CREDITED, 200, note, deferred=True)
         return Verdict.CREDITED
 
     try:
@@ -256,7 +256,7 @@ def _already_known(note: PaymentNotification, d: Receipt, exc: pw.IntegrityError
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
     if _same_payment(known, note):
-        record(d, Verdict.DUPLICATE, 200, note)
+        write_call(d, Verdict.DUPLICATE, 200, note)
         return Verdict.DUPLICATE
     detail = {
         "known": {"amount_minor": known.amount_minor, "currency": known.currency, "customer": known.customer},
@@ -264,7 +264,7 @@ def _already_known(note: PaymentNotification, d: Receipt, exc: pw.IntegrityError
     }
     with db.atomic():
         audit.record("payments", "payment.reference_conflict", "payment", f"{note.provider}:{note.reference}", detail)
-        record(d, Verdict.REFERENCE_CONFLICT, 422, note)
+        write_call(d, Verdict.REFERENCE_CONFLICT, 422, note)
     # The reference only: the amounts and payer e-mails are in audit_log, not in log files.
     log.warning("reference conflict %s:%s: nothing credited, flagged in audit_log", note.provider, note.reference)
     raise ReferenceConflict(
@@ -332,7 +332,7 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
             if amount > 0:
                 after = credit_wallet(customer, payment.currency, amount, now)
                 credited = outbox.EventType.WALLET_CREDITED
-                outbox.record(
+                outbox.emit(
                     outbox.wallet_event(
                         kind=credited,
                         provider=provider,

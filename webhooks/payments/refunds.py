@@ -16,7 +16,7 @@ import peewee as pw
 
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
-from webhooks.payments.ledger import Receipt, balance, credit_wallet, record, retrying_deadlocks
+from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
 from webhooks.payments.motions import RefundNotification
 from webhooks.payments.states import Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage import audit
@@ -144,7 +144,7 @@ def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: dat
             detail = {"balance_minor": after, note.kind.value: f"{note.provider}:{note.reference}"}
             audit.record("payments", "wallet.negative_balance", "wallet", key, detail)
             log.warning("%s %s:%s takes a wallet below zero; flagged", note.kind, note.provider, note.reference)
-    outbox.record(
+    outbox.emit(
         outbox.wallet_event(
             kind=kind,
             provider=note.provider,
@@ -296,24 +296,24 @@ def _once(note: RefundNotification, d: Receipt) -> Outcome:
                 outcome = Outcome(Verdict.DUPLICATE)
             else:
                 outcome = _refund(note, payment, amount, d, now)
-        record(d, outcome.verdict, 200, note, reason=outcome.reason)
+        write_call(d, outcome.verdict, 200, note, reason=outcome.reason)
     return outcome
 
 
-def settle(note: RefundNotification, d: Receipt, transaction: Callable[[], Outcome]) -> Outcome:
+def run_motion(note: RefundNotification, d: Receipt, transaction: Callable[[], Outcome]) -> Outcome:
     """Run a motion's transaction (deadlocks retried); a refusal is recorded (and flagged) after
     its rollback and raised as its error. Shared with disputes.py."""
     try:
         return retrying_deadlocks(transaction, f"{note.kind} {note.provider}:{note.reference}")
     except InvalidPayload as exc:  # an amount that is no whole number of the payment's minor units
-        record(d, exc.code, 400, note)
+        write_call(d, exc.code, 400, note)
         raise
     except Refused as refused:
         with db.atomic():
             if refused.flag is not None:
                 action, detail = refused.flag
                 audit.record("payments", action, note.kind.value, f"{note.provider}:{note.reference}", detail)
-            record(d, refused.verdict, refused.status, note)
+            write_call(d, refused.verdict, refused.status, note)
         if refused.flag is not None:  # references only: amounts and payers are in audit_log
             log.warning(
                 "%s %s:%s of payment %s refused (%s), flagged in audit_log",
@@ -334,7 +334,7 @@ def apply(note: RefundNotification, d: Receipt) -> Outcome:
     the payment has another currency or payer) or InvalidPayload; in each case nothing moves and
     the webhook is recorded."""
     try:
-        return settle(note, d, lambda: _once(note, d))
+        return run_motion(note, d, lambda: _once(note, d))
     except pw.IntegrityError as exc:
         return _conflict(note, d, exc)
 
@@ -344,7 +344,7 @@ def _conflict(note: RefundNotification, d: Receipt, exc: pw.IntegrityError) -> O
     if known is None:
         raise exc  # not the (provider, reference) key: a real fault, not a repeat
     if (known.payment_reference, known.amount_minor) == (note.payment_reference, note.amount_minor(known.currency)):
-        record(d, Verdict.DUPLICATE, 200, note)  # a concurrent first webhook call for another payment row
+        write_call(d, Verdict.DUPLICATE, 200, note)  # a concurrent first webhook call for another payment row
         return Outcome(Verdict.DUPLICATE)
     detail = {
         "known": {"payment_reference": known.payment_reference, "amount_minor": known.amount_minor},
@@ -352,7 +352,7 @@ def _conflict(note: RefundNotification, d: Receipt, exc: pw.IntegrityError) -> O
     }
     with db.atomic():
         audit.record("payments", "refund.reference_conflict", "refund", f"{note.provider}:{note.reference}", detail)
-        record(d, Verdict.REFERENCE_CONFLICT, 422, note)
+        write_call(d, Verdict.REFERENCE_CONFLICT, 422, note)
     log.warning("refund reference conflict %s:%s: nothing moved, flagged in audit_log", note.provider, note.reference)
     raise ReferenceConflict(
         f"refund {note.reference!r} is already recorded for another payment or amount; "

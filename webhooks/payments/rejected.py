@@ -36,7 +36,7 @@ class Listing:
     entries: list[RejectedWebhook]  # newest first
 
 
-def record(redis: Client, d: Receipt, request_id: str | None) -> None:
+def add(redis: Client, d: Receipt, request_id: str | None) -> None:
     """Push the webhook's metadata and trim the list, in one MULTI/EXEC round trip (a
     transaction on one key works on a cluster too), so it never holds more than KEEP."""
     entry = RejectedWebhook(d.provider, d.length, d.sha256, d.received_at.isoformat() + "Z", request_id)

@@ -92,7 +92,7 @@ class PaymentWebhooks:
     """Everything the payment path needs, built once per process (and per reconfigure)."""
 
     store: Store  # the gate's claims and markers, the rejected-webhook list
-    settle: Store  # the settlement queue's Redis: queued audit rows, the outbox worker's signal
+    queue_redis: Store  # the settlement queue's Redis: queued audit rows, the outbox worker's signal
     queue: Queue
     secrets: Mapping[str, tuple[str, ...]]  # per provider: one, or the old and new while rotating
     claim_ttl_ms: int
@@ -101,13 +101,13 @@ class PaymentWebhooks:
     listening: Callable[[], bool] = lambda: True  # whether a committed event needs a wake
 
     @classmethod
-    def build(cls, cfg: Config, store: Store, settle: Store, queue: Queue) -> PaymentWebhooks:
+    def build(cls, cfg: Config, store: Store, queue_redis: Store, queue: Queue) -> PaymentWebhooks:
         check = (
             FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) if cfg.flutterwave_verify else None
         )
         return cls(
             store=store,
-            settle=settle,
+            queue_redis=queue_redis,
             queue=queue,
             secrets=cfg.secrets,
             claim_ttl_ms=cfg.payment_claim_ttl_ms,
@@ -146,16 +146,22 @@ class PaymentWebhooks:
         try:
             note = notifications.parse(provider, raw, self.account_field)
         except (InvalidPayload, InvalidJSON) as exc:
-            ledger.record(receipt, exc.code, 400)
+            ledger.write_call(receipt, exc.code, 400)
             raise
         watch.lap("parse")
         if not isinstance(note, notifications.RefundNotification) and not note.succeeded:
             reason = note.reason or Ignored.EVENT_TYPE
-            ledger.record(receipt, Verdict.IGNORED, 200, note, reason=reason)
+            ledger.write_call(receipt, Verdict.IGNORED, 200, note, reason=reason)
             metrics.payment_ignored(provider, note.event_type, reason)
             return _answer(Verdict.IGNORED, 200, watch, reason=reason)
         entry = gate.enter(
-            self.store, self.settle, self.queue, note, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
+            self.store,
+            self.queue_redis,
+            self.queue,
+            note,
+            receipt,
+            claim_ttl_ms=self.claim_ttl_ms,
+            request_id=request_id,
         )
         watch.lap("dedupe")
         if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
@@ -184,7 +190,13 @@ class PaymentWebhooks:
         the other is a duplicate (or a reference_conflict, raised). IN_FLIGHT when a webhook
         holds the reference now (the next run looks again if it fails)."""
         entry = gate.enter(
-            self.store, self.settle, self.queue, note, receipt, claim_ttl_ms=self.claim_ttl_ms, request_id=request_id
+            self.store,
+            self.queue_redis,
+            self.queue,
+            note,
+            receipt,
+            claim_ttl_ms=self.claim_ttl_ms,
+            request_id=request_id,
         )
         if entry.verdict != gate.CLAIMED:
             return Verdict(entry.verdict)
@@ -225,7 +237,7 @@ class PaymentWebhooks:
         no connection from real payments. If Redis is down the 401 stands (the metric counts it)."""
         metrics.payment_rejected(receipt.provider, receipt.length)
         try:
-            rejected.record(self.store.redis, receipt, request_id)
+            rejected.add(self.store.redis, receipt, request_id)
         # RedisClusterException: how a cluster pipeline says that no node answers
         except (*REDIS_DOWN, RedisClusterException) as exc:
             log.warning("%s webhook with an invalid signature not listed, Redis unavailable: %s", receipt.provider, exc)
@@ -246,4 +258,4 @@ class PaymentWebhooks:
         """A credit or debit committed its event: wake the worker that sends it, when an
         endpoint may want it (one Redis round trip saved per payment when none does)."""
         if self.listening():
-            outbox_queue.wake(self.settle.redis, self.queue, request_id)
+            outbox_queue.wake(self.queue_redis.redis, self.queue, request_id)

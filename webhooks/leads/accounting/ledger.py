@@ -80,7 +80,7 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
     count_settled(new)
-    outbox.record_many(
+    outbox.emit_many(
         [
             outbox.lead_event(outbox.EventType.LEAD_SOLD, i.publisher_id, i.lead_id, _payout(i))
             for i in new
@@ -142,7 +142,7 @@ def _attempt(a: LeadAttempt) -> dict[str, Any]:
     return out
 
 
-def lead_record(lead: Lead) -> dict[str, Any]:
+def lead_view(lead: Lead) -> dict[str, Any]:
     attempts = (
         LeadAttempt.select()
         .where(LeadAttempt.publisher_id == lead.publisher_id, LeadAttempt.lead_id == lead.lead_id)
@@ -174,7 +174,7 @@ def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
     if lead is None:
         return None
-    record = lead_record(lead)
+    record = lead_view(lead)
     answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
     if answer["status"] == "returned":  # returned since: the publisher was told it was sold
         answer["status"] = "sold"
@@ -256,7 +256,7 @@ def erase_personal_data(lead: Lead, actor: str = "admin") -> dict[str, Any]:
             f"{lead.publisher_id}:{lead.lead_id}",
             {"body_bytes": len(lead.payload.encode()) if erased else 0},
         )
-    return {**lead_record(lead), "personal_data": "erased"}
+    return {**lead_view(lead), "personal_data": "erased"}
 
 
 @dataclass(frozen=True, kw_only=True)

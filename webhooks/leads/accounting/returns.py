@@ -14,7 +14,7 @@ from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
 from webhooks.leads.accounting import reports
-from webhooks.leads.accounting.ledger import lead_record
+from webhooks.leads.accounting.ledger import lead_view
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import audit
 from webhooks.storage.db import db
@@ -77,7 +77,7 @@ def return_lead(
         reports.count_returned(lead)
         payout = f"{lead.payout or 0:.2f}"
         returned = outbox.EventType.LEAD_RETURNED
-        outbox.record(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
+        outbox.emit(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
         audit.record(
             actor,
             "lead.returned",
@@ -93,7 +93,7 @@ def return_lead(
         lead.buyer_id,
         ", ".join(given_back) or "no current window",
     )
-    return lead_record(Lead.get_by_id(lead.id))
+    return lead_view(Lead.get_by_id(lead.id))
 
 
 def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -> list[str]:

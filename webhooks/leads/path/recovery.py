@@ -21,7 +21,7 @@ from webhooks.caps import leases
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.context import LeadContext
-from webhooks.leads.path.routing import Offer, Outcome, attempt_record, idempotency_key
+from webhooks.leads.path.routing import Offer, Outcome, attempt_view, idempotency_key
 from webhooks.leads.posting.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
 from webhooks.leads.rules.buyers import BuyerRule
@@ -71,7 +71,7 @@ def reoffer(
                 note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id), rule.post
             )
     if outcome == ACCEPTED:
-        out.attempts.append(attempt_record(buyer_id, bid, ACCEPTED, ms))
+        out.attempts.append(attempt_view(buyer_id, bid, ACCEPTED, ms))
         out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
         out.lease = Lease(
@@ -84,7 +84,7 @@ def reoffer(
         )
         log.warning("lead %s:%s re-offered to %s after its routing died: accepted", publisher_id, lead_id, buyer_id)
     else:
-        out.attempts.append(attempt_record(buyer_id, bid, UNKNOWN, ms))
+        out.attempts.append(attempt_view(buyer_id, bid, UNKNOWN, ms))
         log.warning(
             "lead %s:%s left unsold for review: its routing died while offering it to %s, "
             "who did not confirm it (reservation %s, answer %s)",

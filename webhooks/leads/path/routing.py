@@ -52,7 +52,7 @@ __all__ = [
     "Route",
     "Router",
     "attempt_note",
-    "attempt_record",
+    "attempt_view",
     "candidates",
     "idempotency_key",
     "lead_ref",
@@ -313,7 +313,7 @@ class Router:
                 self._refund(lease, leases.WITHDRAWN, ctx.attempt_key)
                 out.skipped.append({"buyer_id": offer.buyer.id, "reason": NOT_SENT})
                 continue
-            out.attempts.append(attempt_record(offer.buyer.id, offer.bid, outcome, ms))
+            out.attempts.append(attempt_view(offer.buyer.id, offer.bid, outcome, ms))
             metrics.attempt(offer.buyer.id, outcome, ms)
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
@@ -361,7 +361,7 @@ class Router:
         elif status is ReservationStatus.CIRCUIT_OPEN:
             # which circuit: the buyer's own (every publisher) or its one for this publisher
             circuit = reservation.circuit or Circuit.BUYER
-            out.attempts.append({**attempt_record(buyer.id, offer.bid, CIRCUIT_OPEN, 0), "circuit": circuit})
+            out.attempts.append({**attempt_view(buyer.id, offer.bid, CIRCUIT_OPEN, 0), "circuit": circuit})
             out.skipped.append({"buyer_id": buyer.id, "reason": CIRCUIT_OPEN, "circuit": circuit})
             metrics.attempt(buyer.id, CIRCUIT_OPEN)
         else:
@@ -479,7 +479,7 @@ class Router:
         return {p: n - 1 for p, n in zip(priorities, pipe.execute())}
 
 
-def attempt_record(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms: int) -> dict[str, Any]:
+def attempt_view(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms: int) -> dict[str, Any]:
     """One attempt as answers and the ledger show it; ping/post buyers carry their bid."""
     attempt = {"buyer_id": buyer_id, "outcome": outcome, "ms": ms}
     if bid is not None:

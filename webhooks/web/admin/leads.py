@@ -12,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.leads.accounting import reports, returns
-from webhooks.leads.accounting.ledger import erase_personal_data, forget_consumer, lead_record
+from webhooks.leads.accounting.ledger import erase_personal_data, forget_consumer, lead_view
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
@@ -28,7 +28,7 @@ def _publisher_id() -> str | None:
 
 @bp.get("/leads/<id:lead_id>")
 def get_lead(lead_id: str) -> ResponseReturnValue:
-    return jsonify(lead_record(returns.find(lead_id, _publisher_id())))
+    return jsonify(lead_view(returns.find(lead_id, _publisher_id())))
 
 
 @bp.delete("/leads/<id:lead_id>/personal-data")

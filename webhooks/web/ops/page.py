@@ -19,7 +19,7 @@ from webhooks.caps.breaker import breakers
 from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
 from webhooks.leads.accounting import reports
-from webhooks.leads.accounting.ledger import flagged, lead_record
+from webhooks.leads.accounting.ledger import flagged, lead_view
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import rejected
 from webhooks.storage.batch import Client
@@ -133,8 +133,8 @@ def ops_page() -> ResponseReturnValue:
         return redirect
     r = services.current().store.redis
     rows = Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS)  # the last settled, by key
-    leads = [lead_record(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
-    review = [lead_record(row) for row in flagged(LAST_LEADS)]
+    leads = [lead_view(row) for row in sorted(rows, key=lambda row: row.received_at, reverse=True)]
+    review = [lead_view(row) for row in flagged(LAST_LEADS)]
     events = event_panel()
     now = datetime.now(timezone.utc)
     html = render_template(
