@@ -68,7 +68,15 @@ def _take(intake: Intake, api_key_owner: str, lead_id: str, lead: dict) -> tuple
     me = threading.get_ident()
     before = SENT[me]
     WHAT[me] = []
-    answer = intake.take(snapshot, publisher, lead_id, lead, "{}", datetime.now(timezone.utc), None)
+    answer = intake.take(
+        snapshot,
+        publisher=publisher,
+        lead_id=lead_id,
+        lead=lead,
+        payload="{}",
+        received_at=datetime.now(timezone.utc),
+        request_id=None,
+    )
     return answer, SENT[me] - before
 
 

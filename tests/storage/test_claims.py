@@ -49,7 +49,15 @@ def _take(intake: Intake, publisher_id: str, lead_id: str) -> str:
     with db.connection_context():
         snapshot = load_snapshot("test")
     publisher = next(p for p in snapshot.publishers_by_key.values() if p.id == publisher_id)
-    return intake.take(snapshot, publisher, lead_id, {}, "{}", datetime.now(timezone.utc), None)
+    return intake.take(
+        snapshot,
+        publisher=publisher,
+        lead_id=lead_id,
+        lead={},
+        payload="{}",
+        received_at=datetime.now(timezone.utc),
+        request_id=None,
+    )
 
 
 def _queued(r, lead_id: str) -> list[dict]:

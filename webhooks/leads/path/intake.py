@@ -184,6 +184,7 @@ class Intake:
     def take(
         self,
         snapshot: Snapshot,
+        *,
         publisher: PublisherRule,
         lead_id: str,
         lead: dict[str, Any],
