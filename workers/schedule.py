@@ -30,7 +30,7 @@ ID_PREFIX = "fg-periodic-"
 PERIODIC = [
     {"func": "workers.reconcile.reconcile_all", "interval": 3600, "description": "reconcile caps"},
     {"func": "workers.settle.sweep", "interval": 60, "description": "drain settlements (safety net)"},
-    {"func": "workers.outbox.sweep", "interval": 10, "description": "deliver due events (safety net)"},
+    {"func": "workers.outbox.sweep", "interval": 10, "description": "send due events (safety net)"},
     {
         "func": "workers.leads.sweep_abandoned",
         "interval": config.SWEEP_INTERVAL_MS // 1000,

@@ -62,7 +62,7 @@ class StopAfterBatch:
 
 
 def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
-    """Write pending settlements, and the queued audit rows of payment deliveries that changed
+    """Write pending settlements, and the queued audit rows of webhook calls that changed
     nothing (payments/gate.py), until none are left; return how many leads were new.
 
     A job killed mid-batch is run again by RQ under the same id and takes back the batches
@@ -147,7 +147,7 @@ def sweep() -> int:
 
 
 def write_webhook_calls(queue_redis: Store, job_id: str, batch_size: int = WEBHOOK_CALL_BATCH) -> int:
-    """Write one batch of queued delivery audit rows; return how many were taken. A row the
+    """Write one batch of queued webhook-call audit rows; return how many were taken. A row the
     database refuses (not an outage, which fails the job for RQ to retry) is parked in
     keys.WEBHOOK_CALLS_FAILED with a log line, so that it cannot stop lead settlement."""
     processing = keys.webhook_calls_processing(job_id)
@@ -160,7 +160,7 @@ def write_webhook_calls(queue_redis: Store, job_id: str, batch_size: int = WEBHO
     except UNAVAILABLE_ERRORS:
         raise
     except (pw.DatabaseError, ValueError, KeyError) as exc:
-        log.warning("a batch of %d delivery audit rows was refused (%s): writing them one by one", len(batch), exc)
+        log.warning("a batch of %d webhook-call audit rows was refused (%s): writing them one by one", len(batch), exc)
         for raw in batch:
             try:
                 with db.atomic():
@@ -169,7 +169,7 @@ def write_webhook_calls(queue_redis: Store, job_id: str, batch_size: int = WEBHO
                 raise
             except (pw.DatabaseError, ValueError, KeyError) as one:
                 log.error(
-                    "delivery audit row refused by the database, parked in %s: %s (%s)",
+                    "webhook-call audit row refused by the database, parked in %s: %s (%s)",
                     keys.WEBHOOK_CALLS_FAILED,
                     raw[:300],
                     one,

@@ -60,8 +60,8 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[st
     endpoint_of = {d.id: d.endpoint_id for ds in by_event.values() for d in ds}
     attempts: dict[int, list[EventAttempt]] = defaultdict(list)
     if endpoint_of:
-        for a in EventAttempt.select().where(EventAttempt.delivery_id.in_(list(endpoint_of))).order_by(EventAttempt.id):
-            attempts[a.delivery_id].append(a)
+        for a in EventAttempt.select().where(EventAttempt.dispatch_id.in_(list(endpoint_of))).order_by(EventAttempt.id):
+            attempts[a.dispatch_id].append(a)
     out = []
     for e in events:
         body = json.loads(e.body)
@@ -73,7 +73,7 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[st
                 "created_at": _iso(e.created_at),
                 "deliveries": [_dispatch(d) for d in by_event[e.id]],
                 "attempts": [
-                    _attempt(a, endpoint_of[a.delivery_id])
+                    _attempt(a, endpoint_of[a.dispatch_id])
                     for a in sorted((a for d in by_event[e.id] for a in attempts[d.id]), key=lambda a: (a.at, a.id))
                 ],
             }

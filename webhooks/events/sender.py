@@ -290,7 +290,7 @@ def write(outcomes: list[tuple[str, list[tuple[Due, Attempt]]]], policy: RetryPo
         EventAttempt.insert_many(
             [
                 {
-                    "delivery_id": due.dispatch.id,
+                    "dispatch_id": due.dispatch.id,
                     "at": attempt.at,
                     "status_code": attempt.status_code,
                     "error": attempt.error,

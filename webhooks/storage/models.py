@@ -323,7 +323,7 @@ class EventAttempt(BaseModel):
     """The events log: every attempt to send an event, with what the endpoint answered."""
 
     id = pw.BigAutoField()
-    delivery_id = pw.BigIntegerField()  # EventDispatch.id (the column's name from sql/011)
+    dispatch_id = pw.BigIntegerField(column_name="delivery_id")  # EventDispatch.id (the column: sql/011)
     at = DateTime6Field()
     status_code = pw.SmallIntegerField(null=True)  # NULL: no answer (refused, timed out)
     error = pw.CharField(max_length=500, null=True)  # NULL: delivered
@@ -331,7 +331,7 @@ class EventAttempt(BaseModel):
 
     class Meta:
         table_name = "event_attempts"
-        indexes = ((("delivery_id", "id"), False),)
+        indexes = ((("dispatch_id", "id"), False),)
 
 
 class Wallet(BaseModel):
