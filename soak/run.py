@@ -63,16 +63,18 @@ BUYER_TIMEOUT_MS = 1500
 FAULTS = ("web_worker_kill", "buyer_hang", "rq_worker_kill", "db_outage", "scheduler_kill", "redis_restart")
 HANG_S, DB_OUTAGE_S, RESTART_DELAY_S = 30, 10, 2
 PROBE_TIMEOUT_S = 900
+START_TIMEOUT_S = 120  # gunicorn's first answer, on a machine busy with other work
 
 
 def log(msg: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def buyers_config(minutes: float, url) -> dict[str, dict]:
-    """Four buyers in a waterfall. Caps scale with the run (up to an hour) so that each binds
-    within it: acme's hourly cap is about 70% of an hour of its expected flow."""
-    m = min(minutes, 60)
+def buyers_config(minutes: float, url, lead_rate: float = 150) -> dict[str, dict]:
+    """Four buyers in a waterfall. Caps scale with the run (up to an hour) and with the offered
+    lead rate (150/s the reference) so that each binds within it, a one-minute run at a small
+    load included: acme's hourly cap is about 70% of an hour of its expected flow."""
+    m = min(minutes, 60) * lead_rate / 150
     return {
         "acme": {
             "name": "Acme",
@@ -81,7 +83,7 @@ def buyers_config(minutes: float, url) -> dict[str, dict]:
             "price": "12.50",
             "timezone": "America/Chicago",
             "states": ["TX", "OK", "CA"],
-            "caps": {"hourly": int(4100 * m), "daily": int(6000 * m), "monthly": int(100000 * m)},
+            "caps": {"hourly": cap(4100 * m), "daily": cap(6000 * m), "monthly": cap(100000 * m)},
         },
         "flaky": {
             "name": "Flaky",
@@ -89,7 +91,7 @@ def buyers_config(minutes: float, url) -> dict[str, dict]:
             "priority": 2,
             "price": "9.00",
             "timezone": "Europe/London",
-            "caps": {"hourly": int(2200 * m), "weekly": int(30000 * m)},
+            "caps": {"hourly": cap(2200 * m), "weekly": cap(30000 * m)},
         },
         "slow": {
             "name": "Slow",
@@ -98,7 +100,7 @@ def buyers_config(minutes: float, url) -> dict[str, dict]:
             "price": "7.25",
             "timezone": "Asia/Tokyo",
             "states": ["CA", "NY", "FL"],
-            "caps": {"daily": int(900 * m)},
+            "caps": {"daily": cap(900 * m)},
         },
         "steady": {
             "name": "Steady",
@@ -106,9 +108,13 @@ def buyers_config(minutes: float, url) -> dict[str, dict]:
             "priority": 4,
             "price": "5.00",
             "timezone": "UTC",
-            "caps": {"daily_budget": f"{5 * 500 * m:.2f}", "hourly": int(1000 * m)},
+            "caps": {"daily_budget": f"{max(5.0, 5 * 500 * m):.2f}", "hourly": cap(1000 * m)},
         },
     }
+
+
+def cap(value: float) -> int:
+    return max(1, int(value))
 
 
 class Supervised:
@@ -157,7 +163,7 @@ class Supervised:
 class Stack:
     """Every process of the soak, set up and torn down by an ExitStack."""
 
-    def __init__(self, es: ExitStack, run_dir: Path, minutes: float):
+    def __init__(self, es: ExitStack, run_dir: Path, minutes: float, lead_rate: float = 150):
         self.run_dir = run_dir
         self.events: list[dict] = []  # process exits and starts
         self.redis = RedisServer(run_dir / "redis")
@@ -184,7 +190,9 @@ class Stack:
             run_dir / "dbproxy.log",
         )
         es.callback(self.proxy.stop)
-        wait_until(lambda: port_file.exists() and port_file.read_text(), what="the database proxy")
+        wait_until(
+            lambda: port_file.exists() and port_file.read_text(), timeout=START_TIMEOUT_S, what="the database proxy"
+        )
         d = urlparse(self.db_url)
         auth = d.netloc.rsplit("@", 1)[0] + "@" if "@" in d.netloc else ""
         self.proxy_url = f"{d.scheme}://{auth}127.0.0.1:{port_file.read_text()}{d.path}"
@@ -226,7 +234,7 @@ class Stack:
             run_dir / "buyers.log",
         )
         es.callback(self.buyers.stop)
-        self.web = WebServer(self.env, run_dir / "web.log", workers=2)
+        self.web = WebServer(self.env, run_dir / "web.log", workers=2, start_timeout=START_TIMEOUT_S)
         es.callback(self.web.stop)
         self.worker = Supervised(
             "rq-worker",
@@ -253,7 +261,7 @@ class Stack:
         self._stop = threading.Event()
         es.callback(self._stop.set)
         threading.Thread(target=self._supervise, daemon=True).start()
-        self.buyer_rules = buyers_config(minutes, lambda name: f"http://127.0.0.1:{self.buyer_port}/{name}")
+        self.buyer_rules = buyers_config(minutes, lambda name: f"http://127.0.0.1:{self.buyer_port}/{name}", lead_rate)
         self._configure()
 
     def _supervise(self) -> None:
@@ -610,6 +618,8 @@ def main() -> int:
         help="judge the memory of a finished run again (bench/out/NAME.json; its database is not needed)",
     )
     args = ap.parse_args()
+    # SIGTERM (a caller's time budget spent) unwinds the ExitStack below: every process stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
     if args.rejudge_rss:
         return 0 if soak_checks.rejudge_rss(args.rejudge_rss) else 1
     if args.reanalyse:
@@ -626,7 +636,7 @@ def main() -> int:
     with ExitStack() as es:
         log(f"starting the stack (logs in {run_dir})")
         try:
-            stack = Stack(es, run_dir, args.minutes)
+            stack = Stack(es, run_dir, args.minutes, args.lead_rate)
         except (SystemExit, subprocess.CalledProcessError, AssertionError) as exc:
             log(f"the stack could not be set up: {exc}")
             return 2

@@ -178,7 +178,7 @@ def venv_bin(name: str) -> str:
 class WebServer(Proc):
     """The real app: gunicorn with gevent workers, on a free port."""
 
-    def __init__(self, env: dict, log: Path, workers: int = 1, cwd: Path = ROOT):
+    def __init__(self, env: dict, log: Path, workers: int = 1, cwd: Path = ROOT, start_timeout: float = 30):
         self.port = free_port()
         env = {**env, "PORT": str(self.port), "WEB_CONCURRENCY": str(workers)}
         super().__init__([venv_bin("gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], env, log, cwd)
@@ -192,7 +192,7 @@ class WebServer(Proc):
             except requests.RequestException:
                 return False
 
-        wait_until(up, timeout=30, what="gunicorn")
+        wait_until(up, timeout=start_timeout, what="gunicorn")
 
     @property
     def url(self) -> str:
