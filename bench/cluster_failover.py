@@ -47,15 +47,17 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench import stack
 from bench.common import (
     OUT,
+    QUICK,
     machine_info,
     markdown_table,
     paced_threads,
     percentiles,
+    quick,
     redis_version,
     write_json,
     write_md,
 )
-from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, wrk
+from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, warm, wrk
 from testkit.cluster import LocalCluster, wait_for_failover
 from testkit.servers import (
     BuyerServer,
@@ -69,10 +71,16 @@ from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import keys
 from webhooks.storage.redis import make_store
 
-CAP, LEADS, THREADS, KILL_AT = 100, 1000, 50, 300
+CAP, LEADS, THREADS, KILL_AT = quick(100, 20), quick(1000, 200), 50, quick(300, 60)
 PER_PRIMARY = 2
 WAIT_ENV = {"CAP_WAIT_REPLICAS": "1", "CAP_WAIT_TIMEOUT_MS": "100"}
-ROUNDS = 3  # lease and end-to-end measurements per backend, interleaved
+ROUNDS = quick(3, 1)  # lease and end-to-end measurements per backend, interleaved
+# leases.reserve's loads: (name, decisions, seconds to pace them over; 0: as fast as possible)
+LEASE_LOADS = (
+    (("paced 100 over 0.5 s", 100, 0.5), ("as fast as possible, 500", 500, 0.0))
+    if QUICK
+    else (("paced 1,000 over 5 s", 1000, 5.0), ("as fast as possible, 5,000", 5000, 0.0))
+)
 LEASE_TTL_MS = 60_000
 
 
@@ -227,7 +235,7 @@ def lease_rows(label: str, url: str, wait: int) -> list[dict]:
         leases.mark_ready(r.redis, b.id)
     now = datetime.now(timezone.utc)
     rows = []
-    for load, n, duration in (("paced 1,000 over 5 s", 1000, 5.0), ("as fast as possible, 5,000", 5000, 0.0)):
+    for load, n, duration in LEASE_LOADS:
         ms: list[float] = []
 
         def decide(i: int, ms: list[float] = ms) -> str:
@@ -266,7 +274,7 @@ def e2e_row(label: str, web: WebServer, seconds: int, round_: int) -> dict:
             subprocess.run(["pgrep", "-P", str(web.pid)], capture_output=True, text=True, check=False).stdout.split(),
         ),
     ]
-    wrk(web.url, 50, 2, f"warm{slug}")
+    warm(web.url, 50, f"warm{slug}")
     before = cpu_seconds(pids)
     result = wrk(web.url, 50, seconds, f"e2e{slug}")
     result["web_cpu_ms_per_lead"] = round((cpu_seconds(pids) - before) / max(1, result["requests"]) * 1000, 3)
@@ -464,7 +472,7 @@ def render(d: dict) -> str:
         f"by {f['over_total']} deliveries in all (at most {f['over_max']} in one)."
         for f in fo
     ]
-    paced = "paced 1,000 over 5 s"
+    paced = LEASE_LOADS[0][0]
     one, cl, cw = (by.get((b, paced)) for b in ("one Redis", "cluster", "cluster + CAP_WAIT_REPLICAS=1"))
     if one and cl and cw:
         reading.append(

@@ -17,6 +17,15 @@ from typing import Any
 
 # FG_BENCH_OUT: `scripts/bench --quick` writes elsewhere, leaving the fragments of REPORT.md alone.
 OUT = Path(os.environ.get("FG_BENCH_OUT") or Path(__file__).resolve().parent / "out")
+# FG_BENCH_QUICK=1 (`scripts/bench --quick`): the amounts a bench fixes itself (warm-ups, lists
+# of payments, rounds, burst sizes) cut to a token, so that every bench runs through in seconds:
+# that it still runs is all such a run shows; its figures mean nothing.
+QUICK = os.environ.get("FG_BENCH_QUICK") == "1"
+
+
+def quick(full: int, token: int) -> int:
+    """`full`, or `token` in a quick run."""
+    return token if QUICK else full
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float | None]:

@@ -26,7 +26,16 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack
-from bench.common import OUT, machine_info, markdown_table, mysql_version, redis_version, write_json, write_md
+from bench.common import (
+    OUT,
+    QUICK,
+    machine_info,
+    markdown_table,
+    mysql_version,
+    redis_version,
+    write_json,
+    write_md,
+)
 from testkit.servers import (
     Proc,
     free_port,
@@ -146,6 +155,12 @@ class QueueWatch:
         return self.samples
 
 
+def warm(url: str, connections: int, tag: str) -> None:
+    """A 2 s wrk run before measuring; none in a quick run (bench/common.py QUICK)."""
+    if not QUICK:
+        wrk(url, connections, 2, tag)
+
+
 def wrk(url: str, connections: int, seconds: int, tag: str) -> dict:
     threads = min(2, connections)
     out = subprocess.run(
@@ -216,8 +231,8 @@ def main() -> int:
         log("starting redis, database, buyer stub, Floodgate, worker and the bare app")
         stack = Stack(es, tmp)
         for c in (int(x) for x in args.concurrency.split(",")):
-            wrk(stack.bare_url, c, 2, f"warm{c}")  # warm both before measuring
-            wrk(stack.web.url, c, 2, f"warm{c}")
+            warm(stack.bare_url, c, f"warm{c}")  # warm both before measuring
+            warm(stack.web.url, c, f"warm{c}")
             bare = wrk(stack.bare_url, c, args.seconds, f"bare{c}")
             log(f"bare c={c}: {bare}")
             fg, extra = measure_fg(stack, lambda c=c: wrk(stack.web.url, c, args.seconds, f"fg{c}"), f"floodgate c={c}")

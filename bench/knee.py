@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench.bench_payments import make_payments
-from bench.common import OUT, machine_info, mysql_version, redis_version, write_json, write_md
-from bench.e2e import API_KEY, Stack, cpu_seconds, log, wrk
+from bench.common import OUT, machine_info, mysql_version, quick, redis_version, write_json, write_md
+from bench.e2e import API_KEY, Stack, cpu_seconds, log, warm, wrk
 from testkit.config import SECRETS
 from testkit.payments import signed_headers
 from testkit.servers import venv_bin, wait_until
@@ -211,13 +211,13 @@ def main() -> int:
         pids = stack.pids()
 
         # 1. throughput at 50 connections against the bare endpoint
-        deliveries, exp = make_deliveries("wrk", 2000, rng)
-        total_payments += 2000
+        deliveries, exp = make_deliveries("wrk", quick(2000, 100), rng)
+        total_payments += quick(2000, 100)
         for k, v in exp.items():
             expected[k] += v
         listing = tmp / "deliveries.lua"
         lua_list(deliveries, listing)
-        wrk(stack.bare_url, 50, 2, "warm")
+        warm(stack.bare_url, 50, "warm")
         bare = wrk(stack.bare_url, 50, args.seconds, "bare")
         log(f"bare: {bare}")
         before = {n: cpu_seconds(p) for n, p in pids.items()}

@@ -41,8 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench.common import OUT, machine_info, write_json, write_md
-from bench.e2e import Stack, cpu_seconds, log, wrk
+from bench.common import OUT, machine_info, quick, write_json, write_md
+from bench.e2e import Stack, cpu_seconds, log, warm, wrk
 from bench.knee import drained, lua_list, make_deliveries, wrk_payments
 from testkit.config import SECRETS
 from testkit.payments import encode, payload, signed_headers
@@ -55,7 +55,7 @@ LEVERS = {
     "workers": ({}, {"WEB_CONCURRENCY": "3"}),
     "code": ({}, {}),
 }
-PAYSTACK_FIRST = 6000  # payments of the `first` mix
+PAYSTACK_FIRST = quick(6000, 100)  # payments of the `first` mix
 
 
 def first_deliveries(tag: str, payments: int, rng: random.Random) -> list:
@@ -91,8 +91,8 @@ def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", cod
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-lever-")))
         stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2", **env}, code=code)
         groups = stack.pids()
-        wrk(stack.bare_url, 50, 2, "warm")
-        wrk(stack.web.url, 50, 2, "warm")
+        warm(stack.bare_url, 50, "warm")
+        warm(stack.web.url, 50, "warm")
         bare = wrk(stack.bare_url, 50, seconds, "bare")
         leads, lead_cpu = cpu_per_request(groups, lambda: wrk(stack.web.url, 50, seconds, "leads"))
         drained(stack)
@@ -100,7 +100,7 @@ def one_arm(env: dict, seconds: int, rng: random.Random, mix: str = "first", cod
         if mix == "first":
             deliveries = first_deliveries(tag, PAYSTACK_FIRST, rng)
         else:
-            deliveries, _ = make_deliveries(tag, 2000, rng)
+            deliveries, _ = make_deliveries(tag, quick(2000, 100), rng)
         listing = tmp / "deliveries.lua"
         lua_list(deliveries, listing)
         pay, pay_cpu = cpu_per_request(groups, lambda: wrk_payments(stack.web.url, listing, 50, seconds))

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench.common import OUT, machine_info, write_json, write_md
-from bench.e2e import Stack, log, wrk
+from bench.e2e import Stack, log, warm, wrk
 from bench.knee import lua_list, wrk_payments
 from bench.levers import PAYSTACK_FIRST, first_deliveries
 from testkit.config import SECRETS
@@ -86,7 +86,7 @@ def profile(path: str, seconds: int) -> list[str]:
             lua_list(deliveries, listing)
             run = lambda: wrk_payments(stack.web.url, listing, 50, seconds + 3)  # noqa: E731
         else:
-            wrk(stack.web.url, 50, 2, "warm")
+            warm(stack.web.url, 50, "warm")
             run = lambda: wrk(stack.web.url, 50, seconds + 3, "profile")  # noqa: E731
         result: dict = {}
         load = threading.Thread(target=lambda: result.update(run()))
