@@ -73,15 +73,20 @@ def test_a_thousand_sales_reach_three_endpoints_three_thousand_deliveries_none_m
     api.settle_config()
     stack.worker()
     local = threading.local()
+    sessions: list[requests.Session] = []
 
     def post(n: int) -> int:
-        local.s = getattr(local, "s", None) or requests.Session()
+        if getattr(local, "s", None) is None:
+            local.s = requests.Session()
+            sessions.append(local.s)
         resp = api.post_lead(key, {"lead_id": f"k{n}", "state": "TX", "email": f"k{n}@example.com"}, local.s)
         assert resp.status_code == 200, resp.text
         return n if resp.json()["status"] == "sold" else -1
 
     with ThreadPoolExecutor(32) as pool:
         sold = {f"k{n}" for n in pool.map(post, range(1000)) if n >= 0}
+    for s in sessions:  # closed: their idle keep-alive connections would hold gunicorn's stop
+        s.close()
     assert len(sold) == 1000
     wait_until(lambda: all(len(r.accepted()) >= 1000 for r in receivers), timeout=180, what="3,000 deliveries")
     for r in receivers:

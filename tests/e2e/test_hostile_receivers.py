@@ -133,9 +133,12 @@ def test_a_dripping_and_a_flooding_receiver_delay_no_settlement_and_no_other_end
         stack.worker("floodgate")  # the Procfile's `worker`: settlements
         events = stack.worker("floodgate-events")  # its `events`: deliveries
         local = threading.local()
+        sessions: list[requests.Session] = []
 
         def post(n: int) -> str:
-            local.s = getattr(local, "s", None) or requests.Session()
+            if getattr(local, "s", None) is None:
+                local.s = requests.Session()
+                sessions.append(local.s)
             resp = api.post_lead(key, {"lead_id": f"h{n}", "state": "TX"}, local.s)
             assert resp.status_code == 200, resp.text
             return str(resp.json()["status"])
@@ -146,6 +149,8 @@ def test_a_dripping_and_a_flooding_receiver_delay_no_settlement_and_no_other_end
             statuses = list(pool.map(post, range(10)))
             wait_until(lambda: dripping.requests > 0, timeout=60, what="a delivery to the dripping receiver")
             statuses += list(pool.map(post, range(10, LEADS)))
+        for s in sessions:  # closed: their idle keep-alive connections would hold gunicorn's stop
+            s.close()
         assert statuses == ["sold"] * LEADS
 
         def settled() -> bool:

@@ -234,6 +234,7 @@ def test_every_event_arrives_through_receiver_failures_a_killed_worker_and_an_em
     credits(3)  # and the usual path works on the new Redis
     wait_until(lambda: all_delivered(receiver, changes()), timeout=60, what="events after the restart")
 
+    session.close()  # an idle keep-alive connection would hold gunicorn's graceful stop (keepalive 5 s)
     assert receiver.arrivals and all(a.verified for a in receiver.arrivals)
     assert len(all_events()) == changes() == 36
     assert_in_order_per_wallet(receiver)
@@ -266,9 +267,11 @@ def test_thousand_payments_five_shuffled_deliveries_and_a_refund_for_every_tenth
     rng.shuffle(work)
     queue, lock, answers, early = deque(work), threading.Lock(), [], Counter()
     local = threading.local()
+    sessions: list[requests.Session] = []
 
     def run() -> None:
         local.session = requests.Session()
+        sessions.append(local.session)
         while True:
             with lock:
                 if not queue:
@@ -287,6 +290,8 @@ def test_thousand_payments_five_shuffled_deliveries_and_a_refund_for_every_tenth
     with ThreadPoolExecutor(32) as pool:
         for f in [pool.submit(run) for _ in range(32)]:
             f.result()
+    for s in sessions:  # closed: their idle keep-alive connections would hold gunicorn's stop
+        s.close()
 
     assert [a for a in answers if a[2] != 200] == []
     assert early["payment_not_found"] > 0  # some refunds came before their payment, and waited
