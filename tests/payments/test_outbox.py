@@ -219,7 +219,7 @@ def test_the_sweep_is_a_periodic_job():
     assert {
         "func": "workers.outbox.sweep",
         "interval": 10,
-        "description": "deliver due events (safety net)",
+        "description": "send due events (safety net)",
     } in PERIODIC
 
 
