@@ -123,10 +123,10 @@ def record_unconfirmed(d: Receipt, note: PaymentNotification, reason: str) -> No
 # took below zero reads right too (balances are far inside ±2^62).
 _SHIFT = 1 << 62
 _UPSERT_RETURNING_BALANCE = (
-    "INSERT INTO wallets (customer, currency, balance_minor, updated_at) VALUES (%s, %s, %s, %s) "
+    "INSERT INTO wallets (customer, currency, balance_minor, updated_at, version) VALUES (%s, %s, %s, %s, 1) "
     "ON DUPLICATE KEY UPDATE balance_minor = "
     f"CAST(LAST_INSERT_ID(balance_minor + VALUES(balance_minor) + {_SHIFT}) AS SIGNED) - {_SHIFT}, "
-    "updated_at = VALUES(updated_at)"
+    "updated_at = VALUES(updated_at), version = version + 1"
 )
 
 
@@ -138,8 +138,12 @@ def credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime
         if cursor.rowcount == 1:  # inserted: the id is the new row's, the balance the amount
             return amount_minor
         return int(cursor.lastrowid) - _SHIFT  # updated (2): the balance after, shifted
-    update = {Wallet.balance_minor: Wallet.balance_minor + amount_minor, Wallet.updated_at: now}
-    query = Wallet.insert(customer=customer, currency=currency, balance_minor=amount_minor, updated_at=now)
+    update = {
+        Wallet.balance_minor: Wallet.balance_minor + amount_minor,
+        Wallet.updated_at: now,
+        Wallet.version: Wallet.version + 1,
+    }
+    query = Wallet.insert(customer=customer, currency=currency, balance_minor=amount_minor, updated_at=now, version=1)
     query.on_conflict(conflict_target=[Wallet.customer, Wallet.currency], update=update).execute()
     return balance(customer, currency)
 

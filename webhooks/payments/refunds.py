@@ -131,12 +131,14 @@ def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: dat
         kind = outbox.EventType.WALLET_CREDITED
     else:
         changed = (
-            Wallet.update(balance_minor=Wallet.balance_minor + delta, updated_at=now)
+            Wallet.update(balance_minor=Wallet.balance_minor + delta, updated_at=now, version=Wallet.version + 1)
             .where(Wallet.customer == customer, Wallet.currency == currency)
             .execute()
         )
         if not changed:  # credited once, so it exists; kept correct should it not
-            Wallet.insert(customer=customer, currency=currency, balance_minor=delta, updated_at=now).execute()
+            Wallet.insert(
+                customer=customer, currency=currency, balance_minor=delta, updated_at=now, version=1
+            ).execute()
         after = balance(customer, currency)
         kind = outbox.EventType.WALLET_DEBITED
         if after < 0:

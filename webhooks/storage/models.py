@@ -92,6 +92,8 @@ class Buyer(BaseModel):
     lead_filter = pw.TextField(null=True)  # `filter`: a JMESPath expression on the normalised lead; NULL: none
     dedupe = pw.TextField(null=True)  # JSON: fields, days
     return_window_days = pw.IntegerField(default=7)
+    billing = pw.TextField(null=True)  # JSON: mode, account, currency, credit_limit, low_balance (sql/016)
+    billing_account = pw.CharField(max_length=300, null=True, index=True)  # "<account>|<currency>"
 
     class Meta:
         table_name = "buyers"
@@ -115,6 +117,7 @@ class Lead(BaseModel):
     skipped = pw.TextField(null=True)  # JSON: [{buyer_id, reason}] of the buyers not attempted
     returned_at = DateTime6Field(null=True)
     return_reason = pw.CharField(max_length=500, null=True)
+    charge_minor = pw.BigIntegerField(null=True)  # debited from the buyer's wallet (sql/016)
 
     class Meta:
         table_name = "leads"
@@ -340,6 +343,7 @@ class Wallet(BaseModel):
     currency = pw.CharField(max_length=3)
     balance_minor = pw.BigIntegerField(default=0)
     updated_at = DateTime6Field(default=utcnow)
+    version = pw.BigIntegerField(default=0)  # its changes so far (sql/016)
 
     class Meta:
         table_name = "wallets"
