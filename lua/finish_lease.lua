@@ -2,13 +2,15 @@
 -- feed the buyer's circuits (docs/leads.md "Circuit breakers"). A lease is refunded at most
 -- once, only by the counters it recorded, and never after it was confirmed, even when its
 -- window has rolled over. A refund also forgets the consumer the lease remembered (its dedupe
--- keys, if still its own).
+-- keys, if still its own), and gives the price it held back to the buyer's balance; a
+-- confirmed lease keeps it held until its settlement is in the ledger (lua/sync_balance.lua).
 -- KEYS[1]   lease      fg:{b:<id>}:lease:<lease>
 -- KEYS[2]   breaker    fg:{b:<id>}:breaker                 the buyer's circuit, for everyone
 -- KEYS[3]   leases     fg:{b:<id>}:leases
 -- KEYS[4]   pbreaker   fg:{b:<id>}:breaker:p:<publisher>   its circuit for the lead's publisher
 -- KEYS[5]   publishers fg:{b:<id>}:breaker:publishers      zset: publisher -> open_until (ms)
--- KEYS[6..] the counters the lease incremented, then its dedupe keys
+-- KEYS[6]   balance    fg:{b:<id>}:balance                 the buyer's balance (billed or not)
+-- KEYS[7..] the counters the lease incremented, then its dedupe keys
 -- ARGV[1]   outcome: accepted | rejected | error (a reply that failed: maybe the lead's doing)
 --           | unreachable (no reply: a connection error or the deadline) | withdrawn (refund;
 --           the buyer was not called, so the circuits are left as they are)
@@ -67,14 +69,16 @@ if outcome == 'accepted' then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   -- the consumer is bought: remember it for the buyer's dedupe days, not the lease's life
   local dedupe_ms = redis.call('HGET', KEYS[1], 'dedupe_ms')
-  for i = 6, #KEYS do
+  for i = 7, #KEYS do
     if redis.call('HGET', KEYS[1], KEYS[i]) == 'dedupe' and redis.call('GET', KEYS[i]) == ARGV[5] then
       redis.call('PEXPIRE', KEYS[i], dedupe_ms)
     end
   end
   return 1
 end
-for i = 6, #KEYS do
+local held = tonumber(redis.call('HGET', KEYS[1], 'balance') or '0')
+if held > 0 and redis.call('HINCRBY', KEYS[6], 'held', -held) < 0 then redis.call('HSET', KEYS[6], 'held', 0) end
+for i = 7, #KEYS do
   local recorded = redis.call('HGET', KEYS[1], KEYS[i])
   if recorded == 'dedupe' then
     if redis.call('GET', KEYS[i]) == ARGV[5] then redis.call('DEL', KEYS[i]) end

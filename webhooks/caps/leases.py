@@ -22,7 +22,7 @@ from webhooks.storage import keys
 from webhooks.storage import redis as redis_store
 from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BreakerRule, Charge, Extended, Lease, Reserved
+from webhooks.storage.scripts import NO_HOLD, BreakerRule, Charge, Extended, Hold, Lease, Reserved
 from webhooks.storage.states import AttemptOutcome, Circuit, ReservationStatus
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ class PreparedReservation:
     probe_ttl_ms: int
     dedupe_ms: int
     note_key: str
+    hold: Hold = NO_HOLD
 
     def send(self, store: Store) -> Reservation:
         """Make the reservation, in a round trip of its own."""
@@ -102,6 +103,7 @@ class PreparedReservation:
                 probe_ttl_ms=self.probe_ttl_ms,
                 dedupe_ms=self.dedupe_ms,
                 note_key=self.note_key,
+                hold=self.hold,
             )
         )
 
@@ -114,6 +116,7 @@ class PreparedReservation:
             probe_ttl_ms=self.probe_ttl_ms,
             dedupe_ms=self.dedupe_ms,
             note_key=self.note_key,
+            hold=self.hold,
         ).then(self.result)
 
     def result(self, reserved: Reserved) -> Reservation:
@@ -139,12 +142,14 @@ def prepare(
     price_minor: int | None = None,
     note_key: str = "",
     publisher_id: str = "",
+    hold: Hold = NO_HOLD,
 ) -> PreparedReservation:
     """The reservation of one lead under every cap of `buyer` at `now` (all or nothing),
     refused as a duplicate when one of `consumer`'s dedupe keys is set, or while the buyer's
     circuit, or its circuit for `publisher_id`, is open. `price_minor` (default: the buyer's
     price) is what counts against daily_budget. `note_key`, the attempt note written beside
-    it, is kept in the lease (its `note` field)."""
+    it, is kept in the lease (its `note` field). `hold`: what a billed buyer's balance must
+    afford, held with the caps (caps/balance.py)."""
     caps = windows(buyer, now)
     amount = buyer.price_minor if price_minor is None else price_minor
     lease = Lease(
@@ -163,6 +168,7 @@ def prepare(
         probe_ttl_ms=probe_ttl_ms,
         dedupe_ms=buyer.dedupe_days * 86_400_000,
         note_key=note_key,
+        hold=hold,
     )
 
 
@@ -177,6 +183,7 @@ def reserve(
     consumer: Sequence[str] = (),
     price_minor: int | None = None,
     publisher_id: str = "",
+    hold: Hold = NO_HOLD,
 ) -> Reservation:
     """`prepare` and make the reservation. `note`, if given, is written in the same round
     trip, whatever the outcome."""
@@ -189,6 +196,7 @@ def reserve(
         price_minor=price_minor,
         note_key="" if note is None else note.key,
         publisher_id=publisher_id,
+        hold=hold,
     )
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more

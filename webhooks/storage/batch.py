@@ -20,12 +20,14 @@ from redis.cluster import ClusterPipeline, RedisCluster
 import lua
 from webhooks.storage import scripts
 from webhooks.storage.scripts import (
+    NO_HOLD,
     Answered,
     Arg,
     BreakerRule,
     Call,
     CapCounter,
     Charge,
+    Hold,
     LeadClaim,
     LeadKey,
     Lease,
@@ -158,6 +160,7 @@ class Batch:
         probe_ttl_ms: int,
         dedupe_ms: int,
         note_key: str,
+        hold: Hold = NO_HOLD,
     ) -> Pending[Reserved]:
         """See Store.reserve_lease."""
         return self._script(
@@ -168,6 +171,7 @@ class Batch:
                 probe_ttl_ms=probe_ttl_ms,
                 dedupe_ms=dedupe_ms,
                 note_key=note_key,
+                hold=hold,
             )
         )
 

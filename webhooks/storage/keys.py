@@ -29,6 +29,14 @@ def ready(buyer_id: str) -> str:
     return buyer(buyer_id, "ready")
 
 
+def balance(buyer_id: str) -> str:
+    """Hash of a billed buyer's balance (minor units): `account` ("<account>|<currency>"),
+    `wallet` and `version` (the ledger's, lua/sync_balance.lua), `held` (prices of live leases
+    and of sales the ledger does not have yet). Absent or without `wallet`: not known, and the
+    buyer is sold nothing until it is (fail closed)."""
+    return buyer(buyer_id, "balance")
+
+
 def dedupe(buyer_id: str, field: str, digest: str) -> str:
     """Present while the buyer has bought the consumer whose normalised `field` hashes to
     `digest` (value: the lease that reserved it, or "ledger" when restored from it)."""

@@ -24,8 +24,10 @@ import lua
 from webhooks.storage import scripts, settle_queue
 from webhooks.storage.batch import Batch
 from webhooks.storage.scripts import (
+    NO_HOLD,
     Answered,
     Backlog,
+    Balance,
     BreakerRule,
     Call,
     CapCounter,
@@ -34,9 +36,11 @@ from webhooks.storage.scripts import (
     Claimed,
     Extended,
     GateReply,
+    Hold,
     LeadClaim,
     LeadKey,
     Lease,
+    LedgerBalance,
     PaymentRef,
     Reserved,
 )
@@ -211,6 +215,7 @@ class Store:
         probe_ttl_ms: int,
         dedupe_ms: int,
         note_key: str,
+        hold: Hold = NO_HOLD,
     ) -> Reserved:
         """Open `lease`: add `charges` to its counters (one per counter, in order), all or
         nothing, and set its dedupe keys, gated on the buyer's ready key, dedupe keys and
@@ -223,6 +228,7 @@ class Store:
                 probe_ttl_ms=probe_ttl_ms,
                 dedupe_ms=dedupe_ms,
                 note_key=note_key,
+                hold=hold,
             )
         )
 
@@ -250,10 +256,20 @@ class Store:
         reconciled (False: the reconciliation counts the return)."""
         return self._run(scripts.give_back(buyer_id, amounts))
 
-    def rebuild_counters(self, buyer_id: str, token: str, values: Sequence[tuple[str, int, int]]) -> bool:
-        """Raise the buyer's counters to `values` [(counter, value, expire-at)] and mark them
-        trusted, if `token` still holds the rebuild lock."""
-        return self._run(scripts.rebuild_counters(buyer_id, token, values))
+    def rebuild_counters(
+        self, buyer_id: str, token: str, values: Sequence[tuple[str, int, int]], balance: LedgerBalance | None = None
+    ) -> bool:
+        """Raise the buyer's counters to `values` [(counter, value, expire-at)], set a billed
+        buyer's balance from the ledger, and mark them trusted, if `token` still holds the
+        rebuild lock."""
+        return self._run(scripts.rebuild_counters(buyer_id, token, values, balance))
+
+    def sync_balance(
+        self, buyer_id: str, wallet: LedgerBalance, settled_leases: Sequence[str] = (), *, init: bool = False
+    ) -> Balance | None:
+        """Take the ledger's wallet figure if newer, and give back what the settled leases
+        held (lua/sync_balance.lua)."""
+        return self._run(scripts.sync_balance(buyer_id, wallet, settled_leases, init=init))
 
     def snapshot_caps(self, buyer_id: str, counters: Sequence[str], lease_ids: Sequence[str]) -> CapSnapshot:
         """The counters and every live lease at one instant (CHANGED when `lease_ids` are not

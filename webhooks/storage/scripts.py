@@ -75,6 +75,24 @@ class Lease:
         return keys.lease(self.buyer_id, self.lease_id)
 
 
+class Hold(NamedTuple):
+    """What a reservation holds against a billed buyer's balance, and the floor it may not
+    take the balance below (0, or minus the credit limit); NO_HOLD for a buyer not billed."""
+
+    amount_minor: int
+    floor_minor: int = 0
+
+
+NO_HOLD = Hold(0)
+
+
+class Balance(NamedTuple):
+    """A billed buyer's balance in Redis after lua/sync_balance.lua (None: not known)."""
+
+    wallet_minor: int
+    held_minor: int
+
+
 class Charge(NamedTuple):
     """What a reservation adds to one counter of its lease, and under which limit."""
 
@@ -277,12 +295,19 @@ def _reserved(raw: list[Any]) -> Reserved:
 
 
 def reserve_lease(
-    lease: Lease, charges: Sequence[Charge], *, lease_ttl_ms: int, probe_ttl_ms: int, dedupe_ms: int, note_key: str
+    lease: Lease,
+    charges: Sequence[Charge],
+    *,
+    lease_ttl_ms: int,
+    probe_ttl_ms: int,
+    dedupe_ms: int,
+    note_key: str,
+    hold: Hold = NO_HOLD,
 ) -> Call[Reserved]:
     args: list[Arg] = [lease.lease_id, lease_ttl_ms, probe_ttl_ms, len(charges)]
     for charge in charges:
         args += charge
-    args += [dedupe_ms, note_key]
+    args += [dedupe_ms, note_key, hold.amount_minor, hold.floor_minor]
     b = lease.buyer_id
     return Call(
         "reserve_lease",
@@ -292,6 +317,7 @@ def reserve_lease(
             keys.publisher_breaker(b, lease.publisher_id),
             lease.key,
             keys.leases(b),
+            keys.balance(b),
             *lease.counters,
             *lease.dedupe,
         ),
@@ -330,6 +356,7 @@ def finish_lease(
             keys.leases(b),
             keys.publisher_breaker(b, lease.publisher_id),
             keys.breaker_publishers(b),
+            keys.balance(b),
             *lease.counters,
             *lease.dedupe,
         ),
@@ -356,15 +383,44 @@ def give_back(buyer_id: str, amounts: Sequence[tuple[str, int]]) -> Call[bool]:
     )
 
 
-def rebuild_counters(buyer_id: str, token: str, values: Sequence[tuple[str, int, int]]) -> Call[bool]:
-    args: list[Arg] = [token]
+class LedgerBalance(NamedTuple):
+    """A billed buyer's wallet as the ledger has it, and the prices of its sales the ledger
+    does not have yet (lua/rebuild_counters.lua)."""
+
+    account: str  # "<account>|<currency>"
+    wallet_minor: int
+    version: int
+    unsettled_minor: int
+
+
+def rebuild_counters(
+    buyer_id: str, token: str, values: Sequence[tuple[str, int, int]], balance: LedgerBalance | None = None
+) -> Call[bool]:
+    args: list[Arg] = [token, *(balance or ("", 0, 0, 0))]
     for _, value, expire_at in values:
         args += [value, expire_at]
     return Call(
         "rebuild_counters",
-        (keys.ready(buyer_id), keys.rebuild_lock(buyer_id), *(counter for counter, _, _ in values)),
+        (
+            keys.ready(buyer_id),
+            keys.rebuild_lock(buyer_id),
+            keys.balance(buyer_id),
+            *(counter for counter, _, _ in values),
+        ),
         tuple(args),
         bool,
+    )
+
+
+def sync_balance(
+    buyer_id: str, wallet: LedgerBalance, settled_leases: Sequence[str] = (), *, init: bool = False
+) -> Call[Balance | None]:
+    """`wallet.unsettled_minor` is not used here: the settled leases say what to give back."""
+    return Call(
+        "sync_balance",
+        (keys.balance(buyer_id), *(keys.lease(buyer_id, lease_id) for lease_id in settled_leases)),
+        (wallet.account, wallet.wallet_minor, wallet.version, "init" if init else ""),
+        lambda raw: Balance(int(raw[0]), int(raw[1])) if raw else None,
     )
 
 
@@ -437,6 +493,7 @@ NAMES = (
     "reserve_lease",
     "restore_answer",
     "snapshot_caps",
+    "sync_balance",
     "take_batch",
     "take_token",
 )

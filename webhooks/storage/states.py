@@ -16,6 +16,7 @@ class ReservationStatus(StrEnum):
     OK = "ok"
     FULL = "full"  # a cap has no room
     DUPLICATE = "duplicate"  # the buyer bought this consumer already
+    BALANCE = "balance"  # a billed buyer cannot afford the lead
     CIRCUIT_OPEN = "circuit_open"  # the buyer's breaker is open (or its probe is out)
     NOT_READY = "not_ready"  # the buyer's counters are not trusted (Redis lost data)
 

@@ -353,8 +353,8 @@ class Router:
         buyer, status = offer.buyer, reservation.status
         if status is ReservationStatus.FULL:
             out.skipped.append({"buyer_id": buyer.id, "reason": f"cap_full:{reservation.cap}"})
-        elif status is ReservationStatus.DUPLICATE:
-            out.skipped.append({"buyer_id": buyer.id, "reason": ReservationStatus.DUPLICATE})
+        elif status in (ReservationStatus.DUPLICATE, ReservationStatus.BALANCE):
+            out.skipped.append({"buyer_id": buyer.id, "reason": status})
         elif status is ReservationStatus.NOT_READY:
             rebuild.request(self.store, self.queue_redis, buyer, self.buyer_timeout_ms)
             out.waiting_for_rebuild = True

@@ -1,0 +1,31 @@
+-- Bring a billed buyer's balance in Redis up to the ledger's wallet, once per change: the
+-- wallet's figure is taken only with a newer version than the one held (versions count the
+-- wallet's changes in the ledger, so a late or repeated sync changes nothing), and each sale
+-- now in the ledger gives back the price its confirmed lease held (once: the lease forgets
+-- it). The ledger is read after its commit, so a newer figure includes every older change.
+-- KEYS[1]   balance   fg:{b:<id>}:balance   hash: account, wallet, version, held
+-- KEYS[2..] leases    fg:{b:<id>}:lease:<id> of sales the ledger now has (their charge debited)
+-- ARGV[1]   the wallet's account and currency ("<account>|<currency>")
+-- ARGV[2]   the wallet's balance in the ledger (minor units)
+-- ARGV[3]   the wallet's version in the ledger
+-- ARGV[4]   "init": the buyer was just billed (or billed from another wallet): take the figure
+--           whatever the version, keeping what live leases hold; "": a change of the ledger,
+--           taken only when the balance is known already (else the rebuild reads the ledger)
+-- Returns {wallet, held} after the sync ({} when the balance is not known)
+local b = redis.call('HMGET', KEYS[1], 'account', 'wallet', 'version')
+if ARGV[4] == 'init' and (b[1] ~= ARGV[1] or not b[2]) then
+  redis.call('HSET', KEYS[1], 'account', ARGV[1], 'wallet', ARGV[2], 'version', ARGV[3])
+  redis.call('HSETNX', KEYS[1], 'held', 0)
+elseif b[2] and b[1] == ARGV[1] and tonumber(ARGV[3]) > tonumber(b[3] or '-1') then
+  redis.call('HSET', KEYS[1], 'wallet', ARGV[2], 'version', ARGV[3])
+end
+for i = 2, #KEYS do
+  local held = tonumber(redis.call('HGET', KEYS[i], 'balance') or '0')
+  if held > 0 then
+    redis.call('HDEL', KEYS[i], 'balance')
+    if redis.call('HINCRBY', KEYS[1], 'held', -held) < 0 then redis.call('HSET', KEYS[1], 'held', 0) end
+  end
+end
+local after = redis.call('HMGET', KEYS[1], 'wallet', 'held')
+if not after[1] then return {} end
+return {tonumber(after[1]), tonumber(after[2] or '0')}

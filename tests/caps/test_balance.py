@@ -1,0 +1,123 @@
+"""A billed buyer's balance in the cap reservation, against a real redis-server and the
+ledger's wallets: the price held in the same script as the caps, never past the floor at any
+concurrency, given back on a refund, released once when the sale is in the ledger."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+
+import pytest
+
+from webhooks.caps import balance, leases
+from webhooks.caps.balance import Billing
+from webhooks.storage import keys
+from webhooks.storage.db import db
+from webhooks.storage.models import Wallet
+from webhooks.storage.redis import make_store
+from webhooks.storage.scripts import LedgerBalance
+
+from .test_leases import NOW, TTL, rule
+
+PRICE = 1250  # minor units
+
+
+@pytest.fixture
+def store(redis_server, app):
+    s = make_store(redis_server.url, max_connections=64)
+    yield s
+    s.redis.close()
+
+
+def _billing(mode: str = "prepaid", credit: int = 0, account: str = "buyer-acme") -> Billing:
+    return Billing(mode=mode, account=account, currency="USD", credit_limit_minor=credit)
+
+
+def _fund(billing: Billing, minor: int) -> None:
+    with db.atomic():
+        balance.move(billing.account, billing.currency, minor, datetime.now(timezone.utc))
+
+
+def _held(store, buyer_id: str) -> int:
+    return int(store.redis.hget(keys.balance(buyer_id), "held") or 0)
+
+
+def _reserve(store, b, billing: Billing):
+    return leases.reserve(store, b, NOW, **TTL, hold=billing.hold(PRICE))
+
+
+@pytest.mark.parametrize(("mode", "credit", "affordable"), [("prepaid", 0, 5), ("credit", 2 * PRICE, 7)])
+def test_300_reservations_at_once_spend_exactly_what_the_balance_allows(store, mode, credit, affordable):
+    b, billing = rule(daily=1000), _billing(mode, credit)
+    leases.mark_ready(store.redis, b.id)
+    _fund(billing, 5 * PRICE)
+    balance.sync(store, b.id, billing, init=True)
+    with ThreadPoolExecutor(50) as pool:
+        statuses = list(pool.map(lambda _: _reserve(store, b, billing).status, range(300)))
+    assert statuses.count("ok") == affordable
+    assert statuses.count("balance") == 300 - affordable
+    assert _held(store, b.id) == affordable * PRICE
+    assert leases.usage(store.redis, b, NOW)["daily"]["used"] == affordable  # caps and balance agree
+    shown = balance.shown(store, b.id, billing)
+    assert shown == {"currency": "USD", "available": "0.00", "wallet": "62.50", "reserved": f"{affordable * 12.5:.2f}"}
+
+
+def test_a_refund_gives_the_price_back_and_a_sale_holds_it_until_the_ledger_has_it(store):
+    b, billing = rule(daily=10), _billing()
+    leases.mark_ready(store.redis, b.id)
+    _fund(billing, 2 * PRICE)
+    balance.sync(store, b.id, billing, init=True)
+    refused, sold = _reserve(store, b, billing).lease, _reserve(store, b, billing).lease
+    assert _reserve(store, b, billing).status == "balance"
+    assert leases.finish(store, refused, "rejected", breaker_failures=3, breaker_cooldown_ms=400)
+    assert leases.finish(store, refused, "rejected", breaker_failures=3, breaker_cooldown_ms=400) is False
+    assert _held(store, b.id) == PRICE  # given back once
+    assert leases.finish(store, sold, "accepted", breaker_failures=3, breaker_cooldown_ms=400)
+    assert _held(store, b.id) == PRICE  # a sale keeps it held: the ledger has not debited it yet
+
+    stale = balance.ledger_wallet(billing)
+    _fund(billing, -PRICE)  # the settlement's debit, committed
+    assert balance.sync(store, b.id, billing, [sold.lease_id]) == (PRICE, 0)
+    assert _reserve(store, b, billing).status == "ok"  # the wallet's last lead, held
+    assert balance.sync(store, b.id, billing, [sold.lease_id]) == (PRICE, PRICE)  # a repeat changes nothing
+    assert store.sync_balance(b.id, stale) == (PRICE, PRICE)  # an older figure is not taken
+    assert _reserve(store, b, billing).status == "balance"
+
+
+def test_a_billed_buyer_whose_balance_is_not_known_is_sold_nothing(store):
+    b, billing = rule(daily=10), _billing()
+    leases.mark_ready(store.redis, b.id)
+    _fund(billing, 100 * PRICE)
+    assert _reserve(store, b, billing).status == "not_ready"
+    balance.sync(store, b.id, billing)  # a ledger change does not make the balance known
+    assert _reserve(store, b, billing).status == "not_ready"
+    balance.sync(store, b.id, billing, init=True)
+    assert _reserve(store, b, billing).status == "ok"
+
+
+def test_a_buyer_not_billed_is_not_held_against_any_balance(store):
+    b = rule(daily=10)
+    leases.mark_ready(store.redis, b.id)
+    assert leases.reserve(store, b, NOW, **TTL).status == "ok"
+    assert not store.redis.exists(keys.balance(b.id))
+
+
+def test_the_rebuild_after_a_data_loss_sets_the_balance_from_the_ledger(store):
+    b, billing = rule(daily=10), _billing()
+    _fund(billing, 3 * PRICE)
+    store.redis.flushall()
+    store.redis.set(keys.rebuild_lock(b.id), "t")
+    with db.connection_context():
+        wallet = balance.ledger_wallet(billing, unsettled_minor=2 * PRICE)  # two sales still queued
+    assert store.rebuild_counters(b.id, "t", [], wallet)
+    assert [_reserve(store, b, billing).status for _ in range(2)] == ["ok", "balance"]
+
+
+def test_each_move_of_a_wallet_counts_one_version(store):
+    billing = _billing(account="versions")
+    _fund(billing, 500)
+    _fund(billing, -200)
+    with db.connection_context():
+        row = Wallet.get(Wallet.customer == "versions")
+    assert (row.balance_minor, row.version) == (300, 2)
+    assert balance.ledger_wallet(billing) == LedgerBalance("versions|USD", 300, 2, 0)
