@@ -10,9 +10,8 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
-from webhooks import outbound, strictjson
+from webhooks import money, outbound, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
-from webhooks.payments import money
 from webhooks.payments.notifications import PaymentNotification
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhooks import strictjson
+from webhooks import money, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload
-from webhooks.payments import money, motions
+from webhooks.payments import motions
 from webhooks.payments.fields import Path, both, email, equals, get, load, one_of, reference
 from webhooks.payments.motions import REFUND_SPECS, RefundNotification
 from webhooks.payments.states import Ignored

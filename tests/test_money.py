@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from webhooks.payments.money import InvalidPayload, currency, to_minor
+from webhooks.money import InvalidPayload, currency, to_minor
 
 
 @pytest.mark.parametrize(
