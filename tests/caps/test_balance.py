@@ -16,6 +16,7 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Wallet
 from webhooks.storage.redis import make_store
 from webhooks.storage.scripts import LedgerBalance
+from webhooks.storage.wallets import Entry
 
 from .test_leases import NOW, TTL, rule
 
@@ -35,7 +36,8 @@ def _billing(mode: str = "prepaid", credit: int = 0, account: str = "buyer-acme"
 
 def _fund(billing: Billing, minor: int) -> None:
     with db.atomic():
-        balance.move(billing.account, billing.currency, minor, datetime.now(timezone.utc))
+        kind = Entry.TOP_UP if minor > 0 else Entry.SALE
+        balance.move(billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t")
 
 
 def _held(store, buyer_id: str) -> int:

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from webhooks.storage import wallets
 from webhooks.storage.models import Buyer, Wallet
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import NO_HOLD, Balance, Hold, LedgerBalance
+from webhooks.storage.wallets import Entry
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +86,10 @@ def ledger_wallet(billing: Billing, unsettled_minor: int = 0) -> LedgerBalance:
     return LedgerBalance(billing.key, int(row.balance_minor), int(row.version), unsettled_minor)
 
 
-def move(account: str, currency: str, delta_minor: int, now: datetime) -> None:
+def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:
     """Add `delta_minor` to a wallet, in the caller's transaction (a sale's debit, a return's
-    credit): one version more. Made at that amount when it never moved."""
+    credit), with its journal row: one version more. Made at that amount when it never moved."""
+    wallets.write(account, currency, entry, delta_minor, reference, now)
     changed = (
         Wallet.update(balance_minor=Wallet.balance_minor + delta_minor, updated_at=now, version=Wallet.version + 1)
         .where(Wallet.customer == account, Wallet.currency == currency)

@@ -28,7 +28,7 @@ from webhooks.events import outbox
 from webhooks.payments.notifications import PaymentNotification, RefundNotification
 from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
-from webhooks.storage import audit, fastsql
+from webhooks.storage import audit, fastsql, wallets
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Wallet, WebhookCall, utcnow
 
@@ -130,9 +130,12 @@ _UPSERT_RETURNING_BALANCE = (
 )
 
 
-def credit_wallet(customer: str, currency: str, amount_minor: int, now: datetime) -> int:
-    """Add a positive amount to a wallet (made at that amount if new); its balance after, read
-    under the row lock the upsert takes."""
+def credit_wallet(
+    customer: str, currency: str, amount_minor: int, now: datetime, *, entry: wallets.Entry, reference: str
+) -> int:
+    """Add a positive amount to a wallet (made at that amount if new), with its journal row;
+    its balance after, read under the row lock the upsert takes."""
+    wallets.write(customer, currency, entry, amount_minor, reference, now, deferred=True)
     if is_mysql():
         cursor = db.execute_sql(_UPSERT_RETURNING_BALANCE, (customer, currency, amount_minor, now))
         if cursor.rowcount == 1:  # inserted: the id is the new row's, the balance the amount
@@ -222,7 +225,14 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
                 write_call(d, Verdict.UNATTRIBUTED, 200, note)
                 return Verdict.UNATTRIBUTED
             assert note.customer is not None
-            after = credit_wallet(note.customer, note.currency, note.amount_minor, now)
+            after = credit_wallet(
+                note.customer,
+                note.currency,
+                note.amount_minor,
+                now,
+                entry=wallets.Entry.TOP_UP,
+                reference=f"{note.provider}:{note.reference}",
+            )
             outbox.emit(
                 outbox.wallet_event(
                     kind=outbox.EventType.WALLET_CREDITED,
@@ -334,7 +344,14 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 Payment.update(status=status).where(Payment.id == payment.id).execute()
                 payment.status = status
             if amount > 0:
-                after = credit_wallet(customer, payment.currency, amount, now)
+                after = credit_wallet(
+                    customer,
+                    payment.currency,
+                    amount,
+                    now,
+                    entry=wallets.Entry.TOP_UP,
+                    reference=f"{provider}:{reference}",
+                )
                 credited = outbox.EventType.WALLET_CREDITED
                 outbox.emit(
                     outbox.wallet_event(

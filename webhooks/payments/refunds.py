@@ -19,7 +19,7 @@ from webhooks.events import outbox
 from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
 from webhooks.payments.motions import RefundNotification
 from webhooks.payments.states import Ignored, Motion, PaymentStatus, RefundStatus, Verdict
-from webhooks.storage import audit
+from webhooks.storage import audit, wallets
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, Refund, Wallet, utcnow
 
@@ -119,6 +119,9 @@ def save(payment: Payment, **changes: int) -> None:
     Payment.update(fields).where(Payment.id == payment.id).execute()
 
 
+_DISPUTES = (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)
+
+
 def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: datetime, reference: str) -> None:
     """Add `delta` (negative: a debit) to the payment's wallet, with its wallet event (the
     outbox) under `reference`. An unattributed payment's wallet is not known: nothing moves
@@ -126,8 +129,10 @@ def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: dat
     if delta == 0 or payment.status == PaymentStatus.UNATTRIBUTED:
         return
     customer, currency = payment.customer, payment.currency
+    entry = wallets.Entry.DISPUTE if note.kind in _DISPUTES else wallets.Entry.REFUND
+    journal = f"{note.provider}:{reference}"
     if delta > 0:
-        after = credit_wallet(customer, currency, delta, now)
+        after = credit_wallet(customer, currency, delta, now, entry=entry, reference=journal)
         kind = outbox.EventType.WALLET_CREDITED
     else:
         changed = (
@@ -139,6 +144,7 @@ def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: dat
             Wallet.insert(
                 customer=customer, currency=currency, balance_minor=delta, updated_at=now, version=1
             ).execute()
+        wallets.write(customer, currency, entry, delta, journal, now)
         after = balance(customer, currency)
         kind = outbox.EventType.WALLET_DEBITED
         if after < 0:

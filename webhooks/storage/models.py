@@ -118,6 +118,7 @@ class Lead(BaseModel):
     returned_at = DateTime6Field(null=True)
     return_reason = pw.CharField(max_length=500, null=True)
     charge_minor = pw.BigIntegerField(null=True)  # debited from the buyer's wallet (sql/016)
+    charge_account = pw.CharField(max_length=300, null=True)  # that wallet: "<account>|<currency>"
 
     class Meta:
         table_name = "leads"
@@ -350,6 +351,22 @@ class Wallet(BaseModel):
         indexes = ((("customer", "currency"), True),)
 
 
+class WalletEntry(BaseModel):
+    """One move of a wallet, written in its transaction (sql/016): the statement's lines."""
+
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    kind = pw.CharField(max_length=16)  # top_up | sale | return | refund | dispute | carried
+    amount_minor = pw.BigIntegerField()  # signed: what the wallet moved by
+    reference = pw.CharField(max_length=300)
+    at = DateTime6Field()
+
+    class Meta:
+        table_name = "wallet_entries"
+        indexes = ((("customer", "currency", "at"), False),)
+
+
 class LeadStats(BaseModel):
     """The leads report's figures per hour (received_at, UTC), publisher and buyer ('' for
     leads no buyer bought), kept in the transactions of the ledger changes they count: a
@@ -417,6 +434,7 @@ ALL_MODELS = [
     LeadAttempt,
     Payment,
     Wallet,
+    WalletEntry,
     WebhookCall,
     AuditLog,
     Refund,
