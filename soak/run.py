@@ -565,9 +565,14 @@ def wait_settled(stack: Stack, outcomes: Path, timeout: float) -> float | None:
 
 
 def wait_outbox(stack: Stack, timeout: float) -> float | None:
-    """Seconds until the outbox holds no event that is not delivered; None past `timeout`."""
+    """Seconds until the outbox holds no event that is not delivered: every event fanned out and
+    none of its dispatches pending (the running code's tables, read from its models; before the
+    events table, `payment_events`); None past `timeout`."""
     import pymysql
 
+    from webhooks.storage.models import Event, EventDispatch
+
+    events, dispatches = Event._meta.table_name, EventDispatch._meta.table_name
     started, d = time.time(), urlparse(stack.db_url)
     while time.time() - started < timeout:
         try:
@@ -579,7 +584,14 @@ def wait_outbox(stack: Stack, timeout: float) -> float | None:
                 database=d.path.lstrip("/"),
             )
             with conn.cursor() as c:
-                c.execute("SELECT COUNT(*) FROM payment_events WHERE status <> 'delivered'")
+                c.execute("SHOW TABLES LIKE %s", (events,))
+                if c.fetchone():
+                    c.execute(
+                        f"SELECT (SELECT COUNT(*) FROM {events} WHERE NOT fanned_out)"
+                        f" + (SELECT COUNT(*) FROM {dispatches} WHERE status = 'pending')"
+                    )
+                else:
+                    c.execute("SELECT COUNT(*) FROM payment_events WHERE status <> 'delivered'")
                 left = c.fetchone()[0]
             conn.close()
             if left == 0:
@@ -690,6 +702,9 @@ def main() -> int:
         outbox_after = wait_outbox(stack, args.settle_timeout) if outbox else None
         if outbox:
             log(f"every payment event delivered after {outbox_after} s")
+        # the buyers' log (the receiver's deliveries among them) is flushed once a second: stopped
+        # now (SIGTERM flushes it), the analysis below reads all of it
+        stack.buyers.stop()
         for t in faults.threads:
             t.join(timeout=1)
         samples = sampler.stop()
