@@ -49,6 +49,7 @@ CONTRACT = {
     "DELETE /v1/admin/leads/{lead_id}/personal-data",
     "GET /v1/admin/webhooks/ignored",
     "POST /v1/admin/buyers/{buyer_id}/preview",
+    "GET /v1/admin/buyers/{buyer_id}/statement",
     "GET /v1/admin/payment-events",
     "GET /v1/admin/event-endpoints",
     "PUT /v1/admin/event-endpoints/{endpoint_id}",

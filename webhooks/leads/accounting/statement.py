@@ -1,0 +1,226 @@
+"""A billed buyer's monthly statement (docs/api.md "Buyer balances", docs/buyers.md
+"Statements"), read from the wallets' journal (`wallet_entries`, storage/wallets.py) of the
+buyer's billing wallet.
+
+`opening` is the sum of the wallet's rows before the month (UTC), one indexed aggregate; the
+month's rows are then read in pages of PAGE by keyset on (at, id), each page an indexed range
+read of (customer, currency, at), so that neither the database nor this process ever holds more
+than a page however many leads a month holds, and the answer (JSON or CSV) is streamed page by
+page. The month's figures are added up from the very lines the answer carries, so `closing` =
+`opening` + `top_ups` − `spend` + `returns` − `reversals` = `opening` + the lines' amounts, always;
+once the month is over it is also the sum of every row up to its end. A `carried` row (a
+wallet's balance when the journal began) counts in `opening` before the month and is a `top_up`
+line inside it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any, cast
+
+import peewee as pw
+
+from webhooks import csvsafe, money
+from webhooks.errors import Conflict, NotFound, ValidationError
+from webhooks.storage.models import Buyer, WalletEntry
+from webhooks.storage.wallets import Entry
+
+PAGE = 5000  # lines per read: bounds memory and each query, whatever a month holds
+FIRST_YEAR = 2000
+CSV_COLUMNS = ("at", "kind", "amount", "reference")
+_MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")  # fullmatch: `$` would pass a trailing newline
+# The kind a line shows: a carried balance inside the month is shown as the top-up it stands for.
+_SHOWN = {Entry.CARRIED.value: Entry.TOP_UP.value}
+
+
+@dataclass(frozen=True)
+class Month:
+    """A calendar month in UTC: [start, end) as the naive UTC datetimes the journal holds."""
+
+    label: str  # YYYY-MM
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class BilledWallet:
+    buyer_id: str
+    account: str
+    currency: str
+
+
+def month(text: str | None, today: date) -> Month:
+    """`?month=YYYY-MM`, from 2000-01 to December of next year; 400 invalid_query otherwise."""
+    raw = text or ""
+    year = int(raw[:4]) if _MONTH.fullmatch(raw) else 0
+    number = int(raw[5:]) if year else 0
+    if not (FIRST_YEAR <= year <= today.year + 1 and 1 <= number <= 12):
+        raise ValidationError(
+            "invalid_query", "month", f"must be a month YYYY-MM from {FIRST_YEAR}-01 to {today.year + 1}-12 (UTC)"
+        )
+    after = datetime(year + 1, 1, 1) if number == 12 else datetime(year, number + 1, 1)
+    return Month(raw, datetime(year, number, 1), after)
+
+
+def billed_wallet(buyer_id: str) -> BilledWallet:
+    """The wallet the buyer is billed from: 404 not_found for no (or a deleted) buyer, 409
+    not_billed for a buyer without `billing`."""
+    row = Buyer.select(Buyer.id, Buyer.billing).where(Buyer.id == buyer_id, Buyer.deleted_at.is_null()).first()
+    if row is None:
+        raise NotFound(f"no buyer {buyer_id!r}")
+    billing = json.loads(row.billing) if row.billing else None
+    if not isinstance(billing, dict) or not billing.get("account") or not billing.get("currency"):
+        raise Conflict(f"buyer {buyer_id!r} is not billed from a wallet", code="not_billed")
+    return BilledWallet(buyer_id, str(billing["account"]), str(billing["currency"]))
+
+
+def opening(wallet: BilledWallet, start: datetime) -> int:
+    """The sum of the wallet's rows before `start`: its balance when the month began."""
+    total = (
+        WalletEntry.select(pw.fn.COALESCE(pw.fn.SUM(WalletEntry.amount_minor), 0))
+        .where(
+            WalletEntry.customer == wallet.account,
+            WalletEntry.currency == wallet.currency,
+            WalletEntry.at < start,
+        )
+        .scalar()
+    )
+    return int(total or 0)
+
+
+@dataclass(frozen=True)
+class Line:
+    at: datetime
+    kind: str  # as shown: top_up, sale, return, refund, dispute
+    amount_minor: int
+    reference: str
+
+
+def lines(wallet: BilledWallet, period: Month) -> Iterator[list[Line]]:
+    """The month's rows in (at, id) order, a page at a time."""
+    mine = (WalletEntry.customer == wallet.account) & (WalletEntry.currency == wallet.currency)
+    after: tuple[datetime, int] | None = None
+    while True:
+        if after is None:
+            since = WalletEntry.at >= period.start
+        else:
+            at, pk = after
+            since = (WalletEntry.at >= at) & ((WalletEntry.at > at) | (WalletEntry.id > pk))
+        query = (
+            WalletEntry.select(
+                WalletEntry.id, WalletEntry.at, WalletEntry.kind, WalletEntry.amount_minor, WalletEntry.reference
+            )
+            .where(mine & since & (WalletEntry.at < period.end))
+            .order_by(WalletEntry.at, WalletEntry.id)
+            .limit(PAGE)
+            .tuples()
+        )
+        rows = list(cast("Iterable[tuple[int, datetime, str, int, str]]", query))
+        if rows:
+            yield [Line(_utc(row[1]), _SHOWN.get(row[2], row[2]), int(row[3]), str(row[4])) for row in rows]
+        if len(rows) < PAGE:
+            return
+        after = (rows[-1][1], int(rows[-1][0]))
+
+
+@dataclass
+class Totals:
+    """The month's figures, each a positive count of what it names in the usual case: `spend`
+    the sales' debits, `reversals` the refunds' and lost disputes' debits (a reversed refund or
+    reinstated dispute lowers it)."""
+
+    opening: int
+    top_ups: int = 0
+    spend: int = 0
+    returns: int = 0
+    reversals: int = 0
+
+    def add(self, line: Line) -> None:
+        if line.kind == Entry.TOP_UP:
+            self.top_ups += line.amount_minor
+        elif line.kind == Entry.SALE:
+            self.spend -= line.amount_minor
+        elif line.kind == Entry.RETURN:
+            self.returns += line.amount_minor
+        else:  # refund, dispute
+            self.reversals -= line.amount_minor
+
+    @property
+    def closing(self) -> int:
+        return self.opening + self.top_ups - self.spend + self.returns - self.reversals
+
+
+def amount(minor: int, currency: str) -> Decimal:
+    """Minor units as a Decimal of the currency's own places (USD 1250 -> 12.50, JPY 1250 -> 1250)."""
+    places = money.exponent(currency)
+    return Decimal(minor).scaleb(-places).quantize(Decimal(1).scaleb(-places))
+
+
+def text(minor: int, currency: str) -> str:
+    return format(amount(minor, currency), "f")
+
+
+def as_json(wallet: BilledWallet, period: Month, opening_minor: int) -> Iterator[str]:
+    """The statement as JSON text, piece by piece: the figures of the whole month come after its
+    lines, since they are added up from them. `opening_minor`: `opening(wallet, period.start)`,
+    read before the answer starts (a database outage is then still a JSON 503)."""
+    totals = Totals(opening_minor)
+    head = {
+        "buyer_id": wallet.buyer_id,
+        "currency": wallet.currency,
+        "month": period.label,
+        "opening": text(totals.opening, wallet.currency),
+    }
+    yield json.dumps(head)[:-1] + ', "lines": ['
+    first = True
+    for page in lines(wallet, period):
+        shown = []
+        for line in page:
+            totals.add(line)
+            shown.append(json.dumps(_line_json(line, wallet.currency)))
+        yield ("" if first else ", ") + ", ".join(shown)
+        first = False
+    figures = {
+        name: text(getattr(totals, name), wallet.currency)
+        for name in ("top_ups", "spend", "returns", "reversals", "closing")
+    }
+    yield "], " + json.dumps(figures)[1:] + "\n"
+
+
+def as_csv(wallet: BilledWallet, period: Month) -> Iterator[str]:
+    """The month's lines as CSV (csvsafe: amounts as numbers, text escaped against formulas),
+    a header line first, a page at a time."""
+    yield _csv_rows([CSV_COLUMNS])
+    for page in lines(wallet, period):
+        yield _csv_rows(
+            [_iso(line.at), line.kind, amount(line.amount_minor, wallet.currency), line.reference] for line in page
+        )
+
+
+def _csv_rows(rows: Any) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([csvsafe.cell(value) for value in row] for row in rows)
+    return out.getvalue()
+
+
+def _line_json(line: Line, currency: str) -> dict[str, str]:
+    return {
+        "at": _iso(line.at),
+        "kind": line.kind,
+        "amount": text(line.amount_minor, currency),
+        "reference": line.reference,
+    }
+
+
+def _utc(at: datetime) -> datetime:
+    return at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo is not None else at
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat(timespec="microseconds") + "Z"
