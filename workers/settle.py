@@ -13,11 +13,13 @@ from typing import Any
 import peewee as pw
 from rq import get_current_job
 
-from webhooks.caps import leases
+from webhooks.caps import balance, leases
+from webhooks.caps.balance import Charged
 from webhooks.leads.accounting import ledger
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.payments import gate
 from webhooks.storage import keys, outbox_queue
+from webhooks.storage.batch import Client
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import Backlog
@@ -108,11 +110,7 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     return written
                 r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
                 if batch:
-                    items = [SettlementItem.from_json(x) for x in batch]
-                    written += ledger.settle(items)
-                    if any(i.sold for i in items):
-                        outbox_queue.wake(r, queue(r))  # their lead.sold events
-                    leases.release_settled(b.store.redis, [i.lease for i in items if i.lease])
+                    written += _settle(b.store, r, [SettlementItem.from_json(x) for x in batch])
                     r.delete(processing)
                 if stop.requested or time.monotonic() - started > time_budget_s:
                     # Hand over to a fresh job (the flag stays set): no job runs for ever, and
@@ -125,6 +123,19 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     time.sleep(GATHER_S)
     finally:
         close_db()
+
+
+def _settle(store: Store, r: Client, items: list[SettlementItem]) -> int:
+    """One batch into the ledger, then what follows its commit in Redis: the events drain
+    woken for lead.sold, billed buyers' balances synced, the sales' leases released."""
+    written = ledger.settle(items)
+    if any(i.sold for i in items):
+        outbox_queue.wake(r, queue(r))  # their lead.sold events
+    billed = [(i.lease[0], i.lease[1], Charged(*i.charge)) for i in items if i.lease and i.charge]
+    if billed:  # before the leases go: they say what each sale held
+        balance.sync_settled(store, billed)
+    leases.release_settled(store.redis, [i.lease for i in items if i.lease])
+    return written
 
 
 def sweep() -> int:

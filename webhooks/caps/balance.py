@@ -18,10 +18,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import Any, NamedTuple
 
-from webhooks.storage import wallets
-from webhooks.storage.models import Buyer, Wallet
+from webhooks import money
+from webhooks.errors import InvalidPayload
+from webhooks.storage import keys, wallets
+from webhooks.storage.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import NO_HOLD, Balance, Hold, LedgerBalance
 from webhooks.storage.wallets import Entry
@@ -54,20 +57,59 @@ class Billing:
     def hold(self, price_minor: int) -> Hold:
         return Hold(price_minor, self.floor_minor)
 
+    def minor(self, amount: Decimal | str) -> int:
+        """An amount in this wallet's currency, in its minor units (ValueError: not a whole
+        number of them, e.g. 12.50 in JPY)."""
+        try:
+            return money.to_minor(str(amount), self.currency, major=True)
+        except InvalidPayload as exc:
+            raise ValueError(str(exc)) from None
+
+    def charge(self, price: Decimal) -> Charged | None:
+        """What a sale at `price` debits (None: a price this currency cannot count, which the
+        buyer's validation refuses for its own price)."""
+        try:
+            return Charged(self.key, self.minor(price))
+        except ValueError:
+            return None
+
+    def to_json(self) -> str:
+        out: dict[str, Any] = {"mode": self.mode, "account": self.account, "currency": self.currency}
+        if self.mode == CREDIT:
+            out["credit_limit"] = _text(self.credit_limit_minor, self.currency)
+        if self.low_balance_minor is not None:
+            out["low_balance"] = _text(self.low_balance_minor, self.currency)
+        return json.dumps(out, sort_keys=True)
+
     @classmethod
-    def from_json(cls, text: str | None, minor: Any) -> Billing | None:
-        """The stored form (buyers.billing), amounts made minor units by `minor(decimal text)`."""
+    def from_json(cls, text: str | None) -> Billing | None:
+        """The stored form (buyers.billing)."""
         if not text:
             return None
         raw = json.loads(text)
+        currency = raw["currency"]
         low = raw.get("low_balance")
         return cls(
             mode=raw["mode"],
             account=raw["account"],
-            currency=raw["currency"],
-            credit_limit_minor=minor(raw["credit_limit"]) if raw.get("credit_limit") else 0,
-            low_balance_minor=None if low is None else minor(low),
+            currency=currency,
+            credit_limit_minor=money.to_minor(raw["credit_limit"], currency, major=True)
+            if raw.get("credit_limit")
+            else 0,
+            low_balance_minor=None if low is None else money.to_minor(low, currency, major=True),
         )
+
+
+class Charged(NamedTuple):
+    """What a billed sale debits: the wallet ("<account>|<currency>") and the amount."""
+
+    account: str
+    minor: int
+
+    @property
+    def wallet(self) -> tuple[str, str]:
+        account, currency = self.account.rsplit("|", 1)
+        return account, currency
 
 
 def hold_for(billing: Billing | None, price_minor: int) -> Hold:
@@ -76,20 +118,29 @@ def hold_for(billing: Billing | None, price_minor: int) -> Hold:
 
 def ledger_wallet(billing: Billing, unsettled_minor: int = 0) -> LedgerBalance:
     """The wallet as the ledger has it now (0 at version 0 when it has never moved)."""
+    return _ledger(billing.account, billing.currency, unsettled_minor)
+
+
+def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBalance:
     row = (
         Wallet.select(Wallet.balance_minor, Wallet.version)
-        .where(Wallet.customer == billing.account, Wallet.currency == billing.currency)
+        .where(Wallet.customer == account, Wallet.currency == currency)
         .first()
     )
+    key = f"{account}|{currency}"
     if row is None:
-        return LedgerBalance(billing.key, 0, 0, unsettled_minor)
-    return LedgerBalance(billing.key, int(row.balance_minor), int(row.version), unsettled_minor)
+        return LedgerBalance(key, 0, 0, unsettled_minor)
+    return LedgerBalance(key, int(row.balance_minor), int(row.version), unsettled_minor)
 
 
 def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:
     """Add `delta_minor` to a wallet, in the caller's transaction (a sale's debit, a return's
     credit), with its journal row: one version more. Made at that amount when it never moved."""
     wallets.write(account, currency, entry, delta_minor, reference, now)
+    _move_wallet(account, currency, delta_minor, now)
+
+
+def _move_wallet(account: str, currency: str, delta_minor: int, now: datetime) -> None:
     changed = (
         Wallet.update(balance_minor=Wallet.balance_minor + delta_minor, updated_at=now, version=Wallet.version + 1)
         .where(Wallet.customer == account, Wallet.currency == currency)
@@ -99,6 +150,29 @@ def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry:
         Wallet.insert(
             customer=account, currency=currency, balance_minor=delta_minor, updated_at=now, version=1
         ).execute()
+
+
+def debit_sales(sales: Sequence[tuple[Charged, str]], now: datetime) -> None:
+    """Billed sales just written to the ledger, each (its charge, "publisher:lead_id"): in the
+    caller's transaction, one move per wallet (the sum) and one journal row per sale."""
+    by_wallet: dict[tuple[str, str], int] = {}
+    for charged, _ in sales:
+        by_wallet[charged.wallet] = by_wallet.get(charged.wallet, 0) + charged.minor
+    for (account, currency), total in sorted(by_wallet.items()):
+        _move_wallet(account, currency, -total, now)
+    rows = [
+        {
+            "customer": charged.wallet[0],
+            "currency": charged.wallet[1],
+            "kind": Entry.SALE.value,
+            "amount_minor": -charged.minor,
+            "reference": reference,
+            "at": now,
+        }
+        for charged, reference in sales
+    ]
+    if rows:
+        WalletEntry.insert_many(rows).execute()
 
 
 def sync(
@@ -115,12 +189,27 @@ def sync(
         return None
 
 
+def sync_settled(store: Store, sales: Sequence[tuple[str, str, Charged]]) -> None:
+    """After billed sales (buyer id, lease id, charge) committed to the ledger: each buyer's
+    Redis balance takes its wallet's figure and gives back what those leases held, before
+    the leases are deleted (a lease gone already is reconciled, never counted twice)."""
+    by_buyer: dict[tuple[str, Charged], list[str]] = {}
+    for buyer_id, lease_id, charged in sales:
+        by_buyer.setdefault((buyer_id, Charged(charged.account, 0)), []).append(lease_id)
+    for (buyer_id, charged), lease_ids in by_buyer.items():
+        account, currency = charged.wallet
+        try:
+            store.sync_balance(buyer_id, _ledger(account, currency), lease_ids)
+        except REDIS_DOWN as exc:
+            log.warning("balance of buyer %s not synced after its sales (Redis unavailable): %s", buyer_id, exc)
+
+
 def sync_wallet(store: Store, account: str, currency: str) -> None:
     """After a payment, refund or dispute moved a wallet: each buyer billed from it takes the
     new figure (one indexed read; none when no buyer pays from that wallet)."""
     key = f"{account}|{currency}"
     for row in Buyer.select(Buyer.id, Buyer.billing).where(Buyer.billing_account == key, Buyer.deleted_at.is_null()):
-        billing = Billing.from_json(row.billing, _minor)
+        billing = Billing.from_json(row.billing)
         if billing is not None:
             sync(store, row.id, billing)
 
@@ -139,24 +228,20 @@ def shown(store: Store, buyer_id: str, billing: Billing) -> dict[str, Any]:
     available = None if held is None or redis_wallet is None else redis_wallet - held - billing.floor_minor
     return {
         "currency": billing.currency,
-        "available": None if available is None else _text(available),
-        "wallet": _text(wallet.wallet_minor),
-        "reserved": None if held is None else _text(held),
+        "available": None if available is None else _text(available, billing.currency),
+        "wallet": _text(wallet.wallet_minor, billing.currency),
+        "reserved": None if held is None else _text(held, billing.currency),
     }
 
 
 def _key(buyer_id: str) -> str:
-    from webhooks.storage import keys
-
     return keys.balance(buyer_id)
 
 
-def _minor(text: str) -> int:
-    from webhooks.validate import cents
-
-    return cents(text)
-
-
-def _text(minor: int) -> str:
-    sign = "-" if minor < 0 else ""
-    return f"{sign}{abs(minor) // 100}.{abs(minor) % 100:02d}"
+def _text(minor: int, currency: str) -> str:
+    """Minor units as the API writes an amount of `currency` ("12.50"; "1250" in JPY)."""
+    exp = money.exponent(currency)
+    sign, whole = ("-" if minor < 0 else ""), abs(minor)
+    if exp == 0:
+        return f"{sign}{whole}"
+    return f"{sign}{whole // 10**exp}.{whole % 10**exp:0{exp}d}"

@@ -16,12 +16,14 @@ import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from webhooks.caps import dedupe, leases
+from webhooks.caps import balance, dedupe, leases
 from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total
 from webhooks.storage import keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import LedgerBalance
+from webhooks.storage.states import LeadStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.rules.buyers import BuyerRule
@@ -40,9 +42,11 @@ def request(store: Store, queue_redis: Client, buyer: BuyerRule, buyer_timeout_m
     token = uuid.uuid4().hex
     if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
         return False
-    if store.redis.exists(keys.ready(buyer.id)):
+    known = buyer.billing is None or store.redis.hexists(keys.balance(buyer.id), "wallet")
+    if store.redis.exists(keys.ready(buyer.id)) and known:
         # The `not_ready` that sent us here was read before a rebuild that has finished
-        # since (a busy process reads its answers late): not another one.
+        # since (a busy process reads its answers late): not another one. (A billed buyer's
+        # balance unknown with its counters trusted is rebuilt too: the counters only rise.)
         store.release_claim(keys.rebuild_lock(buyer.id), token)
         return False
     log.warning("counters of buyer %s are not trusted (Redis lost data?): rebuilding", buyer.id)
@@ -78,6 +82,22 @@ def sold_counts(
     return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}
 
 
+def ledger_balance(buyer_id: str, billing: balance.Billing, pending: list[dict[str, Any]]) -> LedgerBalance:
+    """A billed buyer's wallet as the ledger has it, with the prices of its queued sales the
+    ledger does not have yet held. The queue was read first, the ledger after it: a sale
+    settled in between is held and debited both (the safe way: a lead less), never neither."""
+    charged = {
+        (item["publisher_id"], item["lead_id"]): int(item["charge"][1])
+        for item in pending
+        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id and item.get("charge")
+        if item["charge"][0] == billing.key
+    }
+    with db.connection_context():
+        for key in settled_of(list(charged), buyer_id):
+            del charged[key]
+        return balance.ledger_wallet(billing, unsettled_minor=sum(charged.values()))
+
+
 def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
     now = now or datetime.now(timezone.utc)
     # The consumers bought within the dedupe window first: `ready` (set below) must not come
@@ -94,6 +114,7 @@ def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now
             (leases.counter_key(buyer.id, w), counts[cap], leases.expire_at(w))
             for cap, _, w in leases.windows(buyer, now)
         ],
+        None if buyer.billing is None else ledger_balance(buyer.id, buyer.billing, pending),
     )
     if done:
         log.warning(

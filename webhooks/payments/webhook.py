@@ -17,6 +17,7 @@ from redis.exceptions import RedisClusterException
 from rq import Queue
 
 from webhooks import metrics
+from webhooks.caps import balance
 from webhooks.config import Config
 from webhooks.errors import (
     FloodgateError,
@@ -33,6 +34,8 @@ from webhooks.payments.ledger import Receipt
 from webhooks.payments.states import Ignored, Motion, Source, Verdict
 from webhooks.storage import outbox_queue
 from webhooks.storage.claims import Claim
+from webhooks.storage.db import UNAVAILABLE_ERRORS
+from webhooks.storage.models import Payment
 from webhooks.storage.redis import REDIS_DOWN, Store
 
 log = logging.getLogger(__name__)
@@ -229,7 +232,23 @@ class PaymentWebhooks:
             processed = True
         finally:
             gate.finish(self.store, note, claim, processed)
+        self._sync_balances(note)
         return outcome
+
+    def _sync_balances(self, note: notifications.PaymentNotification | notifications.RefundNotification) -> None:
+        """After a wallet moved: a buyer billed from it sees the new figure in its reservations
+        (caps/balance.py; one indexed read when no buyer is). What the ledger holds is final: a
+        failure here leaves the figure to the buyer's next change, its reconciliation or rebuild."""
+        try:
+            if isinstance(note, notifications.PaymentNotification):
+                if note.customer is not None and note.currency is not None:
+                    balance.sync_wallet(self.store, note.customer, note.currency)
+                return
+            paid = Payment.get_or_none(Payment.provider == note.provider, Payment.reference == note.payment_reference)
+            if paid is not None and paid.customer:
+                balance.sync_wallet(self.store, paid.customer, paid.currency)
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("billed buyers' balances not synced after %s %s: %s", note.provider, note.reference, exc)
 
     def _reject(self, receipt: Receipt, request_id: str | None) -> None:
         """A webhook that failed its signature check: counted, and its metadata pushed to the

@@ -30,6 +30,8 @@ class SettlementItem:
     reserved_us: int | None = None
     request_id: str | None = None
     payload_dropped: bool = False  # re-pushed by a journal whose memory budget dropped the body
+    # a billed sale: (the wallet "<account>|<currency>", what it debits in minor units)
+    charge: tuple[str, int] | None = None
 
     @property
     def sold(self) -> bool:
@@ -55,6 +57,8 @@ class SettlementItem:
         }
         if self.payload_dropped:
             out["payload_dropped"] = True
+        if self.charge is not None:  # only on billed sales: every other item reads as before
+            out["charge"] = list(self.charge)
         return out
 
     def to_json(self) -> str:
@@ -81,6 +85,7 @@ class SettlementItem:
             reserved_us=d.get("reserved_us"),
             request_id=d.get("request_id"),
             payload_dropped=bool(d.get("payload_dropped", False)),
+            charge=None if not d.get("charge") else (str(d["charge"][0]), int(d["charge"][1])),
         )
 
     @classmethod

@@ -13,6 +13,8 @@ from typing import Any, cast
 
 import peewee as pw
 
+from webhooks.caps import balance
+from webhooks.caps.balance import Charged
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.events import outbox
 from webhooks.leads.accounting.item import SettlementItem
@@ -51,6 +53,8 @@ def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
         "lease_id": item.lease[1] if item.lease else None,
         "reserved_us": item.reserved_us,
         "skipped": json.dumps(list(item.skipped), separators=(",", ":")) if item.skipped else None,
+        "charge_account": item.charge[0] if item.charge else None,
+        "charge_minor": item.charge[1] if item.charge else None,
     }
 
 
@@ -80,6 +84,9 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
     count_settled(new)
+    balance.debit_sales(
+        [(Charged(*i.charge), f"{i.publisher_id}:{i.lead_id}") for i in new if i.charge and i.status == "sold"], now
+    )
     outbox.emit_many(
         [
             outbox.lead_event(outbox.EventType.LEAD_SOLD, i.publisher_id, i.lead_id, _payout(i))

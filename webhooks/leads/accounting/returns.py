@@ -10,7 +10,8 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from webhooks.caps import leases
+from webhooks.caps import balance, leases
+from webhooks.caps.balance import Charged
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
 from webhooks.leads.accounting import reports
@@ -21,6 +22,7 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Publisher
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.states import LeadStatus
+from webhooks.storage.wallets import Entry
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,11 @@ def return_lead(
         if lead.payout:
             Publisher.update(balance=Publisher.balance - lead.payout).where(Publisher.id == lead.publisher_id).execute()
         reports.count_returned(lead)
+        charged = _charged(lead)
+        if charged is not None:  # a billed sale: exactly what it debited goes back to its wallet
+            account, currency = charged.wallet
+            ref = f"{lead.publisher_id}:{lead.lead_id}"
+            balance.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
         payout = f"{lead.payout or 0:.2f}"
         returned = outbox.EventType.LEAD_RETURNED
         outbox.emit(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
@@ -85,7 +92,10 @@ def return_lead(
             f"{lead.publisher_id}:{lead.lead_id}",
             {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.payout, "reason": reason},
         )
-    given_back = _give_back_slot(store, BuyerRule.from_row(buyer), lead, now)
+    rule = BuyerRule.from_row(buyer)
+    if charged is not None and rule.billing is not None and rule.billing.key == charged.account:
+        balance.sync(store, rule.id, rule.billing)
+    given_back = _give_back_slot(store, rule, lead, now)
     log.info(
         "lead %s:%s returned by %s; cap slot given back in %s",
         lead.publisher_id,
@@ -94,6 +104,12 @@ def return_lead(
         ", ".join(given_back) or "no current window",
     )
     return lead_view(Lead.get_by_id(lead.id))
+
+
+def _charged(lead: Lead) -> Charged | None:
+    if lead.charge_account is None or lead.charge_minor is None:
+        return None
+    return Charged(lead.charge_account, int(lead.charge_minor))
 
 
 def _give_back_slot(store: Store, buyer: BuyerRule, lead: Lead, now: datetime) -> list[str]:

@@ -74,6 +74,7 @@ def reoffer(
         out.attempts.append(attempt_view(buyer_id, bid, ACCEPTED, ms))
         out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
+        out.charge = None if rule is None else rule.charge(Decimal(note["price"]))
         out.lease = Lease(
             buyer_id,
             lease.lease_id,

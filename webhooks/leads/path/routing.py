@@ -21,6 +21,7 @@ from gevent import monkey
 
 from webhooks import metrics
 from webhooks.caps import leases, rebuild
+from webhooks.caps.balance import Charged
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation
 from webhooks.leads.path.context import LeadContext, lead_ref
@@ -70,6 +71,7 @@ class Outcome:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # the routing trace: buyers not attempted, why
     waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding
     out_of_time: bool = False  # stopped before an offer its claim might not outlive (a stall)
+    charge: Charged | None = None  # what the sale debits from a billed buyer's wallet
 
 
 def candidates(
@@ -256,6 +258,9 @@ class Router:
         if not route.plan or self.store.cap_wait.replicas:
             return None
         offer = route.plan[0]
+        hold = offer.buyer.hold(offer.price)
+        if hold is None:  # a price the buyer's currency cannot count: route() skips it
+            return None
         call = leases.prepare(
             offer.buyer,
             ctx.now,
@@ -265,6 +270,7 @@ class Router:
             price_minor=cents(offer.price),
             note_key=ctx.attempt_key,
             publisher_id=ctx.publisher.id,
+            hold=hold,
         )
         note = attempt_note(
             attempt_key=ctx.attempt_key, offer=offer, now=ctx.now, attempts=[], ttl_ms=ctx.lease_ttl_ms, ref=ctx.ref
@@ -318,7 +324,7 @@ class Router:
             if outcome == ACCEPTED:
                 # Confirmed by the caller, in the same round trip that records the answer.
                 out.status, out.buyer_id, out.price = LeadStatus.SOLD, offer.buyer.id, offer.price
-                out.sold_at, out.lease = ctx.now, lease
+                out.sold_at, out.lease, out.charge = ctx.now, lease, offer.buyer.charge(offer.price)
                 return out
             # The buyer said no: give the slot back and forget the attempt.
             self._refund(lease, outcome, ctx.attempt_key, replied)
@@ -326,8 +332,12 @@ class Router:
 
     def _reserve(self, ctx: LeadContext, offer: Offer, out: Outcome) -> Reservation:
         """Reserve a slot under every cap of the offer's buyer (and its dedupe keys), writing
-        the attempt note in the same round trip."""
+        the attempt note in the same round trip. A billed buyer's price is held against its
+        balance in the same script (BALANCE when it cannot afford it)."""
         buyer = offer.buyer
+        hold = buyer.hold(offer.price)
+        if hold is None:
+            return Reservation(ReservationStatus.BALANCE)
         return leases.reserve(
             self.store,
             buyer,
@@ -345,6 +355,7 @@ class Router:
             consumer=ctx.consumers.get(buyer.id, ()),
             price_minor=cents(offer.price),
             publisher_id=ctx.publisher.id,
+            hold=hold,
         )
 
     def _usable(self, reservation: Reservation, offer: Offer, out: Outcome) -> Lease | None:

@@ -107,6 +107,7 @@ def make_item(
             sold_at=sold_at.isoformat(),
             lease=(lease.buyer_id, lease.lease_id),
             reserved_us=lease.reserved_us,
+            charge=None if outcome.charge is None else (outcome.charge.account, outcome.charge.minor),
         )
     return item
 

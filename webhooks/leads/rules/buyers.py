@@ -12,20 +12,24 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from webhooks import money
 from webhooks import validate as v
+from webhooks.caps import balance
+from webhooks.caps.balance import Billing
 from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
-from webhooks.errors import ValidationError
+from webhooks.errors import InvalidPayload, ValidationError
 from webhooks.leads.posting import integration
 from webhooks.logs import REDACTED_URL, redact_url, restore_url
 from webhooks.storage.models import Buyer
+from webhooks.storage.scripts import NO_HOLD, Hold
 from webhooks.validate import cents
 
 CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])")  # fullmatch: `$` passes a trailing newline
 _STATE = re.compile(r"[A-Za-z0-9-]{1,16}")
-_READ_ONLY = {"id", "usage", "breaker", "created_at", "updated_at"}
+_READ_ONLY = {"id", "usage", "breaker", "balance", "created_at", "updated_at"}
 _FIELDS = {
     "name",
     "endpoint_url",
@@ -43,7 +47,9 @@ _FIELDS = {
     "ping",
     "weight",
     "filter",
+    "billing",
 }
+_BILLING_FIELDS = {"mode", "account", "currency", "credit_limit", "low_balance"}
 
 
 def _zone(value: Any) -> ZoneInfo:
@@ -128,6 +134,57 @@ def _dedupe(value: Any) -> dict[str, Any] | None:
     return {"fields": fields, "days": days}
 
 
+def _billing(value: Any, price: Decimal) -> Billing | None:
+    """A buyer's `billing` (docs/api.md "Buyer balances"): prepaid, or credit with a limit, from
+    the wallet `account` in `currency`; null or absent: not billed. The buyer's price must be a
+    whole number of the currency's minor units (12.50 is no amount of JPY)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationError(CODE, "billing", "must be an object or null")
+    unknown = sorted(set(value) - _BILLING_FIELDS)
+    if unknown:
+        raise ValidationError(CODE, f"billing.{unknown[0]}", "is not a billing field")
+    mode = value.get("mode")
+    if mode not in (balance.PREPAID, balance.CREDIT):
+        raise ValidationError(CODE, "billing.mode", "must be prepaid or credit")
+    if mode == balance.PREPAID and "credit_limit" in value:
+        raise ValidationError(CODE, "billing.credit_limit", "is for credit billing only")
+    account = v.text(CODE, "billing.account", value.get("account"), max_len=254)
+    currency = _currency(value.get("currency"))
+    billing = Billing(
+        mode=mode,
+        account=account,
+        currency=currency,
+        credit_limit_minor=_amount(value, "credit_limit", currency) if mode == balance.CREDIT else 0,
+        low_balance_minor=None if value.get("low_balance") is None else _amount(value, "low_balance", currency),
+    )
+    if billing.charge(price) is None:
+        raise ValidationError(CODE, "price", f"must be a whole amount of {currency}'s minor unit when billed in it")
+    return billing
+
+
+def _currency(raw: Any) -> str:
+    try:
+        return money.currency(raw)
+    except InvalidPayload:
+        raise ValidationError(CODE, "billing.currency", "must be an ISO 4217 currency code") from None
+
+
+def _amount(billing: dict[str, Any], field: str, currency: str) -> int:
+    """A billing amount (decimal text, in `currency`), in minor units, not negative."""
+    raw = billing.get(field)
+    if not isinstance(raw, str):
+        raise ValidationError(CODE, f"billing.{field}", "must be a decimal string")
+    try:
+        minor = money.to_minor(raw, currency, major=True)
+    except InvalidPayload:
+        raise ValidationError(CODE, f"billing.{field}", f"must be an amount of {currency}") from None
+    if minor < 0:
+        raise ValidationError(CODE, f"billing.{field}", "must not be negative")
+    return minor
+
+
 def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
     if value is None:
         return []
@@ -152,11 +209,13 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
     states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.fullmatch(s))
     blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
     schedule = _schedule(body.get("schedule"))
+    price = v.money(CODE, "price", body["price"])
+    billing = _billing(body.get("billing"), price)
     return {
         "name": v.text(CODE, "name", body["name"], max_len=200),
         "endpoint_url": _url(body["endpoint_url"], stored=None if stored is None else stored.endpoint_url),
         "priority": v.integer(CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
-        "price": v.money(CODE, "price", body["price"]),
+        "price": price,
         "timezone": _zone(body.get("timezone", "UTC")).key,
         **{f"cap_{name}": caps.get(name) for name in CAPS},
         "states": json.dumps(sorted({s.upper() for s in states})),
@@ -169,6 +228,8 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
         "ping": None if ping is None else json.dumps(ping, sort_keys=True),
         "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
         "lead_filter": _filter(body.get("filter")),
+        "billing": None if billing is None else billing.to_json(),
+        "billing_account": None if billing is None else billing.key,
     }
 
 
@@ -206,6 +267,7 @@ def to_json(row: Buyer) -> dict[str, Any]:
         "ping": _shown_ping(row.ping),
         "weight": row.weight,
         "filter": row.lead_filter,
+        "billing": json.loads(row.billing) if row.billing else None,
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }
@@ -232,6 +294,19 @@ class BuyerRule:
     ping: integration.Ping | None = None
     weight: int = 1
     filter: Any = None  # bounded JMESPath on the normalised lead (integration.compile_expression); None: none
+    billing: Billing | None = None  # pays for its leads from a wallet (caps/balance.py); None: not billed
+
+    def hold(self, price: Decimal) -> Hold | None:
+        """What a reservation at `price` holds against the buyer's balance (NO_HOLD: not
+        billed; None: a price its currency cannot count, never reserved)."""
+        if self.billing is None:
+            return NO_HOLD
+        charged = self.billing.charge(price)
+        return None if charged is None else self.billing.hold(charged.minor)
+
+    def charge(self, price: Decimal) -> balance.Charged | None:
+        """What a sale at `price` debits from the buyer's wallet (None: not billed)."""
+        return None if self.billing is None else self.billing.charge(price)
 
     @classmethod
     def from_row(cls, row: Buyer) -> BuyerRule:
@@ -263,6 +338,7 @@ class BuyerRule:
             ping=integration.compile_ping(json.loads(row.ping) if row.ping else None),
             weight=row.weight,
             filter=None if row.lead_filter is None else integration.load_expression(row.lead_filter),
+            billing=Billing.from_json(row.billing),
         )
 
     def refusal(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> str | None:

@@ -8,7 +8,8 @@ from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.caps import leases
+from webhooks.caps import balance, leases
+from webhooks.caps.balance import Billing
 from webhooks.caps.breaker import breakers
 from webhooks.errors import NotFound
 from webhooks.leads.path import preview
@@ -32,6 +33,9 @@ def put_buyer(buyer_id: str) -> ResponseReturnValue:
     r = _redis()
     if created:
         leases.mark_ready(r, buyer_id)
+    billing = Billing.from_json(row.billing)
+    if billing is not None:  # Redis learns the wallet before any process sees the buyer billed
+        balance.sync(services.current().store, buyer_id, billing, init=True)
     bump_version(r)
     return jsonify(buyers.to_json(row))
 
@@ -44,6 +48,9 @@ def get_buyer(buyer_id: str) -> ResponseReturnValue:
     body = buyers.to_json(row)
     body["usage"] = leases.usage(_redis(), BuyerRule.from_row(row), datetime.now(timezone.utc))
     body["breaker"] = breakers(_redis(), [buyer_id])[buyer_id].as_json()
+    billing = Billing.from_json(row.billing)
+    if billing is not None:
+        body["balance"] = balance.shown(services.current().store, buyer_id, billing)
     return jsonify(body)
 
 

@@ -15,6 +15,7 @@ from flask import jsonify, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
+from webhooks.caps import balance
 from webhooks.errors import NotFound, ValidationError
 from webhooks.events import log as events_log
 from webhooks.payments import ledger, rejected
@@ -75,6 +76,7 @@ def assign_payment(provider: str, reference: str) -> ResponseReturnValue:
         raise ValidationError("invalid_assign", "customer", "must be a wallet: 1 to 254 characters without spaces")
     hooks = services.current().payments
     payment = ledger.assign(provider, reference, customer)
+    balance.sync_wallet(hooks.store, customer, payment.currency)  # a top-up of a billed buyer, maybe
     hooks.wake_outbox(None)
     return jsonify(payment_record(payment))
 
