@@ -215,6 +215,67 @@ def eval_or_evalsha(workdir: Path) -> dict[str, float]:
         server.kill()
 
 
+def reservation_billing(workdir: Path) -> dict[str, float]:
+    """A lead's reservation (lua/reserve_lease.lua: ready, dedupe, three caps, circuits) for a
+    buyer not billed, and for one billed whose price is also held against its balance in the
+    same script: client CPU µs, Redis CPU µs and wall µs per reservation, one round trip each."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+    from zoneinfo import ZoneInfo
+
+    from webhooks.caps import leases
+    from webhooks.leads.rules.buyers import BuyerRule
+    from webhooks.storage.redis import make_store
+    from webhooks.storage.scripts import NO_HOLD, Hold, LedgerBalance
+
+    server = RedisServer(workdir / "redis-billing")
+    server.start()
+    try:
+        store = make_store(server.url)
+        now = datetime.now(timezone.utc)
+        rule = BuyerRule(
+            id="acme",
+            endpoint_url="http://x",
+            priority=1,
+            price=Decimal("12.50"),
+            price_minor=1250,
+            tz=ZoneInfo("UTC"),
+            limits=(("hourly", 10**9), ("daily", 10**9), ("daily_budget", 10**12)),
+            states=frozenset(),
+            blocked=frozenset(),
+            schedule=None,
+        )
+        leases.mark_ready(store.redis, rule.id)
+        store.sync_balance(rule.id, LedgerBalance("acme|USD", 10**15, 1, 0), init=True)
+
+        def redis_cpu() -> float:
+            info = store.redis.info("cpu")
+            return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+        def run(hold: Hold, n: int = 5_000) -> tuple[float, float, float]:
+            n = max(1, n // SCALE)
+            server_before, client_before, wall = redis_cpu(), time.process_time(), time.perf_counter()
+            for _ in range(n):
+                leases.reserve(store, rule, now, lease_ttl_ms=60_000, probe_ttl_ms=10_000, hold=hold)
+            wall = time.perf_counter() - wall
+            return (
+                (time.process_time() - client_before) / n * 1e6,
+                (redis_cpu() - server_before) / n * 1e6,
+                wall / n * 1e6,
+            )
+
+        runs: dict[str, list[float]] = {}
+        for _ in range(ROUNDS):
+            for name, hold in (("not billed", NO_HOLD), ("billed", Hold(1250, 0))):
+                client, redis_side, wall = run(hold)
+                runs.setdefault(f"{name}: client CPU", []).append(client)
+                runs.setdefault(f"{name}: redis-server CPU", []).append(redis_side)
+                runs.setdefault(f"{name}: wall", []).append(wall)
+        return {name: round(statistics.median(v), 2) for name, v in runs.items()}
+    finally:
+        server.kill()
+
+
 def render(d: dict) -> str:
     machine = ", ".join(f"{k} {v}" for k, v in d["machine"].items())
     lines = [
@@ -243,6 +304,7 @@ def main() -> int:
             ("prometheus-client", prometheus),
             ("gevent.Timeout", timeout),
             ("A 3 KB Lua script in a pipeline", lambda: eval_or_evalsha(Path(tmp))),
+            ("A lead's reservation, with and without a balance", lambda: reservation_billing(Path(tmp))),
         ):
             log(f"measuring: {title}")
             results[title] = measure()
