@@ -245,3 +245,42 @@ def _text(minor: int, currency: str) -> str:
     if exp == 0:
         return f"{sign}{whole}"
     return f"{sign}{whole // 10**exp}.{whole % 10**exp:0{exp}d}"
+
+
+WALLETS_PER_QUERY = 500  # accounts per IN list (SQLite's bound on a query's parameters)
+
+
+def shown_many(store: Store, billed: Sequence[tuple[str, Billing]]) -> dict[str, dict[str, Any]]:
+    """`shown` of many billed buyers (buyer id, billing) at once, by buyer id, for the /ops
+    page: the ledger's wallets in one query (per WALLETS_PER_QUERY accounts), what Redis holds
+    in one round trip."""
+    if not billed:
+        return {}
+    wanted = {(billing.account, billing.currency) for _, billing in billed}
+    accounts = sorted({account for account, _ in wanted})
+    currencies = sorted({currency for _, currency in wanted})  # a filter: the dict matches pairs
+    minor: dict[tuple[str, str], int] = {}
+    for i in range(0, len(accounts), WALLETS_PER_QUERY):
+        chunk = accounts[i : i + WALLETS_PER_QUERY]
+        rows = Wallet.select(Wallet.customer, Wallet.currency, Wallet.balance_minor).where(
+            Wallet.customer.in_(chunk), Wallet.currency.in_(currencies)
+        )
+        minor.update({(row.customer, row.currency): int(row.balance_minor) for row in rows})
+    try:
+        pipe = store.redis.pipeline(transaction=False)
+        for buyer_id, _ in billed:
+            pipe.hmget(_key(buyer_id), "wallet", "held")
+        replies: list[Any] = pipe.execute()
+    except REDIS_DOWN:
+        replies = [(None, None)] * len(billed)
+    out = {}
+    for (buyer_id, billing), (redis_wallet, held) in zip(billed, replies):
+        known = redis_wallet is not None
+        available = int(redis_wallet) - int(held or 0) - billing.floor_minor if known else None
+        out[buyer_id] = {
+            "currency": billing.currency,
+            "available": None if available is None else _text(available, billing.currency),
+            "wallet": _text(minor.get((billing.account, billing.currency), 0), billing.currency),
+            "reserved": _text(int(held or 0), billing.currency) if known else None,
+        }
+    return out

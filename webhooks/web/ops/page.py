@@ -1,7 +1,8 @@
 """GET /ops: one server-rendered page for operators, refreshing itself: per buyer, the use of
-each cap in its current window and the circuit breaker; below, the last leads of the ledger
-with every attempt's outcome, the payment events not yet delivered to the application, and the
-last payment webhooks refused for their signature (from Redis: they never reach the database)."""
+each cap in its current window, the circuit breaker and, for a billed buyer, its balance;
+below, the last leads of the ledger with every attempt's outcome, the payment events not yet
+delivered to the application, and the last payment webhooks refused for their signature (from
+Redis: they never reach the database)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from urllib.parse import urlsplit
 from flask import Response, render_template
 from flask.typing import ResponseReturnValue
 
-from webhooks import services
-from webhooks.caps import leases
+from webhooks import money, services
+from webhooks.caps import balance, leases
+from webhooks.caps.balance import CREDIT, Billing
 from webhooks.caps.breaker import breakers
 from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
@@ -79,10 +81,33 @@ def chart(hours: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def billing_panels(rows: list[Buyer]) -> dict[str, dict[str, Any]]:
+    """Each billed buyer's billing and balance, by buyer id (caps/balance.py:shown_many: the
+    wallets in one query, Redis in one round trip); `available` null while Redis does not
+    know the balance (a rebuild after a data loss)."""
+    billed = [(row.id, billing) for row in rows if (billing := Billing.from_json(row.billing)) is not None]
+    shown = balance.shown_many(services.current().store, billed)
+    return {
+        buyer_id: {
+            "mode": billing.mode,
+            "account": billing.account,
+            "credit_limit": None if billing.mode != CREDIT else _limit(billing),
+            **shown[buyer_id],
+        }
+        for buyer_id, billing in billed
+    }
+
+
+def _limit(billing: Billing) -> str:
+    """The credit limit as the admin API writes it ("2500.00"; "250000" in JPY)."""
+    return f"{Decimal(billing.credit_limit_minor).scaleb(-money.exponent(billing.currency)):f}"
+
+
 def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
-    """Every buyer not deleted, in waterfall order, with its cap bars and breaker."""
+    """Every buyer not deleted, in waterfall order, with its cap bars, breaker and balance."""
     rows = list(Buyer.select().where(Buyer.deleted_at.is_null()).order_by(Buyer.priority, Buyer.price.desc(), Buyer.id))
     states = breakers(r, [row.id for row in rows])
+    billing = billing_panels(rows)
     return [
         {
             "id": row.id,
@@ -91,6 +116,7 @@ def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
             "price": f"{row.price:.2f}",
             "breaker": states[row.id],
             "bars": [_bar(cap, use) for cap, use in leases.usage(r, BuyerRule.from_row(row), now).items()],
+            "billing": billing.get(row.id),
         }
         for row in rows
     ]
