@@ -15,12 +15,13 @@ from rq import get_current_job
 
 from webhooks.caps import balance, leases
 from webhooks.caps.balance import Charged
-from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting import balance_events, ledger
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.payments import gate
 from webhooks.storage import keys, outbox_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
+from webhooks.storage.models import utcnow
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import Backlog
 from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
@@ -127,14 +128,17 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
 
 def _settle(store: Store, r: Client, items: list[SettlementItem]) -> int:
     """One batch into the ledger, then what follows its commit in Redis: the events drain
-    woken for lead.sold, billed buyers' balances synced, the sales' leases released."""
+    woken for lead.sold, billed buyers' balances synced, the sales' leases released; then
+    the billed buyers' balance events, from what the sync left (docs/buyers.md "Balances")."""
     written = ledger.settle(items)
     if any(i.sold for i in items):
         outbox_queue.wake(r, queue(r))  # their lead.sold events
     billed = [(i.lease[0], i.lease[1], Charged(*i.charge)) for i in items if i.lease and i.charge]
-    if billed:  # before the leases go: they say what each sale held
-        balance.sync_settled(store, billed)
+    # before the leases go: they say what each sale held
+    synced = balance.sync_settled(store, billed) if billed else {}
     leases.release_settled(store.redis, [i.lease for i in items if i.lease])
+    if balance_events.write(store, items, synced, utcnow()):
+        outbox_queue.wake(r, queue(r))
     return written
 
 

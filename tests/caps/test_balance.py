@@ -79,10 +79,10 @@ def test_a_refund_gives_the_price_back_and_a_sale_holds_it_until_the_ledger_has_
 
     stale = balance.ledger_wallet(billing)
     _fund(billing, -PRICE)  # the settlement's debit, committed
-    assert balance.sync(store, b.id, billing, [sold.lease_id]) == (PRICE, 0)
+    assert balance.sync(store, b.id, billing, [sold.lease_id])[:2] == (PRICE, 0)
     assert _reserve(store, b, billing).status == "ok"  # the wallet's last lead, held
-    assert balance.sync(store, b.id, billing, [sold.lease_id]) == (PRICE, PRICE)  # a repeat changes nothing
-    assert store.sync_balance(b.id, stale) == (PRICE, PRICE)  # an older figure is not taken
+    assert balance.sync(store, b.id, billing, [sold.lease_id])[:2] == (PRICE, PRICE)  # a repeat changes nothing
+    assert store.sync_balance(b.id, stale)[:2] == (PRICE, PRICE)  # an older figure is not taken
     assert _reserve(store, b, billing).status == "balance"
 
 
@@ -123,3 +123,35 @@ def test_each_move_of_a_wallet_counts_one_version(store):
         row = Wallet.get(Wallet.customer == "versions")
     assert (row.balance_minor, row.version) == (300, 2)
     assert balance.ledger_wallet(billing) == LedgerBalance("versions|USD", 300, 2, 0)
+
+
+def test_a_cycle_starts_when_billed_and_at_each_sync_that_leaves_more_to_spend(store):
+    """The balance events' cycle (lua/sync_balance.lua): a sale's debit and the release of its
+    hold leave the cycle as it was, a top-up starts one at its version, a stale figure does not."""
+    b, billing = rule(daily=10), _billing(account="cycles")
+    leases.mark_ready(store.redis, b.id)
+    _fund(billing, 3 * PRICE)  # version 1
+    assert balance.sync(store, b.id, billing, init=True) == (3 * PRICE, 0, 1)
+    sold = _reserve(store, b, billing).lease
+    assert leases.finish(store, sold, "accepted", breaker_failures=3, breaker_cooldown_ms=400)
+    stale = balance.ledger_wallet(billing)
+    _fund(billing, -PRICE)  # version 2: the sale's debit
+    assert balance.sync(store, b.id, billing, [sold.lease_id]) == (2 * PRICE, 0, 1)  # same cycle
+    _fund(billing, 5 * PRICE)  # version 3: a top-up
+    assert balance.sync(store, b.id, billing) == (7 * PRICE, 0, 3)
+    assert balance.sync(store, b.id, billing) == (7 * PRICE, 0, 3)  # a repeat: the same cycle
+    assert store.sync_balance(b.id, stale) == (7 * PRICE, 0, 3)
+    # a top-up and a sale settled together, whose figure the sale's sync takes: still a raise
+    sold = _reserve(store, b, billing).lease
+    assert leases.finish(store, sold, "accepted", breaker_failures=3, breaker_cooldown_ms=400)
+    _fund(billing, 2 * PRICE)  # version 4
+    _fund(billing, -PRICE)  # version 5
+    assert balance.sync(store, b.id, billing, [sold.lease_id]) == (8 * PRICE, 0, 5)
+    # a refund of a top-up leaves less to spend: the same cycle
+    _fund(billing, -4 * PRICE)  # version 6
+    assert balance.sync(store, b.id, billing) == (4 * PRICE, 0, 5)
+    # a balance rebuilt after a data loss has no cycle: its next sync starts one at its version
+    store.redis.hdel(keys.balance(b.id), "cycle")
+    assert balance.held_now(store, [b.id]) == {}
+    assert balance.sync(store, b.id, billing) == (4 * PRICE, 0, 6)
+    assert balance.held_now(store, [b.id, "nobody"]) == {b.id: (4 * PRICE, 0, 6)}

@@ -9,7 +9,9 @@ not have yet. A reservation holds the price in the same Lua script as the caps
 (lua/reserve_lease.lua); a refund gives it back (lua/finish_lease.lua); after a ledger change
 commits, `sync` takes the new figure if its version is newer and gives back what the settled
 leases held (lua/sync_balance.lua), so no change counts twice. After a data loss the balance
-is rebuilt with the counters (caps/rebuild.py), and until then nothing is sold to the buyer."""
+is rebuilt with the counters (caps/rebuild.py), and until then nothing is sold to the buyer.
+A sync that leaves the buyer more to spend (a top-up) starts a new `cycle` of its balance: the
+balance events (leads/accounting/balance_events.py) go out once per cycle."""
 
 from __future__ import annotations
 
@@ -56,6 +58,14 @@ class Billing:
 
     def hold(self, price_minor: int) -> Hold:
         return Hold(price_minor, self.floor_minor)
+
+    def available_minor(self, held: Balance) -> int:
+        """What the next reservation can spend of the balance Redis holds."""
+        return held.wallet_minor - held.held_minor - self.floor_minor
+
+    def text(self, minor: int) -> str:
+        """Minor units of this wallet's currency as the API writes them ("12.50")."""
+        return _text(minor, self.currency)
 
     def minor(self, amount: Decimal | str) -> int:
         """An amount in this wallet's currency, in its minor units (ValueError: not a whole
@@ -189,19 +199,46 @@ def sync(
         return None
 
 
-def sync_settled(store: Store, sales: Sequence[tuple[str, str, Charged]]) -> None:
+def sync_settled(store: Store, sales: Sequence[tuple[str, str, Charged]]) -> dict[str, Balance]:
     """After billed sales (buyer id, lease id, charge) committed to the ledger: each buyer's
     Redis balance takes its wallet's figure and gives back what those leases held, before
-    the leases are deleted (a lease gone already is reconciled, never counted twice)."""
+    the leases are deleted (a lease gone already is reconciled, never counted twice). Returns
+    what Redis holds after the sync, by buyer (none for a balance not known, or not synced)."""
     by_buyer: dict[tuple[str, Charged], list[str]] = {}
     for buyer_id, lease_id, charged in sales:
         by_buyer.setdefault((buyer_id, Charged(charged.account, 0)), []).append(lease_id)
+    synced: dict[str, Balance] = {}
     for (buyer_id, charged), lease_ids in by_buyer.items():
         account, currency = charged.wallet
         try:
-            store.sync_balance(buyer_id, _ledger(account, currency), lease_ids)
+            after = store.sync_balance(buyer_id, _ledger(account, currency), lease_ids)
         except REDIS_DOWN as exc:
             log.warning("balance of buyer %s not synced after its sales (Redis unavailable): %s", buyer_id, exc)
+            continue
+        if after is not None:
+            synced[buyer_id] = after
+    return synced
+
+
+def held_now(store: Store, buyer_ids: Sequence[str]) -> dict[str, Balance]:
+    """What Redis holds of these buyers' balances, in one round trip, by buyer: none for a
+    balance not known, or without a cycle yet (rebuilt after a data loss, not synced since),
+    and none at all while Redis does not answer."""
+    if not buyer_ids:
+        return {}
+    try:
+        pipe = store.redis.pipeline(transaction=False)
+        for buyer_id in buyer_ids:
+            pipe.hmget(_key(buyer_id), "wallet", "held", "cycle")
+        replies: list[Any] = pipe.execute()
+    except REDIS_DOWN as exc:
+        log.warning("balances of %d buyers not read (Redis unavailable): %s", len(buyer_ids), exc)
+        return {}
+    return {
+        buyer_id: Balance(int(wallet), int(held or 0), int(cycle))
+        for buyer_id, (wallet, held, cycle) in zip(buyer_ids, replies)
+        if wallet is not None and cycle is not None
+    }
 
 
 def sync_wallet(store: Store, account: str, currency: str) -> None:

@@ -102,7 +102,7 @@ def parse(body: Any, stored: EventEndpoint | None) -> dict[str, Any]:
     if publisher_id is not None:
         if not v.is_id(publisher_id):
             raise ValidationError(CODE, "publisher_id", "must be a publisher id")
-        if types is not None and any(t in WALLET_TYPES for t in types):
+        if types is not None and any(t not in LEAD_TYPES for t in types):
             raise ValidationError(CODE, "types", "a publisher's endpoint gets lead events only")
         types = types or [t.value for t in LEAD_TYPES]
     given = body.get("secret")

@@ -9,6 +9,7 @@ upsert, the lead's conditional update), so for one entity ids follow commits."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from webhooks.storage import fastsql
+from webhooks.storage.db import db
 from webhooks.storage.models import Event
 
 
@@ -27,10 +29,13 @@ class EventType(StrEnum):
     WALLET_DEBITED = "wallet.debited"
     LEAD_SOLD = "lead.sold"
     LEAD_RETURNED = "lead.returned"
+    BUYER_BALANCE_LOW = "buyer.balance_low"
+    BUYER_BALANCE_DEPLETED = "buyer.balance_depleted"
 
 
 WALLET_TYPES = (EventType.WALLET_CREDITED, EventType.WALLET_DEBITED)
 LEAD_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED)
+BUYER_TYPES = (EventType.BUYER_BALANCE_LOW, EventType.BUYER_BALANCE_DEPLETED)
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,16 @@ def emit_many(new: list[NewEvent], now: datetime) -> None:
         Event.insert_many([e.row(now) for e in new]).execute()
 
 
+def emit_once(new: list[NewEvent], now: datetime) -> int:
+    """Insert the events whose type and subject have none yet (the unique key decides: a
+    repeat, or another process writing the same, is left out), with one statement, in the
+    caller's transaction; return how many were new."""
+    if not new:
+        return 0
+    query = Event.insert_many([e.row(now) for e in new]).on_conflict_ignore()
+    return int(db.execute(query).rowcount)
+
+
 def wallet_event(
     kind: EventType,
     *,
@@ -102,3 +117,14 @@ def lead_event(kind: EventType, publisher_id: str, lead_id: str, payout: str, re
         data["reason"] = reason
     key = f"{publisher_id}:{lead_id}"
     return NewEvent(kind, key, key, data, publisher_id)
+
+
+def buyer_event(kind: EventType, *, buyer_id: str, wallet: str, cycle: int, available: str) -> NewEvent:
+    """A billed buyer's balance event (`wallet`: "<account>|<currency>", `available`: a decimal
+    string): one per buyer, wallet and cycle of its balance, in order with the wallet's events."""
+    account, currency = wallet.rsplit("|", 1)
+    data = {"buyer_id": buyer_id, "currency": currency, "available": available}
+    subject = f"{buyer_id}:{cycle}:{wallet}"
+    if len(subject) > 200:  # the column's width: a long account by its digest
+        subject = f"{buyer_id}:{cycle}:" + hashlib.sha256(wallet.encode()).hexdigest()
+    return NewEvent(kind, subject, account, data)

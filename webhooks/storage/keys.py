@@ -32,8 +32,9 @@ def ready(buyer_id: str) -> str:
 def balance(buyer_id: str) -> str:
     """Hash of a billed buyer's balance (minor units): `account` ("<account>|<currency>"),
     `wallet` and `version` (the ledger's, lua/sync_balance.lua), `held` (prices of live leases
-    and of sales the ledger does not have yet). Absent or without `wallet`: not known, and the
-    buyer is sold nothing until it is (fail closed)."""
+    and of sales the ledger does not have yet), `cycle` (the version that last raised it:
+    lua/sync_balance.lua). Absent or without `wallet`: not known, and the buyer is sold nothing
+    until it is (fail closed)."""
     return buyer(buyer_id, "balance")
 
 

@@ -87,10 +87,12 @@ NO_HOLD = Hold(0)
 
 
 class Balance(NamedTuple):
-    """A billed buyer's balance in Redis after lua/sync_balance.lua (None: not known)."""
+    """A billed buyer's balance in Redis after lua/sync_balance.lua (None: not known), and its
+    cycle (the wallet version that last raised it: balance events go out once per cycle)."""
 
     wallet_minor: int
     held_minor: int
+    cycle: int = 0
 
 
 class Charge(NamedTuple):
@@ -420,7 +422,7 @@ def sync_balance(
         "sync_balance",
         (keys.balance(buyer_id), *(keys.lease(buyer_id, lease_id) for lease_id in settled_leases)),
         (wallet.account, wallet.wallet_minor, wallet.version, "init" if init else ""),
-        lambda raw: Balance(int(raw[0]), int(raw[1])) if raw else None,
+        lambda raw: Balance(int(raw[0]), int(raw[1]), int(raw[2])) if raw else None,
     )
 
 
