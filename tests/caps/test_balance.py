@@ -4,6 +4,8 @@ concurrency, given back on a refund, released once when the sale is in the ledge
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
@@ -155,3 +157,42 @@ def test_a_cycle_starts_when_billed_and_at_each_sync_that_leaves_more_to_spend(s
     assert balance.held_now(store, [b.id]) == {}
     assert balance.sync(store, b.id, billing) == (4 * PRICE, 0, 6)
     assert balance.held_now(store, [b.id, "nobody"]) == {b.id: (4 * PRICE, 0, 6)}
+
+
+def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(store):
+    from webhooks.caps.reconcile import reconcile_balance
+
+    b, billing = rule(daily=10), _billing()
+    b = dataclasses.replace(b, billing=billing)
+    leases.mark_ready(store.redis, b.id)
+    _fund(billing, 5 * PRICE)
+    balance.sync(store, b.id, billing, init=True)
+    live = _reserve(store, b, billing).lease
+    sold = _reserve(store, b, billing).lease
+    assert leases.finish(store, sold, "accepted", breaker_failures=3, breaker_cooldown_ms=400)
+    # the sale's lease expires before its settlement is written: only the queue says it is held
+    store.redis.delete(sold.key)
+    store.redis.zrem(keys.leases(b.id), sold.lease_id)
+    item = {
+        "publisher_id": "p",
+        "lead_id": "l-1",
+        "status": "sold",
+        "buyer_id": b.id,
+        "lease": [b.id, sold.lease_id],
+        "charge": [billing.key, PRICE],
+    }
+    store.redis.lpush(keys.SETTLE_PENDING, json.dumps(item))
+    store.redis.hset(keys.balance(b.id), "held", 7)  # drifted
+    with db.connection_context():
+        found = reconcile_balance(store, store.redis, b)
+    assert (found.status, found.held_before, found.held_now) == ("ok", 7, 2 * PRICE)
+    assert _held(store, b.id) == 2 * PRICE  # the live lease and the queued sale
+    # the sale settled (the ledger debited it) but the sync that releases it was lost
+    store.redis.delete(keys.SETTLE_PENDING)
+    _fund(billing, -PRICE)
+    with db.connection_context():
+        found = reconcile_balance(store, store.redis, b)
+    assert (found.held_now, _held(store, b.id)) == (PRICE, PRICE)  # the live lease only
+    assert int(store.redis.hget(keys.balance(b.id), "wallet")) == 4 * PRICE  # the ledger's newer figure
+    assert leases.finish(store, live, "rejected", breaker_failures=3, breaker_cooldown_ms=400)
+    assert _held(store, b.id) == 0

@@ -16,15 +16,15 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from webhooks import metrics
-from webhooks.caps import dedupe, leases
-from webhooks.caps.sales import sales_since, total
+from webhooks.caps import balance, dedupe, leases
+from webhooks.caps.sales import sales_since, settled_of, total
 from webhooks.caps.windows import Window
-from webhooks.storage import audit, keys
+from webhooks.storage import audit, keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
-from webhooks.storage.scripts import CapSnapshot
-from webhooks.storage.states import SnapshotStatus
+from webhooks.storage.scripts import BalanceReconciled, CapSnapshot
+from webhooks.storage.states import LeadStatus, SnapshotStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.rules.buyers import BuyerRule
@@ -113,10 +113,49 @@ def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> CapSnapshot:
     return snap
 
 
+def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> BalanceReconciled | None:
+    """A billed buyer's balance in Redis made equal to the ledger (lua/reconcile_balance.lua):
+    the wallet's figure, and held = what its live leases hold + the prices of its queued sales
+    whose lease is gone. The queue is read first and the ledger after it: a sale settled in
+    between is held and debited both at worst (the safe way), never neither. None when the
+    buyer is not billed."""
+    billing = buyer.billing
+    if billing is None:
+        return None
+    queued: dict[tuple[str, str], tuple[str, int]] = {}
+    for item in settle_queue.unsettled(queue_redis, mentioning=buyer.id):
+        charge, lease = item.get("charge"), item.get("lease")
+        sold = item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer.id
+        if sold and charge and lease and charge[0] == billing.key:
+            queued[(item["publisher_id"], item["lead_id"])] = (str(lease[1]), int(charge[1]))
+    with db.connection_context():
+        for key in settled_of(list(queued), buyer.id):
+            del queued[key]
+        wallet = balance.ledger_wallet(billing)
+    found = BalanceReconciled("changed")
+    for _ in range(5):  # the leases change under a busy buyer: read them again
+        lease_ids = [str(i) for i in store.redis.zrange(keys.leases(buyer.id), 0, -1)]
+        found = store.reconcile_balance(buyer.id, wallet, lease_ids, list(queued.values()))
+        if found.status != "changed":
+            break
+    if found.status == "ok" and found.held_before != found.held_now:
+        log.warning(
+            "buyer %s balance drift: held %d, leases and queued sales hold %d; corrected",
+            buyer.id,
+            found.held_before,
+            found.held_now,
+        )
+    return found
+
+
 def reconcile_all(store: Store, queue_redis: Client, buyers: Iterable[BuyerRule]) -> list[dict[str, Any]]:
-    """Reconcile each of `buyers` (the active ones); log and audit each drift; return the drifts found."""
-    drifts = []
+    """Reconcile each of `buyers` (the active ones), their caps and a billed one's balance; log
+    and audit each drift; return the drifts found."""
+    drifts: list[dict[str, Any]] = []
     for buyer in buyers:
+        held = reconcile_balance(store, queue_redis, buyer)
+        if held is not None and held.status == "ok" and held.held_before != held.held_now:
+            drifts.append({"buyer_id": buyer.id, "cap": "balance", "held": held.held_before, "expected": held.held_now})
         for f in reconcile_buyer(store, queue_redis, buyer):
             if f.corrected_to is not None:
                 drifts.append(asdict(f))

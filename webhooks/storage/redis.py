@@ -28,6 +28,7 @@ from webhooks.storage.scripts import (
     Answered,
     Backlog,
     Balance,
+    BalanceReconciled,
     BreakerRule,
     Call,
     CapCounter,
@@ -270,6 +271,13 @@ class Store:
         """Take the ledger's wallet figure if newer, and give back what the settled leases
         held (lua/sync_balance.lua)."""
         return self._run(scripts.sync_balance(buyer_id, wallet, settled_leases, init=init))
+
+    def reconcile_balance(
+        self, buyer_id: str, wallet: LedgerBalance, lease_ids: Sequence[str], queued: Sequence[tuple[str, int]]
+    ) -> BalanceReconciled:
+        """Set a billed buyer's balance to the ledger's wallet and what its leases and queued
+        sales hold (lua/reconcile_balance.lua)."""
+        return self._run(scripts.reconcile_balance(buyer_id, wallet, lease_ids, queued))
 
     def snapshot_caps(self, buyer_id: str, counters: Sequence[str], lease_ids: Sequence[str]) -> CapSnapshot:
         """The counters and every live lease at one instant (CHANGED when `lease_ids` are not

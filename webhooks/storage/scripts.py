@@ -447,6 +447,34 @@ def snapshot_caps(buyer_id: str, counters: Sequence[str], lease_ids: Sequence[st
     )
 
 
+class BalanceReconciled(NamedTuple):
+    """lua/reconcile_balance.lua's answer: "ok" with what was held before and now, "changed"
+    (the buyer's leases changed meanwhile: read them again) or "unknown" (not known: the
+    rebuild sets it)."""
+
+    status: str
+    held_before: int = 0
+    held_now: int = 0
+
+
+def reconcile_balance(
+    buyer_id: str, wallet: LedgerBalance, lease_ids: Sequence[str], queued: Sequence[tuple[str, int]]
+) -> Call[BalanceReconciled]:
+    """`lease_ids`: the buyer's zset as just read; `queued`: (lease id, price) of its sales in
+    the settlement queue."""
+    return Call(
+        "reconcile_balance",
+        (
+            keys.balance(buyer_id),
+            keys.leases(buyer_id),
+            *(keys.lease(buyer_id, i) for i in lease_ids),
+            *(keys.lease(buyer_id, lease_id) for lease_id, _ in queued),
+        ),
+        (len(lease_ids), wallet.account, wallet.wallet_minor, wallet.version, *lease_ids, *(p for _, p in queued)),
+        lambda raw: BalanceReconciled(str(raw[0]), *(int(x) for x in raw[1:])),
+    )
+
+
 def adjust_counter(counter: str, delta: int, expire_at: int) -> Call[int]:
     return Call("adjust_counter", (counter,), (delta, expire_at), int)
 
@@ -491,6 +519,7 @@ NAMES = (
     "give_back",
     "payment_gate",
     "rebuild_counters",
+    "reconcile_balance",
     "release_claim",
     "reserve_lease",
     "restore_answer",
