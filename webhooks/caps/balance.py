@@ -254,21 +254,7 @@ def sync_wallet(store: Store, account: str, currency: str) -> None:
 def shown(store: Store, buyer_id: str, billing: Billing) -> dict[str, Any]:
     """GET /v1/admin/buyers/<id>'s `balance`: the ledger's wallet, what is held in Redis, and
     what the next reservation can spend (null while Redis does not know the balance)."""
-    wallet = ledger_wallet(billing)
-    held: int | None
-    try:
-        raw = store.redis.hmget(_key(buyer_id), "wallet", "held")
-        held = None if raw[0] is None else int(raw[1] or 0)
-        redis_wallet = None if raw[0] is None else int(raw[0])
-    except REDIS_DOWN:
-        held, redis_wallet = None, None
-    available = None if held is None or redis_wallet is None else redis_wallet - held - billing.floor_minor
-    return {
-        "currency": billing.currency,
-        "available": None if available is None else _text(available, billing.currency),
-        "wallet": _text(wallet.wallet_minor, billing.currency),
-        "reserved": None if held is None else _text(held, billing.currency),
-    }
+    return shown_many(store, [(buyer_id, billing)])[buyer_id]
 
 
 def _key(buyer_id: str) -> str:
