@@ -54,7 +54,7 @@ def move(when: str, kind: Entry, minor: int, reference: str, account: str = ACCO
     carried balance as sql/016 writes it (the journal's row only: the wallet had it already)."""
     with db.atomic():
         if kind == CARRIED:
-            wallets.write(account, currency, kind, minor, reference, at(when))
+            wallets.write(account, currency, kind=kind, amount_minor=minor, reference=reference, at=at(when))
         else:
             balance.move(account, currency, minor, at(when), entry=kind, reference=reference)
 

@@ -146,7 +146,7 @@ def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBala
 def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:
     """Add `delta_minor` to a wallet, in the caller's transaction (a sale's debit, a return's
     credit), with its journal row: one version more. Made at that amount when it never moved."""
-    wallets.write(account, currency, entry, delta_minor, reference, now)
+    wallets.write(account, currency, kind=entry, amount_minor=delta_minor, reference=reference, at=now)
     _move_wallet(account, currency, delta_minor, now)
 
 

@@ -135,7 +135,7 @@ def credit_wallet(
 ) -> int:
     """Add a positive amount to a wallet (made at that amount if new), with its journal row;
     its balance after, read under the row lock the upsert takes."""
-    wallets.write(customer, currency, entry, amount_minor, reference, now, deferred=True)
+    wallets.write(customer, currency, kind=entry, amount_minor=amount_minor, reference=reference, at=now, deferred=True)
     if is_mysql():
         cursor = db.execute_sql(_UPSERT_RETURNING_BALANCE, (customer, currency, amount_minor, now))
         if cursor.rowcount == 1:  # inserted: the id is the new row's, the balance the amount

@@ -144,7 +144,7 @@ def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: dat
             Wallet.insert(
                 customer=customer, currency=currency, balance_minor=delta, updated_at=now, version=1
             ).execute()
-        wallets.write(customer, currency, entry, delta, journal, now)
+        wallets.write(customer, currency, kind=entry, amount_minor=delta, reference=journal, at=now)
         after = balance(customer, currency)
         kind = outbox.EventType.WALLET_DEBITED
         if after < 0:

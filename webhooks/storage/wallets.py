@@ -21,7 +21,14 @@ class Entry(StrEnum):
 
 
 def write(
-    customer: str, currency: str, kind: Entry, amount_minor: int, reference: str, at: datetime, deferred: bool = False
+    customer: str,
+    currency: str,
+    *,
+    kind: Entry,
+    amount_minor: int,
+    reference: str,
+    at: datetime,
+    deferred: bool = False,
 ) -> None:
     """One journal row, in the caller's transaction (`deferred`: see fastsql.insert)."""
     row = {
