@@ -194,3 +194,28 @@ def test_after_redis_lost_its_data_the_balance_is_rebuilt_from_the_ledger_and_th
     svc.store.redis.set(keys.rebuild_lock("acme"), "t")
     assert rebuild.rebuild(svc.store, svc.queue_redis.redis, rule, "t")
     assert _balance(api) == {"currency": "NGN", "available": "20.00", "wallet": "30.00", "reserved": "10.00"}
+
+
+def test_a_lost_dispute_of_a_top_up_takes_it_from_the_balance_and_a_won_one_gives_it_back(
+    api, buyer_server, reconfigure, worker
+):
+    from tests.payments.test_disputes import stripe_dispute
+
+    reconfigure(payment_account_field="account_id")
+    buyer_server.add("acme"), buyer_server.add("spare")
+    key = api.put_publisher("surge")
+    usd = {"mode": "prepaid", "account": ACCOUNT, "currency": "USD"}
+    api.put_buyer("acme", buyer_server.url("acme"), priority=1, price="10.00", billing=usd)
+    api.put_buyer("spare", buyer_server.url("spare"), priority=2)
+    api.settle_config()
+    top_up = with_metadata("stripe", payload("stripe", "pi_1Dsp", 2000, "USD"), {"account_id": ACCOUNT})
+    assert deliver(api, "stripe", encode(top_up)).json() == {"status": "credited"}
+    assert _balance(api)["available"] == "20.00"
+    lost = stripe_dispute("charge.dispute.funds_withdrawn")
+    assert [a["status"] for a in at_once(api, "stripe", [lost] * 3)].count("debited") == 1
+    assert _balance(api) == {"currency": "USD", "available": "0.00", "wallet": "0.00", "reserved": "0.00"}
+    assert api.post_lead(key, {"lead_id": "dp-1", "state": "TX"}).json()["buyer_id"] == "spare"
+    won = stripe_dispute("charge.dispute.funds_reinstated", "won")
+    assert deliver(api, "stripe", won).json() == {"status": "credited"}
+    assert _balance(api)["available"] == "20.00"
+    assert api.post_lead(key, {"lead_id": "dp-2", "state": "TX"}).json()["buyer_id"] == "acme"
