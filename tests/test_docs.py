@@ -32,8 +32,6 @@ NOT_BUILT = {
     "GET /v1/admin/buyers",
     "GET /v1/admin/publishers",
     "GET /v1/admin/leads",
-    "PATCH /v1/admin/buyers/{}",
-    "PATCH /v1/admin/publishers/{}",
     "PUT /v1/admin/suppression-lists/{}",
     "POST /v1/admin/suppression-lists/{}/entries",
     "POST /v1/leads/check",

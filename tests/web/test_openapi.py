@@ -65,6 +65,8 @@ CONTRACT = {
     "POST /ops/logout",
     "GET /ops/reports/leads.csv",
     "GET /ops/logged-out",
+    "PATCH /v1/admin/publishers/{publisher_id}",
+    "PATCH /v1/admin/buyers/{buyer_id}",
 }
 CHECKS = [
     not_a_server_error,

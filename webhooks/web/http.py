@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from webhooks import strictjson
-from webhooks.errors import FloodgateError, InvalidLead
+from webhooks.errors import FloodgateError, InvalidLead, ValidationError
 from webhooks.logs import REQUEST_ID
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
@@ -75,6 +75,28 @@ def error(code: str, message: str, status: int) -> Response:
 def json_body() -> object:
     """The request body as strict JSON (400 invalid_json); its size is already capped (413)."""
     return strictjson.loads(request.get_data(cache=True))
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7396 JSON merge patch: `patch`'s members replace `target`'s, recursively for
+    objects; a null member removes one; anything but an object replaces the whole."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def patch_body(code: str) -> dict[str, object]:
+    """A PATCH's body: a JSON merge patch of a stored object, so an object (400 otherwise)."""
+    body = json_body()
+    if not isinstance(body, dict):
+        raise ValidationError(code, "body", "must be a JSON object (a JSON merge patch, RFC 7396)")
+    return body
 
 
 def _on_floodgate_error(exc: FloodgateError) -> ResponseReturnValue:

@@ -47,10 +47,16 @@ def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def parse(body: Any) -> dict[str, Any]:
-    """Validate an admin PUT body; return the column values of the Publisher row."""
-    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "api_key"))
-    api_key = v.text(CODE, "api_key", body["api_key"], min_len=16, max_len=200)
+def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
+    """Validate an admin PUT body (or a PATCH merged onto the `stored` publisher, whose API key
+    is kept when the body names none: it is stored hashed, GET cannot show it); return the
+    column values of the Publisher row."""
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name",) if stored is not None else ("name", "api_key"))
+    if "api_key" in body or stored is None:
+        api_key = v.text(CODE, "api_key", body["api_key"], min_len=16, max_len=200)
+        key = {"api_key_hash": key_hash(api_key), "api_key_hint": api_key[-4:]}
+    else:
+        key = {"api_key_hash": stored.api_key_hash, "api_key_hint": stored.api_key_hint}
     pct = v.money(CODE, "commission_pct", body.get("commission_pct", "0"), max_value=Decimal(100))
     fixed = None
     if body.get("payout") is not None:  # it wins; a GET's commission_pct put back must agree
@@ -60,8 +66,7 @@ def parse(body: Any) -> dict[str, Any]:
             raise ValidationError(CODE, "payout", "a percent payout and commission_pct disagree; give one")
     return {
         "name": v.text(CODE, "name", body["name"], max_len=200),
-        "api_key_hash": key_hash(api_key),
-        "api_key_hint": api_key[-4:],
+        **key,
         "commission_pct": pct,
         "payout_fixed": fixed,
         "active": v.boolean(CODE, "active", body.get("active", True)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from flask import jsonify
 from flask.typing import ResponseReturnValue
@@ -19,7 +20,7 @@ from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage.batch import Client
 from webhooks.storage.models import Buyer
 from webhooks.web.admin import bp
-from webhooks.web.http import json_body
+from webhooks.web.http import json_body, merge_patch, patch_body
 
 
 def _redis() -> Client:
@@ -29,7 +30,22 @@ def _redis() -> Client:
 @bp.put("/buyers/<id:buyer_id>")
 def put_buyer(buyer_id: str) -> ResponseReturnValue:
     stored = Buyer.get_or_none(Buyer.id == buyer_id)
-    row, created = buyers.save(buyer_id, buyers.parse(json_body(), stored))
+    return _saved(buyer_id, buyers.parse(json_body(), stored))
+
+
+@bp.patch("/buyers/<id:buyer_id>")
+def patch_buyer(buyer_id: str) -> ResponseReturnValue:
+    """A JSON merge patch (RFC 7396) of the buyer as GET shows it: fields not named are kept,
+    its credentials among them (shown redacted, they are kept when sent back as shown)."""
+    stored = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
+    if stored is None:
+        raise NotFound(f"no buyer {buyer_id!r}")
+    patch = patch_body(buyers.CODE)
+    return _saved(buyer_id, buyers.parse(merge_patch(buyers.to_json(stored), patch), stored))
+
+
+def _saved(buyer_id: str, fields: dict[str, Any]) -> ResponseReturnValue:
+    row, created = buyers.save(buyer_id, fields)
     r = _redis()
     if created:
         leases.mark_ready(r, buyer_id)
