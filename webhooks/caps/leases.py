@@ -347,15 +347,28 @@ def mark_ready(r: Client, buyer_id: str) -> None:
 
 def usage(r: Client, buyer: BuyerRule, now: datetime | None = None) -> dict[str, Any]:
     """Live use of each cap in its current window, for the admin API and the ops page."""
+    return usage_many(r, [buyer], now)[buyer.id]
+
+
+def usage_many(r: Client, buyers: Sequence[BuyerRule], now: datetime | None = None) -> dict[str, dict[str, Any]]:
+    """`usage` of many buyers, by buyer id, read in one round trip."""
     now = now or datetime.now(timezone.utc)
-    caps = windows(buyer, now)
-    values = r.mget([counter_key(buyer.id, w) for _, _, w in caps]) if caps else []
-    out: dict[str, dict[str, Any]] = {}
-    for (cap, limit, w), raw in zip(caps, values):
-        used = int(raw or 0)
-        if cap == "daily_budget":
-            out[cap] = {"used": f"{Decimal(used) / 100:.2f}", "limit": f"{Decimal(limit) / 100:.2f}"}
-        else:
-            out[cap] = {"used": used, "limit": limit}
-        out[cap]["window_start"] = w.start.isoformat()
-    return out
+    caps = [windows(buyer, now) for buyer in buyers]
+    pipe = r.pipeline(transaction=False)
+    for buyer, its in zip(buyers, caps):
+        if its:
+            pipe.mget([counter_key(buyer.id, w) for _, _, w in its])
+    replies = iter(pipe.execute() if any(caps) else [])
+    result: dict[str, dict[str, Any]] = {}
+    for buyer, its in zip(buyers, caps):
+        values = next(replies) if its else []
+        out: dict[str, dict[str, Any]] = {}
+        for (cap, limit, w), raw in zip(its, values):
+            used = int(raw or 0)
+            if cap == "daily_budget":
+                out[cap] = {"used": f"{Decimal(used) / 100:.2f}", "limit": f"{Decimal(limit) / 100:.2f}"}
+            else:
+                out[cap] = {"used": used, "limit": limit}
+            out[cap]["window_start"] = w.start.isoformat()
+        result[buyer.id] = out
+    return result

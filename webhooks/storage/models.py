@@ -126,7 +126,11 @@ class Lead(BaseModel):
             (("publisher_id", "lead_id"), True),
             (("buyer_id", "sold_at"), False),
             (("lead_id",), False),
-            (("received_at",), False),  # the body purge's walk (sql/012)
+            (("received_at",), False),  # the body purge's walk (sql/012); the unfiltered search
+            # the lead search by each filter, newest first from a keyset cursor (sql/017)
+            (("publisher_id", "received_at", "id"), False),
+            (("buyer_id", "received_at", "id"), False),
+            (("status", "received_at", "id"), False),
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -149,12 +149,15 @@ def _attempt(a: LeadAttempt) -> dict[str, Any]:
     return out
 
 
-def lead_view(lead: Lead) -> dict[str, Any]:
-    attempts = (
-        LeadAttempt.select()
-        .where(LeadAttempt.publisher_id == lead.publisher_id, LeadAttempt.lead_id == lead.lead_id)
-        .order_by(LeadAttempt.seq)
-    )
+def lead_view(lead: Lead, attempts: Sequence[LeadAttempt] | None = None) -> dict[str, Any]:
+    """A lead as GET /v1/admin/leads/<id> shows it; `attempts` its attempts in order, when the
+    caller read them already (a page of the lead search reads a page's in one query)."""
+    if attempts is None:
+        attempts = list(
+            LeadAttempt.select()
+            .where(LeadAttempt.publisher_id == lead.publisher_id, LeadAttempt.lead_id == lead.lead_id)
+            .order_by(LeadAttempt.seq)
+        )
     test = lead.status in TEST_STATUSES  # recorded as test_sold / test_unsold: never a sale
     return {
         "lead_id": lead.lead_id,

@@ -1,0 +1,149 @@
+"""The lead search of GET /v1/admin/leads: the ledger's leads by publisher, buyer, status and
+time received, newest first, a page at a time under an opaque keyset cursor.
+
+Each filter has an index that ends in (received_at, id) (sql/017), so a page reads `limit`
+rows of one index from the cursor on, however deep the page is: the cursor is the last
+lead's sort key, never an offset."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import peewee as pw
+
+from webhooks.leads.accounting.ledger import lead_view
+from webhooks.storage.models import Lead, LeadAttempt
+from webhooks.storage.states import LeadStatus
+
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 100
+STATUSES = tuple(str(s) for s in LeadStatus)  # the ledger's statuses: test leads as test_sold...
+
+
+class BadCursor(ValueError):
+    """A cursor this module did not write."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeadQuery:
+    """The filters of a search; times aware, `since` inclusive and `until` exclusive."""
+
+    publisher_id: str | None = None
+    buyer_id: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def encode_cursor(key: Sequence[Any]) -> str:
+    """base64url (unpadded) of the JSON of a sort key."""
+    raw = json.dumps(list(key), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> list[Any]:
+    """The sort key an encode_cursor wrote; BadCursor for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        key = json.loads(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise BadCursor(cursor) from exc
+    if not isinstance(key, list):
+        raise BadCursor(cursor)
+    return key
+
+
+def _lead_key(cursor: str) -> tuple[datetime, int]:
+    key = decode_cursor(cursor)
+    if len(key) != 2 or not isinstance(key[0], str) or type(key[1]) is not int:
+        raise BadCursor(cursor)
+    try:
+        received = datetime.fromisoformat(key[0])
+    except ValueError as exc:
+        raise BadCursor(cursor) from exc
+    if received.tzinfo is not None:
+        raise BadCursor(cursor)
+    return received, key[1]
+
+
+def _naive(at: datetime) -> datetime:
+    """An aware instant as the ledger stores it: naive UTC."""
+    return at.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expression]:
+    conds: list[pw.Expression] = []
+    if query.publisher_id is not None:
+        conds.append(Lead.publisher_id == query.publisher_id)
+    if query.buyer_id is not None:
+        conds.append(Lead.buyer_id == query.buyer_id)
+    if query.status is not None:
+        conds.append(Lead.status == query.status)
+    if query.since is not None:
+        conds.append(Lead.received_at >= _naive(query.since))
+    if query.until is not None:
+        conds.append(Lead.received_at < _naive(query.until))
+    if after is not None:
+        # (received_at, id) < after, written so that both engines read it as a range of the index
+        at, row_id = after
+        conds.append(Lead.received_at <= at)
+        conds.append((Lead.received_at < at) | (Lead.id < row_id))
+    return conds
+
+
+def _attempts(leads: list[Lead]) -> dict[tuple[str, str], list[LeadAttempt]]:
+    """The page's attempts in one query, by (publisher_id, lead_id), in order."""
+    out: dict[tuple[str, str], list[LeadAttempt]] = {(lead.publisher_id, lead.lead_id): [] for lead in leads}
+    if not leads:
+        return out
+    # IN lists on both columns of the (publisher_id, lead_id, seq) index: a few ranges of it,
+    # never a scan; a pair that is not the page's is dropped here
+    rows = (
+        LeadAttempt.select()
+        .where(
+            LeadAttempt.publisher_id.in_(sorted({lead.publisher_id for lead in leads})),
+            LeadAttempt.lead_id.in_(sorted({lead.lead_id for lead in leads})),
+        )
+        .order_by(LeadAttempt.publisher_id, LeadAttempt.lead_id, LeadAttempt.seq)
+    )
+    for row in rows:
+        wanted = out.get((row.publisher_id, row.lead_id))
+        if wanted is not None:
+            wanted.append(row)
+    return out
+
+
+def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelSelect[Lead]:
+    """The leads of a page and the one after it (whether there is a next page), as a query;
+    BadCursor for a cursor not ours."""
+    after = _lead_key(cursor) if cursor is not None else None
+    conds = _where(query, after)
+    select = Lead.select()
+    if conds:
+        select = select.where(*conds)
+    return select.order_by(Lead.received_at.desc(), Lead.id.desc()).limit(limit + 1)
+
+
+def search(query: LeadQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Page:
+    """One page of leads, newest first (received_at, then id), each as lead_view shows it;
+    BadCursor for a cursor not ours."""
+    leads = list(page_query(query, limit=limit, cursor=cursor))
+    more = len(leads) > limit
+    leads = leads[:limit]
+    attempts = _attempts(leads)
+    items = [lead_view(lead, attempts[(lead.publisher_id, lead.lead_id)]) for lead in leads]
+    last = leads[-1] if more else None
+    next_cursor = None if last is None else encode_cursor([last.received_at.isoformat(), last.id])
+    return Page(items, next_cursor)
