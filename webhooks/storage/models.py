@@ -127,10 +127,11 @@ class Lead(BaseModel):
             (("buyer_id", "sold_at"), False),
             (("lead_id",), False),
             (("received_at",), False),  # the body purge's walk (sql/012); the unfiltered search
-            # the lead search by each filter, newest first from a keyset cursor (sql/017)
-            (("publisher_id", "received_at", "id"), False),
-            (("buyer_id", "received_at", "id"), False),
-            (("status", "received_at", "id"), False),
+            # the lead search by each filter, newest first from a keyset cursor; the other
+            # filters after the sort key, so that a page's ids come from the index alone (sql/017)
+            (("publisher_id", "received_at", "id", "buyer_id", "status"), False),
+            (("buyer_id", "received_at", "id", "publisher_id", "status"), False),
+            (("status", "received_at", "id", "publisher_id", "buyer_id"), False),
         )
 
 

@@ -126,11 +126,15 @@ def _attempts(leads: list[Lead]) -> dict[tuple[str, str], list[LeadAttempt]]:
 
 
 def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelSelect[Lead]:
-    """The leads of a page and the one after it (whether there is a next page), as a query;
-    BadCursor for a cursor not ours."""
+    """The sort keys of a page's leads and of the one after it (whether there is a next page), in
+    order, as a query that one index answers alone (sql/017); BadCursor for a cursor not ours.
+
+    Only ids: asked for whole rows with a cursor, MariaDB walks the filter's index by its first
+    column alone (`ref`) and reads every row on the way, half the month for a mid-month page;
+    asked for what the index holds, it reads the range from the cursor on."""
     after = _lead_key(cursor) if cursor is not None else None
     conds = _where(query, after)
-    select = Lead.select()
+    select = Lead.select(Lead.id, Lead.received_at)
     if conds:
         select = select.where(*conds)
     return select.order_by(Lead.received_at.desc(), Lead.id.desc()).limit(limit + 1)
@@ -139,11 +143,12 @@ def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelS
 def search(query: LeadQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Page:
     """One page of leads, newest first (received_at, then id), each as lead_view shows it;
     BadCursor for a cursor not ours."""
-    leads = list(page_query(query, limit=limit, cursor=cursor))
-    more = len(leads) > limit
-    leads = leads[:limit]
+    keys = list(page_query(query, limit=limit, cursor=cursor))
+    ids = [key.id for key in keys[:limit]]
+    rows = {lead.id: lead for lead in Lead.select().where(Lead.id.in_(ids))} if ids else {}
+    leads = [rows[i] for i in ids if i in rows]  # a lead gone meanwhile is left out
     attempts = _attempts(leads)
     items = [lead_view(lead, attempts[(lead.publisher_id, lead.lead_id)]) for lead in leads]
-    last = leads[-1] if more else None
+    last = keys[limit - 1] if len(keys) > limit else None
     next_cursor = None if last is None else encode_cursor([last.received_at.isoformat(), last.id])
     return Page(items, next_cursor)
