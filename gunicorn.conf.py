@@ -21,7 +21,7 @@ metrics.init(cfg)  # in the master: the forked workers inherit the samples folde
 
 gunicorn_errors.install()  # the requests gunicorn refuses itself get JSON errors too
 
-bind = f"0.0.0.0:{cfg.port}"
+bind = cfg.bind  # HOST:PORT: 0.0.0.0 unless HOST says otherwise (docs/configuration.md)
 # gevent's worker, reading each request's headers and body within REQUEST_READ_TIMEOUT_MS.
 worker_class = server.DeadlineWorker.with_limits(
     read_timeout_ms=cfg.request_read_timeout_ms, max_body_bytes=cfg.max_body_bytes

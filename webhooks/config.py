@@ -41,7 +41,8 @@ class Config:
     rq_redis_url: str = ""  # empty: same as redis_url
     database_url: str = DEFAULT_SQLITE
     admin_token: str = ""
-    port: int = 8000  # web: gunicorn binds 0.0.0.0:PORT
+    host: str = "0.0.0.0"  # web: gunicorn binds HOST:PORT (scripts/run sets 127.0.0.1)
+    port: int = 8000
     web_concurrency: int = 2  # gunicorn worker processes
     worker_connections: int = 5000  # connections (greenlets) per gunicorn worker: docs/operations.md
     access_log: str = ""  # gunicorn access log file ('-': stdout); empty: none
@@ -118,6 +119,11 @@ class Config:
         routing of a lead offered to MAX_WATERFALL buyers that each take the full deadline."""
         return 10 + MAX_WATERFALL * (self.buyer_timeout_ms + 999) // 1000
 
+    @property
+    def bind(self) -> str:
+        """gunicorn's `bind`: HOST:PORT, an IPv6 address in brackets."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
 
 _INTS = {
     "PORT": "port",
@@ -158,6 +164,7 @@ _STRS = {
     "RQ_REDIS_URL": "rq_redis_url",
     "DATABASE_URL": "database_url",
     "ADMIN_TOKEN": "admin_token",
+    "HOST": "host",
     "ACCESS_LOG": "access_log",
     "LOG_LEVEL": "log_level",
     "PROMETHEUS_MULTIPROC_DIR": "metrics_dir",
@@ -240,9 +247,22 @@ def _check(values: dict[str, Any]) -> None:
     if level not in LOG_LEVELS:
         raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
     values["log_level"] = level
+    _check_host(values.get("host", Config.host))
     _check_secrets(values)
     _check_payment_events(values)
     _check_abandoned_after(values)
+
+
+def _check_host(host: str) -> None:
+    """HOST: the address web listens on, an IP address (a name would be resolved: tcsh, for
+    one, exports HOST as the machine's name)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(
+            f"HOST must be the IP address web listens on (0.0.0.0: every interface, 127.0.0.1: "
+            f"this machine only, :: or ::1 for IPv6), got {host[:64]!r}"
+        ) from None
 
 
 def _max_bid(env: Mapping[str, str]) -> Decimal:

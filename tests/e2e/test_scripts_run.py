@@ -1,7 +1,10 @@
 """`scripts/run` stops every process it started on `kill <pid>` (SIGTERM) and on Ctrl-C (SIGINT
 to its process group, as a terminal sends it), with and without `--demo`, and a second Ctrl-C
 during the stop leaves no orphan either. Each run is private: its own ports, and FLOODGATE_VAR
-a temp folder for the redis-server it starts, the SQLite ledger, the admin token and metrics."""
+a temp folder for the redis-server it starts, the SQLite ledger, the admin token and metrics.
+Without REDIS_URL it runs on a Redis of its own under that folder, never on another that
+answers; it says which Redis and database it uses, listens on 127.0.0.1, and `scripts/floodgate`
+runs the CLI on the same ledger and Redis."""
 
 from __future__ import annotations
 
@@ -12,11 +15,13 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+import redis
 import requests
 
-from testkit.servers import ROOT, free_port, wait_until
+from testkit.servers import ROOT, RedisServer, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -103,8 +108,8 @@ class Run:
     """scripts/run in a session of its own (so its process group is that of a terminal's
     foreground job), its output in a file."""
 
-    def __init__(self, tmp: Path, demo: bool, path: str | None = None):
-        self.port, self.redis_port, self.buyer_port = free_port(), free_port(), free_port()
+    def __init__(self, tmp: Path, demo: bool, path: str | None = None, redis_url: str | None = None):
+        self.port, self.buyer_port = free_port(), free_port()
         self.var = tmp / "var"
         env = {
             k: v
@@ -118,19 +123,22 @@ class Run:
                 "ADMIN_TOKEN",
                 "PROMETHEUS_MULTIPROC_DIR",
                 "WEB_CONCURRENCY",
+                "HOST",
             )
         }
         env.update(
             {
                 "FLOODGATE_VAR": str(self.var),
                 "PORT": str(self.port),
-                "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
                 "DEMO_BUYER_PORT": str(self.buyer_port),
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if redis_url is not None:
+            env["REDIS_URL"] = redis_url
         if path is not None:
             env["PATH"] = path
+        self.env = env
         self.log = tmp / "run.log"
         self._fh = open(self.log, "wb")  # noqa: SIM115  (open for the life of the process)
         args = [str(ROOT / "scripts" / "run")] + (["--demo"] if demo else [])
@@ -151,6 +159,12 @@ class Run:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    @property
+    def redis_url(self) -> str | None:
+        """The URL of the redis-server it started, as it recorded it for scripts/floodgate."""
+        recorded = self.var / "redis_url"
+        return recorded.read_text().strip() if recorded.exists() else None
 
     def wait_up(self) -> dict[int, str]:
         """Wait until the web answers and the workers, the scheduler (and the demo buyer) run;
@@ -196,8 +210,8 @@ class Run:
 def start_run(tmp_path):
     runs = []
 
-    def start(demo: bool, path: str | None = None) -> Run:
-        runs.append(Run(tmp_path, demo, path))
+    def start(demo: bool, path: str | None = None, redis_url: str | None = None) -> Run:
+        runs.append(Run(tmp_path, demo, path, redis_url))
         return runs[-1]
 
     yield start
@@ -217,7 +231,8 @@ def assert_all_stopped(run: Run, before: dict[int, str]) -> None:
     except AssertionError:
         left = {pid: cmdline(pid) for pid in ({p for p in before if _living(_stat(p))} | in_session(run.proc.pid))}
         raise AssertionError(f"left running: {left}\n{run.output()}") from None
-    for port in (run.port, run.redis_port) + ((run.buyer_port,) if run.demo else ()):
+    redis_port = urlsplit(run.redis_url).port if run.redis_url else None
+    for port in (run.port,) + ((redis_port,) if redis_port else ()) + ((run.buyer_port,) if run.demo else ()):
         assert not listening(port), f"port {port} still answers"
 
 
@@ -328,3 +343,93 @@ def test_a_web_master_that_dies_is_started_again_and_stopped_with_the_rest(start
     os.kill(run.proc.pid, signal.SIGTERM)
     assert run.wait_stopped() == 128 + signal.SIGTERM
     assert_all_stopped(run, {**before, **dict.fromkeys(again, "gunicorn")})
+
+
+def floodgate(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
+    """scripts/floodgate as a shell would run it: no REDIS_URL, DATABASE_URL nor ADMIN_TOKEN
+    (scripts/run's environment with those removed), the run's FLOODGATE_VAR."""
+    env = {k: v for k, v in run.env.items() if k not in ("REDIS_URL", "DATABASE_URL", "ADMIN_TOKEN")}
+    return subprocess.run(
+        [str(ROOT / "scripts" / "floodgate"), *args], env=env, cwd="/", capture_output=True, text=True, timeout=120
+    )
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} write them) of the sockets listening on
+    `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.rpartition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def test_without_redis_url_it_runs_on_a_redis_of_its_own_never_on_one_that_answers(start_run, tmp_path):
+    """Another Redis answers where this checkout's last run had its own (as the machine's may on
+    6379): scripts/run starts its own under FLOODGATE_VAR and says so, and nothing of Floodgate
+    reaches the other one. Its banner names that Redis, the ledger, /ops and the CLI; the web
+    listens on 127.0.0.1 only; scripts/floodgate works on the same ledger and Redis, and says
+    so when that Redis is gone."""
+    other = RedisServer(tmp_path / "other")
+    other.start()
+    try:
+        run_var = tmp_path / "var"
+        run_var.mkdir()
+        (run_var / "redis_url").write_text(other.url + "\n")  # its port, now another's
+        run = start_run(demo=False)
+        run.wait_up()
+        ours = run.redis_url
+        assert ours and urlsplit(ours).port not in (other.port, 6379), run.output()
+        client = redis.Redis.from_url(ours, decode_responses=True)
+        assert Path(client.config_get("dir")["dir"]).resolve() == (run.var / "redis").resolve()
+        out = run.output()
+        assert f"==> Redis: {ours} (started here, AOF in {run.var}/redis)" in out, out
+        assert f"==> database: sqlite:///{run.var}/floodgate.sqlite3" in out, out
+        base = f"http://127.0.0.1:{run.port}"
+        assert f"==> Floodgate is up at {base} (listening on 127.0.0.1 port {run.port}" in out, out
+        assert f"operator page: {base}/ops" in out, out
+        assert "CLI: scripts/floodgate <group> <command>" in out, out
+        assert listening_addresses(run.port) == {"0100007F"}  # 127.0.0.1, not 0.0.0.0
+
+        token = (run.var / "admin_token").read_text().strip()
+        buyer = {"name": "Acme", "endpoint_url": "http://127.0.0.1:9/acme", "price": "3.00", "caps": {"daily": 7}}
+        put = requests.put(
+            f"{base}/v1/admin/buyers/acme", json=buyer, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert put.status_code in (200, 201), put.text
+        shown = floodgate(run, "buyers", "show", "acme")  # the ledger's buyer, its counters in Redis
+        assert shown.returncode == 0, shown.stderr
+        assert "acme" in shown.stdout and "daily" in shown.stdout, shown.stdout
+        assert other.client().dbsize() == 0  # nothing of Floodgate went to the other Redis
+
+        os.kill(run.proc.pid, signal.SIGTERM)
+        assert run.wait_stopped() == 128 + signal.SIGTERM
+        gone = floodgate(run, "buyers", "show", "acme")
+        assert gone.returncode == 1
+        assert f"the Redis of scripts/run ({ours}, data in {run.var}/redis) is not running" in gone.stderr
+        assert floodgate(run, "--help").returncode == 0  # help needs no Redis
+    finally:
+        other.kill()
+
+
+def test_a_redis_url_that_is_set_is_used_and_shown_without_its_password(start_run, tmp_path):
+    other = RedisServer(tmp_path / "other")
+    other.start()
+    try:
+        other.client().config_set("requirepass", "s3cret-pass")
+        run = start_run(demo=False, redis_url=f"redis://:s3cret-pass@127.0.0.1:{other.port}/0")
+        run.wait_up()
+        out = run.output()
+        assert f"==> Redis: redis://:***@127.0.0.1:{other.port}/0 (REDIS_URL, as set)" in out, out
+        assert "with the same REDIS_URL set" in out, out
+        assert "s3cret-pass" not in out
+        assert run.redis_url is None  # it started no Redis
+        authed = redis.Redis(port=other.port, password="s3cret-pass")
+        assert authed.dbsize() > 0  # the app's keys (config version, RQ's workers) are there
+        os.kill(run.proc.pid, signal.SIGTERM)
+        assert run.wait_stopped() == 128 + signal.SIGTERM
+    finally:
+        other.kill()
