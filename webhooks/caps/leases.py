@@ -354,17 +354,16 @@ def usage_many(r: Client, buyers: Sequence[BuyerRule], now: datetime | None = No
     """`usage` of many buyers, by buyer id, read in one round trip."""
     now = now or datetime.now(timezone.utc)
     caps = [windows(buyer, now) for buyer in buyers]
-    pipe = r.pipeline(transaction=False)
+    pipe = r.pipeline(transaction=False)  # GETs: a Redis Cluster's pipeline refuses MGET
     for buyer, its in zip(buyers, caps):
-        if its:
-            pipe.mget([counter_key(buyer.id, w) for _, _, w in its])
+        for _, _, w in its:
+            pipe.get(counter_key(buyer.id, w))
     replies = iter(pipe.execute() if any(caps) else [])
     result: dict[str, dict[str, Any]] = {}
     for buyer, its in zip(buyers, caps):
-        values = next(replies) if its else []
         out: dict[str, dict[str, Any]] = {}
-        for (cap, limit, w), raw in zip(its, values):
-            used = int(raw or 0)
+        for cap, limit, w in its:
+            used = int(next(replies) or 0)
             if cap == "daily_budget":
                 out[cap] = {"used": f"{Decimal(used) / 100:.2f}", "limit": f"{Decimal(limit) / 100:.2f}"}
             else:

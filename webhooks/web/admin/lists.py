@@ -91,14 +91,14 @@ def _publisher_usage(rules: list[publishers.PublisherRule], now: datetime) -> di
     """publishers.cap_usage of each publisher, by id, read in one round trip."""
     windows = publishers.cap_windows(now)
     counters = [publishers.cap_counters(rule, now) for rule in rules]
-    pipe = services.current().store.redis.pipeline(transaction=False)
+    pipe = services.current().store.redis.pipeline(transaction=False)  # GETs: a cluster refuses MGET here
     for its in counters:
-        if its:
-            pipe.mget([c.key for c in its])
+        for counter in its:
+            pipe.get(counter.key)
     replies = iter(pipe.execute() if any(counters) else [])
     out = {}
     for rule, its in zip(rules, counters):
-        values = next(replies) if its else []
+        values = [next(replies) for _ in its]
         out[rule.id] = {
             name: {"used": int(value or 0), "limit": limit, "window_start": windows[name][0]}
             for (name, limit), value in zip(rule.caps, values)
