@@ -217,6 +217,12 @@ def main() -> int:
         if png.exists():
             shutil.copy(png, FIGURES / png.name)
             out += [f"![{title}](figures/{png.name})", ""]
+    # Parts written by hand (a bench that writes no fragment, e.g. part 23's micro-benchmark
+    # table, or part 24's run against a loaded ledger): kept as they are, in their order.
+    generated = {title for _, title, _ in PARTS} | {"Targets", "History"}
+    for title, text in kept.items():
+        if title not in generated:
+            out += [f"## {title}", "", text, ""]
     if "History" in kept:
         out += ["## History", "", kept["History"], ""]
     REPORT.write_text("\n".join(out))
