@@ -188,10 +188,11 @@ def test_after_redis_lost_its_data_the_balance_is_rebuilt_from_the_ledger_and_th
     )
     svc.queue_redis.redis.rpush(keys.SETTLE_PENDING, queued)
     svc.store.redis.delete(keys.ready("acme"), keys.balance("acme"))  # what a restart without data loses
+    # the test holds the rebuild lock, so the lead's refusal starts no rebuild in the background
+    svc.store.redis.set(keys.rebuild_lock("acme"), "t")
     assert api.post_lead(key, {"lead_id": "lost-1", "state": "TX"}).json()["buyer_id"] == "spare"  # fail closed
     with db.connection_context():
         rule = next(b for b in load_snapshot(None).buyers if b.id == "acme")
-    svc.store.redis.set(keys.rebuild_lock("acme"), "t")
     assert rebuild.rebuild(svc.store, svc.queue_redis.redis, rule, "t")
     assert _balance(api) == {"currency": "NGN", "available": "20.00", "wallet": "30.00", "reserved": "10.00"}
 
