@@ -121,3 +121,15 @@ def to_minor(value: Any, code: str, *, major: bool, exponent_sent: int | None = 
     if not 0 < result <= MAX_MINOR:
         raise InvalidPayload(f"amount {value} {code} must be positive and at most {MAX_MINOR} minor units")
     return result
+
+
+def major(minor: int, code: str) -> Decimal:
+    """An integer count of `code`'s minor units as a Decimal of its own places (USD 1250 ->
+    12.50, JPY 1250 -> 1250, KWD 1250 -> 1.250): the inverse of `to_minor`."""
+    places = exponent(code)
+    return Decimal(minor).scaleb(-places).quantize(Decimal(1).scaleb(-places))
+
+
+def text(minor: int, code: str) -> str:
+    """`major` as the API writes an amount: "12.50", "-0.05", "1250"."""
+    return format(major(minor, code), "f")

@@ -17,6 +17,7 @@ import pytest
 
 from testkit.payments import deliver, encode, payload, refund_payload, until_answered, with_metadata
 from tests.payments.test_disputes import stripe_dispute
+from webhooks import money
 from webhooks.caps import balance
 from webhooks.leads.accounting import statement
 from webhooks.storage import wallets
@@ -255,9 +256,9 @@ def test_the_journal_adds_up_to_the_wallet_after_every_kind_of_move(api, buyer_s
     s = get_statement(api, month)
     assert (s["opening"], s["top_ups"], s["spend"], s["returns"]) == ("0.00", "120.00", "12.50", "12.50")
     assert s["reversals"] == "30.00"  # the refund; the dispute lost and won is nought
-    assert s["closing"] == "90.00" == statement.text(wallet, "USD") and adds_up(s)
+    assert s["closing"] == "90.00" == money.text(wallet, "USD") and adds_up(s)
 
 
 @pytest.mark.parametrize("minor, currency, shown", [(0, "USD", "0.00"), (-5, "USD", "-0.05"), (1234, "KWD", "1.234")])
 def test_amount_text(minor, currency, shown):
-    assert statement.text(minor, currency) == shown
+    assert money.text(minor, currency) == shown

@@ -65,7 +65,7 @@ class Billing:
 
     def text(self, minor: int) -> str:
         """Minor units of this wallet's currency as the API writes them ("12.50")."""
-        return _text(minor, self.currency)
+        return money.text(minor, self.currency)
 
     def minor(self, amount: Decimal | str) -> int:
         """An amount in this wallet's currency, in its minor units (ValueError: not a whole
@@ -86,9 +86,9 @@ class Billing:
     def to_json(self) -> str:
         out: dict[str, Any] = {"mode": self.mode, "account": self.account, "currency": self.currency}
         if self.mode == CREDIT:
-            out["credit_limit"] = _text(self.credit_limit_minor, self.currency)
+            out["credit_limit"] = money.text(self.credit_limit_minor, self.currency)
         if self.low_balance_minor is not None:
-            out["low_balance"] = _text(self.low_balance_minor, self.currency)
+            out["low_balance"] = money.text(self.low_balance_minor, self.currency)
         return json.dumps(out, sort_keys=True)
 
     @classmethod
@@ -261,15 +261,6 @@ def _key(buyer_id: str) -> str:
     return keys.balance(buyer_id)
 
 
-def _text(minor: int, currency: str) -> str:
-    """Minor units as the API writes an amount of `currency` ("12.50"; "1250" in JPY)."""
-    exp = money.exponent(currency)
-    sign, whole = ("-" if minor < 0 else ""), abs(minor)
-    if exp == 0:
-        return f"{sign}{whole}"
-    return f"{sign}{whole // 10**exp}.{whole % 10**exp:0{exp}d}"
-
-
 WALLETS_PER_QUERY = 500  # accounts per IN list (SQLite's bound on a query's parameters)
 
 
@@ -302,8 +293,8 @@ def shown_many(store: Store, billed: Sequence[tuple[str, Billing]]) -> dict[str,
         available = int(redis_wallet) - int(held or 0) - billing.floor_minor if known else None
         out[buyer_id] = {
             "currency": billing.currency,
-            "available": None if available is None else _text(available, billing.currency),
-            "wallet": _text(minor.get((billing.account, billing.currency), 0), billing.currency),
-            "reserved": _text(int(held or 0), billing.currency) if known else None,
+            "available": None if available is None else money.text(available, billing.currency),
+            "wallet": money.text(minor.get((billing.account, billing.currency), 0), billing.currency),
+            "reserved": money.text(int(held or 0), billing.currency) if known else None,
         }
     return out

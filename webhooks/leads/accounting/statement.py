@@ -21,7 +21,6 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from decimal import Decimal
 from typing import Any, cast
 
 import peewee as pw
@@ -156,16 +155,6 @@ class Totals:
         return self.opening + self.top_ups - self.spend + self.returns - self.reversals
 
 
-def amount(minor: int, currency: str) -> Decimal:
-    """Minor units as a Decimal of the currency's own places (USD 1250 -> 12.50, JPY 1250 -> 1250)."""
-    places = money.exponent(currency)
-    return Decimal(minor).scaleb(-places).quantize(Decimal(1).scaleb(-places))
-
-
-def text(minor: int, currency: str) -> str:
-    return format(amount(minor, currency), "f")
-
-
 def as_json(wallet: BilledWallet, period: Month, opening_minor: int) -> Iterator[str]:
     """The statement as JSON text, piece by piece: the figures of the whole month come after its
     lines, since they are added up from them. `opening_minor`: `opening(wallet, period.start)`,
@@ -175,7 +164,7 @@ def as_json(wallet: BilledWallet, period: Month, opening_minor: int) -> Iterator
         "buyer_id": wallet.buyer_id,
         "currency": wallet.currency,
         "month": period.label,
-        "opening": text(totals.opening, wallet.currency),
+        "opening": money.text(totals.opening, wallet.currency),
     }
     yield json.dumps(head)[:-1] + ', "lines": ['
     first = True
@@ -187,7 +176,7 @@ def as_json(wallet: BilledWallet, period: Month, opening_minor: int) -> Iterator
         yield ("" if first else ", ") + ", ".join(shown)
         first = False
     figures = {
-        name: text(getattr(totals, name), wallet.currency)
+        name: money.text(getattr(totals, name), wallet.currency)
         for name in ("top_ups", "spend", "returns", "reversals", "closing")
     }
     yield "], " + json.dumps(figures)[1:] + "\n"
@@ -199,7 +188,7 @@ def as_csv(wallet: BilledWallet, period: Month) -> Iterator[str]:
     yield _csv_rows([CSV_COLUMNS])
     for page in lines(wallet, period):
         yield _csv_rows(
-            [_iso(line.at), line.kind, amount(line.amount_minor, wallet.currency), line.reference] for line in page
+            [_iso(line.at), line.kind, money.major(line.amount_minor, wallet.currency), line.reference] for line in page
         )
 
 
@@ -213,7 +202,7 @@ def _line_json(line: Line, currency: str) -> dict[str, str]:
     return {
         "at": _iso(line.at),
         "kind": line.kind,
-        "amount": text(line.amount_minor, currency),
+        "amount": money.text(line.amount_minor, currency),
         "reference": line.reference,
     }
 

@@ -91,16 +91,13 @@ def billing_panels(rows: list[Buyer]) -> dict[str, dict[str, Any]]:
         buyer_id: {
             "mode": billing.mode,
             "account": billing.account,
-            "credit_limit": None if billing.mode != CREDIT else _limit(billing),
+            "credit_limit": None
+            if billing.mode != CREDIT
+            else money.text(billing.credit_limit_minor, billing.currency),
             **shown[buyer_id],
         }
         for buyer_id, billing in billed
     }
-
-
-def _limit(billing: Billing) -> str:
-    """The credit limit as the admin API writes it ("2500.00"; "250000" in JPY)."""
-    return f"{Decimal(billing.credit_limit_minor).scaleb(-money.exponent(billing.currency)):f}"
 
 
 def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
