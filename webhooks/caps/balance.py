@@ -28,7 +28,7 @@ from webhooks.errors import InvalidPayload
 from webhooks.storage import keys, wallets
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import NO_HOLD, Balance, Hold, LedgerBalance
+from webhooks.storage.scripts import Balance, Hold, LedgerBalance
 from webhooks.storage.wallets import Entry
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Billing:
     @property
     def key(self) -> str:
         """The wallet's "<account>|<currency>", as buyers.billing_account and the balance hold it."""
-        return f"{self.account}|{self.currency}"
+        return wallet_key(self.account, self.currency)
 
     @property
     def floor_minor(self) -> int:
@@ -110,6 +110,12 @@ class Billing:
         )
 
 
+def wallet_key(account: str, currency: str) -> str:
+    """How a wallet is named beside a buyer: buyers.billing_account, the balance hash's
+    `account`, a sale's charge."""
+    return f"{account}|{currency}"
+
+
 class Charged(NamedTuple):
     """What a billed sale debits: the wallet ("<account>|<currency>") and the amount."""
 
@@ -120,10 +126,6 @@ class Charged(NamedTuple):
     def wallet(self) -> tuple[str, str]:
         account, currency = self.account.rsplit("|", 1)
         return account, currency
-
-
-def hold_for(billing: Billing | None, price_minor: int) -> Hold:
-    return NO_HOLD if billing is None else billing.hold(price_minor)
 
 
 def ledger_wallet(billing: Billing, unsettled_minor: int = 0) -> LedgerBalance:
@@ -137,7 +139,7 @@ def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBala
         .where(Wallet.customer == account, Wallet.currency == currency)
         .first()
     )
-    key = f"{account}|{currency}"
+    key = wallet_key(account, currency)
     if row is None:
         return LedgerBalance(key, 0, 0, unsettled_minor)
     return LedgerBalance(key, int(row.balance_minor), int(row.version), unsettled_minor)
@@ -147,19 +149,7 @@ def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry:
     """Add `delta_minor` to a wallet, in the caller's transaction (a sale's debit, a return's
     credit), with its journal row: one version more. Made at that amount when it never moved."""
     wallets.write(account, currency, kind=entry, amount_minor=delta_minor, reference=reference, at=now)
-    _move_wallet(account, currency, delta_minor, now)
-
-
-def _move_wallet(account: str, currency: str, delta_minor: int, now: datetime) -> None:
-    changed = (
-        Wallet.update(balance_minor=Wallet.balance_minor + delta_minor, updated_at=now, version=Wallet.version + 1)
-        .where(Wallet.customer == account, Wallet.currency == currency)
-        .execute()
-    )
-    if not changed:
-        Wallet.insert(
-            customer=account, currency=currency, balance_minor=delta_minor, updated_at=now, version=1
-        ).execute()
+    wallets.add(account, currency, delta_minor, now)
 
 
 def debit_sales(sales: Sequence[tuple[Charged, str]], now: datetime) -> None:
@@ -169,7 +159,7 @@ def debit_sales(sales: Sequence[tuple[Charged, str]], now: datetime) -> None:
     for charged, _ in sales:
         by_wallet[charged.wallet] = by_wallet.get(charged.wallet, 0) + charged.minor
     for (account, currency), total in sorted(by_wallet.items()):
-        _move_wallet(account, currency, -total, now)
+        wallets.add(account, currency, -total, now)
     rows = [
         {
             "customer": charged.wallet[0],
@@ -204,12 +194,11 @@ def sync_settled(store: Store, sales: Sequence[tuple[str, str, Charged]]) -> dic
     Redis balance takes its wallet's figure and gives back what those leases held, before
     the leases are deleted (a lease gone already is reconciled, never counted twice). Returns
     what Redis holds after the sync, by buyer (none for a balance not known, or not synced)."""
-    by_buyer: dict[tuple[str, Charged], list[str]] = {}
+    by_buyer: dict[tuple[str, tuple[str, str]], list[str]] = {}  # (buyer, its wallet) -> leases
     for buyer_id, lease_id, charged in sales:
-        by_buyer.setdefault((buyer_id, Charged(charged.account, 0)), []).append(lease_id)
+        by_buyer.setdefault((buyer_id, charged.wallet), []).append(lease_id)
     synced: dict[str, Balance] = {}
-    for (buyer_id, charged), lease_ids in by_buyer.items():
-        account, currency = charged.wallet
+    for (buyer_id, (account, currency)), lease_ids in by_buyer.items():
         try:
             after = store.sync_balance(buyer_id, _ledger(account, currency), lease_ids)
         except REDIS_DOWN as exc:
@@ -244,7 +233,7 @@ def held_now(store: Store, buyer_ids: Sequence[str]) -> dict[str, Balance]:
 def sync_wallet(store: Store, account: str, currency: str) -> None:
     """After a payment, refund or dispute moved a wallet: each buyer billed from it takes the
     new figure (one indexed read; none when no buyer pays from that wallet)."""
-    key = f"{account}|{currency}"
+    key = wallet_key(account, currency)
     for row in Buyer.select(Buyer.id, Buyer.billing).where(Buyer.billing_account == key, Buyer.deleted_at.is_null()):
         billing = Billing.from_json(row.billing)
         if billing is not None:

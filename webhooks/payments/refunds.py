@@ -21,7 +21,7 @@ from webhooks.payments.motions import RefundNotification
 from webhooks.payments.states import Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage import audit, wallets
 from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Payment, Refund, Wallet, utcnow
+from webhooks.storage.models import Payment, Refund, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +135,7 @@ def move_wallet(note: RefundNotification, payment: Payment, delta: int, now: dat
         after = credit_wallet(customer, currency, delta, now, entry=entry, reference=journal)
         kind = outbox.EventType.WALLET_CREDITED
     else:
-        changed = (
-            Wallet.update(balance_minor=Wallet.balance_minor + delta, updated_at=now, version=Wallet.version + 1)
-            .where(Wallet.customer == customer, Wallet.currency == currency)
-            .execute()
-        )
-        if not changed:  # credited once, so it exists; kept correct should it not
-            Wallet.insert(
-                customer=customer, currency=currency, balance_minor=delta, updated_at=now, version=1
-            ).execute()
+        wallets.add(customer, currency, delta, now)  # credited once, it exists; made should it not
         wallets.write(customer, currency, kind=entry, amount_minor=delta, reference=journal, at=now)
         after = balance(customer, currency)
         kind = outbox.EventType.WALLET_DEBITED

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from webhooks.storage import fastsql
-from webhooks.storage.models import WalletEntry
+from webhooks.storage.models import Wallet, WalletEntry
 
 
 class Entry(StrEnum):
@@ -40,3 +40,18 @@ def write(
         "at": at,
     }
     fastsql.insert(WalletEntry, row, deferred)
+
+
+def add(customer: str, currency: str, delta_minor: int, at: datetime) -> None:
+    """Add `delta_minor` (negative: a debit) to a wallet in the caller's transaction, one
+    version more; made at that amount when it never moved. Its journal row is the caller's
+    (`write`), which may write several at once."""
+    changed = (
+        Wallet.update(balance_minor=Wallet.balance_minor + delta_minor, updated_at=at, version=Wallet.version + 1)
+        .where(Wallet.customer == customer, Wallet.currency == currency)
+        .execute()
+    )
+    if not changed:
+        Wallet.insert(
+            customer=customer, currency=currency, balance_minor=delta_minor, updated_at=at, version=1
+        ).execute()
