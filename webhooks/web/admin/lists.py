@@ -7,24 +7,20 @@ them, read for the whole page in one round trip each (and the page's wallets in 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from flask import jsonify, request
 from flask.typing import ResponseReturnValue
 
-from webhooks import services
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Billing
-from webhooks.caps.breaker import breakers
 from webhooks.errors import ValidationError
 from webhooks.leads.accounting import search
 from webhooks.leads.accounting.search import BadCursor, LeadQuery, decode_cursor, encode_cursor
-from webhooks.leads.rules import buyers, publishers
-from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.models import Buyer, Publisher
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
+from webhooks.web.admin import buyers as admin_buyers
+from webhooks.web.admin import publishers as admin_publishers
 
 
 def _limit() -> int:
@@ -71,39 +67,8 @@ def list_buyers() -> ResponseReturnValue:
     if after is not None:
         select = select.where(Buyer.id > after)
     rows = list(select.order_by(Buyer.id).limit(limit + 1))
-    page = rows[:limit]
-    store = services.current().store
-    now = datetime.now(timezone.utc)
-    usage = leases.usage_many(store.redis, [BuyerRule.from_row(row) for row in page], now)
-    states = breakers(store.redis, [row.id for row in page])
-    billed = [(row.id, billing) for row in page if (billing := Billing.from_json(row.billing)) is not None]
-    shown = balance.shown_many(store, billed)
-    items = []
-    for row in page:
-        item = {**buyers.to_json(row), "usage": usage[row.id], "breaker": states[row.id].as_json()}
-        if row.id in shown:
-            item["balance"] = shown[row.id]
-        items.append(item)
+    items = admin_buyers.shown(rows[:limit])
     return _page(items, rows, limit)
-
-
-def _publisher_usage(rules: list[publishers.PublisherRule], now: datetime) -> dict[str, dict[str, Any]]:
-    """publishers.cap_usage of each publisher, by id, read in one round trip."""
-    windows = publishers.cap_windows(now)
-    counters = [publishers.cap_counters(rule, now) for rule in rules]
-    pipe = services.current().store.redis.pipeline(transaction=False)  # GETs: a cluster refuses MGET here
-    for its in counters:
-        for counter in its:
-            pipe.get(counter.key)
-    replies = iter(pipe.execute() if any(counters) else [])
-    out = {}
-    for rule, its in zip(rules, counters):
-        values = [next(replies) for _ in its]
-        out[rule.id] = {
-            name: {"used": int(value or 0), "limit": limit, "window_start": windows[name][0]}
-            for (name, limit), value in zip(rule.caps, values)
-        }
-    return out
 
 
 @bp.get("/publishers")
@@ -114,10 +79,7 @@ def list_publishers() -> ResponseReturnValue:
     if after is not None:
         select = select.where(Publisher.id > after)
     rows = list(select.order_by(Publisher.id).limit(limit + 1))
-    page = rows[:limit]
-    usage = _publisher_usage([publishers.PublisherRule.from_row(row) for row in page], datetime.now(timezone.utc))
-    items = [{**publishers.to_json(row), "usage": usage[row.id]} for row in page]
-    return _page(items, rows, limit)
+    return _page(admin_publishers.shown(rows[:limit]), rows, limit)
 
 
 def _id_arg(name: str) -> str | None:
