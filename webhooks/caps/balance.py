@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
 from webhooks import money
+from webhooks.caps.sales import settled_of
 from webhooks.errors import InvalidPayload
 from webhooks.storage import keys, wallets
+from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import Balance, Hold, LedgerBalance
+from webhooks.storage.states import LeadStatus
 from webhooks.storage.wallets import Entry
 
 log = logging.getLogger(__name__)
@@ -143,6 +146,26 @@ def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBala
     if row is None:
         return LedgerBalance(key, 0, 0, unsettled_minor)
     return LedgerBalance(key, int(row.balance_minor), int(row.version), unsettled_minor)
+
+
+def with_queued_sales(
+    buyer_id: str, billing: Billing, pending: Sequence[Mapping[str, Any]]
+) -> tuple[LedgerBalance, list[tuple[str | None, int]]]:
+    """The buyer's wallet as the ledger has it, with `unsettled_minor` the prices of its sales
+    still queued (`pending`, settle_queue.unsettled) that the ledger does not have yet, and
+    those sales as (lease id, price). The queue was read first and the ledger after it: a sale
+    settled in between is held and debited both at worst (the safe way), never neither."""
+    queued: dict[tuple[str, str], tuple[str | None, int]] = {}
+    for item in pending:
+        charge, lease = item.get("charge"), item.get("lease")
+        sold = item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id
+        if sold and charge and charge[0] == billing.key:
+            queued[(item["publisher_id"], item["lead_id"])] = (str(lease[1]) if lease else None, int(charge[1]))
+    with db.connection_context():
+        for key in settled_of(list(queued), buyer_id):
+            del queued[key]
+        charges = list(queued.values())
+        return ledger_wallet(billing, unsettled_minor=sum(minor for _, minor in charges)), charges
 
 
 def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:

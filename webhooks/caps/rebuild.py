@@ -22,8 +22,6 @@ from webhooks.storage import keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
-from webhooks.storage.scripts import LedgerBalance
-from webhooks.storage.states import LeadStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.rules.buyers import BuyerRule
@@ -82,22 +80,6 @@ def sold_counts(
     return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}
 
 
-def ledger_balance(buyer_id: str, billing: balance.Billing, pending: list[dict[str, Any]]) -> LedgerBalance:
-    """A billed buyer's wallet as the ledger has it, with the prices of its queued sales the
-    ledger does not have yet held. The queue was read first, the ledger after it: a sale
-    settled in between is held and debited both (the safe way: a lead less), never neither."""
-    charged = {
-        (item["publisher_id"], item["lead_id"]): int(item["charge"][1])
-        for item in pending
-        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id and item.get("charge")
-        if item["charge"][0] == billing.key
-    }
-    with db.connection_context():
-        for key in settled_of(list(charged), buyer_id):
-            del charged[key]
-        return balance.ledger_wallet(billing, unsettled_minor=sum(charged.values()))
-
-
 def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
     now = now or datetime.now(timezone.utc)
     # The consumers bought within the dedupe window first: `ready` (set below) must not come
@@ -114,7 +96,7 @@ def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now
             (leases.counter_key(buyer.id, w), counts[cap], leases.expire_at(w))
             for cap, _, w in leases.windows(buyer, now)
         ],
-        None if buyer.billing is None else ledger_balance(buyer.id, buyer.billing, pending),
+        None if buyer.billing is None else balance.with_queued_sales(buyer.id, buyer.billing, pending)[0],
     )
     if done:
         log.warning(

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from webhooks import metrics
 from webhooks.caps import balance, dedupe, leases
-from webhooks.caps.sales import sales_since, settled_of, total
+from webhooks.caps.sales import sales_since, total
 from webhooks.caps.windows import Window
 from webhooks.storage import audit, keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BalanceReconciled, CapSnapshot
-from webhooks.storage.states import LeadStatus, SnapshotStatus
+from webhooks.storage.states import SnapshotStatus
 
 if TYPE_CHECKING:
     from webhooks.leads.rules.buyers import BuyerRule
@@ -122,20 +122,13 @@ def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> Ba
     billing = buyer.billing
     if billing is None:
         return None
-    queued: dict[tuple[str, str], tuple[str, int]] = {}
-    for item in settle_queue.unsettled(queue_redis, mentioning=buyer.id):
-        charge, lease = item.get("charge"), item.get("lease")
-        sold = item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer.id
-        if sold and charge and lease and charge[0] == billing.key:
-            queued[(item["publisher_id"], item["lead_id"])] = (str(lease[1]), int(charge[1]))
-    with db.connection_context():
-        for key in settled_of(list(queued), buyer.id):
-            del queued[key]
-        wallet = balance.ledger_wallet(billing)
+    pending = settle_queue.unsettled(queue_redis, mentioning=buyer.id)
+    wallet, charges = balance.with_queued_sales(buyer.id, billing, pending)
+    queued = [(lease_id, minor) for lease_id, minor in charges if lease_id is not None]
     found = BalanceReconciled("changed")
     for _ in range(5):  # the leases change under a busy buyer: read them again
         lease_ids = [str(i) for i in store.redis.zrange(keys.leases(buyer.id), 0, -1)]
-        found = store.reconcile_balance(buyer.id, wallet, lease_ids, list(queued.values()))
+        found = store.reconcile_balance(buyer.id, wallet, lease_ids, queued)
         if found.status != "changed":
             break
     if found.status == "ok" and found.held_before != found.held_now:
