@@ -157,15 +157,7 @@ class PaymentWebhooks:
             ledger.write_call(receipt, Verdict.IGNORED, 200, note, reason=reason)
             metrics.payment_ignored(provider, note.event_type, reason)
             return _answer(Verdict.IGNORED, 200, watch, reason=reason)
-        entry = gate.enter(
-            self.store,
-            self.queue_redis,
-            self.queue,
-            note,
-            receipt,
-            claim_ttl_ms=self.claim_ttl_ms,
-            request_id=request_id,
-        )
+        entry = self._enter(note, receipt, request_id)
         watch.lap("dedupe")
         if entry.verdict != gate.CLAIMED:  # its audit row is queued: nothing waits for the database
             return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
@@ -192,7 +184,23 @@ class PaymentWebhooks:
         unique key and transaction as a webhook: whichever of the two comes first credits it,
         the other is a duplicate (or a reference_conflict, raised). IN_FLIGHT when a webhook
         holds the reference now (the next run looks again if it fails)."""
-        entry = gate.enter(
+        entry = self._enter(note, receipt, request_id)
+        if entry.verdict != gate.CLAIMED:
+            return Verdict(entry.verdict)
+        assert entry.claim is not None  # claimed: the claim is ours
+        verdict = self._act(note, receipt, entry.claim, Source.RECONCILIATION).verdict
+        if verdict in (Verdict.CREDITED, Verdict.DEBITED):
+            self.wake_outbox(request_id)
+        return verdict
+
+    def _enter(
+        self,
+        note: notifications.PaymentNotification | notifications.RefundNotification,
+        receipt: Receipt,
+        request_id: str | None,
+    ) -> gate.Entry:
+        """The Redis front (payments/gate.py) for a webhook or a listed payment alike."""
+        return gate.enter(
             self.store,
             self.queue_redis,
             self.queue,
@@ -201,13 +209,6 @@ class PaymentWebhooks:
             claim_ttl_ms=self.claim_ttl_ms,
             request_id=request_id,
         )
-        if entry.verdict != gate.CLAIMED:
-            return Verdict(entry.verdict)
-        assert entry.claim is not None  # claimed: the claim is ours
-        verdict = self._act(note, receipt, entry.claim, Source.RECONCILIATION).verdict
-        if verdict in (Verdict.CREDITED, Verdict.DEBITED):
-            self.wake_outbox(request_id)
-        return verdict
 
     def _act(
         self,
