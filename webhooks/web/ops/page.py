@@ -105,6 +105,7 @@ def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
     rows = list(Buyer.select().where(Buyer.deleted_at.is_null()).order_by(Buyer.priority, Buyer.price.desc(), Buyer.id))
     states = breakers(r, [row.id for row in rows])
     billing = billing_panels(rows)
+    usage = leases.usage_many(r, [BuyerRule.from_row(row) for row in rows], now)
     return [
         {
             "id": row.id,
@@ -112,7 +113,7 @@ def buyer_panels(r: Client, now: datetime) -> list[dict[str, Any]]:
             "active": bool(row.active),
             "price": f"{row.price:.2f}",
             "breaker": states[row.id],
-            "bars": [_bar(cap, use) for cap, use in leases.usage(r, BuyerRule.from_row(row), now).items()],
+            "bars": [_bar(cap, use) for cap, use in usage[row.id].items()],
             "billing": billing.get(row.id),
         }
         for row in rows
