@@ -26,6 +26,7 @@ from typing import Any, cast
 import peewee as pw
 
 from webhooks import csvsafe, money
+from webhooks.caps.balance import Billing
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.storage.models import Buyer, WalletEntry
 from webhooks.storage.wallets import Entry
@@ -73,10 +74,10 @@ def billed_wallet(buyer_id: str) -> BilledWallet:
     row = Buyer.select(Buyer.id, Buyer.billing).where(Buyer.id == buyer_id, Buyer.deleted_at.is_null()).first()
     if row is None:
         raise NotFound(f"no buyer {buyer_id!r}")
-    billing = json.loads(row.billing) if row.billing else None
-    if not isinstance(billing, dict) or not billing.get("account") or not billing.get("currency"):
+    billing = Billing.from_json(row.billing)
+    if billing is None:
         raise Conflict(f"buyer {buyer_id!r} is not billed from a wallet", code="not_billed")
-    return BilledWallet(buyer_id, str(billing["account"]), str(billing["currency"]))
+    return BilledWallet(buyer_id, billing.account, billing.currency)
 
 
 def opening(wallet: BilledWallet, start: datetime) -> int:
