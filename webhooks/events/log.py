@@ -15,6 +15,7 @@ from webhooks.errors import NotFound
 from webhooks.events.endpoints import MANAGED_ID
 from webhooks.events.outbox import WALLET_TYPES
 from webhooks.events.sender import DELIVERED, FAILED, HELD, PENDING
+from webhooks.storage import audit
 from webhooks.storage.db import db
 from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
 
@@ -147,6 +148,9 @@ def replay(endpoint_id: str, since: datetime) -> int:
             EventDispatch.update(status=PENDING, next_attempt_at=utcnow(), first_attempt_at=None).where(
                 in_chunk
             ).execute()
+    with db.atomic():
+        detail = {"since": since, "replaying": count}
+        audit.record("admin", "event_endpoint.replay", "event_endpoint", endpoint_id, detail)
     return count
 
 
@@ -163,6 +167,8 @@ def retry_failed(now: datetime | None = None) -> int:
         EventDispatch.update(next_attempt_at=now).where(
             EventDispatch.status == PENDING, EventDispatch.next_attempt_at >= HELD
         ).execute()
+        if failed:
+            audit.record("admin", "events.retry", "event_dispatch", "failed", {"retried": failed})
     return failed
 
 

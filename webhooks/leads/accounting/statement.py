@@ -214,3 +214,38 @@ def _utc(at: datetime) -> datetime:
 
 def _iso(at: datetime) -> str:
     return at.isoformat(timespec="microseconds") + "Z"
+
+
+def summary(wallet: BilledWallet, period: Month, last: int) -> dict[str, Any]:
+    """The month's figures, added up by the database (one indexed range read grouped by kind),
+    and its `last` lines, newest first: what the console's buyer page shows. The same figures
+    as the full statement's, which adds up its own lines."""
+    mine = (
+        (WalletEntry.customer == wallet.account)
+        & (WalletEntry.currency == wallet.currency)
+        & (WalletEntry.at >= period.start)
+        & (WalletEntry.at < period.end)
+    )
+    totals = Totals(opening(wallet, period.start))
+    sums = WalletEntry.select(WalletEntry.kind, pw.fn.SUM(WalletEntry.amount_minor)).where(mine)
+    for kind, amount in cast("Iterable[tuple[str, int]]", sums.group_by(WalletEntry.kind).tuples()):
+        totals.add(Line(datetime.min, _SHOWN.get(kind, kind), int(amount or 0), ""))
+    newest = cast(
+        "Iterable[tuple[datetime, str, int, str]]",
+        WalletEntry.select(WalletEntry.at, WalletEntry.kind, WalletEntry.amount_minor, WalletEntry.reference)
+        .where(mine)
+        .order_by(WalletEntry.at.desc(), WalletEntry.id.desc())
+        .limit(last)
+        .tuples(),
+    )
+    shown = [Line(_utc(at), _SHOWN.get(kind, kind), int(amount), str(ref)) for at, kind, amount, ref in newest]
+    return {
+        "month": period.label,
+        "currency": wallet.currency,
+        **{
+            name: money.text(getattr(totals, name), wallet.currency)
+            for name in ("opening", "top_ups", "spend", "returns", "reversals", "closing")
+        },
+        "lines": [_line_json(line, wallet.currency) for line in shown],
+        "more": len(shown) == last,
+    }

@@ -30,21 +30,32 @@ def _redis() -> Client:
 @bp.put("/buyers/<id:buyer_id>")
 def put_buyer(buyer_id: str) -> ResponseReturnValue:
     stored = Buyer.get_or_none(Buyer.id == buyer_id)
-    return _saved(buyer_id, buyers.parse(json_body(), stored))
+    return jsonify(buyers.to_json(save(buyer_id, buyers.parse(json_body(), stored))))
 
 
 @bp.patch("/buyers/<id:buyer_id>")
 def patch_buyer(buyer_id: str) -> ResponseReturnValue:
-    """A JSON merge patch (RFC 7396) of the buyer as GET shows it: fields not named are kept,
-    its credentials among them (shown redacted, they are kept when sent back as shown)."""
-    stored = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
-    if stored is None:
+    stored = live(buyer_id)  # 404 before the body is looked at
+    return jsonify(buyers.to_json(patch(stored, patch_body(buyers.CODE))))
+
+
+def live(buyer_id: str) -> Buyer:
+    """The buyer, not deleted; 404 not_found otherwise."""
+    row = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
+    if row is None:
         raise NotFound(f"no buyer {buyer_id!r}")
-    patch = patch_body(buyers.CODE)
-    return _saved(buyer_id, buyers.parse(merge_patch(buyers.to_json(stored), patch), stored))
+    return row
 
 
-def _saved(buyer_id: str, fields: dict[str, Any]) -> ResponseReturnValue:
+def patch(stored: Buyer, changes: dict[str, Any]) -> Buyer:
+    """Apply a JSON merge patch (RFC 7396) to the buyer as GET shows it: fields not named are
+    kept, its credentials among them (shown redacted, they are kept when sent back as shown)."""
+    return save(stored.id, buyers.parse(merge_patch(buyers.to_json(stored), changes), stored))
+
+
+def save(buyer_id: str, fields: dict[str, Any]) -> Buyer:
+    """Store a buyer's validated fields (buyers.parse) and tell every process: its counters
+    ready when new, its wallet known to Redis when billed, the config version bumped."""
     row, created = buyers.save(buyer_id, fields)
     r = _redis()
     if created:
@@ -53,15 +64,12 @@ def _saved(buyer_id: str, fields: dict[str, Any]) -> ResponseReturnValue:
     if billing is not None:  # Redis learns the wallet before any process sees the buyer billed
         balance.sync(services.current().store, buyer_id, billing, init=True)
     bump_version(r)
-    return jsonify(buyers.to_json(row))
+    return row
 
 
 @bp.get("/buyers/<id:buyer_id>")
 def get_buyer(buyer_id: str) -> ResponseReturnValue:
-    row = Buyer.get_or_none(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
-    if row is None:
-        raise NotFound(f"no buyer {buyer_id!r}")
-    return jsonify(shown([row])[0])
+    return jsonify(shown([live(buyer_id)])[0])
 
 
 def shown(rows: list[Buyer]) -> list[dict[str, Any]]:

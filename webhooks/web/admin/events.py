@@ -21,7 +21,7 @@ MAX_EVENTS = 1000
 QUERY = "invalid_query"
 
 
-def _wake() -> None:
+def wake() -> None:
     svc = services.current()
     outbox_queue.wake(svc.queue_redis.redis, svc.queue)
 
@@ -31,7 +31,7 @@ def put_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
     """Create or replace an endpoint; its secret in full only in the answer that made it."""
     row, new_secret = endpoints.save(endpoint_id, json_body())
     if row.enabled:
-        _wake()  # enabled again: what it kept is due now
+        wake()  # enabled again: what it kept is due now
     return jsonify(endpoints.to_json(row, show_secret=new_secret))
 
 
@@ -51,7 +51,7 @@ def delete_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
     return "", 204
 
 
-def _since(raw: object, code: str) -> datetime:
+def since_time(raw: object, code: str) -> datetime:
     """An ISO 8601 time (UTC when it names no offset), as naive UTC."""
     if not isinstance(raw, str) or not raw.isascii() or len(raw) > 40:
         raise ValidationError(code, "since", 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"')
@@ -71,9 +71,9 @@ def replay_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
     body = json_body()
     if not isinstance(body, dict) or set(body) != {"since"}:
         raise ValidationError("invalid_replay", "body", 'must be an object {"since": "<ISO time>"}')
-    count = events_log.replay(endpoint_id, _since(body["since"], "invalid_replay"))
+    count = events_log.replay(endpoint_id, since_time(body["since"], "invalid_replay"))
     if count:
-        _wake()
+        wake()
     return jsonify({"replaying": count}), 202
 
 
@@ -91,7 +91,7 @@ def list_events() -> ResponseReturnValue:
     status = args.get("status")
     if status is not None and status not in events_log.STATUSES:
         raise ValidationError(QUERY, "status", f"must be one of {', '.join(events_log.STATUSES)}")
-    since = _since(args["since"], QUERY) if "since" in args else None
+    since = since_time(args["since"], QUERY) if "since" in args else None
     found, cursor = events_log.search(
         endpoint_id=endpoint_id,
         event_type=event_type,

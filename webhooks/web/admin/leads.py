@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from typing import Any
 
 from flask import Response, jsonify, request
 from flask.typing import ResponseReturnValue
@@ -49,15 +50,20 @@ def return_lead(lead_id: str) -> ResponseReturnValue:
     body = json_body() if request.get_data(cache=True) else {}
     if not isinstance(body, dict) or set(body) - {"reason"}:
         raise ValidationError("invalid_return", "body", 'must be an object {"reason": "..."}')
-    reason = body.get("reason")
+    return jsonify(return_lead_now(lead_id, _publisher_id(), body.get("reason")))
+
+
+def return_lead_now(lead_id: str, publisher_id: str | None, reason: object) -> dict[str, Any]:
+    """Return a sold lead (returns.return_lead: refund, payout reversed, counted once) and wake
+    the outbox for its lead.returned event; the lead's record."""
     if reason is not None and (not isinstance(reason, str) or len(reason) > returns.MAX_REASON):
         raise ValidationError(
             "invalid_return", "reason", f"must be a string of at most {returns.MAX_REASON} characters"
         )
     svc = services.current()
-    record = returns.return_lead(svc.store, lead_id, _publisher_id(), reason)
+    record = returns.return_lead(svc.store, lead_id, publisher_id, reason)
     outbox_queue.wake(svc.queue_redis.redis, svc.queue)  # its lead.returned event
-    return jsonify(record)
+    return record
 
 
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # fullmatch: `$` would pass a trailing newline

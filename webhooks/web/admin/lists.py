@@ -8,8 +8,9 @@ them, read for the whole page in one round trip each (and the page's wallets in 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TypeVar
 
+import peewee as pw
 from flask import jsonify, request
 from flask.typing import ResponseReturnValue
 
@@ -21,6 +22,8 @@ from webhooks.validate import is_id
 from webhooks.web.admin import bp
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin import publishers as admin_publishers
+
+M = TypeVar("M", bound=pw.Model)
 
 
 def _limit() -> int:
@@ -54,32 +57,28 @@ def _after_id() -> str | None:
     return str(key[0])
 
 
-def _page(items: list[dict[str, Any]], rows: list[Any], limit: int) -> ResponseReturnValue:
-    next_cursor = encode_cursor([rows[limit - 1].id]) if len(rows) > limit else None
-    return jsonify({"items": items, "next_cursor": next_cursor})
+def page_of(select: pw.ModelSelect[M], key: pw.Field) -> tuple[list[M], str | None]:
+    """A page of `select` in order of its unique `key` (an id), from `?cursor=` for `?limit=`
+    rows: the rows and the cursor of the next page (None on the last)."""
+    limit, after = _limit(), _after_id()
+    if after is not None:
+        select = select.where(key > after)
+    rows = list(select.order_by(key).limit(limit + 1))
+    return rows[:limit], encode_cursor([getattr(rows[limit - 1], key.name)]) if len(rows) > limit else None
 
 
 @bp.get("/buyers")
 def list_buyers() -> ResponseReturnValue:
     """Buyers not deleted, by id, each as GET /v1/admin/buyers/<id> shows it."""
-    limit, after = _limit(), _after_id()
-    select = Buyer.select().where(Buyer.deleted_at.is_null())
-    if after is not None:
-        select = select.where(Buyer.id > after)
-    rows = list(select.order_by(Buyer.id).limit(limit + 1))
-    items = admin_buyers.shown(rows[:limit])
-    return _page(items, rows, limit)
+    rows, next_cursor = page_of(Buyer.select().where(Buyer.deleted_at.is_null()), Buyer.id)
+    return jsonify({"items": admin_buyers.shown(rows), "next_cursor": next_cursor})
 
 
 @bp.get("/publishers")
 def list_publishers() -> ResponseReturnValue:
     """Publishers, by id, each as GET /v1/admin/publishers/<id> shows it."""
-    limit, after = _limit(), _after_id()
-    select = Publisher.select()
-    if after is not None:
-        select = select.where(Publisher.id > after)
-    rows = list(select.order_by(Publisher.id).limit(limit + 1))
-    return _page(admin_publishers.shown(rows[:limit]), rows, limit)
+    rows, next_cursor = page_of(Publisher.select(), Publisher.id)
+    return jsonify({"items": admin_publishers.shown(rows), "next_cursor": next_cursor})
 
 
 def _id_arg(name: str) -> str | None:
@@ -114,6 +113,13 @@ def search_leads() -> ResponseReturnValue:
     """The ledger's leads, newest first (received_at, then the row), filtered by publisher_id,
     buyer_id, status (the ledger's: sold, unsold, returned, test_sold, test_unsold), since
     (inclusive) and until (exclusive); each as GET /v1/admin/leads/<id> shows it."""
+    page = lead_page()
+    return jsonify({"items": page.items, "next_cursor": page.next_cursor})
+
+
+def lead_page() -> search.Page:
+    """The page of the lead search the query string asks for (400 invalid_query for a filter,
+    limit or cursor it cannot take)."""
     query = LeadQuery(
         publisher_id=_id_arg("publisher_id"),
         buyer_id=_id_arg("buyer_id"),
@@ -123,7 +129,6 @@ def search_leads() -> ResponseReturnValue:
     )
     limit = _limit()
     try:
-        page = search.search(query, limit=limit, cursor=_cursor())
+        return search.search(query, limit=limit, cursor=_cursor())
     except BadCursor:
         raise _bad_cursor() from None
-    return jsonify({"items": page.items, "next_cursor": page.next_cursor})

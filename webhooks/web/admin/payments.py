@@ -24,7 +24,7 @@ from webhooks.payments.notifications import wallet
 from webhooks.payments.signatures import VERIFIERS
 from webhooks.storage.models import Payment, utcnow
 from webhooks.web.admin import bp
-from webhooks.web.admin.events import _since
+from webhooks.web.admin.events import since_time
 from webhooks.web.http import json_body
 
 
@@ -39,10 +39,10 @@ def get_wallet(customer: str) -> ResponseReturnValue:
 
 @bp.get("/payments/<id:provider>/<string:reference>")
 def get_payment(provider: str, reference: str) -> ResponseReturnValue:
-    return jsonify(payment_record(_payment(provider, reference)))
+    return jsonify(payment_record(find(provider, reference)))
 
 
-def _payment(provider: str, reference: str) -> Payment:
+def find(provider: str, reference: str) -> Payment:
     row = None
     if provider in VERIFIERS and len(reference) <= 128:
         row = Payment.get_or_none(Payment.provider == provider, Payment.reference == reference)
@@ -69,16 +69,24 @@ def list_payments() -> ResponseReturnValue:
 def assign_payment(provider: str, reference: str) -> ResponseReturnValue:
     """Credit an unattributed payment to `{"customer": "<wallet>"}`, exactly once: 200 the
     payment's record; 409 already_assigned for a payment that is not unattributed."""
-    _payment(provider, reference)  # 404 first, before the body is looked at
+    find(provider, reference)  # 404 first, before the body is looked at
     body = json_body()
-    customer = wallet(body.get("customer")) if isinstance(body, dict) else None
-    if customer is None:
+    customer = body.get("customer") if isinstance(body, dict) else None
+    return jsonify(payment_record(assign(provider, reference, customer)))
+
+
+def assign(provider: str, reference: str, customer: object) -> Payment:
+    """Credit the unattributed payment to the wallet `customer`, exactly once (ledger.assign):
+    400 invalid_assign for no wallet, 409 already_assigned; a billed buyer's balance and the
+    outbox told."""
+    key = wallet(customer)
+    if key is None:
         raise ValidationError("invalid_assign", "customer", "must be a wallet: 1 to 254 characters without spaces")
     hooks = services.current().payments
-    payment = ledger.assign(provider, reference, customer)
-    balance.sync_wallet(hooks.store, customer, payment.currency)  # a top-up of a billed buyer, maybe
+    payment = ledger.assign(provider, reference, key)
+    balance.sync_wallet(hooks.store, key, payment.currency)  # a top-up of a billed buyer, maybe
     hooks.wake_outbox(None)
-    return jsonify(payment_record(payment))
+    return payment
 
 
 EVENT_STATUSES = {"pending": ("pending",), "failed": ("failed",), None: ("pending", "failed")}
@@ -131,6 +139,6 @@ def count_ignored_webhooks() -> ResponseReturnValue:
     if provider is not None and provider not in VERIFIERS:
         raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
     raw = request.args.get("since")
-    since = utcnow() - timedelta(days=1) if raw is None else _since(raw, "invalid_query")
+    since = utcnow() - timedelta(days=1) if raw is None else since_time(raw, "invalid_query")
     counts = ledger.ignored_counts(provider, since)
     return jsonify({"since": since.isoformat() + "Z", "ignored": counts, "total": sum(c["count"] for c in counts)})
