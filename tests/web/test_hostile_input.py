@@ -12,11 +12,11 @@ import random
 import threading
 from datetime import datetime, timezone
 from decimal import Decimal
-from http.cookies import SimpleCookie
 
 import pytest
 from redis import Redis
 
+from testkit import ops
 from tests.conftest import ADMIN_TOKEN
 from webhooks.storage import keys
 from webhooks.storage.db import db
@@ -212,21 +212,35 @@ def test_ops_pages_carry_a_restrictive_content_security_policy(api):
 
 
 def test_logout_ends_the_session_in_redis(api, redis_server):
-    resp = api.http.get(f"{api.base}/ops?token={ADMIN_TOKEN}", allow_redirects=False)
-    session_id = SimpleCookie(resp.headers["Set-Cookie"])["floodgate_ops"].value
+    http = api.session()
+    session_id = ops.login(http, api.base, ADMIN_TOKEN)
+    csrf = ops.form_token(http, api.base)
     key = keys.ops_session(hashlib.sha256(session_id.encode()).hexdigest())
     cookies = {"floodgate_ops": session_id}
     assert api.http.get(api.base + "/ops", cookies=cookies).status_code == 200
     cross = api.http.post(
-        api.base + "/ops/logout", cookies=cookies, headers={"Sec-Fetch-Site": "cross-site"}, allow_redirects=False
+        api.base + "/ops/logout",
+        data={"csrf_token": csrf},
+        cookies=cookies,
+        headers={"Sec-Fetch-Site": "cross-site"},
+        allow_redirects=False,
     )
     assert cross.status_code == 403 and redis_server.client().exists(key)
-    out = api.http.post(
+    forged = api.http.post(
         api.base + "/ops/logout", cookies=cookies, headers={"Sec-Fetch-Site": "same-origin"}, allow_redirects=False
+    )
+    assert forged.status_code == 403 and redis_server.client().exists(key)  # no form token
+    out = api.http.post(
+        api.base + "/ops/logout",
+        data={"csrf_token": csrf},
+        cookies=cookies,
+        headers={"Sec-Fetch-Site": "same-origin"},
+        allow_redirects=False,
     )
     assert out.status_code == 303 and not redis_server.client().exists(key)
     assert 'floodgate_ops=""' in out.headers["Set-Cookie"] or "Max-Age=0" in out.headers["Set-Cookie"]
-    assert api.http.get(api.base + "/ops", cookies=cookies).status_code == 401  # a kept copy is worthless
+    gone = api.http.get(api.base + "/ops", cookies=cookies, allow_redirects=False)
+    assert gone.status_code == 303  # a kept copy is worthless: back to the login form
 
 
 def test_buyer_credential_headers_never_reach_the_audit_log_in_clear(api, buyer_server):

@@ -138,6 +138,12 @@ def ops_session(session_digest: str) -> str:
     return PREFIX + "ops:session:" + session_digest
 
 
+def ops_login_failures(address_digest: str) -> str:
+    """Wrong tokens sent to the /ops login form from one client address (by its SHA-256),
+    counted for a few minutes."""
+    return PREFIX + "ops:login-failures:" + address_digest
+
+
 def refund(provider: str, reference: str, what: str) -> str:
     """A refund's claim and processed marker: a key space of their own, so that a refund
     reference can never collide with a payment reference of the same provider."""

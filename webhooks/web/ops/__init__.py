@@ -1,5 +1,5 @@
-"""Operations endpoints: liveness, readiness, metrics, the OpenAPI description, the /ops page
-and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py)."""
+"""Operations endpoints: liveness, readiness, metrics, the OpenAPI description, the operator
+console under /ops and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py)."""
 
 from __future__ import annotations
 
@@ -89,4 +89,16 @@ def _secure_headers(state: Any) -> None:  # a BlueprintSetupState
     csp.init_app(state.app)
 
 
-from webhooks.web.ops import auth, page, rq  # noqa: E402,F401  (routes, and the dashboard mounted at registration)
+# The routes: the console's pages, and the dashboard mounted at registration.
+from webhooks.web.ops import (  # noqa: E402,F401
+    auth,
+    buyers,
+    console,
+    events,
+    leads,
+    page,
+    payments,
+    publishers,
+    reports,
+    rq,
+)

@@ -1,7 +1,10 @@
-"""The admin token for the operator pages, which a browser must be able to open: the admin API's
-`Authorization: Bearer`, or `?token=` once, swapped for a session cookie (a random id in Redis,
-bound to the token, expiring); under the cookie a change must come from the same origin.
-docs/operations.md "`/ops` and `/ops/rq`", docs/security.md."""
+"""Who may open the operator pages, which a browser must be able to use: the admin API's
+`Authorization: Bearer`, or a session opened by the login form (`POST /ops/login`, the admin
+token in the form's body, never in an address) and kept as a cookie (a random id in Redis,
+bound to the token, expiring). Under the cookie a change must come from this site's own pages
+(the same-origin check) and carry the session's CSRF token (the hidden field `csrf_token`).
+A browser without a session is sent to the login form. docs/operations.md "`/ops` and
+`/ops/rq`", docs/security.md."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import secrets
 from typing import cast
 from urllib.parse import urlencode, urlsplit
 
-from flask import redirect, request, url_for
+from flask import g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
@@ -24,6 +27,13 @@ from webhooks.web.ops import bp
 COOKIE = "floodgate_ops"
 COOKIE_PATH = "/ops"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+# Failed logins allowed per client address in a window: the token is long and random, this
+# only keeps a guesser from trying at the speed of the network.
+LOGIN_FAILURES, LOGIN_WINDOW_S = 20, 300
+# Reached without a session: the login form itself, and where a logout lands.
+OPEN = frozenset({"ops.login", "ops.log_in", "ops.logged_out", "ops.logout"})
 
 
 def _digest(value: str) -> str:
@@ -47,13 +57,30 @@ def open_session() -> str:
     return session_id
 
 
-def _session_is_live(session_id: str | None) -> bool:
-    """The cookie names a session that has not expired, opened with today's admin token."""
+def _live_session() -> str | None:
+    """The cookie's session id when it names a session that has not expired, opened with
+    today's admin token."""
+    session_id = request.cookies.get(COOKIE)
     token = services.current().config.admin_token
     if not token or not session_id or len(session_id) > 128:
-        return False
+        return None
     stored = cast("str | None", services.current().store.redis.get(keys.ops_session(_digest(session_id))))  # decoded
-    return stored is not None and hmac.compare_digest(stored.encode(), _digest(token).encode())
+    if stored is None or not hmac.compare_digest(stored.encode(), _digest(token).encode()):
+        return None
+    return session_id
+
+
+def csrf_token(session_id: str) -> str:
+    """The session's CSRF token: derived from its id and the admin token, so it needs no
+    storage, differs per session and is worthless once either changes."""
+    token = services.current().config.admin_token
+    return hmac.new(token.encode(), b"ops-csrf:" + session_id.encode(), hashlib.sha256).hexdigest()
+
+
+def form_token() -> str:
+    """The hidden `csrf_token` every form of the console carries (templates call it); empty
+    under the bearer header, which needs none."""
+    return str(g.get("ops_csrf", ""))
 
 
 def same_origin() -> bool:
@@ -70,11 +97,97 @@ def same_origin() -> bool:
     return urlsplit(origin).netloc.lower() == request.host.lower()
 
 
-def _swap_token_for_cookie() -> Response:
-    """303 to the same address without `?token=`, setting the session cookie."""
-    cfg = services.current().config
+def _check_change(session_id: str, *, csrf: bool) -> None:
+    """A change under the cookie: from this site's pages, with the session's CSRF token (the
+    RQ dashboard's own scripts post without one: `csrf=False` there, SameSite=Strict and the
+    origin check hold)."""
+    if not same_origin():
+        raise Forbidden(
+            "a change under the /ops cookie must come from this site's own pages (Origin / Sec-Fetch-Site)",
+            code="cross_site_request",
+        )
+    if csrf:
+        presented = request.form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER) or ""
+        if not hmac.compare_digest(presented.encode(), csrf_token(session_id).encode()):
+            raise Forbidden("this form is stale or was not made by /ops: reload the page", code="csrf_token_invalid")
+
+
+def require_admin(*, csrf: bool = True) -> Response | None:
+    """Before every operator page: pass, redirect a browser without a session to the login
+    form (303), or raise: 403 for a change under the cookie from elsewhere or without the CSRF
+    token, else the admin API's 401 (a wrong bearer token) / 503 (no ADMIN_TOKEN)."""
+    if _is_admin_token(bearer(request.headers.get("Authorization", ""))):
+        return None  # a header no other site can make a browser send: no origin check needed
+    session_id = _live_session()
+    if session_id is not None:
+        g.ops_csrf = csrf_token(session_id)
+        if request.method not in SAFE_METHODS:
+            _check_change(session_id, csrf=csrf)
+        return None
+    if (
+        request.method in SAFE_METHODS
+        and "Authorization" not in request.headers
+        and services.current().config.admin_token
+    ):
+        return redirect(url_for("ops.login", next=_this_page()), code=303)
+    check_admin_token()  # raises: the JSON 401 / 503 answer
+    return None
+
+
+@bp.before_request
+def _guard() -> Response | None:
+    if request.endpoint in OPEN or not request.path.startswith(COOKIE_PATH):
+        return None  # the health, metrics and OpenAPI routes share the blueprint
+    return require_admin()
+
+
+def _this_page() -> str:
+    """This page's address to come back to after the login, without a `token=` an old
+    bookmark may carry (it is no way in: the token goes nowhere near an address)."""
     query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
-    resp = redirect(request.path + ("?" + query if query else ""), code=303)
+    return request.path + ("?" + query if query else "")
+
+
+def _next_page(raw: str | None) -> str:
+    """Where the login form sends the browser: a page of /ops, never another site."""
+    if not raw or not raw.startswith(COOKIE_PATH) or raw.startswith("//") or "\\" in raw or len(raw) > 2000:
+        return url_for("ops.ops_page")
+    parts = urlsplit(raw)
+    if parts.scheme or parts.netloc:
+        return url_for("ops.ops_page")
+    return raw
+
+
+def _login_form(error: str | None, status: int) -> tuple[str, int, dict[str, str]]:
+    html = render_template("login.html", next=_next_page(request.values.get("next")), error=error)
+    return html, status, {"Cache-Control": "no-store"}
+
+
+@bp.get("/ops/login")
+def login() -> tuple[str, int, dict[str, str]]:
+    """The login form: the admin token in a password field, posted (never in an address)."""
+    return _login_form(None, 200)
+
+
+@bp.post("/ops/login")
+def log_in() -> Response | tuple[str, int, dict[str, str]]:
+    """Open a session for the admin token in the form's `token` field: 303 to `next` with the
+    cookie set; 401 and the form again for a wrong token; 429 after LOGIN_FAILURES wrong ones
+    from one address in LOGIN_WINDOW_S."""
+    check_admin_token_configured()
+    r = services.current().store.redis
+    failures_key = keys.ops_login_failures(_digest(request.remote_addr or "-"))
+    failures = int(cast("str | None", r.get(failures_key)) or 0)
+    if failures >= LOGIN_FAILURES:
+        return _login_form("Too many wrong tokens from this address: wait a few minutes.", 429)
+    if not _is_admin_token(request.form.get("token")):
+        pipe = r.pipeline(transaction=False)
+        pipe.incr(failures_key)
+        pipe.expire(failures_key, LOGIN_WINDOW_S, nx=True)
+        pipe.execute()
+        return _login_form("That is not the admin token.", 401)
+    cfg = services.current().config
+    resp = redirect(_next_page(request.form.get("next")), code=303)
     resp.set_cookie(
         COOKIE,
         open_session(),
@@ -85,40 +198,24 @@ def _swap_token_for_cookie() -> Response:
         secure=request.is_secure or not cfg.ops_insecure_cookie,
     )
     resp.headers["Cache-Control"] = "no-store"
-    resp.headers["Referrer-Policy"] = "no-referrer"  # the address with the token goes nowhere
     return resp
 
 
-def require_admin() -> Response | None:
-    """before_request of the ops pages: pass, redirect to drop `?token=` from the address
-    (setting the cookie), or raise: 403 for a cross-site change under the cookie, else the
-    admin API's 401/503."""
-    if _is_admin_token(bearer(request.headers.get("Authorization", ""))):
-        return None  # a header no other site can make a browser send: no origin check needed
-    if request.method in SAFE_METHODS and _is_admin_token(request.args.get("token")):
-        return _swap_token_for_cookie()
-    if _session_is_live(request.cookies.get(COOKIE)):
-        if request.method not in SAFE_METHODS and not same_origin():
-            raise Forbidden(
-                "a change under the /ops cookie must come from this site's own pages (Origin / Sec-Fetch-Site)",
-                code="cross_site_request",
-            )
-        return None
-    check_admin_token()  # the header, or the JSON 401 / 503 answer
-    return None
+def check_admin_token_configured() -> None:
+    """503 admin_disabled when ADMIN_TOKEN is not set: no login can succeed."""
+    if not services.current().config.admin_token:
+        check_admin_token()
 
 
 @bp.post("/ops/logout")
 def logout() -> Response:
     """End this browser's /ops session: its id is deleted in Redis (the cookie is worthless
-    from now on, wherever a copy of it is) and the cookie cleared. A change like any other:
-    it must come from this site's own pages."""
-    session_id = request.cookies.get(COOKIE)
-    if session_id and not same_origin():
-        raise Forbidden(
-            "logout must come from this site's own pages (Origin / Sec-Fetch-Site)", code="cross_site_request"
-        )
-    if session_id and len(session_id) <= 128:
+    from now on, wherever a copy of it is) and the cookie cleared. A change like any other: it
+    must come from this site's own pages with the session's CSRF token. Without a live session
+    there is nothing to end: the cookie is cleared all the same."""
+    session_id = _live_session()
+    if session_id is not None:
+        _check_change(session_id, csrf=True)
         services.current().store.redis.delete(keys.ops_session(_digest(session_id)))
     resp = redirect(url_for("ops.logged_out"), code=303)
     resp.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")
@@ -127,10 +224,7 @@ def logout() -> Response:
 
 
 @bp.get("/ops/logged-out")
-def logged_out() -> Response:
-    """Where a logout lands: a page that needs no session."""
-    return Response(
-        "<!doctype html><title>Floodgate ops</title><p>Logged out. Open /ops?token=... to log in again.",
-        mimetype="text/html",
-        headers={"Cache-Control": "no-store"},
-    )
+def logged_out() -> tuple[str, int, dict[str, str]]:
+    """Where a logout lands: the login form, saying so."""
+    html = render_template("login.html", next=url_for("ops.ops_page"), error=None, notice="Logged out.")
+    return html, 200, {"Cache-Control": "no-store"}

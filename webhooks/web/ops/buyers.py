@@ -1,0 +1,162 @@
+"""The console's buyers: the list, the form that creates one, and each buyer's page (edit,
+pause and resume, cap use, balance and statement, its audit log). Every change goes through
+the admin API's own functions (web/admin/buyers.py), so the console can do nothing the API
+would refuse, and leaves the same audit rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from flask import Response, request, stream_with_context
+from flask.typing import ResponseReturnValue
+
+from webhooks.caps.windows import COUNT_CAPS
+from webhooks.errors import BadRequest, ValidationError
+from webhooks.leads.accounting import statement
+from webhooks.leads.rules import buyers
+from webhooks.storage.models import Buyer
+from webhooks.validate import is_id
+from webhooks.web.admin import buyers as admin_buyers
+from webhooks.web.admin.lists import page_of
+from webhooks.web.http import merge_patch
+from webhooks.web.ops import bp, forms
+from webhooks.web.ops.console import audit_rows, done, page
+from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, Field
+from webhooks.web.ops.page import billing_panels
+
+SECTION = "ops.buyers"
+STATEMENT_LINES = 100  # the month's last lines shown; the CSV has them all
+
+FIELDS = (
+    Field("name", "Name", required=True),
+    Field("endpoint_url", "Endpoint URL", required=True, hint="where leads are posted; shown without its credentials"),
+    Field("price", "Price", required=True, hint="paid per lead, e.g. 12.50"),
+    Field("priority", "Priority", NUMBER, hint="lower is offered first (0 when empty)"),
+    Field("weight", "Weight", NUMBER, hint="share among buyers of one priority under weighted routing"),
+    Field("timezone", "Time zone", hint="IANA name for its caps' days and schedule (UTC when empty)"),
+    Field("active", "Active", CHECKBOX, hint="offered leads; untick to pause"),
+    *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in COUNT_CAPS),
+    Field("caps.daily_budget", "Cap: daily budget", hint="money a day, e.g. 500.00"),
+    Field("states", "States", LIST, hint="codes the lead's state must be one of, comma-separated; empty: any"),
+    Field("blocked_publishers", "Blocked publishers", LIST, hint="publisher ids, comma-separated"),
+    Field("return_window_days", "Return window (days)", NUMBER),
+    Field("filter", "Filter", hint="a JMESPath expression on the lead; empty: none"),
+    Field("schedule", "Schedule", JSON, hint='JSON, e.g. {"mon": [["09:00", "17:00"]]}'),
+    Field("dedupe", "Dedupe", JSON, hint='JSON, e.g. {"fields": ["email"], "days": 30}'),
+    Field("delivery", "Delivery", JSON, hint="JSON: format, template, headers (secrets shown redacted are kept)"),
+    Field("ping", "Ping", JSON, hint="JSON: ping-post's ping URL and bid rules"),
+    Field(
+        "billing", "Billing", JSON, hint='JSON, e.g. {"mode": "prepaid", "account": "b@example.com", "currency": "NGN"}'
+    ),
+)
+NEW_FIELDS = (Field("id", "Id", required=True, hint="letters, digits, - and _; cannot change later"), *FIELDS)
+
+
+@bp.get("/ops/buyers", endpoint="buyers")
+def buyers_list() -> ResponseReturnValue:
+    """Buyers not deleted, by id, a page at a time."""
+    select = Buyer.select().where(Buyer.deleted_at.is_null())
+    rows, next_cursor = page_of(select, Buyer.id)
+    return page("buyers.html", SECTION, items=admin_buyers.shown(rows), next_cursor=next_cursor)
+
+
+@bp.get("/ops/buyers/new")
+def buyer_new() -> ResponseReturnValue:
+    return page("buyer_new.html", SECTION, fields=NEW_FIELDS, values={"active": "on", "timezone": "UTC"}, errors={})
+
+
+@bp.post("/ops/buyers")
+def buyer_create() -> ResponseReturnValue:
+    """Create a buyer from the form: 303 to its page, or the form again with each refusal
+    beside its field (400). An id in use is refused: this form never replaces a buyer."""
+    try:
+        body = forms.read(NEW_FIELDS, request.form)
+        buyer_id = body.pop("id", None)
+        if not isinstance(buyer_id, str) or not is_id(buyer_id):
+            raise ValidationError("invalid_buyer", "id", "must be 1 to 64 letters, digits, - or _")
+        if Buyer.get_or_none(Buyer.id == buyer_id) is not None:
+            raise ValidationError("invalid_buyer", "id", "is taken: open that buyer to edit it")
+        admin_buyers.save(buyer_id, buyers.parse(merge_patch({}, body)))
+    except BadRequest as exc:
+        return _refused("buyer_new.html", NEW_FIELDS, exc)
+    return done("ops.buyer", "created", buyer_id=buyer_id)
+
+
+def _refused(template: str, fields: tuple[Field, ...], exc: BadRequest) -> ResponseReturnValue:
+    """The form again as it was sent, the refusal beside its field (or above the form)."""
+    values = forms.refilled(fields, request.form)
+    return page(template, SECTION, 400, fields=fields, values=values, errors=forms.errors_of(fields, exc))
+
+
+@bp.get("/ops/buyers/<id:buyer_id>")
+def buyer(buyer_id: str) -> ResponseReturnValue:
+    row = admin_buyers.live(buyer_id)
+    return _buyer_page(row, forms.shown(FIELDS, buyers.to_json(row)), {}, 200)
+
+
+def _buyer_page(row: Buyer, values: dict[str, str], errors: dict[str, str], status: int) -> ResponseReturnValue:
+    shown = admin_buyers.shown([row])[0]
+    billing = billing_panels([row]).get(row.id)
+    return page(
+        "buyer.html",
+        SECTION,
+        status,
+        buyer=shown,
+        billing=billing,
+        statement=_statement(row.id) if billing else None,
+        fields=FIELDS,
+        values=values,
+        errors=errors,
+        audit=audit_rows("buyer", row.id),
+    )
+
+
+def _statement(buyer_id: str) -> dict[str, Any]:
+    """This month's (or `?month=`'s) figures and its last lines."""
+    period = statement.month(_month(), datetime.now(timezone.utc).date())
+    wallet = statement.billed_wallet(buyer_id)
+    return statement.summary(wallet, period, STATEMENT_LINES)
+
+
+def _month() -> str:
+    raw = request.args.get("month", "")
+    return raw if raw else datetime.now(timezone.utc).strftime("%Y-%m")
+
+
+@bp.post("/ops/buyers/<id:buyer_id>")
+def buyer_save(buyer_id: str) -> ResponseReturnValue:
+    """Save the edit form as a merge patch: 303 to the page, or the page again (400) with each
+    refusal beside its field and nothing saved."""
+    row = admin_buyers.live(buyer_id)
+    try:
+        admin_buyers.patch(row, forms.read(FIELDS, request.form))
+    except BadRequest as exc:
+        return _buyer_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
+    return done("ops.buyer", "saved", buyer_id=buyer_id)
+
+
+@bp.post("/ops/buyers/<id:buyer_id>/pause")
+def buyer_pause(buyer_id: str) -> ResponseReturnValue:
+    admin_buyers.patch(admin_buyers.live(buyer_id), {"active": False})
+    return done("ops.buyer", "paused", buyer_id=buyer_id)
+
+
+@bp.post("/ops/buyers/<id:buyer_id>/resume")
+def buyer_resume(buyer_id: str) -> ResponseReturnValue:
+    admin_buyers.patch(admin_buyers.live(buyer_id), {"active": True})
+    return done("ops.buyer", "resumed", buyer_id=buyer_id)
+
+
+@bp.get("/ops/buyers/<id:buyer_id>/statement.csv")
+def buyer_statement_csv(buyer_id: str) -> ResponseReturnValue:
+    """The month's statement as CSV, as the admin API's (whose bearer token a browser under
+    the console's cookie has not)."""
+    period = statement.month(_month(), datetime.now(timezone.utc).date())
+    wallet = statement.billed_wallet(buyer_id)
+    name = f"statement-{buyer_id}-{period.label}.csv"
+    return Response(
+        stream_with_context(statement.as_csv(wallet, period)),
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+    )

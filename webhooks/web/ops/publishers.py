@@ -1,0 +1,137 @@
+"""The console's publishers: the list, the form that creates one (its API key made here and
+shown once, or the operator's own), and each publisher's page (edit, pause and resume, a new
+key, cap use, its audit log). Every change goes through the admin API's own functions
+(web/admin/publishers.py)."""
+
+from __future__ import annotations
+
+import secrets
+
+from flask import request
+from flask.typing import ResponseReturnValue
+
+from webhooks.errors import BadRequest, ValidationError
+from webhooks.leads.rules import publishers
+from webhooks.leads.rules.publishers import MODES, PUBLISHER_CAPS, ROUTING_MODES
+from webhooks.storage.models import Publisher
+from webhooks.validate import is_id
+from webhooks.web.admin import publishers as admin_publishers
+from webhooks.web.admin.lists import page_of
+from webhooks.web.http import merge_patch
+from webhooks.web.ops import bp, forms
+from webhooks.web.ops.console import audit_rows, done, page
+from webhooks.web.ops.forms import CHECKBOX, JSON, NUMBER, SECRET, SELECT, Field
+
+SECTION = "ops.publishers"
+
+FIELDS = (
+    Field("name", "Name", required=True),
+    Field("api_key", "API key", SECRET, hint="empty: kept (a new one: the button above, or one of 16+ characters)"),
+    Field("payout.type", "Payout", SELECT, choices=("percent", "fixed")),
+    Field("payout.pct", "Payout percent", hint="of the sale price, for a percent payout"),
+    Field("payout.amount", "Payout amount", hint="per sold lead, for a fixed payout"),
+    Field("active", "Active", CHECKBOX, hint="its leads are taken; untick to pause"),
+    Field("routing", "Routing", SELECT, choices=ROUTING_MODES),
+    Field("mode", "Mode", SELECT, choices=MODES, hint="test: every lead is a test lead, nothing sold"),
+    *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in PUBLISHER_CAPS),
+    Field("rate_limit", "Rate limit", JSON, hint='JSON, e.g. {"per_second": 50, "burst": 100}; empty: the default'),
+    Field("fields", "Field spec", JSON, hint="JSON: the lead fields it must send, and their types"),
+)
+NEW_FIELDS = (
+    Field("id", "Id", required=True, hint="letters, digits, - and _; cannot change later"),
+    *(
+        Field("api_key", "API key", SECRET, hint="empty: one is made and shown once") if f.name == "api_key" else f
+        for f in FIELDS
+    ),
+)
+
+
+@bp.get("/ops/publishers", endpoint="publishers")
+def publishers_list() -> ResponseReturnValue:
+    rows, next_cursor = page_of(Publisher.select(), Publisher.id)
+    return page("publishers.html", SECTION, items=admin_publishers.shown(rows), next_cursor=next_cursor)
+
+
+@bp.get("/ops/publishers/new")
+def publisher_new() -> ResponseReturnValue:
+    values = {"active": "on", "payout.type": "percent", "routing": "waterfall", "mode": "live"}
+    return page("publisher_new.html", SECTION, fields=NEW_FIELDS, values=values, errors={})
+
+
+@bp.post("/ops/publishers")
+def publisher_create() -> ResponseReturnValue:
+    """Create a publisher from the form: its page with the API key shown this once, or the
+    form again with each refusal beside its field (400)."""
+    try:
+        body = forms.read(NEW_FIELDS, request.form)
+        publisher_id = body.pop("id", None)
+        if not isinstance(publisher_id, str) or not is_id(publisher_id):
+            raise ValidationError(publishers.CODE, "id", "must be 1 to 64 letters, digits, - or _")
+        if Publisher.get_or_none(Publisher.id == publisher_id) is not None:
+            raise ValidationError(publishers.CODE, "id", "is taken: open that publisher to edit it")
+        api_key = body.get("api_key") or new_key()
+        row = admin_publishers.save(publisher_id, publishers.parse(merge_patch({}, {**body, "api_key": api_key})))
+    except BadRequest as exc:
+        values, errors = forms.refilled(NEW_FIELDS, request.form), forms.errors_of(NEW_FIELDS, exc)
+        return page("publisher_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
+    return _publisher_page(row, None, {}, 201, api_key=api_key)
+
+
+def new_key() -> str:
+    return "pk_" + secrets.token_urlsafe(32)
+
+
+@bp.get("/ops/publishers/<id:publisher_id>")
+def publisher(publisher_id: str) -> ResponseReturnValue:
+    return _publisher_page(admin_publishers.existing(publisher_id), None, {}, 200)
+
+
+def _publisher_page(
+    row: Publisher, values: dict[str, str] | None, errors: dict[str, str], status: int, api_key: str | None = None
+) -> ResponseReturnValue:
+    shown = admin_publishers.shown([row])[0]
+    return page(
+        "publisher.html",
+        SECTION,
+        status,
+        publisher=shown,
+        fields=FIELDS,
+        values=forms.shown(FIELDS, shown) if values is None else values,
+        errors=errors,
+        api_key=api_key,
+        audit=audit_rows("publisher", row.id),
+    )
+
+
+@bp.post("/ops/publishers/<id:publisher_id>")
+def publisher_save(publisher_id: str) -> ResponseReturnValue:
+    """Save the edit form as a merge patch (an empty API key field keeps the key)."""
+    row = admin_publishers.existing(publisher_id)
+    try:
+        changes = forms.read(FIELDS, request.form)
+        if not changes.get("api_key"):
+            changes.pop("api_key", None)
+        admin_publishers.patch(row, changes)
+    except BadRequest as exc:
+        return _publisher_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
+    return done("ops.publisher", "saved", publisher_id=publisher_id)
+
+
+@bp.post("/ops/publishers/<id:publisher_id>/key")
+def publisher_new_key(publisher_id: str) -> ResponseReturnValue:
+    """A new API key, shown this once; the old one stops working at once."""
+    api_key = new_key()
+    row = admin_publishers.patch(admin_publishers.existing(publisher_id), {"api_key": api_key})
+    return _publisher_page(row, None, {}, 200, api_key=api_key)
+
+
+@bp.post("/ops/publishers/<id:publisher_id>/pause")
+def publisher_pause(publisher_id: str) -> ResponseReturnValue:
+    admin_publishers.patch(admin_publishers.existing(publisher_id), {"active": False})
+    return done("ops.publisher", "paused", publisher_id=publisher_id)
+
+
+@bp.post("/ops/publishers/<id:publisher_id>/resume")
+def publisher_resume(publisher_id: str) -> ResponseReturnValue:
+    admin_publishers.patch(admin_publishers.existing(publisher_id), {"active": True})
+    return done("ops.publisher", "resumed", publisher_id=publisher_id)

@@ -1,0 +1,76 @@
+"""The console's reports and audit log: the leads report of a range of days grouped as the
+admin API's (a chart of the last 24 hours above it, a CSV of it beside it), and the newest
+changes of the audit log."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from flask import Response, request
+from flask.typing import ResponseReturnValue
+
+from webhooks.errors import BadRequest, ValidationError
+from webhooks.leads.accounting import reports
+from webhooks.web.admin.leads import DAY
+from webhooks.web.ops import bp
+from webhooks.web.ops.console import NO_STORE, audit_rows, page
+from webhooks.web.ops.page import chart
+
+SECTION = "ops.reports"
+AUDIT_SHOWN = 200
+
+
+def _day(name: str, default: date) -> date:
+    raw = request.args.get(name) or default.isoformat()
+    try:
+        if not DAY.fullmatch(raw):
+            raise ValueError
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError("invalid_query", name, "must be a date, YYYY-MM-DD (UTC)") from None
+
+
+def _range() -> tuple[date, date, str]:
+    today = datetime.now(timezone.utc).date()
+    first, last = _day("from", today - timedelta(days=6)), _day("to", today)
+    if last < first or (last - first).days >= reports.MAX_DAYS:
+        raise ValidationError("invalid_query", "to", f"must be on or after from, at most {reports.MAX_DAYS} days on")
+    group_by = request.args.get("group_by") or "day"
+    if group_by not in reports.GROUPS:
+        raise ValidationError("invalid_query", "group_by", "must be one of " + ", ".join(reports.GROUPS))
+    return first, last, group_by
+
+
+@bp.get("/ops/reports", endpoint="reports")
+def reports_page() -> ResponseReturnValue:
+    """The report of `from`..`to` (the last 7 days by default) by `group_by` (day by default)."""
+    context: dict[str, Any] = {"chart": chart(reports.last_hours(datetime.now(timezone.utc))), "groups": reports.GROUPS}
+    try:
+        first, last, group_by = _range()
+    except BadRequest as exc:
+        shown = {name: request.args.get(name, "") for name in ("from", "to", "group_by")}
+        return page("reports.html", SECTION, 400, result=None, shown=shown, error=str(exc), **context)
+    result = reports.as_json(reports.report(first, last, group_by))
+    shown = {"from": first.isoformat(), "to": last.isoformat(), "group_by": group_by}
+    return page("reports.html", SECTION, result=result, shown=shown, error=None, **context)
+
+
+@bp.get("/ops/reports/leads.csv")
+def reports_csv() -> ResponseReturnValue:
+    """The report of the page's range as CSV (the admin API's own takes the bearer token,
+    which a browser under the console's cookie has not)."""
+    first, last, group_by = _range()
+    name = f"leads-{group_by}-{first.isoformat()}-{last.isoformat()}.csv"
+    headers = {"Content-Disposition": f'attachment; filename="{name}"', **NO_STORE}
+    return Response(reports.as_csv(reports.report(first, last, group_by)), mimetype="text/csv", headers=headers)
+
+
+@bp.get("/ops/audit")
+def audit() -> ResponseReturnValue:
+    """The newest rows of the audit log: every change made from here or the admin API, the
+    settlements' repairs and conflicts; `?entity=` for one kind."""
+    entity = request.args.get("entity") or None
+    if entity is not None and (len(entity) > 32 or not entity.replace("_", "").isalnum()):
+        entity = None
+    return page("audit.html", "ops.audit", rows=audit_rows(entity, limit=AUDIT_SHOWN), entity=entity or "")
