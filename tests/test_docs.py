@@ -22,13 +22,13 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ROUTE = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) (/[^\s`?\[\]|]*)")
 # A row of the "Operations" table that names a path without a method: a page, so GET.
 BARE_ROW = re.compile(r"^\| `(/[^\s`?]*)` \|", re.MULTILINE)
+# The console's pages, named without a method after "Pages:" in the contract: each is a GET.
+CONSOLE_PAGES = re.compile(r"Pages: (.*)", re.DOTALL)
+CONSOLE_PAGE = re.compile(r"`(/ops/[^\s`?]*)[^`]*`")
 # Sections that quote other parties' APIs (the providers' listing endpoints), not ours.
 OTHER_PARTIES = ("Provider reconciliation",)
 # In the contract, not built yet: no view serves them and openapi.yaml does not describe them.
 NOT_BUILT = {
-    "GET /ops/login",
-    "POST /ops/login",
-    "POST /ops/buyers",
     "PUT /v1/admin/suppression-lists/{}",
     "POST /v1/admin/suppression-lists/{}/entries",
     "POST /v1/leads/check",
@@ -54,6 +54,9 @@ def named_routes(text: str) -> set[str]:
             continue
         found |= {route(m[1], m[2]) for m in ROUTE.finditer(heading + "\n" + body)}
         found |= {route("GET", m[1]) for m in BARE_ROW.finditer(body)}
+        pages = CONSOLE_PAGES.search(body)
+        if pages:
+            found |= {route("GET", m[1]) for m in CONSOLE_PAGE.finditer(pages[1])}
     return found
 
 

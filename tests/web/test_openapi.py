@@ -68,6 +68,34 @@ CONTRACT = {
     "POST /ops/logout",
     "GET /ops/reports/leads.csv",
     "GET /ops/logged-out",
+    "GET /ops/login",
+    "POST /ops/login",
+    "GET /ops/buyers",
+    "POST /ops/buyers",
+    "GET /ops/buyers/new",
+    "GET /ops/buyers/{buyer_id}",
+    "POST /ops/buyers/{buyer_id}",
+    "POST /ops/buyers/{buyer_id}/pause",
+    "POST /ops/buyers/{buyer_id}/resume",
+    "GET /ops/buyers/{buyer_id}/statement.csv",
+    "GET /ops/publishers",
+    "POST /ops/publishers",
+    "GET /ops/publishers/new",
+    "GET /ops/publishers/{publisher_id}",
+    "POST /ops/publishers/{publisher_id}",
+    "POST /ops/publishers/{publisher_id}/key",
+    "POST /ops/publishers/{publisher_id}/pause",
+    "POST /ops/publishers/{publisher_id}/resume",
+    "GET /ops/leads",
+    "GET /ops/leads/{lead_id}",
+    "POST /ops/leads/{lead_id}/return",
+    "GET /ops/payments",
+    "POST /ops/payments/{provider}/{reference}/assign",
+    "GET /ops/events",
+    "POST /ops/events/retry",
+    "POST /ops/events/{endpoint_id}/replay",
+    "GET /ops/reports",
+    "GET /ops/audit",
     "PATCH /v1/admin/publishers/{publisher_id}",
     "PATCH /v1/admin/buyers/{buyer_id}",
 }
@@ -126,7 +154,11 @@ def test_every_route_of_the_app_is_described(web, base_env):
 SPEC = yaml.safe_load((ROOT / "webhooks" / "web" / "openapi.yaml").read_text(encoding="utf-8"))
 # Loaded from the file the app serves (test_spec_served_is_the_file checks they agree): the
 # fixture-based loader of schemathesis 4.32 does not run under pytest 9.
-schema = schemathesis.openapi.from_dict(SPEC)
+# The console's forms are left out of the fuzz: each goes through the admin route's own
+# validation, fuzzed here (a generated buyer made by a form would get the fuzzed leads at a
+# generated address, and generated logins would lock this address out); the fast tier tests
+# them (tests/web/ops/).
+schema = schemathesis.openapi.from_dict(SPEC).exclude(tag="console-forms")
 schema.config.generation.update(max_examples=MAX_EXAMPLES)
 
 
