@@ -63,12 +63,21 @@ def test_a_browser_without_a_session_is_sent_to_the_login_form(api):
         assert resp.status_code == 303, path
         location = urlsplit(resp.headers["Location"])
         assert location.path == "/ops/login" and parse_qs(location.query)["next"] == [path]
-    # a token in the address is no way in, and is not carried on
-    resp = api.http.get(f"{api.base}/ops?token={ADMIN_TOKEN}&x=1", allow_redirects=False)
+    # a wrong token in the address is not carried on to the form
+    resp = api.http.get(f"{api.base}/ops?token=a-guess&x=1", allow_redirects=False)
     assert resp.status_code == 303 and "Set-Cookie" not in resp.headers
-    assert ADMIN_TOKEN not in resp.headers["Location"] and parse_qs(urlsplit(resp.headers["Location"]).query)[
-        "next"
-    ] == ["/ops?x=1"]
+    assert "a-guess" not in resp.headers["Location"]
+    assert parse_qs(urlsplit(resp.headers["Location"]).query)["next"] == ["/ops?x=1"]
+
+
+def test_a_token_in_the_address_is_swapped_for_a_session_and_leaves_the_address(api):
+    resp = api.http.get(f"{api.base}/ops/rq/?token={ADMIN_TOKEN}&x=1", allow_redirects=False)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/ops/rq/?x=1"
+    assert resp.headers["Referrer-Policy"] == "no-referrer" and resp.headers["Cache-Control"] == "no-store"
+    session_id = SimpleCookie(resp.headers["Set-Cookie"])[COOKIE].value
+    assert ADMIN_TOKEN not in resp.headers["Set-Cookie"]
+    page = api.http.get(api.base + "/ops/rq/0/data/queues.json", cookies={COOKIE: session_id})
+    assert page.status_code == 200 and "queues" in page.json()
     # a wrong bearer token is the admin API's JSON 401, as is a change without a session
     wrong = api.http.get(api.base + "/ops", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"

@@ -1,9 +1,11 @@
 """Who may open the operator pages, which a browser must be able to use: the admin API's
 `Authorization: Bearer`, or a session opened by the login form (`POST /ops/login`, the admin
 token in the form's body, never in an address) and kept as a cookie (a random id in Redis,
-bound to the token, expiring). Under the cookie a change must come from this site's own pages
-(the same-origin check) and carry the session's CSRF token (the hidden field `csrf_token`).
-A browser without a session is sent to the login form. docs/operations.md "`/ops` and
+bound to the token, expiring). A GET with the right `?token=` (the way in before the form,
+which the contract keeps) opens a session too and answers the address without it. Under the
+cookie a change must come from this site's own pages (the same-origin check) and carry the
+session's CSRF token (the hidden field `csrf_token`). A browser without a session is sent to
+the login form. docs/operations.md "`/ops` and
 `/ops/rq`", docs/security.md."""
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ def require_admin(*, csrf: bool = True) -> Response | None:
     token, else the admin API's 401 (a wrong bearer token) / 503 (no ADMIN_TOKEN)."""
     if _is_admin_token(bearer(request.headers.get("Authorization", ""))):
         return None  # a header no other site can make a browser send: no origin check needed
+    if request.method in SAFE_METHODS and _is_admin_token(request.args.get("token")):
+        return _swap_token_for_cookie()  # a link made before the login form: the token leaves the address
     session_id = _live_session()
     if session_id is not None:
         g.ops_csrf = csrf_token(session_id)
@@ -132,6 +136,29 @@ def require_admin(*, csrf: bool = True) -> Response | None:
         return redirect(url_for("ops.login", next=_this_page()), code=303)
     check_admin_token()  # raises: the JSON 401 / 503 answer
     return None
+
+
+def _set_session_cookie(resp: Response) -> Response:
+    cfg = services.current().config
+    resp.set_cookie(
+        COOKIE,
+        open_session(),
+        max_age=cfg.ops_session_ttl_s,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="Strict",
+        secure=request.is_secure or not cfg.ops_insecure_cookie,
+    )
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+def _swap_token_for_cookie() -> Response:
+    """`?token=` (the contract's way in before the login form, kept for links made then): 303
+    to the same address without it, the session cookie set."""
+    resp = _set_session_cookie(redirect(_this_page(), code=303))
+    resp.headers["Referrer-Policy"] = "no-referrer"  # the address with the token goes nowhere
+    return resp
 
 
 @bp.before_request
@@ -186,19 +213,7 @@ def log_in() -> Response | tuple[str, int, dict[str, str]]:
         pipe.expire(failures_key, LOGIN_WINDOW_S, nx=True)
         pipe.execute()
         return _login_form("That is not the admin token.", 401)
-    cfg = services.current().config
-    resp = redirect(_next_page(request.form.get("next")), code=303)
-    resp.set_cookie(
-        COOKIE,
-        open_session(),
-        max_age=cfg.ops_session_ttl_s,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="Strict",
-        secure=request.is_secure or not cfg.ops_insecure_cookie,
-    )
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    return _set_session_cookie(redirect(_next_page(request.form.get("next")), code=303))
 
 
 def check_admin_token_configured() -> None:
