@@ -5,7 +5,6 @@ shown back as a notice), a refused form shown again, and the audit log's rows.""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
@@ -51,7 +50,7 @@ def page(template: str, section: str, status: int = 200, **context: Any) -> tupl
 def done(endpoint: str, notice: str, **values: Any) -> Response:
     """303 to a page after a change, which the page then names."""
     assert notice in NOTICES
-    return redirect(url_for(endpoint, **values) + "?" + urlencode({"notice": notice}), code=303)
+    return redirect(url_for(endpoint, **values, notice=notice), code=303)
 
 
 def audit_rows(entity: str | None = None, entity_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:

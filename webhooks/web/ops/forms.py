@@ -92,11 +92,14 @@ def shown(fields: tuple[Field, ...], obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def refilled(fields: tuple[Field, ...], form: MultiDict[str, str]) -> dict[str, str]:
-    """The values a refused form is shown again with: what the operator typed."""
-    return {
-        f.name: ("on" if "on" in form.getlist(f.name) else "") if f.kind == CHECKBOX else form.get(f.name, "")
-        for f in fields
-    }
+    """The values a refused form is shown again with: what the operator typed, but a secret."""
+    values = {}
+    for f in fields:
+        if f.kind == CHECKBOX:
+            values[f.name] = "on" if "on" in form.getlist(f.name) else ""
+        else:
+            values[f.name] = "" if f.kind == SECRET else form.get(f.name, "")
+    return values
 
 
 def errors_of(fields: tuple[Field, ...], exc: BadRequest) -> dict[str, str]:
