@@ -390,7 +390,7 @@ def test_without_redis_url_it_runs_on_a_redis_of_its_own_never_on_one_that_answe
         assert f"==> database: sqlite:///{run.var}/floodgate.sqlite3" in out, out
         base = f"http://127.0.0.1:{run.port}"
         assert f"==> Floodgate is up at {base} (listening on 127.0.0.1 port {run.port}" in out, out
-        assert f"operator page: {base}/ops" in out, out
+        assert f"operator console: {base}/ops/login" in out, out
         assert "CLI: scripts/floodgate <group> <command>" in out, out
         assert listening_addresses(run.port) == {"0100007F"}  # 127.0.0.1, not 0.0.0.0
 

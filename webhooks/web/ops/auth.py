@@ -5,8 +5,7 @@ bound to the token, expiring). A GET with the right `?token=` (the way in before
 which the contract keeps) opens a session too and answers the address without it. Under the
 cookie a change must come from this site's own pages (the same-origin check) and carry the
 session's CSRF token (the hidden field `csrf_token`). A browser without a session is sent to
-the login form. docs/operations.md "`/ops` and
-`/ops/rq`", docs/security.md."""
+the login form. docs/operations.md "`/ops`: the operator console", docs/security.md."""
 
 from __future__ import annotations
 
