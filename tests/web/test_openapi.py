@@ -96,6 +96,11 @@ CONTRACT = {
     "POST /ops/events/{endpoint_id}/replay",
     "GET /ops/reports",
     "GET /ops/audit",
+    "GET /ops/suppression",
+    "GET /v1/admin/suppression-lists",
+    "PUT /v1/admin/suppression-lists/{list_id}",
+    "GET /v1/admin/suppression-lists/{list_id}",
+    "POST /v1/admin/suppression-lists/{list_id}/entries",
     "PATCH /v1/admin/publishers/{publisher_id}",
     "PATCH /v1/admin/buyers/{buyer_id}",
 }

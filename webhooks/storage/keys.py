@@ -167,3 +167,24 @@ def retention_mark(group: str) -> str:
     """Where the lead-body purge of one retention group got to in the ledger (leads/accounting/ledger.py
     purge_bodies): "<received_at>|<id>". Lost, the next walk starts over from the oldest lead."""
     return PREFIX + "retention:" + group
+
+
+# Suppression lists (leads/rules/suppression.py). Every key of every list shares one hash tag,
+# so that a lead is checked against all of its lists in one round trip on a cluster too.
+SUPPRESSION_TAG = "{sup}"
+
+
+def suppression_bucket(list_id: str, bucket: str) -> str:
+    """One bucket of a list: a hash whose fields are its entries' digests past their first two
+    bytes (the bucket's name, hex): small hashes Redis keeps as listpacks."""
+    return PREFIX + SUPPRESSION_TAG + ":" + list_id + ":" + bucket
+
+
+def suppression_ready(list_id: str) -> str:
+    """Set once Redis holds every entry of the list (the database's); missing after a loss, so
+    that no lead is checked against a list Redis has only part of."""
+    return PREFIX + SUPPRESSION_TAG + ":ready:" + list_id
+
+
+def suppression_rebuild_lock(list_id: str) -> str:
+    return PREFIX + SUPPRESSION_TAG + ":rebuilding:" + list_id

@@ -62,6 +62,7 @@ class Publisher(BaseModel):
     # caps (docs/api.md): leads accepted per UTC hour / day; NULL: unlimited
     cap_hourly = pw.IntegerField(null=True)
     cap_daily = pw.IntegerField(null=True)
+    suppress = pw.TextField(null=True)  # JSON: the suppression lists its leads are refused by (sql/018)
 
     class Meta:
         table_name = "publishers"
@@ -94,6 +95,8 @@ class Buyer(BaseModel):
     return_window_days = pw.IntegerField(default=7)
     billing = pw.TextField(null=True)  # JSON: mode, account, currency, credit_limit, low_balance (sql/016)
     billing_account = pw.CharField(max_length=300, null=True, index=True)  # "<account>|<currency>"
+    suppress = pw.TextField(null=True)  # JSON: suppression lists whose leads it is not offered (sql/018)
+    require_consent = pw.TextField(null=True)  # JSON: consent it requires claimed, e.g. ["trustedform"]
 
     class Meta:
         table_name = "buyers"
@@ -119,6 +122,8 @@ class Lead(BaseModel):
     return_reason = pw.CharField(max_length=500, null=True)
     charge_minor = pw.BigIntegerField(null=True)  # debited from the buyer's wallet (sql/016)
     charge_account = pw.CharField(max_length=300, null=True)  # that wallet: "<account>|<currency>"
+
+    consent = pw.TextField(null=True)  # JSON: the consent claims made for the lead (sql/018)
 
     class Meta:
         table_name = "leads"
@@ -372,6 +377,33 @@ class WalletEntry(BaseModel):
         indexes = ((("customer", "currency", "at"), False),)
 
 
+class SuppressionList(BaseModel):
+    """A suppression list (sql/018): the lead field it holds, how its entries are hashed, and how
+    many it holds."""
+
+    id = pw.CharField(max_length=64, primary_key=True)
+    field = pw.CharField(max_length=16)  # email | phone
+    hash = pw.CharField(max_length=8)  # md5 | sha256 | none
+    size = pw.BigIntegerField(default=0)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "suppression_lists"
+
+
+class SuppressionEntry(BaseModel):
+    """One entry of a list, as the digest Redis holds (hex): never the plain value."""
+
+    id = pw.BigAutoField()
+    list_id = pw.CharField(max_length=64)
+    digest = pw.CharField(max_length=64)
+
+    class Meta:
+        table_name = "suppression_entries"
+        indexes = ((("list_id", "digest"), True),)
+
+
 class LeadStats(BaseModel):
     """The leads report's figures per hour (received_at, UTC), publisher and buyer ('' for
     leads no buyer bought), kept in the transactions of the ledger changes they count: a
@@ -450,4 +482,6 @@ ALL_MODELS = [
     Event,
     EventDispatch,
     EventAttempt,
+    SuppressionList,
+    SuppressionEntry,
 ]

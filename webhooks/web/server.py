@@ -16,6 +16,8 @@ from gunicorn.http.body import Body
 from gunicorn.http.errors import ParseException
 from gunicorn.workers.ggevent import GeventWorker
 
+from webhooks.web.http import body_limit
+
 # The most of an unread request body (a 405 or 413 answered before the view read it) that is
 # read and thrown away to keep the connection; past it the connection is closed (gunicorn's own
 # figure, http/parser.py _DRAIN_MAX_BYTES).
@@ -93,12 +95,13 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no t
         and the app's own time never counts against the client. Then serve the request, and
         read what is left of the body within the same budget before the next one."""
         body = req.body
+        limit = body_limit(req.path or "", self.max_body_bytes)
         declared = next((v for name, v in req.headers if name == "CONTENT-LENGTH"), None)
-        if declared is None or int(declared) <= self.max_body_bytes:  # a longer one is 413 unread
+        if declared is None or int(declared) <= limit:  # a longer one is 413 unread
             if req._expected_100_continue:  # the client waits for it before sending the body
                 sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
                 req._expected_100_continue = False  # gunicorn would send it again
-            req.body = Body(io.BytesIO(_read_upto(body, self.max_body_bytes + 1)))
+            req.body = Body(io.BytesIO(_read_upto(body, limit + 1)))
         kept = super().handle_request(listener_name, req, sock, addr)
         if not _drained(body):
             raise StopIteration  # gunicorn's way to close the connection after an answer

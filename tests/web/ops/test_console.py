@@ -115,6 +115,7 @@ def test_every_page_renders(api, browser):
         "/ops/payments",
         "/ops/events",
         "/ops/reports",
+        "/ops/suppression",
         "/ops/audit",
     ):
         resp = http.get(api.base + path)

@@ -24,6 +24,7 @@ from webhooks.leads.posting.delivery import Deliverer
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule, cap_counters, cap_windows, key_hash, throttle
 from webhooks.leads.rules.quality import checked
+from webhooks.leads.rules.suppression import SUPPRESSED
 from webhooks.storage import claims, keys
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import LeadClaim
@@ -104,6 +105,17 @@ def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | 
     except UNAVAILABLE_ERRORS:
         raise Unavailable("the lead ledger is unreachable; retry shortly") from None
     return None if found is None else found["attempts"]
+
+
+def _refused(why: str, lead_id: str) -> str:
+    """A lead the publisher's suppression lists refuse, before anything is claimed, reserved,
+    counted or stored: 200 unsold, reason `suppressed`; 503 while Redis does not hold all of
+    such a list (after a data loss, until it is loaded again)."""
+    if why == SUPPRESSED:
+        return json.dumps({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
+    raise Unavailable(
+        "a suppression list of this publisher is being loaded into Redis again; retry shortly", retry_after_s=5
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +212,8 @@ class Intake:
         (Router.try_out): nothing reserved, posted, earned or counted."""
         now = datetime.now(timezone.utc)
         route = self.router.select(snapshot, publisher, lead, now, test)
+        if route.refused is not None:
+            return _refused(route.refused, lead_id)
         ctx = self._context(
             publisher=publisher,
             lead_id=lead_id,

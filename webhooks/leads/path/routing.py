@@ -27,6 +27,7 @@ from webhooks.caps.leases import Reservation
 from webhooks.leads.path.context import LeadContext, lead_ref
 from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
+from webhooks.leads.rules import suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule
@@ -175,6 +176,7 @@ class Route:
     skipped: list[dict[str, Any]]
     plan: list[Offer] | None
     consumers: dict[str, tuple[str, ...]]
+    refused: str | None = None  # the publisher's suppression refuses the lead: SUPPRESSED or UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -248,8 +250,43 @@ class Router:
     ) -> Route:
         """The route of one lead (`candidates`, `plan`; no plan for a test lead)."""
         buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
-        plan = None if test else self.plan(buyers, publisher)
-        return Route(buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, lead))
+        refused, buyers = self._suppress(snapshot, publisher, buyers, lead, skipped)
+        plan = None if test or refused else self.plan(buyers, publisher)
+        return Route(buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, lead), refused=refused)
+
+    def _suppress(
+        self,
+        snapshot: Snapshot,
+        publisher: PublisherRule,
+        buyers: list[BuyerRule],
+        lead: dict[str, Any],
+        skipped: list[dict[str, Any]],
+    ) -> tuple[str | None, list[BuyerRule]]:
+        """The lead against the publisher's suppression lists and those of the buyers that
+        may be offered it, in one round trip (leads/rules/suppression.py): why the publisher's
+        lists refuse it (None: they do not), and the buyers whose lists leave it to them; a
+        buyer whose list has it, or whose list Redis does not hold all of now, is skipped
+        (reason `suppressed`, `suppression_unavailable`)."""
+        wanted = set(publisher.suppress).union(*(b.suppress for b in buyers))
+        lists = [snapshot.suppression[i] for i in sorted(wanted) if i in snapshot.suppression]
+        if not lists:
+            return None, buyers
+        verdicts = suppression.check(self.store, lists, lead)
+        mine = [verdicts.get(i, suppression.MISS) for i in publisher.suppress]
+        if suppression.HIT in mine:
+            return suppression.SUPPRESSED, buyers
+        if suppression.UNKNOWN in mine:
+            return suppression.UNKNOWN, buyers
+        kept = []
+        for b in buyers:
+            seen = [verdicts.get(i, suppression.MISS) for i in b.suppress]
+            if suppression.HIT in seen:
+                skipped.append({"buyer_id": b.id, "reason": suppression.SUPPRESSED})
+            elif suppression.UNKNOWN in seen:
+                skipped.append({"buyer_id": b.id, "reason": "suppression_unavailable"})
+            else:
+                kept.append(b)
+        return None, kept
 
     def opening(self, ctx: LeadContext, route: Route) -> Opening | None:
         """The reservation of the planned first offer and its attempt note, to be made in the

@@ -20,6 +20,7 @@ from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import InvalidPayload, ValidationError
 from webhooks.leads.posting import integration
+from webhooks.leads.rules import consent, suppression
 from webhooks.logs import REDACTED_URL, redact_url, restore_url
 from webhooks.storage.models import Buyer
 from webhooks.storage.scripts import NO_HOLD, Hold
@@ -48,6 +49,8 @@ _FIELDS = {
     "weight",
     "filter",
     "billing",
+    "suppress",
+    "require_consent",
 }
 _BILLING_FIELDS = {"mode", "account", "currency", "credit_limit", "low_balance"}
 
@@ -230,6 +233,8 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
         "lead_filter": _filter(body.get("filter")),
         "billing": None if billing is None else billing.to_json(),
         "billing_account": None if billing is None else billing.key,
+        "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
+        "require_consent": suppression.stored_json(consent.parse_required(CODE, body.get("require_consent"))),
     }
 
 
@@ -268,6 +273,8 @@ def to_json(row: Buyer) -> dict[str, Any]:
         "weight": row.weight,
         "filter": row.lead_filter,
         "billing": json.loads(row.billing) if row.billing else None,
+        "suppress": list(suppression.stored_ids(row.suppress)),
+        "require_consent": list(suppression.stored_ids(row.require_consent)),
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }
@@ -295,6 +302,8 @@ class BuyerRule:
     weight: int = 1
     filter: Any = None  # bounded JMESPath on the normalised lead (integration.compile_expression); None: none
     billing: Billing | None = None  # pays for its leads from a wallet (caps/balance.py); None: not billed
+    suppress: tuple[str, ...] = ()  # suppression lists whose consumers it is not offered
+    require_consent: tuple[str, ...] = ()  # consent it is offered a lead with only when claimed
 
     def hold(self, price: Decimal) -> Hold | None:
         """What a reservation at `price` holds against the buyer's balance (NO_HOLD: not
@@ -339,6 +348,8 @@ class BuyerRule:
             weight=row.weight,
             filter=None if row.lead_filter is None else integration.load_expression(row.lead_filter),
             billing=Billing.from_json(row.billing),
+            suppress=suppression.stored_ids(row.suppress),
+            require_consent=suppression.stored_ids(row.require_consent),
         )
 
     def refusal(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> str | None:

@@ -15,8 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
+from webhooks.leads.rules import suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule
+from webhooks.leads.rules.suppression import ListRule
 from webhooks.storage import keys
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
@@ -34,6 +36,7 @@ class Snapshot:
     buyers: tuple[BuyerRule, ...] = ()  # active, in waterfall order
     publishers_by_key: dict[str, PublisherRule] = field(default_factory=dict)
     inactive: tuple[str, ...] = ()  # ids of the buyers switched off (not deleted), for the trace
+    suppression: dict[str, ListRule] = field(default_factory=dict)  # every suppression list, by id
 
 
 def bump_version(r: Client) -> None:
@@ -47,8 +50,11 @@ def load_snapshot(version: str | None) -> Snapshot:
         buyers = [BuyerRule.from_row(b) for b in rows if b.active]
         inactive = tuple(sorted(b.id for b in rows if not b.active))
         publishers = {p.api_key_hash: PublisherRule.from_row(p) for p in Publisher.select()}
+        lists = suppression.load_rules()
     buyers.sort(key=lambda b: (b.priority, -b.price, b.id))
-    return Snapshot(version=version, buyers=tuple(buyers), publishers_by_key=publishers, inactive=inactive)
+    return Snapshot(
+        version=version, buyers=tuple(buyers), publishers_by_key=publishers, inactive=inactive, suppression=lists
+    )
 
 
 class Catalog:

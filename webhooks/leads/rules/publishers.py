@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
-from webhooks.leads.rules import quality
+from webhooks.leads.rules import quality, suppression
 from webhooks.storage import keys
 from webhooks.storage.models import Publisher
 from webhooks.storage.scripts import CapCounter
@@ -34,6 +34,7 @@ _FIELDS = {
     "fields",
     "mode",
     "caps",
+    "suppress",
 }
 PUBLISHER_CAPS = {"hourly": 3600, "daily": 86400}  # UTC windows, by their length in seconds
 CAP_MAX = 10**9
@@ -76,6 +77,7 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
         "mode": _mode(body.get("mode", "live")),
         **{f"cap_{name}": limit for name, limit in _caps(body.get("caps")).items()},
         "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
+        "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
     }
 
 
@@ -235,6 +237,7 @@ def to_json(row: Publisher) -> dict[str, Any]:
             name: getattr(row, f"cap_{name}") for name in PUBLISHER_CAPS if getattr(row, f"cap_{name}") is not None
         },
         "mode": row.mode,
+        "suppress": list(suppression.stored_ids(row.suppress)),
         "balance": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
@@ -252,6 +255,7 @@ class PublisherRule:
     mode: str = "live"  # test: every lead of the publisher is a test lead
     payout_fixed: Decimal | None = None  # a fixed payout per sold lead; None: payout_pct of the price
     caps: tuple[tuple[str, int], ...] = ()  # (hourly | daily, leads accepted per UTC window)
+    suppress: tuple[str, ...] = ()  # suppression lists a lead is refused for (before routing)
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
@@ -268,6 +272,7 @@ class PublisherRule:
             mode=row.mode,
             payout_fixed=fixed,
             caps=caps,
+            suppress=suppression.stored_ids(row.suppress),
         )
 
 

@@ -25,4 +25,13 @@ def check_admin_token() -> None:
 
 bp.before_request(check_admin_token)
 
-from webhooks.web.admin import buyers, events, leads, lists, payments, publishers, statements  # noqa: E402,F401  (routes)
+from webhooks.web.admin import (  # noqa: E402,F401  (routes)
+    buyers,
+    events,
+    leads,
+    lists,
+    payments,
+    publishers,
+    statements,
+    suppression,
+)

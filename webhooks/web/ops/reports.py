@@ -1,6 +1,6 @@
-"""The console's reports and audit log: the leads report of a range of days grouped as the
-admin API's (a chart of the last 24 hours above it, a CSV of it beside it), and the newest
-changes of the audit log."""
+"""The console's reports, suppression lists and audit log: the leads report of a range of days
+grouped as the admin API's (a chart of the last 24 hours above it, a CSV of it beside it),
+every suppression list with its users, and the newest changes of the audit log."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from typing import Any
 from flask import Response, request
 from flask.typing import ResponseReturnValue
 
+from webhooks import services
 from webhooks.errors import BadRequest, ValidationError
 from webhooks.leads.accounting import reports
+from webhooks.leads.rules.suppression import stored_ids
+from webhooks.leads.rules.suppression import to_json as suppression_json
+from webhooks.storage import keys
+from webhooks.storage.models import Buyer, Publisher, SuppressionList
 from webhooks.web.admin.leads import DAY
 from webhooks.web.ops import bp
 from webhooks.web.ops.console import NO_STORE, audit_rows, page
@@ -74,3 +79,29 @@ def audit() -> ResponseReturnValue:
     if entity is not None and (len(entity) > 32 or not entity.replace("_", "").isalnum()):
         entity = None
     return page("audit.html", "ops.audit", rows=audit_rows(entity, limit=AUDIT_SHOWN), entity=entity or "")
+
+
+@bp.get("/ops/suppression")
+def suppression_lists() -> ResponseReturnValue:
+    """Every suppression list: its field, hash and size, whether Redis holds all of it now, and
+    the buyers and publishers that use it."""
+    rows = list(SuppressionList.select().order_by(SuppressionList.id))
+    r = services.current().store.redis
+    pipe = r.pipeline(transaction=False)
+    for row in rows:
+        pipe.exists(keys.suppression_ready(row.id))
+    ready = pipe.execute() if rows else []
+    users: dict[str, list[str]] = {row.id: [] for row in rows}
+    for buyer in Buyer.select(Buyer.id, Buyer.suppress).where(
+        Buyer.deleted_at.is_null(), Buyer.suppress.is_null(False)
+    ):
+        for list_id in stored_ids(buyer.suppress):
+            users.setdefault(list_id, []).append(f"buyer {buyer.id}")
+    for publisher in Publisher.select(Publisher.id, Publisher.suppress).where(Publisher.suppress.is_null(False)):
+        for list_id in stored_ids(publisher.suppress):
+            users.setdefault(list_id, []).append(f"publisher {publisher.id}")
+    lists = [
+        {**suppression_json(row), "ready": bool(up), "users": users[row.id]}
+        for row, up in zip(rows, ready, strict=True)
+    ]
+    return page("suppression.html", "ops.suppression_lists", lists=lists)

@@ -1,0 +1,356 @@
+"""Suppression lists (docs/api.md "Consent, suppression and pre-ping"; docs/leads.md
+"Suppression lists"): consumers, by e-mail or phone, that a buyer is never offered and a
+publisher's leads are refused for.
+
+An entry is kept as a digest of the normalised field (lower-cased e-mail, E.164 phone): the
+list's own hash (md5 or sha256, as a partner's suppression file comes), or for a plain list
+the first 16 bytes of SHA-256, so neither Redis nor the database keeps a plain address. In
+Redis a list is a set of small hashes (buckets) named by a digest's first two bytes, each
+field the digest's remaining bytes: Redis keeps hashes of up to 128 fields as listpacks, a few
+bytes over the field itself per entry, so a list of millions costs tens of bytes an entry
+(bench/ "suppression"). Every key shares the hash tag {sup}: checking a lead against all of
+its lists is one pipelined round trip, on a cluster too.
+
+The database is the source: an add writes Redis first and the database after, a removal the
+database first and Redis after, so a failure between the two leaves Redis suppressing more,
+never less; the call fails and its retry finishes it. A list is checked only while its
+`ready` key says Redis holds all of it; after a data loss the check answers "unknown" (the
+buyer is skipped, the publisher's lead refused with 503) and a rebuild in the background
+loads it from the database again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import phonenumbers
+
+from webhooks.errors import Conflict, NotFound, ValidationError
+from webhooks.storage import audit, keys
+from webhooks.storage.db import db
+from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
+from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.validate import is_id
+
+log = logging.getLogger(__name__)
+
+CODE = "invalid_suppression"
+FIELDS = ("email", "phone")
+HASHES = ("md5", "sha256", "none")
+HEX_LENGTH = {"md5": 32, "sha256": 64}
+MAX_ENTRIES = 10_000  # values per call, added and removed together
+MAX_VALUE = 320  # characters of a plain value (an e-mail address is at most 254)
+PHONE_REGION = "US"  # for a phone number written without its country code
+REBUILD_PAGE = 5_000
+LOCK_TTL_MS = 300_000
+
+HIT, MISS, UNKNOWN = "hit", "miss", "unknown"
+SUPPRESSED = "suppressed"  # the routing trace's reason, and the answer's
+
+
+@dataclass(frozen=True)
+class ListRule:
+    """A list as the lead path checks it."""
+
+    id: str
+    field: str
+    hash: str
+
+    @classmethod
+    def from_row(cls, row: SuppressionList) -> ListRule:
+        return cls(row.id, row.field, row.hash)
+
+    def digest_of(self, value: str) -> bytes:
+        """The digest of a normalised value, as this list keeps its entries."""
+        data = value.encode()
+        if self.hash == "md5":
+            return hashlib.md5(data, usedforsecurity=False).digest()
+        full = hashlib.sha256(data).digest()
+        return full if self.hash == "sha256" else full[:16]
+
+    def entry(self, raw: Any, where: str) -> bytes:
+        """An entry as an admin sends it: a hex digest of the normalised field for a hashed
+        list, the value itself for a plain one. ValidationError naming `where`."""
+        if not isinstance(raw, str) or len(raw) > MAX_VALUE:
+            raise ValidationError(CODE, where, "must be a string")
+        if self.hash in HEX_LENGTH:
+            text = raw.strip().lower()
+            if len(text) != HEX_LENGTH[self.hash] or any(c not in "0123456789abcdef" for c in text):
+                raise ValidationError(CODE, where, f"must be the {self.hash} of the normalised {self.field} (hex)")
+            return bytes.fromhex(text)
+        value = normalise(self.field, raw)
+        if value is None:
+            what = "an e-mail address" if self.field == "email" else "a phone number"
+            raise ValidationError(CODE, where, f"is not {what}")
+        return self.digest_of(value)
+
+
+def normalise(field: str, value: Any) -> str | None:
+    """The form a list holds of a lead's `field`: the e-mail trimmed and lower-cased, the phone
+    in E.164 (a number without a country code read as PHONE_REGION's); None for none."""
+    if field == "phone" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or len(value) > MAX_VALUE:
+        return None
+    if field == "email":
+        text = value.strip().lower()
+        return text if "@" in text else None
+    try:
+        number = phonenumbers.parse(value, PHONE_REGION)
+    except phonenumbers.NumberParseException:
+        return None
+    if not phonenumbers.is_possible_number(number):
+        return None
+    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _place(list_id: str, digest: bytes) -> tuple[str, bytes]:
+    """(bucket key, field) of a digest in Redis."""
+    return keys.suppression_bucket(list_id, digest[:2].hex()), digest[2:]
+
+
+# --- the lead path -----------------------------------------------------------------------
+
+
+def check(store: Store, lists: Sequence[ListRule], lead: dict[str, Any]) -> dict[str, str]:
+    """Each list's verdict on the lead: HIT (its consumer is on it), MISS, or UNKNOWN (Redis
+    does not hold all of the list now: a rebuild is started). One pipelined round trip for
+    every list; none when the lead has none of their fields."""
+    asks: list[tuple[ListRule, str, bytes]] = []
+    verdicts: dict[str, str] = {}
+    for rule in lists:
+        value = normalise(rule.field, lead.get(rule.field))
+        if value is None:
+            verdicts[rule.id] = MISS
+        else:
+            bucket, member = _place(rule.id, rule.digest_of(value))
+            asks.append((rule, bucket, member))
+    if not asks:
+        return verdicts
+    pipe = store.redis.pipeline(transaction=False)
+    for rule, bucket, member in asks:
+        pipe.exists(keys.suppression_ready(rule.id))
+        pipe.hexists(bucket, member)  # a binary field: redis-py sends bytes as they are
+    replies = pipe.execute()
+    for i, (rule, _bucket, _member) in enumerate(asks):
+        ready, found = replies[2 * i], replies[2 * i + 1]
+        verdicts[rule.id] = HIT if found else (MISS if ready else UNKNOWN)
+        if not ready:
+            request_rebuild(store, rule)
+    return verdicts
+
+
+# --- the admin API -----------------------------------------------------------------------
+
+
+def parse_list(body: Any) -> tuple[str, str]:
+    """(field, hash) of a PUT body {"field": "email" | "phone", "hash": "md5" | "sha256" | "none"}."""
+    if not isinstance(body, dict) or set(body) - {"field", "hash"}:
+        raise ValidationError(CODE, "body", 'must be an object {"field": ..., "hash": ...}')
+    field, kind = body.get("field"), body.get("hash")
+    if field not in FIELDS:
+        raise ValidationError(CODE, "field", "must be email or phone")
+    if kind not in HASHES:
+        raise ValidationError(CODE, "hash", "must be md5, sha256 or none")
+    return str(field), str(kind)
+
+
+def put_list(store: Store, list_id: str, field: str, kind: str) -> SuppressionList:
+    """Create a list, or keep it as it is; a list that holds entries keeps its field and hash
+    (409 suppression_list_in_use: its digests mean nothing under another)."""
+    now, shape = utcnow(), {"field": field, "hash": kind}
+    with db.atomic():
+        row = SuppressionList.get_or_none(SuppressionList.id == list_id)
+        if row is None:
+            row = SuppressionList.create(id=list_id, field=field, hash=kind, size=0, created_at=now, updated_at=now)
+            audit.record("admin", "suppression_list.create", "suppression_list", list_id, shape)
+        elif (row.field, row.hash) != (field, kind):
+            if row.size:
+                raise Conflict(
+                    f"list {list_id!r} holds {row.size} entries as {row.hash} of {row.field}: make another list",
+                    code="suppression_list_in_use",
+                )
+            SuppressionList.update(field=field, hash=kind, updated_at=now).where(
+                SuppressionList.id == list_id
+            ).execute()
+            audit.record("admin", "suppression_list.update", "suppression_list", list_id, shape)
+            row = SuppressionList.get_by_id(list_id)
+    store.redis.set(keys.suppression_ready(list_id), "1", nx=True)  # an empty list: all of it is in Redis
+    return row
+
+
+def get_list(list_id: str) -> SuppressionList:
+    row = SuppressionList.get_or_none(SuppressionList.id == list_id) if is_id(list_id) else None
+    if row is None:
+        raise NotFound(f"no suppression list {list_id!r}")
+    return row
+
+
+def to_json(row: SuppressionList) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "field": row.field,
+        "hash": row.hash,
+        "size": row.size,
+        "created_at": row.created_at.isoformat() + "Z",
+        "updated_at": row.updated_at.isoformat() + "Z",
+    }
+
+
+def parse_entries(rule: ListRule, body: Any) -> tuple[list[bytes], list[bytes]]:
+    """(digests to add, digests to remove) of {"add": [...], "remove": [...]}: at most
+    MAX_ENTRIES values in all; each refusal names its place (`add[3]`)."""
+    if not isinstance(body, dict) or not body or set(body) - {"add", "remove"}:
+        raise ValidationError(CODE, "body", 'must be an object {"add": [...], "remove": [...]}')
+    out: dict[str, list[bytes]] = {}
+    total = 0
+    for name in ("add", "remove"):
+        values = body.get(name, [])
+        if not isinstance(values, list):
+            raise ValidationError(CODE, name, "must be a list")
+        total += len(values)
+        if total > MAX_ENTRIES:
+            raise ValidationError(CODE, name, f"at most {MAX_ENTRIES} values per call, added and removed together")
+        out[name] = [rule.entry(value, f"{name}[{i}]") for i, value in enumerate(values)]
+    return out["add"], out["remove"]
+
+
+def change(store: Store, row: SuppressionList, add: list[bytes], remove: list[bytes]) -> dict[str, int]:
+    """Add and remove entries: {"added", "removed", "size"} (entries already there, or not
+    there, count in neither). Redis first for an add, the database first for a removal: a
+    failure between them leaves Redis suppressing more, never less, and the retry finishes."""
+    rule = ListRule.from_row(row)
+    add = [d for d in dict.fromkeys(add) if d not in set(remove)]  # a value both added and removed: removed
+    remove = list(dict.fromkeys(remove))
+    if add:
+        _redis_write(store, rule, add, present=True)
+    with db.atomic():
+        added = removed = 0
+        for chunk in _chunks(add, 1000):
+            added += (
+                SuppressionEntry.insert_many([{"list_id": rule.id, "digest": d.hex()} for d in chunk])
+                .on_conflict_ignore()
+                .as_rowcount()
+                .execute()
+            )
+        for chunk in _chunks(remove, 1000):
+            removed += (
+                SuppressionEntry.delete()
+                .where(SuppressionEntry.list_id == rule.id, SuppressionEntry.digest.in_([d.hex() for d in chunk]))
+                .execute()
+            )
+        SuppressionList.update(size=SuppressionList.size + added - removed, updated_at=utcnow()).where(
+            SuppressionList.id == rule.id
+        ).execute()
+        counts = {"added": added, "removed": removed}
+        audit.record("admin", "suppression_list.entries", "suppression_list", rule.id, counts)
+        size = SuppressionList.get_by_id(rule.id).size
+    if remove:
+        _redis_write(store, rule, remove, present=False)
+    return {"added": added, "removed": removed, "size": int(size)}
+
+
+def _chunks(items: list[bytes], n: int) -> Iterable[list[bytes]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _redis_write(store: Store, rule: ListRule, digests: list[bytes], *, present: bool) -> None:
+    pipe = store.redis.pipeline(transaction=False)
+    for digest in digests:
+        bucket, member = _place(rule.id, digest)
+        if present:
+            pipe.hset(bucket, member, "")  # a binary field
+        else:
+            pipe.hdel(bucket, member)
+    pipe.execute()
+
+
+# --- after a loss: the list loaded again from the database ---------------------------------
+
+
+def request_rebuild(store: Store, rule: ListRule) -> bool:
+    """Load the list into Redis again in the background unless a load runs; True if started."""
+    token = uuid.uuid4().hex
+    try:
+        if not store.redis.set(keys.suppression_rebuild_lock(rule.id), token, nx=True, px=LOCK_TTL_MS):
+            return False
+    except REDIS_DOWN:
+        return False
+    log.warning("suppression list %s is not all in Redis (it lost data?): loading it from the database", rule.id)
+    threading.Thread(target=_run_rebuild, args=(store, rule, token), daemon=True).start()
+    return True
+
+
+def _run_rebuild(store: Store, rule: ListRule, token: str) -> None:
+    try:
+        rebuild(store, rule)
+    except Exception:
+        log.exception("rebuild of suppression list %s failed; the next lead checked against it tries again", rule.id)
+    finally:
+        try:
+            store.release_claim(keys.suppression_rebuild_lock(rule.id), token)
+        except REDIS_DOWN:
+            pass
+
+
+def rebuild(store: Store, rule: ListRule) -> int:
+    """Write every entry of the database's list into Redis, a page at a time, then mark the
+    list ready; how many entries. (A removal racing the load may leave its entry in Redis:
+    suppressing more, never less, until the next load.)"""
+    count, after = 0, 0
+    with db.connection_context():
+        while True:
+            rows = cast(
+                "list[tuple[int, str]]",
+                list(
+                    SuppressionEntry.select(SuppressionEntry.id, SuppressionEntry.digest)
+                    .where(SuppressionEntry.list_id == rule.id, SuppressionEntry.id > after)
+                    .order_by(SuppressionEntry.id)
+                    .limit(REBUILD_PAGE)
+                    .tuples()
+                ),
+            )
+            if not rows:
+                break
+            _redis_write(store, rule, [bytes.fromhex(digest) for _, digest in rows], present=True)
+            count += len(rows)
+            after = rows[-1][0]
+    store.redis.set(keys.suppression_ready(rule.id), "1")
+    log.info("suppression list %s loaded into Redis: %d entries", rule.id, count)
+    return count
+
+
+def parse_ids(code: str, field: str, raw: Any) -> list[str]:
+    """A buyer's or publisher's `suppress`: a list of list ids, each of an existing list."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > 20 or not all(isinstance(x, str) and is_id(x) for x in raw):
+        raise ValidationError(code, field, "must be a list of at most 20 suppression list ids")
+    ids = sorted(set(raw))
+    known = {row.id for row in SuppressionList.select(SuppressionList.id).where(SuppressionList.id.in_(ids))}
+    missing = [x for x in ids if x not in known]
+    if missing:
+        raise ValidationError(code, field, f"no suppression list {missing[0]!r}: PUT /v1/admin/suppression-lists/<id>")
+    return ids
+
+
+def load_rules() -> dict[str, ListRule]:
+    """Every list, by id (the config snapshot's)."""
+    return {row.id: ListRule.from_row(row) for row in SuppressionList.select()}
+
+
+def stored_ids(raw: str | None) -> tuple[str, ...]:
+    """A stored JSON list of ids (`suppress`, `require_consent`) as a tuple; () for NULL."""
+    return tuple(json.loads(raw)) if raw else ()
+
+
+def stored_json(items: list[str]) -> str | None:
+    """What a column of such a list stores: NULL for none."""
+    return json.dumps(items) if items else None
