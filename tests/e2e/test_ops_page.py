@@ -1,52 +1,23 @@
-"""/ops (the operator page) in a real headless Chromium, and the token rules of /ops and the
-RQ dashboard at /ops/rq."""
+"""/ops (the operator page) in a real headless Chromium (testkit.browser, logged in through the
+console's form), and the session rules of /ops and the RQ dashboard at /ops/rq."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from html.parser import HTMLParser
+from http.cookies import SimpleCookie
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
-import pytest
 import requests
 
-from tests.conftest import ADMIN_TOKEN
+from testkit.browser import Page
+from testkit.config import ADMIN_TOKEN
+from testkit.servers import BuyerServer, RedisServer, WebServer, wait_until
+from tests.conftest import Api
+from tests.e2e.conftest import log_in, page_errors
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-    "--window-size=1280,900",
-]
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    """Debian's chromium, installed with apt-get if this machine has none."""
-    if not os.path.exists(CHROMIUM):
-        if shutil.which("apt-get") is None:
-            pytest.fail(f"{CHROMIUM} is missing and apt-get is not there to install Debian's chromium")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for args in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
-            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                pytest.fail(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return CHROMIUM
-
-
-def browse(chromium: str, url: str, profile: Path, *extra: str) -> subprocess.CompletedProcess:
-    """One headless Chromium run on a fresh profile."""
-    return subprocess.run(
-        [chromium, *FLAGS, f"--user-data-dir={profile}", *extra, url], capture_output=True, text=True, timeout=120
-    )
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 class Bars(HTMLParser):
@@ -58,8 +29,8 @@ class Bars(HTMLParser):
         self.breakers: list[str] = []
         self.publisher_breakers: list[tuple[str, str]] = []  # (publisher, state), per buyer in order
 
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        a = dict(attrs)
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {name: value or "" for name, value in attrs}
         if a.get("role") == "progressbar":
             self.bars[(a["data-buyer"], a["data-cap"])] = int(a["aria-valuenow"])
         if "data-breaker" in a:
@@ -69,8 +40,8 @@ class Bars(HTMLParser):
 
 
 def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(
-    web_api, worker, buyer_server, chromium, tmp_path
-):
+    web_api: Api, worker: object, buyer_server: BuyerServer, page: Page, tmp_path: Path
+) -> None:
     api = web_api  # the browser needs a server
     buyer_server.add("acme")
     buyer_server.add("flaky", mode="error500")
@@ -84,61 +55,79 @@ def test_ops_page_renders_cap_bars_breakers_and_last_leads_in_chromium(
         assert api.post_lead(key, {"lead_id": f"ops-{i}"}).json()["buyer_id"] == "acme"
     api.wait_settled("ops-2", "pub")
 
-    url = f"{api.base}/ops?token={ADMIN_TOKEN}"  # the browser's way in: token once, then a cookie
-    dump = browse(chromium, url, tmp_path / "profile-dom", "--dump-dom")
-    assert dump.returncode == 0, dump.stderr[-3000:]
-    page = Bars()
-    page.feed(dump.stdout)
-    assert page.bars == {("acme", "hourly"): 30, ("acme", "daily"): 3, ("acme", "daily_budget"): 15}
-    assert not any(b[0] == "flaky" for b in page.bars)  # no caps: no bars
-    flaky, acme = page.breakers  # waterfall order: each buyer's circuit for every publisher
+    log_in(page, api.base)  # the browser's way in: the login form, then the session's cookie
+    dom = page.html()
+    bars = Bars()
+    bars.feed(dom)
+    assert bars.bars == {("acme", "hourly"): 30, ("acme", "daily"): 3, ("acme", "daily_budget"): 15}
+    assert not any(b[0] == "flaky" for b in bars.bars)  # no caps: no bars
+    flaky, acme = bars.breakers  # waterfall order: each buyer's circuit for every publisher
     assert acme == "closed" and flaky == "closed"
-    ((publisher, state),) = page.publisher_breakers  # flaky's 1.5 s cool-down may be over already
+    ((publisher, state),) = bars.publisher_breakers  # flaky's 1.5 s cool-down may be over already
     assert publisher == "pub" and state in ("open", "half_open")
-    assert 'data-lead="ops-2"' in dump.stdout and "flaky: error" in dump.stdout
-    assert ADMIN_TOKEN not in dump.stdout
+    assert 'data-lead="ops-2"' in dom and "flaky: error" in dom
+    assert ADMIN_TOKEN not in dom
+    assert page_errors(page) == []
 
-    shot = tmp_path / "ops.png"
-    run = browse(chromium, url, tmp_path / "profile-shot", f"--screenshot={shot}")
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    shot = page.screenshot(tmp_path / "ops.png")
+    assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 10_000
 
 
-def test_ops_pages_need_the_admin_token(web):
+def test_ops_pages_need_the_admin_token(web: WebServer) -> None:
+    """Without a live session a browser is sent to the login form (as is one with a wrong
+    `?token=` or a cookie naming no session); a wrong bearer header is the admin API's 401."""
     base = web.url
     for path in ("/ops", "/ops/rq/", "/ops/rq/0/data/queues.json"):
-        for kw in (
+        ways: tuple[dict[str, Any], ...] = (
             {},
-            {"headers": {"Authorization": "Bearer wrong"}},
             {"params": {"token": "wrong"}},
             {"cookies": {"floodgate_ops": "wrong"}},
-        ):
+        )
+        for kw in ways:
             resp = requests.get(base + path, allow_redirects=False, timeout=10, **kw)
-            assert resp.status_code == 401, (path, kw)
-            assert resp.json()["error"]["code"] == "unauthorized"
+            assert resp.status_code == 303, (path, kw, resp.status_code)
+            assert resp.headers["Location"] == f"/ops/login?next={quote(path)}", (path, kw)
+            assert "Set-Cookie" not in resp.headers, (path, kw)
+        resp = requests.get(base + path, allow_redirects=False, timeout=10, headers={"Authorization": "Bearer wrong"})
+        assert resp.status_code == 401, path
+        assert resp.json()["error"]["code"] == "unauthorized"
 
 
-def test_query_token_becomes_a_cookie_that_opens_the_rq_dashboard(web):
+def test_the_login_form_opens_a_session_whose_cookie_opens_the_rq_dashboard(web: WebServer) -> None:
     session = requests.Session()
-    resp = session.get(f"{web.url}/ops/rq/?token={ADMIN_TOKEN}&x=1", allow_redirects=False, timeout=10)
-    assert resp.status_code == 303 and resp.headers["Location"] == "/ops/rq/?x=1"
+    wrong = session.post(f"{web.url}/ops/login", data={"token": "wrong", "next": "/ops/rq/"}, timeout=10)
+    assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers
+    resp = session.post(
+        f"{web.url}/ops/login", data={"token": ADMIN_TOKEN, "next": "/ops/rq/"}, allow_redirects=False, timeout=10
+    )
+    assert resp.status_code == 303 and resp.headers["Location"] == "/ops/rq/"
     cookie = resp.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ops" in cookie
-    page = session.get(web.url + "/ops/rq/", timeout=10)
+    assert ADMIN_TOKEN not in cookie and SimpleCookie(cookie)["floodgate_ops"].value
+    page = session.get(web.url + "/ops/rq/", allow_redirects=False, timeout=10)
     assert page.status_code == 200 and "RQ dashboard" in page.text
-    queues = session.get(web.url + "/ops/rq/0/data/queues.json", timeout=10)
+    queues = session.get(web.url + "/ops/rq/0/data/queues.json", allow_redirects=False, timeout=10)
     assert queues.status_code == 200 and "queues" in queues.json()
     header = requests.get(
         web.url + "/ops/rq/0/data/workers.json", timeout=10, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
     )
     assert header.status_code == 200 and "workers" in header.json()
+    # the address token the contract keeps for links made before the form: swapped for a
+    # session, the address answered again without it
+    linked = requests.Session()
+    resp = linked.get(f"{web.url}/ops/rq/?token={ADMIN_TOKEN}&x=1", allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/ops/rq/?x=1"
+    assert ADMIN_TOKEN not in resp.headers["Set-Cookie"] and resp.headers["Referrer-Policy"] == "no-referrer"
+    assert linked.get(web.url + "/ops/rq/0/data/queues.json", allow_redirects=False, timeout=10).status_code == 200
 
 
-def test_markup_in_job_metadata_does_not_run_on_the_dashboard(web, queue_server, chromium, tmp_path):
+def test_markup_in_job_metadata_does_not_run_on_the_dashboard(
+    web: WebServer, queue_server: RedisServer, page: Page
+) -> None:
     """rq-dashboard renders a job's description and metadata without escaping. Floodgate puts
     no caller input there, and should anything ever slip in, the dashboard's CSP (no inline
     event handlers, inline script by nonce only) keeps it from running: the markup is in the
-    page, its handler never fires."""
+    page, its handler never fires, and the browser reports the violation."""
     from redis import Redis
     from rq import Queue
 
@@ -146,18 +135,22 @@ def test_markup_in_job_metadata_does_not_run_on_the_dashboard(web, queue_server,
     job = Queue("floodgate", connection=Redis.from_url(queue_server.url)).enqueue(
         "workers.settle.drain", description=evil, meta={"note": evil}
     )
-    dump = browse(
-        chromium,
-        f"{web.url}/ops/rq/0/view/job/{job.id}?token={ADMIN_TOKEN}",
-        tmp_path / "profile",
-        "--virtual-time-budget=8000",
-        "--dump-dom",
-    )
-    job.delete()
-    assert dump.returncode == 0, dump.stderr[-3000:]
-    assert 'id="evil"' in dump.stdout  # the dashboard did render it as markup...
-    assert 'data-pwned="yes"' not in dump.stdout  # ...and its handler did not run
-    assert "Origin queue" in dump.stdout  # the dashboard's own scripts did (they render the job)
+    try:
+        log_in(page, web.url, f"/ops/rq/0/view/job/{job.id}")
+        # the dashboard's own scripts run (they render the job) ...
+        wait_until(lambda: "Origin queue" in page.html(), timeout=15, what="the dashboard's job view")
+        wait_until(lambda: page.text("#evil") is not None, timeout=15, what="the job's description rendered")
+        # ... and the handler the browser tried to run was refused by the CSP
+        wait_until(
+            lambda: any("Content Security Policy" in e for e in page.console_errors),
+            timeout=15,
+            what="the CSP violation of the inline handler",
+        )
+    finally:
+        job.delete()
+    assert 'id="evil"' in page.html()  # the dashboard did render it as markup...
+    assert page.attr("body", "data-pwned") is None  # ...and its handler did not run
+    assert page.evaluate("document.body.hasAttribute('data-pwned')") is False
 
 
 class Chart(HTMLParser):
@@ -165,18 +158,20 @@ class Chart(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hours: list[dict] = []
+        self.hours: list[dict[str, str]] = []
         self.revenue_points = ""
 
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        a = dict(attrs)
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {name: value or "" for name, value in attrs}
         if tag == "g" and a.get("class") == "hour":
             self.hours.append(a)
         if tag == "polyline" and a.get("class") == "revenue-line":
             self.revenue_points = a.get("points", "")
 
 
-def test_ops_chart_of_the_last_24_hours_in_chromium(web_api, worker, buyer_server, chromium, tmp_path):
+def test_ops_chart_of_the_last_24_hours_in_chromium(
+    web_api: Api, worker: object, buyer_server: BuyerServer, page: Page, tmp_path: Path
+) -> None:
     api = web_api
     buyer_server.add("acme")
     key = api.put_publisher("pub")
@@ -185,24 +180,20 @@ def test_ops_chart_of_the_last_24_hours_in_chromium(web_api, worker, buyer_serve
     for i in range(4):  # three sold, one unsold (not TX)
         api.post_lead(key, {"lead_id": f"chart-{i}", "state": "TX" if i < 3 else "CA"})
     api.wait_settled("chart-3", "pub")
-    url = f"{api.base}/ops?token={ADMIN_TOKEN}"
-    log = tmp_path / "console.log"
-    dump = browse(chromium, url, tmp_path / "profile-chart", "--dump-dom", "--enable-logging=stderr", "--v=0")
-    assert dump.returncode == 0, dump.stderr[-3000:]
-    log.write_text(dump.stderr)
-    assert "Uncaught" not in dump.stderr and "CONSOLE" not in dump.stderr  # no script error (the page runs none)
+    log_in(page, api.base)
+    assert page_errors(page) == []  # no script error (the page runs none), no CSP violation
+    dom = page.html()
     chart = Chart()
-    chart.feed(dump.stdout)
+    chart.feed(dom)
     assert len(chart.hours) == 24
     now = chart.hours[-1]  # the current hour, last
     assert (now["data-leads"], now["data-sold"], now["data-revenue"]) == ("4", "3", "37.50")
     assert all(h["data-leads"] == "0" for h in chart.hours[:-1])
     assert len(chart.revenue_points.split()) == 24
-    assert 'aria-label="Leads and sold leads per hour' in dump.stdout
-    assert "/ops/reports/leads.csv" in dump.stdout
-    shot = tmp_path / "chart.png"
-    run = browse(chromium, url, tmp_path / "profile-chart-shot", f"--screenshot={shot}")
-    assert run.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 'aria-label="Leads and sold leads per hour' in dom
+    assert "/ops/reports/leads.csv" in dom
+    shot = page.screenshot(tmp_path / "chart.png")
+    assert shot.read_bytes()[:8] == PNG
     csv_text = requests.get(f"{api.base}/ops/reports/leads.csv", headers=api.admin, timeout=10).text
     assert csv_text.startswith("key,leads,sold,unsold,returned,revenue,payout,profit,return_rate\n")
     assert ",4,3,1,0,37.50,0.00,37.50,0\n" in csv_text
