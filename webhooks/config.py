@@ -101,6 +101,11 @@ class Config:
     monnify_api_key: str = ""
     stripe_api_base: str = "https://api.stripe.com"
     stripe_api_key: str = ""
+    # TrustedForm's certificate API (leads/rules/consent.py): a certificate is claimed at
+    # TRUSTEDFORM_API_BASE/<cert id>; no key, no claim (buyers requiring it get no lead).
+    trustedform_api_base: str = "https://cert.trustedform.com"
+    trustedform_api_key: str = ""
+    trustedform_timeout_ms: int = 1500  # the claim's total deadline, within the lead's own
     # Nothing outside can stall or exhaust Floodgate (docs/api.md): a request's headers and body
     # must arrive within this (web), and no outbound call connects to an address in these nets.
     request_read_timeout_ms: int = 10_000
@@ -157,6 +162,7 @@ _INTS = {
     "EVENT_ENDPOINT_DISABLE_AFTER_S": "event_endpoint_disable_after_s",
     "PROVIDER_RECONCILE_INTERVAL_S": "provider_reconcile_interval_s",
     "PROVIDER_RECONCILE_LOOKBACK_S": "provider_reconcile_lookback_s",
+    "TRUSTEDFORM_TIMEOUT_MS": "trustedform_timeout_ms",
 }
 _ZERO_OK = {"CAP_WAIT_REPLICAS"}  # 0: do not wait for replicas
 _STRS = {
@@ -177,6 +183,8 @@ _STRS = {
     "MONNIFY_API_KEY": "monnify_api_key",
     "STRIPE_API_BASE": "stripe_api_base",
     "STRIPE_API_KEY": "stripe_api_key",
+    "TRUSTEDFORM_API_BASE": "trustedform_api_base",
+    "TRUSTEDFORM_API_KEY": "trustedform_api_key",
 }
 MIN_ADMIN_TOKEN = 24
 RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/rules/publishers.py RATE_MAX)
@@ -187,6 +195,7 @@ API_BASES = {
     "PAYSTACK_API_BASE": "paystack_api_base",
     "MONNIFY_API_BASE": "monnify_api_base",
     "STRIPE_API_BASE": "stripe_api_base",
+    "TRUSTEDFORM_API_BASE": "trustedform_api_base",
 }
 ACCOUNT_FIELD = re.compile(r"[A-Za-z0-9._-]{1,64}")
 

@@ -188,3 +188,9 @@ def suppression_ready(list_id: str) -> str:
 
 def suppression_rebuild_lock(list_id: str) -> str:
     return PREFIX + SUPPRESSION_TAG + ":rebuilding:" + list_id
+
+
+def consent_claim(publisher_id: str, lead_id: str) -> str:
+    """A lead's TrustedForm claim outcome (claimed or refused), so a retry of it does not claim
+    again (leads/rules/consent.py)."""
+    return PREFIX + "consent:" + publisher_id + ":" + lead_id

@@ -32,6 +32,7 @@ class SettlementItem:
     payload_dropped: bool = False  # re-pushed by a journal whose memory budget dropped the body
     # a billed sale: (the wallet "<account>|<currency>", what it debits in minor units)
     charge: tuple[str, int] | None = None
+    consent: tuple[Mapping[str, Any], ...] = ()  # the consent claims made for the lead
 
     @property
     def sold(self) -> bool:
@@ -59,6 +60,8 @@ class SettlementItem:
             out["payload_dropped"] = True
         if self.charge is not None:  # only on billed sales: every other item reads as before
             out["charge"] = list(self.charge)
+        if self.consent:  # only when a claim was made or looked for
+            out["consent"] = [dict(c) for c in self.consent]
         return out
 
     def to_json(self) -> str:
@@ -86,6 +89,7 @@ class SettlementItem:
             request_id=d.get("request_id"),
             payload_dropped=bool(d.get("payload_dropped", False)),
             charge=None if not d.get("charge") else (str(d["charge"][0]), int(d["charge"][1])),
+            consent=tuple(d.get("consent") or ()),
         )
 
     @classmethod

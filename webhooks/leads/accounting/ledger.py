@@ -55,6 +55,7 @@ def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
         "skipped": json.dumps(list(item.skipped), separators=(",", ":")) if item.skipped else None,
         "charge_account": item.charge[0] if item.charge else None,
         "charge_minor": item.charge[1] if item.charge else None,
+        "consent": json.dumps(list(item.consent), separators=(",", ":")) if item.consent else None,
     }
 
 
@@ -171,6 +172,7 @@ def lead_view(lead: Lead, attempts: Sequence[LeadAttempt] | None = None) -> dict
         # a buyer may hold this lead without it being sold (its routing died): see docs/api.md
         "review": any(a.outcome == UNKNOWN for a in attempts),
         "skipped": json.loads(lead.skipped) if lead.skipped else [],
+        "consent": json.loads(lead.consent) if lead.consent else [],
         "returned_at": None if lead.returned_at is None else lead.returned_at.isoformat() + "Z",
         "return_reason": lead.return_reason,
         "received_at": lead.received_at.isoformat() + "Z",

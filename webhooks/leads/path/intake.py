@@ -21,6 +21,7 @@ from webhooks.leads.path.context import LeadContext
 from webhooks.leads.path.routing import Outcome, Reservation, Route, Router
 from webhooks.leads.path.settlement import Journal, Settlement
 from webhooks.leads.posting.delivery import Deliverer
+from webhooks.leads.rules import consent
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule, cap_counters, cap_windows, key_hash, throttle
 from webhooks.leads.rules.quality import checked
@@ -158,6 +159,11 @@ class Intake:
             breaker_cooldown_ms=cfg.breaker_cooldown_ms,
             ping_timeout_ms=cfg.ping_timeout_ms,
             max_bid=cfg.ping_max_bid,
+            trustedform=consent.TrustedForm(
+                api_base=cfg.trustedform_api_base,
+                api_key=cfg.trustedform_api_key,
+                timeout_ms=cfg.trustedform_timeout_ms,
+            ),
         )
         ending = Settlement(store, queue_redis, journal.push, router.breaker, cfg.lead_replay_ttl_s)
         return cls(

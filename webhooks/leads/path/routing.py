@@ -27,7 +27,7 @@ from webhooks.caps.leases import Reservation
 from webhooks.leads.path.context import LeadContext, lead_ref
 from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
-from webhooks.leads.rules import suppression
+from webhooks.leads.rules import consent, suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule
@@ -73,6 +73,7 @@ class Outcome:
     waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding
     out_of_time: bool = False  # stopped before an offer its claim might not outlive (a stall)
     charge: Charged | None = None  # what the sale debits from a billed buyer's wallet
+    consent: list[dict[str, Any]] = field(default_factory=list)  # the consent claims made for the lead
 
 
 def candidates(
@@ -221,6 +222,7 @@ class Router:
     breaker_cooldown_ms: int
     ping_timeout_ms: int = 300
     max_bid: Decimal = Decimal("1000.00")  # PING_MAX_BID: a bid above it is no bid
+    trustedform: consent.TrustedForm | None = None  # None: no claim is made (buyers requiring one get no lead)
 
     @property
     def probe_ttl_ms(self) -> int:
@@ -295,6 +297,8 @@ class Router:
         if not route.plan or self.store.cap_wait.replicas:
             return None
         offer = route.plan[0]
+        if offer.buyer.require_consent:  # offered only once its consent is known
+            return None
         hold = offer.buyer.hold(offer.price)
         if hold is None:  # a price the buyer's currency cannot count: route() skips it
             return None
@@ -339,7 +343,12 @@ class Router:
             rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
             plan = order(offers, publisher.routing, rotation)
         lead_json = json.dumps(ctx.lead, separators=(",", ":"))
+        check = self._consent(ctx, route)
         for i, offer in enumerate(plan):
+            if offer.buyer.require_consent and not check.allows(offer.buyer.require_consent):
+                out.skipped.append({"buyer_id": offer.buyer.id, "reason": "consent"})
+                out.consent = check.records()
+                continue
             reservation = first if i == 0 and first is not None else self._reserve(ctx, offer, out)
             lease = self._usable(reservation, offer, out)
             if lease is None:
@@ -362,10 +371,31 @@ class Router:
                 # Confirmed by the caller, in the same round trip that records the answer.
                 out.status, out.buyer_id, out.price = LeadStatus.SOLD, offer.buyer.id, offer.price
                 out.sold_at, out.lease, out.charge = ctx.now, lease, offer.buyer.charge(offer.price)
+                out.consent = check.records()
                 return out
             # The buyer said no: give the slot back and forget the attempt.
             self._refund(lease, outcome, ctx.attempt_key, replied)
+        out.consent = check.records()
         return out
+
+    def _consent(self, ctx: LeadContext, route: Route) -> consent.Check:
+        """The lead's consent check: its TrustedForm claim started now, beside the offers, when
+        a buyer it may go to requires one (leads/rules/consent.py)."""
+        required = set().union(*(b.require_consent for b in route.buyers))
+        if not required:
+            return consent.Check()
+        if self.trustedform is None:
+            return consent.Check(claim={"kind": consent.TRUSTEDFORM, "outcome": consent.NOT_CONFIGURED})
+        return consent.start(
+            self.store,
+            self.trustedform,
+            fields=ctx.publisher.consent,
+            required=required,
+            lead=ctx.lead,
+            publisher_id=ctx.publisher.id,
+            lead_id=ctx.lead_id,
+            deadline=ctx.deadline - self.offer_s,
+        )
 
     def _reserve(self, ctx: LeadContext, offer: Offer, out: Outcome) -> Reservation:
         """Reserve a slot under every cap of the offer's buyer (and its dedupe keys), writing

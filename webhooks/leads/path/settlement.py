@@ -85,6 +85,7 @@ def make_item(
         payout=None,
         attempts=tuple(outcome.attempts),
         skipped=tuple(outcome.skipped),
+        consent=tuple(outcome.consent),
         payload=payload,
         received_at=received_at.isoformat(),
         request_id=request_id,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
-from webhooks.leads.rules import quality, suppression
+from webhooks.leads.rules import consent, quality, suppression
 from webhooks.storage import keys
 from webhooks.storage.models import Publisher
 from webhooks.storage.scripts import CapCounter
@@ -256,6 +256,7 @@ class PublisherRule:
     payout_fixed: Decimal | None = None  # a fixed payout per sold lead; None: payout_pct of the price
     caps: tuple[tuple[str, int], ...] = ()  # (hourly | daily, leads accepted per UTC window)
     suppress: tuple[str, ...] = ()  # suppression lists a lead is refused for (before routing)
+    consent: consent.Fields = consent.Fields()  # the spec's fields carrying consent evidence
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
@@ -273,6 +274,7 @@ class PublisherRule:
             payout_fixed=fixed,
             caps=caps,
             suppress=suppression.stored_ids(row.suppress),
+            consent=spec.consent_fields() if spec else consent.Fields(),
         )
 
 

@@ -22,10 +22,22 @@ import phonenumbers
 from email_validator import EmailNotValidError, validate_email
 
 from webhooks.errors import InvalidLead, ValidationError
+from webhooks.leads.rules import consent
 from webhooks.validate import is_id
 
 CODE = "invalid_publisher"
-TYPES = ("string", "email", "phone", "postal_code", "integer", "number", "enum", "boolean")
+TYPES = (
+    "string",
+    "email",
+    "phone",
+    "postal_code",
+    "integer",
+    "number",
+    "enum",
+    "boolean",
+    consent.CERT_FIELD,
+    consent.LEADID_FIELD,
+)
 OPTIONS = {
     "string": {"max_length"},
     "email": set(),
@@ -35,6 +47,8 @@ OPTIONS = {
     "number": {"min", "max"},
     "enum": {"values"},
     "boolean": set(),
+    consent.CERT_FIELD: set(),
+    consent.LEADID_FIELD: set(),
 }
 MAX_FIELDS = 100
 MAX_STRING = 10_000  # the longest max_length (and a string field's length without one)
@@ -104,6 +118,14 @@ class FieldSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: _field_json(f) for f in self.fields}
+
+    def consent_fields(self) -> consent.Fields:
+        """The fields that carry a TrustedForm certificate and a LeadiD token (the first of each type)."""
+
+        def first(kind: str) -> str | None:
+            return next((f.name for f in self.fields if f.type == kind), None)
+
+        return consent.Fields(cert=first(consent.CERT_FIELD), leadid=first(consent.LEADID_FIELD))
 
 
 def checked(spec: FieldSpec | None, lead_id: str, lead: dict[str, Any], payload: str) -> tuple[dict[str, Any], str]:
@@ -362,4 +384,6 @@ _NORMALISERS: dict[str, Callable[[Field, Any], Any]] = {
     "number": _number,
     "enum": _enum,
     "boolean": _boolean,
+    consent.CERT_FIELD: lambda _f, value: consent.cert_url(value),
+    consent.LEADID_FIELD: lambda _f, value: consent.leadid(value),
 }
