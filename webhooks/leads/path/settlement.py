@@ -191,6 +191,7 @@ class Journal:
         self._next_payload = 0  # entries before this index have given up their payload
         self.epoch: str | None = None
         self._unrestored: list[tuple[LeadKey, str]] = []  # (lead, answer) to put back after a loss
+        self._restored_for: str | None = None  # the epoch whose loss the answers were put back for
         self._watcher: threading.Thread | None = None
 
     def push(self, item: SettlementItem, batch: Batch | None = None, answer: str | None = None) -> None:
@@ -240,9 +241,10 @@ class Journal:
 
     def check_epoch(self) -> int:
         """Push the journal again if Redis lost its data since we last looked; return how many.
-        The new epoch is remembered only once every settlement is pushed again (a failure
-        part-way pushes them all again on the next check: the ledger's unique keys make the
-        repeats harmless); the answers are put back after that, apart, as best effort. Part
+        The answers the publishers were given are put back first (a retry replays them), then
+        the settlements the ledger does not hold are pushed again; the new epoch is remembered
+        only once every one is (a failure part-way pushes them all again on the next check: the
+        ledger's unique keys make the repeats harmless). Part
         of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
         self._restore_answers()
         fresh = uuid.uuid4().hex
@@ -259,6 +261,16 @@ class Journal:
             self.epoch = current
             return 0
         entries = list(self.entries)
+        log.info("settlement Redis lost its data: %d recent settlements to check and push again", len(entries))
+        if self.claims is not None and current != self._restored_for:
+            # The answers went with the data: without them a publisher's retry would route
+            # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
+            # Put back first (one round trip a thousand), before the ledger is asked what it
+            # holds (up to LEDGER_CHECK_S, longer when its pool is busy): a retry in between
+            # would find no answer, and route the lead once a claim's life has passed.
+            self._unrestored = [(LeadKey(*e.lead), e.answer) for e in entries]
+            self._restored_for = current
+            self._restore_answers()
         settled = _settled(entries)
         again = [e.raw() for e in entries if e.lead not in settled]
         for i in range(0, len(again), 1000):
@@ -271,11 +283,6 @@ class Journal:
             len(settled),
             len(entries),
         )
-        if self.claims is not None:
-            # The answers went with the data: without them a publisher's retry would route
-            # its lead again, to another buyer perhaps, while the ledger keeps the first sale.
-            self._unrestored = [(LeadKey(*e.lead), e.answer) for e in entries]
-            self._restore_answers()
         return len(again)
 
     def _restore_answers(self) -> None:
@@ -292,16 +299,22 @@ class Journal:
             del self._unrestored[:1000]
 
     def start_watching(self) -> None:
-        if self._watcher is None:
+        """Watch the epoch from a thread of this process; started again if it has ended."""
+        if self._watcher is None or not self._watcher.is_alive():
             self._watcher = threading.Thread(target=self._watch, daemon=True, name="journal")
             self._watcher.start()
 
     def _watch(self) -> None:
+        failures = 0
         while True:
             try:
                 self.check_epoch()
+                failures = 0
             except Exception as exc:  # Redis down: try again next round
-                log.debug("epoch check failed: %s", exc)
+                failures += 1
+                # quiet while Redis restarts; said once it has lasted a minute (checks are 0.5 s apart)
+                level = logging.WARNING if failures == 120 or failures % 1200 == 0 else logging.DEBUG
+                log.log(level, "epoch check failed %d time(s) in a row: %r", failures, exc)
             time.sleep(self.CHECK_INTERVAL_S)
 
 
