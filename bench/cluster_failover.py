@@ -65,6 +65,7 @@ from testkit.servers import (
     WebServer,
     free_port,
     venv_bin,
+    wait_until,
 )
 from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
@@ -284,7 +285,10 @@ def e2e_row(label: str, web: WebServer, seconds: int, round_: int) -> dict:
 
 def configure_e2e(web: WebServer, buyer_id: str, buyer_url: str) -> None:
     """The publisher, and a buyer new to this Redis (a known buyer's counters would first be
-    rebuilt from the ledger: 503s meanwhile)."""
+    rebuilt from the ledger: 503s meanwhile). The publisher is shared by the backends (one
+    ledger): a Redis that did not see it made holds no memory of its answers, which is a
+    Redis that lost them (lua/claim_lead.lua), so its leads wait one claim's life before they
+    are routed; a probe lead is sent until one is answered, so the measured runs do not."""
     admin = Admin(web.url)
     admin.put("/v1/admin/publishers/bench", {"name": "Bench", "api_key": API_KEY, "commission_pct": "10"})
     admin.put(
@@ -297,6 +301,18 @@ def configure_e2e(web: WebServer, buyer_id: str, buyer_url: str) -> None:
         },
     )
     time.sleep(1.2)
+    probes = iter(range(10**6))
+
+    def routed() -> bool:
+        resp = requests.post(
+            f"{web.url}/v1/leads",
+            json={"lead_id": f"probe-{buyer_id}-{next(probes)}"},
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            timeout=30,
+        )
+        return resp.status_code == 200
+
+    wait_until(routed, timeout=60, interval=0.5, what=f"leads routed on the backend of {buyer_id}")
 
 
 def main() -> int:
