@@ -84,7 +84,7 @@ def test_a_claim_not_made_keeps_the_lead_from_that_buyer_only(api, consent_buyer
 
 def test_a_claim_api_that_is_not_there_at_all(api, consent_buyers, reconfigure):
     reconfigure(trustedform_api_base="http://127.0.0.1:9", trustedform_api_key=API_KEY, trustedform_timeout_ms=800)
-    answer = api.post_lead(consent_buyers, {"lead_id": "c-3", "cert": cert(3)}).json()
+    answer = api.post_lead(consent_buyers, {"lead_id": "c-3", "cert": cert(3), "email": "ada@example.com"}).json()
     assert answer["buyer_id"] == "any"
     assert api.wait_settled("c-3", "pub")["consent"][0]["outcome"] == "failed"
 
@@ -98,13 +98,66 @@ def test_no_certificate_or_no_key_means_no_claim(api, consent_buyers, standin, r
     assert standin.requests == []
 
 
+def test_a_wrong_key_fails_the_claim_without_refusing_the_certificate(api, app, consent_buyers, standin, reconfigure):
+    """401 is Floodgate's to fix, not the certificate's: `failed`, not remembered, so the
+    lead's retry claims again once the key is right."""
+    reconfigure(
+        trustedform_api_base=standin.url, trustedform_api_key="tf_wrong_key_0123456789", trustedform_timeout_ms=800
+    )
+    assert (
+        api.post_lead(consent_buyers, {"lead_id": "k-1", "cert": cert(8), "email": "ada@example.com"}).json()[
+            "buyer_id"
+        ]
+        == "any"
+    )
+    record = api.wait_settled("k-1", "pub")["consent"][0]
+    assert (record["outcome"], record["status"]) == ("failed", 401)
+    reconfigure(trustedform_api_base=standin.url, trustedform_api_key=API_KEY, trustedform_timeout_ms=800)
+    from webhooks import services
+
+    check = consent.start(
+        services.of(app).store,
+        services.of(app).intake.router.trustedform,
+        fields=consent.Fields(cert="cert"),
+        required={"trustedform"},
+        lead={"cert": cert(8), "email": "ada@example.com"},
+        publisher_id="pub",
+        lead_id="k-1",
+        deadline=10**12,
+    )
+    assert check.allows(("trustedform",)) and len(standin.requests) == 2
+
+
+def test_the_lead_is_matched_by_its_ten_digit_phone_or_not_claimed_without_one(api, consent_buyers, standin):
+    api.put_publisher(
+        "pub",
+        api_key=consent_buyers,
+        fields={"cert": {"type": "trustedform_cert"}, "phone": {"type": "phone"}},
+    )
+    api.settle_config()
+    assert (
+        api.post_lead(consent_buyers, {"lead_id": "p-1", "cert": cert(9), "phone": "(512) 555-0100"}).json()["buyer_id"]
+        == "needs"
+    )
+    assert standin.requests[-1]["body"]["match_lead"] == {"phone": "5125550100"}
+    assert api.post_lead(consent_buyers, {"lead_id": "p-2", "cert": cert(10)}).json()["buyer_id"] == "any"
+    assert api.wait_settled("p-2", "pub")["consent"][0] == {
+        "kind": "trustedform",
+        "cert_id": f"{10:040x}",
+        "outcome": "missing",
+        "reason": "no email or phone to match",
+        "ms": 0,
+    }
+    assert len(standin.requests) == 1
+
+
 def test_a_buyer_that_requires_nothing_is_not_kept_waiting(api, consent_buyers, standin, buyer_server):
     """`any` first in the waterfall: the lead is sold to it while the claim is still held by
     the stand-in; the claim goes on and is remembered, recorded as not awaited."""
     api.put_buyer("any", buyer_server.url("any"), priority=0)
     api.settle_config()
     standin.behaviour[f"{6:040x}"] = "late"
-    answer = api.post_lead(consent_buyers, {"lead_id": "c-6", "cert": cert(6)}).json()
+    answer = api.post_lead(consent_buyers, {"lead_id": "c-6", "cert": cert(6), "email": "ada@example.com"}).json()
     assert answer["buyer_id"] == "any" and not standin.release.is_set()
     standin.release.set()
     assert api.wait_settled("c-6", "pub")["consent"][0]["outcome"] == "not_awaited"

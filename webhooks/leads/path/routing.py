@@ -225,6 +225,11 @@ class Router:
     trustedform: consent.TrustedForm | None = None  # None: no claim is made (buyers requiring one get no lead)
 
     @property
+    def claims_consent(self) -> bool:
+        """Whether TrustedForm certificates can be claimed (a client with a key)."""
+        return self.trustedform is not None and bool(self.trustedform.api_key)
+
+    @property
     def probe_ttl_ms(self) -> int:
         return self.buyer_timeout_ms + LEASE_MARGIN_MS
 
@@ -465,8 +470,10 @@ class Router:
         buyers are pinged (marked as a test); the offers are ordered as the publisher's mode
         orders them (round robin from each group's first: the shared rotation is not moved);
         caps, dedupe and circuits are read (leases.room), nothing is reserved, and no buyer is
-        posted to. The outcome is SOLD to the buyer that would have been offered the lead
-        first with room for it (its lease None), or UNSOLD; its attempts are none."""
+        posted to; no consent claim is made (a buyer requiring consent is passed over unless
+        the lead carries the evidence, consent.possible). The outcome is SOLD to the buyer
+        that would have been offered the lead first with room for it (its lease None), or
+        UNSOLD; its attempts are none."""
         out = Outcome(skipped=list(route.skipped))
         offers = self._bids(ctx, route.buyers, out)
         plan = order(offers, ctx.publisher.routing)
@@ -476,6 +483,10 @@ class Router:
             room = leases.room(self.store, fixed, ctx.now, consumers=ctx.consumers, publisher_id=ctx.publisher.id)
         for offer in plan:
             reason = room.get(offer.buyer.id)
+            if reason is None and not consent.possible(
+                offer.buyer.require_consent, ctx.publisher.consent, ctx.lead, self.claims_consent
+            ):
+                reason = "consent"  # no claim for a test lead: the evidence must be there
             if reason is not None:
                 out.skipped.append({"buyer_id": offer.buyer.id, "reason": reason})
                 continue

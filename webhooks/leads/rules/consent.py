@@ -50,8 +50,8 @@ MAX_URL = 300
 
 # A claim's outcome, as the lead keeps it (`consent`) and its trace shows it
 CLAIMED = "claimed"  # 200, outcome success
-REFUSED = "refused"  # TrustedForm said no: outcome failure, or a 4xx (expired, unknown, unauthorised)
-FAILED = "failed"  # no usable answer: a 5xx, a broken reply, no connection
+REFUSED = "refused"  # TrustedForm said no: outcome failure, or a 4xx of the certificate (unknown, expired)
+FAILED = "failed"  # no usable answer: a 5xx, a broken reply, no connection, our key or account refused
 LATE = "late"  # no answer within the deadline
 MISSING = "missing"  # the lead has no certificate (or the field spec declares none)
 NOT_AWAITED = "not_awaited"  # the lead was sold before a buyer needed the claim (it runs on, remembered)
@@ -125,7 +125,9 @@ class TrustedForm:
         record: dict[str, Any] = {"kind": TRUSTEDFORM, "cert_id": cert_id(url)}
         if not self.api_key:
             return {**record, "outcome": NOT_CONFIGURED, "ms": 0}
-        match = {k: lead[k] for k in ("email", "phone") if isinstance(lead.get(k), str) and lead[k]}
+        match = match_fields(lead)
+        if not match:  # retain needs match_lead, with an e-mail or a phone: nothing to claim with
+            return {**record, "outcome": MISSING, "reason": "no email or phone to match", "ms": 0}
         body = json.dumps({"match_lead": match, "retain": {"reference": reference, "vendor": "Floodgate"}})
         token = base64.b64encode(f"API:{self.api_key}".encode()).decode()
         reply = self.client.request(
@@ -142,6 +144,23 @@ class TrustedForm:
         )
         record["ms"] = int((time.perf_counter() - started) * 1000)
         return {**record, **_judged(reply)}
+
+
+def match_fields(lead: dict[str, Any]) -> dict[str, str]:
+    """The lead's e-mail and phone as match_lead takes them: a US number in E.164 as its ten
+    digits (the API's examples; it strips only spaces, hyphens and brackets itself)."""
+    out = {k: lead[k] for k in ("email", "phone") if isinstance(lead.get(k), str) and lead[k]}
+    phone = out.get("phone", "")
+    if phone.startswith("+1") and len(phone) == 12 and phone[1:].isdigit():
+        out["phone"] = phone[2:]
+    return out
+
+
+# 4xx that speak of the certificate (404 expired or not found, 405 a sandboxed certificate,
+# 422): the claim is refused for good. The others (400 our request, 401 a wrong key, 402 an
+# account inactive or out of funds, 403 an operation not contracted, 429) are ours to fix:
+# failed, and not remembered, so the lead's retry claims again.
+_CERT_REFUSALS = (404, 405, 422)
 
 
 def _judged(reply: outbound.Reply) -> dict[str, Any]:
@@ -161,7 +180,8 @@ def _judged(reply: outbound.Reply) -> dict[str, Any]:
         results = (answer.get("retain") or {}).get("results") or {}
         kept = {k: results[k] for k in ("expires_at", "previously_retained") if k in results}
         return {"outcome": CLAIMED, "status": 200, **kept}
-    return {"outcome": REFUSED, "status": reply.status, "reason": (reason or "")[:200] or None}
+    outcome = REFUSED if reply.status == 200 or reply.status in _CERT_REFUSALS else FAILED
+    return {"outcome": outcome, "status": reply.status, "reason": (reason or "")[:200] or None}
 
 
 class Pending:
@@ -233,6 +253,17 @@ class Check:
             ended = claim.peek()
             return [ended if ended is not None else {"kind": TRUSTEDFORM, "outcome": NOT_AWAITED}]
         return [claim]
+
+
+def possible(required: tuple[str, ...], fields: Fields, lead: dict[str, Any], claims_made: bool) -> bool:
+    """Whether a lead could meet `required` without a claim being made (a test lead, a
+    pre-ping): it carries a LeadiD token for `jornaya`, and for `trustedform` a certificate and
+    an e-mail or phone to match it with, while claims can be made (`claims_made`)."""
+    if JORNAYA in required and not (fields.leadid and isinstance(lead.get(fields.leadid), str)):
+        return False
+    if TRUSTEDFORM in required:
+        return claims_made and bool(fields.cert and isinstance(lead.get(fields.cert), str) and match_fields(lead))
+    return True
 
 
 def start(
