@@ -37,6 +37,7 @@ CONTRACT = {
     "GET /v1/admin/wallets/{customer}",
     "GET /v1/admin/payments/{provider}/{reference}",
     "POST /v1/leads",
+    "POST /v1/leads/check",
     "POST /v1/webhooks/{provider}",
     "GET /healthz",
     "GET /readyz",
@@ -186,7 +187,7 @@ def test_live_app_honours_its_description(case, web, configured, buyer_server):
     path = case.operation.path
     if path.startswith(("/v1/admin", "/ops")):
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    elif path == "/v1/leads":
+    elif path in ("/v1/leads", "/v1/leads/check"):
         headers = {"Authorization": f"Bearer {PUBLISHER_KEY}"}
     else:
         headers = {}

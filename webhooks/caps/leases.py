@@ -298,18 +298,24 @@ def room(
     budget_minor: dict[str, int] | None = None,
     consumers: Mapping[str, Sequence[str]] | None = None,
     publisher_id: str = "",
+    holds: Mapping[str, Hold] | None = None,
 ) -> dict[str, str | None]:
     """Whether each buyer could take one more lead of `publisher_id` now, read without
     reserving (one round trip): None, or why not: "duplicate", "cap_full:<cap>" or
     "circuit_open" (the buyer's circuit, or its circuit for the publisher). `budget_minor`
     is the least a buyer's lead can count against daily_budget (default: its price);
     `consumers` the lead's dedupe keys per buyer. A lead that passes here still reserves
-    atomically later; this only spares buyers a ping they must not or cannot win."""
+    atomically later; this only spares buyers a ping they must not or cannot win.
+
+    With `holds` (what the lead would hold against each buyer's balance, Buyer.hold) the
+    read is as strict as lua/reserve_lease.lua: also "not_ready" (counters not trusted, or
+    a billed buyer's balance not known) and "balance" (it cannot afford the lead)."""
     with store.batch() as b:
         plans = []
         for buyer in buyers:
             caps = windows(buyer, now)
             consumer = (consumers or {}).get(buyer.id) or ()
+            hold = None if holds is None else holds.get(buyer.id, NO_HOLD)
             plans.append(
                 (
                     buyer,
@@ -320,24 +326,42 @@ def room(
                     ),
                     b.exists(*consumer) if consumer else None,
                     [b.get(counter_key(buyer.id, w)) for _, _, w in caps],
+                    None if hold is None else b.exists(keys.ready(buyer.id)),
+                    None
+                    if hold is None or hold.amount_minor <= 0
+                    else (hold, b.hmget(keys.balance(buyer.id), ["wallet", "held"])),
                 )
             )
     now_ms = now.timestamp() * 1000
     out: dict[str, str | None] = {}
-    for buyer, caps, circuits, known, counters in plans:
+    for buyer, caps, circuits, known, counters, ready, billed in plans:
         used = [int(c.value or 0) for c in counters]
         amount = (budget_minor or {}).get(buyer.id, buyer.price_minor)
         full = [cap for (cap, limit, _), u in zip(caps, used) if u + (amount if cap == "daily_budget" else 1) > limit]
         out[buyer.id] = (
-            ReservationStatus.DUPLICATE
+            ReservationStatus.NOT_READY
+            if ready is not None and not ready.value
+            else ReservationStatus.DUPLICATE
             if known is not None and known.value
             else f"cap_full:{full[0]}"
             if full
             else ReservationStatus.CIRCUIT_OPEN
             if any(int(open_until.value or 0) > now_ms for open_until in circuits)
             else None
+            if billed is None
+            else _afford(*billed)
         )
     return out
+
+
+def _afford(hold: Hold, balance: Pending[list[Any]]) -> str | None:
+    """Whether a billed buyer's balance in Redis takes `hold` (lua/reserve_lease.lua's test)."""
+    wallet, held = balance.value
+    if wallet is None:
+        return ReservationStatus.NOT_READY
+    if int(wallet) - int(held or 0) - hold.amount_minor < hold.floor_minor:
+        return ReservationStatus.BALANCE
+    return None
 
 
 def mark_ready(r: Client, buyer_id: str) -> None:

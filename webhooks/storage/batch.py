@@ -213,6 +213,10 @@ class Batch:
         self._pipe.hget(key, field)
         return self._add(_same)
 
+    def hmget(self, key: str, fields: Sequence[str]) -> Pending[list[str | None]]:
+        self._pipe.hmget(key, list(fields))
+        return self._add(list)
+
     def lpush(self, key: str, *values: str) -> Pending[int]:
         self._pipe.lpush(key, *values)
         return self._add(int)

@@ -1,5 +1,5 @@
 """POST /v1/leads: the request handed to the lead path (leads/path/intake.py `Intake.receive`),
-its answer sent back and counted."""
+its answer sent back and counted; POST /v1/leads/check, the pre-ping (`Intake.check`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ def _start_clock() -> None:
 
 @bp.after_request
 def _count(resp: Response) -> Response:
-    """Count the answer and its latency (in memory: no Redis)."""
+    """Count the answer and its latency (in memory: no Redis); a pre-ping is no lead."""
+    if request.endpoint == "leads.check_lead":
+        return resp
     outcome = "error"
     if resp.status_code == 409:
         outcome = "in_flight"
@@ -36,15 +38,25 @@ def _count(resp: Response) -> Response:
     return resp
 
 
-@bp.post("/v1/leads")
-def post_lead() -> ResponseReturnValue:
-    svc = services.current()
-    lead_request = LeadRequest(
+def _lead_request() -> LeadRequest:
+    return LeadRequest(
         authorization=request.headers.get("Authorization", ""),
         body=json_body,
         text=lambda: request.get_data(as_text=True),
         received_at=datetime.now(timezone.utc),
         request_id=g.request_id,
     )
+
+
+@bp.post("/v1/leads")
+def post_lead() -> ResponseReturnValue:
+    svc = services.current()
+    lead_request = _lead_request()
     answer = g.lead_answer = svc.intake.receive(svc.catalog.snapshot(), lead_request)
     return Response(answer, mimetype="application/json")
+
+
+@bp.post("/v1/leads/check")
+def check_lead() -> ResponseReturnValue:
+    svc = services.current()
+    return Response(svc.intake.check(svc.catalog.snapshot(), _lead_request()), mimetype="application/json")

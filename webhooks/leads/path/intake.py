@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhooks.caps import rebuild
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
-from webhooks.leads.path import answers, recovery, settlement
+from webhooks.leads.path import answers, precheck, recovery, settlement
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.path.routing import Outcome, Reservation, Route, Router
 from webhooks.leads.path.settlement import Journal, Settlement
@@ -198,6 +198,19 @@ class Intake:
             request_id=req.request_id,
             test=test,
         )
+
+    def check(self, snapshot: Snapshot, req: LeadRequest) -> str:
+        """A pre-ping (POST /v1/leads/check), from the request to its answer's JSON text: the
+        same authentication, token bucket, parsing and field spec as `receive`, then only
+        reads (leads/path/precheck.py). A `test` flag is accepted and changes nothing."""
+        publisher = authenticate(snapshot, req.authorization)
+        throttle(self.store, publisher, self.rate_limit)
+        lead_id, lead = parse_lead(req.body())
+        test_flag(lead)
+        lead, _payload = checked(publisher.spec, lead_id, lead, req.text())
+        now = datetime.now(timezone.utc)
+        answer = precheck.check(self.router, snapshot, publisher, lead_id, lead, now, self.replay_ttl_s)
+        return json.dumps(answer.view())
 
     def take(
         self,

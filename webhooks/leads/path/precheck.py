@@ -1,0 +1,126 @@
+"""Pre-ping (POST /v1/leads/check; docs/leads.md "Pre-ping"): would a lead be taken now, by
+how many buyers, and is it a duplicate? The lead goes through what a posted lead goes through
+up to its claim (the publisher's key, token bucket, field spec, filters and suppression lists)
+and then only reads: nothing is claimed, reserved, counted or stored, and no buyer is called.
+
+Its Redis round trips are those of a test lead's at most: the suppression lists (when any
+applies), the lead's claim with the publisher's memory mark and caps, and the buyers' room."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from webhooks.caps import leases
+from webhooks.errors import Unavailable
+from webhooks.leads.path.routing import Route, Router
+from webhooks.leads.rules import consent
+from webhooks.leads.rules.catalog import Snapshot
+from webhooks.leads.rules.publishers import PublisherRule, cap_counters
+from webhooks.leads.rules.suppression import SUPPRESSED
+from webhooks.storage import claims, keys
+from webhooks.storage.states import ReservationStatus
+from webhooks.validate import cents
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """The pre-ping's answer: `eligible` when a post now would be offered to a buyer (not a
+    replay, not over the publisher's cap, some buyer with room for it), `buyers` how many
+    would be offered it, `duplicate` when its lead_id was sent before or a buyer that dedupes
+    has bought its consumer."""
+
+    eligible: bool
+    buyers: int
+    duplicate: bool
+
+    def view(self) -> dict[str, Any]:
+        return {"eligible": self.eligible, "buyers": self.buyers, "duplicate": self.duplicate}
+
+
+def check(
+    router: Router,
+    snapshot: Snapshot,
+    publisher: PublisherRule,
+    lead_id: str,
+    lead: dict[str, Any],
+    now: datetime,
+    replay_ttl_s: int,
+) -> Eligibility:
+    """The lead (parsed and checked against the publisher's spec) as a post would find it now."""
+    route = router.select(snapshot, publisher, lead, now, test=True)
+    if route.refused == SUPPRESSED:
+        return Eligibility(False, 0, False)
+    if route.refused is not None:  # a list Redis does not hold all of yet: a post gets 503 too
+        raise Unavailable(
+            "a suppression list of this publisher is being loaded into Redis again; retry shortly", retry_after_s=5
+        )
+    seen, capped, refused_consent = _lead_state(router, publisher, lead_id, now, replay_ttl_s)
+    room = _room(router, route, publisher, now)
+    claims_made = router.claims_consent and not refused_consent
+    offered = [
+        b
+        for b in route.buyers
+        if room[b.id] is None and consent.possible(b.require_consent, publisher.consent, lead, claims_made)
+    ]
+    consumer_seen = any(reason == ReservationStatus.DUPLICATE for reason in room.values())
+    eligible = bool(offered) and not seen and not capped
+    return Eligibility(eligible, len(offered) if eligible else 0, seen or consumer_seen)
+
+
+def _lead_state(
+    router: Router, publisher: PublisherRule, lead_id: str, now: datetime, replay_ttl_s: int
+) -> tuple[bool, bool, bool]:
+    """(the lead_id was sent before, a cap of the publisher is full, a TrustedForm claim of it
+    was refused) in one round trip; the ledger is asked when Redis lost the publisher's replay
+    memory lately, as a post would (Intake._settled_answer)."""
+    counters = cap_counters(publisher, now)
+    with router.store.batch() as b:
+        held = b.get(keys.lead_claim(publisher.id, lead_id))
+        mark = b.get(keys.lead_memory(publisher.id))
+        used = [b.get(c.key) for c in counters]
+        remembered = b.get(keys.consent_claim(publisher.id, lead_id))
+    capped = any(int(u.value or 0) >= c.limit for u, c in zip(used, counters))
+    refused = remembered.value is not None and json.loads(remembered.value).get("outcome") == consent.REFUSED
+    if held.value is not None:
+        return True, capped, refused
+    now_ms = int(now.timestamp() * 1000)
+    if mark.value is None or claims.memory_gap(mark.value, now_ms, replay_ttl_s):
+        return _in_ledger(publisher.id, lead_id), capped, refused
+    return False, capped, refused
+
+
+def _in_ledger(publisher_id: str, lead_id: str) -> bool:
+    from webhooks.leads.accounting.ledger import answer_for
+    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+
+    try:
+        with db.connection_context():
+            return answer_for(publisher_id, lead_id) is not None
+    except UNAVAILABLE_ERRORS:
+        raise Unavailable("the lead ledger is unreachable and Redis lost its replay memory lately; retry") from None
+
+
+def _room(router: Router, route: Route, publisher: PublisherRule, now: datetime) -> dict[str, str | None]:
+    """Each buyer's room for the lead, read as strictly as a reservation would test it (caps,
+    dedupe, circuits, trusted counters, balance); a ping/post buyer at its least bid."""
+    holds = {}
+    for b in route.buyers:
+        hold = b.hold(b.ping.min_bid if b.ping is not None else b.price)
+        if hold is not None:
+            holds[b.id] = hold
+    room = leases.room(
+        router.store,
+        route.buyers,
+        now,
+        budget_minor={b.id: max(1, cents(b.ping.min_bid)) for b in route.buyers if b.ping},
+        consumers=route.consumers,
+        publisher_id=publisher.id,
+        holds=holds,
+    )
+    for b in route.buyers:
+        if b.id not in holds:  # a price its currency cannot count: never reserved
+            room[b.id] = ReservationStatus.BALANCE
+    return room
