@@ -198,3 +198,20 @@ def test_the_report_and_the_audit_log(api, browser, buyer_server, worker):
     assert 'data-action="buyer.create"' in audit and 'data-action="publisher.put"' in audit
     only = page(api, browser, "/ops/audit?entity=buyer")
     assert 'data-action="publisher.put"' not in only
+
+
+def test_suppression_lists_and_consent_are_set_from_the_forms(api, browser, buyer_server):
+    resp = api.http.put(
+        f"{api.base}/v1/admin/suppression-lists/dnc", json={"field": "email", "hash": "md5"}, headers=api.admin
+    )
+    assert resp.status_code == 200
+    buyer = {"id": "careful", "name": "Careful", "endpoint_url": buyer_server.url("careful"), "price": "9.00"}
+    fields = {**buyer, "suppress": "dnc", "require_consent": "trustedform, jornaya"}
+    assert post(api, browser, "/ops/buyers", fields).status_code == 303
+    shown = api.get("/v1/admin/buyers/careful").json()
+    assert (shown["suppress"], shown["require_consent"]) == (["dnc"], ["jornaya", "trustedform"])
+    refused = post(api, browser, "/ops/buyers", {**buyer, "id": "other", "require_consent": "a notary"})
+    assert refused.status_code == 400 and re.search(r'data-error-for="require_consent">', refused.text)
+    made = post(api, browser, "/ops/publishers", {"id": "pub-s", "name": "S", "suppress": "dnc"})
+    assert made.status_code == 201
+    assert api.get("/v1/admin/publishers/pub-s").json()["suppress"] == ["dnc"]

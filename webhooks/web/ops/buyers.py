@@ -40,6 +40,8 @@ FIELDS = (
     Field("caps.daily_budget", "Cap: daily budget", hint="money a day, e.g. 500.00"),
     Field("states", "States", LIST, hint="codes the lead's state must be one of, comma-separated; empty: any"),
     Field("blocked_publishers", "Blocked publishers", LIST, hint="publisher ids, comma-separated"),
+    Field("suppress", "Suppression lists", LIST, hint="list ids whose consumers it is never offered, comma-separated"),
+    Field("require_consent", "Require consent", LIST, hint="trustedform, jornaya (comma-separated); empty: none"),
     Field("return_window_days", "Return window (days)", NUMBER),
     Field("filter", "Filter", hint="a JMESPath expression on the lead; empty: none"),
     Field("schedule", "Schedule", JSON, hint='JSON, e.g. {"mon": [["09:00", "17:00"]]}'),

@@ -20,7 +20,7 @@ from webhooks.web.admin.lists import page_of
 from webhooks.web.http import merge_patch
 from webhooks.web.ops import bp, forms
 from webhooks.web.ops.console import audit_rows, done, page
-from webhooks.web.ops.forms import CHECKBOX, JSON, NUMBER, SECRET, SELECT, Field
+from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, SECRET, SELECT, Field
 
 SECTION = "ops.publishers"
 
@@ -36,6 +36,7 @@ FIELDS = (
     *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in PUBLISHER_CAPS),
     Field("rate_limit", "Rate limit", JSON, hint='JSON, e.g. {"per_second": 50, "burst": 100}; empty: the default'),
     Field("fields", "Field spec", JSON, hint="JSON: the lead fields it must send, and their types"),
+    Field("suppress", "Suppression lists", LIST, hint="list ids whose consumers' leads are refused, comma-separated"),
 )
 NEW_FIELDS = (
     Field("id", "Id", required=True, hint="letters, digits, - and _; cannot change later"),
