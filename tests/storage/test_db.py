@@ -172,3 +172,22 @@ def test_a_credit_is_two_round_trips_and_a_second_one_of_the_same_payment_keeps_
         assert ledger.balance("two-trips@example.com", "NGN") == 5000
         verdicts = [d.verdict for d in WebhookCall.select().where(WebhookCall.reference == "two-trips-1")]
         assert sorted(verdicts) == ["credited", "duplicate"]
+
+
+def test_tls_is_what_the_url_asks_for_and_its_context_is_built_once(pool, database_url):
+    """Loopback: no TLS (PyMySQL's default "preferred" would build a TLS context, loading the
+    system's certificates, for every new connection). Asked for: one context per process."""
+    from webhooks.errors import ConfigError
+    from webhooks.storage.db import tls_options
+
+    assert tls_options("127.0.0.1", "") == {"ssl_disabled": True} == tls_options("localhost", "")
+    assert tls_options("db.internal", "") == {}  # preferred: TLS when the server offers it
+    required = tls_options("db.internal", "ssl_mode=REQUIRED")["ssl"]
+    assert required is tls_options("db.internal", "ssl-mode=required")["ssl"]
+    for bad in ("ssl_mode=sometimes", "ssl_mode=verify_ca"):  # verify_ca needs ssl_ca
+        with pytest.raises(ConfigError):
+            tls_options("db.internal", bad)
+    # the pool on the run's MariaDB (127.0.0.1) connects without TLS
+    with pool.connection_context():
+        cursor = pool.execute_sql("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        assert cursor.fetchone()[1] == ""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any, TypeAlias
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import peewee
 from playhouse.pool import MaxConnectionsExceeded, PooledMySQLDatabase
@@ -143,6 +146,47 @@ class Pool(PooledMySQLDatabase):
         super().rollback()
 
 
+SSL_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@functools.cache
+def _ssl_context(mode: str, ca: str | None) -> ssl.SSLContext:
+    """One TLS context per process and setting: PyMySQL builds one per connection otherwise
+    (tens of ms of CPU each, loading the system's certificates)."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.check_hostname = mode == "verify_identity"
+    ctx.verify_mode = ssl.CERT_REQUIRED if mode in ("verify_ca", "verify_identity") else ssl.CERT_NONE
+    return ctx
+
+
+def tls_options(host: str, query: str) -> dict[str, Any]:
+    """PyMySQL's TLS arguments for DATABASE_URL's `?ssl_mode=` (or `ssl-mode`; MySQL's names:
+    disabled, preferred, required, verify_ca, verify_identity; `ssl_ca=<file>` for the last two).
+    Unset: disabled for a loopback host (nothing on the wire to protect), else preferred (TLS
+    when the server offers it, PyMySQL's own default)."""
+    params = {k.replace("-", "_"): v[-1] for k, v in parse_qs(query).items()}
+    mode = params.get("ssl_mode", "").lower().replace("-", "_") or ("disabled" if _loopback(host) else "preferred")
+    if mode not in SSL_MODES:
+        raise ConfigError(f"DATABASE_URL ssl_mode must be one of {', '.join(SSL_MODES)}")
+    ca = params.get("ssl_ca")
+    if mode in ("verify_ca", "verify_identity") and not ca:
+        raise ConfigError(f"DATABASE_URL ssl_mode={mode} needs ssl_ca=<file of the CA certificates>")
+    if mode == "disabled":
+        return {"ssl_disabled": True}
+    if mode == "preferred":
+        return {}  # PyMySQL's own: TLS if the server offers it (a context per connection)
+    return {"ssl": _ssl_context(mode, ca)}
+
+
 def make_database(url: str, pool_size: int = 10) -> peewee.Database:
     """A peewee Database for `url`: a bounded, blocking MySQL pool, or SQLite in WAL mode."""
     parts = urlparse(url)
@@ -150,9 +194,11 @@ def make_database(url: str, pool_size: int = 10) -> peewee.Database:
         name = parts.path.lstrip("/")
         if not name:
             raise ConfigError("DATABASE_URL names no database")
+        host = parts.hostname or "127.0.0.1"
         return Pool(
             name,
-            host=parts.hostname or "127.0.0.1",
+            **tls_options(host, parts.query),
+            host=host,
             port=parts.port or 3306,
             user=unquote(parts.username or "root"),
             password=unquote(parts.password or ""),
