@@ -10,6 +10,7 @@ import hashlib
 
 import pytest
 
+from testkit.roundtrips import pipelines_of
 from testkit.trustedform import API_KEY, TrustedFormStandIn
 from webhooks import services
 from webhooks.storage.db import db
@@ -198,28 +199,11 @@ def test_a_buyer_requiring_consent_counts_only_a_lead_carrying_it(api, buyer_ser
 
 def test_a_pre_ping_costs_no_more_redis_round_trips_than_a_test_lead(api, network, app):
     store = services.of(app).store
-    trips = []
-    real = store.redis.pipeline
-
-    def counted(*a, **kw):
-        pipe = real(*a, **kw)
-        original = pipe.execute
-
-        def execute(*ea, **ekw):
-            trips.append(len(pipe.command_stack))
-            return original(*ea, **ekw)
-
-        pipe.execute = execute
-        return pipe
-
     check(api, network, {"lead_id": "warm", "email": "w@example.com"})
-    store.redis.pipeline = counted
-    try:
+    with pipelines_of(store.redis) as trips:
         assert check(api, network, {"lead_id": "t-1", "email": "t@example.com"}).status_code == 200
         pre_ping = len(trips)
         trips.clear()
         assert api.post_lead(network, {"lead_id": "t-2", "email": "t@example.com", "test": True}).status_code == 200
         test_lead = len(trips)
-    finally:
-        store.redis.pipeline = real
     assert 0 < pre_ping <= test_lead

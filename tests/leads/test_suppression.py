@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from testkit.roundtrips import pipelines_of
 from testkit.servers import wait_until
 from webhooks import services
 from webhooks.leads.rules import suppression
@@ -203,27 +204,10 @@ def test_every_list_of_a_lead_is_checked_in_one_round_trip(api, buyer_server, ap
     api.put_buyer("b", buyer_server.url("b"), suppress=lists[2:])
     api.settle_config()
     store = services.of(app).store
-    calls = []
-    real = store.redis.pipeline
-
-    def counted(*a, **kw):
-        pipe = real(*a, **kw)
-        original = pipe.execute
-
-        def execute(*ea, **ekw):
-            calls.append(len(pipe.command_stack))
-            return original(*ea, **ekw)
-
-        pipe.execute = execute
-        return pipe
-
-    store.redis.pipeline = counted
-    try:
+    with pipelines_of(store.redis) as calls:
         verdicts = suppression.check(
             store,
             [services.of(app).catalog.snapshot().suppression[x] for x in lists],
             {"email": "ada@example.com", "phone": "+15550100000"},
         )
-    finally:
-        store.redis.pipeline = real
     assert calls == [16] and set(verdicts.values()) == {suppression.MISS}

@@ -7,24 +7,7 @@ from __future__ import annotations
 import html
 import re
 
-import pytest
-
-from testkit.ops import form_token, login, post_form
-from tests.conftest import ADMIN_TOKEN
-
-
-@pytest.fixture
-def browser(api):
-    """The in-process app's client, logged in to the console: (session, csrf token)."""
-    http = api.session()
-    login(http, api.base, ADMIN_TOKEN)
-    return http, form_token(http, api.base)
-
-
-def post(api, browser, path, fields):
-    http, csrf = browser
-    return post_form(http, api.base, path, fields, csrf)
-
+from tests.web.ops.conftest import post
 
 BUYER = {
     "id": "acme",

@@ -11,23 +11,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from testkit.events import EVENTS_SECRET, EventReceiver, deliver_inline
-from testkit.ops import form_token, login, post_form
 from testkit.payments import deliver, encode, payload, without_payer
-from tests.conftest import ADMIN_TOKEN
+from tests.web.ops.conftest import post
 from webhooks.events import log as events_log
 from webhooks.events import sender
-
-
-@pytest.fixture
-def browser(api):
-    http = api.session()
-    login(http, api.base, ADMIN_TOKEN)
-    return http, form_token(http, api.base)
-
-
-def post(api, browser, path, fields):
-    http, csrf = browser
-    return post_form(http, api.base, path, fields, csrf)
 
 
 def page(api, browser, path):
