@@ -6,10 +6,12 @@ An entry is kept as a digest of the normalised field (lower-cased e-mail, E.164 
 list's own hash (md5 or sha256, as a partner's suppression file comes), or for a plain list
 the first 16 bytes of SHA-256, so neither Redis nor the database keeps a plain address. In
 Redis a list is a set of small hashes (buckets) named by a digest's first two bytes, each
-field the digest's remaining bytes: Redis keeps hashes of up to 128 fields as listpacks, a few
-bytes over the field itself per entry, so a list of millions costs tens of bytes an entry
-(bench/ "suppression"). Every key shares the hash tag {sup}: checking a lead against all of
-its lists is one pipelined round trip, on a cluster too.
+field the digest's remaining bytes: Redis keeps hashes of up to 512 fields as listpacks
+(hash-max-listpack-entries), a few bytes over the field itself per entry, so an md5 list of a
+million entries or more costs about 20 bytes an entry (46 for sha256), and stays compact up to
+about 28 million (bench/compliance.py; bench/REPORT.md "Suppression lists and consent
+claims"). Every key shares the hash tag {sup}: checking a lead against all of its lists is
+one pipelined round trip, on a cluster too.
 
 The database is the source: an add writes Redis first and the database after, a removal the
 database first and Redis after, so a failure between the two leaves Redis suppressing more,
@@ -124,8 +126,9 @@ def check(store: Store, lists: Sequence[ListRule], lead: dict[str, Any]) -> dict
     every list; none when the lead has none of their fields."""
     asks: list[tuple[ListRule, str, bytes]] = []
     verdicts: dict[str, str] = {}
+    values = {f: normalise(f, lead.get(f)) for f in {rule.field for rule in lists}}  # once per field
     for rule in lists:
-        value = normalise(rule.field, lead.get(rule.field))
+        value = values[rule.field]
         if value is None:
             verdicts[rule.id] = MISS
         else:
