@@ -13,6 +13,7 @@ import pytest
 from testkit.roundtrips import pipelines_of
 from testkit.trustedform import API_KEY, TrustedFormStandIn
 from webhooks import services
+from webhooks.storage import keys as keys_module
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 
@@ -27,9 +28,11 @@ def check(api, key: str, body: dict):
 
 
 def state(redis_server) -> dict:
-    """Every key of the run's Redis with its value (a dump), and the ledger's leads."""
+    """Every Floodgate key of the run's Redis with its value (a dump; the settlement queue
+    among them), RQ's queues, and the ledger's leads. (Not RQ's worker keys: a worker of the
+    session, idle, beats its heartbeat into them meanwhile.)"""
     r = redis_server.client(decode_responses=False)
-    keys = sorted(r.keys("*"))
+    keys = sorted(r.keys(keys_module.PREFIX + "*") + r.keys("rq:queue:*"))
     with db.connection_context():
         leads = sorted((x.publisher_id, x.lead_id, x.status) for x in Lead.select())
     return {"redis": {k: r.dump(k) for k in keys}, "ledger": leads}
