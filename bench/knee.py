@@ -289,15 +289,25 @@ def main() -> int:
     return 0 if invariants["wallets_off"] == 0 and invariants["leads_missing"] == 0 else 1
 
 
-def check_leads(db_url: str, steps: list[dict]) -> dict:
-    """Every lead answered sold or unsold in the open-loop steps is in the ledger."""
+def check_leads(db_url: str, steps: list[dict], timeout_s: float = 60) -> dict:
+    """Every lead answered sold or unsold in the open-loop steps is in the ledger, within
+    `timeout_s`: an empty settlement queue does not mean its last batch is written yet (the
+    worker takes a batch off the list, then writes it), so the count is awaited, not read once."""
     from webhooks.storage.db import db
     from webhooks.storage.models import Lead
 
     answered = sum(s["statuses"].get("sold", 0) + s["statuses"].get("unsold", 0) for s in steps)
-    with db.connection_context():
-        settled = Lead.select().where(Lead.lead_id.startswith("ol")).count()
-    return {"leads_answered": answered, "leads_settled": settled, "leads_missing": max(0, answered - settled)}
+
+    def settled() -> int:
+        with db.connection_context():
+            return Lead.select().where(Lead.lead_id.startswith("ol")).count()
+
+    deadline = time.monotonic() + timeout_s
+    count = settled()
+    while count < answered and time.monotonic() < deadline:
+        time.sleep(0.2)
+        count = settled()
+    return {"leads_answered": answered, "leads_settled": count, "leads_missing": max(0, answered - count)}
 
 
 def table(headings: list[str], rows: list[list]) -> str:
