@@ -16,7 +16,6 @@ import gc
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -100,10 +99,13 @@ class RenderBudgetExceeded(Exception):
     """A template took more time or produced more output than one render may."""
 
 
-class _Collections(threading.local):
-    """CPU time this thread (greenlet, under gevent) spent in the garbage collector: a full
+class _Collections:
+    """CPU time spent in the garbage collector, by the thread that ran each collection: a full
     collection started during a render walks the whole process's objects (tens of ms on a
-    busy machine), which is not the template's cost."""
+    busy machine), which is not the template's cost. One total for the process (plain
+    attributes: a collection may run while a greenlet or the interpreter is being torn down,
+    where a greenlet-local cannot be read); a render leaves out what collections took while
+    it ran, a web worker's one thread being the one that ran them."""
 
     spent = 0.0
     started: float | None = None
@@ -113,10 +115,11 @@ _GC = _Collections()
 
 
 def _count_collection(phase: str, _info: dict[str, Any]) -> None:
+    now = time.thread_time()
     if phase == "start":
-        _GC.started = time.thread_time()
+        _GC.started = now
     elif _GC.started is not None:
-        _GC.spent += time.thread_time() - _GC.started
+        _GC.spent += now - _GC.started
         _GC.started = None
 
 
@@ -124,7 +127,7 @@ gc.callbacks.append(_count_collection)
 
 
 def _render_clock() -> float:
-    """This thread's CPU time less what the garbage collector took of it."""
+    """This thread's CPU time less what the garbage collector took."""
     return time.thread_time() - _GC.spent
 
 
