@@ -22,16 +22,13 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import json
 import math
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +44,7 @@ from bench.common import (
     write_md,
 )
 from testkit.servers import RedisServer
+from testkit.trustedform import API_KEY, TrustedFormStandIn
 from webhooks.leads.rules import consent, suppression
 from webhooks.storage import keys
 from webhooks.storage.redis import Store, make_redis
@@ -236,66 +234,8 @@ def lists_per_lead(store: Store) -> dict[str, Any]:
 # --- 3. the consent claim -----------------------------------------------------------------
 
 
-class SlowTrustedForm:
-    """A stand-in for TrustedForm's claim endpoint answering `delay_s` after each request, 200
-    with outcome success in the shape testkit/trustedform.py answers."""
-
-    def __init__(self) -> None:
-        self.delay_s = 0.0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                sent = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if outer.delay_s:
-                    time.sleep(outer.delay_s)
-                data = json.dumps(
-                    {
-                        "outcome": "success",
-                        "reason": None,
-                        "match_lead": {
-                            **sent.get("match_lead", {}),
-                            "result": {"email_match": True, "phone_match": None, "success": True},
-                        },
-                        "retain": {
-                            **sent.get("retain", {}),
-                            "results": {
-                                "expires_at": "2031-12-02T12:00:00Z",
-                                "masked_cert_url": None,
-                                "previously_retained": False,
-                            },
-                        },
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a client gone after its deadline
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def claims(store: Store) -> list[dict[str, Any]]:
-    stand_in = SlowTrustedForm()
+    stand_in = TrustedFormStandIn()  # answers 200 success, `delay_s` late
     fields = consent.Fields(cert="trustedform_cert")
     rows = []
     try:
@@ -306,7 +246,7 @@ def claims(store: Store) -> list[dict[str, Any]]:
             ("never answers in time", 2000, 300),
         ):
             stand_in.delay_s = delay_ms / 1000
-            tf = consent.TrustedForm(api_base=stand_in.url, api_key="k", timeout_ms=timeout_ms)
+            tf = consent.TrustedForm(api_base=stand_in.url, api_key=API_KEY, timeout_ms=timeout_ms)
             starts, waits, outcomes = [], [], {}
             for i in range(CLAIMS + 2):  # the first two warm the connection pool
                 lead = {**LEAD, "trustedform_cert": f"https://cert.trustedform.com/{uuid.uuid4().hex}{i:08x}"}

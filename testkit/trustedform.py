@@ -2,13 +2,14 @@
 the user `API`, `api-version: 4.0`; docs/leads.md "TrustedForm's certificate API"), answering in the shapes
 its documentation gives. What each certificate does is set per id: `yes` (200, outcome
 success), `no` (200, outcome failure: the lead does not match), `expired` (404), `late`
-(answers only when the test releases it), `broken` (500)."""
+(answers only when the test releases it), `broken` (500); `delay_s` slows every answer."""
 
 from __future__ import annotations
 
 import base64
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -21,6 +22,7 @@ class TrustedFormStandIn:
         self.behaviour: dict[str, str] = {}
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()  # a `late` certificate answers once this is set
+        self.delay_s = 0.0  # every answer waits this long first (a slow provider)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,6 +38,8 @@ class TrustedFormStandIn:
                 auth = self.headers.get("Authorization", "")
                 if auth != "Basic " + base64.b64encode(f"API:{outer.api_key}".encode()).decode():
                     return self._answer(401, {"outcome": "error", "reason": "Unauthorized"})
+                if outer.delay_s:
+                    time.sleep(outer.delay_s)
                 mode = outer.behaviour.get(cert, "yes")
                 if mode == "late":
                     outer.release.wait(30)
@@ -85,8 +89,13 @@ class TrustedFormStandIn:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client gone after its deadline
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
