@@ -108,17 +108,6 @@ def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | 
     return None if found is None else found["attempts"]
 
 
-def _refused(why: str, lead_id: str) -> str:
-    """A lead the publisher's suppression lists refuse, before anything is claimed, reserved,
-    counted or stored: 200 unsold, reason `suppressed`; 503 while Redis does not hold all of
-    such a list (after a data loss, until it is loaded again)."""
-    if why == SUPPRESSED:
-        return json.dumps({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
-    raise Unavailable(
-        "a suppression list of this publisher is being loaded into Redis again; retry shortly", retry_after_s=5
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class LeadRequest:
     """A POST /v1/leads as the view hands it over: the body is read only when asked for
@@ -231,8 +220,8 @@ class Intake:
         (Router.try_out): nothing reserved, posted, earned or counted."""
         now = datetime.now(timezone.utc)
         route = self.router.select(snapshot, publisher, lead, now, test)
-        if route.refused is not None:
-            return _refused(route.refused, lead_id)
+        if route.suppressed:  # refused before anything is claimed, reserved, counted or stored
+            return json.dumps({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
         ctx = self._context(
             publisher=publisher,
             lead_id=lead_id,

@@ -19,7 +19,6 @@ from webhooks.leads.path.routing import Route, Router
 from webhooks.leads.rules import consent
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule, cap_counters
-from webhooks.leads.rules.suppression import SUPPRESSED
 from webhooks.storage import claims, keys
 from webhooks.storage.states import ReservationStatus
 from webhooks.validate import cents
@@ -51,12 +50,8 @@ def check(
 ) -> Eligibility:
     """The lead (parsed and checked against the publisher's spec) as a post would find it now."""
     route = router.select(snapshot, publisher, lead, now, test=True)
-    if route.refused == SUPPRESSED:
+    if route.suppressed:  # a post would be refused
         return Eligibility(False, 0, False)
-    if route.refused is not None:  # a list Redis does not hold all of yet: a post gets 503 too
-        raise Unavailable(
-            "a suppression list of this publisher is being loaded into Redis again; retry shortly", retry_after_s=5
-        )
     seen, capped, refused_consent = _lead_state(router, publisher, lead_id, now, replay_ttl_s)
     room = _room(router, route, publisher, now)
     claims_made = router.claims_consent and not refused_consent

@@ -24,6 +24,7 @@ from webhooks.caps import leases, rebuild
 from webhooks.caps.balance import Charged
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation
+from webhooks.errors import Unavailable
 from webhooks.leads.path.context import LeadContext, lead_ref
 from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
@@ -177,7 +178,7 @@ class Route:
     skipped: list[dict[str, Any]]
     plan: list[Offer] | None
     consumers: dict[str, tuple[str, ...]]
-    refused: str | None = None  # the publisher's suppression refuses the lead: SUPPRESSED or UNKNOWN
+    suppressed: bool = False  # the publisher's suppression lists hold the lead: refused before routing
 
 
 @dataclass(frozen=True)
@@ -257,9 +258,11 @@ class Router:
     ) -> Route:
         """The route of one lead (`candidates`, `plan`; no plan for a test lead)."""
         buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
-        refused, buyers = self._suppress(snapshot, publisher, buyers, lead, skipped)
-        plan = None if test or refused else self.plan(buyers, publisher)
-        return Route(buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, lead), refused=refused)
+        suppressed, buyers = self._suppress(snapshot, publisher, buyers, lead, skipped)
+        plan = None if test or suppressed else self.plan(buyers, publisher)
+        return Route(
+            buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, lead), suppressed=suppressed
+        )
 
     def _suppress(
         self,
@@ -268,22 +271,26 @@ class Router:
         buyers: list[BuyerRule],
         lead: dict[str, Any],
         skipped: list[dict[str, Any]],
-    ) -> tuple[str | None, list[BuyerRule]]:
+    ) -> tuple[bool, list[BuyerRule]]:
         """The lead against the publisher's suppression lists and those of the buyers that
-        may be offered it, in one round trip (leads/rules/suppression.py): why the publisher's
-        lists refuse it (None: they do not), and the buyers whose lists leave it to them; a
-        buyer whose list has it, or whose list Redis does not hold all of now, is skipped
-        (reason `suppressed`, `suppression_unavailable`)."""
+        may be offered it, in one round trip (leads/rules/suppression.py): whether the
+        publisher's lists hold it, and the buyers whose lists leave it to them; a buyer whose
+        list has it, or whose list Redis does not hold all of now, is skipped (reason
+        `suppressed`, `suppression_unavailable`). Unavailable (503) while Redis does not hold
+        all of a publisher's list (after a data loss, until it is loaded again): a post and a
+        pre-ping alike."""
         wanted = set(publisher.suppress).union(*(b.suppress for b in buyers))
         lists = [snapshot.suppression[i] for i in sorted(wanted) if i in snapshot.suppression]
         if not lists:
-            return None, buyers
+            return False, buyers
         verdicts = suppression.check(self.store, lists, lead)
         mine = [verdicts.get(i, suppression.MISS) for i in publisher.suppress]
         if suppression.HIT in mine:
-            return suppression.SUPPRESSED, buyers
+            return True, buyers
         if suppression.UNKNOWN in mine:
-            return suppression.UNKNOWN, buyers
+            raise Unavailable(
+                "a suppression list of this publisher is being loaded into Redis again; retry shortly", retry_after_s=5
+            )
         kept = []
         for b in buyers:
             seen = [verdicts.get(i, suppression.MISS) for i in b.suppress]
@@ -293,7 +300,7 @@ class Router:
                 skipped.append({"buyer_id": b.id, "reason": "suppression_unavailable"})
             else:
                 kept.append(b)
-        return None, kept
+        return False, kept
 
     def opening(self, ctx: LeadContext, route: Route) -> Opening | None:
         """The reservation of the planned first offer and its attempt note, to be made in the
