@@ -16,6 +16,7 @@ import peewee as pw
 from webhooks.caps import balance
 from webhooks.caps.balance import Charged
 from webhooks.caps.dedupe import consumer_keys
+from webhooks.errors import Unavailable
 from webhooks.events import outbox
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
@@ -23,7 +24,7 @@ from webhooks.leads.posting.delivery import UNKNOWN
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage import audit, keys
 from webhooks.storage.batch import Client
-from webhooks.storage.db import db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
 from webhooks.storage.redis import Store
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
@@ -193,6 +194,16 @@ def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     if record["test"]:
         answer["test"] = True
     return answer
+
+
+def ask_for_answer(publisher_id: str, lead_id: str, unreachable: str) -> dict[str, Any] | None:
+    """`answer_for` on a connection of its own, for the lead path: Unavailable (503) with the
+    message `unreachable` when the ledger cannot be asked."""
+    try:
+        with db.connection_context():
+            return answer_for(publisher_id, lead_id)
+    except UNAVAILABLE_ERRORS:
+        raise Unavailable(unreachable) from None
 
 
 def flagged(limit: int = 50) -> list[Lead]:

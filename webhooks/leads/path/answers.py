@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 COMPACT = "~"
+# The 503 of a lead whose answer only the ledger could give, when it cannot be asked
+LEDGER_UNREACHABLE_AFTER_LOSS = "the lead ledger is unreachable and Redis lost its replay memory lately; retry shortly"
 MAX_INLINE = 64  # bytes of the remembered form; past it the attempts are the ledger's
 _STATUS = {"s": ("sold", False), "u": ("unsold", False), "ts": ("sold", True), "tu": ("unsold", True)}
 _STATUS_CODE = {v: k for k, v in _STATUS.items()}

@@ -97,14 +97,9 @@ def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
 
 def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | None:
     """A settled lead's attempts as its answer gave them; None while the ledger lacks it."""
-    from webhooks.leads.accounting.ledger import answer_for
-    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+    from webhooks.leads.accounting.ledger import ask_for_answer
 
-    try:
-        with db.connection_context():
-            found = answer_for(publisher_id, lead_id)
-    except UNAVAILABLE_ERRORS:
-        raise Unavailable("the lead ledger is unreachable; retry shortly") from None
+    found = ask_for_answer(publisher_id, lead_id, "the lead ledger is unreachable; retry shortly")
     return None if found is None else found["attempts"]
 
 
@@ -346,18 +341,14 @@ class Intake:
         returned (its first reservation withdrawn); None when the ledger has no such lead.
         Unavailable when the ledger cannot say: routing blind could sell the lead twice.
         One piece of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
-        from webhooks.leads.accounting.ledger import answer_for
-        from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+        from webhooks.leads.accounting.ledger import ask_for_answer
 
         try:
-            with db.connection_context():
-                found = answer_for(ctx.publisher.id, ctx.lead_id)
-        except UNAVAILABLE_ERRORS:
+            found = ask_for_answer(ctx.publisher.id, ctx.lead_id, answers.LEDGER_UNREACHABLE_AFTER_LOSS)
+        except Unavailable:
             self.router.withdraw(first)
             self._give_up(ctx, forget_note=True)
-            raise Unavailable(
-                "the lead ledger is unreachable and Redis lost its replay memory lately; retry shortly"
-            ) from None
+            raise
         if found is None:
             return None
         answer = json.dumps(found)

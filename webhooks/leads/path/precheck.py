@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from webhooks.caps import leases
-from webhooks.errors import Unavailable
+from webhooks.leads.path import answers
 from webhooks.leads.path.routing import Route, Router
 from webhooks.leads.rules import consent
 from webhooks.leads.rules.catalog import Snapshot
@@ -88,14 +88,9 @@ def _lead_state(
 
 
 def _in_ledger(publisher_id: str, lead_id: str) -> bool:
-    from webhooks.leads.accounting.ledger import answer_for
-    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+    from webhooks.leads.accounting.ledger import ask_for_answer
 
-    try:
-        with db.connection_context():
-            return answer_for(publisher_id, lead_id) is not None
-    except UNAVAILABLE_ERRORS:
-        raise Unavailable("the lead ledger is unreachable and Redis lost its replay memory lately; retry") from None
+    return ask_for_answer(publisher_id, lead_id, answers.LEDGER_UNREACHABLE_AFTER_LOSS) is not None
 
 
 def _room(router: Router, route: Route, publisher: PublisherRule, now: datetime) -> dict[str, str | None]:
