@@ -109,6 +109,14 @@ class Fields:
     cert: str | None = None
     leadid: str | None = None
 
+    def cert_of(self, lead: dict[str, Any]) -> str | None:
+        """The lead's certificate URL (normalised by the field spec), if it carries one."""
+        value = lead.get(self.cert) if self.cert else None
+        return value if isinstance(value, str) else None
+
+    def has_leadid(self, lead: dict[str, Any]) -> bool:
+        return bool(self.leadid and isinstance(lead.get(self.leadid), str))
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrustedForm:
@@ -259,10 +267,10 @@ def possible(required: tuple[str, ...], fields: Fields, lead: dict[str, Any], cl
     """Whether a lead could meet `required` without a claim being made (a test lead, a
     pre-ping): it carries a LeadiD token for `jornaya`, and for `trustedform` a certificate and
     an e-mail or phone to match it with, while claims can be made (`claims_made`)."""
-    if JORNAYA in required and not (fields.leadid and isinstance(lead.get(fields.leadid), str)):
+    if JORNAYA in required and not fields.has_leadid(lead):
         return False
     if TRUSTEDFORM in required:
-        return claims_made and bool(fields.cert and isinstance(lead.get(fields.cert), str) and match_fields(lead))
+        return claims_made and fields.cert_of(lead) is not None and bool(match_fields(lead))
     return True
 
 
@@ -279,11 +287,11 @@ def start(
 ) -> Check:
     """The consent check of a lead some of whose buyers require `required`: the claim started
     (or its remembered outcome, one Redis read) when a buyer requires TrustedForm."""
-    check = Check(has_leadid=bool(fields.leadid and isinstance(lead.get(fields.leadid), str)))
+    check = Check(has_leadid=fields.has_leadid(lead))
     if TRUSTEDFORM not in required:
         return check
-    url = lead.get(fields.cert) if fields.cert else None
-    if not isinstance(url, str):
+    url = fields.cert_of(lead)
+    if url is None:
         check.claim = {"kind": TRUSTEDFORM, "outcome": MISSING}
         return check
     key = keys.consent_claim(publisher_id, lead_id)
