@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from webhooks.caps import rebuild
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
@@ -103,6 +103,16 @@ def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | 
     return None if found is None else found["attempts"]
 
 
+class Admitted(NamedTuple):
+    """A lead past its publisher's key, token bucket and field spec (`Intake.admit`)."""
+
+    publisher: PublisherRule
+    lead_id: str
+    fields: dict[str, Any]  # normalised by the spec, lead_id and test taken out
+    payload: str  # as the ledger keeps it
+    test: bool  # the lead asked to be a test lead
+
+
 @dataclass(frozen=True, kw_only=True)
 class LeadRequest:
     """A POST /v1/leads as the view hands it over: the body is read only when asked for
@@ -164,37 +174,40 @@ class Intake:
         )
 
     def receive(self, snapshot: Snapshot, req: LeadRequest) -> str:
-        """A posted lead, from the request to its answer's JSON text: authenticate, the
-        publisher's token bucket (before the body is read: a flood costs one round trip), parse,
-        check against the publisher's field spec (leads/rules/quality.py), `take`."""
-        publisher = authenticate(snapshot, req.authorization)
-        throttle(self.store, publisher, self.rate_limit)
-        lead_id, lead = parse_lead(req.body())
-        test = test_flag(lead) or publisher.mode == "test"
-        lead, payload = checked(publisher.spec, lead_id, lead, req.text())
+        """A posted lead, from the request to its answer's JSON text: `admit` it, then `take`."""
+        lead = self.admit(snapshot, req)
         return self.take(
             snapshot,
-            publisher=publisher,
-            lead_id=lead_id,
-            lead=lead,
-            payload=payload,
+            publisher=lead.publisher,
+            lead_id=lead.lead_id,
+            lead=lead.fields,
+            payload=lead.payload,
             received_at=req.received_at,
             request_id=req.request_id,
-            test=test,
+            test=lead.test or lead.publisher.mode == "test",
         )
 
     def check(self, snapshot: Snapshot, req: LeadRequest) -> str:
-        """A pre-ping (POST /v1/leads/check), from the request to its answer's JSON text: the
-        same authentication, token bucket, parsing and field spec as `receive`, then only
-        reads (leads/path/precheck.py). A `test` flag is accepted and changes nothing."""
+        """A pre-ping (POST /v1/leads/check), from the request to its answer's JSON text:
+        `admit`ted as a posted lead is, then only read (leads/path/precheck.py). A `test` flag
+        is accepted and changes nothing."""
+        lead = self.admit(snapshot, req)
+        now = datetime.now(timezone.utc)
+        answer = precheck.check(
+            self.router, snapshot, lead.publisher, lead.lead_id, lead.fields, now, self.replay_ttl_s
+        )
+        return json.dumps(answer.view())
+
+    def admit(self, snapshot: Snapshot, req: LeadRequest) -> Admitted:
+        """What a post and a pre-ping both go through: authenticate, the publisher's token
+        bucket (before the body is read: a flood costs one round trip), parse, check against
+        the publisher's field spec (leads/rules/quality.py)."""
         publisher = authenticate(snapshot, req.authorization)
         throttle(self.store, publisher, self.rate_limit)
         lead_id, lead = parse_lead(req.body())
-        test_flag(lead)
-        lead, _payload = checked(publisher.spec, lead_id, lead, req.text())
-        now = datetime.now(timezone.utc)
-        answer = precheck.check(self.router, snapshot, publisher, lead_id, lead, now, self.replay_ttl_s)
-        return json.dumps(answer.view())
+        test = test_flag(lead)
+        lead, payload = checked(publisher.spec, lead_id, lead, req.text())
+        return Admitted(publisher, lead_id, lead, payload, test)
 
     def take(
         self,
