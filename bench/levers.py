@@ -58,13 +58,15 @@ LEVERS = {
 PAYSTACK_FIRST = quick(6000, 100)  # payments of the `first` mix
 
 
-def first_deliveries(tag: str, payments: int, rng: random.Random) -> list:
-    """The `first` mix: Paystack payments (HMAC-SHA512), each signed once and sent 5 times, all
-    shuffled: the start of the list is mostly each payment's first delivery."""
+def first_deliveries(tag: str, payments: int, rng: random.Random, payers: int = 500) -> list:
+    """The `first` mix: Paystack payments (HMAC-SHA512) of `payers` payers, each signed once and
+    sent 5 times, all shuffled: the start of the list is mostly each payment's first delivery."""
     out = []
     for i in range(payments):
         raw = encode(
-            payload("paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"{tag}-p{rng.randrange(500)}@x.io")
+            payload(
+                "paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"{tag}-p{rng.randrange(payers)}@x.io"
+            )
         )
         out += [("paystack", signed_headers("paystack", raw), raw.decode())] * 5
     rng.shuffle(out)
