@@ -2,12 +2,15 @@
 bench/e2e.py's stack while wrk drives the payment path (2,000 payments × 5, shuffled) or the
 lead path at 50 connections.
 
-    python -m bench.profile [--path payments|leads|both] [--seconds 12]
+    python -m bench.profile [--path payments|leads|both] [--seconds 12] [--wall]
 
-Writes bench/out/profile.md (per path: the share of samples under each layer — sends, Redis,
-the database, JSON, Flask, metrics, logging — and self time by function) and the raw
-collapsed stacks (profile-<path>.txt). py-spy needs ptrace: run as root, or with
-kernel.yama.ptrace_scope=0.
+Samples are taken only while the worker holds the GIL (`py-spy --gil`): its CPU. Without it
+(`--wall`) a worker preempted on a busy 2-core machine is sampled where the scheduler stopped
+it, mostly in a loopback `send` that woke Redis or the database, which reads as a third of the
+time in sends. Writes bench/out/profile.md (per path: the share of samples under each layer —
+sends, Redis, the database, JSON, Flask, metrics, logging —, under each step of the path's own
+code, and self time by function) and the raw collapsed stacks (profile-<path>.txt). py-spy
+needs ptrace: run as root, or with kernel.yama.ptrace_scope=0.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ LAYERS = (
 )
 # A sample of another thread waiting on a lock (gevent's thread pool) is not the worker's work.
 IDLE_THREAD = "acquire_with_timeout ("
+# Per path, the frame of its own entry point: the steps are the frames called from it.
+ENTRY = {"payments": "PaymentWebhooks.receive (", "leads": "Intake.take ("}
 
 
 def package(frame: str) -> str:
@@ -73,7 +78,26 @@ def summarize(raw: str) -> tuple[int, list[tuple[str, int]], list[tuple[str, int
     return total, leaves.most_common(20), [(name, layers[name]) for name, _ in LAYERS], packages.most_common(12)
 
 
-def profile(path: str, seconds: int) -> list[str]:
+def steps(raw: str, entry: str) -> list[tuple[str, int]]:
+    """Samples by the function `entry` called (its steps), with what ran outside `entry` (the
+    server, Flask, the request hooks) as one row."""
+    total, by_step = 0, Counter()
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if IDLE_THREAD in stack:
+            continue
+        total += int(n)
+        frames = stack.split(";")
+        at = next((i for i, frame in enumerate(frames) if entry in frame), None)
+        if at is None:
+            by_step["outside the path (gunicorn, Flask, request hooks)"] += int(n)
+        else:
+            step = frames[at + 1].rpartition(" (")[0] if at + 1 < len(frames) else "(its own lines)"
+            by_step[step] += int(n)
+    return by_step.most_common(12)
+
+
+def profile(path: str, seconds: int, gil: bool) -> list[str]:
     """Run one path under wrk while py-spy samples a web worker; its markdown lines."""
     raw_path = OUT / f"profile-{path}.txt"
     with ExitStack() as es:
@@ -99,6 +123,7 @@ def profile(path: str, seconds: int) -> list[str]:
                 "200",
                 "-f",
                 "raw",
+                *(["--gil"] if gil else []),
                 "-d",
                 str(seconds),
                 "-p",
@@ -111,20 +136,25 @@ def profile(path: str, seconds: int) -> list[str]:
             timeout=seconds + 60,
         )
         load.join()
-    total, leaves, layers, packages = summarize(raw_path.read_text())
+    raw = raw_path.read_text()
+    total, leaves, layers, packages = summarize(raw)
     log(f"{path}: {total} samples, {result.get('rps')} requests/s")
+    sampled = "while it held the GIL (its CPU)" if gil else "whenever it was not idle (wall time)"
     lines = [
         f"### The {path} path"
         + (" (first deliveries: 6,000 Paystack payments × 5, shuffled)" if path == "payments" else ""),
         "",
-        f"`py-spy record -r 200 -f raw` of one of the two gunicorn workers for {seconds} s under wrk "
-        f"at 50 connections ({result.get('rps')} requests/s over the whole run): {total} samples of the "
-        "worker's main thread (a thread-pool thread waiting on its lock is left out).",
+        f"`py-spy record -r 200 -f raw{' --gil' if gil else ''}` of one of the two gunicorn workers for "
+        f"{seconds} s under wrk at 50 connections ({result.get('rps')} requests/s over the whole run): "
+        f"{total} samples of the worker's main thread, taken {sampled} (a thread-pool thread waiting on "
+        "its lock is left out).",
         "",
         "| layer (a sample counts when any frame of its stack is in it) | share |",
         "|---|---|",
     ]
     lines += [f"| {name} | {n / total:.1%} |" for name, n in layers]
+    lines += ["", f"| step (called by `{ENTRY[path].rstrip(' (')}`) | share |", "|---|---|"]
+    lines += [f"| `{name}` | {n / total:.1%} |" for name, n in steps(raw, ENTRY[path])]
     lines += ["", "| package where the sample was taken (self time) | share |", "|---|---|"]
     lines += [f"| {name} | {n / total:.1%} |" for name, n in packages]
     lines += ["", "| function where the sample was taken (self time) | share |", "|---|---|"]
@@ -136,12 +166,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--path", choices=("payments", "leads", "both"), default="both")
     ap.add_argument("--seconds", type=int, default=12)
+    ap.add_argument("--wall", action="store_true", help="sample a worker whenever it is not idle, not its CPU")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
     lines = [f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}.", ""]
     for path in ("payments", "leads") if args.path == "both" else (args.path,):
-        lines += profile(path, args.seconds)
+        lines += profile(path, args.seconds, gil=not args.wall)
     write_json("profile.json", {"machine": machine})
     write_md("profile.md", "\n".join(lines))
     log(f"wrote {OUT / 'profile.md'}")
