@@ -63,14 +63,15 @@ class Services:
             journal=journal,
             catalog=catalog,
             intake=Intake.build(cfg, store, queue_redis, journal),
-            payments=PaymentWebhooks.build(cfg, store, queue_redis, rq_queue),
+            payments=PaymentWebhooks.build(cfg, store, queue_redis, rq_queue, catalog.billed_wallets),
         )
 
     def reconfigure(self, cfg: Config) -> None:
         """Run with `cfg` from now on (the clients stay: a test changing a setting)."""
         self.config = cfg
         self.intake = Intake.build(cfg, self.store, self.queue_redis, self.journal)
-        self.payments = PaymentWebhooks.build(cfg, self.store, self.queue_redis, self.queue)
+        billed = self.catalog.billed_wallets
+        self.payments = PaymentWebhooks.build(cfg, self.store, self.queue_redis, self.queue, billed)
 
 
 def of(app: Flask) -> Services:

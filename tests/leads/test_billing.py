@@ -7,6 +7,7 @@ every step: available = the ledger's wallet - what Redis holds for leases and un
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,31 @@ def test_a_prepaid_buyer_gets_exactly_the_leads_its_top_up_pays_for(api, billed)
     api.wait_settled("bl-after-return", "surge")
     wait_until(lambda: _balance(api)["reserved"] == "0.00", what="the sale settled")
     assert _wallet() == (0, 0)
+
+
+def test_a_payment_reads_no_buyer_unless_a_buyer_is_billed_from_its_wallet(api, billed, monkeypatch):
+    """The config cache knows the wallets buyers are billed from: a payment to another wallet
+    asks the database nothing about buyers; one to a billed wallet still raises the balance."""
+    statements: list[str] = []
+    real = db.obj.execute_sql
+
+    def recorded(sql, params=None):
+        statements.append(sql)
+        return real(sql, params)
+
+    monkeypatch.setattr(db.obj, "execute_sql", recorded)
+    # the read of the buyers billed from one wallet (caps/balance.py sync_wallet); not the
+    # config cache's own load of every buyer
+    by_wallet = re.compile(r"FROM [`\"]buyers[`\"].*WHERE .*billing_account[`\"] = ")
+
+    body = with_metadata("paystack", payload("paystack", "ps-not-billed", 5000), {"account_id": "someone-else"})
+    assert deliver(api, "paystack", encode(body)).json()["status"] == "credited"
+    assert statements, "the credit's own statements were recorded"
+    assert not [sql for sql in statements if by_wallet.search(sql)]
+
+    assert _top_up(api, "ps-billed", 2500)[0]["status"] == "credited"
+    assert [sql for sql in statements if by_wallet.search(sql)]
+    assert _balance(api)["available"] == "25.00"
 
 
 def test_a_refunded_top_up_takes_the_balance_below_zero_and_the_buyer_gets_nothing(api, billed):

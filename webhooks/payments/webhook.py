@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,9 +102,18 @@ class PaymentWebhooks:
     flutterwave: FlutterwaveCheck | None  # None unless FLUTTERWAVE_VERIFY=1
     account_field: str = ""  # PAYMENT_ACCOUNT_FIELD: the metadata key naming the wallet
     listening: Callable[[], bool] = lambda: True  # whether a committed event needs a wake
+    # the wallets buyers are billed from, as the config cache knows them (None: ask the database)
+    billed_wallets: Callable[[], Collection[str] | None] = lambda: None
 
     @classmethod
-    def build(cls, cfg: Config, store: Store, queue_redis: Store, queue: Queue) -> PaymentWebhooks:
+    def build(
+        cls,
+        cfg: Config,
+        store: Store,
+        queue_redis: Store,
+        queue: Queue,
+        billed_wallets: Callable[[], Collection[str] | None] = lambda: None,
+    ) -> PaymentWebhooks:
         check = (
             FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) if cfg.flutterwave_verify else None
         )
@@ -117,6 +126,7 @@ class PaymentWebhooks:
             flutterwave=check,
             account_field=cfg.payment_account_field,
             listening=Listening(bool(cfg.payment_events_url)),
+            billed_wallets=billed_wallets,
         )
 
     def secrets_of(self, provider: str) -> tuple[str, ...]:
@@ -238,11 +248,19 @@ class PaymentWebhooks:
 
     def _sync_balances(self, note: notifications.PaymentNotification | notifications.RefundNotification) -> None:
         """After a wallet moved: a buyer billed from it sees the new figure in its reservations
-        (caps/balance.py; one indexed read when no buyer is). What the ledger holds is final: a
-        failure here leaves the figure to the buyer's next change, its reconciliation or rebuild."""
+        (caps/balance.py). What the ledger holds is final: a failure here leaves the figure to
+        the buyer's next change, its reconciliation or rebuild.
+
+        A payment to a wallet no buyer is billed from, as the config cache says, costs nothing
+        here (the database's own answer is an indexed read per payment). A buyer billed from it
+        less than a check interval ago may miss the credit until its reconciliation: a balance
+        held low, never high. A refund or dispute takes money away, so it always asks the database."""
         try:
             if isinstance(note, notifications.PaymentNotification):
-                if note.customer is not None and note.currency is not None:
+                if note.customer is None or note.currency is None:
+                    return
+                billed = self.billed_wallets()
+                if billed is None or balance.wallet_key(note.customer, note.currency) in billed:
                     balance.sync_wallet(self.store, note.customer, note.currency)
                 return
             paid = Payment.get_or_none(Payment.provider == note.provider, Payment.reference == note.payment_reference)

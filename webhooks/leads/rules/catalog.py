@@ -21,8 +21,9 @@ from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.leads.rules.suppression import ListRule
 from webhooks.storage import keys
 from webhooks.storage.batch import Client
-from webhooks.storage.db import db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import Buyer, Publisher
+from webhooks.storage.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class Snapshot:
     publishers_by_key: dict[str, PublisherRule] = field(default_factory=dict)
     inactive: tuple[str, ...] = ()  # ids of the buyers switched off (not deleted), for the trace
     suppression: dict[str, ListRule] = field(default_factory=dict)  # every suppression list, by id
+    # the wallets ("<account>|<currency>") any buyer not deleted is billed from, switched off or not
+    billed_wallets: frozenset[str] = frozenset()
 
 
 def bump_version(r: Client) -> None:
@@ -49,11 +52,17 @@ def load_snapshot(version: str | None) -> Snapshot:
         rows = list(Buyer.select().where(Buyer.deleted_at.is_null()))
         buyers = [BuyerRule.from_row(b) for b in rows if b.active]
         inactive = tuple(sorted(b.id for b in rows if not b.active))
+        billed = frozenset(b.billing_account for b in rows if b.billing_account)
         publishers = {p.api_key_hash: PublisherRule.from_row(p) for p in Publisher.select()}
         lists = suppression.load_rules()
     buyers.sort(key=lambda b: (b.priority, -b.price, b.id))
     return Snapshot(
-        version=version, buyers=tuple(buyers), publishers_by_key=publishers, inactive=inactive, suppression=lists
+        version=version,
+        buyers=tuple(buyers),
+        publishers_by_key=publishers,
+        inactive=inactive,
+        suppression=lists,
+        billed_wallets=billed,
     )
 
 
@@ -92,3 +101,12 @@ class Catalog:
                 log.info("config loaded: %d buyers, %d publishers", len(current.buyers), len(current.publishers_by_key))
             self._checked = now
             return current
+
+    def billed_wallets(self) -> frozenset[str] | None:
+        """The wallets buyers are billed from, as of the snapshot (at most a check interval old);
+        None when the config cannot be read now."""
+        try:
+            return self.snapshot().billed_wallets
+        except (*REDIS_DOWN, *UNAVAILABLE_ERRORS) as exc:
+            log.warning("config unreadable, billed wallets unknown: %s", exc)
+            return None
