@@ -13,7 +13,7 @@ import pymysql
 import pytest
 import requests
 
-from testkit.payments import balance, child_pids, counts, deliver, encode, payload, verdicts
+from testkit.payments import at_once, balance, child_pids, counts, deliver, encode, payload, verdicts
 from testkit.servers import WebServer, free_port, wait_until
 from webhooks.payments.ledger import _is_deadlock
 from webhooks.storage import keys
@@ -232,3 +232,26 @@ def test_a_credit_announces_the_balance_after_it_new_positive_or_below_zero_wall
     assert credited("std-bal-3", 300) == -4_700  # one below zero
     assert credited("std-bal-4", 10**12) == 10**12 - 4_700
     assert balance("low@example.com", "NGN") == 10**12 - 4_700
+
+
+def test_credits_to_one_wallet_at_once_announce_the_balances_in_their_order(api, redis_server):
+    """Each credit's event reads its wallet's balance in the credit's own transaction, under the
+    row lock of its upsert: 24 credits at once to one wallet announce 24 distinct balances, each
+    the one before it plus its amount, in the order of the events' ids (the order sent)."""
+    import json
+
+    from webhooks.storage.models import Event
+
+    amounts = [100 * (i + 1) for i in range(24)]
+    bodies = [encode(payload("standard", f"std-race-{i}", a, "NGN", "race@example.com")) for i, a in enumerate(amounts)]
+    answers = at_once(api, "standard", bodies)
+    assert [a["status"] for a in answers] == ["credited"] * 24
+    with db.connection_context():
+        events = list(Event.select().where(Event.entity == "race@example.com").order_by(Event.id))
+    seen = [json.loads(e.body)["data"] for e in events]
+    running = 0
+    for data in seen:
+        running += data["amount_minor"]
+        assert data["balance_minor"] == running
+    assert sorted(d["amount_minor"] for d in seen) == amounts
+    assert balance("race@example.com", "NGN") == sum(amounts)

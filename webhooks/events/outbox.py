@@ -72,6 +72,35 @@ def emit(event: NewEvent, now: datetime, deferred: bool = False) -> None:
     fastsql.insert(Event, event.row(now), deferred)
 
 
+# A wallet event's body ends with its balance (wallet_event puts it last), written as 0 here
+# and read from the wallets row by the INSERT itself in emit_reading_balance.
+_BALANCE_LAST = '"balance_minor":0}}'
+
+
+def emit_reading_balance(event: NewEvent, now: datetime) -> None:
+    """Insert a wallet event whose `balance_minor` the INSERT reads from its wallet's row
+    (INSERT ... SELECT, MySQL only), in the caller's transaction, after the wallet's upsert:
+    the transaction needs no answer before its COMMIT, so every statement of it travels in one
+    round trip (the statement is deferred, see fastsql.insert), and the wallet's row lock is
+    held for no round trip to the web process. `event` is wallet_event's with a balance of 0."""
+    row = event.row(now)
+    body: str = row.pop("body")
+    if not body.endswith(_BALANCE_LAST):
+        raise ValueError(f"not a wallet event with its balance last: {event.type}")
+    head, tail = body[: -len("0}}")], "}}"
+    names = tuple(row)
+    fields = [Event._meta.fields[name] for name in names]
+    columns = ", ".join(f"`{f.column_name}`" for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    sql = (
+        f"INSERT INTO `events` ({columns}, `body`) SELECT {marks}, CONCAT(%s, `balance_minor`, %s) "
+        "FROM `wallets` WHERE `customer` = %s AND `currency` = %s"
+    )
+    values = [f.db_value(row[f.name]) for f in fields]
+    data = event.data
+    db.obj.defer(sql, [*values, head, tail, data["customer"], data["currency"]])
+
+
 def emit_many(new: list[NewEvent], now: datetime) -> None:
     """Insert several events with one statement, in the caller's transaction."""
     if new:

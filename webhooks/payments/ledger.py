@@ -130,6 +130,38 @@ _UPSERT_RETURNING_BALANCE = (
 )
 
 
+_UPSERT = (
+    "INSERT INTO wallets (customer, currency, balance_minor, updated_at, version) VALUES (%s, %s, %s, %s, 1) "
+    "ON DUPLICATE KEY UPDATE balance_minor = balance_minor + VALUES(balance_minor), "
+    "updated_at = VALUES(updated_at), version = version + 1"
+)
+
+
+def credit_and_announce(
+    event: Callable[[int], outbox.NewEvent],
+    customer: str,
+    currency: str,
+    amount_minor: int,
+    now: datetime,
+    *,
+    entry: wallets.Entry,
+    reference: str,
+) -> None:
+    """Add a positive amount to a wallet (made at that amount if new), with its journal row and
+    its event (`event(balance after)`), in the caller's transaction. On MySQL nothing of it
+    needs an answer before the COMMIT: the statements are deferred and the event's INSERT reads
+    the balance itself (outbox.emit_reading_balance), so the transaction is one round trip."""
+    if is_mysql():
+        wallets.write(
+            customer, currency, kind=entry, amount_minor=amount_minor, reference=reference, at=now, deferred=True
+        )
+        db.obj.defer(_UPSERT, (customer, currency, amount_minor, now))
+        outbox.emit_reading_balance(event(0), now)
+        return
+    after = credit_wallet(customer, currency, amount_minor, now, entry=entry, reference=reference)
+    outbox.emit(event(after), now, deferred=True)
+
+
 def credit_wallet(
     customer: str, currency: str, amount_minor: int, now: datetime, *, entry: wallets.Entry, reference: str
 ) -> int:
@@ -191,8 +223,8 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
     others. An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
     attributed = note.customer is not None
 
-    # On MySQL two round trips: the payment's INSERT travels with the wallet's upsert (its
-    # balance is read from the reply), the outbox event's and the webhook call's rows with the COMMIT.
+    # On MySQL one round trip: the payment's INSERT, the wallet's journal row and upsert, the
+    # outbox event (which reads the balance itself) and the webhook call's row travel with the COMMIT.
     def transaction() -> Verdict:
         with db.atomic():
             now = utcnow()
@@ -224,28 +256,21 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
                 audit.record("payments", "payment.unattributed", "payment", key, {"amount_minor": note.amount_minor})
                 write_call(d, Verdict.UNATTRIBUTED, 200, note)
                 return Verdict.UNATTRIBUTED
-            assert note.customer is not None
-            after = credit_wallet(
-                note.customer,
-                note.currency,
-                note.amount_minor,
-                now,
-                entry=wallets.Entry.TOP_UP,
-                reference=f"{note.provider}:{note.reference}",
-            )
-            outbox.emit(
-                outbox.wallet_event(
+            customer, currency, amount, reference = note.customer, note.currency, note.amount_minor, note.reference
+            assert customer is not None
+
+            def event(balance_minor: int) -> outbox.NewEvent:
+                return outbox.wallet_event(
                     kind=outbox.EventType.WALLET_CREDITED,
                     provider=note.provider,
-                    reference=note.reference,
-                    customer=note.customer,
-                    currency=note.currency,
-                    amount_minor=note.amount_minor,
-                    balance_minor=after,
-                ),
-                now,
-                deferred=True,
-            )
+                    reference=reference,
+                    customer=customer,
+                    currency=currency,
+                    amount_minor=amount,
+                    balance_minor=balance_minor,
+                )
+
+            credit_and_announce(event, customer, currency, amount, now, entry=wallets.Entry.TOP_UP, reference=key)
             write_call(d, Verdict.CREDITED, 200, note, deferred=True)
         return Verdict.CREDITED
 
@@ -344,26 +369,21 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 Payment.update(status=status).where(Payment.id == payment.id).execute()
                 payment.status = status
             if amount > 0:
-                after = credit_wallet(
-                    customer,
-                    payment.currency,
-                    amount,
-                    now,
-                    entry=wallets.Entry.TOP_UP,
-                    reference=f"{provider}:{reference}",
-                )
-                credited = outbox.EventType.WALLET_CREDITED
-                outbox.emit(
-                    outbox.wallet_event(
-                        kind=credited,
+
+                def event(balance_minor: int) -> outbox.NewEvent:
+                    return outbox.wallet_event(
+                        kind=outbox.EventType.WALLET_CREDITED,
                         provider=provider,
                         reference=reference,
                         customer=customer,
                         currency=payment.currency,
                         amount_minor=amount,
-                        balance_minor=after,
-                    ),
-                    now,
+                        balance_minor=balance_minor,
+                    )
+
+                key = f"{provider}:{reference}"
+                credit_and_announce(
+                    event, customer, payment.currency, amount, now, entry=wallets.Entry.TOP_UP, reference=key
                 )
             audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
             return payment
