@@ -7,7 +7,11 @@ request, each against its alternative in the same process, alternated, medians o
 - prometheus-client: a counter and a histogram in multiprocess mode (mmap files, as the web
   workers run) against one process's memory;
 - `gevent.Timeout` around a call (the buyer post's hard deadline);
-- a Lua script in a pipeline sent as EVAL (its text, ~3 KB) against EVALSHA.
+- a Lua script in a pipeline sent as EVAL (its text, ~3 KB) against EVALSHA;
+- the check redis-py's pool makes on every checkout (webhooks/storage/redis.py `Connection`):
+  redis-py's own, with and without its maintenance notifications, against one poll(2);
+- a credit's transaction on MariaDB as two round trips (the balance read back from the
+  wallet's upsert) against one (the event's INSERT reads it), with MariaDB's CPU per credit.
 
     python -m bench.micro      ->  bench/out/micro.json, micro.md
 """
@@ -215,6 +219,158 @@ def eval_or_evalsha(workdir: Path) -> dict[str, float]:
         server.kill()
 
 
+def redis_checkout(workdir: Path) -> dict[str, float]:
+    """Client CPU µs per script call (EVALSHA) and per pipeline of two commands under gevent,
+    by how the pool checks a connection it hands out: redis-py 8's own with its maintenance
+    notifications on (its default: the check is made, then not acted on), redis-py's own with
+    them off (made and acted on, through gevent's `select.poll`), and make_redis's (poll(2))."""
+    import redis
+    from redis.maint_notifications import MaintNotificationsConfig
+
+    from webhooks.storage.redis import make_redis
+
+    server = RedisServer(workdir / "redis-checkout")
+    server.start()
+    try:
+        options = {"max_connections": 8, "timeout": 5, "socket_timeout": 2, "decode_responses": True}
+        off = MaintNotificationsConfig(enabled=False)
+        clients = {
+            "redis-py's check, notifications on": redis.Redis(
+                connection_pool=redis.BlockingConnectionPool.from_url(server.url, **options)
+            ),
+            "redis-py's check, notifications off": redis.Redis(
+                connection_pool=redis.BlockingConnectionPool.from_url(
+                    server.url, maint_notifications_config=off, **options
+                )
+            ),
+            "poll(2) (make_redis)": make_redis(server.url, 8),
+        }
+
+        def arm(client: redis.Redis, what: str) -> Callable[[], float]:
+            script = client.register_script("redis.call('SET', KEYS[1], ARGV[1]) return 1")
+
+            def one() -> None:
+                if what == "script":
+                    script(keys=["fg:micro:a"], args=["1"])
+                else:
+                    pipe = client.pipeline(transaction=False)
+                    pipe.get("fg:micro:a")
+                    pipe.set("fg:micro:b", "1")
+                    pipe.execute()
+
+            def run(n: int = 10_000) -> float:
+                n = max(1, n // SCALE)
+                before = time.process_time()
+                for _ in range(n):
+                    one()
+                return (time.process_time() - before) / n * 1e6
+
+            return run
+
+        arms = {f"{what}, {name}": arm(c, what) for what in ("script", "pipeline") for name, c in clients.items()}
+        return alternated(arms)
+    finally:
+        server.kill()
+
+
+def credit_round_trips() -> dict[str, float]:
+    """A credit's statements (payment, wallet journal row, wallet upsert, outbox event, webhook
+    call row with a 1 KB body), on a throw-away MariaDB database of the project's schema: in two
+    round trips, the second after the upsert's balance came back (as before), or in one with the
+    event's INSERT reading the balance (ledger.credit_and_announce). Client and MariaDB CPU µs
+    per credit, one connection."""
+    import hashlib
+
+    import pymysql
+
+    from webhooks.storage import migrate
+    from webhooks.storage.db import db, init_db
+
+    mariadbd = subprocess.run(["pidof", "mariadbd", "mysqld"], capture_output=True, text=True).stdout.split()
+    if not mariadbd:
+        return {}
+    pid = int(mariadbd[0])
+
+    def db_cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    name = f"fg_micro_{os.getpid()}"
+    admin = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        init_db(f"mysql://root@127.0.0.1:3306/{name}", 2)
+        with db.connection_context():
+            migrate.upgrade(echo=lambda _line: None)
+        conn = pymysql.connect(
+            host="127.0.0.1",
+            user="root",
+            database=name,
+            autocommit=True,
+            client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS,
+        )
+        cur = conn.cursor()
+        body = json.dumps({"event": "charge.success", "data": {"amount": 5000, "pad": "y" * 900}}).encode()
+        pay = (
+            "INSERT INTO payments (provider, reference, amount_minor, currency, customer, status, event_type, "
+            "received_at, credited_at, payer, fees_minor, source) VALUES "
+            "('paystack', %s, 5000, 'NGN', %s, 'credited', 'charge.success', NOW(6), NOW(6), %s, 0, 'webhook')"
+        )
+        journal = (
+            "INSERT INTO wallet_entries (customer, currency, kind, amount_minor, reference, at) "
+            "VALUES (%s, 'NGN', 'top_up', 5000, %s, NOW(6))"
+        )
+        upsert = (
+            "INSERT INTO wallets (customer, currency, balance_minor, updated_at, version) "
+            "VALUES (%s, 'NGN', 5000, NOW(6), 1) ON DUPLICATE KEY UPDATE "
+            "balance_minor = balance_minor + VALUES(balance_minor), version = version + 1"
+        )
+        event = (
+            "INSERT INTO events (event_id, type, subject, entity, body, created_at, fanned_out) "
+            "VALUES (%s, 'wallet.credited', %s, %s, %s, NOW(6), 0)"
+        )
+        event_reading = (
+            "INSERT INTO events (event_id, type, subject, entity, body, created_at, fanned_out) "
+            "SELECT %s, 'wallet.credited', %s, %s, CONCAT(%s, balance_minor, '}}'), NOW(6), 0 "
+            "FROM wallets WHERE customer = %s AND currency = 'NGN'"
+        )
+        call = (
+            "INSERT INTO webhook_calls (provider, reference, event_type, headers, body, body_truncated, "
+            "received_at, body_length, body_sha256, verdict, status_code) VALUES "
+            "('paystack', %s, 'charge.success', '{}', %s, 0, NOW(6), %s, %s, 'credited', 200)"
+        )
+
+        def send(sql: str, params: list) -> None:
+            cur.execute(sql, params)
+            while cur.nextset():
+                pass
+
+        def credit(ref: str, customer: str, one_trip: bool) -> None:
+            head = [ref, customer, customer, customer, f"paystack:{ref}", customer]
+            tail = [ref, body, len(body), hashlib.sha256(body).hexdigest()]
+            if one_trip:
+                reading = [f"ev-{ref}", f"paystack:{ref}", customer, '{"balance_minor":', customer]
+                send(f"BEGIN; {pay}; {journal}; {upsert}; {event_reading}; {call}; COMMIT", head + reading + tail)
+            else:
+                send(f"BEGIN; {pay}; {journal}; {upsert}", head)
+                send(f"{event}; {call}; COMMIT", [f"ev-{ref}", f"paystack:{ref}", customer, "{}", *tail])
+
+        runs: dict[str, list[float]] = {}
+        for r in range(ROUNDS):
+            for label, one_trip in (("two round trips", False), ("one round trip", True)):
+                n = max(1, 1500 // SCALE)
+                db_before, client_before = db_cpu(), time.process_time()
+                for i in range(n):
+                    credit(f"m{r}-{int(one_trip)}-{i}", f"payer{i % 500}@example.com", one_trip)
+                runs.setdefault(f"{label}: client", []).append((time.process_time() - client_before) / n * 1e6)
+                runs.setdefault(f"{label}: MariaDB", []).append((db_cpu() - db_before) / n * 1e6)
+        conn.close()
+        return {label: round(statistics.median(v), 2) for label, v in runs.items()}
+    finally:
+        admin.cursor().execute(f"DROP DATABASE {name}")
+        admin.close()
+
+
 def reservation_billing(workdir: Path) -> dict[str, float]:
     """A lead's reservation (lua/reserve_lease.lua: ready, dedupe, three caps, circuits) for a
     buyer not billed, and for one billed whose price is also held against its balance in the
@@ -305,6 +461,8 @@ def main() -> int:
             ("gevent.Timeout", timeout),
             ("A 3 KB Lua script in a pipeline", lambda: eval_or_evalsha(Path(tmp))),
             ("A lead's reservation, with and without a balance", lambda: reservation_billing(Path(tmp))),
+            ("Redis: the pool's check of a connection it hands out (client CPU)", lambda: redis_checkout(Path(tmp))),
+            ("A credit's transaction on MariaDB: two round trips or one", credit_round_trips),
         ):
             log(f"measuring: {title}")
             results[title] = measure()
