@@ -140,6 +140,20 @@ def summary() -> list[str]:
                 where,
             )
         )
+    versus = OUT / "versus.json"
+    if versus.exists():
+        data = json.loads(versus.read_text())
+        where = f"versus ({data['machine'].get('date', '?')[:10]})"
+        for target, key in (
+            ("leads ≥ 1.0× the plain seed (c=50, same run)", "lead_rps"),
+            ("first payment deliveries ≥ 1.0× the plain seed", "first_rps"),
+            ("duplicate-heavy payments ≥ 1.0× the plain seed", "dup_rps"),
+        ):
+            ours, theirs = _median(data["arms"]["floodgate"], key), _median(data["arms"]["plain"], key)
+            if ours is None or not theirs:
+                rows.append((target, "not measured", "—", where))
+                continue
+            rows.append((target, f"{ours / theirs:.2f}", "met" if ours >= theirs else "not met", where))
     out = ["## Targets", "", "| target | figure | met | measured by |", "|---|---|---|---|"]
     out += [f"| {t} | {f} | {m} | {w} |" for t, f, m, w in rows]
     return out + [""]
