@@ -18,6 +18,8 @@ Levers:
 - access_log: gunicorn's access log (ACCESS_LOG, a line per request, to a file) against none.
 - worker_connections: WORKER_CONNECTIONS 100 against the default 1000 greenlets per worker.
 - workers: 3 gunicorn workers against 2 on the machine's 2 cores (the bare endpoint keeps 2).
+- db_pool: DB_POOL_SIZE 25 against the default 10 database connections per process (at 50
+  connections each of the 2 workers holds about 25 requests at once).
 - code: a change of the code itself: the base arm runs a git worktree of `--base-rev` (its
   processes started in that checkout, the same virtualenv), the lever arm one of HEAD.
 
@@ -53,6 +55,7 @@ LEVERS = {
     "access_log": ({}, {"ACCESS_LOG": "/tmp/fg-lever-access.log"}),
     "worker_connections": ({}, {"WORKER_CONNECTIONS": "100"}),
     "workers": ({}, {"WEB_CONCURRENCY": "3"}),
+    "db_pool": ({}, {"DB_POOL_SIZE": "25"}),
     "code": ({}, {}),
 }
 PAYSTACK_FIRST = quick(6000, 100)  # payments of the `first` mix
