@@ -32,7 +32,7 @@ from webhooks.leads.path.context import LeadContext
 from webhooks.leads.posting.delivery import ACCEPTED
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import claims, keys
-from webhooks.storage.batch import Batch, Client
+from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.scripts import BreakerRule, LeadKey
 from webhooks.storage.settle_queue import push
@@ -206,8 +206,19 @@ class Journal:
             lead=(item.publisher_id, item.lead_id),
         )
         self._remember(entry)
-        push(self.queue_redis, self.queue, [raw], batch, item.request_id)
+        b = Batch(self.queue_redis) if batch is None else batch
+        learned = self._learn_epoch(b) if self.epoch is None else None
+        push(self.queue_redis, self.queue, [raw], b, item.request_id)
+        if learned is not None and self.epoch is None:
+            self.epoch = learned.value
         self.start_watching()
+
+    def _learn_epoch(self, b: Batch) -> Pending[str | None]:
+        """The queue Redis's epoch, read in the round trip of this process's first push: the
+        watcher's first check may come after a loss that took that push with it, and would
+        then take the new epoch for the one it pushed under, and never put the answers back."""
+        b.set(keys.EPOCH, uuid.uuid4().hex, nx=True)
+        return b.get(keys.EPOCH)
 
     def _remember(self, entry: _Entry) -> None:
         self.entries.append(entry)
