@@ -130,35 +130,31 @@ _UPSERT_RETURNING_BALANCE = (
 )
 
 
-_UPSERT = (
-    "INSERT INTO wallets (customer, currency, balance_minor, updated_at, version) VALUES (%s, %s, %s, %s, 1) "
-    "ON DUPLICATE KEY UPDATE balance_minor = balance_minor + VALUES(balance_minor), "
-    "updated_at = VALUES(updated_at), version = version + 1"
-)
+def top_up(provider: str, reference: str, customer: str, currency: str, amount_minor: int, now: datetime) -> None:
+    """Credit a payment's amount to a wallet (made at that amount if new), with its journal row
+    (a top-up) and its `wallet.credited` event carrying the balance after, in the caller's
+    transaction. On MySQL nothing of it needs an answer before the COMMIT: the statements are
+    deferred (the upsert's balance, handed back, is not read) and the event's INSERT reads the
+    balance itself (outbox.emit_reading_balance), so the transaction is one round trip."""
 
-
-def credit_and_announce(
-    event: Callable[[int], outbox.NewEvent],
-    customer: str,
-    currency: str,
-    amount_minor: int,
-    now: datetime,
-    *,
-    entry: wallets.Entry,
-    reference: str,
-) -> None:
-    """Add a positive amount to a wallet (made at that amount if new), with its journal row and
-    its event (`event(balance after)`), in the caller's transaction. On MySQL nothing of it
-    needs an answer before the COMMIT: the statements are deferred and the event's INSERT reads
-    the balance itself (outbox.emit_reading_balance), so the transaction is one round trip."""
-    if is_mysql():
-        wallets.write(
-            customer, currency, kind=entry, amount_minor=amount_minor, reference=reference, at=now, deferred=True
+    def event(balance_minor: int) -> outbox.NewEvent:
+        return outbox.wallet_event(
+            kind=outbox.EventType.WALLET_CREDITED,
+            provider=provider,
+            reference=reference,
+            customer=customer,
+            currency=currency,
+            amount_minor=amount_minor,
+            balance_minor=balance_minor,
         )
-        db.obj.defer(_UPSERT, (customer, currency, amount_minor, now))
+
+    key, kind = f"{provider}:{reference}", wallets.Entry.TOP_UP
+    if is_mysql():
+        wallets.write(customer, currency, kind=kind, amount_minor=amount_minor, reference=key, at=now, deferred=True)
+        db.obj.defer(_UPSERT_RETURNING_BALANCE, (customer, currency, amount_minor, now))
         outbox.emit_reading_balance(event(0), now)
         return
-    after = credit_wallet(customer, currency, amount_minor, now, entry=entry, reference=reference)
+    after = credit_wallet(customer, currency, amount_minor, now, entry=kind, reference=key)
     outbox.emit(event(after), now, deferred=True)
 
 
@@ -256,21 +252,8 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
                 audit.record("payments", "payment.unattributed", "payment", key, {"amount_minor": note.amount_minor})
                 write_call(d, Verdict.UNATTRIBUTED, 200, note)
                 return Verdict.UNATTRIBUTED
-            customer, currency, amount, reference = note.customer, note.currency, note.amount_minor, note.reference
-            assert customer is not None
-
-            def event(balance_minor: int) -> outbox.NewEvent:
-                return outbox.wallet_event(
-                    kind=outbox.EventType.WALLET_CREDITED,
-                    provider=note.provider,
-                    reference=reference,
-                    customer=customer,
-                    currency=currency,
-                    amount_minor=amount,
-                    balance_minor=balance_minor,
-                )
-
-            credit_and_announce(event, customer, currency, amount, now, entry=wallets.Entry.TOP_UP, reference=key)
+            assert note.customer is not None
+            top_up(note.provider, note.reference, note.customer, note.currency, note.amount_minor, now)
             write_call(d, Verdict.CREDITED, 200, note, deferred=True)
         return Verdict.CREDITED
 
@@ -369,22 +352,7 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 Payment.update(status=status).where(Payment.id == payment.id).execute()
                 payment.status = status
             if amount > 0:
-
-                def event(balance_minor: int) -> outbox.NewEvent:
-                    return outbox.wallet_event(
-                        kind=outbox.EventType.WALLET_CREDITED,
-                        provider=provider,
-                        reference=reference,
-                        customer=customer,
-                        currency=payment.currency,
-                        amount_minor=amount,
-                        balance_minor=balance_minor,
-                    )
-
-                key = f"{provider}:{reference}"
-                credit_and_announce(
-                    event, customer, payment.currency, amount, now, entry=wallets.Entry.TOP_UP, reference=key
-                )
+                top_up(provider, reference, customer, payment.currency, amount, now)
             audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
             return payment
 
