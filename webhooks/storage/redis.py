@@ -141,6 +141,11 @@ class Connection(redis.Connection):
         return bool(super().can_read(timeout))
 
 
+# How make_redis and make_queue_redis connect to a single Redis (a rediss:// or unix:// URL
+# sets its own connection class): Connection's check, acted on.
+_SINGLE_NODE = {"connection_class": Connection, "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
 def make_redis(url: str, max_connections: int = 64) -> redis.Redis | RedisCluster:
     """A client of `url`: bounded, blocking pools, short timeouts. For a cluster,
     `max_connections` bounds each node's pool."""
@@ -162,14 +167,7 @@ def make_redis(url: str, max_connections: int = 64) -> redis.Redis | RedisCluste
             if _unreachable(exc):
                 raise ClusterUnreachable(str(exc)) from exc
             raise
-    # (a rediss:// or unix:// URL sets its own connection class)
-    pool = redis.BlockingConnectionPool.from_url(
-        url,
-        health_check_interval=30,
-        connection_class=Connection,
-        maint_notifications_config=MaintNotificationsConfig(enabled=False),
-        **options,
-    )
+    pool = redis.BlockingConnectionPool.from_url(url, health_check_interval=30, **_SINGLE_NODE, **options)
     return redis.Redis(connection_pool=pool)
 
 
@@ -369,10 +367,4 @@ def refresh_slots(client: redis.Redis | RedisCluster) -> None:
 
 def make_queue_redis(url: str) -> redis.Redis:
     """Connection for RQ: RQ stores pickled job data, so no response decoding."""
-    return redis.Redis.from_url(
-        url,
-        socket_connect_timeout=1,
-        socket_timeout=10,
-        connection_class=Connection,
-        maint_notifications_config=MaintNotificationsConfig(enabled=False),
-    )
+    return redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=10, **_SINGLE_NODE)
