@@ -277,7 +277,7 @@ def credit_round_trips() -> dict[str, float]:
     """A credit's statements (payment, wallet journal row, wallet upsert, outbox event, webhook
     call row with a 1 KB body), on a throw-away MariaDB database of the project's schema: in two
     round trips, the second after the upsert's balance came back (as before), or in one with the
-    event's INSERT reading the balance (ledger.credit_and_announce). Client and MariaDB CPU µs
+    event's INSERT reading the balance (ledger.top_up). Client and MariaDB CPU µs
     per credit, one connection."""
     import hashlib
 
