@@ -11,7 +11,9 @@ request, each against its alternative in the same process, alternated, medians o
 - the check redis-py's pool makes on every checkout (webhooks/storage/redis.py `Connection`):
   redis-py's own, with and without its maintenance notifications, against one poll(2);
 - a credit's transaction on MariaDB as two round trips (the balance read back from the
-  wallet's upsert) against one (the event's INSERT reads it), with MariaDB's CPU per credit.
+  wallet's upsert) against one, the event's INSERT reading the balance from the wallet's row
+  (INSERT ... SELECT) or computing it from what the upsert left (ledger.top_up), with MariaDB's
+  CPU per credit.
 
     python -m bench.micro      ->  bench/out/micro.json, micro.md
 """
@@ -276,13 +278,16 @@ def redis_checkout(workdir: Path) -> dict[str, float]:
 def credit_round_trips() -> dict[str, float]:
     """A credit's statements (payment, wallet journal row, wallet upsert, outbox event, webhook
     call row with a 1 KB body), on a throw-away MariaDB database of the project's schema: in two
-    round trips, the second after the upsert's balance came back (as before), or in one with the
-    event's INSERT reading the balance (ledger.top_up). Client and MariaDB CPU µs
-    per credit, one connection."""
+    round trips, the second after the upsert's balance came back; or in one, the event's INSERT
+    reading the balance from the wallet's row (INSERT ... SELECT), or computing it from what the
+    upsert left, with ledger.top_up's own statements. Client and MariaDB CPU µs per credit, one
+    connection."""
     import hashlib
+    from datetime import UTC, datetime
 
     import pymysql
 
+    from webhooks.payments.ledger import _BALANCE_AFTER_UPSERT, _UPSERT_RETURNING_BALANCE
     from webhooks.storage import migrate
     from webhooks.storage.db import db, init_db
 
@@ -334,6 +339,15 @@ def credit_round_trips() -> dict[str, float]:
             "SELECT %s, 'wallet.credited', %s, %s, CONCAT(%s, balance_minor, '}}'), NOW(6), 0 "
             "FROM wallets WHERE customer = %s AND currency = 'NGN'"
         )
+        event_computing = (
+            "INSERT INTO events (event_id, type, subject, entity, body, created_at, fanned_out) "
+            f"VALUES (%s, 'wallet.credited', %s, %s, CONCAT(%s, {_BALANCE_AFTER_UPSERT}, '}}}}'), NOW(6), 0)"
+        )
+        event_reading = (
+            "INSERT INTO events (event_id, type, subject, entity, body, created_at, fanned_out) "
+            "SELECT %s, 'wallet.credited', %s, %s, CONCAT(%s, balance_minor, '}}'), NOW(6), 0 "
+            "FROM wallets WHERE customer = %s AND currency = 'NGN'"
+        )
         call = (
             "INSERT INTO webhook_calls (provider, reference, event_type, headers, body, body_truncated, "
             "received_at, body_length, body_sha256, verdict, status_code) VALUES "
@@ -345,23 +359,34 @@ def credit_round_trips() -> dict[str, float]:
             while cur.nextset():
                 pass
 
-        def credit(ref: str, customer: str, one_trip: bool) -> None:
+        def credit(ref: str, customer: str, how: str) -> None:
             head = [ref, customer, customer, customer, f"paystack:{ref}", customer]
             tail = [ref, body, len(body), hashlib.sha256(body).hexdigest()]
-            if one_trip:
-                reading = [f"ev-{ref}", f"paystack:{ref}", customer, '{"balance_minor":', customer]
-                send(f"BEGIN; {pay}; {journal}; {upsert}; {event_reading}; {call}; COMMIT", head + reading + tail)
+            ev = [f"ev-{ref}", f"paystack:{ref}", customer, '{"balance_minor":']
+            if how == "reading":
+                send(
+                    f"BEGIN; {pay}; {journal}; {upsert}; {event_reading}; {call}; COMMIT", head + ev + [customer] + tail
+                )
+            elif how == "computing":
+                up = [customer, "NGN", 5000, datetime.now(UTC).replace(tzinfo=None)]
+                statements = f"BEGIN; {pay}; {journal}; {_UPSERT_RETURNING_BALANCE}; {event_computing}; {call}; COMMIT"
+                send(statements, head[:-1] + up + ev + [5000] + tail)
             else:
                 send(f"BEGIN; {pay}; {journal}; {upsert}", head)
                 send(f"{event}; {call}; COMMIT", [f"ev-{ref}", f"paystack:{ref}", customer, "{}", *tail])
 
+        arms = {
+            "two round trips": "two",
+            "one round trip, the event reading the wallet": "reading",
+            "one round trip, the event computing the balance (ledger.top_up)": "computing",
+        }
         runs: dict[str, list[float]] = {}
         for r in range(ROUNDS):
-            for label, one_trip in (("two round trips", False), ("one round trip", True)):
+            for label, how in arms.items():
                 n = max(1, 1500 // SCALE)
                 db_before, client_before = db_cpu(), time.process_time()
                 for i in range(n):
-                    credit(f"m{r}-{int(one_trip)}-{i}", f"payer{i % 500}@example.com", one_trip)
+                    credit(f"m{r}-{how}-{i}", f"payer{i % 500}@example.com", how)
                 runs.setdefault(f"{label}: client", []).append((time.process_time() - client_before) / n * 1e6)
                 runs.setdefault(f"{label}: MariaDB", []).append((db_cpu() - db_before) / n * 1e6)
         conn.close()

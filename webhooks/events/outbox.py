@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -73,16 +74,17 @@ def emit(event: NewEvent, now: datetime, deferred: bool = False) -> None:
 
 
 # A wallet event's body ends with its balance (wallet_event puts it last), written as 0 here
-# and read from the wallets row by the INSERT itself in emit_reading_balance.
+# and computed by the INSERT itself in emit_with_balance.
 _BALANCE_LAST = '"balance_minor":0}}'
 
 
-def emit_reading_balance(event: NewEvent, now: datetime) -> None:
-    """Insert a wallet event whose `balance_minor` the INSERT reads from its wallet's row
-    (INSERT ... SELECT, MySQL only), in the caller's transaction, after the wallet's upsert:
-    the transaction needs no answer before its COMMIT, so every statement of it travels in one
-    round trip (the statement is deferred, see fastsql.insert), and the wallet's row lock is
-    held for no round trip to the web process. `event` is wallet_event's with a balance of 0."""
+def emit_with_balance(event: NewEvent, now: datetime, balance_sql: str, params: Sequence[object]) -> None:
+    """Insert a wallet event whose `balance_minor` is the SQL expression `balance_sql` (with
+    `params`), evaluated by the INSERT (MySQL only; ledger.top_up's reads what the wallet's
+    upsert just before it left), in the caller's transaction: the transaction needs no answer
+    before its COMMIT, so every statement of it travels in one round trip (the statement is
+    deferred, see fastsql.insert), and the wallet's row lock is held for no round trip to the
+    web process. `event` is wallet_event's with a balance of 0."""
     row = event.row(now)
     body: str = row.pop("body")
     if not body.endswith(_BALANCE_LAST):
@@ -92,13 +94,9 @@ def emit_reading_balance(event: NewEvent, now: datetime) -> None:
     fields = [Event._meta.fields[name] for name in names]
     columns = ", ".join(f"`{f.column_name}`" for f in fields)
     marks = ", ".join(["%s"] * len(fields))
-    sql = (
-        f"INSERT INTO `events` ({columns}, `body`) SELECT {marks}, CONCAT(%s, `balance_minor`, %s) "
-        "FROM `wallets` WHERE `customer` = %s AND `currency` = %s"
-    )
+    sql = f"INSERT INTO `events` ({columns}, `body`) VALUES ({marks}, CONCAT(%s, {balance_sql}, %s))"
     values = [f.db_value(row[f.name]) for f in fields]
-    data = event.data
-    db.obj.defer(sql, [*values, head, tail, data["customer"], data["currency"]])
+    db.obj.defer(sql, [*values, head, *params, tail])
 
 
 def emit_many(new: list[NewEvent], now: datetime) -> None:

@@ -128,14 +128,19 @@ _UPSERT_RETURNING_BALANCE = (
     f"CAST(LAST_INSERT_ID(balance_minor + VALUES(balance_minor) + {_SHIFT}) AS SIGNED) - {_SHIFT}, "
     "updated_at = VALUES(updated_at), version = version + 1"
 )
+# The wallet's balance after that upsert, as the statement right after it reads it (the upsert
+# must be the statement just before): the amount when it made the wallet (ROW_COUNT() 1), else
+# the shifted balance it left in LAST_INSERT_ID() (2: its version moved, whatever the amount).
+_BALANCE_AFTER_UPSERT = f"IF(ROW_COUNT() = 1, %s, CAST(LAST_INSERT_ID() AS SIGNED) - {_SHIFT})"
 
 
 def top_up(provider: str, reference: str, customer: str, currency: str, amount_minor: int, now: datetime) -> None:
     """Credit a payment's amount to a wallet (made at that amount if new), with its journal row
     (a top-up) and its `wallet.credited` event carrying the balance after, in the caller's
     transaction. On MySQL nothing of it needs an answer before the COMMIT: the statements are
-    deferred (the upsert's balance, handed back, is not read) and the event's INSERT reads the
-    balance itself (outbox.emit_reading_balance), so the transaction is one round trip."""
+    deferred (the upsert's balance, handed back, is not read) and the event's INSERT, right
+    after the upsert, computes the balance from what it left (outbox.emit_with_balance), so the
+    transaction is one round trip."""
 
     def event(balance_minor: int) -> outbox.NewEvent:
         return outbox.wallet_event(
@@ -152,7 +157,7 @@ def top_up(provider: str, reference: str, customer: str, currency: str, amount_m
     if is_mysql():
         wallets.write(customer, currency, kind=kind, amount_minor=amount_minor, reference=key, at=now, deferred=True)
         db.obj.defer(_UPSERT_RETURNING_BALANCE, (customer, currency, amount_minor, now))
-        outbox.emit_reading_balance(event(0), now)
+        outbox.emit_with_balance(event(0), now, _BALANCE_AFTER_UPSERT, (amount_minor,))
         return
     after = credit_wallet(customer, currency, amount_minor, now, entry=kind, reference=key)
     outbox.emit(event(after), now, deferred=True)
