@@ -110,6 +110,47 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
     assert written() == ["credited", "duplicate", "duplicate"]
 
 
+def test_a_batch_of_repeats_reads_its_references_rows_not_the_whole_table(database_url):
+    """The settlement drain writes queued audit rows (gate.write_rows) after reading the rows
+    already kept for their (provider, reference): on the index, so what one batch reads does not
+    grow with webhook_calls (a lookup by reference alone cannot use the (provider, reference)
+    index: MariaDB read the whole table for every batch)."""
+    from datetime import datetime, timezone
+
+    from webhooks.payments import gate, ledger, notifications
+    from webhooks.storage.db import is_mysql
+    from webhooks.storage.models import WebhookCall
+
+    if not is_mysql():
+        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306): counts the rows the server reads")
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    others = [
+        dict(provider="paystack", reference=f"scan-other-{i}", verdict="credited", status_code=200, headers="{}",
+             body=b"{}", received_at=now, body_sha256=f"{i:064x}")
+        for i in range(3000)
+    ]  # fmt: skip
+    raws = []
+    for i in range(20):
+        raw = encode(payload("paystack", f"scan-repeat-{i}", 5000))
+        note = notifications.parse("paystack", raw)
+        raws.append(gate._with_verdict("duplicate", gate.audit_row(ledger.receipt("paystack", raw, {}), note)))
+
+    def rows_read(work) -> int:
+        def scanned() -> int:
+            return int(db.execute_sql("SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'").fetchone()[1])
+
+        before = scanned()
+        work()
+        return scanned() - before
+
+    with db.connection_context():
+        for i in range(0, len(others), 500):
+            WebhookCall.insert_many(others[i : i + 500]).execute()
+        assert rows_read(lambda: gate.write_rows(raws)) < 100  # 3,000 and more when it scans
+        assert rows_read(lambda: gate.write_rows(raws)) < 100  # the repeats found: none written again
+        assert WebhookCall.select().where(WebhookCall.reference.startswith("scan-repeat-")).count() == 20
+
+
 def test_200_replays_of_a_webhook_call_store_its_body_once(api):
     """Paystack's scheme has no timestamp: a captured delivery can be replayed for ever. Each
     replay is answered `duplicate` (and counted), but the database keeps the body once and one

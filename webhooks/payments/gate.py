@@ -152,13 +152,18 @@ def write_rows(raws: list[str]) -> int:
 
 def _written(rows: list[dict[str, Any]]) -> tuple[set[tuple[str, str, str, str]], set[tuple[str, str, str]]]:
     """Of these rows' (provider, reference, body SHA-256): the (…, verdict) already written,
-    and those whose body is already kept (one read on the (provider, reference) index)."""
+    and those whose body is already kept (one read on the (provider, reference) index: the
+    provider must be in the condition for the index to serve it, else the table is scanned)."""
     if not rows:
         return set(), set()
     d = WebhookCall
     query = (
         d.select(d.provider, d.reference, d.body_sha256, d.verdict, pw.fn.LENGTH(d.body) > 0)
-        .where(d.reference.in_({r["reference"] for r in rows}), d.body_sha256.in_({r["body_sha256"] for r in rows}))
+        .where(
+            d.provider.in_({r["provider"] for r in rows}),
+            d.reference.in_({r["reference"] for r in rows}),
+            d.body_sha256.in_({r["body_sha256"] for r in rows}),
+        )
         .tuples()
     )
     found = cast("list[tuple[str, str, str, str, int]]", list(query))  # peewee's stubs: .tuples() yields models
