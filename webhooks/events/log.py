@@ -173,12 +173,14 @@ def retry_failed(now: datetime | None = None) -> int:
 
 
 def backlog(endpoint_id: str | None = None) -> dict[str, dict[str, int]]:
-    """Per endpoint (or of `endpoint_id` only), its dispatches not yet delivered, by status."""
+    """Per endpoint (or of `endpoint_id` only), its dispatches not yet delivered, by status.
+    The endpoints are named in the condition, so that the (endpoint_id, status, ...) index
+    serves it: by status alone MariaDB read every dispatch ever made (a deleted endpoint's
+    undelivered dispatches go with it)."""
+    ids = [endpoint_id] if endpoint_id is not None else [e.id for e in EventEndpoint.select(EventEndpoint.id)]
     query = EventDispatch.select(EventDispatch.endpoint_id, EventDispatch.status, pw.fn.COUNT(EventDispatch.id)).where(
-        EventDispatch.status.in_([PENDING, FAILED])
+        EventDispatch.endpoint_id.in_(ids), EventDispatch.status.in_([PENDING, FAILED])
     )
-    if endpoint_id is not None:
-        query = query.where(EventDispatch.endpoint_id == endpoint_id)
     rows = cast(
         "list[tuple[str, str, int]]",
         query.group_by(EventDispatch.endpoint_id, EventDispatch.status).tuples(),

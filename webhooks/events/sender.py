@@ -131,7 +131,7 @@ def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH
             for ep in endpoints
             if ep.wants(e.type, e.publisher_id)
         ]
-        waiting = _waiting_queues({r["entity"] for r in rows})
+        waiting = _waiting_queues({r["entity"] for r in rows}, {r["endpoint_id"] for r in rows})
         for row in rows:
             row["next_attempt_at"] = max(now, waiting.get((row["endpoint_id"], row["entity"]), now))
         for i in range(0, len(rows), INSERT_CHUNK):
@@ -140,8 +140,10 @@ def fan_out(endpoints: list[Endpoint], now: datetime, limit: int = FAN_OUT_BATCH
     return len(events)
 
 
-def _waiting_queues(entities: set[str]) -> dict[tuple[str, str], datetime]:
-    """Of these entities' queues, those with a dispatch not yet delivered: until when they wait."""
+def _waiting_queues(entities: set[str], endpoint_ids: set[str]) -> dict[tuple[str, str], datetime]:
+    """Of these entities' queues at these endpoints, those with a dispatch not yet delivered:
+    until when they wait. (The endpoints are named so that the (entity, endpoint_id, status)
+    index serves the whole condition, not the entities' every dispatch ever made.)"""
     found: dict[tuple[str, str], datetime] = {}
     listed = list(entities)
     for i in range(0, len(listed), 500):
@@ -150,7 +152,11 @@ def _waiting_queues(entities: set[str]) -> dict[tuple[str, str], datetime]:
             EventDispatch.select(
                 EventDispatch.endpoint_id, EventDispatch.entity, EventDispatch.status, EventDispatch.next_attempt_at
             )
-            .where(EventDispatch.entity.in_(listed[i : i + 500]), EventDispatch.status.in_([PENDING, FAILED]))
+            .where(
+                EventDispatch.entity.in_(listed[i : i + 500]),
+                EventDispatch.endpoint_id.in_(list(endpoint_ids)),
+                EventDispatch.status.in_([PENDING, FAILED]),
+            )
             .tuples(),
         )
         for endpoint_id, entity, status, next_at in rows:
@@ -188,13 +194,19 @@ def due_chains(endpoint_id: str, now: datetime, chains: int, busy: Iterable[str]
             EventDispatch.endpoint_id == endpoint_id,
             EventDispatch.status == PENDING,
             EventDispatch.next_attempt_at <= now,
-            ~pw.fn.EXISTS(
-                earlier.select(pw.SQL("1")).where(
-                    earlier.entity == EventDispatch.entity,
-                    earlier.endpoint_id == EventDispatch.endpoint_id,
-                    earlier.status.in_([PENDING, FAILED]),
-                    earlier.id < EventDispatch.id,
+            # one NOT EXISTS per status, each an equality: the (entity, endpoint_id, status, id)
+            # index then serves it whole (with `status IN` it served only the first two columns
+            # and read the queue's whole history, delivered dispatches included)
+            *(
+                ~pw.fn.EXISTS(
+                    earlier.select(pw.SQL("1")).where(
+                        earlier.entity == EventDispatch.entity,
+                        earlier.endpoint_id == EventDispatch.endpoint_id,
+                        earlier.status == status,
+                        earlier.id < EventDispatch.id,
+                    )
                 )
+                for status in (PENDING, FAILED)
             ),
         )
         .order_by(EventDispatch.next_attempt_at, EventDispatch.id)
