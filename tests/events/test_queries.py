@@ -1,14 +1,14 @@
 """The event drain's and backlog's reads use their indexes: what they read follows the queues
 that wait, not every dispatch an endpoint or an entity ever had. The rows MariaDB reads are
-counted with its session's Handler counters, beside a long delivered history."""
+counted (testkit/reads.py) beside a long delivered history."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 
+from testkit.reads import rows_read
 from webhooks.events import log as events_log
 from webhooks.events import sender
 from webhooks.events.endpoints import Endpoint
@@ -16,18 +16,6 @@ from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Event, EventDispatch, EventEndpoint, utcnow
 
 HISTORY = 3000  # delivered dispatches of one entity at one endpoint
-# index entries and rows read, and those an index condition pushed down to InnoDB looked at
-READ = ("Handler_read_next", "Handler_read_rnd_next", "Handler_read_prev", "Handler_icp_attempts")
-
-
-def rows_read(work: Callable[[], object]) -> int:
-    def read() -> int:
-        rows = db.execute_sql("SHOW SESSION STATUS WHERE Variable_name IN (%s, %s, %s, %s)", READ).fetchall()
-        return sum(int(n) for _name, n in rows)
-
-    before = read()
-    work()
-    return read() - before
 
 
 @pytest.fixture

@@ -117,6 +117,7 @@ def test_a_batch_of_repeats_reads_its_references_rows_not_the_whole_table(databa
     index: MariaDB read the whole table for every batch)."""
     from datetime import datetime, timezone
 
+    from testkit.reads import rows_read
     from webhooks.payments import gate, ledger, notifications
     from webhooks.storage.db import is_mysql
     from webhooks.storage.models import WebhookCall
@@ -134,14 +135,6 @@ def test_a_batch_of_repeats_reads_its_references_rows_not_the_whole_table(databa
         raw = encode(payload("paystack", f"scan-repeat-{i}", 5000))
         note = notifications.parse("paystack", raw)
         raws.append(gate._with_verdict("duplicate", gate.audit_row(ledger.receipt("paystack", raw, {}), note)))
-
-    def rows_read(work) -> int:
-        def scanned() -> int:
-            return int(db.execute_sql("SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'").fetchone()[1])
-
-        before = scanned()
-        work()
-        return scanned() - before
 
     with db.connection_context():
         for i in range(0, len(others), 500):

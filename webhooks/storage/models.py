@@ -152,7 +152,10 @@ class LeadAttempt(BaseModel):
 
     class Meta:
         table_name = "lead_attempts"
-        indexes = ((("publisher_id", "lead_id", "seq"), True),)
+        indexes = (
+            (("publisher_id", "lead_id", "seq"), True),
+            (("outcome",), False),  # the leads flagged for review (sql/019)
+        )
 
 
 class Payment(BaseModel):

@@ -208,7 +208,8 @@ def ask_for_answer(publisher_id: str, lead_id: str, unreachable: str) -> dict[st
 
 def flagged(limit: int = 50) -> list[Lead]:
     """Leads flagged for review, newest first: an attempt of theirs ended `unknown` (a buyer
-    may hold the lead, unsold: its routing died and the buyer did not confirm the re-offer)."""
+    may hold the lead, unsold: its routing died and the buyer did not confirm the re-offer).
+    The flagged attempts are found on their outcome's index (sql/019), not by a scan."""
     pairs = LeadAttempt.select(LeadAttempt.publisher_id, LeadAttempt.lead_id).where(LeadAttempt.outcome == UNKNOWN)
     return list(
         Lead.select()
