@@ -45,7 +45,7 @@ def history(database_url):
     with db.connection_context():
         EventDispatch.delete().where(EventDispatch.endpoint_id.in_(["q-a", "q-b"])).execute()
         EventEndpoint.delete().where(EventEndpoint.id.in_(["q-a", "q-b"])).execute()
-        Event.delete().where(Event.entity == "q-payer").execute()
+        Event.delete().where(Event.entity.in_(["q-payer", "q-other"])).execute()
 
 
 def test_the_backlog_counts_waiting_dispatches_without_reading_the_delivered_ones(history):
@@ -73,3 +73,21 @@ def test_fanning_out_an_entity_s_event_reads_only_its_waiting_dispatches(history
         assert rows_read(lambda: sender.fan_out([ep], utcnow())) < 100
         made = EventDispatch.get(EventDispatch.endpoint_id == "q-b", EventDispatch.entity == "q-payer")
         assert made.status == sender.PENDING
+
+
+def test_the_events_with_a_failed_dispatch_are_found_without_reading_every_dispatch(history):
+    with db.connection_context():
+        old = [
+            dict(event_id=f"msg_qold{i}", type="wallet.credited", subject=f"paystack:q-old{i}", entity="q-other",
+                 body='{"data": {}}', created_at=history, fanned_out=True)
+            for i in range(HISTORY)
+        ]  # fmt: skip
+        for i in range(0, HISTORY, 500):
+            Event.insert_many(old[i : i + 500]).execute()
+        failed = Event.create(event_id="msg_qfailed", type="wallet.credited", subject="paystack:q-failed",
+                              entity="q-other", body='{"data": {}}', created_at=history, fanned_out=True)  # fmt: skip
+        EventDispatch.create(event=failed.id, endpoint_id="q-b", entity="q-other", webhook_id="msg_qfailed",
+                             status=sender.FAILED, created_at=history, next_attempt_at=history)  # fmt: skip
+        found: list = []
+        assert rows_read(lambda: found.extend(events_log.search(status=sender.FAILED)[0])) < 100
+        assert "msg_qfailed" in [e["id"] for e in found]
