@@ -150,3 +150,30 @@ def test_a_credit_wakes_the_events_worker_and_a_duplicate_does_not(app, redis_se
     redis.delete(keys.OUTBOX_WAKE)
     assert receive(announcing, "paystack", raw).status == Verdict.DUPLICATE
     assert redis.llen(keys.OUTBOX_WAKE) == 0
+
+
+def test_a_credit_gives_its_database_connection_back_before_the_claim_is_released(hooks, monkeypatch):
+    """The web path takes a connection for the credit's transaction only: by the time the claim
+    is released in Redis (and the answer written), another request can have it. A connection
+    the caller already holds is left alone."""
+    from webhooks.storage.db import close_db
+
+    held_at_release: list[bool] = []
+    release = gate.finish
+
+    def watching(*args, **kwargs):
+        held_at_release.append(not db.is_closed())
+        return release(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "finish", watching)
+    raw = encode(payload("paystack", "unit-borrowed", 5000))
+    try:  # as the view calls it: no connection open before, the request's teardown after
+        headers = CaseInsensitiveDict(signed_headers("paystack", raw))
+        answer = hooks.receive("paystack", raw, headers, "req-b", time.time())
+    finally:
+        close_db()
+    assert answer.status == Verdict.CREDITED
+    raw = encode(payload("paystack", "unit-borrowed-2", 5000))
+    assert receive(hooks, "paystack", raw).status == Verdict.CREDITED  # the caller's open connection
+    assert held_at_release == [False, True]
+    assert balance("ada@example.com", "NGN") == 10000

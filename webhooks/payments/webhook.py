@@ -34,7 +34,7 @@ from webhooks.payments.ledger import Receipt
 from webhooks.payments.states import Ignored, Motion, Source, Verdict
 from webhooks.storage import outbox_queue
 from webhooks.storage.claims import Claim
-from webhooks.storage.db import UNAVAILABLE_ERRORS
+from webhooks.storage.db import UNAVAILABLE_ERRORS, borrowed
 from webhooks.storage.models import Payment
 from webhooks.storage.redis import REDIS_DOWN, Store
 
@@ -233,13 +233,17 @@ class PaymentWebhooks:
         processed = False
         outcome: refunds.Outcome
         try:
+            # The database connection is taken for the money's transaction only: it goes back
+            # before the claim's release and the answer (and is not held while Flutterwave is asked).
             if isinstance(note, notifications.RefundNotification):
                 disputed = note.kind in (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)
-                outcome = (disputes if disputed else refunds).apply(note, receipt)
+                with borrowed():
+                    outcome = (disputes if disputed else refunds).apply(note, receipt)
             else:
                 if source is Source.WEBHOOK:  # a listed payment comes from the provider's API itself
                     self._confirm(note, receipt)
-                outcome = refunds.Outcome(ledger.credit(note, receipt, source))
+                with borrowed():
+                    outcome = refunds.Outcome(ledger.credit(note, receipt, source))
             processed = True
         finally:
             gate.finish(self.store, note, claim, processed)

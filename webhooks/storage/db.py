@@ -9,7 +9,8 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeAlias
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -295,6 +296,19 @@ def init_db(url: str, pool_size: int = 10) -> peewee.Database:
 
 def is_mysql() -> bool:
     return isinstance(db.obj, peewee.MySQLDatabase)
+
+
+@contextmanager
+def borrowed() -> Iterator[None]:
+    """A connection for what runs inside, given back to the pool as soon as it is done, when
+    this greenlet held none (a payment's credit: the request's teardown comes after a Redis
+    round trip and the answer, and other requests wait their turn for it meanwhile). A
+    connection the caller holds already, a transaction perhaps, is left as it is."""
+    if db.obj is None or not db.is_closed():
+        yield
+        return
+    with db.connection_context():
+        yield
 
 
 def close_db(_exc: BaseException | None = None) -> None:
