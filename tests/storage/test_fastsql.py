@@ -46,3 +46,18 @@ def test_a_row_reads_back_as_peewees_insert_stores_it_and_a_duplicate_is_refused
         assert ours["refunded_minor"] == 0 and ours["source"] == "webhook"  # the model's defaults
         with pytest.raises(pw.IntegrityError), db.atomic():
             fastsql.insert(Payment, payment("fast"))
+
+
+def test_rows_inserted_together_read_back_as_peewees_insert_many_stores_them(database_url):
+    """Rows that leave out different fields: each takes the model's default, else NULL."""
+    short = {k: v for k, v in payment("").items() if k not in ("flag", "credited_at", "fees_minor")}
+    rows = [payment("many-0"), {**short, "reference": "many-1"}, {**payment("many-2"), "flag": "partial"}]
+    with db.connection_context():
+        Payment.insert_many([{**r, "reference": "peewee-" + r["reference"]} for r in rows]).execute()
+        fastsql.insert_many(Payment, rows)
+        for r in rows:
+            theirs = columns(Payment.get(Payment.reference == "peewee-" + r["reference"]))
+            assert columns(Payment.get(Payment.reference == r["reference"])) == {**theirs, "reference": r["reference"]}
+        assert columns(Payment.get(Payment.reference == "many-1"))["fees_minor"] == 0  # the default
+        with pytest.raises(ValueError, match="no_such_field"):
+            fastsql.insert_many(Payment, [{**payment("many-3"), "no_such_field": 1}])

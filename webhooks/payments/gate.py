@@ -21,7 +21,7 @@ from rq import Queue
 from webhooks.payments import ledger
 from webhooks.payments.ledger import Receipt
 from webhooks.payments.notifications import PaymentNotification, RefundNotification
-from webhooks.storage import claims, keys, settle_queue
+from webhooks.storage import claims, fastsql, keys, settle_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import WebhookCall
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -143,8 +143,7 @@ def write_rows(raws: list[str]) -> int:
         row["body"] = base64.b64decode(row["body"])
         row["received_at"] = datetime.fromisoformat(row["received_at"])
         kept.append(row)
-    if kept:
-        WebhookCall.insert_many(kept).execute()
+    fastsql.insert_many(WebhookCall, kept)
     if len(kept) < len(rows):
         log.info("%d repeated payment webhook calls not written again", len(rows) - len(kept))
     return len(kept)
