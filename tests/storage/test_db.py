@@ -216,10 +216,10 @@ def test_a_free_connection_goes_to_who_asked_first_not_to_who_asked_last(databas
         one.connect()  # this thread holds the only connection
         first = threading.Thread(target=ask, args=("first",))
         first.start()
-        wait_until(lambda: one._turns.queued == 1, what="the first caller waiting for the connection")
+        wait_until(lambda: one._line.queued == 1, what="the first caller waiting for the connection")
         second = threading.Thread(target=ask, args=("second",))
         second.start()
-        wait_until(lambda: one._turns.queued == 2, what="the second caller in line behind it")
+        wait_until(lambda: one._line.queued == 2, what="the second caller in line behind it")
         one.close()
         one.connect()  # asks again at once: behind both
         order.append("last")
@@ -229,3 +229,57 @@ def test_a_free_connection_goes_to_who_asked_first_not_to_who_asked_last(databas
         assert order == ["first", "second", "last"]
     finally:
         one.close_all()
+
+
+def test_connections_freed_together_let_in_as_many_and_one_that_gave_up_leaves_none_behind(database_url):
+    """A caller that waits past the pool's wait leaves the line and nothing of it stays; two
+    connections given back let the two callers waiting in, to hold them at the same time; and
+    afterwards the pool gives out every connection at once (none left set aside)."""
+    import threading
+
+    from playhouse.pool import MaxConnectionsExceeded
+
+    from testkit.servers import wait_until
+
+    if not is_mysql():
+        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
+    two = make_database(database_url, pool_size=2)
+    assert isinstance(two, Pool)
+    release, both_in = threading.Event(), threading.Barrier(2, timeout=10)
+    holding, got_in = [], []
+
+    def hold() -> None:
+        with two.connection_context():
+            holding.append(threading.get_ident())
+            release.wait(10)
+
+    def wait_then_hold(name: str) -> None:
+        with two.connection_context():
+            got_in.append(name)
+            both_in.wait()  # both hold a connection at once
+
+    try:
+        holders = [threading.Thread(target=hold) for _ in range(2)]
+        for t in holders:
+            t.start()
+        wait_until(lambda: len(holding) == 2, what="both connections held")
+        two._wait_timeout = 0.2
+        with pytest.raises(MaxConnectionsExceeded):
+            two.connect()  # gives up
+        assert two._line.queued == 0
+        two._wait_timeout = 10
+        waiters = [threading.Thread(target=wait_then_hold, args=(n,)) for n in ("a", "b")]
+        for t in waiters:
+            t.start()
+        wait_until(lambda: two._line.queued == 2, what="two callers in line")
+        release.set()
+        for t in holders + waiters:
+            t.join(10)
+        assert sorted(got_in) == ["a", "b"] and not both_in.broken
+        for _ in range(2):  # both connections free, none kept for a caller long gone
+            two.connect()
+            two.close()
+        assert two._line.queued == 0 and two._line._set_aside == 0
+    finally:
+        release.set()
+        two.close_all()
