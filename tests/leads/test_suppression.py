@@ -211,3 +211,30 @@ def test_every_list_of_a_lead_is_checked_in_one_round_trip(api, buyer_server, ap
             {"email": "ada@example.com", "phone": "+15550100000"},
         )
     assert calls == [16] and set(verdicts.values()) == {suppression.MISS}
+
+
+def test_a_list_loaded_again_reads_its_own_entries_a_page_at_a_time(app, redis_server, database_url, monkeypatch):
+    """After Redis lost a list, its entries go back a page at a time on the unique
+    (list_id, digest) index: the load reads the list's own entries, not the other lists'
+    (paged by row id, MariaDB walked the table's rows of every list), and every entry is back."""
+    from testkit.reads import rows_read
+    from webhooks.storage.db import is_mysql
+
+    if not is_mysql():
+        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306): counts the rows the server reads")
+    monkeypatch.setattr(suppression, "REBUILD_PAGE", 1000)
+    store = services.of(app).store
+    rows = [
+        {"list_id": list_id, "digest": md5(f"{list_id}-{i}@example.com")}
+        for i in range(3000)
+        for list_id in ("rb-mine", "rb-other")
+    ]  # interleaved, as lists filled at the same time are
+    rule = suppression.ListRule("rb-mine", "email", "md5")
+    with db.connection_context():
+        for i in range(0, len(rows), 500):
+            SuppressionEntry.insert_many(rows[i : i + 500]).execute()
+        loaded: list[int] = []
+        read = rows_read(lambda: loaded.append(suppression.rebuild(store, rule)))
+    assert loaded == [3000]
+    assert read < 3100  # its 3,000 entries (and a page boundary each); 6,000 and more by row id
+    assert store.redis.exists(keys.suppression_ready("rb-mine"))

@@ -29,7 +29,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import phonenumbers
 
@@ -306,25 +306,23 @@ def _run_rebuild(store: Store, rule: ListRule, token: str) -> None:
 def rebuild(store: Store, rule: ListRule) -> int:
     """Write every entry of the database's list into Redis, a page at a time, then mark the
     list ready; how many entries. (A removal racing the load may leave its entry in Redis:
-    suppressing more, never less, until the next load.)"""
-    count, after = 0, 0
+    suppressing more, never less, until the next load.) Pages go in digest order, which the
+    unique (list_id, digest) index serves: a page reads its own entries only, not other lists'."""
+    count, after = 0, ""
     with db.connection_context():
         while True:
-            rows = cast(
-                "list[tuple[int, str]]",
-                list(
-                    SuppressionEntry.select(SuppressionEntry.id, SuppressionEntry.digest)
-                    .where(SuppressionEntry.list_id == rule.id, SuppressionEntry.id > after)
-                    .order_by(SuppressionEntry.id)
-                    .limit(REBUILD_PAGE)
-                    .tuples()
-                ),
+            page = (
+                SuppressionEntry.select(SuppressionEntry.digest)
+                .where(SuppressionEntry.list_id == rule.id, SuppressionEntry.digest > after)
+                .order_by(SuppressionEntry.digest)
+                .limit(REBUILD_PAGE)
             )
-            if not rows:
+            digests: list[str] = [row.digest for row in page]
+            if not digests:
                 break
-            _redis_write(store, rule, [bytes.fromhex(digest) for _, digest in rows], present=True)
-            count += len(rows)
-            after = rows[-1][0]
+            _redis_write(store, rule, [bytes.fromhex(digest) for digest in digests], present=True)
+            count += len(digests)
+            after = digests[-1]
     store.redis.set(keys.suppression_ready(rule.id), "1")
     log.info("suppression list %s loaded into Redis: %d entries", rule.id, count)
     return count
