@@ -73,7 +73,13 @@ def test_two_thousand_slow_bodies_leave_healthz_and_a_lead_answered(base_env, tm
                 rounds += 1
                 time.sleep(0.2)  # clean traffic at ~5 rounds a second
             assert slow.error is None, slow.error
-            assert slow.open >= SLOW - 50  # the attacker kept its connections throughout
+            # the attacker gets its connections back: the last wave of closes is reopened at
+            # the attacker's own pace, on a busy machine some time after the loop above ends
+            wait_until(
+                lambda: slow.open >= SLOW - 50,
+                timeout=120,
+                what=f"the slow connections the server closed opened again ({slow.open} open as the wait began)",
+            )
     finally:
         api.http.close()
         web.stop()
