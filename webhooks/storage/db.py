@@ -79,10 +79,10 @@ class Line:
                         return False
         except BaseException:  # killed while waiting (a request's deadline, a worker's exit)
             with self._lock:
-                if mine in self._waiting:
+                woken = mine not in self._waiting
+                if not woken:
                     self._waiting.remove(mine)
-                    mine = None  # type: ignore[assignment]
-            if mine is not None:  # woken meanwhile: the connection kept for us goes to the next
+            if woken:  # the connection kept for us meanwhile goes to the next in line
                 self.taken()
                 self.freed()
             raise

@@ -1,9 +1,9 @@
 """INSERTs for the hottest transactions (a payment's credit, a batch of audit rows), without
-peewee building the statement each time: the SQL for a model and a set of columns is made once and kept; the
-values still go through each field's `db_value`, so they are stored exactly as peewee's own
-`Model.insert(...)` would store them. The first-delivery profile (bench/profile.py) showed
-peewee's query building (its AST, `Field.__hash__`, `Entity.__sql__`) as a fair share of a
-credit's CPU."""
+peewee building the statement each time: the SQL for a model and a set of columns is made once
+and kept; the values still go through each field's `db_value`, so they are stored exactly as
+peewee's own `Model.insert(...)` would store them. The first-delivery profile
+(bench/profile.py) showed peewee's query building (its AST, `Field.__hash__`, `Entity.__sql__`)
+as a fair share of a credit's CPU."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def _statement(model: type[pw.Model], names: tuple[str, ...]) -> tuple[str, list
     return found
 
 
+def _default(f: pw.Field) -> Any:
+    """The model's default of field `f` (called when it is a function), as peewee fills it."""
+    return f.default() if callable(f.default) else f.default
+
+
 def insert(model: type[pw.Model], row: dict[str, Any], deferred: bool = False) -> None:
     """INSERT one row of `model` (keys: field names; the model's defaults fill the others, as
     peewee's insert does), in the caller's transaction. Raises peewee's IntegrityError on a
@@ -38,7 +43,7 @@ def insert(model: type[pw.Model], row: dict[str, Any], deferred: bool = False) -
     full = dict(row)
     for f in model._meta.sorted_fields:
         if f.name not in full and f.default is not None:
-            full[f.name] = f.default() if callable(f.default) else f.default
+            full[f.name] = _default(f)
     sql, fields = _statement(model, tuple(full))
     values = [f.db_value(full[f.name]) for f in fields]  # type: ignore[no-untyped-call]
     if deferred and isinstance(db.obj, Pool):
@@ -61,14 +66,9 @@ def insert_many(model: type[pw.Model], rows: list[dict[str, Any]]) -> None:
     names = tuple(f.name for f in fields if not f.primary_key or any(f.name in r for r in rows))
     sql, chosen = _statement(model, names)
     head, _, one = sql.partition(" VALUES ")
-    values: list[Any] = []
-    for row in rows:
-        for f in chosen:
-            if f.name in row:
-                value = row[f.name]
-            elif f.default is not None:
-                value = f.default() if callable(f.default) else f.default
-            else:
-                value = None
-            values.append(f.db_value(value))  # type: ignore[no-untyped-call]
+    values = [
+        f.db_value(row[f.name] if f.name in row else _default(f))  # type: ignore[no-untyped-call]
+        for row in rows
+        for f in chosen
+    ]
     db.execute_sql(f"{head} VALUES {', '.join([one] * len(rows))}", values)
