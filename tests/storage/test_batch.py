@@ -174,3 +174,68 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     assert (bytes(kept.body), kept.reference, kept.status_code) == (b"", "rt-pay-1", 200)
     assert bytes(first_row.body) == raw and kept.body_length == len(raw)
     assert kept.body_sha256 == delivery.sha256 and kept.headers == delivery.headers
+
+    # a further repeat of the same bytes: its (verdict, body) row is written, nothing is queued
+    again, trips = _counted_trips(lambda: gate.enter(store, store, q, note, delivery, claim_ttl_ms=30_000))
+    assert (again.verdict, trips) == ("duplicate", 1)
+    assert store.redis.llen(keys.WEBHOOK_CALLS_PENDING) == 0
+    # the same payment in other bytes is a row of its own
+    other = ledger.receipt("paystack", raw.replace(b"{", b"{ ", 1), {"content-type": "application/json"})
+    assert gate.enter(store, store, q, note, other, claim_ttl_ms=30_000).verdict == "duplicate"
+    assert store.redis.llen(keys.WEBHOOK_CALLS_PENDING) == 1
+
+
+def test_a_burst_of_repeats_queues_one_audit_row_per_body_and_verdict_on_a_queue_apart(redis_server):
+    """With the queue on a Redis of its own (as on a cluster), the gate's reply says whether
+    the row must be queued: once per body and verdict. A row lost because both the queue and
+    the database were down is forgotten by the gate, so the next repeat queues it again."""
+    from testkit.payments import encode, payload
+    from webhooks.payments import gate, ledger, notifications
+    from webhooks.storage import keys
+    from webhooks.storage.db import make_database
+    from webhooks.storage.redis import make_store
+    from webhooks.storage.settle_queue import queue as rq_queue
+
+    base = redis_server.url.rsplit("/", 1)[0]
+    store, apart = make_store(base + "/9"), make_store(base + "/10")
+    store.redis.flushdb()
+    apart.redis.flushdb()
+    q = rq_queue(apart.redis)
+    raw = encode(payload("paystack", "apart-1", 5000))
+    note = notifications.parse("paystack", raw)
+    delivery = ledger.receipt("paystack", raw, {})
+
+    def pending() -> int:
+        return apart.redis.llen(keys.WEBHOOK_CALLS_PENDING)
+
+    held = gate.enter(store, apart, q, note, delivery, claim_ttl_ms=30_000)
+    assert held.verdict == "claimed" and pending() == 0
+    for _ in range(5):
+        assert gate.enter(store, apart, q, note, delivery, claim_ttl_ms=30_000).verdict == "in_flight"
+    assert pending() == 1
+    gate.finish(store, note, held.claim, processed=True)
+    for _ in range(5):
+        assert gate.enter(store, apart, q, note, delivery, claim_ttl_ms=30_000).verdict == "duplicate"
+    assert pending() == 2
+    assert ttl_s(store, gate._ref(note).audited) <= gate.AUDITED_TTL_MS // 1000
+
+    # a new body under a verdict met before: queue and database both down, the row is lost
+    dead_queue = make_store("redis://127.0.0.1:1/0")
+    other = ledger.receipt("paystack", raw.replace(b"{", b"{ ", 1), {})
+    original = db.obj
+    db.initialize(make_database("mysql://root@127.0.0.1:1/unreachable"))
+    try:
+        lost = gate.enter(store, dead_queue, rq_queue(dead_queue.redis), note, other, claim_ttl_ms=30_000)
+    finally:
+        db.initialize(original)
+    assert lost.verdict == "duplicate"
+    assert not store.redis.sismember(gate._ref(note).audited, f"duplicate:{other.sha256}")
+    # ... and the next repeat of those bytes queues it
+    assert gate.enter(store, apart, q, note, other, claim_ttl_ms=30_000).verdict == "duplicate"
+    assert pending() == 3
+
+
+def ttl_s(store: Store, key: str) -> int:
+    ttl = store.redis.ttl(key)
+    assert ttl > 0, f"{key} must expire"
+    return ttl

@@ -1,8 +1,8 @@
 """The Redis front of a payment (or refund) notification: one round trip says whether it repeats
 what was already credited (a duplicate), whether another request holds its reference (in
 flight), or claims the reference for this request; the two answers that change nothing queue
-their audit row in Redis (`write_rows` writes them in batches) and never wait for the
-database. `finish` marks the reference processed and releases the claim. docs/payments.md
+their audit row in Redis, once per body and verdict (`write_rows` writes them in batches), and
+never wait for the database. `finish` marks the reference processed and releases the claim. docs/payments.md
 "Flow", steps 4 to 6."""
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from webhooks.storage.states import GateVerdict
 log = logging.getLogger(__name__)
 
 PROCESSED_TTL_S = 7 * 24 * 3600
+# How long the gate remembers which (verdict, body) audit rows it handed over, so that a burst
+# of repeats queues one row, not one per repeat; after it `write_rows` drops the repeat's row.
+AUDITED_TTL_MS = 3600 * 1000
 CLAIMED, DUPLICATE, IN_FLIGHT = GateVerdict.CLAIMED, GateVerdict.DUPLICATE, GateVerdict.IN_FLIGHT
 STATUS = {DUPLICATE: 200, IN_FLIGHT: 409}
 
@@ -68,22 +71,24 @@ def enter(
     request_id: str | None = None,
 ) -> Entry:
     """Dedupe and claim `note` in one round trip (lua/payment_gate.lua); a duplicate or
-    in-flight webhook call's audit row is queued, not written."""
+    in-flight webhook call's audit row is queued, not written, once per body and verdict."""
     token = claims.new_token()
     row = audit_row(d, note)
-    claim = claim_key(note)
+    ref = _ref(note)
     if queue_redis is store and not isinstance(store.redis, RedisCluster):
-        verdict, enqueue = store.payment_gate(_ref(note), note.fingerprint, token, claim_ttl_ms, row[1:])
+        verdict, enqueue, _ = store.payment_gate(
+            ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS, audit_row=row[1:]
+        )
         if enqueue:
             try:
                 settle_queue.enqueue_drain(queue, request_id=request_id)
             except REDIS_DOWN as exc:  # the row is queued: the scheduler's drain (every minute) takes it
                 log.warning("audit row queued, drain job not enqueued: %s", exc)
     else:
-        verdict, _ = store.payment_gate(_ref(note), note.fingerprint, token, claim_ttl_ms)
-        if verdict != CLAIMED:
-            _queue_apart(queue_redis, queue, verdict, row, request_id)
-    return Entry(verdict, claims.Claim(claim, token) if verdict == CLAIMED else None)
+        verdict, _, queue_row = store.payment_gate(ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS)
+        if queue_row:
+            _queue_apart(store, queue_redis, queue, ref, _with_verdict(verdict, row), request_id)
+    return Entry(verdict, claims.Claim(ref.claim, token) if verdict == CLAIMED else None)
 
 
 def finish(store: Store, note: PaymentNotification | RefundNotification, claim: claims.Claim, processed: bool) -> None:
@@ -108,8 +113,9 @@ def _with_verdict(verdict: GateVerdict, row: str) -> str:
     return f'{{"verdict":"{verdict}","status_code":{STATUS[verdict]},{row[1:]}'
 
 
-def _queue_apart(queue_redis: Store, queue: Queue, verdict: GateVerdict, row: str, request_id: str | None) -> None:
-    raw = _with_verdict(verdict, row)
+def _queue_apart(
+    store: Store, queue_redis: Store, queue: Queue, ref: PaymentRef, raw: str, request_id: str | None
+) -> None:
     try:
         settle_queue.push(queue_redis.redis, queue, [raw], request_id=request_id, key=keys.WEBHOOK_CALLS_PENDING)
     except REDIS_DOWN as exc:
@@ -119,6 +125,11 @@ def _queue_apart(queue_redis: Store, queue: Queue, verdict: GateVerdict, row: st
                 write_rows([raw])
         except UNAVAILABLE_ERRORS:
             log.error("webhook call audit row LOST from queue and database: %s", raw)
+            row = json.loads(raw)
+            try:  # the gate counts it handed over: let the next repeat queue it again
+                store.redis.srem(ref.audited, f"{row['verdict']}:{row['body_sha256']}")
+            except REDIS_DOWN:
+                pass  # it expires (AUDITED_TTL_MS), and write_rows writes a later repeat's row
 
 
 def write_rows(raws: list[str]) -> int:

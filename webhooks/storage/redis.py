@@ -326,7 +326,14 @@ class Store:
         return self._run(scripts.take_batch(backlog, job_id, size))
 
     def payment_gate(
-        self, ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, audit_row: str | None = None
+        self,
+        ref: PaymentRef,
+        fingerprint: str,
+        token: str,
+        claim_ttl_ms: int,
+        body_sha256: str,
+        audited_ttl_ms: int,
+        audit_row: str | None = None,
     ) -> GateReply:
         """A payment webhook's duplicate check and claim in one step (see scripts.payment_gate)."""
         return self._run(
@@ -335,8 +342,10 @@ class Store:
                 fingerprint,
                 token,
                 claim_ttl_ms,
+                body_sha256=body_sha256,
                 audit_row=audit_row,
                 scheduled_ttl_ms=settle_queue.SCHEDULED_TTL_MS,
+                audited_ttl_ms=audited_ttl_ms,
             )
         )
 

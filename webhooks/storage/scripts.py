@@ -138,6 +138,11 @@ class PaymentRef(NamedTuple):
     def claim(self) -> str:
         return self.key("claim")
 
+    @property
+    def audited(self) -> str:
+        """The (verdict, body SHA-256) pairs whose audit row was handed over for writing."""
+        return self.key("audited")
+
 
 class Backlog(StrEnum):
     """The write-behind lists a drain job takes batches of (workers/settle.py)."""
@@ -218,10 +223,13 @@ class CapSnapshot(NamedTuple):
 
 
 class GateReply(NamedTuple):
-    """lua/payment_gate.lua's answer; `enqueue_drain`: the audit row it queued needs a drain job."""
+    """lua/payment_gate.lua's answer; `enqueue_drain`: the audit row it queued needs a drain
+    job; `queue_row`: the caller must queue the audit row (the script queued none and has not
+    seen these bytes under this verdict before)."""
 
     verdict: GateVerdict
     enqueue_drain: bool
+    queue_row: bool
 
 
 # --- the calls ------------------------------------------------------------------------------
@@ -484,18 +492,34 @@ def take_batch(backlog: Backlog, job_id: str, size: int) -> Call[list[str]]:
 
 
 def payment_gate(
-    ref: PaymentRef, fingerprint: str, token: str, claim_ttl_ms: int, *, audit_row: str | None, scheduled_ttl_ms: int
+    ref: PaymentRef,
+    fingerprint: str,
+    token: str,
+    claim_ttl_ms: int,
+    *,
+    body_sha256: str,
+    audit_row: str | None,
+    scheduled_ttl_ms: int,
+    audited_ttl_ms: int,
 ) -> Call[GateReply]:
     """With `audit_row` (JSON, its opening brace left out) the row of a webhook that changes
     nothing is queued by the script itself (the queue must live on this Redis, in one slot),
-    and the drain's scheduled flag set for `scheduled_ttl_ms`."""
+    and the drain's scheduled flag set for `scheduled_ttl_ms`; without it the reply says
+    whether the caller must queue it. Either way once per body and verdict within
+    `audited_ttl_ms`."""
+    head = (ref.marker, ref.claim, ref.audited)
     if audit_row is None:
-        script_keys: tuple[str, ...] = (ref.marker, ref.claim)
-        args: tuple[Arg, ...] = (fingerprint, token, claim_ttl_ms, "", 0)
+        script_keys: tuple[str, ...] = head
+        args: tuple[Arg, ...] = (fingerprint, token, claim_ttl_ms, "", 0, body_sha256, audited_ttl_ms)
     else:
-        script_keys = (ref.marker, ref.claim, keys.WEBHOOK_CALLS_PENDING, keys.SETTLE_SCHEDULED)
-        args = (fingerprint, token, claim_ttl_ms, audit_row, scheduled_ttl_ms)
-    return Call("payment_gate", script_keys, args, lambda raw: GateReply(GateVerdict(raw[0]), bool(raw[1])))
+        script_keys = (*head, keys.WEBHOOK_CALLS_PENDING, keys.SETTLE_SCHEDULED)
+        args = (fingerprint, token, claim_ttl_ms, audit_row, scheduled_ttl_ms, body_sha256, audited_ttl_ms)
+    return Call(
+        "payment_gate",
+        script_keys,
+        args,
+        lambda raw: GateReply(GateVerdict(raw[0]), bool(raw[1]), bool(raw[2])),
+    )
 
 
 def finish_payment(ref: PaymentRef, token: str, fingerprint: str | None, marker_ttl_s: int) -> Call[None]:
