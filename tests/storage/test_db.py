@@ -4,11 +4,15 @@ closed is not handed out again."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import peewee
 import pymysql
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from webhooks.storage.db import Pool, is_mysql, make_database
+from webhooks.storage.db import Pool, escape_string, is_mysql, make_database
 
 
 @pytest.fixture
@@ -283,3 +287,39 @@ def test_connections_freed_together_let_in_as_many_and_one_that_gave_up_leaves_n
     finally:
         release.set()
         two.close_all()
+
+
+@given(st.text())
+def test_a_string_is_escaped_exactly_as_pymysql_escapes_it(text):
+    assert escape_string(text) == pymysql.converters.escape_string(text)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.datetimes())
+def test_a_datetime_is_written_exactly_as_pymysql_writes_it(pool, moment):
+    with pool.connection_context():
+        conn = pool.connection()
+        assert conn.escape(moment) == pymysql.converters.escape_datetime(moment)
+        aware = moment.replace(tzinfo=timezone.utc)  # left to PyMySQL, as before
+        assert conn.escape(aware) == pymysql.converters.escape_datetime(aware)
+
+
+@pytest.mark.parametrize("no_backslash_escapes", [False, True])
+def test_hostile_text_and_datetimes_reach_the_server_unchanged(pool, no_backslash_escapes):
+    hostile = ["", "'", "\\", "\\'", "' OR '1'='1", '"); DROP TABLE t; --', "\0\n\r\x1a\t", "é\u2028😀\\0", "x" * 5000]
+    moments = [
+        datetime(2026, 12, 3, 12, 0, 0),
+        datetime(2026, 12, 3, 12, 0, 0, 1),
+        datetime(1000, 1, 1, 0, 0, 0, 999999),
+    ]
+    with pool.connection_context():
+        if no_backslash_escapes:
+            pool.execute_sql("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        try:
+            for text in hostile:
+                assert pool.execute_sql("SELECT %s", (text,)).fetchone()[0] == text
+            for moment in moments:
+                got = pool.execute_sql("SELECT CAST(%s AS DATETIME(6))", (moment,)).fetchone()[0]
+                assert got == moment
+        finally:
+            pool.execute_sql("SET SESSION sql_mode = DEFAULT")
