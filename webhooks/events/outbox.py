@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,7 +65,7 @@ class NewEvent:
 
 def new_id() -> str:
     """A fresh `msg_` id (the Standard Webhooks convention for a webhook-id)."""
-    return "msg_" + uuid.uuid4().hex
+    return "msg_" + secrets.token_hex(16)
 
 
 def emit(event: NewEvent, now: datetime, deferred: bool = False) -> None:

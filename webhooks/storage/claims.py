@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from dataclasses import dataclass
 
 from webhooks.storage import keys
@@ -19,7 +19,7 @@ class Claim:
 
 
 def new_token(prefix: str = "") -> str:
-    return prefix + uuid.uuid4().hex
+    return prefix + secrets.token_hex(16)
 
 
 def claim(store: Store, key: str, ttl_ms: int, token: str | None = None) -> tuple[Claim | None, str | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import re
-import uuid
+import secrets
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -148,7 +148,7 @@ def _assign_request_id() -> None:
     """A caller's X-Request-Id only when it is an id (docs/api.md, Conventions): it is echoed,
     logged and carried into RQ jobs, whose dashboard renders their metadata unescaped."""
     rid = request.headers.get("X-Request-Id", "")
-    g.request_id = rid if is_id(rid) else uuid.uuid4().hex
+    g.request_id = rid if is_id(rid) else secrets.token_hex(16)  # 32 hex digits, as a uuid4 in a third of the time
     g.request_id_token = REQUEST_ID.set(g.request_id)
 
 
