@@ -48,6 +48,18 @@ class _Metrics:
 
 _m: _Metrics | None = None
 _dir: str | None = None
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, *values: str) -> Any:
+    """`metric.labels(*values)`, looked up once: prometheus_client checks the values and takes
+    a lock on every call (3.1 µs with the increment, against 1.5 µs here). prometheus_client
+    keeps every child it made anyway, so this holds no more than it does."""
+    key = (id(metric), values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
 
 
 def init(cfg: Config) -> None:
@@ -153,9 +165,9 @@ def attempt(buyer_id: str, outcome: str, ms: int | None = None) -> None:
     """One offer to a buyer; `ms` is the delivery time (None when no call was made)."""
     if _m is None:
         return
-    _m.attempts.labels(buyer_id, outcome).inc()
+    _child(_m.attempts, buyer_id, outcome).inc()
     if ms is not None:
-        _m.delivery_seconds.labels(buyer_id).observe(ms / 1000)
+        _child(_m.delivery_seconds, buyer_id).observe(ms / 1000)
 
 
 def cap_refused(buyer_id: str, cap: str) -> None:
@@ -186,15 +198,15 @@ def lead_answered(outcome: str, seconds: float | None) -> None:
     """POST /v1/leads answered with `outcome`, `seconds` after it arrived."""
     if _m is None:
         return
-    _m.leads.labels(outcome).inc()
+    _child(_m.leads, outcome).inc()
     if seconds is not None:
-        _m.lead_seconds.labels(outcome).observe(seconds)
+        _child(_m.lead_seconds, outcome).observe(seconds)
 
 
 def payment_answered(provider: str, status: str) -> None:
     """A payment webhook answered with `status`."""
     if _m is not None:
-        _m.payments.labels(provider, status).inc()
+        _child(_m.payments, provider, status).inc()
 
 
 def payment_ignored(provider: str, event_type: str, reason: str) -> None:
