@@ -194,6 +194,7 @@ def test_a_burst_of_repeats_queues_one_audit_row_per_body_and_verdict_on_a_queue
     from webhooks.storage import keys
     from webhooks.storage.db import make_database
     from webhooks.storage.redis import make_store
+    from webhooks.storage.scripts import PaymentRef
     from webhooks.storage.settle_queue import queue as rq_queue
 
     base = redis_server.url.rsplit("/", 1)[0]
@@ -217,7 +218,7 @@ def test_a_burst_of_repeats_queues_one_audit_row_per_body_and_verdict_on_a_queue
     for _ in range(5):
         assert gate.enter(store, apart, q, note, delivery, claim_ttl_ms=30_000).verdict == "duplicate"
     assert pending() == 2
-    assert ttl_s(store, gate._ref(note).audited) <= gate.AUDITED_TTL_MS // 1000
+    assert ttl_s(store, PaymentRef("paystack", "apart-1").audited) <= gate.AUDITED_TTL_MS // 1000
 
     # a new body under a verdict met before: queue and database both down, the row is lost
     dead_queue = make_store("redis://127.0.0.1:1/0")
@@ -229,7 +230,7 @@ def test_a_burst_of_repeats_queues_one_audit_row_per_body_and_verdict_on_a_queue
     finally:
         db.initialize(original)
     assert lost.verdict == "duplicate"
-    assert not store.redis.sismember(gate._ref(note).audited, f"duplicate:{other.sha256}")
+    assert not store.redis.sismember(PaymentRef("paystack", "apart-1").audited, f"duplicate:{other.sha256}")
     # ... and the next repeat of those bytes queues it
     assert gate.enter(store, apart, q, note, other, claim_ttl_ms=30_000).verdict == "duplicate"
     assert pending() == 3

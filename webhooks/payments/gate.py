@@ -2,8 +2,8 @@
 what was already credited (a duplicate), whether another request holds its reference (in
 flight), or claims the reference for this request; the two answers that change nothing queue
 their audit row in Redis, once per body and verdict (`write_rows` writes them in batches), and
-never wait for the database. `finish` marks the reference processed and releases the claim. docs/payments.md
-"Flow", steps 4 to 6."""
+never wait for the database. `finish` marks the reference processed and releases the claim.
+docs/payments.md "Flow", steps 4 to 6."""
 
 from __future__ import annotations
 
