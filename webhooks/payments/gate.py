@@ -73,11 +73,10 @@ def enter(
     """Dedupe and claim `note` in one round trip (lua/payment_gate.lua); a duplicate or
     in-flight webhook call's audit row is queued, not written, once per body and verdict."""
     token = claims.new_token()
-    row = audit_row(d, note)
     ref = _ref(note)
     if queue_redis is store and not isinstance(store.redis, RedisCluster):
         verdict, enqueue, _ = store.payment_gate(
-            ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS, audit_row=row[1:]
+            ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS, audit_row=audit_row(d, note)[1:]
         )
         if enqueue:
             try:
@@ -86,8 +85,9 @@ def enter(
                 log.warning("audit row queued, drain job not enqueued: %s", exc)
     else:
         verdict, _, queue_row = store.payment_gate(ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS)
-        if queue_row:
-            _queue_apart(store, queue_redis, queue, ref, _with_verdict(verdict, row), request_id)
+        if queue_row:  # the row is built only now: the script says whether it is wanted
+            raw = _with_verdict(verdict, audit_row(d, note))
+            _queue_apart(store, queue_redis, queue, ref, f"{verdict}:{d.sha256}", raw, request_id)
     return Entry(verdict, claims.Claim(ref.claim, token) if verdict == CLAIMED else None)
 
 
@@ -114,8 +114,10 @@ def _with_verdict(verdict: GateVerdict, row: str) -> str:
 
 
 def _queue_apart(
-    store: Store, queue_redis: Store, queue: Queue, ref: PaymentRef, raw: str, request_id: str | None
+    store: Store, queue_redis: Store, queue: Queue, ref: PaymentRef, audited: str, raw: str, request_id: str | None
 ) -> None:
+    """Queue the audit row `raw` on the queue's own Redis; `audited` is its member of the
+    gate's set (verdict:SHA-256), taken back if the row is lost."""
     try:
         settle_queue.push(queue_redis.redis, queue, [raw], request_id=request_id, key=keys.WEBHOOK_CALLS_PENDING)
     except REDIS_DOWN as exc:
@@ -125,9 +127,8 @@ def _queue_apart(
                 write_rows([raw])
         except UNAVAILABLE_ERRORS:
             log.error("webhook call audit row LOST from queue and database: %s", raw)
-            row = json.loads(raw)
             try:  # the gate counts it handed over: let the next repeat queue it again
-                store.redis.srem(ref.audited, f"{row['verdict']}:{row['body_sha256']}")
+                store.redis.srem(ref.audited, audited)
             except REDIS_DOWN:
                 pass  # it expires (AUDITED_TTL_MS), and write_rows writes a later repeat's row
 
