@@ -108,6 +108,8 @@ def test_a_payment_flutterwave_confirms_is_credited(api, flutterwave):
     flutterwave.knows("flw-ok", 2500)
     resp = deliver(api, "flutterwave", webhook("flw-ok", 250000))
     assert resp.json() == {"status": "credited"}, resp.text
+    laps = [part.split(";")[0] for part in resp.headers["Server-Timing"].split(", ")]
+    assert laps == ["verify", "parse", "dedupe", "confirm", "db_wait", "ledger", "release", "total"]
     assert balance("ada@example.com", "NGN") == 250000
     assert flutterwave.requests == [
         {"path": f"/v3/transactions/{TX_ID}/verify", "authorization": f"Bearer {SECRET_KEY}"}
@@ -160,7 +162,9 @@ def test_flutterwave_unreachable_is_503_and_its_retry_credits(api, flutterwave, 
 
 def test_without_flutterwave_verify_flutterwave_is_not_asked(api, flutterwave, reconfigure):
     reconfigure(flutterwave_verify=False, flutterwave_api_base=flutterwave.url)
-    assert deliver(api, "flutterwave", webhook("flw-trusted", 5000)).json() == {"status": "credited"}
+    resp = deliver(api, "flutterwave", webhook("flw-trusted", 5000))
+    assert resp.json() == {"status": "credited"}
+    assert "confirm;" not in resp.headers["Server-Timing"]
     assert flutterwave.requests == []
 
 

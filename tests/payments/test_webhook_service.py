@@ -71,7 +71,8 @@ def test_a_credit_then_its_repeat_answer_credited_then_duplicate(hooks):
     raw = encode(payload("standard", "unit-pay-1", 250050, "NGN", "Ada@Example.com"))
     first = receive(hooks, "standard", raw)
     assert (first.status, first.http_status, first.body()) == (Verdict.CREDITED, 200, {"status": "credited"})
-    assert laps(first) == ["verify", "parse", "dedupe", "ledger", "total"]
+    # the credit's laps: the wait for a database connection, its transaction, the claim's release
+    assert laps(first) == ["verify", "parse", "dedupe", "db_wait", "ledger", "release", "total"]
     again = receive(hooks, "standard", raw)
     assert (again.status, again.http_status) == (Verdict.DUPLICATE, 200)
     assert laps(again) == ["verify", "parse", "dedupe", "total"]  # the marker: no database

@@ -173,11 +173,10 @@ class PaymentWebhooks:
             return _answer(Verdict(entry.verdict), gate.STATUS[entry.verdict], watch)
         assert entry.claim is not None  # claimed: the claim is ours
         try:
-            outcome = self._act(note, receipt, entry.claim)
+            outcome = self._act(note, receipt, entry.claim, watch)
         except PaymentNotFound as exc:
             # 409 for a refund of a payment not in the ledger yet: the provider retries it
             return _answer(Verdict.PAYMENT_NOT_FOUND, exc.status, watch, exc.message)
-        watch.lap("ledger")
         if outcome.verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
         if outcome.reason is not None:
@@ -198,7 +197,7 @@ class PaymentWebhooks:
         if entry.verdict != gate.CLAIMED:
             return Verdict(entry.verdict)
         assert entry.claim is not None  # claimed: the claim is ours
-        verdict = self._act(note, receipt, entry.claim, Source.RECONCILIATION).verdict
+        verdict = self._act(note, receipt, entry.claim, Stopwatch(), Source.RECONCILIATION).verdict
         if verdict in (Verdict.CREDITED, Verdict.DEBITED):
             self.wake_outbox(request_id)
         return verdict
@@ -225,11 +224,14 @@ class PaymentWebhooks:
         note: notifications.PaymentNotification | notifications.RefundNotification,
         receipt: Receipt,
         claim: Claim,
+        watch: Stopwatch,
         source: Source = Source.WEBHOOK,
     ) -> refunds.Outcome:
         """Move money going back (a refund, its failure, a dispute), or confirm and credit the
         payment (each commits, or raises: nothing kept), then release our claim, marking the
-        reference processed if it was."""
+        reference processed if it was. Laps on `watch`: `confirm` (Flutterwave asked), `db_wait`
+        (for a pooled connection), `ledger` (the transaction), `release` (the claim's, and the
+        billed buyers' balances)."""
         processed = False
         outcome: refunds.Outcome
         try:
@@ -238,16 +240,21 @@ class PaymentWebhooks:
             if isinstance(note, notifications.RefundNotification):
                 disputed = note.kind in (Motion.DISPUTE_WITHDRAWN, Motion.DISPUTE_REINSTATED)
                 with borrowed():
+                    watch.lap("db_wait")
                     outcome = (disputes if disputed else refunds).apply(note, receipt)
             else:
-                if source is Source.WEBHOOK:  # a listed payment comes from the provider's API itself
-                    self._confirm(note, receipt)
+                # a listed payment comes from the provider's API itself
+                if source is Source.WEBHOOK and self._confirm(note, receipt):
+                    watch.lap("confirm")
                 with borrowed():
+                    watch.lap("db_wait")
                     outcome = refunds.Outcome(ledger.credit(note, receipt, source))
             processed = True
+            watch.lap("ledger")
         finally:
             gate.finish(self.store, note, claim, processed)
         self._sync_balances(note)
+        watch.lap("release")
         return outcome
 
     def _sync_balances(self, note: notifications.PaymentNotification | notifications.RefundNotification) -> None:
@@ -284,17 +291,19 @@ class PaymentWebhooks:
         except (*REDIS_DOWN, RedisClusterException) as exc:
             log.warning("%s webhook with an invalid signature not listed, Redis unavailable: %s", receipt.provider, exc)
 
-    def _confirm(self, note: notifications.PaymentNotification, receipt: Receipt) -> None:
+    def _confirm(self, note: notifications.PaymentNotification, receipt: Receipt) -> bool:
         """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
         (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
-        503 when Flutterwave cannot be asked, so that it sends the webhook again later."""
+        503 when Flutterwave cannot be asked, so that it sends the webhook again later. Whether
+        it was asked."""
         if note.provider != "flutterwave" or self.flutterwave is None:
-            return
+            return False
         try:
             flutterwave.confirm(note, self.flutterwave.api_base, self.flutterwave.secret_key)
         except NotConfirmed as exc:
             ledger.record_unconfirmed(receipt, note, exc.message)
             raise
+        return True
 
     def wake_outbox(self, request_id: str | None) -> None:
         """A credit or debit committed its event: wake the worker that sends it, when an
