@@ -73,6 +73,12 @@ PARTS = [
         "(`bench/micro.py`): the HTTP client of buyer posts, JSON, prometheus-client's "
         "multiprocess mode, gevent.Timeout, EVAL against EVALSHA.",
     ),
+    (
+        "laps",
+        "30. Where a payment webhook waits under load",
+        "Each answer's Server-Timing laps (docs/payments.md) from gunicorn's access log, credits and "
+        "duplicates apart, at each database pool size (`bench/laps.py`).",
+    ),
     # Run on its own (its command is in its section); a run that does not measure it keeps it.
     ("slow_clients", "22. Slow clients: a clean lead under 2,200 trickled bodies, memory under 800 chunked ones", ""),
 ]
