@@ -8,7 +8,7 @@ Server-Timing; wrk drives the payment path at 50 connections, the `dup` mix (2,0
 payments of 200 payers × 5 deliveries, shuffled, as bench/versus.py's duplicate-heavy run) or
 `first` (6,000 × 5 of 500 payers). Writes bench/out/laps.md and laps.json: per lap, the p50, p90
 and p99 over the run's answers, and wrk's own figures. A credit is told from a duplicate by its
-laps: only a credit has `db_wait`.
+laps: only an answer that moved money has `db_wait` (these mixes hold no refunds).
 """
 
 from __future__ import annotations
