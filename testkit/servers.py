@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -493,3 +494,68 @@ class TcpProxy:
         p = urlparse(database_url)
         auth = p.netloc.rsplit("@", 1)[0] + "@" if "@" in p.netloc else ""
         return f"{p.scheme}://{auth}127.0.0.1:{self.port}{p.path}"
+
+
+class CutProxy(TcpProxy):
+    """A TcpProxy that, the first time a client sends `marker`, does what a process killed
+    between two writes of one request does to its server: it calls `on_cut()` (the test
+    kills the client's process there, before it can see anything go wrong), forwards the
+    bytes before the marker, and drops that connection. The bytes of a marker split across
+    two reads are held for at most HOLD_S."""
+
+    HOLD_S = 0.2
+
+    def __init__(self, target_host: str, target_port: int, marker: bytes):
+        self.marker = marker
+        self.on_cut: Callable[[], None] = lambda: None
+        self.cut = threading.Event()
+        super().__init__(target_host, target_port)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:  # type: ignore[override]
+        try:
+            from_server = src.getpeername()[1] == self.target[1]
+        except OSError:
+            from_server = True
+        if from_server or self.cut.is_set():
+            TcpProxy._pipe(src, dst)
+            return
+        held = b""
+        try:
+            while True:
+                try:
+                    data = src.recv(65536)
+                except TimeoutError:  # no more of a marker came: what was held is no part of one
+                    src.settimeout(None)
+                    dst.sendall(held)
+                    held = b""
+                    continue
+                if not data:
+                    break
+                data, held = held + data, b""
+                at = -1 if self.cut.is_set() else data.find(self.marker)
+                if at >= 0:
+                    self.cut.set()
+                    self.on_cut()
+                    dst.sendall(data[:at])
+                    break
+                keep = 0 if self.cut.is_set() else _marker_start(data, self.marker)
+                if keep:
+                    data, held = data[:-keep], data[-keep:]
+                src.settimeout(self.HOLD_S if held else None)
+                if data:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _marker_start(data: bytes, marker: bytes) -> int:
+    """How many bytes at the end of `data` are the start of `marker` (0: none)."""
+    for n in range(min(len(data), len(marker) - 1), 0, -1):
+        if data.endswith(marker[:n]):
+            return n
+    return 0

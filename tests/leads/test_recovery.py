@@ -22,7 +22,7 @@ import requests
 from rq import Queue
 
 from testkit.payments import child_pids
-from testkit.servers import WebServer, wait_until
+from testkit.servers import CutProxy, WebServer, wait_until
 from tests.conftest import Api
 from webhooks import services
 from webhooks.caps import leases
@@ -375,6 +375,38 @@ def test_worker_killed_after_the_buyer_accepted_and_no_retry_ever_comes_is_sold_
     body = _post_until_answered(api, key, "K9")  # a retry long after: the sweep's answer
     assert (body["status"], body["buyer_id"], body["replayed"]) == ("sold", "x", True)
     assert len(x.arrived) == 2
+
+
+@pytest.mark.e2e
+def test_worker_killed_while_sending_the_end_of_a_sale_leaves_no_answer_without_its_settlement(
+    base_env, tmp_path, buyer_server, worker, redis_server
+):
+    """What the one-minute soak lost once: the sale's end (the lease's script, about 6 KB, the
+    publisher's answer, the settlement) is one pipeline that redis-py writes in two sends. A
+    worker killed between them left the answer in Redis, so the retry replayed "sold", and
+    the settlement never queued: a sale the ledger never heard of. The proxy cuts the worker's
+    Redis connection where the settlement starts and the worker is killed there."""
+    pending = keys.SETTLE_PENDING.encode()
+    marker = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(pending), pending)
+    proxy = CutProxy("127.0.0.1", redis_server.port, marker)
+    env = {**base_env, "REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0", "BUYER_TIMEOUT_MS": "1500"}
+    env["LEAD_CLAIM_MARGIN_MS"] = "500"  # short claims: the retry finds the dead one's soon
+    server = WebServer(env, tmp_path / "web.log", workers=1)
+    try:
+        api = Api(server.url)
+        key, x, y = _setup_x_and_y(api, buyer_server)
+        [victim] = child_pids(server.pid)
+        proxy.on_cut = lambda: os.kill(victim, signal.SIGKILL)
+        _post_once_into_the_kill(api, key, "KC")
+        assert proxy.cut.is_set() and x.received  # killed as the sale ended
+        body = _post_until_answered(api, key, "KC")
+        assert (body["status"], body["buyer_id"]) == ("sold", "x")
+        record = api.wait_settled("KC", "surge", timeout=30)
+        assert (record["status"], record["buyer_id"]) == ("sold", "x")
+        assert y.arrived == [] and {r["headers"]["Idempotency-Key"] for r in x.arrived} == {"surge:KC:x"}
+    finally:
+        server.stop()
+        proxy.stop()
 
 
 @pytest.mark.e2e

@@ -76,10 +76,18 @@ def _same(raw: Any) -> Any:
 
 class Batch:
     """Commands queued on one pipeline of `client` (a Redis, a cluster, or one node of it),
-    sent together."""
+    sent together.
 
-    def __init__(self, client: redis.Redis | RedisCluster) -> None:
-        self._pipe = client.pipeline(transaction=False)
+    Sent together is not run together: redis-py writes a pipeline past 6,000 bytes in several
+    writes (a script travels with its source), and Redis runs each command it has read. A
+    process killed between two writes leaves the first commands done and the rest never sent.
+    `atomic` (one Redis, not a cluster) wraps the batch in MULTI/EXEC: Redis runs none of it
+    unless all of it arrived."""
+
+    def __init__(self, client: redis.Redis | RedisCluster, atomic: bool = False) -> None:
+        if atomic and isinstance(client, RedisCluster):
+            raise ValueError("an atomic batch needs one Redis: a cluster's keys live on several nodes")
+        self._pipe = client.pipeline(transaction=atomic)
         self._slots: list[_Slot] = []
 
     def __enter__(self) -> Batch:

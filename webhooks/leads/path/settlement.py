@@ -378,10 +378,16 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
     `keep_claim` (it is not the caller's any more) the claim and the note are left to the
     request that holds them. Redis unreachable: the buyer has the lead, the answer stands,
     and the settlement is written to the ledger directly (an unconfirmed lease just expires;
-    its slot stays counted, as the sale is)."""
+    its slot stays counted, as the sale is).
+
+    On one Redis the round trip is a transaction: a process killed while sending it (the
+    lease's script alone is about 6 KB) leaves either all of it done or none of it, never an
+    answer for the publisher's replays without its settlement queued. With none done, the
+    attempt note stays and the retry (or the sweep) offers the lead to the same buyer again.
+    With the queue on another Redis the two round trips keep that window open."""
     answer = answers.remember(answer_of(item))
     try:
-        batch = s.store.batch()
+        batch = s.store.batch(atomic=s.queue_redis is s.store)
         if outcome.lease is not None:
             leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
         if not keep_claim:
