@@ -464,11 +464,7 @@ class TcpProxy:
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(src, dst)
 
     def stop(self) -> None:
         if self._listener:
@@ -546,11 +542,16 @@ class CutProxy(TcpProxy):
                     dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(src, dst)
+
+
+def _shut(*socks: socket.socket) -> None:
+    """Shut both ways down (a peer gone first is shut all the same)."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _marker_start(data: bytes, marker: bytes) -> int:
