@@ -81,13 +81,11 @@ class Batch:
     Sent together is not run together: redis-py writes a pipeline past 6,000 bytes in several
     writes (a script travels with its source), and Redis runs each command it has read. A
     process killed between two writes leaves the first commands done and the rest never sent.
-    `atomic` (one Redis, not a cluster) wraps the batch in MULTI/EXEC: Redis runs none of it
-    unless all of it arrived."""
+    `atomic` wraps the batch in MULTI/EXEC: Redis runs none of it unless all of it arrived. On
+    one Redis only: a cluster's keys live on several nodes, so there it is sent as it is."""
 
     def __init__(self, client: redis.Redis | RedisCluster, atomic: bool = False) -> None:
-        if atomic and isinstance(client, RedisCluster):
-            raise ValueError("an atomic batch needs one Redis: a cluster's keys live on several nodes")
-        self._pipe = client.pipeline(transaction=atomic)
+        self._pipe = client.pipeline(transaction=atomic and not isinstance(client, RedisCluster))
         self._slots: list[_Slot] = []
 
     def __enter__(self) -> Batch:

@@ -188,10 +188,8 @@ class Store:
         """Commands sent together (storage/batch.py); with `on_node_of`, on a plain client of
         that key's node (the store's client itself unless a cluster): for WAIT, which counts
         the replicas holding the writes of its own connection. `atomic`: all or none of them
-        run (MULTI/EXEC), on one Redis; a cluster's keys live on several nodes, so there it
-        is sent as it is."""
-        client = self.redis if on_node_of is None else node_of(self.redis, on_node_of)
-        return Batch(client, atomic and not isinstance(client, RedisCluster))
+        run (Batch's MULTI/EXEC, on one Redis)."""
+        return Batch(self.redis if on_node_of is None else node_of(self.redis, on_node_of), atomic)
 
     def _run(self, call: Call[T]) -> T:
         """EVALSHA the call's script; a Redis that does not know it (restarted, failed over,
