@@ -28,17 +28,17 @@ def quick(full: int, token: int) -> int:
     return token if QUICK else full
 
 
-def percentiles(samples_ms: list[float]) -> dict[str, float | None]:
-    """p50/p95/p99 of `samples_ms` by nearest rank (an observed value, never interpolated);
-    None for each when there are no samples."""
+def percentiles(samples_ms: list[float], quantiles: tuple[int, ...] = (50, 95, 99)) -> dict[str, float | None]:
+    """p50/p95/p99 (or the `quantiles` asked for) of `samples_ms` by nearest rank (an observed
+    value, never interpolated); None for each when there are no samples."""
     ordered = sorted(samples_ms)
 
-    def rank(q: float) -> float | None:
+    def rank(q: int) -> float | None:
         if not ordered:
             return None
-        return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 3)
+        return round(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)], 3)
 
-    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
+    return {f"p{q}": rank(q) for q in quantiles}
 
 
 def cpu_model() -> str:

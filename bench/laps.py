@@ -21,7 +21,7 @@ from collections import defaultdict
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.common import OUT, machine_info, quick, write_json, write_md
+from bench.common import OUT, machine_info, percentiles, quick, write_json, write_md
 from bench.e2e import Stack, log, warm
 from bench.knee import drained, lua_list, wrk_payments
 from bench.levers import first_deliveries
@@ -49,11 +49,6 @@ def read_laps(access_log: Path) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 1)
-
-
 def one_pool(pool: int, seconds: int, mix: str, rng: random.Random) -> dict:
     payments, payers = MIXES[mix]
     with ExitStack() as es:
@@ -77,10 +72,7 @@ def one_pool(pool: int, seconds: int, mix: str, rng: random.Random) -> dict:
         "pool": pool,
         "wrk": result,
         "answers": {kind: len(by.get("total", [])) for kind, by in laps.items()},
-        "laps": {
-            kind: {name: {f"p{q}": percentile(v, q / 100) for q in (50, 90, 99)} for name, v in by.items()}
-            for kind, by in laps.items()
-        },
+        "laps": {kind: {name: percentiles(v, (50, 90, 99)) for name, v in by.items()} for kind, by in laps.items()},
     }
 
 
@@ -101,7 +93,7 @@ def render(d: dict) -> str:
         for kind in ("credit", "duplicate"):
             laps = run["laps"].get(kind, {})
             cells = [
-                "—" if name not in laps else f"{laps[name]['p50']} / {laps[name]['p90']} / {laps[name]['p99']}"
+                "—" if name not in laps else " / ".join(f"{laps[name][p]:.1f}" for p in ("p50", "p90", "p99"))
                 for name in LAPS
             ]
             head = (
