@@ -9,6 +9,7 @@ real buyer holds the lead, and send SIGTERM mid-delivery."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import signal
 import threading
@@ -21,9 +22,10 @@ import redis
 import requests
 from rq import Queue
 
+import lua
 from testkit.payments import child_pids
-from testkit.servers import CutProxy, WebServer, wait_until
-from tests.conftest import Api
+from testkit.servers import CutProxy, RedisServer, WebServer, wait_until
+from tests.conftest import Api, Worker
 from webhooks import services
 from webhooks.caps import leases
 from webhooks.leads.path import answers, recovery
@@ -407,6 +409,56 @@ def test_worker_killed_while_sending_the_end_of_a_sale_leaves_no_answer_without_
     finally:
         server.stop()
         proxy.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("cut", ["queueing the settlement", "storing the answer"])
+def test_worker_killed_ending_a_sale_with_the_queue_on_a_redis_of_its_own_answers_sold_and_settles_it(
+    base_env, tmp_path, buyer_server, redis_server, cut
+):
+    """With the settlement queue on a Redis of its own (RQ_REDIS_URL, as beside a cluster) no
+    transaction spans the sale's end: it goes lease confirmed, settlement queued, answer
+    stored. Killed as it queues the settlement (the order before stored the answer first: the
+    retry replayed "sold" and the ledger never heard of the sale), the retry finds the lease
+    confirmed. Killed as it stores the answer, after the settlement was queued and settled
+    (its lease released with it), the retry finds the reservation gone and asks the ledger
+    (answering "unsold" would contradict it). Either way: sold to x once, in the ledger."""
+    queue = RedisServer(tmp_path / "queue-redis")
+    queue.start()
+    if cut == "queueing the settlement":
+        pending = keys.SETTLE_PENDING.encode()
+        proxy = CutProxy("127.0.0.1", queue.port, b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(pending), pending))
+        web_env = {**base_env, "RQ_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
+    else:
+        sha = hashlib.sha1(lua.source("answer_lead").encode()).hexdigest().encode()
+        proxy = CutProxy("127.0.0.1", redis_server.port, b"$7\r\nEVALSHA\r\n$40\r\n" + sha)
+        web_env = {**base_env, "REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0", "RQ_REDIS_URL": queue.url}
+    web_env |= {"BUYER_TIMEOUT_MS": "1500", "LEAD_CLAIM_MARGIN_MS": "500"}  # the retry finds the dead claim soon
+    rq_worker = Worker({**base_env, "RQ_REDIS_URL": queue.url}, tmp_path, queue)
+    server = WebServer(web_env, tmp_path / "web.log", workers=1)
+    try:
+        rq_worker.ensure()
+        api = Api(server.url)
+        key, x, y = _setup_x_and_y(api, buyer_server)
+        [victim] = child_pids(server.pid)
+        proxy.on_cut = lambda: os.kill(victim, signal.SIGKILL)
+        _post_once_into_the_kill(api, key, "KQ")
+        assert proxy.cut.is_set() and x.received  # killed as the sale ended
+        if cut == "storing the answer":
+            api.wait_settled("KQ", "surge", timeout=30)
+            r = redis.Redis.from_url(redis_server.url)
+            # released by its settlement, right after the ledger's commit: the retry finds it gone
+            wait_until(lambda: r.zcard(keys.leases("x")) == 0, what="the sale's lease released")
+        body = _post_until_answered(api, key, "KQ")
+        assert (body["status"], body["buyer_id"]) == ("sold", "x")
+        record = api.wait_settled("KQ", "surge", timeout=30)
+        assert (record["status"], record["buyer_id"]) == ("sold", "x")
+        assert y.arrived == [] and len(x.arrived) == 1  # the retry asked x nothing
+    finally:
+        server.stop()
+        rq_worker.stop()
+        proxy.stop()
+        queue.kill()
 
 
 @pytest.mark.e2e

@@ -20,6 +20,7 @@ import redis
 from testkit.servers import wait_until
 from webhooks import config
 from webhooks.errors import Conflict, Unavailable
+from webhooks.leads.path import answers
 from webhooks.leads.path.intake import Intake
 from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import load_snapshot
@@ -36,10 +37,10 @@ def tight(api, base_env, redis_server, worker_manager):
     was queued."""
     worker_manager.stop()
 
-    def build(margin_ms: int, deadline_ms: int = 300) -> Intake:
+    def build(margin_ms: int, deadline_ms: int = 300, journal_class: type[Journal] = Journal) -> Intake:
         cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=deadline_ms, lead_claim_margin_ms=margin_ms)
         store = Store(redis.Redis.from_url(redis_server.url, decode_responses=True))
-        journal = Journal(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
+        journal = journal_class(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
         return Intake.build(cfg, store, store, journal)
 
     return build
@@ -110,6 +111,32 @@ def test_a_request_that_lost_its_claim_leaves_the_new_holder_alone(api, buyer_se
         assert [i["status"] for i in _queued(r, "lost-1")] == ["sold"]
     thief.join()
     assert r.get(claim) == "routing:another-request"
+
+
+def test_a_late_sale_is_queued_before_its_answer_is_written(api, buyer_server, tight, redis_server):
+    """Near its claim's end a request writes its answer token-checked, apart from the rest of
+    the lead's end. A sale's settlement goes first: a process killed between the two then
+    leaves the attempt note for the retry, never an answer its replays would repeat "sold"
+    with no settlement behind it."""
+    buyer_server.add("x")
+    api.put_publisher("surge")
+    api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
+    r = redis_server.client()
+    claim = keys.lead_claim("surge", "late-1")
+    held_when_queued = []
+
+    class Watched(Journal):
+        def push(self, *args, **kwargs) -> None:
+            held_when_queued.append(r.get(claim))
+            super().push(*args, **kwargs)
+
+    # a claim of 500 + (350 + 100) ms, under claims.LATE_S: every answer takes the late path
+    sold = json.loads(_take(tight(500, deadline_ms=350, journal_class=Watched), "surge", "late-1"))
+    assert (sold["status"], sold["buyer_id"]) == ("sold", "x")
+    [held] = held_when_queued
+    assert held.startswith("routing:")  # still the request's token: no answer written yet
+    assert [i["status"] for i in _queued(r, "late-1")] == ["sold"]
+    assert r.get(claim) == answers.remember(sold)  # and the answer after it
 
 
 def _rebuilt_now(store: Store, buyer_ids: list[str]) -> None:

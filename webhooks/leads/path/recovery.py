@@ -18,6 +18,8 @@ from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
+from webhooks.caps.sales import settled_of
+from webhooks.errors import Unavailable
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.context import LeadContext
@@ -28,7 +30,7 @@ from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.batch import Batch
-from webhooks.storage.db import db
+from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import Buyer
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
@@ -48,9 +50,12 @@ def reoffer(
 ) -> Outcome:
     """Offer the lead again to the one buyer a dead request was offering it to (`note`, its
     attempt note), with the same Idempotency-Key, on the same reservation. Accepted: sold to
-    that buyer. Anything else, or a reservation that is gone: unsold, that attempt
+    that buyer. A reservation that is gone with its sale into the ledger (the dead request
+    queued the settlement but never stored the answer: settlement.end_lead) is that sale,
+    not offered again. Anything else, or a reservation gone otherwise: unsold, that attempt
     `unknown`, flagged for review; its slot stays taken until reconciliation. Never another
-    buyer: the first may hold the lead already."""
+    buyer: the first may hold the lead already. Unavailable when the reservation is gone and
+    the ledger cannot say whether it holds the sale."""
     buyer_id, publisher_id, lead_id = note["buyer_id"], ctx.publisher.id, ctx.lead_id
     lease = Lease(buyer_id, note["lease_id"], tuple(note["counters"]), dedupe=tuple(note.get("dedupe", ())))
     state, reserved_us = leases.take_over(store, lease, ctx.lease_ttl_ms)
@@ -60,7 +65,10 @@ def reoffer(
     outcome, ms = UNKNOWN, 0
     if state is LeaseState.CONFIRMED:
         outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
-    elif state is not LeaseState.GONE and rule is not None:
+    elif state is LeaseState.GONE:
+        if _sold_in_ledger(publisher_id, lead_id, buyer_id):
+            outcome = ACCEPTED  # settled, and its lease released with it: nothing to ask
+    elif rule is not None:
         offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
         try:
             body = offer.body(lead_id, publisher_id, ctx.lead, json.dumps(ctx.lead, separators=(",", ":")))
@@ -97,6 +105,16 @@ def reoffer(
         )
     metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
     return out
+
+
+def _sold_in_ledger(publisher_id: str, lead_id: str, buyer_id: str) -> bool:
+    """Whether the ledger holds the lead as sold to `buyer_id`, on a connection of its own;
+    Unavailable when it cannot be asked (answering unsold could contradict it)."""
+    try:
+        with db.connection_context():
+            return bool(settled_of([(publisher_id, lead_id)], buyer_id=buyer_id))
+    except UNAVAILABLE_ERRORS:
+        raise Unavailable("the ledger cannot say whether this lead was sold; retry shortly") from None
 
 
 @dataclass

@@ -371,31 +371,43 @@ class Settlement:
 
 
 def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, keep_claim: bool = False) -> None:
-    """End a routed lead in one round trip: confirm its lease (a sale), remember the answer
-    (leads/path/answers.py) for the publisher's replays and forget the attempt note (if the claim still holds
-    `token`), and queue the settlement. The one end of a lead, for a request
+    """End a routed lead: confirm its lease (a sale), queue the settlement, and remember the
+    answer (leads/path/answers.py) for the publisher's replays and forget the attempt note (if
+    the claim still holds `token`). The one end of a lead, for a request
     (leads/path/intake.py) and for the abandoned-lead sweep (leads/path/recovery.py). With
     `keep_claim` (it is not the caller's any more) the claim and the note are left to the
     request that holds them. Redis unreachable: the buyer has the lead, the answer stands,
     and the settlement is written to the ledger directly (an unconfirmed lease just expires;
     its slot stays counted, as the sale is).
 
-    On one Redis the round trip is a transaction: a process killed while sending it (the
-    lease's script alone is about 6 KB) leaves either all of it done or none of it, never an
-    answer for the publisher's replays without its settlement queued. With none done, the
-    attempt note stays and the retry (or the sweep) offers the lead to the same buyer again.
-    With the queue on another Redis the two round trips keep that window open."""
+    On one Redis it is one round trip, a transaction: a process killed while sending it (the
+    lease's script alone is about 6 KB) leaves either all of it done or none of it. With none
+    done, the attempt note stays and the retry (or the sweep) offers the lead to the same
+    buyer again. With the queue on a Redis of its own (RQ_REDIS_URL) no transaction spans
+    both, so a sale goes in three steps, in the order that leaves no answer without its
+    settlement: the lease confirmed, the settlement queued, then the answer. A process killed
+    between them leaves the attempt note; the retry finds the lease confirmed, or gone with
+    its settlement into the ledger (recovery.reoffer asks the ledger), and answers "sold".
+    An unsold lead is answered first: queued first, a retry could route it again and sell
+    it, and the ledger would keep the queued "unsold"."""
     answer = answers.remember(answer_of(item))
+    lead = LeadKey(item.publisher_id, item.lead_id)
     try:
-        batch = s.store.batch(atomic=s.queue_redis is s.store)
-        if outcome.lease is not None:
-            leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
-        if not keep_claim:
-            batch.answer_lead(LeadKey(item.publisher_id, item.lead_id), token, answer, s.replay_ttl_s)
         if s.queue_redis is s.store:
-            s.queue_item(item, batch, answer)  # the settlement shares the round trip
+            batch = s.store.batch(atomic=True)
+            if outcome.lease is not None:
+                leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
+            if not keep_claim:
+                batch.answer_lead(lead, token, answer, s.replay_ttl_s)
+            s.queue_item(item, batch, answer)  # sends the batch
+        elif outcome.lease is not None:
+            s.store.finish_lease(outcome.lease, ACCEPTED, s.breaker, leases.CONFIRMED_TTL_MS)
+            s.queue_item(item, None, answer)
+            if not keep_claim:
+                s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
         else:
-            batch.execute()
+            if not keep_claim:
+                s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
             s.queue_item(item, None, answer)
     except REDIS_DOWN:
         settle_directly(item)
@@ -403,13 +415,17 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
 
 def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: SettlementItem) -> str | None:
     """`end_lead`, for a request and for the sweep alike. Near or past the claim's end (a stalled
-    process: the claim may be another request's now) the answer is written first, token-checked,
-    and the lead ends without touching the claim; when another request holds the claim by then,
-    a sale stands (the buyer has the lead) and anything else is dropped: then what that claim
+    process: the claim may be another request's now) the lead ends without touching the
+    claim, and the answer is written token-checked: a sale's after its settlement is queued
+    (a sale stands whoever holds the claim: the buyer has the lead), anything else's before,
+    and when another request holds the claim by then, that is dropped and what the claim
     holds is returned, for the caller to answer with. None when the lead was ended."""
     if time.monotonic() <= ctx.deadline - claims.LATE_S:
         end_lead(s, ctx.token, outcome, item)
         return None
+    sold = outcome.lease is not None
+    if sold:
+        end_lead(s, ctx.token, outcome, item, keep_claim=True)
     try:
         holder = s.store.answer_lead(ctx.key, ctx.token, answers.remember(answer_of(item)), s.replay_ttl_s).held
     except REDIS_DOWN:
@@ -422,9 +438,10 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: Settlem
             outcome.status,
             " to " + str(outcome.buyer_id) if outcome.buyer_id else "",
         )
-        if outcome.lease is None:
+        if not sold:
             return holder
-    end_lead(s, ctx.token, outcome, item, keep_claim=True)
+    if not sold:
+        end_lead(s, ctx.token, outcome, item, keep_claim=True)
     return None
 
 
