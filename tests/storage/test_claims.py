@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
-from testkit.servers import wait_until
+from testkit.servers import free_port, wait_until
 from webhooks import config
 from webhooks.errors import Conflict, Unavailable
 from webhooks.leads.path import answers
@@ -26,6 +26,7 @@ from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage import keys
 from webhooks.storage.db import db
+from webhooks.storage.models import Lead
 from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import queue
 
@@ -137,6 +138,27 @@ def test_a_late_sale_is_queued_before_its_answer_is_written(api, buyer_server, t
     assert held.startswith("routing:")  # still the request's token: no answer written yet
     assert [i["status"] for i in _queued(r, "late-1")] == ["sold"]
     assert r.get(claim) == answers.remember(sold)  # and the answer after it
+
+
+def test_a_sale_whose_queue_redis_is_down_is_written_to_the_ledger_and_still_answered(
+    api, base_env, buyer_server, redis_server, worker_manager
+):
+    """The settlement queue on a Redis of its own (RQ_REDIS_URL), down as a sale ends: the
+    lease is confirmed, the settlement written to the ledger directly, and then the answer
+    kept for the publisher's replays, as with the queue up."""
+    worker_manager.stop()
+    buyer_server.add("x")
+    api.put_publisher("surge")
+    api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
+    store = Store(redis.Redis.from_url(redis_server.url, decode_responses=True))
+    down = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    intake = Intake.build(config.load(base_env), store, Store(down), Journal(down, queue(down), 30))
+    sold = json.loads(_take(intake, "surge", "qd-1"))
+    assert (sold["status"], sold["buyer_id"]) == ("sold", "x")
+    with db.connection_context():
+        lead = Lead.get(Lead.publisher_id == "surge", Lead.lead_id == "qd-1")
+    assert (lead.status, lead.buyer_id) == ("sold", "x")
+    assert store.redis.get(keys.lead_claim("surge", "qd-1")) == answers.remember(sold)
 
 
 def _rebuilt_now(store: Store, buyer_ids: list[str]) -> None:

@@ -402,7 +402,11 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
             s.queue_item(item, batch, answer)  # sends the batch
         elif outcome.lease is not None:
             s.store.finish_lease(outcome.lease, ACCEPTED, s.breaker, leases.CONFIRMED_TTL_MS)
-            s.queue_item(item, None, answer)
+            try:
+                s.queue_item(item, None, answer)
+            except REDIS_DOWN:
+                if not settle_directly(item):
+                    return  # in neither: no answer either, the note stays for the retry
             if not keep_claim:
                 s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
         else:
@@ -445,8 +449,9 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: Settlem
     return None
 
 
-def settle_directly(item: SettlementItem) -> None:
-    """Write one settlement synchronously: the fallback when its queue is unreachable."""
+def settle_directly(item: SettlementItem) -> bool:
+    """Write one settlement synchronously: the fallback when its queue is unreachable.
+    Whether it was written."""
     from webhooks.leads.accounting.ledger import settle
     from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 
@@ -454,5 +459,7 @@ def settle_directly(item: SettlementItem) -> None:
         with db.connection_context():
             settle([item])
         log.warning("settlement queue unreachable: lead %s:%s written directly", item.publisher_id, item.lead_id)
+        return True
     except UNAVAILABLE_ERRORS:
         log.error("settlement LOST from queue and database, recover it from this line: %s", item.to_json())
+        return False
