@@ -8,11 +8,14 @@ work is left for its next run (each job is safe to run twice). docs/operations.m
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 from rq import Queue
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
+from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
 from webhooks.storage.redis import REDIS_DOWN
@@ -20,6 +23,27 @@ from webhooks.storage.redis import REDIS_DOWN
 log = logging.getLogger(__name__)
 
 WAIT_MAX_S = 5.0  # the longest pause between two pings of a Redis that does not answer
+
+
+class Scheduler(RQScheduler):
+    """RQ's scheduler (--with-scheduler), a process its worker forks, that leaves with its
+    worker. RQ stops it only by a signal: a worker killed -9 (the OOM killer, a supervisor's
+    hard stop) left it running under PID 1, heartbeating in a dead worker's name and holding
+    the scheduler locks, one more such process after each death. Each heartbeat (every
+    second) it looks at its parent; gone, it releases its locks and stops."""
+
+    _parent: int | None = None
+
+    def start(self) -> Any:
+        self._parent = os.getpid()  # before the fork: the child's parent
+        return super().start()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+
+    def heartbeat(self) -> None:
+        if self._parent is not None and os.getppid() != self._parent:
+            log.warning("the worker that started this scheduler is gone: stopping")
+            self._stop_requested = True  # the loop's next turn releases the locks and stops
+            return
+        super().heartbeat()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
 
 
 class Worker(SimpleWorker):
@@ -73,6 +97,36 @@ class Worker(SimpleWorker):
             except REDIS_DOWN:
                 time.sleep(pause)
                 pause = min(pause * 2, WAIT_MAX_S)
+
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        """RQ 3.0's own (rq/worker/base.py), with Scheduler for RQScheduler."""
+        scheduler: RQScheduler = Scheduler(  # typed as RQ's: its methods are unannotated
+            self.queues,
+            connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level,
+            date_format=date_format,
+            log_format=log_format,
+            serializer=self.serializer,
+        )
+        self.scheduler = scheduler
+        scheduler.acquire_locks()
+        if not scheduler.acquired_locks:
+            return
+        if not burst:
+            scheduler.start()
+            return
+        try:
+            scheduler.register_birth()
+            scheduler.enqueue_scheduled_jobs()
+        finally:
+            scheduler.release_locks()
+            scheduler.register_death()
 
     def _revive_scheduler(self) -> None:
         """RQ's scheduler (--with-scheduler, a child process: retries and delayed jobs) exits on

@@ -6,6 +6,7 @@ and restored. No process exits, and what is sent once the dependency is back is 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -24,7 +25,7 @@ import requests
 from rq import Queue
 from rq.registry import StartedJobRegistry
 
-from testkit.payments import balance, deliver, encode, payload
+from testkit.payments import balance, child_pids, deliver, encode, payload
 from testkit.servers import ROOT, Proc, RedisServer, TcpProxy, WebServer, wait_until
 from tests.conftest import Api
 from webhooks.storage.outbox_queue import EVENTS
@@ -294,4 +295,36 @@ def test_an_events_job_whose_worker_died_is_handed_back_by_the_scheduler(base_en
             assert job.get_status(refresh=True) in ("queued", "scheduled")  # to run again
     finally:
         worker.stop(sig=signal.SIGKILL)
+        redis_server.kill()
+
+
+def test_a_worker_killed_9_takes_its_scheduler_with_it(base_env, tmp_path):
+    """The Procfile's worker forks RQ's scheduler (--with-scheduler), which RQ stops only by a
+    signal: after a kill -9 of the worker (the OOM killer, a hard stop) it ran on under PID 1,
+    holding the scheduler lock in a dead worker's name, one more such process per death.
+    It now sees its worker gone within a heartbeat, releases the lock and exits."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    env = {**base_env, "REDIS_URL": redis_server.url, "RQ_REDIS_URL": redis_server.url}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    worker = Proc(["bash", "-c", "exec " + procfile()["worker"]], env, tmp_path / "worker.log")
+    lock = "rq:scheduler-lock:floodgate"
+    try:
+        with redis.Redis.from_url(redis_server.url) as connection:
+            wait_until(lambda: connection.exists(lock), timeout=30, what="the scheduler to take its lock")
+            [scheduler] = wait_until(lambda: child_pids(worker.pid), what="the scheduler process")
+            os.kill(worker.pid, signal.SIGKILL)  # the worker alone, not its process group
+
+            def scheduler_gone() -> bool:
+                try:
+                    return Path(f"/proc/{scheduler}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+                except OSError:
+                    return True
+
+            wait_until(scheduler_gone, timeout=30, what="the orphaned scheduler to exit")
+            assert not connection.exists(lock)
+    finally:
+        worker.stop(sig=signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)  # what is left of its group (stop: the worker only)
         redis_server.kill()
