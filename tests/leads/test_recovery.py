@@ -302,6 +302,22 @@ def _post_until_answered(api: Api, key: str, lead_id: str, timeout: float = 30) 
     return wait_until(attempt, timeout=timeout, interval=0.2, what=f"an answer for {lead_id}")
 
 
+# The settlement's LPUSH as redis-py writes it: where CutProxy kills a worker ending a sale.
+SETTLEMENT_PUSH = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(keys.SETTLE_PENDING), keys.SETTLE_PENDING.encode())
+
+
+def _sell_into_the_kill(server: WebServer, proxy: CutProxy, buyer_server, lead_id: str):
+    """x takes `lead_id` (y is second), and the server's one web worker is killed -9 where
+    `proxy` cuts, as the sale ends: (api, publisher key, x, y)."""
+    api = Api(server.url)
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    [victim] = child_pids(server.pid)
+    proxy.on_cut = lambda: os.kill(victim, signal.SIGKILL)
+    _post_once_into_the_kill(api, key, lead_id)
+    assert proxy.cut.is_set() and x.received  # killed as the sale ended
+    return api, key, x, y
+
+
 def _post_once_into_the_kill(api: Api, key: str, lead_id: str) -> None:
     """The publisher's first try, whose worker is killed under it: no answer comes back."""
     try:
@@ -388,19 +404,12 @@ def test_worker_killed_while_sending_the_end_of_a_sale_leaves_no_answer_without_
     worker killed between them left the answer in Redis, so the retry replayed "sold", and
     the settlement never queued: a sale the ledger never heard of. The proxy cuts the worker's
     Redis connection where the settlement starts and the worker is killed there."""
-    pending = keys.SETTLE_PENDING.encode()
-    marker = b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(pending), pending)
-    proxy = CutProxy("127.0.0.1", redis_server.port, marker)
+    proxy = CutProxy("127.0.0.1", redis_server.port, SETTLEMENT_PUSH)
     env = {**base_env, "REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0", "BUYER_TIMEOUT_MS": "1500"}
     env["LEAD_CLAIM_MARGIN_MS"] = "500"  # short claims: the retry finds the dead one's soon
     server = WebServer(env, tmp_path / "web.log", workers=1)
     try:
-        api = Api(server.url)
-        key, x, y = _setup_x_and_y(api, buyer_server)
-        [victim] = child_pids(server.pid)
-        proxy.on_cut = lambda: os.kill(victim, signal.SIGKILL)
-        _post_once_into_the_kill(api, key, "KC")
-        assert proxy.cut.is_set() and x.received  # killed as the sale ended
+        api, key, x, y = _sell_into_the_kill(server, proxy, buyer_server, "KC")
         body = _post_until_answered(api, key, "KC")
         assert (body["status"], body["buyer_id"]) == ("sold", "x")
         record = api.wait_settled("KC", "surge", timeout=30)
@@ -426,8 +435,7 @@ def test_worker_killed_ending_a_sale_with_the_queue_on_a_redis_of_its_own_answer
     queue = RedisServer(tmp_path / "queue-redis")
     queue.start()
     if cut == "queueing the settlement":
-        pending = keys.SETTLE_PENDING.encode()
-        proxy = CutProxy("127.0.0.1", queue.port, b"*3\r\n$5\r\nLPUSH\r\n$%d\r\n%s\r\n" % (len(pending), pending))
+        proxy = CutProxy("127.0.0.1", queue.port, SETTLEMENT_PUSH)
         web_env = {**base_env, "RQ_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
     else:
         sha = hashlib.sha1(lua.source("answer_lead").encode()).hexdigest().encode()
@@ -438,12 +446,7 @@ def test_worker_killed_ending_a_sale_with_the_queue_on_a_redis_of_its_own_answer
     server = WebServer(web_env, tmp_path / "web.log", workers=1)
     try:
         rq_worker.ensure()
-        api = Api(server.url)
-        key, x, y = _setup_x_and_y(api, buyer_server)
-        [victim] = child_pids(server.pid)
-        proxy.on_cut = lambda: os.kill(victim, signal.SIGKILL)
-        _post_once_into_the_kill(api, key, "KQ")
-        assert proxy.cut.is_set() and x.received  # killed as the sale ended
+        api, key, x, y = _sell_into_the_kill(server, proxy, buyer_server, "KQ")
         if cut == "storing the answer":
             api.wait_settled("KQ", "surge", timeout=30)
             r = redis.Redis.from_url(redis_server.url)
