@@ -13,9 +13,11 @@ import hashlib
 import os
 import signal
 import threading
+import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from decimal import Decimal
 
 import pytest
 import redis
@@ -28,14 +30,16 @@ from testkit.servers import CutProxy, RedisServer, WebServer, wait_until
 from tests.conftest import Api, Worker
 from webhooks import services
 from webhooks.caps import leases
-from webhooks.leads.path import answers, recovery
-from webhooks.leads.path.routing import Offer, attempt_note, lead_ref
+from webhooks.leads.accounting.ledger import settle
+from webhooks.leads.path import answers, recovery, settlement
+from webhooks.leads.path.routing import Offer, Outcome, attempt_note, lead_ref
 from webhooks.leads.posting.delivery import Deliverer
 from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt
 from webhooks.storage.settle_queue import SETTLE
+from webhooks.storage.states import LeadStatus
 
 
 def _die_while_offering(
@@ -93,6 +97,49 @@ def test_retry_after_a_dead_routing_offers_the_lead_to_the_same_buyer_who_confir
     assert api.post_lead(key, {"lead_id": "L1"}).json()["replayed"] is True
     record = api.wait_settled("L1", "surge")
     assert record["status"] == "sold" and record["buyer_id"] == "x"
+
+
+def test_a_retry_whose_reservation_left_with_its_settlement_answers_the_ledger_s_sale(api, app, buyer_server, worker):
+    """A request that queued its sale's settlement and died before it stored the answer (the
+    queue on a Redis of its own: settlement.end_lead), whose settlement the worker wrote and
+    whose lease it released. The retry finds the reservation gone: the ledger's sale is the
+    answer, as the ledger keeps it; x is not asked again, and its circuit, opened since, is
+    left as it is (finishing a gone lease would have closed it: lua/finish_lease.lua)."""
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    lease = _die_while_offering(app, "surge", "L9", "x", attempts=[{"buyer_id": "z", "outcome": "rejected", "ms": 7}])
+    store = services.of(app).store
+    with db.connection_context():
+        snapshot = load_snapshot(None)
+    [publisher] = [p for p in snapshot.publishers_by_key.values() if p.id == "surge"]
+    sold = Outcome(
+        status=LeadStatus.SOLD,
+        buyer_id="x",
+        price=Decimal("10.00"),
+        sold_at=datetime.now(timezone.utc),
+        lease=lease,
+        attempts=[
+            {"buyer_id": "z", "outcome": "rejected", "ms": 7},
+            {"buyer_id": "x", "outcome": "accepted", "ms": 23},
+        ],
+    )
+    item = settlement.make_item(
+        publisher=publisher, lead_id="L9", outcome=sold, payload="{}", received_at=sold.sold_at, request_id=None
+    )
+    leases.finish(store, lease, "accepted", breaker_failures=3, breaker_cooldown_ms=1500)
+    with db.connection_context():
+        settle([item])  # what the worker does with the queued settlement, and then:
+    leases.release_settled(store.redis, [(lease.buyer_id, lease.lease_id)])
+    breaker = {"failures": "3", "open_until": str(int(time.time() * 1000) + 600_000)}
+    store.redis.hset(keys.breaker("x"), mapping=breaker)  # x failed for others since
+
+    body = api.post_lead(key, {"lead_id": "L9"}).json()
+    assert (body["status"], body["buyer_id"], body["price"]) == ("sold", "x", "10.00")
+    assert body["attempts"] == sold.attempts  # the ledger's, not a re-offer's
+    assert x.received == [] and y.received == []
+    assert store.redis.hgetall(keys.breaker("x")) == breaker
+    assert api.post_lead(key, {"lead_id": "L9"}).json()["replayed"] is True
+    record = api.wait_settled("L9", "surge")
+    assert (record["status"], record["buyer_id"], len(record["attempts"])) == ("sold", "x", 2)
 
 
 @pytest.mark.parametrize("answer", ["reject", "error500"])

@@ -18,8 +18,6 @@ from rq import Queue
 
 from webhooks import metrics
 from webhooks.caps import leases
-from webhooks.caps.sales import settled_of
-from webhooks.errors import Unavailable
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.context import LeadContext
@@ -30,7 +28,7 @@ from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import claims, keys, settle_queue
 from webhooks.storage.batch import Batch
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
@@ -62,11 +60,12 @@ def reoffer(
     out = Outcome(attempts=list(note.get("attempts", [])))
     rule = next((b for b in buyers if b.id == buyer_id), None)  # switched off since: no
     bid = None if note.get("bid") is None else Decimal(note["bid"])
-    outcome, ms = UNKNOWN, 0
+    outcome, ms, settled = UNKNOWN, 0, None
     if state is LeaseState.CONFIRMED:
         outcome = ACCEPTED  # its answer said yes before the process died: nothing to ask
     elif state is LeaseState.GONE:
-        if _sold_in_ledger(publisher_id, lead_id, buyer_id):
+        settled = _sale_in_ledger(publisher_id, lead_id, buyer_id)
+        if settled is not None:
             outcome = ACCEPTED  # settled, and its lease released with it: nothing to ask
     elif rule is not None:
         offer = Offer(rule, Decimal(note["price"]), bid, note.get("ping"))
@@ -79,7 +78,10 @@ def reoffer(
                 note["url"], body, idempotency_key(publisher_id, lead_id, buyer_id), rule.post
             )
     if outcome == ACCEPTED:
-        out.attempts.append(attempt_view(buyer_id, bid, ACCEPTED, ms))
+        if settled is None:
+            out.attempts.append(attempt_view(buyer_id, bid, ACCEPTED, ms))
+        else:
+            out.attempts = list(settled["attempts"])  # the answer as the ledger keeps it
         out.status, out.buyer_id, out.price = LeadStatus.SOLD, buyer_id, Decimal(note["price"])
         out.sold_at = datetime.fromisoformat(note["at"])  # the windows the lease counted in
         out.charge = None if rule is None else rule.charge(Decimal(note["price"]))
@@ -91,6 +93,7 @@ def reoffer(
             dedupe=lease.dedupe,
             publisher_id=publisher_id,  # its settlement closes the buyer's circuit for the publisher
         )
+        out.lease_finished = state is not LeaseState.HELD
         log.warning("lead %s:%s re-offered to %s after its routing died: accepted", publisher_id, lead_id, buyer_id)
     else:
         out.attempts.append(attempt_view(buyer_id, bid, UNKNOWN, ms))
@@ -103,18 +106,21 @@ def reoffer(
             state,
             outcome,
         )
-    metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
+    if settled is None:  # an attempt made now (the ledger's was counted when it was made)
+        metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
     return out
 
 
-def _sold_in_ledger(publisher_id: str, lead_id: str, buyer_id: str) -> bool:
-    """Whether the ledger holds the lead as sold to `buyer_id`, on a connection of its own;
-    Unavailable when it cannot be asked (answering unsold could contradict it)."""
-    try:
-        with db.connection_context():
-            return bool(settled_of([(publisher_id, lead_id)], buyer_id=buyer_id))
-    except UNAVAILABLE_ERRORS:
-        raise Unavailable("the ledger cannot say whether this lead was sold; retry shortly") from None
+def _sale_in_ledger(publisher_id: str, lead_id: str, buyer_id: str) -> dict[str, Any] | None:
+    """The answer the ledger keeps for the lead when it holds it as sold to `buyer_id` (returned
+    since counts: its publisher was told "sold"), else None; Unavailable when the ledger cannot
+    be asked (answering unsold could contradict it)."""
+    from webhooks.leads.accounting.ledger import ask_for_answer
+
+    found = ask_for_answer(publisher_id, lead_id, "the ledger cannot say whether this lead was sold; retry shortly")
+    if found is None or found["status"] != LeadStatus.SOLD or found["buyer_id"] != buyer_id:
+        return None
+    return found
 
 
 @dataclass

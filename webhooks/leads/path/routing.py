@@ -69,6 +69,9 @@ class Outcome:
     price: Decimal | None = None
     sold_at: datetime | None = None
     lease: Lease | None = None
+    # the sale's lease needs no finish: confirmed by a request that died, or gone with its
+    # settlement (finishing a gone lease would close the buyer's circuits: lua/finish_lease.lua)
+    lease_finished: bool = False
     attempts: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # the routing trace: buyers not attempted, why
     waiting_for_rebuild: bool = False  # a buyer was skipped because its counters are rebuilding

@@ -13,6 +13,7 @@ them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage import claims, keys
 from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import REDIS_DOWN
-from webhooks.storage.scripts import BreakerRule, LeadKey
+from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
 from webhooks.storage.settle_queue import push
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
@@ -370,7 +371,7 @@ class Settlement:
     replay_ttl_s: int
 
 
-def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, keep_claim: bool = False) -> None:
+def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, keep_claim: bool = False) -> bool:
     """End a routed lead: confirm its lease (a sale), queue the settlement, and remember the
     answer (leads/path/answers.py) for the publisher's replays and forget the attempt note (if
     the claim still holds `token`). The one end of a lead, for a request
@@ -389,32 +390,49 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
     between them leaves the attempt note; the retry finds the lease confirmed, or gone with
     its settlement into the ledger (recovery.reoffer asks the ledger), and answers "sold".
     An unsold lead is answered first: queued first, a retry could route it again and sell
-    it, and the ledger would keep the queued "unsold"."""
+    it, and the ledger would keep the queued "unsold".
+
+    Returns whether the settlement is queued or in the ledger: False when neither the queue
+    nor the database could take it (it is logged, and for a sale no answer is kept)."""
     answer = answers.remember(answer_of(item))
-    lead = LeadKey(item.publisher_id, item.lead_id)
+    lead = None if keep_claim else LeadKey(item.publisher_id, item.lead_id)
+    finish = None if outcome.lease_finished else outcome.lease
     try:
         if s.queue_redis is s.store:
             batch = s.store.batch(atomic=True)
-            if outcome.lease is not None:
-                leases.finish_in(batch, outcome.lease, ACCEPTED, s.breaker)
-            if not keep_claim:
+            if finish is not None:
+                leases.finish_in(batch, finish, ACCEPTED, s.breaker)
+            if lead is not None:
                 batch.answer_lead(lead, token, answer, s.replay_ttl_s)
             s.queue_item(item, batch, answer)  # sends the batch
-        elif outcome.lease is not None:
-            s.store.finish_lease(outcome.lease, ACCEPTED, s.breaker, leases.CONFIRMED_TTL_MS)
-            try:
-                s.queue_item(item, None, answer)
-            except REDIS_DOWN:
-                if not settle_directly(item):
-                    return  # in neither: no answer either, the note stays for the retry
-            if not keep_claim:
-                s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
-        else:
-            if not keep_claim:
-                s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
-            s.queue_item(item, None, answer)
+            return True
+        if outcome.lease is not None:
+            return _end_sale_apart(s, token, finish, item, answer, lead)
+        if lead is not None:
+            s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
+        s.queue_item(item, None, answer)
+        return True
     except REDIS_DOWN:
-        settle_directly(item)
+        return settle_directly(item)
+
+
+def _end_sale_apart(
+    s: Settlement, token: str, finish: Lease | None, item: SettlementItem, answer: str, lead: LeadKey | None
+) -> bool:
+    """A sale's end with its queue on a Redis of its own, in end_lead's order: the lease
+    confirmed (`finish`, unless it needs none), the settlement queued (else written to the
+    ledger), then the answer (`lead`, unless the claim is not ours)."""
+    if finish is not None:
+        s.store.finish_lease(finish, ACCEPTED, s.breaker, leases.CONFIRMED_TTL_MS)
+    try:
+        s.queue_item(item, None, answer)
+    except REDIS_DOWN:
+        if not settle_directly(item):
+            return False  # in neither: no answer either, the note stays for the retry
+    if lead is not None:
+        with contextlib.suppress(*REDIS_DOWN):  # settled: the note stays, the retry answers
+            s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
+    return True
 
 
 def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: SettlementItem) -> str | None:
@@ -428,8 +446,8 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: Settlem
         end_lead(s, ctx.token, outcome, item)
         return None
     sold = outcome.lease is not None
-    if sold:
-        end_lead(s, ctx.token, outcome, item, keep_claim=True)
+    if sold and not end_lead(s, ctx.token, outcome, item, keep_claim=True):
+        return None  # its settlement is in neither the queue nor the ledger: no answer kept
     try:
         holder = s.store.answer_lead(ctx.key, ctx.token, answers.remember(answer_of(item)), s.replay_ttl_s).held
     except REDIS_DOWN:
