@@ -337,6 +337,8 @@ class Api:
         s = requests.Session()
         if self.app is not None:
             s.mount(self.base, InProcess(self.app))
+        else:  # no idle keep-alive connection left to hold gunicorn's graceful stop (keepalive 5 s)
+            s.headers["Connection"] = "close"
         return s
 
     def put_publisher(self, pid: str, api_key: str | None = None, **fields) -> str:
