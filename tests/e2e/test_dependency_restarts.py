@@ -46,6 +46,28 @@ def procfile() -> dict[str, str]:
     return dict(line.split(": ", 1) for line in lines if line.strip() and not line.startswith("#"))
 
 
+def venv_path() -> str:
+    """PATH with the venv's commands first, as a Procfile platform's shell finds them."""
+    return str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+
+
+@contextmanager
+def procfile_process(name: str, base_env: dict, tmp_path: Path) -> Iterator[tuple[RedisServer, Proc]]:
+    """The Procfile's line `name`, run by a shell on a private redis-server; afterwards it,
+    what is left of its process group (a scheduler it forked) and the server are killed."""
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    env = {**base_env, "REDIS_URL": redis_server.url, "RQ_REDIS_URL": redis_server.url, "PATH": venv_path()}
+    proc = Proc(["bash", "-c", "exec " + procfile()[name]], env, tmp_path / f"{name}.log")
+    try:
+        yield redis_server, proc
+    finally:
+        proc.stop(sig=signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group's leftovers (stop: only while it lives)
+        redis_server.kill()
+
+
 @dataclass
 class Stack:
     redis: RedisServer
@@ -79,7 +101,7 @@ def procfile_stack(base_env: dict, tmp_path: Path, database_url: str) -> Iterato
         "RQ_REDIS_URL": redis_server.url,
         "DATABASE_URL": database_url,
         "DB_POOL_SIZE": "4",
-        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        "PATH": venv_path(),
     }
     web = WebServer(env, tmp_path / "web.log", workers=1)
     lines = procfile()
@@ -278,24 +300,18 @@ def test_a_database_outage_under_load_ends_no_process_and_work_resumes(
 def test_an_events_job_whose_worker_died_is_handed_back_by_the_scheduler(base_env, tmp_path):
     """A drain left in the events queue's started registry (its worker killed -9, or Redis away
     as it ended) is handed back by the scheduler's poll, as a settlement drain is."""
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    env = {**base_env, "REDIS_URL": redis_server.url, "RQ_REDIS_URL": redis_server.url}
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-    worker = Proc(["bash", "-c", "exec " + procfile()["events"]], env, tmp_path / "events.log")
-    try:
-        with redis.Redis.from_url(redis_server.url) as connection:
-            job = Queue(EVENTS, connection=connection).enqueue("time.sleep", 60, retry=RETRY)
-            started = StartedJobRegistry(EVENTS, connection=connection)
-            wait_until(lambda: started.get_job_ids(), timeout=30, what="the job to start")
-            worker.stop(sig=signal.SIGKILL)
-            # its heartbeat would run out a minute and a half later: aged here rather than waited for
-            connection.zadd(started.key, {m: time.time() - 1 for m in connection.zrange(started.key, 0, -1)})
-            assert schedule.requeue_abandoned(connection) == [job.id]
-            assert job.get_status(refresh=True) in ("queued", "scheduled")  # to run again
-    finally:
+    with (
+        procfile_process("events", base_env, tmp_path) as (redis_server, worker),
+        redis.Redis.from_url(redis_server.url) as connection,
+    ):
+        job = Queue(EVENTS, connection=connection).enqueue("time.sleep", 60, retry=RETRY)
+        started = StartedJobRegistry(EVENTS, connection=connection)
+        wait_until(lambda: started.get_job_ids(), timeout=30, what="the job to start")
         worker.stop(sig=signal.SIGKILL)
-        redis_server.kill()
+        # its heartbeat would run out a minute and a half later: aged here rather than waited for
+        connection.zadd(started.key, {m: time.time() - 1 for m in connection.zrange(started.key, 0, -1)})
+        assert schedule.requeue_abandoned(connection) == [job.id]
+        assert job.get_status(refresh=True) in ("queued", "scheduled")  # to run again
 
 
 def test_a_worker_killed_9_takes_its_scheduler_with_it(base_env, tmp_path):
@@ -303,28 +319,20 @@ def test_a_worker_killed_9_takes_its_scheduler_with_it(base_env, tmp_path):
     signal: after a kill -9 of the worker (the OOM killer, a hard stop) it ran on under PID 1,
     holding the scheduler lock in a dead worker's name, one more such process per death.
     It now sees its worker gone within a heartbeat, releases the lock and exits."""
-    redis_server = RedisServer(tmp_path / "redis")
-    redis_server.start()
-    env = {**base_env, "REDIS_URL": redis_server.url, "RQ_REDIS_URL": redis_server.url}
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-    worker = Proc(["bash", "-c", "exec " + procfile()["worker"]], env, tmp_path / "worker.log")
     lock = "rq:scheduler-lock:floodgate"
-    try:
-        with redis.Redis.from_url(redis_server.url) as connection:
-            wait_until(lambda: connection.exists(lock), timeout=30, what="the scheduler to take its lock")
-            [scheduler] = wait_until(lambda: child_pids(worker.pid), what="the scheduler process")
-            os.kill(worker.pid, signal.SIGKILL)  # the worker alone, not its process group
+    with (
+        procfile_process("worker", base_env, tmp_path) as (redis_server, worker),
+        redis.Redis.from_url(redis_server.url) as connection,
+    ):
+        wait_until(lambda: connection.exists(lock), timeout=30, what="the scheduler to take its lock")
+        [scheduler] = wait_until(lambda: child_pids(worker.pid), what="the scheduler process")
+        os.kill(worker.pid, signal.SIGKILL)  # the worker alone, not its process group
 
-            def scheduler_gone() -> bool:
-                try:
-                    return Path(f"/proc/{scheduler}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-                except OSError:
-                    return True
+        def scheduler_gone() -> bool:
+            try:
+                return Path(f"/proc/{scheduler}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                return True
 
-            wait_until(scheduler_gone, timeout=30, what="the orphaned scheduler to exit")
-            assert not connection.exists(lock)
-    finally:
-        worker.stop(sig=signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(worker.pid, signal.SIGKILL)  # what is left of its group (stop: the worker only)
-        redis_server.kill()
+        wait_until(scheduler_gone, timeout=30, what="the orphaned scheduler to exit")
+        assert not connection.exists(lock)
