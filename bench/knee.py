@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,19 @@ def drained(stack: Stack) -> float:
         what="both queues drained",
     )
     return round(time.monotonic() - t0, 2)
+
+
+def step_cpu(pids: dict[str, list[int]], args: list[str], timeout: float) -> tuple[dict, dict]:
+    """(the open-loop step's result, CPU ms per answered request by process, the load
+    generator's own included): what the step's rate cost each process on the shared cores."""
+    before = {n: cpu_seconds(p) for n, p in pids.items()}
+    gen = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = openloop(args, timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = {n: cpu_seconds(p) - before[n] for n, p in pids.items()}
+    used["load generator"] = after.ru_utime + after.ru_stime - gen.ru_utime - gen.ru_stime
+    done = max(1, result["completed"])
+    return result, {n: round(s / done * 1000, 3) for n, s in used.items()}
 
 
 def openloop(args: list[str], timeout: float) -> dict:
@@ -243,10 +257,10 @@ def main() -> int:
             path = tmp / f"ol{int(rate)}.json"
             path.write_text(json.dumps(deliveries))
             watch = Watch(stack.redis.client())
-            result = openloop(["payments", stack.web.url, str(path), str(rate)], args.step_seconds + 120)
+            result, cpu = step_cpu(pids, ["payments", stack.web.url, str(path), str(rate)], args.step_seconds + 120)
             peaks = watch.stop()
             first_answers.update(result["statuses"])
-            step = {**result, "queue_peaks": peaks, "drain_s": drained(stack), "payments": n}
+            step = {**result, "queue_peaks": peaks, "drain_s": drained(stack), "payments": n, "cpu_ms": cpu}
             log(
                 f"payments open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
                 f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}"
@@ -254,9 +268,11 @@ def main() -> int:
             pay_steps.append(step)
         for rate in (float(x) for x in args.lead_rates.split(",")):
             watch = Watch(stack.redis.client())
-            result = openloop([stack.web.url, API_KEY, str(rate), str(args.step_seconds)], args.step_seconds + 120)
+            result, cpu = step_cpu(
+                pids, [stack.web.url, API_KEY, str(rate), str(args.step_seconds)], args.step_seconds + 120
+            )
             peaks = watch.stop()
-            step = {**result, "queue_peaks": peaks, "drain_s": drained(stack)}
+            step = {**result, "queue_peaks": peaks, "drain_s": drained(stack), "cpu_ms": cpu}
             log(
                 f"leads open loop {rate}/s: p50 {result['p50_ms']} p99 {result['p99_ms']} "
                 f"achieved {result['achieved_rate']} {result['statuses']} peaks {peaks}"
@@ -366,6 +382,26 @@ def render(d: dict) -> str:
             ),
             "",
         ]
+        if all("cpu_ms" in s for s in steps):
+            names = list(steps[0]["cpu_ms"])
+            out += [
+                f"CPU ms per answered request by process during each step (the step's whole CPU "
+                f"over {unit.split('/')[0]} answered; the load generator shares the two cores):",
+                "",
+                table(
+                    [f"offered {unit}", *names, "all", "cores busy"],
+                    [
+                        [
+                            s["offered_rate"],
+                            *(s["cpu_ms"][n] for n in names),
+                            round(sum(s["cpu_ms"].values()), 3),
+                            round(sum(s["cpu_ms"].values()) * s["achieved_rate"] / 1000, 2),
+                        ]
+                        for s in steps
+                    ],
+                ),
+                "",
+            ]
     if d.get("before"):
         out += before_after(d["before"], d)
     out += [
