@@ -102,7 +102,7 @@ def emit_with_balance(event: NewEvent, now: datetime, balance_sql: str, params: 
 def emit_many(new: list[NewEvent], now: datetime) -> None:
     """Insert several events with one statement, in the caller's transaction."""
     if new:
-        Event.insert_many([e.row(now) for e in new]).execute()
+        fastsql.insert_many(Event, [e.row(now) for e in new])
 
 
 def emit_once(new: list[NewEvent], now: datetime) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from webhooks.storage import fastsql
 from webhooks.storage.models import AuditLog, utcnow
 
 
@@ -22,7 +23,8 @@ def record(actor: str, action: str, entity: str, entity_id: str, detail: Any = N
 def record_many(actor: str, entity: str, rows: list[tuple[str, str, Any]]) -> None:
     """Add one audit row per (action, entity_id, detail), in one statement."""
     if rows:
-        AuditLog.insert_many(
+        fastsql.insert_many(
+            AuditLog,
             [
                 {
                     "actor": actor,
@@ -33,5 +35,5 @@ def record_many(actor: str, entity: str, rows: list[tuple[str, str, Any]]) -> No
                     "at": utcnow(),
                 }
                 for action, entity_id, detail in rows
-            ]
-        ).execute()
+            ],
+        )

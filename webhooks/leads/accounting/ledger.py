@@ -22,7 +22,7 @@ from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
 from webhooks.leads.posting.delivery import UNKNOWN
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import audit, keys
+from webhooks.storage import audit, fastsql, keys
 from webhooks.storage.batch import Client
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
@@ -77,7 +77,7 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
         for seq, a in enumerate(i.attempts, 1)
     ]
     if attempts:
-        LeadAttempt.insert_many(attempts).execute()
+        fastsql.insert_many(LeadAttempt, attempts)
     payouts: dict[str, Decimal] = {}
     for i in new:
         if i.payout:
@@ -129,7 +129,7 @@ def settle(items: Iterable[SettlementItem]) -> int:
     unique = list({(i.publisher_id, i.lead_id): i for i in items}.values())
     try:
         with db.atomic():
-            Lead.insert_many([_lead_row(i, now) for i in unique]).execute()
+            fastsql.insert_many(Lead, [_lead_row(i, now) for i in unique])
             _write_extras(unique, now)
         return len(unique)
     except pw.IntegrityError:
