@@ -14,37 +14,85 @@ from gevent import monkey
 monkey.patch_all()
 
 import json
+import socket
 import sys
 import time
+from urllib.parse import urlsplit
 
 import gevent
-from geventhttpclient import HTTPClient
-from geventhttpclient.url import URL
 
 from bench.common import percentiles
 
-# The generator shares the machine's two cores with what it measures: geventhttpclient costs
-# about a third of urllib3's CPU per request under gevent (bench/REPORT.md part 11), so less of
-# the generator's own work lands in the latencies and on the cores.
-CONNECTIONS = 1000
+# The generator shares the machine's two cores with what it measures, so each request costs it
+# as little as it can: its bytes made once, on keep-alive sockets of its own, with no HTTP
+# client library (with geventhttpclient it took 0.49-0.67 ms of CPU per lead, with this
+# 0.40-0.45 ms; bench/REPORT.md part 33).
 
 
-def client(url: str) -> HTTPClient:
-    return HTTPClient.from_url(URL(url), concurrency=CONNECTIONS, connection_timeout=10, network_timeout=10)
+class Http:
+    """Keep-alive connections to one HTTP/1.1 server: as many as there are requests in flight."""
 
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.addr = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.host = f"{self.addr[0]}:{self.addr[1]}".encode()
+        self.idle: list[socket.socket] = []
 
-def post(http: HTTPClient, path: str, body: bytes, headers: dict) -> tuple[int, bytes]:
-    """(status, body) of one POST, the whole exchange within 10 s."""
-    with gevent.Timeout(10):
-        resp = http.request("POST", path, body=body, headers=headers)
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self.addr, timeout=10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def post(self, path: str, body: bytes, headers: dict) -> tuple[int, bytes]:
+        """(status, body) of one POST, the whole exchange within 10 s. A kept connection the
+        server closed while it idled is replaced once (nothing of the request was read)."""
+        head = b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items())
+        request = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
+            path.encode(),
+            self.host,
+            len(body),
+            head,
+            body,
+        )
+        with gevent.Timeout(10):
+            if self.idle:
+                sock = self.idle.pop()
+                try:
+                    return self._exchange(sock, request)
+                except ConnectionError:
+                    pass
+            return self._exchange(self._connect(), request)
+
+    def _exchange(self, sock: socket.socket, request: bytes) -> tuple[int, bytes]:
         try:
-            return resp.status_code, bytes(resp.read())
-        finally:
-            resp.release()
+            sock.sendall(request)
+            buf = b""
+            while (end := buf.find(b"\r\n\r\n")) < 0:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("closed before an answer")
+                buf += chunk
+            head = buf[:end].lower()
+            status = int(head[9:12])
+            length = int(head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            body = buf[end + 4 :]
+            while len(body) < length:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise OSError("closed in an answer's body")
+                body += chunk
+        except BaseException:
+            sock.close()
+            raise
+        if b"connection: close" in head:
+            sock.close()
+        else:
+            self.idle.append(sock)
+        return status, body[:length]
 
 
 def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
-    http = client(url)
+    http = Http(url)
     n = int(rate * seconds)
     latencies: list[float] = []
     statuses: dict[str, int] = {}
@@ -55,7 +103,7 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
     def one(i: int, due: float) -> None:
         body = json.dumps({"lead_id": f"{tag}-{i}", "state": "TX", "email": "ada@example.com"})
         try:
-            status, data = post(http, "/v1/leads", body.encode(), headers)
+            status, data = http.post("/v1/leads", body.encode(), headers)
             key = str(status) if status != 200 else json.loads(data)["status"]
         except (Exception, gevent.Timeout) as exc:
             key = type(exc).__name__
@@ -83,15 +131,15 @@ def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
 
 def run_payments(url: str, deliveries: list, rate: float) -> dict:
     """Send `deliveries` at `rate` per second; statuses are the answers' `status` fields."""
-    http = client(url)
+    http = Http(url)
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     start = time.perf_counter() + 0.2
 
     def one(provider: str, headers: dict, body: str, due: float) -> None:
         try:
-            status, data = post(
-                http, f"/v1/webhooks/{provider}", body.encode(), {"Content-Type": "application/json", **headers}
+            status, data = http.post(
+                f"/v1/webhooks/{provider}", body.encode(), {"Content-Type": "application/json", **headers}
             )
             key = json.loads(data).get("status") or str(status) if status in (200, 409) else str(status)
         except (Exception, gevent.Timeout) as exc:
