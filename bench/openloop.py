@@ -26,7 +26,7 @@ from bench.common import percentiles
 # The generator shares the machine's two cores with what it measures, so each request costs it
 # as little as it can: its bytes made once, on keep-alive sockets of its own, with no HTTP
 # client library (with geventhttpclient it took 0.49-0.67 ms of CPU per lead, with this
-# 0.40-0.45 ms; bench/REPORT.md part 33).
+# 0.33-0.45 ms; bench/REPORT.md part 33).
 
 
 class Http:
