@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -136,6 +139,31 @@ def database_url(tmp_root):
     yield url
     db.close()
     drop()
+
+
+@pytest.fixture
+def refused_redis():
+    """A client of a Redis that refuses every connection: its port is bound and never listened
+    on while the test runs."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        yield redis.Redis(port=taken.getsockname()[1], socket_connect_timeout=0.5)
+
+
+@pytest.fixture
+def database_down(tmp_path, database_url):
+    """`with database_down():` the ledger is unreachable (bound to a path that cannot be
+    opened), then bound again as `database_url` binds it."""
+
+    @contextmanager
+    def down() -> Iterator[None]:
+        init_db(f"sqlite:///{tmp_path / 'absent' / 'ledger.sqlite3'}")
+        try:
+            yield
+        finally:
+            init_db(database_url, pool_size=4)
+
+    return down
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import signal
 import threading
@@ -38,6 +39,7 @@ from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, LeadAttempt
+from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import SETTLE
 from webhooks.storage.states import LeadStatus
 
@@ -226,6 +228,28 @@ def test_a_dead_routing_no_retry_comes_for_is_offered_again_and_sold_by_the_swee
     assert [a["outcome"] for a in replay["attempts"]] == ["rejected", "accepted"]
     assert len(x.received) == 1
     assert _sweep(app).as_dict() == {"sold": 0, "unsold": 0, "left": 0}  # nothing twice
+
+
+def test_a_sweep_sale_in_neither_queue_nor_ledger_is_not_counted_settled(
+    api, app, buyer_server, worker_manager, refused_redis, database_down, caplog
+):
+    """The settlement queue on a Redis of its own, down, and the database down as the sweep
+    sells an abandoned lead: the settlement is only in the log ("settlement LOST"). The sweep
+    counts the lead left, not sold, and does not log it settled."""
+    worker_manager.stop()
+    key, x, y = _setup_x_and_y(api, buyer_server)
+    _die_while_offering(app, "surge", "A8", "x", payload='{"lead_id":"A8"}')
+    svc = services.of(app)
+    snapshot = load_snapshot(None)
+    down = Store(refused_redis)
+    cfg = dataclasses.replace(svc.config, lead_abandoned_after_ms=0)
+    sweeper = recovery.Sweeper(svc.store, down, Queue(SETTLE, connection=refused_redis), Deliverer(1500), cfg)
+    with database_down(), caplog.at_level(logging.INFO, logger="webhooks"):
+        result = sweeper.sweep(snapshot.buyers, ["x", "y"], {p.id: p for p in snapshot.publishers_by_key.values()})
+    assert (result.sold, result.unsold, result.left) == ([], [], 1)
+    assert len(x.received) == 1 and y.received == []  # x was asked and said yes
+    assert "settlement LOST" in caplog.text and "not settled by this sweep" in caplog.text
+    assert "by the sweep (its publisher never retried)" not in caplog.text
 
 
 def test_the_sweep_leaves_a_lead_its_buyer_does_not_confirm_unsold_for_review(api, app, buyer_server, worker):

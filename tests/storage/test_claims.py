@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 import redis
@@ -29,7 +26,7 @@ from webhooks.leads.path.intake import Intake
 from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.storage import keys
-from webhooks.storage.db import db, init_db
+from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import queue
@@ -52,7 +49,7 @@ def tight(api, base_env, redis_server, worker_manager):
 
 
 def _take(intake: Intake, publisher_id: str, lead_id: str, during: AbstractContextManager = nullcontext()) -> str:
-    """`intake` takes the lead (`during`: what holds while it does, such as `_database_down`)."""
+    """`intake` takes the lead (`during`: what holds while it does, such as `database_down()`)."""
     with db.connection_context():
         snapshot = load_snapshot("test")
     publisher = next(p for p in snapshot.publishers_by_key.values() if p.id == publisher_id)
@@ -66,17 +63,6 @@ def _take(intake: Intake, publisher_id: str, lead_id: str, during: AbstractConte
             received_at=datetime.now(timezone.utc),
             request_id=None,
         )
-
-
-@contextmanager
-def _database_down(tmp_path: Path, database_url: str) -> Iterator[None]:
-    """The ledger unreachable (a path that cannot be opened), then bound again as
-    tests/conftest.py binds it."""
-    init_db(f"sqlite:///{tmp_path / 'absent' / 'ledger.sqlite3'}")
-    try:
-        yield
-    finally:
-        init_db(database_url, pool_size=4)
 
 
 def _queued(r, lead_id: str) -> list[dict]:
@@ -158,16 +144,13 @@ def test_a_late_sale_is_queued_before_its_answer_is_written(api, buyer_server, t
 
 
 @pytest.fixture
-def queue_down(api, buyer_server, worker_manager):
-    """A buyer x, and a client of the settlement queue's Redis of its own, down: its port is
-    bound and never listened on, so every connection is refused while the test runs."""
+def queue_down(api, buyer_server, worker_manager, refused_redis):
+    """A buyer x, and a client of the settlement queue's Redis of its own, down."""
     worker_manager.stop()
     buyer_server.add("x")
     api.put_publisher("surge")
     api.put_buyer("x", buyer_server.url("x"), caps={"daily": 10})
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        yield redis.Redis(port=taken.getsockname()[1], socket_connect_timeout=0.5)
+    return refused_redis
 
 
 def _apart(cfg: config.Config, redis_server, down: redis.Redis) -> tuple[Intake, Store]:
@@ -191,16 +174,14 @@ def test_a_sale_whose_queue_redis_is_down_is_written_to_the_ledger_and_still_ans
     assert store.redis.get(keys.lead_claim("surge", "qd-1")) == answers.remember(sold)
 
 
-def test_a_late_sale_in_neither_queue_nor_ledger_keeps_no_answer(
-    base_env, redis_server, queue_down, tmp_path, database_url
-):
+def test_a_late_sale_in_neither_queue_nor_ledger_keeps_no_answer(base_env, redis_server, queue_down, database_down):
     """Near its claim's end, with the queue's Redis and the database both down, a sale's
     settlement is only in the log ("settlement LOST"): no answer is kept for replays (they
     would say "sold" with nothing behind it), and the attempt note stays, so the retry
     offers the lead to the same buyer again."""
     cfg = dataclasses.replace(config.load(base_env), buyer_timeout_ms=350, lead_claim_margin_ms=500)  # all late
     intake, store = _apart(cfg, redis_server, queue_down)
-    sold = json.loads(_take(intake, "surge", "late-2", _database_down(tmp_path, database_url)))
+    sold = json.loads(_take(intake, "surge", "late-2", database_down()))
     assert (sold["status"], sold["buyer_id"]) == ("sold", "x")  # what the request itself answers
     held = store.redis.get(keys.lead_claim("surge", "late-2"))  # expired by now, or still the token
     assert held is None or held.startswith("routing:")

@@ -256,7 +256,7 @@ class Intake:
             request_id=request_id,
             test=test and got.dead_note is None,
         )
-        holder = settlement.end_in_time(self.settlement, ctx, outcome, item)
+        holder = settlement.end_in_time(self.settlement, ctx, outcome, item).holder
         if holder is not None:  # the claim expired under a stalled process: the holder's answer
             return _replay(holder, publisher.id, lead_id)
         return json.dumps(settlement.answer_of(item))

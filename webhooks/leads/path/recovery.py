@@ -216,7 +216,8 @@ class Sweeper:
         (settlement.end_lead): confirm a sale, remember the answer for the publisher's replays
         and queue the settlement, in one round trip; with Redis unreachable the settlement is
         written to the ledger directly. None when it is not this sweep's to end: a request
-        claimed it first, it was ended meanwhile, or Redis lost its data lately.
+        claimed it first, it was ended meanwhile, or Redis lost its data lately; None too when
+        neither the queue nor the ledger could take its settlement (logged "settlement LOST").
 
         The sweep runs outside gevent, where a buyer trickling its answer can hold the offer past
         the claim: it ends the lead as a late request does (settlement.end_in_time)."""
@@ -277,8 +278,18 @@ class Sweeper:
             BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms),
             cfg.lead_replay_ttl_s,
         )
-        if settlement.end_in_time(ending, ctx, outcome, item) is not None:
+        ended = settlement.end_in_time(ending, ctx, outcome, item)
+        if ended.holder is not None:
             return None  # the claim expired during the re-offer and a retry holds it now
+        if not ended.ended:
+            log.error(
+                "abandoned lead %s:%s, %s on its re-offer: its settlement is in neither the queue "
+                "nor the ledger (the line above holds it): not settled by this sweep",
+                publisher.id,
+                ctx.lead_id,
+                outcome.status,
+            )
+            return None
         log.warning(
             "abandoned lead %s:%s settled %s by the sweep (its publisher never retried)",
             publisher.id,

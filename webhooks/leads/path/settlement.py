@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from rq import Queue
 
@@ -435,19 +435,27 @@ def _end_sale_apart(
     return True
 
 
-def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: SettlementItem) -> str | None:
+class Ended(NamedTuple):
+    """How `end_in_time` left a lead."""
+
+    ended: bool  # by this call: its settlement is queued or in the ledger
+    holder: str | None = None  # what the claim holds for another request that took it meanwhile
+
+
+def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: SettlementItem) -> Ended:
     """`end_lead`, for a request and for the sweep alike. Near or past the claim's end (a stalled
     process: the claim may be another request's now) the lead ends without touching the
     claim, and the answer is written token-checked: a sale's after its settlement is queued
     (a sale stands whoever holds the claim: the buyer has the lead), anything else's before,
     and when another request holds the claim by then, that is dropped and what the claim
-    holds is returned, for the caller to answer with. None when the lead was ended."""
+    holds is returned (`holder`), for the caller to answer with. Not `ended` when the claim
+    was another's, or when neither the queue nor the ledger could take the settlement (it is
+    logged "settlement LOST")."""
     if time.monotonic() <= ctx.deadline - claims.LATE_S:
-        end_lead(s, ctx.token, outcome, item)
-        return None
+        return Ended(end_lead(s, ctx.token, outcome, item))
     sold = outcome.lease is not None
     if sold and not end_lead(s, ctx.token, outcome, item, keep_claim=True):
-        return None  # its settlement is in neither the queue nor the ledger: no answer kept
+        return Ended(False)  # its settlement is in neither the queue nor the ledger: no answer kept
     try:
         holder = s.store.answer_lead(ctx.key, ctx.token, answers.remember(answer_of(item)), s.replay_ttl_s).held
     except REDIS_DOWN:
@@ -461,10 +469,10 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: Settlem
             " to " + str(outcome.buyer_id) if outcome.buyer_id else "",
         )
         if not sold:
-            return holder
+            return Ended(False, holder)
     if not sold:
-        end_lead(s, ctx.token, outcome, item, keep_claim=True)
-    return None
+        return Ended(end_lead(s, ctx.token, outcome, item, keep_claim=True))
+    return Ended(True)
 
 
 def settle_directly(item: SettlementItem) -> bool:
