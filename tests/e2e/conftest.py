@@ -4,6 +4,7 @@ And what the tests of /ops in a real browser share: Chromium, one per module, an
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from testkit.config import ADMIN_TOKEN
 
 FIRST = ("tests/e2e/test_soak.py::",)
 CHROMIUM = "/usr/bin/chromium"
+INSTALL_LOCK = "/tmp/floodgate-tests-chromium.lock"  # one install at a time, across xdist workers
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,15 +26,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    """Debian's chromium, installed with apt-get if this machine has none."""
-    if not os.path.exists(CHROMIUM):
-        if shutil.which("apt-get") is None:
-            pytest.fail(f"{CHROMIUM} is missing and apt-get is not there to install Debian's chromium")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for args in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
-            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                pytest.fail(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    """Debian's chromium, installed with apt-get if this machine has none. Under a lock file:
+    the other xdist worker, needing it too, waits for this install rather than failing on
+    dpkg's lock or launching a half-installed browser."""
+    with open(INSTALL_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(CHROMIUM):
+            if shutil.which("apt-get") is None:
+                pytest.fail(f"{CHROMIUM} is missing and apt-get is not there to install Debian's chromium")
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            for args in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
+                done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+                if done.returncode != 0:
+                    pytest.fail(f"{' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return CHROMIUM
 
 

@@ -5,7 +5,6 @@ screenshots, and the errors a CSP-blocked inline script leaves."""
 from __future__ import annotations
 
 import html
-import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +16,6 @@ import pytest
 from testkit.browser import Browser, Page
 from testkit.servers import wait_until
 
-CHROMIUM = "/usr/bin/chromium"
 CSP = "default-src 'none'; script-src 'none'; form-action 'self'"
 
 FORM = """<!doctype html><html><head><title>form</title></head><body>
@@ -73,10 +71,10 @@ def site() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing (Debian's chromium package)")
-    with Browser.launch(CHROMIUM, tmp_path_factory.mktemp("chromium-profile")) as browser:
+def browser(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """This file's own, to check that the browser has exited and been reaped once its block
+    ends; Debian's chromium, installed by tests/e2e/conftest.py's `chromium` if missing."""
+    with Browser.launch(chromium, tmp_path_factory.mktemp("chromium-profile")) as browser:
         yield browser
     assert browser.proc.returncode is not None  # exited, and reaped
 
