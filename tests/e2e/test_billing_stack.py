@@ -47,7 +47,10 @@ def billed_stack(base_env, database_url, buyer_server, tmp_path):
             {"name": "Spare", "endpoint_url": buyer_server.url("spare"), "priority": 2, **common},
         )
         stack.worker()
-        yield stack, http, admin
+        try:
+            yield stack, http, admin
+        finally:
+            http.close()  # an idle keep-alive connection would hold gunicorn's graceful stop (5 s)
 
 
 def _top_up(base: str, reference: str, kobo: int) -> None:
