@@ -29,25 +29,25 @@ def billed_stack(base_env, database_url, buyer_server, tmp_path):
     with running_stack(base_env, tmp_path, extra) as stack:
         admin = {"Authorization": f"Bearer {stack.env['ADMIN_TOKEN']}"}
         http = requests.Session()
-
-        def put(path: str, body: dict) -> None:
-            resp = http.put(stack.web.url + path, json=body, headers=admin, timeout=10)
-            assert resp.status_code == 200, resp.text
-
-        buyer_server.add("acme"), buyer_server.add("spare")
-        put("/v1/admin/publishers/surge", {"name": "Surge", "api_key": "pk_test_surge_0123456789"})
-        billing = {"mode": "prepaid", "account": ACCOUNT, "currency": "NGN"}
-        common = {"timezone": "UTC", "price": "10.00"}
-        put(
-            "/v1/admin/buyers/acme",
-            {"name": "Acme", "endpoint_url": buyer_server.url("acme"), "priority": 1, "billing": billing, **common},
-        )
-        put(
-            "/v1/admin/buyers/spare",
-            {"name": "Spare", "endpoint_url": buyer_server.url("spare"), "priority": 2, **common},
-        )
-        stack.worker()
         try:
+
+            def put(path: str, body: dict) -> None:
+                resp = http.put(stack.web.url + path, json=body, headers=admin, timeout=10)
+                assert resp.status_code == 200, resp.text
+
+            buyer_server.add("acme"), buyer_server.add("spare")
+            put("/v1/admin/publishers/surge", {"name": "Surge", "api_key": "pk_test_surge_0123456789"})
+            billing = {"mode": "prepaid", "account": ACCOUNT, "currency": "NGN"}
+            common = {"timezone": "UTC", "price": "10.00"}
+            put(
+                "/v1/admin/buyers/acme",
+                {"name": "Acme", "endpoint_url": buyer_server.url("acme"), "priority": 1, "billing": billing, **common},
+            )
+            put(
+                "/v1/admin/buyers/spare",
+                {"name": "Spare", "endpoint_url": buyer_server.url("spare"), "priority": 2, **common},
+            )
+            stack.worker()
             yield stack, http, admin
         finally:
             http.close()  # an idle keep-alive connection would hold gunicorn's graceful stop (5 s)

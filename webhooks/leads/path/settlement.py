@@ -448,9 +448,9 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: Settlem
     claim, and the answer is written token-checked: a sale's after its settlement is queued
     (a sale stands whoever holds the claim: the buyer has the lead), anything else's before,
     and when another request holds the claim by then, that is dropped and what the claim
-    holds is returned (`holder`), for the caller to answer with. Not `ended` when the claim
-    was another's, or when neither the queue nor the ledger could take the settlement (it is
-    logged "settlement LOST")."""
+    holds is returned (`holder`), for the caller to answer with. Not `ended` when an unsold
+    lead's claim was another's (`holder` set), or when neither the queue nor the ledger could
+    take the settlement (it is logged "settlement LOST")."""
     if time.monotonic() <= ctx.deadline - claims.LATE_S:
         return Ended(end_lead(s, ctx.token, outcome, item))
     sold = outcome.lease is not None
