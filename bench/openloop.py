@@ -27,7 +27,7 @@ from bench.common import percentiles
 # The generator shares the machine's two cores with what it measures, so each request costs it
 # as little as it can: its bytes made once, on keep-alive sockets of its own, with no HTTP
 # client library (with geventhttpclient it took 0.49-0.67 ms of CPU per lead, with this
-# 0.33-0.45 ms; bench/REPORT.md part 33).
+# 0.33-0.53 ms; bench/REPORT.md part 33).
 
 
 CONNECTIONS = 1000  # requests in flight at most; the others wait, their latency counted from when due
