@@ -17,6 +17,8 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable
+from functools import partial
 from urllib.parse import urlsplit
 
 import gevent
@@ -74,7 +76,6 @@ class Http:
             return self._exchange(self._connect(), request, kept=False)
 
     def _exchange(self, sock: socket.socket, request: bytes, kept: bool) -> tuple[int, bytes]:
-        buf = b""
         try:
             try:
                 sock.sendall(request)
@@ -112,85 +113,70 @@ class Http:
         return status, body[:length]
 
 
-def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
-    http = Http(url)
-    n = int(rate * seconds)
-    latencies: list[float] = []  # of every request, answered or not (a timeout counts its 10 s)
-    answered: list[int] = []  # one per request that got an HTTP answer
+def paced(rate: float, requests: Iterable[Callable[[], str]]) -> dict:
+    """Start `requests` (each returns its answer's status key, or raises) at `rate` per second,
+    each in its own greenlet whatever the others' answers; a latency counts from when its request
+    was due, answered or not (a request given up on counts its 10 s)."""
+    latencies: list[float] = []
     statuses: dict[str, int] = {}
-    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
-    tag = f"ol{int(time.time())}"
+    answered = 0
     start = time.perf_counter() + 0.2
 
-    def one(i: int, due: float) -> None:
-        body = json.dumps({"lead_id": f"{tag}-{i}", "state": "TX", "email": "ada@example.com"})
+    def one(request: Callable[[], str], due: float) -> None:
+        nonlocal answered
         try:
-            status, data = http.post("/v1/leads", body.encode(), headers)
-            key = str(status) if status != 200 else json.loads(data)["status"]
-            answered.append(1)
+            key = request()
+            answered += 1
         except (Exception, gevent.Timeout) as exc:
             key = type(exc).__name__
         latencies.append((time.perf_counter() - due) * 1000)
         statuses[key] = statuses.get(key, 0) + 1
 
     greenlets = []
-    for i in range(n):
+    for i, request in enumerate(requests):
         due = start + i / rate
         if (wait := due - time.perf_counter()) > 0:
             gevent.sleep(wait)
-        greenlets.append(gevent.spawn(one, i, due))
+        greenlets.append(gevent.spawn(one, request, due))
     gevent.joinall(greenlets, timeout=30)
     elapsed = time.perf_counter() - start
     return {
         "offered_rate": rate,
-        "seconds": seconds,
-        "sent": n,
+        "sent": len(greenlets),
         "completed": len(latencies),
-        "answered": len(answered),
+        "answered": answered,
         "statuses": statuses,
-        "achieved_rate": round(len(answered) / elapsed, 1),  # answers per second
+        "achieved_rate": round(answered / elapsed, 1),  # answers per second
         **{k + "_ms": v for k, v in percentiles(latencies).items()},
     }
+
+
+def run(url: str, api_key: str, rate: float, seconds: float) -> dict:
+    """Leads at `rate` per second for `seconds`; statuses are the answers' `status` fields."""
+    http = Http(url)
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    tag = f"ol{int(time.time())}"
+
+    def lead(i: int) -> str:
+        body = json.dumps({"lead_id": f"{tag}-{i}", "state": "TX", "email": "ada@example.com"})
+        status, data = http.post("/v1/leads", body.encode(), headers)
+        return str(status) if status != 200 else json.loads(data)["status"]
+
+    return {**paced(rate, (partial(lead, i) for i in range(int(rate * seconds)))), "seconds": seconds}
 
 
 def run_payments(url: str, deliveries: list, rate: float) -> dict:
     """Send `deliveries` at `rate` per second; statuses are the answers' `status` fields."""
     http = Http(url)
-    latencies: list[float] = []  # of every request, answered or not (a timeout counts its 10 s)
-    answered: list[int] = []  # one per request that got an HTTP answer
-    statuses: dict[str, int] = {}
-    start = time.perf_counter() + 0.2
 
-    def one(provider: str, headers: dict, body: str, due: float) -> None:
-        try:
-            status, data = http.post(
-                f"/v1/webhooks/{provider}", body.encode(), {"Content-Type": "application/json", **headers}
-            )
-            key = json.loads(data).get("status") or str(status) if status in (200, 409) else str(status)
-            answered.append(1)
-        except (Exception, gevent.Timeout) as exc:
-            key = type(exc).__name__
-        latencies.append((time.perf_counter() - due) * 1000)
-        statuses[key] = statuses.get(key, 0) + 1
+    def delivery(provider: str, headers: dict, body: str) -> str:
+        status, data = http.post(
+            f"/v1/webhooks/{provider}", body.encode(), {"Content-Type": "application/json", **headers}
+        )
+        return json.loads(data).get("status") or str(status) if status in (200, 409) else str(status)
 
-    greenlets = []
-    for i, (provider, headers, body) in enumerate(deliveries):
-        due = start + i / rate
-        if (wait := due - time.perf_counter()) > 0:
-            gevent.sleep(wait)
-        greenlets.append(gevent.spawn(one, provider, headers, body, due))
-    gevent.joinall(greenlets, timeout=30)
-    elapsed = time.perf_counter() - start
-    return {
-        "offered_rate": rate,
-        "seconds": round(len(deliveries) / rate, 1),
-        "sent": len(deliveries),
-        "completed": len(latencies),
-        "answered": len(answered),
-        "statuses": statuses,
-        "achieved_rate": round(len(answered) / elapsed, 1),  # answers per second
-        **{k + "_ms": v for k, v in percentiles(latencies).items()},
-    }
+    sent = (partial(delivery, *d) for d in deliveries)
+    return {**paced(rate, sent), "seconds": round(len(deliveries) / rate, 1)}
 
 
 if __name__ == "__main__":
