@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from webhooks.storage.redis import REDIS_DOWN
 log = logging.getLogger(__name__)
 
 WAIT_MAX_S = 5.0  # the longest pause between two pings of a Redis that does not answer
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a deploy or a Ctrl-C sends
 
 
 class Scheduler(RQScheduler):
@@ -30,13 +32,27 @@ class Scheduler(RQScheduler):
     worker. RQ stops it only by a signal: a worker killed -9 (the OOM killer, a supervisor's
     hard stop) left it running under PID 1, heartbeating in a dead worker's name and holding
     the scheduler locks, one more such process after each death. Each heartbeat (every
-    second) it looks at its parent; gone, it releases its locks and stops."""
+    second) it looks at its parent; gone, it releases its locks and stops.
+
+    A stop signal that reaches the new process before it has set its own handlers would be
+    taken by the worker's inherited ones and lost, and the worker, which waits for its
+    scheduler to exit, would wait until killed: the fork happens with SIGINT and SIGTERM
+    blocked, and the child lets them in once its handlers are set."""
 
     _parent: int | None = None
 
     def start(self) -> Any:
         self._parent = os.getpid()  # before the fork: the child's parent
-        return super().start()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            return super().start()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal held meanwhile arrives now
+
+    def _install_signal_handlers(self) -> None:
+        """In the forked process, first thing: its handlers, then the signals held since the fork."""
+        super()._install_signal_handlers()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def heartbeat(self) -> None:
         if self._parent is not None and os.getppid() != self._parent:
@@ -130,9 +146,12 @@ class Worker(SimpleWorker):
 
     def _revive_scheduler(self) -> None:
         """RQ's scheduler (--with-scheduler, a child process: retries and delayed jobs) exits on
-        a Redis error and RQ starts it again only at its 10-minute maintenance: start it now."""
+        a Redis error and RQ starts it again only at its 10-minute maintenance: start it now.
+        Not once a stop is asked for: RQ stopped the scheduler then, and waits for it as it quits."""
         scheduler = self.scheduler
-        if scheduler is None or (scheduler._process is not None and scheduler._process.is_alive()):
+        if self._stop_requested or scheduler is None:
+            return
+        if scheduler._process is not None and scheduler._process.is_alive():
             return
         try:
             scheduler.acquire_locks(auto_start=True)

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -29,7 +30,7 @@ from testkit.payments import balance, child_pids, deliver, encode, payload
 from testkit.servers import ROOT, Proc, RedisServer, TcpProxy, WebServer, wait_until
 from tests.conftest import Api
 from webhooks.storage.outbox_queue import EVENTS
-from webhooks.storage.settle_queue import RETRY
+from webhooks.storage.settle_queue import RETRY, SETTLE
 from workers import schedule
 
 pytestmark = pytest.mark.e2e  # processes of its own, a Redis killed and restarted empty
@@ -312,6 +313,29 @@ def test_an_events_job_whose_worker_died_is_handed_back_by_the_scheduler(base_en
         connection.zadd(started.key, {m: time.time() - 1 for m in connection.zrange(started.key, 0, -1)})
         assert schedule.requeue_abandoned(connection) == [job.id]
         assert job.get_status(refresh=True) in ("queued", "scheduled")  # to run again
+
+
+def test_a_stop_mid_job_ends_the_worker_and_its_scheduler_without_starting_another(base_env, tmp_path):
+    """A deploy's SIGTERM reaches the Procfile's worker and the scheduler it forked while a job
+    runs: the job finishes, then both exit. The worker starts its scheduler again after a job
+    when it is not running (one a Redis outage ended); it did so during a stop too, the stop's
+    signal could reach the new process before its handlers were set, and the worker then waited
+    for it until killed (scripts/run's Ctrl-C took its 40 s grace in about half the runs)."""
+    with (
+        procfile_process("worker", base_env, tmp_path) as (redis_server, worker),
+        redis.Redis.from_url(redis_server.url) as connection,
+    ):
+        forked = "Scheduler for floodgate started with PID"  # RQ's words, in the forked process
+        wait_until(lambda: forked in worker.output(), timeout=30, what="the scheduler")
+        Queue(SETTLE, connection=connection).enqueue("time.sleep", 1)
+        started = StartedJobRegistry(SETTLE, connection=connection)
+        wait_until(lambda: started.get_job_ids(), timeout=30, what="the job to start")
+        os.killpg(worker.pid, signal.SIGTERM)  # the group, as a deploy's stop or scripts/run's
+        try:
+            worker.proc.wait(timeout=30)  # the job's second and the scheduler's one-second turn
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the worker still runs 30 s after SIGTERM:\n" + worker.output()) from None
+        assert worker.output().count(forked) == 1, worker.output()
 
 
 def test_a_worker_killed_9_takes_its_scheduler_with_it(base_env, tmp_path):
