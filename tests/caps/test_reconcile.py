@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -149,7 +148,7 @@ def test_scheduler_started_twice_schedules_each_periodic_job_once(redis_server, 
         # PERIODIC and the provider reconciliation, every PROVIDER_RECONCILE_INTERVAL_S of `env`
         definitions = schedule.periodic(config.load(env))
         wait_until(lambda: len(periodic()) >= len(definitions), what="the periodic jobs")
-        time.sleep(1.0)  # both processes have registered by now
+        wait_until(lambda: all("Registering birth" in p.output() for p in procs), what="both schedulers to start")
         assert all(p.alive() for p in procs)
         assert sorted(j.func_name for j in periodic()) == sorted(d["func"] for d in definitions)
         # and once more in-process
