@@ -20,6 +20,8 @@ Levers:
 - workers: 3 gunicorn workers against 2 on the machine's 2 cores (the bare endpoint keeps 2).
 - db_pool: DB_POOL_SIZE 25 against the default 10 database connections per process (at 50
   connections each of the 2 workers holds about 25 requests at once).
+- http_parser: gunicorn's C request parser (gunicorn_h1c, picohttpparser; `--http-parser fast`)
+  against its pure-Python one (`--http-parser python`); needs gunicorn_h1c installed.
 - code: a change of the code itself: the base arm runs a git worktree of `--base-rev` (its
   processes started in that checkout, the same virtualenv), the lever arm one of HEAD.
 
@@ -56,6 +58,7 @@ LEVERS = {
     "worker_connections": ({}, {"WORKER_CONNECTIONS": "100"}),
     "workers": ({}, {"WEB_CONCURRENCY": "3"}),
     "db_pool": ({}, {"DB_POOL_SIZE": "25"}),
+    "http_parser": ({"GUNICORN_CMD_ARGS": "--http-parser python"}, {"GUNICORN_CMD_ARGS": "--http-parser fast"}),
     "code": ({}, {}),
 }
 PAYSTACK_FIRST = quick(6000, 100)  # payments of the `first` mix
