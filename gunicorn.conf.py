@@ -6,7 +6,6 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import importlib.util
 import sys
 
 from webhooks import metrics
@@ -38,11 +37,6 @@ if worker_connections < cfg.worker_connections:
         f"floodgate: WORKER_CONNECTIONS {cfg.worker_connections} lowered to {worker_connections}: "
         f"the open-files limit is {_open_files} (raise its hard limit, ulimit -Hn)\n"
     )
-# gunicorn parses requests with its C parser (gunicorn_h1c, requirements.txt) when it can import
-# it, else with its pure-Python one, about 7 % more web CPU per request (bench/REPORT.md part 34).
-http_parser = "auto"
-if importlib.util.find_spec("gunicorn_h1c") is None:
-    sys.stderr.write("floodgate: gunicorn_h1c is not installed: requests are parsed in Python (slower)\n")
 timeout = 30
 # On SIGTERM (a deploy) a worker stops accepting and lets the leads in flight finish: longer
 # than the longest routing of one lead, so no lead is cut between a buyer's yes and its answer.

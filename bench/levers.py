@@ -21,7 +21,8 @@ Levers:
 - db_pool: DB_POOL_SIZE 25 against the default 10 database connections per process (at 50
   connections each of the 2 workers holds about 25 requests at once).
 - http_parser: gunicorn's C request parser (gunicorn_h1c, picohttpparser; `--http-parser fast`)
-  against its pure-Python one (`--http-parser python`); needs gunicorn_h1c installed.
+  against its pure-Python one (`--http-parser python`). Needs `pip install gunicorn_h1c`: not
+  in requirements.txt, as it did not pay (bench/REPORT.md part 34).
 - code: a change of the code itself: the base arm runs a git worktree of `--base-rev` (its
   processes started in that checkout, the same virtualenv), the lever arm one of HEAD.
 
