@@ -292,7 +292,11 @@ def render(d: dict) -> str:
         f"{d['rounds']} rounds × {d['seconds']} s per run, arm order rotated each round; wrk 2 threads / 50 "
         "connections; medians over rounds. CPU ms per request from the run's start until the arm's "
         "queue drained. Ratios: Floodgate / plain seed and Floodgate / bare; the bare endpoint answers "
-        "leads only, so payments are set against its req/s (in brackets), as bench/levers.py does.",
+        "leads only, so payments are set against its req/s (in brackets), as bench/levers.py does. "
+        "The p50 and p99 are wrk's, which corrects them for coordinated omission before its script "
+        "reads them (wrk 4.1's stats_correct: a request that took longer than a connection's mean "
+        "cycle adds a sample at each cycle below its own latency), so a rare long stall weighs on "
+        "the p99 many times over (bench/REPORT.md part 35).",
         "",
         "| path | measure | bare | Floodgate | plain seed | FG / plain | FG / bare |",
         "|---|---|---|---|---|---|---|",
