@@ -113,7 +113,8 @@ class Engine:
                 continue
             if events & select.EPOLLOUT:
                 self._writable(conn)
-            if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR) and fd in self.conns:
+            # the write may have closed it, and a new connection may have its descriptor by now
+            if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR) and self.conns.get(fd) is conn:
                 self._readable(conn)
         now = time.perf_counter()
         if now >= self._next_sweep:
@@ -243,7 +244,9 @@ class Engine:
             self._finish(job, key)
 
     def _close(self, conn: _Conn) -> None:
-        self.conns.pop(conn.fd, None)
+        if self.conns.get(conn.fd) is not conn:  # closed already; its descriptor may be reused
+            return
+        del self.conns[conn.fd]
         if conn in self.idle:
             self.idle.remove(conn)
         self.poller.unregister(conn.fd)
