@@ -209,10 +209,10 @@ class Engine:
         job, conn.job, conn.buf = conn.job, None, b""
         if fields.get(b"connection", b"").lower() == b"close":
             self._close(conn)
-        elif self.waiting:
-            self._reuse(conn)
         else:
             self.idle.append(conn)
+            if self.waiting:  # the oldest waiting request takes it
+                self._assign(self.waiting.popleft())
         try:
             key = job.answer(int(status_line.split(b" ", 2)[1]), buf[end + 4 : end + 4 + length])
         except Exception as exc:
@@ -220,13 +220,6 @@ class Engine:
             return
         self.answered += 1
         self._finish(job, key)
-
-    def _reuse(self, conn: _Conn) -> None:
-        """A connection just freed takes the oldest waiting request."""
-        conn.kept = True
-        conn.job = self.waiting.popleft()
-        conn.out, conn.buf = conn.job.request, b""
-        self._writable(conn)
 
     def _lost(self, conn: _Conn) -> None:
         """The connection ended (or was reset) before a whole answer came."""
