@@ -10,6 +10,7 @@ the ratio of the medians, lever over base.
 
     python -m bench.levers [--rounds 3] [--seconds 10] [--mix first] [--lever hiredis]
     python -m bench.levers --lever code --base-rev <git revision> --what "<the change>"
+    python -m bench.levers ... --env PUBLISHER_RATE_LIMIT=100000/100000   (both arms)
 
 Levers:
 - hiredis: redis-py's parser. redis-py uses hiredis when it can import it; the base arm runs
@@ -160,6 +161,7 @@ def render(d: dict) -> str:
         f"{d['seconds']} s per run. Medians of the rounds; ratio = {lever} / base. Payments: the "
         f"`{d.get('mix', 'knee')}` mix"
         + (f"; base arm at {d['base_rev']}, {lever} arm at {d['lever_rev']}" if d.get("base_rev") else "")
+        + "".join(f"; {k}={v} in both arms" for k, v in d.get("env", {}).items())
         + ".",
         "",
         f"| measure | base | {lever} | ratio |",
@@ -193,8 +195,10 @@ def main() -> int:
     ap.add_argument("--mix", choices=("first", "knee"), default="first")
     ap.add_argument("--base-rev", help="--lever code: the revision the base arm runs")
     ap.add_argument("--what", help="what the lever changes, for the report's heading (--lever code)")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="set in both arms")
     args = ap.parse_args()
-    base_env, lever_env = LEVERS[args.lever]
+    both = dict(pair.split("=", 1) for pair in args.env)
+    base_env, lever_env = ({**both, **env} for env in LEVERS[args.lever])
     if args.lever == "code" and not args.base_rev:
         ap.error("--lever code needs --base-rev")
     # Both arms run committed code from worktrees (the lever arm HEAD's), never the files
@@ -225,6 +229,7 @@ def main() -> int:
         "lever_rev": revs[args.lever],
         "mix": args.mix,
         "what": args.what,
+        "env": both,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "arms": arms,

@@ -1,7 +1,7 @@
 """Per-publisher rate limits (docs/api.md "Publishers: limits, quality, test mode and payouts" →
-`rate_limit`): a token bucket per publisher in one Lua script (lua/take_token.lua), shared by
-every web process, checked right after authentication: a lead over it is 429 `rate_limited`
-with Retry-After, and nothing else is done for it."""
+`rate_limit`): a token bucket per publisher (lua/bucket.lua), shared by every web process,
+taken right after authentication or with the lead's claim (docs/leads.md "Rate limits"): a
+lead over it is 429 `rate_limited` with Retry-After, and it is not claimed, routed or stored."""
 
 from __future__ import annotations
 
@@ -219,6 +219,30 @@ def test_the_bucket_is_shared_by_two_web_processes(web_api, redis_server, base_e
         if len(_refusals_by_process(base_env["PROMETHEUS_MULTIPROC_DIR"], pid)) == 2:
             return
     raise AssertionError("in 5 rounds of 60 connections, one worker never refused a lead")
+
+
+def test_processes_that_saw_the_bucket_full_still_accept_exactly_what_it_holds(web_api, redis_server, buyer_server):
+    """Once a process has seen the bucket hold tokens to spare, a lead's token goes with its
+    claim (leads/rules/publishers.py:Buckets). Two gunicorn workers that both saw it full, then
+    a burst past it: exactly what the bucket held is accepted, every refusal is 429, and the
+    buyer's cap counter holds the sales only (a lead refused at its claim gave back the
+    reservation made beside it)."""
+    acme = buyer_server.add("acme")
+    key = web_api.put_publisher("both", rate_limit={"per_second": 1, "burst": 40})
+    web_api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 1000})
+    web_api.settle_config()
+    start = _redis_now_us(redis_server)
+    headers = {"Authorization": f"Bearer {key}", "Connection": "close"}  # new connections: both workers
+    seen = [
+        requests.post(f"{web_api.base}/v1/leads", json={"lead_id": f"w{i}"}, headers=headers, timeout=30)
+        for i in range(8)
+    ]
+    answers = _burst_at_once(web_api, key, 60, "s", new_connections=True)
+    end = _redis_now_us(redis_server)
+    accepted = _check_burst(seen + answers, 40, _refill_bound(start, end, 1))
+    assert all(a.json()["status"] == "sold" for a in seen + answers if a.status_code == 200)
+    assert len(acme.received) == accepted
+    assert web_api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == accepted
 
 
 def test_the_default_applies_to_a_publisher_without_a_rate_limit(api, redis_server, reconfigure):

@@ -5,6 +5,7 @@ send; a real buyer and the real Redis answer."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from datetime import datetime, timezone
@@ -13,9 +14,11 @@ import pytest
 import redis
 
 from webhooks import config
-from webhooks.leads.path.intake import Intake
+from webhooks.errors import RateLimited, ValidationError
+from webhooks.leads.path.intake import Intake, LeadRequest
 from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import load_snapshot
+from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 from webhooks.storage.settle_queue import queue
@@ -58,7 +61,10 @@ def counted(api, base_env, redis_server):
     for script in store.scripts.values():
         store.redis.script_load(script.script)
     journal = Journal(store.redis, queue(redis.Redis.from_url(redis_server.url)), 30)
-    return Intake.build(cfg, store, store, journal)
+    yield Intake.build(cfg, store, store, journal)
+    # Its watcher thread lives on: left full, it would push this test's settlements again into
+    # a later test that simulates a Redis loss.
+    journal.clear()
 
 
 def _take(intake: Intake, api_key_owner: str, lead_id: str, lead: dict) -> tuple[str, int]:
@@ -240,3 +246,89 @@ def ttl_s(store: Store, key: str) -> int:
     ttl = store.redis.ttl(key)
     assert ttl > 0, f"{key} must expire"
     return ttl
+
+
+def _receive(intake: Intake, api_key: str, lead: dict) -> tuple[str | Exception, int]:
+    """A lead posted through `Intake.receive` (authentication and the publisher's token bucket
+    included): its answer, or the error it raised; and the round trips it cost."""
+    with db.connection_context():
+        snapshot = load_snapshot("test")
+    request = LeadRequest(
+        authorization=f"Bearer {api_key}",
+        body=lambda: dict(lead),
+        text=lambda: json.dumps(lead),
+        received_at=datetime.now(timezone.utc),
+        request_id=None,
+    )
+    me = threading.get_ident()
+    before = SENT[me]
+    WHAT[me] = []
+    try:
+        answer: str | Exception = intake.receive(snapshot, request)
+    except (RateLimited, ValidationError) as exc:
+        answer = exc
+    return answer, SENT[me] - before
+
+
+def _tokens(r: redis.Redis, publisher_id: str) -> float:
+    return int(r.hget(keys.rate_bucket(publisher_id), "tokens")) / 1_000_000
+
+
+def test_once_its_bucket_is_seen_a_limited_lead_takes_its_token_with_its_claim(
+    api, buyer_server, counted, redis_server
+):
+    buyer_server.add("acme")
+    key = api.put_publisher("surge", rate_limit={"per_second": 1, "burst": 100})
+    api.put_buyer("acme", buyer_server.url("acme"))
+    r = redis_server.client()
+    answer, trips = _receive(counted, key, {"lead_id": "tk-1"})
+    assert '"status": "sold"' in answer and trips == 3  # the token on its own: not seen before
+    for i in range(2, 12):
+        answer, trips = _receive(counted, key, {"lead_id": f"tk-{i}"})
+        assert '"status": "sold"' in answer
+        assert trips == 2, WHAT[threading.get_ident()]  # the token went with the claim
+    assert 89 <= _tokens(r, "surge") < 90  # one token a lead, whichever way (refilled: under a second)
+
+
+def test_a_token_the_claim_does_not_find_refuses_the_lead_and_frees_the_buyers_slot(
+    api, buyer_server, counted, redis_server
+):
+    """Other processes took the last tokens since this one saw the bucket: the claim refuses
+    the lead as the token's own round trip would have, and the first buyer's reservation made
+    beside it is given back."""
+    acme = buyer_server.add("acme")
+    key = api.put_publisher("surge", rate_limit={"per_second": 1, "burst": 100})
+    api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 5})
+    r = redis_server.client()
+    assert '"status": "sold"' in _receive(counted, key, {"lead_id": "gone-1"})[0]
+    leases = r.zrange(keys.leases("acme"), 0, -1)  # the sale's, until the ledger has it
+    seconds, micros = r.time()
+    r.hset(keys.rate_bucket("surge"), mapping={"tokens": 0, "at": seconds * 1_000_000 + micros})
+    refused, trips = _receive(counted, key, {"lead_id": "gone-2"})
+    assert isinstance(refused, RateLimited) and refused.retry_after_s == 1
+    assert trips == 2  # the claim with the reservation, then its withdrawal
+    assert not r.exists(keys.lead_claim("surge", "gone-2")) and not r.exists(keys.lead_attempt("surge", "gone-2"))
+    assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 1
+    assert r.zrange(keys.leases("acme"), 0, -1) == leases and len(acme.received) == 1
+    # seen empty now: the next lead's token is asked for on its own, before anything else
+    again, trips = _receive(counted, key, {"lead_id": "gone-3"})
+    assert isinstance(again, RateLimited) and trips == 1
+
+
+def test_a_lead_that_ends_before_its_claim_still_takes_its_token(api, buyer_server, counted, redis_server):
+    """A lead refused for its body, or suppressed, never reaches its claim: its token is taken
+    then, and an empty bucket answers 429 as it would have first."""
+    buyer_server.add("acme")
+    key = api.put_publisher("surge", rate_limit={"per_second": 1, "burst": 100})
+    api.put_buyer("acme", buyer_server.url("acme"))
+    r = redis_server.client()
+    assert '"status": "sold"' in _receive(counted, key, {"lead_id": "e-1"})[0]
+    before = _tokens(r, "surge")
+    invalid, trips = _receive(counted, key, {"lead_id": "e 2"})
+    assert isinstance(invalid, ValidationError) and trips == 1
+    assert before - 1 <= _tokens(r, "surge") < before  # its token, taken on its own
+    seconds, micros = r.time()
+    r.hset(keys.rate_bucket("surge"), mapping={"tokens": 0, "at": seconds * 1_000_000 + micros})
+    counted.buckets.saw("surge", 50)  # as if another process had left it full
+    refused, _ = _receive(counted, key, {"lead_id": "e 3"})
+    assert isinstance(refused, RateLimited)

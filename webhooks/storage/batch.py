@@ -139,10 +139,13 @@ class Batch:
         note: str = "",
         note_ttl_ms: int = 0,
         caps: Sequence[CapCounter] = (),
+        bucket: tuple[int, int] | None = None,
     ) -> Pending[LeadClaim]:
         """See Store.claim_lead."""
         return self._script(
-            scripts.claim_lead(lead, token, ttl_ms, now_ms, note=note, note_ttl_ms=note_ttl_ms, caps=caps)
+            scripts.claim_lead(
+                lead, token, ttl_ms, now_ms, note=note, note_ttl_ms=note_ttl_ms, caps=caps, bucket=bucket
+            )
         )
 
     def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Pending[Answered]:

@@ -108,10 +108,12 @@ class ReplicaWait:
 
 
 class RateDecision(NamedTuple):
-    """A publisher's token bucket's answer: `allowed`, else `wait_ms` until its next token."""
+    """A publisher's token bucket's answer: `allowed` with `tokens` whole tokens left, else
+    `wait_ms` until its next token."""
 
     allowed: bool
     wait_ms: int
+    tokens: int = 0
 
 
 def is_cluster_url(url: str) -> bool:
@@ -205,7 +207,8 @@ class Store:
 
     def take_token(self, publisher_id: str, per_second: int, burst: int) -> RateDecision:
         """One token of the publisher's bucket (lua/take_token.lua), in one round trip."""
-        return RateDecision(*self._run(scripts.take_token(publisher_id, per_second, burst)))
+        taken, value = self._run(scripts.take_token(publisher_id, per_second, burst))
+        return RateDecision(True, 0, value) if taken else RateDecision(False, value)
 
     # --- lead claims (lua/claim_lead.lua, answer_lead, restore_answer, claim_or_get, release_claim)
 
@@ -219,12 +222,19 @@ class Store:
         note: str = "",
         note_ttl_ms: int = 0,
         caps: Sequence[CapCounter] = (),
+        bucket: tuple[int, int] | None = None,
     ) -> LeadClaim:
         """Claim `lead` for `token` for `ttl_ms` and, when the claim is ours and no dead
         request left a note, write this request's attempt `note`; read the publisher's replay
         memory mark (set anew at `now_ms` when Redis lost it). A lead claimed afresh counts in
-        each of the publisher's `caps`, or is not claimed (CAPPED) when one is full."""
-        return self._run(scripts.claim_lead(lead, token, ttl_ms, now_ms, note=note, note_ttl_ms=note_ttl_ms, caps=caps))
+        each of the publisher's `caps`, or is not claimed (CAPPED) when one is full. With a
+        `bucket` ((per_second, burst)) the lead's token is taken first: none left, nothing
+        else is done (THROTTLED)."""
+        return self._run(
+            scripts.claim_lead(
+                lead, token, ttl_ms, now_ms, note=note, note_ttl_ms=note_ttl_ms, caps=caps, bucket=bucket
+            )
+        )
 
     def answer_lead(self, lead: LeadKey, token: str, answer: str, ttl_s: int) -> Answered:
         """Remember the lead's answer for replays and forget its attempt note, unless another

@@ -170,6 +170,8 @@ class LeadClaim(NamedTuple):
     dead_note: str | None
     memory_mark: int
     full: int = 0  # CAPPED: which of the publisher's cap counters is full (1-based)
+    tokens: int = -1  # the whole tokens the publisher's bucket has left (-1: none was taken)
+    wait_ms: int = 0  # THROTTLED: until the bucket's next token
 
 
 class CapCounter(NamedTuple):
@@ -236,14 +238,16 @@ class GateReply(NamedTuple):
 
 
 def _lead_claim(raw: list[Any]) -> LeadClaim:
-    code, value, mark = raw
+    code, value, mark, tokens = raw
     if code == 1:
-        return LeadClaim(ClaimOutcome.CLAIMED, None, value, int(mark))
+        return LeadClaim(ClaimOutcome.CLAIMED, None, value, int(mark), tokens=tokens)
     if code == 2:
-        return LeadClaim(ClaimOutcome.WAIT, None, None, int(mark))
+        return LeadClaim(ClaimOutcome.WAIT, None, None, int(mark), tokens=tokens)
     if code == 3:
-        return LeadClaim(ClaimOutcome.CAPPED, None, None, int(mark), int(value))
-    return LeadClaim(ClaimOutcome.HELD, value, None, int(mark))
+        return LeadClaim(ClaimOutcome.CAPPED, None, None, int(mark), int(value), tokens=tokens)
+    if code == 4:
+        return LeadClaim(ClaimOutcome.THROTTLED, None, None, 0, wait_ms=int(value))
+    return LeadClaim(ClaimOutcome.HELD, value, None, int(mark), tokens=tokens)
 
 
 def claim_lead(
@@ -255,14 +259,17 @@ def claim_lead(
     note: str,
     note_ttl_ms: int,
     caps: Sequence[CapCounter] = (),
+    bucket: tuple[int, int] | None = None,
 ) -> Call[LeadClaim]:
+    per_second, burst = bucket or (0, 0)
     limits: list[str | int] = []
     for cap in caps:
         limits += [cap.limit, cap.ttl_s]
+    publisher = lead.publisher_id
     return Call(
         "claim_lead",
-        (lead.claim, lead.attempt, keys.lead_memory(lead.publisher_id), *(cap.key for cap in caps)),
-        (token, ttl_ms, note, note_ttl_ms, now_ms, *limits),
+        (lead.claim, lead.attempt, keys.lead_memory(publisher), keys.rate_bucket(publisher), *(c.key for c in caps)),
+        (token, ttl_ms, note, note_ttl_ms, now_ms, per_second, burst, *limits),
         _lead_claim,
     )
 
@@ -527,6 +534,7 @@ def finish_payment(ref: PaymentRef, token: str, fingerprint: str | None, marker_
 
 
 def take_token(publisher_id: str, per_second: int, burst: int) -> Call[tuple[bool, int]]:
+    """(taken, the whole tokens left when taken, else the ms until the next token)."""
     return Call(
         "take_token", (keys.rate_bucket(publisher_id),), (per_second, burst), lambda raw: (raw[0] == 1, int(raw[1]))
     )

@@ -52,6 +52,7 @@ class ClaimOutcome(StrEnum):
     HELD = "held"  # another request holds it, or it holds the lead's answer
     WAIT = "wait"  # Redis lost its claims lately: no claim until the requests before may have ended
     CAPPED = "capped"  # a cap of the publisher is full: not claimed, not counted
+    THROTTLED = "throttled"  # the publisher's token bucket is empty: nothing read or written
 
 
 class AttemptOutcome(StrEnum):

@@ -23,7 +23,7 @@ from webhooks.leads.path.settlement import Journal, Settlement
 from webhooks.leads.posting.delivery import Deliverer
 from webhooks.leads.rules import consent
 from webhooks.leads.rules.catalog import Snapshot
-from webhooks.leads.rules.publishers import PublisherRule, cap_counters, cap_windows, key_hash, throttle
+from webhooks.leads.rules.publishers import Buckets, PublisherRule, Toll, cap_counters, cap_windows, key_hash, refuse
 from webhooks.leads.rules.quality import checked
 from webhooks.leads.rules.suppression import SUPPRESSED
 from webhooks.storage import claims, keys
@@ -138,7 +138,7 @@ class Intake:
     replay_ttl_s: int
     claim_margin_ms: int = 10_000
     recovery_window_ms: int = 900_000
-    rate_limit: tuple[int, int] | None = None  # PUBLISHER_RATE_LIMIT: a publisher without its own
+    buckets: Buckets = field(default_factory=Buckets)  # the publishers' token buckets, as last seen
     _rebuilds_started: set[int] = field(default_factory=set)  # memory marks whose rebuilds were asked for
 
     @classmethod
@@ -170,40 +170,51 @@ class Intake:
             replay_ttl_s=cfg.lead_replay_ttl_s,
             claim_margin_ms=cfg.lead_claim_margin_ms,
             recovery_window_ms=cfg.lead_recovery_window_ms,
-            rate_limit=cfg.publisher_rate_limit,
+            buckets=Buckets(cfg.publisher_rate_limit),
         )
 
     def receive(self, snapshot: Snapshot, req: LeadRequest) -> str:
-        """A posted lead, from the request to its answer's JSON text: `admit` it, then `take`."""
-        lead = self.admit(snapshot, req)
-        return self.take(
-            snapshot,
-            publisher=lead.publisher,
-            lead_id=lead.lead_id,
-            lead=lead.fields,
-            payload=lead.payload,
-            received_at=req.received_at,
-            request_id=req.request_id,
-            test=lead.test or lead.publisher.mode == "test",
-        )
+        """A posted lead, from the request to its answer's JSON text: `admit` it, then `take`.
+        Its token goes with its claim when the publisher's bucket was last seen full enough
+        (leads/rules/publishers.py:Buckets); a request that ends before its claim takes it then
+        (a 429 then replaces its answer, as it would have come first)."""
+        publisher = authenticate(snapshot, req.authorization)
+        toll = self.buckets.toll(publisher)
+        try:
+            lead = self._admit(publisher, req, toll)
+            return self.take(
+                snapshot,
+                publisher=lead.publisher,
+                lead_id=lead.lead_id,
+                lead=lead.fields,
+                payload=lead.payload,
+                received_at=req.received_at,
+                request_id=req.request_id,
+                test=lead.test or lead.publisher.mode == "test",
+                toll=toll,
+            )
+        finally:
+            if toll.owed:
+                self.buckets.throttle(self.store, publisher)
 
     def check(self, snapshot: Snapshot, req: LeadRequest) -> str:
         """A pre-ping (POST /v1/leads/check), from the request to its answer's JSON text:
         `admit`ted as a posted lead is, then only read (leads/path/precheck.py). A `test` flag
         is accepted and changes nothing."""
-        lead = self.admit(snapshot, req)
+        lead = self._admit(authenticate(snapshot, req.authorization), req, Toll())
         now = datetime.now(timezone.utc)
         answer = precheck.check(
             self.router, snapshot, lead.publisher, lead.lead_id, lead.fields, now, self.replay_ttl_s
         )
         return json.dumps(answer.view())
 
-    def admit(self, snapshot: Snapshot, req: LeadRequest) -> Admitted:
-        """What a post and a pre-ping both go through: authenticate, the publisher's token
-        bucket (before the body is read: a flood costs one round trip), parse, check against
-        the publisher's field spec (leads/rules/quality.py)."""
-        publisher = authenticate(snapshot, req.authorization)
-        throttle(self.store, publisher, self.rate_limit)
+    def _admit(self, publisher: PublisherRule, req: LeadRequest, toll: Toll) -> Admitted:
+        """What a post and a pre-ping both go through once the publisher is authenticated: its
+        token bucket (before the body is read: a flood costs one round trip; unless the `toll`
+        sends the token with the claim), parse, check against the publisher's field spec
+        (leads/rules/quality.py)."""
+        if toll.bucket is None:
+            self.buckets.throttle(self.store, publisher)
         lead_id, lead = parse_lead(req.body())
         test = test_flag(lead)
         lead, payload = checked(publisher.spec, lead_id, lead, req.text())
@@ -220,6 +231,7 @@ class Intake:
         received_at: datetime,
         request_id: str | None,
         test: bool = False,
+        toll: Toll | None = None,
     ) -> str:
         """Route one lead; return the answer's JSON text (a replay returns the first answer
         with "replayed": true). Raises Conflict (in_flight) while another request routes the
@@ -240,7 +252,9 @@ class Intake:
             test=test,
             route=route,
         )
-        got, first = self._claim(ctx, route)
+        got, first = self._claim(ctx, route, toll or Toll())
+        if got.outcome is ClaimOutcome.THROTTLED:  # other processes took the bucket's last tokens
+            refuse(publisher.id, self.buckets.limit(publisher) or (0, 0), got.wait_ms)
         early = self._claim_answer(ctx, got, first, snapshot)
         if early is not None:
             return early
@@ -409,18 +423,27 @@ class Intake:
                 self._rebuilds_started.discard(mark_ms)  # the next waiting lead tries again
                 return
 
-    def _claim(self, ctx: LeadContext, route: Route) -> tuple[LeadClaim, Reservation | None]:
-        """Claim the lead id and, in the same round trip, reserve its first buyer and note the
-        attempt (routing's `opening`; lua/claim_lead.lua writes the note only when the claim is
-        ours and no dead request left one). Returns the claim's answer and the first
-        reservation, withdrawn again (a round trip more on that path only) when the claim is
-        not ours or a dead request's offer must be finished first."""
+    def _claim(self, ctx: LeadContext, route: Route, toll: Toll) -> tuple[LeadClaim, Reservation | None]:
+        """Claim the lead id (taking its token when the `toll` says so) and, in the same round
+        trip, reserve its first buyer and note the attempt (routing's `opening`;
+        lua/claim_lead.lua writes the note only when the claim is ours and no dead request left
+        one). Returns the claim's answer and the first reservation, withdrawn again (a round
+        trip more on that path only) when the claim is not ours, its token was refused, or a
+        dead request's offer must be finished first."""
         now_ms = int(ctx.now.timestamp() * 1000)
         opening = self.router.opening(ctx, route)
+        bucket = toll.take()
         if opening is None:
             got = self.store.claim_lead(
-                ctx.key, ctx.token, ttl_ms=ctx.claim_ttl_ms, now_ms=now_ms, note_ttl_ms=ctx.lease_ttl_ms, caps=ctx.caps
+                ctx.key,
+                ctx.token,
+                ttl_ms=ctx.claim_ttl_ms,
+                now_ms=now_ms,
+                note_ttl_ms=ctx.lease_ttl_ms,
+                caps=ctx.caps,
+                bucket=bucket,
             )
+            self._saw(ctx, got)
             return got, None
         with self.store.batch() as b:
             claimed = b.claim_lead(
@@ -431,13 +454,22 @@ class Intake:
                 note=opening.note,
                 note_ttl_ms=ctx.lease_ttl_ms,
                 caps=ctx.caps,
+                bucket=bucket,
             )
             reserved = opening.queue(b)
         got, first = claimed.value, reserved.value
+        self._saw(ctx, got)
         if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:
             self.router.withdraw(first)
             return got, None
         return got, first
+
+    def _saw(self, ctx: LeadContext, got: LeadClaim) -> None:
+        """Note what the claim saw of the publisher's bucket (when it took a token)."""
+        if got.outcome is ClaimOutcome.THROTTLED:
+            self.buckets.saw(ctx.publisher.id, 0)
+        elif got.tokens >= 0:
+            self.buckets.saw(ctx.publisher.id, got.tokens)
 
     def _refuse_over_cap(self, ctx: LeadContext, full: int) -> NoReturn:
         """429 publisher_cap_reached: the publisher's cap counter `full` (1-based, of ctx.caps,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from webhooks import metrics
 from webhooks import validate as v
@@ -278,22 +279,83 @@ class PublisherRule:
         )
 
 
-def throttle(store: Store, publisher: PublisherRule, default: tuple[int, int] | None) -> None:
-    """Take a token of the publisher's bucket (its own rate_limit, else `default`; neither: no
-    limit) in one Redis round trip, before anything else is done for the lead. An empty bucket
-    raises RateLimited and changes nothing shared but the publisher's own refusal counter."""
-    limit = publisher.rate_limit or default
-    if limit is None:
-        return
+WITH_CLAIM_MARGIN = 10  # tokens a bucket must have been seen to hold for a token to go with the claim
+
+
+@dataclass
+class Toll:
+    """A lead's token: `bucket` ((per_second, burst)) when it is to be taken with the lead's
+    claim (lua/claim_lead.lua), in that round trip; `owed` until the claim is sent. A request
+    that ends before its claim (a bad body, a suppressed lead) takes it on its own then."""
+
+    bucket: tuple[int, int] | None = None
+    owed: bool = False
+
+    def take(self) -> tuple[int, int] | None:
+        """The bucket for the claim to take the token from (None: taken already, or no limit)."""
+        self.owed = False
+        return self.bucket
+
+
+@dataclass
+class Buckets:
+    """Where a lead's token is taken. A publisher's bucket (its own rate_limit, else `default`,
+    PUBLISHER_RATE_LIMIT; neither: no limit) is one Redis hash for every process
+    (lua/bucket.lua). While this process last saw it hold WITH_CLAIM_MARGIN tokens or more
+    (refilled since at per_second, less the tokens it has sent for since), the token goes with
+    the lead's claim and costs no round trip of its own; otherwise, and for a publisher it has
+    not seen yet, it is taken on its own before the body is read (`throttle`), so a publisher
+    over its limit costs one round trip a request and nothing else. When other processes
+    emptied the bucket meanwhile, the claim refuses the lead as `throttle` would (docs/leads.md
+    "Rate limits")."""
+
+    default: tuple[int, int] | None = None
+    seen: dict[str, tuple[float, float]] = field(default_factory=dict)  # id: (tokens, monotonic time)
+
+    def limit(self, publisher: PublisherRule) -> tuple[int, int] | None:
+        return publisher.rate_limit or self.default
+
+    def toll(self, publisher: PublisherRule) -> Toll:
+        """The lead's Toll: with its claim (the last sight counted down by one), or none (the
+        token taken by `throttle`, or no limit)."""
+        limit = self.limit(publisher)
+        seen = self.seen.get(publisher.id)
+        if limit is None or seen is None:
+            return Toll()
+        per_second, burst = limit
+        tokens, at = seen
+        now = time.monotonic()
+        tokens = min(burst, tokens + (now - at) * per_second)
+        if tokens < WITH_CLAIM_MARGIN:
+            return Toll()
+        self.seen[publisher.id] = (tokens - 1, now)
+        return Toll(limit, owed=True)
+
+    def saw(self, publisher_id: str, tokens: int) -> None:
+        """What Redis answered: the bucket holds `tokens` whole tokens now."""
+        self.seen[publisher_id] = (tokens, time.monotonic())
+
+    def throttle(self, store: Store, publisher: PublisherRule) -> None:
+        """Take a token of the publisher's bucket in one Redis round trip. An empty bucket raises
+        RateLimited and changes nothing shared but the publisher's own refusal counter."""
+        limit = self.limit(publisher)
+        if limit is None:
+            return
+        decision = store.take_token(publisher.id, *limit)
+        self.saw(publisher.id, decision.tokens)
+        if not decision.allowed:
+            refuse(publisher.id, limit, decision.wait_ms)
+
+
+def refuse(publisher_id: str, limit: tuple[int, int], wait_ms: int) -> NoReturn:
+    """429 rate_limited: the publisher's bucket has no token for `wait_ms`."""
+    metrics.rate_limited(publisher_id)
     per_second, burst = limit
-    decision = store.take_token(publisher.id, per_second, burst)
-    if not decision.allowed:
-        metrics.rate_limited(publisher.id)
-        wait_s = max(1, math.ceil(decision.wait_ms / 1000))
-        raise RateLimited(
-            f"over this publisher's rate limit ({per_second}/s, burst {burst}); retry in {wait_s} s",
-            retry_after_s=wait_s,
-        )
+    wait_s = max(1, math.ceil(wait_ms / 1000))
+    raise RateLimited(
+        f"over this publisher's rate limit ({per_second}/s, burst {burst}); retry in {wait_s} s",
+        retry_after_s=wait_s,
+    )
 
 
 def save(publisher_id: str, fields: dict[str, Any]) -> tuple[Publisher, bool]:
