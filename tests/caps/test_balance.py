@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from tests.conftest import CLUSTER
 from webhooks.caps import balance, leases
 from webhooks.caps.balance import Billing
 from webhooks.storage import keys
@@ -159,9 +160,16 @@ def test_a_cycle_starts_when_billed_and_at_each_sync_that_leaves_more_to_spend(s
     assert balance.held_now(store, [b.id, "nobody"]) == {b.id: (4 * PRICE, 0, 6)}
 
 
-def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(store):
+def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(store, redis_server):
     from webhooks.caps.reconcile import reconcile_balance
 
+    # The queue on a Redis database of its own: the run's RQ worker (started by an earlier test
+    # under xdist) drains db 0, and would take the hand-made sale below into a batch of its own
+    # (a cluster run's worker drains the single Redis beside the cluster).
+    queue = store.redis
+    if not CLUSTER:
+        queue = make_store(redis_server.url.rsplit("/", 1)[0] + "/7").redis
+        queue.flushdb()
     b, billing = rule(daily=10), _billing()
     b = dataclasses.replace(b, billing=billing)
     leases.mark_ready(store.redis, b.id)
@@ -181,17 +189,17 @@ def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(sto
         "lease": [b.id, sold.lease_id],
         "charge": [billing.key, PRICE],
     }
-    store.redis.lpush(keys.SETTLE_PENDING, json.dumps(item))
+    queue.lpush(keys.SETTLE_PENDING, json.dumps(item))
     store.redis.hset(keys.balance(b.id), "held", 7)  # drifted
     with db.connection_context():
-        found = reconcile_balance(store, store.redis, b)
+        found = reconcile_balance(store, queue, b)
     assert (found.status, found.held_before, found.held_now) == ("ok", 7, 2 * PRICE)
     assert _held(store, b.id) == 2 * PRICE  # the live lease and the queued sale
     # the sale settled (the ledger debited it) but the sync that releases it was lost
-    store.redis.delete(keys.SETTLE_PENDING)
+    queue.delete(keys.SETTLE_PENDING)
     _fund(billing, -PRICE)
     with db.connection_context():
-        found = reconcile_balance(store, store.redis, b)
+        found = reconcile_balance(store, queue, b)
     assert (found.held_now, _held(store, b.id)) == (PRICE, PRICE)  # the live lease only
     assert int(store.redis.hget(keys.balance(b.id), "wallet")) == 4 * PRICE  # the ledger's newer figure
     assert leases.finish(store, live, "rejected", breaker_failures=3, breaker_cooldown_ms=400)

@@ -292,8 +292,10 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
 
     api.put_publisher("surge")
     store = make_store(redis_server.url)  # the claims' Redis (a cluster in the cluster run)
-    r = queue_server.client()  # the settlement lists' Redis
-    journal = settlement.Journal(r, queue(Redis(port=queue_server.port)), 600, claims=store)
+    # The settlement lists and their RQ queue on a database of their own: the run's RQ worker
+    # (started by an earlier test under xdist) drains db 0, and would settle these items first.
+    r = queue_server.client(db=7)
+    journal = settlement.Journal(r, queue(Redis(port=queue_server.port, db=7)), 600, claims=store)
     journal._watcher = threading.current_thread()  # no watcher thread: this test calls check_epoch itself
     pub = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
     items = []
