@@ -301,15 +301,16 @@ def test_a_token_the_claim_does_not_find_refuses_the_lead_and_frees_the_buyers_s
     api.put_buyer("acme", buyer_server.url("acme"), caps={"daily": 5})
     r = redis_server.client()
     assert '"status": "sold"' in _receive(counted, key, {"lead_id": "gone-1"})[0]
-    leases = r.zrange(keys.leases("acme"), 0, -1)  # the sale's, until the ledger has it
     seconds, micros = r.time()
     r.hset(keys.rate_bucket("surge"), mapping={"tokens": 0, "at": seconds * 1_000_000 + micros})
     refused, trips = _receive(counted, key, {"lead_id": "gone-2"})
     assert isinstance(refused, RateLimited) and refused.retry_after_s == 1
     assert trips == 2  # the claim with the reservation, then its withdrawal
     assert not r.exists(keys.lead_claim("surge", "gone-2")) and not r.exists(keys.lead_attempt("surge", "gone-2"))
+    # the slot given back: the sale's count only (the run's RQ worker may be settling that
+    # sale meanwhile, so its lease is not compared)
     assert api.get("/v1/admin/buyers/acme").json()["usage"]["daily"]["used"] == 1
-    assert r.zrange(keys.leases("acme"), 0, -1) == leases and len(acme.received) == 1
+    assert len(acme.received) == 1
     # seen empty now: the next lead's token is asked for on its own, before anything else
     again, trips = _receive(counted, key, {"lead_id": "gone-3"})
     assert isinstance(again, RateLimited) and trips == 1
