@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from webhooks.caps import rebuild
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODE = "invalid_lead"
+T = TypeVar("T")
 
 
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
@@ -430,32 +431,27 @@ class Intake:
         one). Returns the claim's answer and the first reservation, withdrawn again (a round
         trip more on that path only) when the claim is not ours, its token was refused, or a
         dead request's offer must be finished first."""
-        now_ms = int(ctx.now.timestamp() * 1000)
         opening = self.router.opening(ctx, route)
         bucket = toll.take()
-        if opening is None:
-            got = self.store.claim_lead(
+
+        def claim(on: Callable[..., T]) -> T:  # Store.claim_lead, or a batch's
+            return on(
                 ctx.key,
                 ctx.token,
                 ttl_ms=ctx.claim_ttl_ms,
-                now_ms=now_ms,
+                now_ms=int(ctx.now.timestamp() * 1000),
+                note=opening.note if opening else "",
                 note_ttl_ms=ctx.lease_ttl_ms,
                 caps=ctx.caps,
                 bucket=bucket,
             )
+
+        if opening is None:
+            got = claim(self.store.claim_lead)
             self._saw(ctx, got)
             return got, None
         with self.store.batch() as b:
-            claimed = b.claim_lead(
-                ctx.key,
-                ctx.token,
-                ttl_ms=ctx.claim_ttl_ms,
-                now_ms=now_ms,
-                note=opening.note,
-                note_ttl_ms=ctx.lease_ttl_ms,
-                caps=ctx.caps,
-                bucket=bucket,
-            )
+            claimed = claim(b.claim_lead)
             reserved = opening.queue(b)
         got, first = claimed.value, reserved.value
         self._saw(ctx, got)
