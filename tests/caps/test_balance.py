@@ -168,7 +168,7 @@ def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(sto
     # (a cluster run's worker drains the single Redis beside the cluster).
     queue = store.redis
     if not CLUSTER:
-        queue = make_store(redis_server.url.rsplit("/", 1)[0] + "/7").redis
+        queue = redis_server.client(db=7)
         queue.flushdb()
     b, billing = rule(daily=10), _billing()
     b = dataclasses.replace(b, billing=billing)
