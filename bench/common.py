@@ -7,6 +7,7 @@ import json
 import math
 import os
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -54,13 +55,15 @@ def cpu_model() -> str:
 
 def machine_info(**server_versions: str) -> dict[str, Any]:
     """What a reader needs to weigh the numbers: CPUs usable by this process (as `nproc`
-    counts them), CPU model, OS, Python, the UTC date, the load average (other work on the
-    machine skews timings), and any server versions passed in."""
+    counts them), CPU model, OS, Python and the interpreter it runs on (builds of one version
+    differ by a fifth in speed: scripts/setup-venv), the UTC date, the load average (other
+    work on the machine skews timings), and any server versions passed in."""
     return {
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_model": cpu_model(),
         "os": platform.platform(),
         "python": platform.python_version(),
+        "interpreter": os.path.realpath(sys._base_executable),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "loadavg_1m_5m_15m": [round(x, 2) for x in os.getloadavg()],
         **server_versions,
