@@ -197,6 +197,8 @@ def main() -> int:
     ap.add_argument("--what", help="what the lever changes, for the report's heading (--lever code)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="set in both arms")
     args = ap.parse_args()
+    if any("=" not in pair for pair in args.env):
+        ap.error("--env takes KEY=VALUE")
     both = dict(pair.split("=", 1) for pair in args.env)
     base_env, lever_env = ({**both, **env} for env in LEVERS[args.lever])
     if args.lever == "code" and not args.base_rev:
