@@ -55,9 +55,9 @@ def cpu_model() -> str:
 
 def machine_info(**server_versions: str) -> dict[str, Any]:
     """What a reader needs to weigh the numbers: CPUs usable by this process (as `nproc`
-    counts them), CPU model, OS, Python and the interpreter it runs on (builds of one version
-    differ by a fifth in speed: scripts/setup-venv), the UTC date, the load average (other
-    work on the machine skews timings), and any server versions passed in."""
+    counts them), CPU model, OS, Python and the interpreter it runs on (two builds of one
+    version ran some loops a quarter apart: bench/interpreter.py), the UTC date, the load
+    average (other work on the machine skews timings), and any server versions passed in."""
     return {
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_model": cpu_model(),
