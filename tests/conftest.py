@@ -17,8 +17,6 @@ import redis
 import requests
 import requests.adapters
 import requests.structures
-import rq
-import rq.worker
 
 from testkit import payments as testkit_payments
 from testkit.cluster import LocalCluster
@@ -265,17 +263,26 @@ def _let_the_worker_finish(queue: RedisServer, timeout_s: float = 10.0) -> None:
     """The run's RQ worker (session-wide, started by an earlier test) may be writing a batch an
     earlier test queued: its rows would land in the ledger after it is emptied (a publisher
     the next test creates would then not be fresh, and its first lead wait as after a Redis
-    loss). With the queues emptied first (no job starts after), wait while the worker runs a
-    job: from the moment it took the job, not only once the job has moved its batch. Likewise
-    an events drain (it holds the events lock while it runs): it would fan out and deliver the
+    loss). First nothing is left to start or take: the queues and the pending lists are
+    emptied. A batch a job took before that is in its processing list (lua/take_batch.lua
+    moves it there in one step), so waiting while a running job holds one covers every batch
+    in flight (a failed job's batch stays, for its retry: not waited for). Waiting for the
+    job itself would cost about a second a test: a drain job lingers for more. Likewise an
+    events drain (it holds the events lock while it runs): it would fan out and deliver the
     next test's events with the worker's settings."""
     client = redis.Redis.from_url(queue.url)
     try:
         queue.delete_keys("rq:queue:*")
+        client.delete(keys.SETTLE_PENDING, keys.WEBHOOK_CALLS_PENDING)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            busy = [w for w in rq.Worker.all(connection=client) if w.get_state() == rq.worker.WorkerStatus.BUSY]
-            if not busy and not client.exists(keys.OUTBOX_LOCK):
+            held = [
+                key.decode().rsplit(":", 1)[1]
+                for pattern in (keys.settle_processing("*"), keys.webhook_calls_processing("*"))
+                for key in client.scan_iter(match=pattern, count=1000)
+            ]
+            running = [j for j in held if client.hget(f"rq:job:{j}", "status") == b"started"]
+            if not running and not client.exists(keys.OUTBOX_LOCK):
                 return
             time.sleep(0.02)
     finally:
