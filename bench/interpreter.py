@@ -10,8 +10,7 @@ this machine, apart from the noise of a whole stack.
 
 The loops: recursive calls (fib 25), making objects and calling their methods (300,000), and
 encoding and decoding a lead-sized JSON object (50,000 times: the json module's C
-accelerator). Writes bench/out/interpreter.json and
-interpreter.md.
+accelerator). Writes bench/out/interpreter.json and interpreter.md.
 """
 
 from __future__ import annotations
