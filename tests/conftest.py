@@ -302,7 +302,9 @@ def clean(request):
             # emptying keys between tests is not a Redis data loss: the epoch stays
             server.delete_keys(keys.PREFIX + "*", keep=(keys.EPOCH,))
         # nor a job an earlier test queued and no worker ran: under xdist the tests before this
-        # one are not those of a serial run (a worker started by one of those drained them)
+        # one are not those of a serial run (a worker started by one of those drained them).
+        # Again after _let_the_worker_finish emptied them: a drain waited for may hand over to
+        # a new job as it ends, and a Redis started just now was not emptied there.
         queue.delete_keys("rq:queue:*")
     if "database_url" in request.fixturenames or "web" in request.fixturenames:
         request.getfixturevalue("database_url")
