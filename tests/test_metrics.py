@@ -120,12 +120,14 @@ def test_scrape_reports_replays_errors_payments_breakers_and_queues(metrics_web,
     api.settle_config()
     for _ in range(2):
         assert api.post_lead(key, {"lead_id": "r1"}).json()["status"] == "unsold"
+    assert api.post_lead(key, {"lead_id": "t1", "test": True}).json()["test"] is True
     assert api.post_lead("pk_unknown_0123456789", {}).status_code == 401
     assert requests.post(metrics_web.url + "/v1/webhooks/paystack", data=b"{}", timeout=10).status_code == 401
 
     scraped = samples(requests.get(metrics_web.url + "/metrics", timeout=10).text)
     assert value(scraped, "floodgate_leads_total", outcome="unsold") == 1
     assert value(scraped, "floodgate_leads_total", outcome="replayed") == 1
+    assert value(scraped, "floodgate_leads_total", outcome="test") == 1
     assert value(scraped, "floodgate_leads_total", outcome="error") == 1
     assert value(scraped, "floodgate_buyer_attempts_total", buyer_id="down", outcome="error") == 1
     assert value(scraped, "floodgate_payment_deliveries_total", provider="paystack", status="invalid_signature") == 1

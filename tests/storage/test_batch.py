@@ -83,7 +83,7 @@ def _take(intake: Intake, api_key_owner: str, lead_id: str, lead: dict) -> tuple
         received_at=datetime.now(timezone.utc),
         request_id=None,
     )
-    return answer, SENT[me] - before
+    return answer.text, SENT[me] - before
 
 
 def test_a_lead_sold_at_its_first_buyer_costs_two_round_trips(api, buyer_server, counted):
@@ -264,7 +264,7 @@ def _receive(intake: Intake, api_key: str, lead: dict) -> tuple[str | Exception,
     before = SENT[me]
     WHAT[me] = []
     try:
-        answer: str | Exception = intake.receive(snapshot, request)
+        answer: str | Exception = intake.receive(snapshot, request).text
     except (RateLimited, ValidationError) as exc:
         answer = exc
     return answer, SENT[me] - before

@@ -62,7 +62,7 @@ def _take(intake: Intake, publisher_id: str, lead_id: str, during: AbstractConte
             payload="{}",
             received_at=datetime.now(timezone.utc),
             request_id=None,
-        )
+        ).text
 
 
 def _queued(r, lead_id: str) -> list[dict]:

@@ -3,7 +3,6 @@ its answer sent back and counted; POST /v1/leads/check, the pre-ping (`Intake.ch
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timezone
 
@@ -31,8 +30,7 @@ def _count(resp: Response) -> Response:
     if resp.status_code == 409:
         outcome = "in_flight"
     elif resp.status_code == 200:
-        body = json.loads(g.get("lead_answer", "{}"))  # the answer as intake wrote it, not read back out of `resp`
-        outcome = "replayed" if body.get("replayed") else "test" if body.get("test") else str(body.get("status"))
+        outcome = g.get("lead_outcome", "error")  # as intake decided it (`Answered`), not read back out of `resp`
     started = g.get("lead_clock")
     metrics.lead_answered(outcome, None if started is None else time.perf_counter() - started)
     return resp
@@ -52,8 +50,9 @@ def _lead_request() -> LeadRequest:
 def post_lead() -> ResponseReturnValue:
     svc = services.current()
     lead_request = _lead_request()
-    answer = g.lead_answer = svc.intake.receive(svc.catalog.snapshot(), lead_request)
-    return Response(answer, mimetype="application/json")
+    answer = svc.intake.receive(svc.catalog.snapshot(), lead_request)
+    g.lead_outcome = answer.outcome
+    return Response(answer.text, mimetype="application/json")
 
 
 @bp.post("/v1/leads/check")

@@ -1,6 +1,7 @@
 """The lead path (docs/architecture.md "A lead"): authenticate the publisher, check the lead, claim
 its id, route it, answer, and hand the settlement to the ledger. No Flask here: the view
-passes the request's parts in and sends back what `Intake.take` returns."""
+passes the request's parts in, sends back the text of the `Answered` it gets and counts it by
+its outcome."""
 
 from __future__ import annotations
 
@@ -81,7 +82,24 @@ def parse_lead(body: Any) -> tuple[str, dict[str, Any]]:
     return lead_id, lead
 
 
-def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
+class Answered(NamedTuple):
+    """A lead's answer: its JSON text, and what it counts as in metrics.lead_answered."""
+
+    text: str
+    outcome: str  # "sold", "unsold", "test" (a test lead's) or "replayed"
+
+    @classmethod
+    def of(cls, answer: dict[str, Any]) -> Answered:
+        """The answer a lead routed now was given (settlement.answer_of)."""
+        return cls(json.dumps(answer), "test" if answer.get("test") else answer["status"])
+
+    @classmethod
+    def replayed(cls, answer: dict[str, Any]) -> Answered:
+        """A first answer given again, marked "replayed": true."""
+        return cls(json.dumps({**answer, "replayed": True}), "replayed")
+
+
+def _replay(held: str | None, publisher_id: str, lead_id: str) -> Answered:
     """The answer for a request that does not hold the lead's claim: the first answer with
     "replayed": true (leads/path/answers.py; its attempts from the ledger when the claim left them
     to it), or Conflict (in_flight) while another request routes the lead (or the claim is
@@ -93,7 +111,7 @@ def _replay(held: str | None, publisher_id: str, lead_id: str) -> str:
         answer = answers.recall(held, lead_id, lambda: _ledger_attempts(publisher_id, lead_id))
     except answers.AttemptsPending:
         raise Conflict("this lead's answer is being written to the ledger; retry", code="in_flight") from None
-    return json.dumps({**answer, "replayed": True})
+    return Answered.replayed(answer)
 
 
 def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | None:
@@ -174,8 +192,8 @@ class Intake:
             buckets=Buckets(cfg.publisher_rate_limit),
         )
 
-    def receive(self, snapshot: Snapshot, req: LeadRequest) -> str:
-        """A posted lead, from the request to its answer's JSON text: `admit` it, then `take`.
+    def receive(self, snapshot: Snapshot, req: LeadRequest) -> Answered:
+        """A posted lead, from the request to its answer: `admit` it, then `take`.
         Its token goes with its claim when the publisher's bucket was last seen full enough
         (leads/rules/publishers.py:Buckets); a request that ends before its claim takes it then
         (a 429 then replaces its answer, as it would have come first)."""
@@ -233,16 +251,16 @@ class Intake:
         request_id: str | None,
         test: bool = False,
         toll: Toll | None = None,
-    ) -> str:
-        """Route one lead; return the answer's JSON text (a replay returns the first answer
-        with "replayed": true). Raises Conflict (in_flight) while another request routes the
+    ) -> Answered:
+        """Route one lead; return its answer (a replay returns the first answer with
+        "replayed": true). Raises Conflict (in_flight) while another request routes the
         same lead id, Unavailable while caps are rebuilt or Redis is down. A `test` lead is
         claimed and answered like any other (a replay returns its answer) but only tried out
         (Router.try_out): nothing reserved, posted, earned or counted."""
         now = datetime.now(timezone.utc)
         route = self.router.select(snapshot, publisher, lead, now, test)
         if route.suppressed:  # refused before anything is claimed, reserved, counted or stored
-            return json.dumps({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
+            return Answered.of({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
         ctx = self._context(
             publisher=publisher,
             lead_id=lead_id,
@@ -274,7 +292,7 @@ class Intake:
         holder = settlement.end_in_time(self.settlement, ctx, outcome, item).holder
         if holder is not None:  # the claim expired under a stalled process: the holder's answer
             return _replay(holder, publisher.id, lead_id)
-        return json.dumps(settlement.answer_of(item))
+        return Answered.of(settlement.answer_of(item))
 
     def _context(
         self,
@@ -308,7 +326,7 @@ class Intake:
 
     def _claim_answer(
         self, ctx: LeadContext, got: LeadClaim, first: Reservation | None, snapshot: Snapshot
-    ) -> str | None:
+    ) -> Answered | None:
         """What the claim's outcome answers before any routing: a replay, a refusal (raised), or
         the ledger's answer when Redis lost the publisher's replay memory lately; None: route."""
         if got.outcome is ClaimOutcome.WAIT:
@@ -321,7 +339,7 @@ class Intake:
         if got.dead_note is None and claims.memory_gap(got.memory_mark, now_ms, self.replay_ttl_s):
             settled = self._settled_answer(ctx, first)
             if settled is not None:
-                return json.dumps({**json.loads(settled), "replayed": True})
+                return Answered.replayed(settled)
         return None
 
     def _route(
@@ -363,7 +381,7 @@ class Intake:
             )
         return outcome
 
-    def _settled_answer(self, ctx: LeadContext, first: Reservation | None) -> str | None:
+    def _settled_answer(self, ctx: LeadContext, first: Reservation | None) -> dict[str, Any] | None:
         """Redis lost the publisher's replay memory lately (its mark is young): ask the
         ledger before routing. A settled lead's answer is put back as the claim's value and
         returned (its first reservation withdrawn); None when the ledger has no such lead.
@@ -379,7 +397,6 @@ class Intake:
             raise
         if found is None:
             return None
-        answer = json.dumps(found)
         self.router.withdraw(first)
         try:
             with self.store.batch() as b:  # EVAL: no EVALSHA miss on a Redis that just lost its data
@@ -387,7 +404,7 @@ class Intake:
         except REDIS_DOWN:
             pass  # the answer is known; the claim expires and the next retry reads the ledger again
         log.warning("lead %s:%s answered from the ledger: Redis had lost its answer", ctx.publisher.id, ctx.lead_id)
-        return answer
+        return found
 
     def _refuse_after_claim_loss(self, ctx: LeadContext, mark_ms: int, snapshot: Snapshot) -> NoReturn:
         """Raise Unavailable: Redis lost its claims at about `mark_ms`, and a request that
