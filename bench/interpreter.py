@@ -25,9 +25,10 @@ from pathlib import Path
 
 from bench.common import machine_info, write_json, write_md
 
-# Run by each interpreter as `python -c`: prints {loop: ms} (the best of 3, as timeit advises).
+# Run by each interpreter as `python -c`: prints its version and {loop: ms} (the best of 3, as
+# timeit advises).
 LOOPS = r"""
-import json, time
+import json, platform, time
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 class Item:
@@ -53,7 +54,7 @@ for name, fn, arg in (("calls (fib 25)", fib, 25), ("objects (300,000)", objects
         took = (time.perf_counter() - t) * 1000
         best = took if best is None else min(best, took)
     out[name] = round(best, 2)
-print(json.dumps(out))
+print(json.dumps({"version": platform.python_version(), "ms": out}))
 """
 
 
@@ -62,12 +63,6 @@ def found() -> list[str]:
     candidates = [Path("/usr/bin/python3.11")]
     candidates += sorted(Path(os.path.expanduser("~/.pyenv/versions")).glob("3.11*/bin/python3.11"))
     return [str(p) for p in candidates if p.exists()]
-
-
-def version(python: str) -> str:
-    return subprocess.run(
-        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
-    ).stdout.strip()
 
 
 def main() -> int:
@@ -81,19 +76,22 @@ def main() -> int:
     if len(pythons) < 2:
         print(f"only {pythons} found on this machine: nothing to compare", file=sys.stderr)
         return 0
-    runs: dict[str, list[dict[str, float]]] = {p: [] for p in pythons}
+    runs: dict[str, list[dict]] = {p: [] for p in pythons}
     for r in range(args.rounds):
         for p in pythons if r % 2 == 0 else reversed(pythons):
             runs[p].append(
                 json.loads(subprocess.run([p, "-c", LOOPS], capture_output=True, text=True, check=True).stdout)
             )
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    loops = list(runs[pythons[0]][0])
+    loops = list(runs[pythons[0]][0]["ms"])
     data = {
         "machine": machine_info(),
         "rounds": args.rounds,
         "interpreters": {
-            p: {"version": version(p), "ms": {k: statistics.median(x[k] for x in runs[p]) for k in loops}}
+            p: {
+                "version": runs[p][0]["version"],
+                "ms": {k: statistics.median(x["ms"][k] for x in runs[p]) for k in loops},
+            }
             for p in pythons
         },
     }
