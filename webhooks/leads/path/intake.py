@@ -271,9 +271,11 @@ class Intake:
             test=test,
             route=route,
         )
-        got, first = self._claim(ctx, route, toll or Toll())
+        toll = toll or Toll()
+        got, first = self._claim(ctx, route, toll)
         if got.outcome is ClaimOutcome.THROTTLED:  # other processes took the bucket's last tokens
-            refuse(publisher.id, self.buckets.limit(publisher) or (0, 0), got.wait_ms)
+            assert toll.bucket is not None  # only a claim that carried the lead's token is throttled
+            refuse(publisher.id, toll.bucket, got.wait_ms)
         early = self._claim_answer(ctx, got, first, snapshot)
         if early is not None:
             return early
