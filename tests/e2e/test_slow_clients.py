@@ -1,12 +1,15 @@
-"""Slow clients against the real gunicorn (API.md "Inbound connections are bounded"): 2,200
-connections trickling bodies leave /healthz and a publisher's lead answered, and a request
+"""Slow and fast clients against the real gunicorn (API.md "Inbound connections are bounded"):
+2,200 connections trickling bodies leave /healthz and a publisher's lead answered, and a request
 whose headers or body trickle past REQUEST_READ_TIMEOUT_MS is closed unanswered, while a lead
-that waits on its buyer, or a keep-alive connection idle between requests, is not."""
+that waits on its buyer, or a keep-alive connection idle between requests, is not; connections
+that pipeline requests take turns."""
 
 from __future__ import annotations
 
 import http.client
+import os
 import select
+import signal
 import socket
 import time
 
@@ -160,4 +163,57 @@ def test_a_request_trickled_past_the_read_timeout_is_closed_but_a_slow_buyer_or_
             conn.close()
     finally:
         api.http.close()
+        web.stop()
+
+
+PIPELINED = 200
+
+
+def read_answers(sock: socket.socket, count: int) -> bytes:
+    """Read until `count` answers have come (each starts with its status line)."""
+    got = b""
+    while got.count(b"HTTP/1.1 ") < count:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {got.count(b'HTTP/1.1 ')} answers of {count}"
+        got += chunk
+    return got
+
+
+def test_connections_that_pipeline_requests_take_turns(base_env, tmp_path):
+    """What one client sends must not decide when another is answered. Two keep-alive
+    connections to one worker each send 200 requests at once, pipelined; requests that need no
+    I/O (404s) never make a socket call block, so gevent alone would serve one connection's 200
+    before the other's first. The worker takes turns: its access log alternates."""
+    access = tmp_path / "access.log"
+    web = WebServer({**base_env, "ACCESS_LOG": str(access)}, tmp_path / "web.log", workers=1)
+    conns: list[socket.socket] = []
+    try:
+        for name in "ab":  # both accepted, and waiting for their next request
+            sock = socket.create_connection(("127.0.0.1", web.port), timeout=CLIENT_TIMEOUT_S)
+            conns.append(sock)
+            sock.sendall(f"GET /turns-{name}-first HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert read_answers(sock, 1).startswith(b"HTTP/1.1 404 ")
+        [worker] = child_pids(web.pid)
+        os.kill(worker, signal.SIGSTOP)  # both pipelines arrive whole before the worker reads either
+        try:
+            for name, sock in zip("ab", conns):
+                requests_ = (f"GET /turns-{name}-{i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" for i in range(PIPELINED))
+                sock.sendall("".join(requests_).encode())
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        for sock in conns:
+            assert read_answers(sock, PIPELINED).count(b"HTTP/1.1 404 ") == PIPELINED
+
+        def served() -> list[str] | None:
+            names = [line.split("/turns-")[1][0] for line in access.read_text().splitlines() if "/turns-" in line]
+            return names[2:] if len(names) == 2 + 2 * PIPELINED else None
+
+        order = wait_until(served, timeout=30, what="the access log's lines")
+        runs = [1]
+        for before, after in zip(order, order[1:]):
+            runs.append(runs[-1] + 1 if after == before else 1)
+        assert max(runs) <= 4, f"one connection served {max(runs)} requests in a row: {''.join(order)[:80]}"
+    finally:
+        for sock in conns:
+            sock.close()
         web.stop()

@@ -1,6 +1,7 @@
 """The `web` process's gunicorn worker: gevent's, with a total read deadline per request
-(REQUEST_READ_TIMEOUT_MS, docs/api.md "Inbound connections are bounded"), and the open-files limit
-its connections need. docs/operations.md says what each costs and what to put in front."""
+(REQUEST_READ_TIMEOUT_MS, docs/api.md "Inbound connections are bounded"), a turn for every
+connection between one connection's requests, and the open-files limit its connections need.
+docs/operations.md says what each costs and what to put in front."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ from webhooks.web.http import body_limit
 # read and thrown away to keep the connection; past it the connection is closed (gunicorn's own
 # figure, http/parser.py _DRAIN_MAX_BYTES).
 DRAIN_MAX_BYTES = 64 * 1024
+
+# gevent switches greenlets only where a socket call would block. A keep-alive client that sends
+# its next request at once (or many pipelined), served by backends that answer at once (Redis on
+# the same host), never blocks: its greenlet would serve request after request while the
+# worker's other connections wait unread (bench/REPORT.md part 39: a p99 of 1.4 s against 66 ms
+# at 50 connections). A positive sleep, however short, resumes only after the event loop's next
+# poll (gevent.sleep's documentation; sleep(0) may resume before it), so after each request
+# every connection whose bytes have arrived takes its turn before this one's next request.
+TURN_S = 1e-6
 
 T = TypeVar("T")
 
@@ -92,8 +102,9 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no t
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
         """Read the body (up to the cap) before the app runs, as a buffering proxy would: a
         client that trickles it costs a greenlet and a descriptor, never a request in Flask,
-        and the app's own time never counts against the client. Then serve the request, and
-        read what is left of the body within the same budget before the next one."""
+        and the app's own time never counts against the client. Then serve the request, read
+        what is left of the body within the same budget, and let the worker's other connections
+        take their turn (TURN_S) before this one's next request."""
         body = req.body
         limit = body_limit(req.path or "", self.max_body_bytes)
         declared = next((v for name, v in req.headers if name == "CONTENT-LENGTH"), None)
@@ -106,6 +117,7 @@ class DeadlineWorker(GeventWorker):  # type: ignore[misc]  # gunicorn ships no t
         if not _drained(body):
             raise StopIteration  # gunicorn's way to close the connection after an answer
         sock.request_done()
+        gevent.sleep(TURN_S)  # every other connection with bytes waiting is served first
         return bool(kept)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
