@@ -197,8 +197,8 @@ def test_connections_that_pipeline_requests_take_turns(base_env, tmp_path):
         os.kill(worker, signal.SIGSTOP)  # both pipelines arrive whole before the worker reads either
         try:
             for name, sock in zip("ab", conns):
-                requests_ = (f"GET /turns-{name}-{i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" for i in range(PIPELINED))
-                sock.sendall("".join(requests_).encode())
+                pipeline = (f"GET /turns-{name}-{i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" for i in range(PIPELINED))
+                sock.sendall("".join(pipeline).encode())
         finally:
             os.kill(worker, signal.SIGCONT)
         for sock in conns:

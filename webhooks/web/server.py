@@ -28,9 +28,9 @@ DRAIN_MAX_BYTES = 64 * 1024
 # its next request at once (or many pipelined), served by backends that answer at once (Redis on
 # the same host), never blocks: its greenlet would serve request after request while the
 # worker's other connections wait unread (bench/REPORT.md part 39: wrk's p99 0.9-1.3 s against
-# 69-77 ms at 50 connections). A positive sleep, however short, resumes only after the event loop's next
-# poll (gevent.sleep's documentation; sleep(0) may resume before it), so after each request
-# every connection whose bytes have arrived takes its turn before this one's next request.
+# 69-77 ms at 50 connections). A positive sleep, however short, resumes only after the event
+# loop's next poll (gevent.sleep's documentation; sleep(0) may resume before it), so after each
+# request every connection whose bytes have arrived takes its turn before this one's next one.
 TURN_S = 1e-6
 
 T = TypeVar("T")
