@@ -30,7 +30,7 @@ def _count(resp: Response) -> Response:
     if resp.status_code == 409:
         outcome = "in_flight"
     elif resp.status_code == 200:
-        outcome = g.get("lead_outcome", "error")  # as intake decided it (`Answered`), not read back out of `resp`
+        outcome = g.get("lead_outcome", "error")  # as intake decided it (`LeadAnswer`), not read back out of `resp`
     started = g.get("lead_clock")
     metrics.lead_answered(outcome, None if started is None else time.perf_counter() - started)
     return resp

@@ -1,6 +1,6 @@
 """The lead path (docs/architecture.md "A lead"): authenticate the publisher, check the lead, claim
 its id, route it, answer, and hand the settlement to the ledger. No Flask here: the view
-passes the request's parts in, sends back the text of the `Answered` it gets and counts it by
+passes the request's parts in, sends back the text of the `LeadAnswer` it gets and counts it by
 its outcome."""
 
 from __future__ import annotations
@@ -82,24 +82,24 @@ def parse_lead(body: Any) -> tuple[str, dict[str, Any]]:
     return lead_id, lead
 
 
-class Answered(NamedTuple):
+class LeadAnswer(NamedTuple):
     """A lead's answer: its JSON text, and what it counts as in metrics.lead_answered."""
 
     text: str
     outcome: str  # "sold", "unsold", "test" (a test lead's) or "replayed"
 
     @classmethod
-    def of(cls, answer: dict[str, Any]) -> Answered:
+    def of(cls, answer: dict[str, Any]) -> LeadAnswer:
         """The answer a lead routed now was given (settlement.answer_of)."""
         return cls(json.dumps(answer), "test" if answer.get("test") else answer["status"])
 
     @classmethod
-    def replayed(cls, answer: dict[str, Any]) -> Answered:
+    def replayed(cls, answer: dict[str, Any]) -> LeadAnswer:
         """A first answer given again, marked "replayed": true."""
         return cls(json.dumps({**answer, "replayed": True}), "replayed")
 
 
-def _replay(held: str | None, publisher_id: str, lead_id: str) -> Answered:
+def _replay(held: str | None, publisher_id: str, lead_id: str) -> LeadAnswer:
     """The answer for a request that does not hold the lead's claim: the first answer with
     "replayed": true (leads/path/answers.py; its attempts from the ledger when the claim left them
     to it), or Conflict (in_flight) while another request routes the lead (or the claim is
@@ -111,7 +111,7 @@ def _replay(held: str | None, publisher_id: str, lead_id: str) -> Answered:
         answer = answers.recall(held, lead_id, lambda: _ledger_attempts(publisher_id, lead_id))
     except answers.AttemptsPending:
         raise Conflict("this lead's answer is being written to the ledger; retry", code="in_flight") from None
-    return Answered.replayed(answer)
+    return LeadAnswer.replayed(answer)
 
 
 def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | None:
@@ -192,7 +192,7 @@ class Intake:
             buckets=Buckets(cfg.publisher_rate_limit),
         )
 
-    def receive(self, snapshot: Snapshot, req: LeadRequest) -> Answered:
+    def receive(self, snapshot: Snapshot, req: LeadRequest) -> LeadAnswer:
         """A posted lead, from the request to its answer: `admit` it, then `take`.
         Its token goes with its claim when the publisher's bucket was last seen full enough
         (leads/rules/publishers.py:Buckets); a request that ends before its claim takes it then
@@ -251,7 +251,7 @@ class Intake:
         request_id: str | None,
         test: bool = False,
         toll: Toll | None = None,
-    ) -> Answered:
+    ) -> LeadAnswer:
         """Route one lead; return its answer (a replay returns the first answer with
         "replayed": true). Raises Conflict (in_flight) while another request routes the
         same lead id, Unavailable while caps are rebuilt or Redis is down. A `test` lead is
@@ -260,7 +260,7 @@ class Intake:
         now = datetime.now(timezone.utc)
         route = self.router.select(snapshot, publisher, lead, now, test)
         if route.suppressed:  # refused before anything is claimed, reserved, counted or stored
-            return Answered.of({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
+            return LeadAnswer.of({"lead_id": lead_id, "status": LeadStatus.UNSOLD.value, "reason": SUPPRESSED})
         ctx = self._context(
             publisher=publisher,
             lead_id=lead_id,
@@ -294,7 +294,7 @@ class Intake:
         holder = settlement.end_in_time(self.settlement, ctx, outcome, item).holder
         if holder is not None:  # the claim expired under a stalled process: the holder's answer
             return _replay(holder, publisher.id, lead_id)
-        return Answered.of(settlement.answer_of(item))
+        return LeadAnswer.of(settlement.answer_of(item))
 
     def _context(
         self,
@@ -328,7 +328,7 @@ class Intake:
 
     def _claim_answer(
         self, ctx: LeadContext, got: LeadClaim, first: Reservation | None, snapshot: Snapshot
-    ) -> Answered | None:
+    ) -> LeadAnswer | None:
         """What the claim's outcome answers before any routing: a replay, a refusal (raised), or
         the ledger's answer when Redis lost the publisher's replay memory lately; None: route."""
         if got.outcome is ClaimOutcome.WAIT:
@@ -341,7 +341,7 @@ class Intake:
         if got.dead_note is None and claims.memory_gap(got.memory_mark, now_ms, self.replay_ttl_s):
             settled = self._settled_answer(ctx, first)
             if settled is not None:
-                return Answered.replayed(settled)
+                return LeadAnswer.replayed(settled)
         return None
 
     def _route(
