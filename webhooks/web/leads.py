@@ -11,7 +11,7 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
 from webhooks.leads.path.intake import LeadRequest
-from webhooks.web.http import json_body
+from webhooks.web.http import json_body, request_id
 
 bp = Blueprint("leads", __name__)
 
@@ -42,7 +42,7 @@ def _lead_request() -> LeadRequest:
         body=json_body,
         text=lambda: request.get_data(as_text=True),
         received_at=datetime.now(timezone.utc),
-        request_id=g.request_id,
+        request_id=request_id(),
     )
 
 

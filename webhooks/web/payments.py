@@ -16,6 +16,7 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from webhooks import metrics, services
 from webhooks.payments import signatures
+from webhooks.web.http import request_id
 
 bp = Blueprint("payments", __name__)
 
@@ -37,7 +38,7 @@ def receive(provider: str) -> Response:
     payments = services.current().payments
     payments.secrets_of(provider)  # reject: 404 or 503, the body not even read
     headers = cast("Mapping[str, str]", request.headers)  # Headers: get (any case), items, []
-    answer = payments.receive(provider, request.get_data(cache=True), headers, g.get("request_id"), time.time())
+    answer = payments.receive(provider, request.get_data(cache=True), headers, request_id(), time.time())
     body = answer.body()
     g.payment_status = body["status"]
     resp = jsonify(body)
