@@ -2,7 +2,11 @@
 bench/e2e.py's stack while wrk drives the payment path (2,000 payments × 5, shuffled) or the
 lead path at 50 connections.
 
-    python -m bench.profile [--path payments|leads|both] [--seconds 12] [--wall]
+    python -m bench.profile [--path payments|leads|both] [--seconds 12] [--wall] [--arm plain]
+
+`--arm plain` samples the plain seed's web worker instead (bench/plain_seed, started as
+bench/versus.py starts it: the same gunicorn settings, its own Redis and database) under the
+same load, so that the two arms' costs per request can be set side by side.
 
 Samples are taken only while the worker holds the GIL (`py-spy --gil`): its CPU. Without it
 (`--wall`) a worker preempted on a busy 2-core machine is sampled where the scheduler stopped
@@ -26,10 +30,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench import stack as stack_mod
 from bench.common import OUT, machine_info, write_json, write_md
 from bench.e2e import Stack, log, warm, wrk
 from bench.knee import lua_list, wrk_payments
 from bench.levers import PAYSTACK_FIRST, first_deliveries
+from bench.versus import start_plain
 from testkit.config import SECRETS
 from testkit.servers import venv_bin
 
@@ -48,8 +54,11 @@ LAYERS = (
 )
 # A sample of another thread waiting on a lock (gevent's thread pool) is not the worker's work.
 IDLE_THREAD = "acquire_with_timeout ("
-# Per path, the frame of its own entry point: the steps are the frames called from it.
-ENTRY = {"payments": "PaymentWebhooks.receive (", "leads": "Intake.take ("}
+# Per arm and path, the frame of its own entry point: the steps are the frames called from it.
+ENTRY = {
+    "floodgate": {"payments": "PaymentWebhooks.receive (", "leads": "Intake.take ("},
+    "plain": {"payments": "paystack (bench/plain_seed/app.py", "leads": "post_lead (bench/plain_seed/app.py"},
+}
 
 
 def package(frame: str) -> str:
@@ -97,21 +106,31 @@ def steps(raw: str, entry: str) -> list[tuple[str, int]]:
     return by_step.most_common(12)
 
 
-def profile(path: str, seconds: int, gil: bool) -> list[str]:
-    """Run one path under wrk while py-spy samples a web worker; its markdown lines."""
-    raw_path = OUT / f"profile-{path}.txt"
+def profile(path: str, seconds: int, gil: bool, arm: str = "floodgate") -> list[str]:
+    """Run one path of `arm` under wrk while py-spy samples a web worker; its markdown lines."""
+    raw_path = OUT / f"profile-{path}{'' if arm == 'floodgate' else '-' + arm}.txt"
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-profile-")))
         stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
-        worker = stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
+        url, worker = stack.web.url, stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
+        if arm == "plain":
+            buyer_url = f"http://127.0.0.1:{stack.buyer.args[-1]}/acme"
+            redis = stack_mod.redis(es, tmp, "plain-redis")
+            plain = start_plain(
+                es, tmp, {**stack.base.env}, redis.url, stack_mod.database(es, tmp, mysql_only=True), buyer_url, "plain"
+            )
+            url = plain.url  # type: ignore[attr-defined]
+            worker = int(
+                subprocess.run(["pgrep", "-P", str(plain.proc.pid)], capture_output=True, text=True).stdout.split()[0]
+            )
         if path == "payments":  # the first-delivery mix: most requests a durable credit
             deliveries = first_deliveries("profile", PAYSTACK_FIRST, random.Random(16))
             listing = tmp / "deliveries.lua"
             lua_list(deliveries, listing)
-            run = lambda: wrk_payments(stack.web.url, listing, 50, seconds + 3)  # noqa: E731
+            run = lambda: wrk_payments(url, listing, 50, seconds + 3)  # noqa: E731
         else:
-            warm(stack.web.url, 50, "warm")
-            run = lambda: wrk(stack.web.url, 50, seconds + 3, "profile")  # noqa: E731
+            warm(url, 50, "warm")
+            run = lambda: wrk(url, 50, seconds + 3, "profile")  # noqa: E731
         result: dict = {}
         load = threading.Thread(target=lambda: result.update(run()))
         load.start()
@@ -138,10 +157,10 @@ def profile(path: str, seconds: int, gil: bool) -> list[str]:
         load.join()
     raw = raw_path.read_text()
     total, leaves, layers, packages = summarize(raw)
-    log(f"{path}: {total} samples, {result.get('rps')} requests/s")
+    log(f"{arm} {path}: {total} samples, {result.get('rps')} requests/s")
     sampled = "while it held the GIL (its CPU)" if gil else "whenever it was not idle (wall time)"
     lines = [
-        f"### The {path} path"
+        f"### The {path} path{'' if arm == 'floodgate' else ' of the plain seed'}"
         + (" (first deliveries: 6,000 Paystack payments × 5, shuffled)" if path == "payments" else ""),
         "",
         f"`py-spy record -r 200 -f raw{' --gil' if gil else ''}` of one of the two gunicorn workers for "
@@ -153,8 +172,9 @@ def profile(path: str, seconds: int, gil: bool) -> list[str]:
         "|---|---|",
     ]
     lines += [f"| {name} | {n / total:.1%} |" for name, n in layers]
-    lines += ["", f"| step (called by `{ENTRY[path].rstrip(' (')}`) | share |", "|---|---|"]
-    lines += [f"| `{name}` | {n / total:.1%} |" for name, n in steps(raw, ENTRY[path])]
+    entry = ENTRY[arm][path]
+    lines += ["", f"| step (called by `{entry.split(' (')[0]}`) | share |", "|---|---|"]
+    lines += [f"| `{name}` | {n / total:.1%} |" for name, n in steps(raw, entry)]
     lines += ["", "| package where the sample was taken (self time) | share |", "|---|---|"]
     lines += [f"| {name} | {n / total:.1%} |" for name, n in packages]
     lines += ["", "| function where the sample was taken (self time) | share |", "|---|---|"]
@@ -167,15 +187,17 @@ def main() -> int:
     ap.add_argument("--path", choices=("payments", "leads", "both"), default="both")
     ap.add_argument("--seconds", type=int, default=12)
     ap.add_argument("--wall", action="store_true", help="sample a worker whenever it is not idle, not its CPU")
+    ap.add_argument("--arm", choices=("floodgate", "plain"), default="floodgate", help="whose web worker to sample")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
     lines = [f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}.", ""]
     for path in ("payments", "leads") if args.path == "both" else (args.path,):
-        lines += profile(path, args.seconds, gil=not args.wall)
+        lines += profile(path, args.seconds, gil=not args.wall, arm=args.arm)
     write_json("profile.json", {"machine": machine})
-    write_md("profile.md", "\n".join(lines))
-    log(f"wrote {OUT / 'profile.md'}")
+    name = "profile.md" if args.arm == "floodgate" else f"profile-{args.arm}.md"
+    write_md(name, "\n".join(lines))
+    log(f"wrote {OUT / name}")
     return 0
 
 
