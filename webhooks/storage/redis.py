@@ -173,6 +173,28 @@ def make_redis(url: str, max_connections: int = 64) -> redis.Redis | RedisCluste
     return redis.Redis(connection_pool=pool)
 
 
+def _send(client: redis.Redis, command: tuple[Any, ...]) -> Any:
+    """One command on a connection of the client's pool, and its reply as the server sent
+    it (a script's: redis-py has no callback for EVALSHA's), as `client.execute_command` runs
+    it, without the rest of redis-py 8's path: its checks of the arguments, its observability
+    hooks and its retry wrapper (bench/REPORT.md part 40). A connection cut off mid-command (an
+    error, a request's deadline) closes itself (redis-py's send and read do), so none goes
+    back to the pool with a reply unread. make_redis's connections retry nothing, as here; a
+    client whose connections retry (redis.Redis's own pool) sends the command again through
+    its own path."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_command(*command)  # type: ignore[no-untyped-call]
+        return conn.read_response()
+    except (redis.ConnectionError, redis.TimeoutError):
+        if not conn.retry.get_retries():
+            raise
+    finally:
+        pool.release(conn)
+    return client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
 class Store:
     """A Redis client (one server or a cluster) with Floodgate's Lua scripts registered on it
     once (the way alisaifee/limits' RedisStorage keeps its scripts), each reached through one
@@ -199,8 +221,12 @@ class Store:
         command of its own: Script's call re-imports Pipeline and checks the client against it
         on every call (about 14 µs of a web worker's CPU)."""
         script = self.scripts[call.name]
+        command = ("EVALSHA", script.sha, len(call.keys), *call.keys, *call.args)
         try:
-            raw = self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            if isinstance(self.redis, RedisCluster):
+                raw = self.redis.execute_command(*command)
+            else:
+                raw = _send(self.redis, command)
         except NoScriptError:
             raw = script(keys=list(call.keys), args=list(call.args))
         return call.read(raw)
