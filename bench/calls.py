@@ -1,0 +1,239 @@
+"""CPU and Python calls per first payment delivery, in one process: the whole Flask app (the
+request id, the view, verification, parsing, the gate, the credit, the finish, the answer) on
+MariaDB and a private Redis, without gunicorn, gevent or a load generator. The end-to-end
+benches resolve a change of about 5 % at best on this shared machine; the calls a delivery
+makes (cProfile) are the same run after run, and CPU per delivery with nothing else in the
+process moves by 2-3 %, so a lever of a few per cent shows here first.
+
+    python -m bench.calls [--base-rev REV] [--deliveries 1500] [--batches 7] [--rounds 2]
+
+Each arm is a child process on a worktree of its revision (HEAD, and REV when given), with a
+database and a Redis of its own; the arms alternate for `--rounds`. A child signs fresh
+Paystack payments (testkit/payments.py), sends 300 to warm up, then `--batches` batches of
+`--deliveries`, timing each with `time.process_time`; then one more batch under cProfile
+for the calls. Writes bench/out/calls.md and calls.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __name__ == "__main__":  # run as a script (a child): bench/ itself off the path, where its
+    # profile.py would stand for the standard library's (cProfile imports it)
+    if sys.path and Path(sys.path[0]).resolve() == ROOT / "bench":
+        sys.path.pop(0)
+    if "--child" not in sys.argv:
+        sys.path.insert(0, str(ROOT))
+
+from bench import stack as stack_mod
+from bench.common import OUT, machine_info, write_json, write_md
+from bench.e2e import log
+from testkit.servers import venv_bin
+
+STDLIB = os.path.dirname(os.__file__) + "/"
+
+
+def package(filename: str) -> str:
+    """Where a profiled function lives: a site-package, a module of webhooks/, the standard
+    library's module, or `~` for built-ins."""
+    if "site-packages/" in filename:
+        return filename.split("site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
+    if "/webhooks/" in filename:
+        return "webhooks/" + filename.split("/webhooks/", 1)[1].split("/", 1)[0].removesuffix(".py")
+    if filename.startswith(STDLIB):
+        return "stdlib " + filename[len(STDLIB) :].split("/", 1)[0].removesuffix(".py")
+    return "built-ins" if filename == "~" else filename.rsplit("/", 1)[-1]
+
+
+def child(deliveries: int, batches: int) -> dict:
+    """Measure the code this process imports (the caller set sys.path and the environment)."""
+    import cProfile
+    import pstats
+    import random
+
+    from testkit.payments import encode, payload, signed_headers
+    from webhooks import create_app
+
+    app = create_app()
+    rng = random.Random(16)
+    tag = f"calls{os.getpid()}"
+    sent = 0
+
+    def batch(n: int) -> list[tuple[dict, bytes]]:
+        nonlocal sent
+        out = []
+        for i in range(sent, sent + n):
+            raw = encode(payload("paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"p{i % 500}@x.io"))
+            environ = {
+                "REQUEST_METHOD": "POST",
+                "PATH_INFO": "/v1/webhooks/paystack",
+                "SCRIPT_NAME": "",
+                "QUERY_STRING": "",
+                "SERVER_NAME": "127.0.0.1",
+                "SERVER_PORT": "80",
+                "SERVER_PROTOCOL": "HTTP/1.1",
+                "wsgi.url_scheme": "http",
+                "wsgi.input_terminated": True,
+                "wsgi.errors": sys.stderr,
+                "REMOTE_ADDR": "127.0.0.1",
+                "HTTP_HOST": "127.0.0.1",
+                "CONTENT_TYPE": "application/json",
+                "CONTENT_LENGTH": str(len(raw)),
+            }
+            for name, value in signed_headers("paystack", raw).items():
+                if name.lower() != "content-type":
+                    environ["HTTP_" + name.upper().replace("-", "_")] = value
+            out.append((environ, raw))
+        sent += n
+        return out
+
+    statuses: Counter[str] = Counter()
+
+    def start_response(status: str, headers: list, exc_info: object = None) -> object:
+        statuses[status] += 1
+        return lambda _data: None
+
+    def send(requests: list[tuple[dict, bytes]]) -> None:
+        for environ, raw in requests:
+            for _ in app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response):
+                pass
+
+    send(batch(300))
+    cpu_us = []
+    for _ in range(batches):
+        requests = batch(deliveries)
+        started = time.process_time()
+        send(requests)
+        cpu_us.append((time.process_time() - started) / deliveries * 1e6)
+    requests = batch(deliveries)
+    profile = cProfile.Profile()
+    profile.enable()
+    send(requests)
+    profile.disable()
+    calls: Counter[str] = Counter()
+    for (filename, _line, _name), (_cc, ncalls, *_rest) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
+        calls[package(filename)] += ncalls
+    if set(statuses) != {"200 OK"}:
+        raise SystemExit(f"not every delivery was credited: {dict(statuses)}")
+    return {
+        "cpu_us": [round(x, 1) for x in cpu_us],
+        "cpu_us_median": round(statistics.median(cpu_us), 1),
+        "calls": round(sum(calls.values()) / deliveries, 1),
+        "calls_by_package": {k: round(v / deliveries, 1) for k, v in calls.most_common()},
+    }
+
+
+def one_arm(code: Path, deliveries: int, batches: int) -> dict:
+    """A child process measuring `code` on its own Redis and database."""
+    with ExitStack() as es:
+        tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
+        base = stack_mod.base(es, tmp, mysql_only=True, code=code)
+        # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
+        # from before bench/calls.py existed can be measured too.
+        out = subprocess.run(
+            [venv_bin("python"), __file__, "--child", "--deliveries", str(deliveries), "--batches", str(batches)],
+            env={**base.env, "PYTHONPATH": str(code), "LOG_LEVEL": "warning"},
+            cwd=code,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def render(d: dict) -> str:
+    arms = d["arms"]
+    lines = [
+        "### CPU and Python calls per first payment delivery, in process (bench/calls.py)",
+        "",
+        f"Machine: {', '.join(f'{k} {v}' for k, v in d['machine'].items())}.",
+        "",
+        f"{d['rounds']} rounds, arms alternated; per round {d['batches']} batches of {d['deliveries']} first "
+        "Paystack deliveries through the Flask app (MariaDB, a private Redis), CPU per delivery the median of "
+        "the batches; then one batch under cProfile for the calls. "
+        + ", ".join(f"{name} at {rev}" for name, rev in d["revs"].items())
+        + ".",
+        "",
+        "| arm | CPU µs per delivery, each round | calls per delivery |",
+        "|---|---|---|",
+    ]
+    for name, rounds in arms.items():
+        cpu = ", ".join(f"{r['cpu_us_median']:g}" for r in rounds)
+        lines.append(f"| {name} | {cpu} | {rounds[-1]['calls']:g} |")
+    if len(arms) == 2:
+        (a, ra), (b, rb) = arms.items()
+        ratio = statistics.median(r["cpu_us_median"] for r in rb) / statistics.median(r["cpu_us_median"] for r in ra)
+        lines += ["", f"{b} / {a}: CPU per delivery **{ratio:.2f}** (medians of the rounds)."]
+    packages = sorted(
+        {p for rounds in arms.values() for p in rounds[-1]["calls_by_package"]},
+        key=lambda p: -max(rounds[-1]["calls_by_package"].get(p, 0) for rounds in arms.values()),
+    )[:15]
+    lines += ["", "| calls per delivery in | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for p in packages:
+        lines.append(
+            f"| {p} | " + " | ".join(f"{rounds[-1]['calls_by_package'].get(p, 0):g}" for rounds in arms.values()) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-rev", help="a revision to set beside HEAD")
+    ap.add_argument("--deliveries", type=int, default=1500)
+    ap.add_argument("--batches", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        from testkit.config import SECRETS
+
+        os.environ.update(SECRETS)
+        print(json.dumps(child(args.deliveries, args.batches)))
+        return 0
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    revs = {"head": head.stdout.strip()}
+    if args.base_rev:
+        revs = {"base": args.base_rev, **revs}
+    codes = {}
+    for name, rev in revs.items():
+        codes[name] = Path(tempfile.mkdtemp(prefix=f"fg-calls-{name}-"))
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(codes[name]), rev], cwd=ROOT, check=True, capture_output=True
+        )
+    arms: dict[str, list] = {name: [] for name in revs}
+    try:
+        for i in range(args.rounds):
+            for name in list(revs) if i % 2 == 0 else list(reversed(revs)):
+                arms[name].append(one_arm(codes[name], args.deliveries, args.batches))
+                log(f"round {i + 1} {name}: {arms[name][-1]['cpu_us_median']} µs, {arms[name][-1]['calls']} calls")
+    finally:
+        for path in codes.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
+    data = {
+        "revs": revs,
+        "rounds": args.rounds,
+        "batches": args.batches,
+        "deliveries": args.deliveries,
+        "arms": arms,
+        "machine": machine_info(),
+    }
+    write_json("calls.json", data)
+    write_md("calls.md", render(data))
+    log(f"wrote {OUT / 'calls.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
