@@ -79,10 +79,10 @@ def test_a_command_cut_off_by_a_deadline_leaves_no_reply_for_the_next(client):
         raise Deadline
 
     previous = signal.signal(signal.SIGALRM, cut_off)
-    signal.setitimer(signal.ITIMER_REAL, 0.2)  # while BLPOP waits: its reply comes later
     try:
         with pytest.raises(Deadline):
-            _send(client, ("BLPOP", "fg:test:list", 1))
+            signal.setitimer(signal.ITIMER_REAL, 0.2)  # while BLPOP waits: its reply comes 5 s later
+            _send(client, ("BLPOP", "fg:test:list", 5))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -98,7 +98,7 @@ def test_a_command_that_times_out_leaves_no_reply_for_the_next(redis_server):
     try:
         client.delete("fg:test:list")
         with pytest.raises(redis.TimeoutError):
-            _send(client, ("BLPOP", "fg:test:list", 1))  # the reply, nil, comes after 1 s
+            _send(client, ("BLPOP", "fg:test:list", 5))  # the reply, nil, comes after 5 s
         assert _send(client, ("RPUSH", "fg:test:list", "x")) == 1  # not BLPOP's late nil
         assert _send(client, ("LLEN", "fg:test:list")) == 1
     finally:
