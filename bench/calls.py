@@ -38,7 +38,7 @@ if __name__ == "__main__":  # run as a script (a child): bench/ itself off the p
         sys.path.insert(0, str(ROOT))
 
 from bench import stack as stack_mod
-from bench.common import OUT, machine_info, write_json, write_md
+from bench.common import OUT, machine_info, quick, write_json, write_md
 from bench.e2e import log
 from testkit.servers import venv_bin
 
@@ -110,7 +110,7 @@ def child(deliveries: int, batches: int) -> dict:
             for _ in app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response):
                 pass
 
-    send(batch(300))
+    send(batch(quick(300, 10)))  # warm-up
     cpu_us = []
     for _ in range(batches):
         requests = batch(deliveries)
