@@ -57,7 +57,7 @@ from bench.common import (
     write_json,
     write_md,
 )
-from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, warm, wrk
+from bench.e2e import ADMIN, API_KEY, BIG, cpu_seconds, tree, warm, wrk
 from testkit.cluster import LocalCluster, wait_for_failover
 from testkit.servers import (
     BuyerServer,
@@ -268,13 +268,7 @@ def e2e_row(label: str, web: WebServer, seconds: int, round_: int) -> dict:
     web processes' CPU per lead: on this machine the cluster's six servers share its two
     cores with the web processes, which a real deployment does not."""
     slug = "".join(c for c in label if c.isalnum()) + str(round_)  # lead ids never repeat
-    pids = [
-        web.pid,
-        *map(
-            int,
-            subprocess.run(["pgrep", "-P", str(web.pid)], capture_output=True, text=True, check=False).stdout.split(),
-        ),
-    ]
+    pids = tree(web.pid)
     warm(web.url, 50, f"warm{slug}")
     before = cpu_seconds(pids)
     result = wrk(web.url, 50, seconds, f"e2e{slug}")

@@ -109,19 +109,23 @@ class Stack:
 
     def pids(self) -> dict[str, list[int]]:
         """Processes whose CPU time a run is charged with."""
-
-        def tree(pid: int) -> list[int]:
-            out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-            return [pid] + [int(p) for p in out.split()]
-
-        maria = subprocess.run(["pgrep", "-x", "mariadbd"], capture_output=True, text=True).stdout.split()
         return {
             "web (2 gunicorn workers)": tree(self.web.pid),
             "rq worker": tree(self.worker.pid),
             "redis-server": [self.redis.proc.pid],
             "buyer stub": [self.buyer.pid],
-            "mariadbd": [int(p) for p in maria],
+            "mariadbd": mariadbd(),
         }
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its children (gunicorn's master, then its workers)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [pid] + [int(p) for p in out.split()]
+
+
+def mariadbd() -> list[int]:
+    return [int(p) for p in subprocess.run(["pgrep", "-x", "mariadbd"], capture_output=True, text=True).stdout.split()]
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack as stack_mod
 from bench.common import OUT, machine_info, write_json, write_md
-from bench.e2e import Stack, log, warm, wrk
+from bench.e2e import Stack, log, tree, warm, wrk
 from bench.knee import lua_list, wrk_payments
 from bench.levers import PAYSTACK_FIRST, first_deliveries
 from bench.versus import start_plain
@@ -106,23 +106,29 @@ def steps(raw: str, entry: str) -> list[tuple[str, int]]:
     return by_step.most_common(12)
 
 
+def _floodgate(es: ExitStack, tmp: Path) -> tuple[str, int]:
+    """bench/e2e.py's stack: Floodgate's URL and the pid of one of its two web workers."""
+    stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
+    return stack.web.url, stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
+
+
+def _plain(es: ExitStack, tmp: Path) -> tuple[str, int]:
+    """The plain seed as bench/versus.py starts it, on a database of its own (its tables are not
+    Floodgate's), beside the buyer stub and no process of Floodgate's: its URL and the pid of
+    one of its two web workers."""
+    base = stack_mod.base(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
+    _, buyer_url = base.buyer_stub(es)
+    database = stack_mod.database(es, tmp, mysql_only=True)
+    plain = start_plain(es, tmp, base.env, base.redis.url, database, buyer_url, "plain")
+    return plain.url, tree(plain.proc.pid)[1]  # type: ignore[attr-defined]
+
+
 def profile(path: str, seconds: int, gil: bool, arm: str = "floodgate") -> list[str]:
     """Run one path of `arm` under wrk while py-spy samples a web worker; its markdown lines."""
     raw_path = OUT / f"profile-{path}{'' if arm == 'floodgate' else '-' + arm}.txt"
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-profile-")))
-        stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
-        url, worker = stack.web.url, stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
-        if arm == "plain":
-            buyer_url = f"http://127.0.0.1:{stack.buyer.args[-1]}/acme"
-            redis = stack_mod.redis(es, tmp, "plain-redis")
-            plain = start_plain(
-                es, tmp, {**stack.base.env}, redis.url, stack_mod.database(es, tmp, mysql_only=True), buyer_url, "plain"
-            )
-            url = plain.url  # type: ignore[attr-defined]
-            worker = int(
-                subprocess.run(["pgrep", "-P", str(plain.proc.pid)], capture_output=True, text=True).stdout.split()[0]
-            )
+        url, worker = (_plain if arm == "plain" else _floodgate)(es, tmp)
         if path == "payments":  # the first-delivery mix: most requests a durable credit
             deliveries = first_deliveries("profile", PAYSTACK_FIRST, random.Random(16))
             listing = tmp / "deliveries.lua"

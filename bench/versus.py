@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack as stack_mod
 from bench.common import OUT, QUICK, machine_info, quick, write_json, write_md
-from bench.e2e import API_KEY, Stack, cpu_seconds, log, warm, wrk
+from bench.e2e import API_KEY, Stack, cpu_seconds, log, mariadbd, tree, warm, wrk
 from bench.knee import drained, lua_list, wrk_payments
 from bench.levers import first_deliveries
 from testkit.config import SECRETS
@@ -60,15 +60,6 @@ from testkit.servers import BuyerServer, Proc, free_port, listening, venv_bin, w
 FIRST = quick(6000, 100)  # payments of the `first` mix
 DUP = quick(2000, 100)  # payments of the `dup` mix
 PROCESSES = ("web", "redis", "worker", "db")
-
-
-def tree(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [pid] + [int(p) for p in out.split()]
-
-
-def mariadbd() -> list[int]:
-    return [int(p) for p in subprocess.run(["pgrep", "-x", "mariadbd"], capture_output=True, text=True).stdout.split()]
 
 
 @dataclass
