@@ -4,8 +4,8 @@
         claim = b.claim_lead(lead, token, ...)     # Pending[LeadClaim]
     claim.value.outcome                            # filled when the block ends
 
-Each method queues its command on a non-transactional pipeline and returns a `Pending` that
-holds the reply's place, so no caller counts positions. Scripts go as EVAL (no SCRIPT EXISTS
+Each method queues its command and returns a `Pending` that holds the reply's place, so no
+caller counts positions. Scripts go as EVAL (no SCRIPT EXISTS
 round trip per pipeline); on a Redis Cluster, to the node of their first key (`_script`)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from types import TracebackType
 from typing import Any, Generic, TypeAlias, TypeVar
 
 import redis
-from redis.cluster import ClusterPipeline, RedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import ExecAbortError, ResponseError
 
 import lua
 from webhooks.storage import scripts
@@ -75,17 +76,25 @@ def _same(raw: Any) -> Any:
 
 
 class Batch:
-    """Commands queued on one pipeline of `client` (a Redis, a cluster, or one node of it),
+    """Commands queued for one round trip to `client` (a Redis, a cluster, or one node of it),
     sent together.
 
-    Sent together is not run together: redis-py writes a pipeline past 6,000 bytes in several
-    writes (a script travels with its source), and Redis runs each command it has read. A
-    process killed between two writes leaves the first commands done and the rest never sent.
-    `atomic` wraps the batch in MULTI/EXEC: Redis runs none of it unless all of it arrived. On
-    one Redis only: a cluster's keys live on several nodes, so there it is sent as it is."""
+    Sent together is not run together: a batch past a few KB (a script travels with its
+    source) goes in several writes, and Redis runs each command it has read. A process killed
+    between two writes leaves the first commands done and the rest never sent. `atomic` wraps
+    the batch in MULTI/EXEC: Redis runs none of it unless all of it arrived. On one Redis
+    only: a cluster's keys live on several nodes, so there it is sent as it is.
 
-    def __init__(self, client: redis.Redis | RedisCluster, atomic: bool = False) -> None:
-        self._pipe = client.pipeline(transaction=atomic and not isinstance(client, RedisCluster))
+    On one Redis the batch is written and read on a connection of the client's pool itself
+    (`_send_on`), not through redis-py's Pipeline: what that adds per round trip (its
+    argument checks, observability hooks, HIMPORT bookkeeping, retry wrapper) was about a
+    tenth of a web worker's CPU per lead (bench/REPORT.md part 41). A cluster, and a client
+    whose connections retry, keep redis-py's pipeline."""
+
+    def __init__(self, client: Client, atomic: bool = False) -> None:
+        self._client = client
+        self._atomic = atomic and not isinstance(client, RedisCluster)
+        self._commands: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         self._slots: list[_Slot] = []
 
     def __enter__(self) -> Batch:
@@ -96,14 +105,38 @@ class Batch:
             self.execute()
 
     def execute(self) -> None:
-        """Send what is queued (nothing: no round trip) and fill its replies."""
+        """Send what is queued (nothing: no round trip) and fill its replies. An error reply
+        to any command is raised once every reply has been read (redis-py's pipeline does the
+        same), annotated with the command's place and name, never its arguments."""
         if not self._slots:
             return
         slots, self._slots = self._slots, []
-        for slot, raw in zip(slots, self._pipe.execute(), strict=True):
+        commands, self._commands = self._commands, []
+        replies = self._replies(commands)
+        for number, ((args, _), raw) in enumerate(zip(commands, replies, strict=True), start=1):
+            if isinstance(raw, ResponseError):
+                raw.args = (f"command #{number} ({args[0]}) of a batch: {raw.args[0] if raw.args else ''}",)
+                raise raw
+        for slot, raw in zip(slots, replies, strict=True):
             slot.raw = raw
 
-    def _add(self, read: Callable[[Any], T]) -> Pending[T]:
+    def _replies(self, commands: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        client = self._client
+        if not isinstance(client, RedisCluster):
+            pool = client.connection_pool
+            conn = pool.get_connection()
+            try:
+                if not conn.retry.get_retries():
+                    return _send_on(conn, [args for args, _ in commands], self._atomic)
+            finally:
+                pool.release(conn)
+        pipe = client.pipeline(transaction=self._atomic)
+        for args, options in commands:
+            pipe.execute_command(*args, **options)
+        return list(pipe.execute(raise_on_error=False))
+
+    def _add(self, read: Callable[[Any], T], *args: Any, **options: Any) -> Pending[T]:
+        self._commands.append((args, options))
         slot = _Slot()
         self._slots.append(slot)
 
@@ -115,17 +148,16 @@ class Batch:
         return Pending(value)
 
     def _script(self, call: Call[T]) -> Pending[T]:
-        # A raw command, as redis-py's cluster pipeline has no `eval` method. There it is
-        # sent to the node of its first key: left to find the node itself, that pipeline asks
-        # a node which keys the EVAL has (COMMAND GETKEYS, with the whole script) in a round
-        # trip of its own. A stale node answers MOVED, which the pipeline follows.
+        # On a cluster, sent to the node of its first key: left to find the node itself,
+        # redis-py's cluster pipeline asks a node which keys the EVAL has (COMMAND GETKEYS,
+        # with the whole script) in a round trip of its own. A stale node answers MOVED, which
+        # the pipeline follows.
         options = (
-            {"target_nodes": self._pipe.get_node_from_key(call.keys[0])}
-            if isinstance(self._pipe, ClusterPipeline)
+            {"target_nodes": self._client.get_node_from_key(call.keys[0])}
+            if isinstance(self._client, RedisCluster)
             else {}
         )
-        self._pipe.execute_command("EVAL", lua.source(call.name), len(call.keys), *call.keys, *call.args, **options)
-        return self._add(call.read)
+        return self._add(call.read, "EVAL", lua.source(call.name), len(call.keys), *call.keys, *call.args, **options)
 
     # --- the scripts that share round trips ---------------------------------------------------
 
@@ -199,38 +231,74 @@ class Batch:
     # --- plain commands -------------------------------------------------------------------------
 
     def get(self, key: str) -> Pending[str | None]:
-        self._pipe.get(key)
-        return self._add(_same)
+        return self._add(_same, "GET", key)
 
     def set(self, key: str, value: Arg, *, px: int | None = None, nx: bool = False) -> Pending[bool | None]:
-        self._pipe.set(key, value, px=px, nx=nx)
-        return self._add(_same)
+        """SET; its value True when set, None when NX found the key (as redis-py's `set`)."""
+        args: tuple[Any, ...] = ("SET", key, value)
+        if px is not None:
+            args += ("PX", px)
+        if nx:
+            args += ("NX",)
+        return self._add(_ok, *args)
 
     def delete(self, *names: str) -> Pending[int]:
-        self._pipe.delete(*names)
-        return self._add(int)
+        return self._add(int, "DEL", *names)
 
     def decr(self, key: str) -> Pending[int]:
-        self._pipe.decr(key)
-        return self._add(int)
+        return self._add(int, "DECRBY", key, 1)
 
     def exists(self, *names: str) -> Pending[int]:
-        self._pipe.exists(*names)
-        return self._add(int)
+        return self._add(int, "EXISTS", *names)
 
     def hget(self, key: str, field: str) -> Pending[str | None]:
-        self._pipe.hget(key, field)
-        return self._add(_same)
+        return self._add(_same, "HGET", key, field)
 
     def hmget(self, key: str, fields: Sequence[str]) -> Pending[list[str | None]]:
-        self._pipe.hmget(key, list(fields))
-        return self._add(list)
+        return self._add(list, "HMGET", key, *fields)
 
     def lpush(self, key: str, *values: str) -> Pending[int]:
-        self._pipe.lpush(key, *values)
-        return self._add(int)
+        return self._add(int, "LPUSH", key, *values)
 
     def wait(self, replicas: int, timeout_ms: int) -> Pending[int]:
         """WAIT: how many replicas hold every write sent before it on this connection."""
-        self._pipe.execute_command("WAIT", replicas, timeout_ms)
-        return self._add(int)
+        return self._add(int, "WAIT", replicas, timeout_ms)
+
+
+def _ok(raw: Any) -> bool | None:
+    # A SET's reply: "OK" as Redis sends it, True through redis-py's pipeline; nil when NX found the key
+    return True if raw is True or raw == "OK" or raw == b"OK" else None
+
+
+def _send_on(conn: redis.Connection, commands: list[tuple[Any, ...]], atomic: bool) -> list[Any]:
+    """Write `commands` on `conn` at once (in MULTI/EXEC when `atomic`) and read every reply:
+    an error reply is returned in its command's place (a ResponseError), as redis-py's
+    pipeline collects them. Anything else that cuts the exchange off (a lost connection, a
+    request's deadline) closes the connection, so no reply is left on it for the next caller."""
+    try:
+        if not atomic:
+            conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
+            return [_read(conn) for _ in commands]
+        conn.send_packed_command(conn.pack_commands([("MULTI",), *commands, ("EXEC",)]))  # type: ignore[no-untyped-call]
+        errors = [e for e in (_read(conn) for _ in range(len(commands) + 1)) if isinstance(e, ResponseError)]
+        try:
+            replies = conn.read_response()
+        except ExecAbortError:
+            if errors:  # why Redis discarded the transaction: the command it refused to queue
+                raise errors[0] from None
+            raise
+        if not isinstance(replies, list) or len(replies) != len(commands):
+            raise redis.ConnectionError(f"an EXEC of {len(commands)} commands answered {replies!r:.80}")
+        return replies
+    except ResponseError:
+        raise  # read whole: the connection stays in step
+    except BaseException:
+        conn.disconnect()  # type: ignore[no-untyped-call]
+        raise
+
+
+def _read(conn: redis.Connection) -> Any:
+    try:
+        return conn.read_response()
+    except ResponseError as exc:
+        return exc
