@@ -87,9 +87,9 @@ class Batch:
 
     On one Redis the batch is written and read on a connection of the client's pool itself
     (`_send_on`), not through redis-py's Pipeline: what that adds per round trip (its
-    argument checks, observability hooks, HIMPORT bookkeeping, retry wrapper) was about a
-    tenth of a web worker's CPU per lead (bench/REPORT.md part 41). A cluster, and a client
-    whose connections retry, keep redis-py's pipeline."""
+    argument checks, observability hooks, HIMPORT bookkeeping, retry wrapper) cost about 6 %
+    of a web worker's CPU per lead (bench/REPORT.md part 41). A cluster, and a client whose
+    connections retry, keep redis-py's pipeline."""
 
     def __init__(self, client: Client, atomic: bool = False) -> None:
         self._client = client
