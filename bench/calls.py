@@ -1,17 +1,22 @@
-"""CPU and Python calls per first payment delivery, in one process: the whole Flask app (the
-request id, the view, verification, parsing, the gate, the credit, the finish, the answer) on
-MariaDB and a private Redis, without gunicorn, gevent or a load generator. The end-to-end
-benches resolve a change of about 5 % at best on this shared machine; the calls a delivery
-makes (cProfile) are the same run after run, and CPU per delivery with nothing else in the
-process moves by 2-3 %, so a lever of a few per cent shows here first.
+"""CPU and Python calls per first payment delivery, or per lead sold, in one process: the whole
+Flask app (the request id, the view, and for a payment verification, parsing, the gate, the
+credit, the finish, the answer; for a lead its claim, routing, the buyer's post, the lease's
+end and the settlement queued) on MariaDB and a private Redis, without gunicorn, gevent's
+monkey-patching or a load generator. The end-to-end benches resolve a change of about 5 % at
+best on this shared machine; the calls a request makes (cProfile) are the same run after run,
+and CPU per request with nothing else in the process moves by 2-3 %, so a lever of a few per
+cent shows here first.
 
-    python -m bench.calls [--base-rev REV] [--deliveries 1500] [--batches 7] [--rounds 2]
+    python -m bench.calls [--path payments|leads] [--base-rev REV] [--deliveries 1500]
+                          [--batches 7] [--rounds 2]
 
 Each arm is a child process on a worktree of its revision (HEAD, and REV when given), with a
-database and a Redis of its own; the arms alternate for `--rounds`. A child signs fresh
-Paystack payments (testkit/payments.py), sends 300 to warm up, then `--batches` batches of
-`--deliveries`, timing each with `time.process_time`; then one more batch under cProfile
-for the calls. Writes bench/out/calls.md and calls.json.
+database and a Redis of its own (and for leads the buyer stub, answering at once, in a
+process of its own); the arms alternate for `--rounds`. A child sends fresh requests (signed
+Paystack payments from testkit/payments.py, or leads without an id), 300 to warm up, then
+`--batches` batches of `--deliveries`, timing each with `time.process_time`; then one more
+batch under cProfile for the calls. Writes bench/out/calls.md and calls.json (calls-leads.*
+for leads).
 """
 
 from __future__ import annotations
@@ -57,12 +62,70 @@ def package(filename: str) -> str:
     return "built-ins" if filename == "~" else filename.rsplit("/", 1)[-1]
 
 
-def child(deliveries: int, batches: int) -> dict:
+def _environ(path: str, raw: bytes, headers: dict[str, str]) -> dict:
+    """A POST as gunicorn hands it to the app (the body read whole: wsgi.input_terminated)."""
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": path,
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "http",
+        "wsgi.input_terminated": True,
+        "wsgi.errors": sys.stderr,
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(raw)),
+    }
+    for name, value in headers.items():
+        if name.lower() != "content-type":
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
+    return environ
+
+
+def _sell_to(app, buyer_url: str) -> None:
+    """Bench's publisher and the buyer Acme at `buyer_url` (bench/e2e.py's), through the admin
+    API in process; returns once a lead is sold (the app has read the new configuration)."""
+    from bench.e2e import API_KEY, BIG
+
+    client, admin = app.test_client(), {"Authorization": f"Bearer {stack_mod.ADMIN}"}
+    publisher = {"name": "Bench", "api_key": API_KEY, "commission_pct": "10"}
+    for path, body in (
+        ("/v1/admin/publishers/bench", publisher),
+        (
+            "/v1/admin/buyers/acme",
+            {
+                "name": "Acme",
+                "endpoint_url": buyer_url,
+                "price": "12.50",
+                "caps": {"hourly": BIG, "daily": BIG, "weekly": BIG, "monthly": BIG, "daily_budget": "999999999.00"},
+                "timezone": "America/Chicago",
+            },
+        ),
+    ):
+        answer = client.put(path, headers=admin, json=body)
+        if answer.status_code >= 300:
+            raise SystemExit(f"PUT {path}: {answer.status_code} {answer.get_data(as_text=True)}")
+    deadline = time.monotonic() + 60
+    while True:
+        answer = client.post("/v1/leads", headers={"Authorization": f"Bearer {API_KEY}"}, json={"state": "TX"})
+        if answer.status_code == 200 and answer.get_json().get("status") == "sold":
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the app does not sell: {answer.status_code} {answer.get_data(as_text=True)}")
+        time.sleep(0.2)
+
+
+def child(deliveries: int, batches: int, path: str = "payments", buyer_url: str = "") -> dict:
     """Measure the code this process imports (the caller set sys.path and the environment)."""
     import cProfile
     import pstats
     import random
 
+    from bench.e2e import API_KEY
     from testkit.payments import encode, payload, signed_headers
     from webhooks import create_app
 
@@ -70,32 +133,19 @@ def child(deliveries: int, batches: int) -> dict:
     rng = random.Random(16)
     tag = f"calls{os.getpid()}"
     sent = 0
+    if path == "leads":
+        _sell_to(app, buyer_url)
 
     def batch(n: int) -> list[tuple[dict, bytes]]:
         nonlocal sent
         out = []
         for i in range(sent, sent + n):
+            if path == "leads":  # no lead_id: every lead is new
+                raw = json.dumps({"state": "TX", "email": f"l{i}@x.io"}).encode()
+                out.append((_environ("/v1/leads", raw, {"Authorization": f"Bearer {API_KEY}"}), raw))
+                continue
             raw = encode(payload("paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"p{i % 500}@x.io"))
-            environ = {
-                "REQUEST_METHOD": "POST",
-                "PATH_INFO": "/v1/webhooks/paystack",
-                "SCRIPT_NAME": "",
-                "QUERY_STRING": "",
-                "SERVER_NAME": "127.0.0.1",
-                "SERVER_PORT": "80",
-                "SERVER_PROTOCOL": "HTTP/1.1",
-                "wsgi.url_scheme": "http",
-                "wsgi.input_terminated": True,
-                "wsgi.errors": sys.stderr,
-                "REMOTE_ADDR": "127.0.0.1",
-                "HTTP_HOST": "127.0.0.1",
-                "CONTENT_TYPE": "application/json",
-                "CONTENT_LENGTH": str(len(raw)),
-            }
-            for name, value in signed_headers("paystack", raw).items():
-                if name.lower() != "content-type":
-                    environ["HTTP_" + name.upper().replace("-", "_")] = value
-            out.append((environ, raw))
+            out.append((_environ("/v1/webhooks/paystack", raw, signed_headers("paystack", raw)), raw))
         sent += n
         return out
 
@@ -109,6 +159,13 @@ def child(deliveries: int, batches: int) -> dict:
         for environ, raw in requests:
             for _ in app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response):
                 pass
+
+    def outcomes(requests: list[tuple[dict, bytes]]) -> Counter[str]:
+        """What the app answered these requests: their "status"."""
+        return Counter(
+            json.loads(b"".join(app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response)))["status"]
+            for environ, raw in requests
+        )
 
     send(batch(quick(300, 10)))  # warm-up
     cpu_us = []
@@ -125,8 +182,10 @@ def child(deliveries: int, batches: int) -> dict:
     calls: Counter[str] = Counter()
     for (filename, _line, _name), (_cc, ncalls, *_rest) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
         calls[package(filename)] += ncalls
-    if set(statuses) != {"200 OK"}:
-        raise SystemExit(f"not every delivery was credited: {dict(statuses)}")
+    wanted = "sold" if path == "leads" else "credited"
+    checked = outcomes(batch(quick(100, 10)))  # after the timed batches: what they were answered too
+    if set(statuses) != {"200 OK"} or set(checked) != {wanted}:
+        raise SystemExit(f"not every request was {wanted}: {dict(statuses)}, {dict(checked)}")
     return {
         "cpu_us": [round(x, 1) for x in cpu_us],
         "cpu_us_median": round(statistics.median(cpu_us), 1),
@@ -135,15 +194,17 @@ def child(deliveries: int, batches: int) -> dict:
     }
 
 
-def one_arm(code: Path, deliveries: int, batches: int) -> dict:
-    """A child process measuring `code` on its own Redis and database."""
+def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments") -> dict:
+    """A child process measuring `code` on its own Redis and database (and buyer stub)."""
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
-        base = stack_mod.base(es, tmp, mysql_only=True, code=code)
+        base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": "0"}, mysql_only=True, code=code)
+        buyer = ["--buyer-url", base.buyer_stub(es)[1]] if path == "leads" else []
         # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
         # from before bench/calls.py existed can be measured too.
         out = subprocess.run(
-            [venv_bin("python"), __file__, "--child", "--deliveries", str(deliveries), "--batches", str(batches)],
+            [venv_bin("python"), __file__, "--child", "--deliveries", str(deliveries), "--batches", str(batches)]
+            + ["--path", path, *buyer],
             env={**base.env, "PYTHONPATH": str(code), "LOG_LEVEL": "warning"},
             cwd=code,
             capture_output=True,
@@ -155,18 +216,22 @@ def one_arm(code: Path, deliveries: int, batches: int) -> dict:
 
 def render(d: dict) -> str:
     arms = d["arms"]
+    leads = d.get("path") == "leads"
+    what, each = ("leads sold", "lead") if leads else ("first Paystack deliveries", "delivery")
     lines = [
-        "### CPU and Python calls per first payment delivery, in process (bench/calls.py)",
+        f"### CPU and Python calls per {'lead sold' if leads else 'first payment delivery'}, in process "
+        "(bench/calls.py)",
         "",
         f"Machine: {', '.join(f'{k} {v}' for k, v in d['machine'].items())}.",
         "",
-        f"{d['rounds']} rounds, arms alternated; per round {d['batches']} batches of {d['deliveries']} first "
-        "Paystack deliveries through the Flask app (MariaDB, a private Redis), CPU per delivery the median of "
-        "the batches; then one batch under cProfile for the calls. "
+        f"{d['rounds']} rounds, arms alternated; per round {d['batches']} batches of {d['deliveries']} {what} "
+        "through the Flask app (MariaDB, a private Redis"
+        + ("; the buyer stub answering at once, in a process of its own" if leads else "")
+        + f"), CPU per {each} the median of the batches; then one batch under cProfile for the calls. "
         + ", ".join(f"{name} at {rev}" for name, rev in d["revs"].items())
         + ".",
         "",
-        "| arm | CPU µs per delivery, each round | calls per delivery |",
+        f"| arm | CPU µs per {each}, each round | calls per {each} |",
         "|---|---|---|",
     ]
     for name, rounds in arms.items():
@@ -175,12 +240,12 @@ def render(d: dict) -> str:
     if len(arms) == 2:
         (a, ra), (b, rb) = arms.items()
         ratio = statistics.median(r["cpu_us_median"] for r in rb) / statistics.median(r["cpu_us_median"] for r in ra)
-        lines += ["", f"{b} / {a}: CPU per delivery **{ratio:.2f}** (medians of the rounds)."]
+        lines += ["", f"{b} / {a}: CPU per {each} **{ratio:.2f}** (medians of the rounds)."]
     packages = sorted(
         {p for rounds in arms.values() for p in rounds[-1]["calls_by_package"]},
         key=lambda p: -max(rounds[-1]["calls_by_package"].get(p, 0) for rounds in arms.values()),
     )[:15]
-    lines += ["", "| calls per delivery in | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    lines += ["", f"| calls per {each} in | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for p in packages:
         lines.append(
             f"| {p} | " + " | ".join(f"{rounds[-1]['calls_by_package'].get(p, 0):g}" for rounds in arms.values()) + " |"
@@ -190,17 +255,19 @@ def render(d: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--path", choices=["payments", "leads"], default="payments")
     ap.add_argument("--base-rev", help="a revision to set beside HEAD")
     ap.add_argument("--deliveries", type=int, default=1500)
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--buyer-url", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         from testkit.config import SECRETS
 
         os.environ.update(SECRETS)
-        print(json.dumps(child(args.deliveries, args.batches)))
+        print(json.dumps(child(args.deliveries, args.batches, args.path, args.buyer_url or "")))
         return 0
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     revs = {"head": head.stdout.strip()}
@@ -216,12 +283,13 @@ def main() -> int:
     try:
         for i in range(args.rounds):
             for name in list(revs) if i % 2 == 0 else list(reversed(revs)):
-                arms[name].append(one_arm(codes[name], args.deliveries, args.batches))
+                arms[name].append(one_arm(codes[name], args.deliveries, args.batches, args.path))
                 log(f"round {i + 1} {name}: {arms[name][-1]['cpu_us_median']} µs, {arms[name][-1]['calls']} calls")
     finally:
         for path in codes.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
     data = {
+        "path": args.path,
         "revs": revs,
         "rounds": args.rounds,
         "batches": args.batches,
@@ -229,9 +297,10 @@ def main() -> int:
         "arms": arms,
         "machine": machine_info(),
     }
-    write_json("calls.json", data)
-    write_md("calls.md", render(data))
-    log(f"wrote {OUT / 'calls.md'}")
+    name = "calls" if args.path == "payments" else "calls-leads"
+    write_json(f"{name}.json", data)
+    write_md(f"{name}.md", render(data))
+    log(f"wrote {OUT / (name + '.md')}")
     return 0
 
 
