@@ -5,8 +5,8 @@
     claim.value.outcome                            # filled when the block ends
 
 Each method queues its command and returns a `Pending` that holds the reply's place, so no
-caller counts positions. Scripts go as EVAL (no SCRIPT EXISTS
-round trip per pipeline); on a Redis Cluster, to the node of their first key (`_script`)."""
+caller counts positions. Scripts go as EVAL (no SCRIPT EXISTS round trip per batch); on a
+Redis Cluster, to the node of their first key (`_script`)."""
 
 from __future__ import annotations
 
@@ -287,8 +287,9 @@ def _send_on(conn: redis.Connection, commands: list[tuple[Any, ...]], atomic: bo
             if errors:  # why Redis discarded the transaction: the command it refused to queue
                 raise errors[0] from None
             raise
-        if not isinstance(replies, list) or len(replies) != len(commands):
-            raise redis.ConnectionError(f"an EXEC of {len(commands)} commands answered {replies!r:.80}")
+        if not isinstance(replies, list) or len(replies) != len(commands):  # never a reply's values in a message
+            got = f"{len(replies)} replies" if isinstance(replies, list) else type(replies).__name__
+            raise redis.ConnectionError(f"an EXEC of {len(commands)} commands answered {got}")
         return replies
     except ResponseError:
         raise  # read whole: the connection stays in step
