@@ -41,6 +41,21 @@ def test_retrying_connections_are_what_sends_a_batch_through_redis_pys_pipeline(
     assert own.retry.get_retries() == 0 and retrying.retry.get_retries() == 1
 
 
+class NoPipeline(redis.Redis):
+    def pipeline(self, transaction=True, shard_hint=None):
+        raise AssertionError("a batch on one Redis went through redis-py's Pipeline")
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_batch_on_one_redis_builds_no_pipeline(redis_server, atomic):
+    pool = make_redis(_single_node(redis_server)).connection_pool
+    with Batch(NoPipeline(connection_pool=pool), atomic=atomic) as b:
+        got = b.get("fg:test:b:gone")
+        pushed = b.lpush("fg:test:b:l", "x")
+    assert got.value is None and pushed.value >= 1
+    pool.disconnect()
+
+
 @pytest.mark.parametrize("atomic", [False, True])
 def test_every_command_reads_its_own_reply(client, atomic):
     client.hset("fg:test:b:h", mapping={"a": "1", "b": "2"})
