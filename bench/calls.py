@@ -269,25 +269,18 @@ def main() -> int:
         os.environ.update(SECRETS)
         print(json.dumps(child(args.deliveries, args.batches, args.path, args.buyer_url or "")))
         return 0
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    revs = {"head": head.stdout.strip()}
+    # Here, not at the top: a child imports bench/ from its arm's worktree, which may predate these
+    from bench.common import head_rev, worktrees
+
+    revs = {"head": head_rev()}
     if args.base_rev:
         revs = {"base": args.base_rev, **revs}
-    codes = {}
-    for name, rev in revs.items():
-        codes[name] = Path(tempfile.mkdtemp(prefix=f"fg-calls-{name}-"))
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(codes[name]), rev], cwd=ROOT, check=True, capture_output=True
-        )
     arms: dict[str, list] = {name: [] for name in revs}
-    try:
+    with worktrees(revs, "fg-calls") as codes:
         for i in range(args.rounds):
             for name in list(revs) if i % 2 == 0 else list(reversed(revs)):
                 arms[name].append(one_arm(codes[name], args.deliveries, args.batches, args.path))
                 log(f"round {i + 1} {name}: {arms[name][-1]['cpu_us_median']} µs, {arms[name][-1]['calls']} calls")
-    finally:
-        for path in codes.values():
-            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
     data = {
         "path": args.path,
         "revs": revs,

@@ -7,21 +7,51 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+_ROOT = Path(__file__).resolve().parent.parent
 # FG_BENCH_OUT: `scripts/bench --quick` writes elsewhere, leaving the fragments of REPORT.md alone.
 OUT = Path(os.environ.get("FG_BENCH_OUT") or Path(__file__).resolve().parent / "out")
 # FG_BENCH_QUICK=1 (`scripts/bench --quick`): the amounts a bench fixes itself (warm-ups, lists
 # of payments, rounds, burst sizes) cut to a token, so that every bench runs through in seconds:
 # that it still runs is all such a run shows; its figures mean nothing.
 QUICK = os.environ.get("FG_BENCH_QUICK") == "1"
+
+
+def head_rev() -> str:
+    """The checkout's HEAD, short."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_ROOT, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@contextmanager
+def worktrees(revs: dict[str, str], prefix: str) -> Iterator[dict[str, Path]]:
+    """A detached git worktree of each revision ({arm: rev}), removed on the way out: an arm
+    runs committed code, never files edited while the bench runs."""
+    codes: dict[str, Path] = {}
+    try:
+        for name, rev in revs.items():
+            codes[name] = Path(tempfile.mkdtemp(prefix=f"{prefix}-{name}-"))
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(codes[name]), rev],
+                cwd=_ROOT,
+                check=True,
+                capture_output=True,
+            )
+        yield codes
+    finally:
+        for path in codes.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=_ROOT, check=False)
 
 
 def quick(full: int, token: int) -> int:

@@ -38,7 +38,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench.common import OUT, machine_info, quick, write_json, write_md
+from bench.common import OUT, head_rev, machine_info, quick, worktrees, write_json, write_md
 from bench.e2e import Stack, cpu_seconds, log, warm, wrk
 from bench.knee import drained, lua_list, make_deliveries, wrk_payments
 from testkit.config import SECRETS
@@ -205,15 +204,11 @@ def main() -> int:
         ap.error("--lever code needs --base-rev")
     # Both arms run committed code from worktrees (the lever arm HEAD's), never the files
     # being edited while the run goes on.
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    revs = {"base": args.base_rev or head.stdout.strip(), args.lever: head.stdout.strip()}
-    codes: dict[str, Path] = {}
-    for name, rev in revs.items():
-        codes[name] = Path(tempfile.mkdtemp(prefix=f"fg-lever-{name}-"))
-        subprocess.run(["git", "worktree", "add", "--detach", str(codes[name]), rev], cwd=ROOT, check=True)
+    head = head_rev()
+    revs = {"base": args.base_rev or head, args.lever: head}
     arms: dict[str, list] = {"base": [], args.lever: []}
     rng = random.Random(16)
-    try:
+    with worktrees(revs, "fg-lever") as codes:
         for i in range(args.rounds):
             order = [("base", base_env), (args.lever, lever_env)]
             if i % 2:
@@ -222,9 +217,6 @@ def main() -> int:
                 t0 = time.monotonic()
                 arms[name].append(one_arm(env, args.seconds, rng, args.mix, codes[name]))
                 log(f"round {i + 1} {name}: {json.dumps(arms[name][-1])} ({time.monotonic() - t0:.0f} s)")
-    finally:
-        for path in codes.values():
-            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
     data = {
         "lever": args.lever,
         "base_rev": args.base_rev,

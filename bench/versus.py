@@ -31,7 +31,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -49,7 +48,7 @@ from rq import Queue
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack as stack_mod
-from bench.common import OUT, QUICK, machine_info, quick, write_json, write_md
+from bench.common import OUT, QUICK, head_rev, machine_info, quick, worktrees, write_json, write_md
 from bench.e2e import API_KEY, Stack, cpu_seconds, log, mariadbd, tree, warm, wrk
 from bench.knee import drained, lua_list, wrk_payments
 from bench.levers import first_deliveries
@@ -392,13 +391,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=quick(5, 1))
     ap.add_argument("--seconds", type=int, default=quick(10, 2))
     args = ap.parse_args()
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    code = Path(tempfile.mkdtemp(prefix="fg-versus-"))
-    subprocess.run(["git", "worktree", "add", "--detach", str(code), head], cwd=ROOT, check=True, capture_output=True)
+    head = head_rev()
     rng = random.Random(23)
-    try:
+    with worktrees({"floodgate": head}, "fg-versus") as codes:
+        code = codes["floodgate"]
         with ExitStack() as es:
             tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-versus-")))
             log("starting Floodgate's stack (with the bare app and the buyer stub) and the plain seed")
@@ -480,8 +476,6 @@ def main() -> int:
                 "plain": probe_payment(plain.url, plain_db, f"probe-plain-{rng.randrange(10**9)}"),  # type: ignore[attr-defined]
             }
             log(f"probe (b): {json.dumps(payment)}")
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(code)], cwd=ROOT, check=False)
     data = {
         "rev": head,
         "rounds": args.rounds,
