@@ -123,13 +123,9 @@ class Batch:
     def _replies(self, commands: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
         client = self._client
         if not isinstance(client, RedisCluster):
-            pool = client.connection_pool
-            conn = pool.get_connection()
-            try:
-                if not conn.retry.get_retries():
-                    return _send_on(conn, [args for args, _ in commands], self._atomic)
-            finally:
-                pool.release(conn)
+            replies = send_pooled(client, [args for args, _ in commands], self._atomic)
+            if replies is not None:
+                return replies
         pipe = client.pipeline(transaction=self._atomic)
         for args, options in commands:
             pipe.execute_command(*args, **options)
@@ -268,6 +264,18 @@ class Batch:
 def _ok(raw: Any) -> bool | None:
     # A SET's reply: "OK" as Redis sends it, True through redis-py's pipeline; nil when NX found the key
     return True if raw is True or raw == "OK" or raw == b"OK" else None
+
+
+def send_pooled(client: redis.Redis, commands: list[tuple[Any, ...]], atomic: bool = False) -> list[Any] | None:
+    """`commands` on a connection of the client's pool (`_send_on`), not through redis-py's
+    command path (bench/REPORT.md parts 40 and 41); None, and nothing sent, when the client's
+    connections retry (make_redis's never do): such a client keeps redis-py's own path."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        return None if conn.retry.get_retries() else _send_on(conn, commands, atomic)
+    finally:
+        pool.release(conn)
 
 
 def _send_on(conn: redis.Connection, commands: list[tuple[Any, ...]], atomic: bool) -> list[Any]:

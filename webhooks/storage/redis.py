@@ -19,13 +19,20 @@ import redis
 from gevent import monkey
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, SlotNotCoveredError, TryAgainError
+from redis.exceptions import (
+    ClusterError,
+    NoScriptError,
+    RedisClusterException,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.typing import PatternT
 
 import lua
 from webhooks.storage import scripts, settle_queue
-from webhooks.storage.batch import Batch
+from webhooks.storage.batch import Batch, send_pooled
 from webhooks.storage.scripts import (
     NO_HOLD,
     Answered,
@@ -174,25 +181,19 @@ def make_redis(url: str, max_connections: int = 64) -> redis.Redis | RedisCluste
 
 
 def _send(client: redis.Redis, command: tuple[Any, ...]) -> Any:
-    """One command on a connection of the client's pool, and its reply as the server sent
-    it (a script's: redis-py has no callback for EVALSHA's), as `client.execute_command` runs
-    it, without the rest of redis-py 8's path: its checks of the arguments, its observability
-    hooks and its retry wrapper (bench/REPORT.md part 40). A connection cut off mid-command (an
-    error, a request's deadline) closes itself (redis-py's send and read do), so none goes
-    back to the pool with a reply unread. make_redis's connections retry nothing, as here; a
-    client whose connections retry (redis.Redis's own pool) sends the command again through
-    its own path."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_command(*command)  # type: ignore[no-untyped-call]
-        return conn.read_response()
-    except (redis.ConnectionError, redis.TimeoutError):
-        if not conn.retry.get_retries():
-            raise
-    finally:
-        pool.release(conn)
-    return client.execute_command(*command)  # type: ignore[no-untyped-call]
+    """One command on a connection of the client's pool (batch.send_pooled), and its reply as
+    the server sent it (a script's: redis-py has no callback for EVALSHA's), as
+    `client.execute_command` runs it, without the rest of redis-py 8's path: its checks of the
+    arguments, its observability hooks and its retry wrapper (bench/REPORT.md part 40). A
+    connection cut off mid-command (an error, a request's deadline) is closed, so none goes
+    back to the pool with a reply unread. A client whose connections retry (redis.Redis's own
+    pool; make_redis's never do) sends it through redis-py's path, retries and all."""
+    replies = send_pooled(client, [command])
+    if replies is None:
+        return client.execute_command(*command)  # type: ignore[no-untyped-call]
+    if isinstance(replies[0], ResponseError):
+        raise replies[0]
+    return replies[0]
 
 
 class Store:
