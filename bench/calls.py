@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -86,26 +87,14 @@ def _environ(path: str, raw: bytes, headers: dict[str, str]) -> dict:
     return environ
 
 
-def _sell_to(app, buyer_url: str) -> None:
-    """Bench's publisher and the buyer Acme at `buyer_url` (bench/e2e.py's), through the admin
-    API in process; returns once a lead is sold (the app has read the new configuration)."""
-    from bench.e2e import API_KEY, BIG
+def _sell_to(app, network: list) -> None:
+    """bench/e2e.py's network (the admin PUTs of its publisher and buyer), set up through the
+    admin API in process; returns once a lead is sold (the app has read it). The parent passes
+    the PUTs: a child's bench/ is its arm's worktree, which may predate e2e.network."""
+    from bench.e2e import API_KEY
 
     client, admin = app.test_client(), {"Authorization": f"Bearer {stack_mod.ADMIN}"}
-    publisher = {"name": "Bench", "api_key": API_KEY, "commission_pct": "10"}
-    for path, body in (
-        ("/v1/admin/publishers/bench", publisher),
-        (
-            "/v1/admin/buyers/acme",
-            {
-                "name": "Acme",
-                "endpoint_url": buyer_url,
-                "price": "12.50",
-                "caps": {"hourly": BIG, "daily": BIG, "weekly": BIG, "monthly": BIG, "daily_budget": "999999999.00"},
-                "timezone": "America/Chicago",
-            },
-        ),
-    ):
+    for path, body in network:
         answer = client.put(path, headers=admin, json=body)
         if answer.status_code >= 300:
             raise SystemExit(f"PUT {path}: {answer.status_code} {answer.get_data(as_text=True)}")
@@ -119,7 +108,7 @@ def _sell_to(app, buyer_url: str) -> None:
         time.sleep(0.2)
 
 
-def child(deliveries: int, batches: int, path: str = "payments", buyer_url: str = "") -> dict:
+def child(deliveries: int, batches: int, path: str = "payments", network: list | None = None) -> dict:
     """Measure the code this process imports (the caller set sys.path and the environment)."""
     import cProfile
     import pstats
@@ -134,7 +123,7 @@ def child(deliveries: int, batches: int, path: str = "payments", buyer_url: str 
     tag = f"calls{os.getpid()}"
     sent = 0
     if path == "leads":
-        _sell_to(app, buyer_url)
+        _sell_to(app, network or [])
 
     def batch(n: int) -> list[tuple[dict, bytes]]:
         nonlocal sent
@@ -155,17 +144,17 @@ def child(deliveries: int, batches: int, path: str = "payments", buyer_url: str 
         statuses[status] += 1
         return lambda _data: None
 
+    def answer(environ: dict, raw: bytes) -> Iterable[bytes]:
+        return app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response)
+
     def send(requests: list[tuple[dict, bytes]]) -> None:
         for environ, raw in requests:
-            for _ in app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response):
+            for _ in answer(environ, raw):
                 pass
 
     def outcomes(requests: list[tuple[dict, bytes]]) -> Counter[str]:
         """What the app answered these requests: their "status"."""
-        return Counter(
-            json.loads(b"".join(app(dict(environ, **{"wsgi.input": io.BytesIO(raw)}), start_response)))["status"]
-            for environ, raw in requests
-        )
+        return Counter(json.loads(b"".join(answer(environ, raw)))["status"] for environ, raw in requests)
 
     send(batch(quick(300, 10)))  # warm-up
     cpu_us = []
@@ -196,10 +185,12 @@ def child(deliveries: int, batches: int, path: str = "payments", buyer_url: str 
 
 def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments") -> dict:
     """A child process measuring `code` on its own Redis and database (and buyer stub)."""
+    from bench.e2e import network  # in the parent (the working tree's bench/), see _sell_to
+
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
         base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": "0"}, mysql_only=True, code=code)
-        buyer = ["--buyer-url", base.buyer_stub(es)[1]] if path == "leads" else []
+        buyer = ["--network", json.dumps(network(base.buyer_stub(es)[1]))] if path == "leads" else []
         # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
         # from before bench/calls.py existed can be measured too.
         out = subprocess.run(
@@ -261,13 +252,13 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--buyer-url", help=argparse.SUPPRESS)
+    ap.add_argument("--network", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         from testkit.config import SECRETS
 
         os.environ.update(SECRETS)
-        print(json.dumps(child(args.deliveries, args.batches, args.path, args.buyer_url or "")))
+        print(json.dumps(child(args.deliveries, args.batches, args.path, json.loads(args.network or "[]"))))
         return 0
     # Here, not at the top: a child imports bench/ from its arm's worktree, which may predate these
     from bench.common import head_rev, worktrees

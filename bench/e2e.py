@@ -54,6 +54,19 @@ def log(msg: str) -> None:
     print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def network(buyer_url: str) -> list[tuple[str, dict]]:
+    """The admin PUTs (path, body) of the benches' network: the publisher Bench (API_KEY) and
+    the buyer Acme at `buyer_url`, its caps out of reach."""
+    caps = {"hourly": BIG, "daily": BIG, "weekly": BIG, "monthly": BIG, "daily_budget": "999999999.00"}
+    return [
+        ("/v1/admin/publishers/bench", {"name": "Bench", "api_key": API_KEY, "commission_pct": "10"}),
+        (
+            "/v1/admin/buyers/acme",
+            {"name": "Acme", "endpoint_url": buyer_url, "price": "12.50", "caps": caps, "timezone": "America/Chicago"},
+        ),
+    ]
+
+
 class Stack:
     """Every process of the run: Redis, MariaDB database, buyer, Floodgate, worker, bare app."""
 
@@ -75,25 +88,8 @@ class Stack:
 
     def _configure(self, buyer_url: str) -> None:
         h = {"Authorization": f"Bearer {ADMIN}"}
-        requests.put(
-            f"{self.web.url}/v1/admin/publishers/bench",
-            headers=h,
-            timeout=10,
-            json={"name": "Bench", "api_key": API_KEY, "commission_pct": "10"},
-        ).raise_for_status()
-        caps = {"hourly": BIG, "daily": BIG, "weekly": BIG, "monthly": BIG, "daily_budget": "999999999.00"}
-        requests.put(
-            f"{self.web.url}/v1/admin/buyers/acme",
-            headers=h,
-            timeout=10,
-            json={
-                "name": "Acme",
-                "endpoint_url": buyer_url,
-                "price": "12.50",
-                "caps": caps,
-                "timezone": "America/Chicago",
-            },
-        ).raise_for_status()
+        for path, body in network(buyer_url):
+            requests.put(f"{self.web.url}{path}", headers=h, timeout=10, json=body).raise_for_status()
         time.sleep(1.2)  # every web process has the config
 
         def lead(url: str) -> requests.Response:
