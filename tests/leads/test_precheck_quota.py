@@ -84,6 +84,23 @@ def test_suppressed_sold_elsewhere_and_no_room_answer_alike(api, buyer_server):
     assert check(api, b, {"lead_id": "b-1", "email": "sold@example.com"}).json()["duplicate"] is True
 
 
+def test_a_suppressed_consumer_takes_from_the_quota_as_any_other(api):
+    resp = api.http.put(
+        f"{api.base}/v1/admin/suppression-lists/dnc", json={"field": "email", "hash": "none"}, headers=api.admin
+    )
+    assert resp.status_code == 200, resp.text
+    resp = api.http.post(
+        f"{api.base}/v1/admin/suppression-lists/dnc/entries", json={"add": ["sup@example.com"]}, headers=api.admin
+    )
+    assert resp.status_code == 200, resp.text
+    key = api.put_publisher("strict", suppress=["dnc"], precheck={"per_lead": 0, "daily_floor": 2})
+    api.settle_config()
+    assert check(api, key, {"email": "sup@example.com"}).json() == {"eligible": False, "duplicate": False}
+    assert check(api, key, {"email": "new@example.com"}).status_code == 200
+    for email in ("sup@example.com", "new@example.com"):
+        assert check(api, key, {"email": email}).json()["error"]["code"] == "precheck_quota"
+
+
 def test_pre_pings_at_once_never_pass_the_quota_and_posted_leads_raise_it(api, buyer_server):
     buyer_server.add("acme")
     key = api.put_publisher("scan", precheck={"per_lead": 3, "daily_floor": 5})
