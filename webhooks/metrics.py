@@ -36,6 +36,7 @@ class _Metrics:
     delivery_seconds: Any
     cap_refusals: Any
     rate_limited: Any
+    prechecks: Any
     payments: Any
     ignored: Any
     rejected_bytes: Any
@@ -107,6 +108,11 @@ def init(cfg: Config) -> None:
             "floodgate_rate_limited_total",
             "Leads refused because their publisher was over its rate_limit (429 rate_limited)",
             ["publisher"],
+        ),
+        prechecks=Counter(
+            "floodgate_prechecks_total",
+            "Pre-pings (POST /v1/leads/check) per publisher: answered, or refused over its quota (429 precheck_quota)",
+            ["publisher", "outcome"],
         ),
         payments=Counter(
             "floodgate_payment_deliveries_total",
@@ -180,6 +186,12 @@ def rate_limited(publisher_id: str) -> None:
     """A lead refused because its publisher's token bucket was empty."""
     if _m is not None:
         _m.rate_limited.labels(publisher_id).inc()
+
+
+def prechecked(publisher_id: str, outcome: str) -> None:
+    """A pre-ping of the publisher: "answered", or "refused" over its quota."""
+    if _m is not None:
+        _child(_m.prechecks, publisher_id, outcome).inc()
 
 
 def drift(buyer_id: str, cap: str, amount: int) -> None:

@@ -32,6 +32,7 @@ from webhooks.storage.scripts import (
     LeadClaim,
     LeadKey,
     Lease,
+    Prechecked,
     Reserved,
 )
 from webhooks.storage.states import AttemptOutcome
@@ -156,6 +157,14 @@ class Batch:
         return self._add(call.read, "EVAL", lua.source(call.name), len(call.keys), *call.keys, *call.args, **options)
 
     # --- the scripts that share round trips ---------------------------------------------------
+
+    def take_precheck(
+        self, posted: Sequence[str], prechecks: Sequence[str], *, per_lead: int, daily_floor: int, ttl_s: int
+    ) -> Pending[Prechecked]:
+        """One pre-ping of a publisher's quota (lua/take_precheck.lua), read and taken at once."""
+        return self._script(
+            scripts.take_precheck(posted, prechecks, per_lead=per_lead, daily_floor=daily_floor, ttl_s=ttl_s)
+        )
 
     def claim_lead(
         self,

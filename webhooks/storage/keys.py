@@ -98,6 +98,12 @@ def publisher_cap(publisher_id: str, cap: str, window: str) -> str:
     return f"{PREFIX}{{p:{publisher_id}}}:cap:{cap}:{window}"
 
 
+def publisher_prechecks(publisher_id: str, hour: str) -> str:
+    """A publisher's count of pre-pings in one UTC hour (lua/take_precheck.lua), beside its
+    hourly lead counter (`publisher_cap(..., "hourly", hour)`) under the same hash tag."""
+    return f"{PREFIX}{{p:{publisher_id}}}:precheck:{hour}"
+
+
 def rate_bucket(publisher_id: str) -> str:
     """The publisher's token bucket (lua/take_token.lua); gone while the bucket is full."""
     return PREFIX + "{p:" + publisher_id + "}:bucket"

@@ -63,6 +63,9 @@ class Publisher(BaseModel):
     cap_hourly = pw.IntegerField(null=True)
     cap_daily = pw.IntegerField(null=True)
     suppress = pw.TextField(null=True)  # JSON: the suppression lists its leads are refused by (sql/018)
+    # `precheck` (sql/020): its pre-ping quota; NULL: the default (leads/rules/precheck_quota.py)
+    precheck_per_lead = pw.IntegerField(null=True)
+    precheck_daily_floor = pw.IntegerField(null=True)
 
     class Meta:
         table_name = "publishers"

@@ -182,6 +182,16 @@ class CapCounter(NamedTuple):
     ttl_s: int  # it outlives its window, then expires
 
 
+class Prechecked(NamedTuple):
+    """lua/take_precheck.lua's answer: `taken`; `used` the pre-pings of the window with this
+    one (taken), or the hour boundaries to wait (refused); `quota` the window's quota."""
+
+    taken: bool
+    used: int
+    quota: int
+    wait_hours: int = 0
+
+
 class Answered(NamedTuple):
     """lua/answer_lead.lua's answer: written, or what the claim holds (another request's)."""
 
@@ -540,6 +550,18 @@ def take_token(publisher_id: str, per_second: int, burst: int) -> Call[tuple[boo
     )
 
 
+def take_precheck(
+    posted: Sequence[str], prechecks: Sequence[str], *, per_lead: int, daily_floor: int, ttl_s: int
+) -> Call[Prechecked]:
+    """`posted` and `prechecks`: the publisher's hourly counters of the window, this hour first."""
+
+    def read(raw: list[Any]) -> Prechecked:
+        taken, value, quota = (int(x) for x in raw)
+        return Prechecked(True, value, quota) if taken else Prechecked(False, 0, quota, wait_hours=value)
+
+    return Call("take_precheck", (*posted, *prechecks), (per_lead, daily_floor, ttl_s), read)
+
+
 NAMES = (
     "adjust_counter",
     "answer_lead",
@@ -558,5 +580,6 @@ NAMES = (
     "snapshot_caps",
     "sync_balance",
     "take_batch",
+    "take_precheck",
     "take_token",
 )

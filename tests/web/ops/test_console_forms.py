@@ -202,3 +202,20 @@ def test_suppression_lists_and_consent_are_set_from_the_forms(api, browser, buye
     made = post(api, browser, "/ops/publishers", {"id": "pub-s", "name": "S", "suppress": "dnc"})
     assert made.status_code == 201
     assert api.get("/v1/admin/publishers/pub-s").json()["suppress"] == ["dnc"]
+
+
+def test_the_pre_ping_quota_is_set_from_the_form_and_its_use_shown(api, browser):
+    key = api.put_publisher("pub-q")
+    bad = post(api, browser, "/ops/publishers/pub-q", {"name": "Q", "precheck.per_lead": "many"})
+    assert bad.status_code == 400 and re.search(r'data-error-for="precheck.per_lead">[^<]*integer', bad.text)
+    fields = {"name": "Q", "precheck.per_lead": "2", "precheck.daily_floor": "3"}
+    assert post(api, browser, "/ops/publishers/pub-q", fields).status_code == 303
+    assert api.get("/v1/admin/publishers/pub-q").json()["precheck"] == {"per_lead": 2, "daily_floor": 3}
+    api.settle_config()
+    resp = api.http.post(f"{api.base}/v1/leads/check", json={}, headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 200
+    text = page(api, browser, "/ops/publishers/pub-q")
+    assert re.search(r'data-cap="precheck".*?<span class="num">1 / 3</span>', text, re.S)
+    cleared = {"name": "Q", "precheck.per_lead": "", "precheck.daily_floor": ""}  # empty: the defaults
+    assert post(api, browser, "/ops/publishers/pub-q", cleared).status_code == 303
+    assert api.get("/v1/admin/publishers/pub-q").json()["precheck"] == {"per_lead": 10, "daily_floor": 1000}

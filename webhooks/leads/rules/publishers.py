@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
-from webhooks.leads.rules import consent, quality, suppression
+from webhooks.leads.rules import consent, precheck_quota, quality, suppression
 from webhooks.storage import keys
 from webhooks.storage.models import Publisher
 from webhooks.storage.scripts import CapCounter
@@ -36,9 +36,11 @@ _FIELDS = {
     "mode",
     "caps",
     "suppress",
+    "precheck",
 }
 PUBLISHER_CAPS = {"hourly": 3600, "daily": 86400}  # UTC windows, by their length in seconds
 CAP_MAX = 10**9
+UNCAPPED = ("hourly", CAP_MAX + 1)  # the hourly lead counter of a publisher without an hourly cap
 MODES = ("live", "test")  # test: every lead of the publisher is a test lead
 RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
@@ -79,6 +81,7 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
         **{f"cap_{name}": limit for name, limit in _caps(body.get("caps")).items()},
         "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
         "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
+        **precheck_quota.columns(precheck_quota.parse(body.get("precheck"))),
     }
 
 
@@ -133,14 +136,17 @@ def cap_windows(now: datetime) -> dict[str, tuple[str, datetime]]:
 
 
 def cap_counters(publisher: PublisherRule, now: datetime) -> tuple[CapCounter, ...]:
-    """The publisher's cap counters of the windows of `now`, as lua/claim_lead.lua counts them."""
-    if not publisher.caps:
-        return ()
+    """The publisher's counters of the windows of `now` that lua/claim_lead.lua counts a lead
+    in: its caps' in order, then the hourly one when it has no hourly cap (with no limit).
+    The hourly counters, kept for a day, are its leads of the last 24 hours that its pre-ping
+    quota grows with (leads/rules/precheck_quota.py)."""
     windows = cap_windows(now)
+    caps = publisher.caps if any(name == "hourly" for name, _ in publisher.caps) else (*publisher.caps, UNCAPPED)
     out = []
-    for name, limit in publisher.caps:
+    for name, limit in caps:
         window, end = windows[name]
-        ttl_s = int((end - now).total_seconds()) + 3600  # outlives its window, then goes
+        kept_s = precheck_quota.HOURS * 3600 if name == "hourly" else 3600
+        ttl_s = int((end - now).total_seconds()) + kept_s  # outlives its window, then goes
         out.append(CapCounter(keys.publisher_cap(publisher.id, name, window), limit, ttl_s))
     return tuple(out)
 
@@ -154,21 +160,26 @@ def cap_usage_many(
     store: Store, publishers: Sequence[PublisherRule], now: datetime
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """`cap_usage` of many publishers, by id, read in one round trip (GETs in a pipeline: a
-    Redis Cluster's pipeline refuses MGET)."""
+    Redis Cluster's pipeline refuses MGET); "precheck" among them: its pre-ping quota's use."""
     windows = cap_windows(now)
-    counters = [cap_counters(publisher, now) for publisher in publishers]
+    counters = [[c.key for c in cap_counters(publisher, now)[: len(publisher.caps)]] for publisher in publishers]
+    quotas = [precheck_quota.counters(publisher.id, now) for publisher in publishers]
     pipe = store.redis.pipeline(transaction=False)
-    for its in counters:
-        for counter in its:
-            pipe.get(counter.key)
-    replies = iter(pipe.execute() if any(counters) else [])
+    for its, (posted, prechecks) in zip(counters, quotas):
+        for key in (*its, *posted, *prechecks):
+            pipe.get(key)
+    replies = iter(pipe.execute() if publishers else [])
     out = {}
-    for publisher, its in zip(publishers, counters):
+    for publisher, its, (posted, prechecks) in zip(publishers, counters, quotas):
         values = [next(replies) for _ in its]
         out[publisher.id] = {
             name: {"used": int(value or 0), "limit": limit, "window_start": windows[name][0]}
             for (name, limit), value in zip(publisher.caps, values)
         }
+        posted_n = [next(replies) for _ in posted]
+        out[publisher.id]["precheck"] = precheck_quota.usage(
+            publisher.precheck, posted_n, [next(replies) for _ in prechecks], now
+        )
     return out
 
 
@@ -239,6 +250,7 @@ def to_json(row: Publisher) -> dict[str, Any]:
         },
         "mode": row.mode,
         "suppress": list(suppression.stored_ids(row.suppress)),
+        "precheck": precheck_quota.of_row(row).to_json(),
         "balance": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
@@ -258,6 +270,7 @@ class PublisherRule:
     caps: tuple[tuple[str, int], ...] = ()  # (hourly | daily, leads accepted per UTC window)
     suppress: tuple[str, ...] = ()  # suppression lists a lead is refused for (before routing)
     consent: consent.Fields = consent.Fields()  # the spec's fields carrying consent evidence
+    precheck: precheck_quota.Quota = precheck_quota.DEFAULT  # its pre-ping quota
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
@@ -276,6 +289,7 @@ class PublisherRule:
             caps=caps,
             suppress=suppression.stored_ids(row.suppress),
             consent=spec.consent_fields() if spec else consent.Fields(),
+            precheck=precheck_quota.of_row(row),
         )
 
 

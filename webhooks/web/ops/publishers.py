@@ -37,6 +37,8 @@ FIELDS = (
     Field("rate_limit", "Rate limit", JSON, hint='JSON, e.g. {"per_second": 50, "burst": 100}; empty: the default'),
     Field("fields", "Field spec", JSON, hint="JSON: the lead fields it must send, and their types"),
     Field("suppress", "Suppression lists", LIST, hint="list ids whose consumers' leads are refused, comma-separated"),
+    Field("precheck.per_lead", "Pre-pings per lead", NUMBER, hint="pre-pings a day per lead posted; empty: 10"),
+    Field("precheck.daily_floor", "Pre-pings a day", NUMBER, hint="pre-pings a day with no lead posted; empty: 1000"),
 )
 NEW_FIELDS = (
     Field("id", "Id", required=True, hint="letters, digits, - and _; cannot change later"),
