@@ -19,6 +19,7 @@ from testkit.payments import (
     wallet_invariant_breaches,
 )
 from tests.payments.test_flutterwave import SECRET_KEY, FakeFlutterwave
+from webhooks.storage.db import db
 
 CHARGE_ID = "chg_Hq4oBRTJ4r"
 
@@ -185,3 +186,14 @@ def test_a_flat_payload_answered_with_another_transaction_is_ignored(api, flutte
     resp = deliver(api, "flutterwave", encode(flat("WOOC_8_flat")))
     assert resp.json() == {"status": "ignored", "reason": "not_successful"}
     assert balance("ada@example.com", "NGN") is None
+
+
+def test_a_flutterwave_signature_holding_the_secret_hash_is_not_stored(api, flutterwave):
+    flutterwave.knows("order-v4-5", 10, tx_id=CHARGE_ID)
+    raw = encode(v4_charge("order-v4-5", 10))
+    assert deliver(api, "flutterwave", raw, headers={"flutterwave-signature": SECRET["flutterwave"]}).json() == {
+        "status": "credited"
+    }
+    with db.connection_context():
+        stored = db.execute_sql("SELECT headers FROM webhook_calls").fetchone()[0]
+    assert SECRET["flutterwave"] not in stored and "<redacted>" in stored
