@@ -55,6 +55,9 @@ def test_during_a_rotation_deliveries_signed_with_either_secret_are_credited(api
             ("STANDARD_WEBHOOK_SECRET", "secret 2 of 2"),
         ),
         ({"PAYSTACK_SECRET_KEY": "one two three"}, ("PAYSTACK_SECRET_KEY", "at most two")),
+        ({"STANDARD_WEBHOOK_PUBLIC_KEY": "whpk_not*base64!"}, ("STANDARD_WEBHOOK_PUBLIC_KEY", "base64")),
+        ({"STANDARD_WEBHOOK_PUBLIC_KEY": "whpk_" + "A" * 40}, ("STANDARD_WEBHOOK_PUBLIC_KEY", "30 bytes", "32")),
+        ({"STANDARD_WEBHOOK_PUBLIC_KEY": "whsec_" + "A" * 43}, ("STANDARD_WEBHOOK_PUBLIC_KEY", "whpk_")),
         ({"ADMIN_TOKEN": "short-admin-token"}, ("ADMIN_TOKEN", "at least 24")),
         ({"FLUTTERWAVE_VERIFY": "1"}, ("FLUTTERWAVE_SECRET_KEY",)),
         ({"FLUTTERWAVE_SECRET_HASH": "fifteen-chars-x"}, ("FLUTTERWAVE_SECRET_HASH", "15 characters", "at least 16")),
@@ -79,6 +82,15 @@ def test_a_flutterwave_secret_hash_of_16_characters_is_accepted():
     assert one.secrets == {"flutterwave": ("sixteen-chars-xy",)}
     both = "old-hash-16-char new-hash-16-char"
     assert config.load({"FLUTTERWAVE_SECRET_HASH": both}).secrets["flutterwave"] == tuple(both.split())
+
+
+def test_a_standard_public_key_joins_the_standard_secrets():
+    key = "whpk_" + "A" * 43  # 32 zero bytes, unpadded
+    assert config.load({"STANDARD_WEBHOOK_PUBLIC_KEY": key}).secrets == {"standard": (key,)}
+    both = config.load(
+        {"STANDARD_WEBHOOK_SECRET": SECRETS["STANDARD_WEBHOOK_SECRET"], "STANDARD_WEBHOOK_PUBLIC_KEY": key}
+    )
+    assert both.secrets["standard"] == (SECRETS["STANDARD_WEBHOOK_SECRET"], key)
 
 
 @pytest.mark.e2e  # starts gunicorn

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError
 from webhooks.outbound import DEFAULT_DENY_NETS
-from webhooks.payments.signatures import standard_key
+from webhooks.payments.signatures import standard_key, standard_public_key
 from webhooks.storage.redis import is_cluster_url
 from webhooks.validate import DECIMAL_STRING
 
@@ -225,6 +225,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     if _switch(env, "REDIS_CLUSTER"):
         values["redis_url"] = _as_cluster_url(values.get("redis_url", Config.redis_url))
     values["secrets"] = _provider_secrets(env)
+    if public_keys := _standard_public_keys(env):  # v1a keys verify beside the whsec_ secrets
+        values["secrets"]["standard"] = values["secrets"].get("standard", ()) + public_keys
     values["ops_insecure_cookie"] = _switch(env, "OPS_INSECURE_COOKIE")
     values["flutterwave_verify"] = _switch(env, "FLUTTERWAVE_VERIFY")
     values["payment_events_secrets"] = _events_secrets(env)
@@ -393,6 +395,23 @@ def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
                     )
         found[provider] = secrets
     return found
+
+
+def _standard_public_keys(env: Mapping[str, str]) -> tuple[str, ...]:
+    """STANDARD_WEBHOOK_PUBLIC_KEY: one whpk_ key (two while the sender rotates) verifying the
+    specification's asymmetric v1a signatures, beside or instead of STANDARD_WEBHOOK_SECRET."""
+    var = "STANDARD_WEBHOOK_PUBLIC_KEY"
+    keys = tuple(env.get(var, "").split())
+    if len(keys) > 2:
+        raise ConfigError(f"{var} holds {len(keys)} keys; at most two (the old and the new one) while rotating")
+    for i, key in enumerate(keys, 1):
+        try:
+            standard_public_key(key)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{var}: key {i} of {len(keys)} {exc}; expected whpk_ followed by the base64 of the ed25519 key"
+            ) from None
+    return keys
 
 
 def _check_secrets(values: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -26,6 +27,7 @@ class FakeFlutterwave:
 
     def __init__(self):
         self.transactions: dict[str, tuple[int, dict]] = {}
+        self.references: dict[str, tuple[int, dict]] = {}  # verify_by_reference?tx_ref=
         self.requests: list[dict] = []
         outer = self
 
@@ -35,12 +37,15 @@ class FakeFlutterwave:
 
             def do_GET(self):
                 outer.requests.append({"path": self.path, "authorization": self.headers.get("Authorization")})
-                parts = self.path.strip("/").split("/")
+                url = urlsplit(self.path)
+                parts = url.path.strip("/").split("/")
                 found = len(parts) == 4 and parts[:2] == ["v3", "transactions"] and parts[3] == "verify"
-                status, body = outer.transactions.get(
-                    parts[2] if found else "",
-                    (404, {"status": "error", "message": "No transaction was found for this id", "data": None}),
-                )
+                unknown = (404, {"status": "error", "message": "No transaction was found for this id", "data": None})
+                if url.path == "/v3/transactions/verify_by_reference":
+                    tx_ref = parse_qs(url.query).get("tx_ref", [""])[0]
+                    status, body = outer.references.get(tx_ref, unknown)
+                else:
+                    status, body = outer.transactions.get(parts[2] if found else "", unknown)
                 raw = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -69,7 +74,7 @@ class FakeFlutterwave:
                 "status": "success",
                 "message": "Transaction fetched successfully",
                 "data": {
-                    "id": int(tx_id),
+                    "id": int(tx_id) if tx_id.isdigit() else tx_id,
                     "tx_ref": tx_ref,
                     "flw_ref": "FLW-MOCK-1",
                     "amount": amount,
@@ -81,6 +86,12 @@ class FakeFlutterwave:
                 },
             },
         )
+
+    def knows_reference(self, tx_ref: str, amount, *, tx_id: str = TX_ID, **fields) -> None:
+        """verify_by_reference's answer for `tx_ref`: the same object as the verify by id
+        (Flutterwave/Node-v3 documentation/transactions.md "Verify transaction with reference")."""
+        self.knows(tx_ref, amount, tx_id=tx_id, **fields)
+        self.references[tx_ref] = self.transactions.pop(tx_id)
 
     def close(self):
         self.httpd.shutdown()

@@ -7,7 +7,20 @@ from __future__ import annotations
 import copy
 import json
 
-from testkit.payments import at_once, balance, deliver, encode, payload, until_answered, wallet_invariant_breaches
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from testkit.payments import (
+    at_once,
+    at_once_signed,
+    balance,
+    deliver,
+    encode,
+    payload,
+    standard_v1a_headers,
+    until_answered,
+    wallet_invariant_breaches,
+    whpk,
+)
 from tests.payments.test_stripe_refunds import refund_event
 
 # A Charge of Stripe's Charges API inside a charge.succeeded Event (stripe-python 16.1.0
@@ -75,3 +88,21 @@ def test_paystack_metadata_string_with_whitespace_before_the_object_names_the_wa
     assert deliver(api, "paystack", encode(body)).json() == {"status": "credited"}
     assert balance("acct-42", "NGN") == 5000
     assert balance("ada@example.com", "NGN") is None
+
+
+def test_a_standard_webhooks_v1a_payment_is_credited_once_repeated_and_at_once(api, reconfigure, app):
+    from webhooks import services
+
+    key = Ed25519PrivateKey.generate()
+    reconfigure(secrets={**services.of(app).config.secrets, "standard": (whpk(key),)})
+    raw = encode(payload("standard", "std-v1a-1", 4200, "NGN", "ada@example.com"))
+    answers = at_once_signed(api, "standard", [(raw, standard_v1a_headers(raw, key)) for _ in range(8)])
+    assert sorted(a["status"] for a in answers) == ["credited"] + ["duplicate"] * 7, answers
+    for _ in range(3):
+        assert deliver(api, "standard", raw, headers=standard_v1a_headers(raw, key)).json() == {"status": "duplicate"}
+    assert balance("ada@example.com", "NGN") == 4200
+    # the same body under a v1 (HMAC) signature, no whsec_ secret configured: refused
+    assert deliver(api, "standard", raw).status_code == 401
+    other = Ed25519PrivateKey.generate()
+    assert deliver(api, "standard", raw, headers=standard_v1a_headers(raw, other)).status_code == 401
+    assert wallet_invariant_breaches() == []

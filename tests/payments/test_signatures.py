@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 
 import pytest
 import stripe
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from testkit.payments import PROVIDERS, SECRET, encode, payload, signed_headers
+from testkit.payments import (
+    PROVIDERS,
+    SECRET,
+    encode,
+    flutterwave_v4_headers,
+    payload,
+    signed_headers,
+    standard_v1a_headers,
+    whpk,
+)
 from webhooks.payments.signatures import InvalidSignature, verify
 
 NOW = time.time()
@@ -139,3 +151,65 @@ def test_hex_signatures_accept_upper_case_hex(provider):
 def test_malformed_stripe_header_is_refused_not_crashing(header):
     with pytest.raises(InvalidSignature):
         verify("stripe", b"{}", {"Stripe-Signature": header}, SECRET["stripe"], NOW)
+
+
+def test_flutterwave_signature_is_the_secret_hash_or_the_body_s_base64_hmac():
+    raw = body("flutterwave")
+    secret = SECRET["flutterwave"]
+    verify("flutterwave", raw, flutterwave_v4_headers(raw), secret, NOW)
+    verify("flutterwave", raw, {"flutterwave-signature": secret}, secret, NOW)
+    for headers in (
+        flutterwave_v4_headers(raw + b" "),  # another body
+        flutterwave_v4_headers(raw, secret + "x"),  # another secret
+        {"flutterwave-signature": secret + "x"},
+        {"flutterwave-signature": ""},
+        {"flutterwave-signature": base64.b64encode(hashlib.sha256(raw).digest()).decode()},  # no key
+    ):
+        with pytest.raises(InvalidSignature):
+            verify("flutterwave", raw, headers, secret, NOW)
+
+
+def test_a_wrong_verif_hash_is_not_rescued_by_a_flutterwave_signature():
+    raw = body("flutterwave")
+    headers = {"verif-hash": "wrong", **flutterwave_v4_headers(raw)}
+    with pytest.raises(InvalidSignature):
+        verify("flutterwave", raw, headers, SECRET["flutterwave"], NOW)
+
+
+def test_standard_v1a_ed25519_verifies_with_the_whpk_public_key():
+    key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    raw = body("standard")
+    headers = standard_v1a_headers(raw, key)
+    verify("standard", raw, headers, whpk(key), NOW)
+    # beside a whsec_ secret (rotation, or both schemes configured): either may verify
+    verify("standard", raw, headers, (SECRET["standard"], whpk(key)), NOW)
+    verify("standard", raw, headers, (whpk(other), whpk(key)), NOW)  # the sender's key rotated
+    # among other entries, as a v1 and a v1a may travel together
+    headers["webhook-signature"] = "v1,Zm9v v1a,!!! " + headers["webhook-signature"]
+    verify("standard", raw, headers, whpk(key), NOW)
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["another key", "another body", "another id", "stale timestamp", "as v1", "whsec_ only", "truncated"],
+)
+def test_standard_v1a_refuses_what_the_key_did_not_sign(what):
+    key = Ed25519PrivateKey.generate()
+    raw = body("standard")
+    signer, at, public, secret_raw = key, NOW, whpk(key), raw
+    if what == "another key":
+        signer = Ed25519PrivateKey.generate()
+    if what == "stale timestamp":
+        at = NOW - 301
+    headers = standard_v1a_headers(raw, signer, at)
+    if what == "another body":
+        secret_raw = raw + b" "
+    if what == "another id":
+        headers["webhook-id"] = "msg_other"
+    if what == "as v1":
+        headers["webhook-signature"] = headers["webhook-signature"].replace("v1a,", "v1,")
+    if what == "truncated":
+        headers["webhook-signature"] = headers["webhook-signature"][:-8]
+    secrets = SECRET["standard"] if what == "whsec_ only" else public
+    with pytest.raises(InvalidSignature):
+        verify("standard", secret_raw, headers, secrets, NOW)

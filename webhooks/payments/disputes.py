@@ -10,11 +10,47 @@ import peewee as pw
 from webhooks.errors import ReferenceConflict
 from webhooks.payments.ledger import Receipt, write_call
 from webhooks.payments.motions import RefundNotification
-from webhooks.payments.refunds import Outcome, check_same_payer, locked_payment, move_wallet, run_motion, save, writing
-from webhooks.payments.states import DisputeStatus, Ignored, Motion, Verdict
+from webhooks.payments.refunds import (
+    DISPUTE_REFUND,
+    Outcome,
+    check_same_payer,
+    locked_payment,
+    move_wallet,
+    run_motion,
+    save,
+    writing,
+)
+from webhooks.payments.states import DisputeStatus, Ignored, Motion, RefundStatus, Verdict
 from webhooks.storage import audit
 from webhooks.storage.db import db
-from webhooks.storage.models import Payment, PaymentDispute, utcnow
+from webhooks.storage.models import Payment, PaymentDispute, Refund, utcnow
+
+
+def _refunded_already(note: RefundNotification, amount: int) -> bool:
+    """Paystack: a dispute resolved with a refund reaches the payer as a refund too, and its
+    `refund.processed` may come first, naming no dispute. A refund of this payment of the same
+    amount not yet matched with a dispute is that money: it is matched now (flagged
+    dispute_refund) and the dispute debits nothing (docs/payments.md "Money going back")."""
+    if note.provider != "paystack":
+        return False
+    refund = (
+        Refund.select()
+        .where(
+            Refund.provider == note.provider,
+            Refund.payment_reference == note.payment_reference,
+            Refund.status == RefundStatus.DEBITED,
+            Refund.flag.is_null(True),
+            Refund.amount_minor == amount,
+        )
+        .order_by(Refund.id)
+        .first()
+    )
+    if refund is None:
+        return False
+    Refund.update(flag=DISPUTE_REFUND).where(Refund.id == refund.id).execute()
+    detail = {"dispute": note.reference, "amount_minor": amount}
+    audit.record("payments", f"refund.{DISPUTE_REFUND}", "refund", f"{note.provider}:{refund.reference}", detail)
+    return True
 
 
 def _once(note: RefundNotification, d: Receipt) -> Outcome:
@@ -43,7 +79,9 @@ def _once(note: RefundNotification, d: Receipt) -> Outcome:
                 withdrawn_at=now if withdraw else None,
                 reinstated_at=None if withdraw else now,
             ).execute()
-            if withdraw:
+            if withdraw and _refunded_already(note, amount):
+                outcome = Outcome(Verdict.DUPLICATE)  # its refund came first and debited it
+            elif withdraw:
                 save(payment, disputed_minor=payment.disputed_minor + amount)
                 move_wallet(note, payment, -amount, now, note.reference)
                 outcome = Outcome(Verdict.DEBITED)

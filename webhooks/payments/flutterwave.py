@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from webhooks import money, outbound, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
+from webhooks.payments.listing import dumps
 from webhooks.payments.notifications import PaymentNotification
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,41 @@ def confirm(note: PaymentNotification, api_base: str, secret_key: str, timeout_s
         raise NotConfirmed(f"Flutterwave does not confirm this payment: {problem}; nothing credited")
 
 
+def by_reference(tx_ref: str, api_base: str, secret_key: str, timeout_s: float = TIMEOUT_S) -> bytes | None:
+    """The v3 charge.completed webhook body of the successful transaction Flutterwave's
+    `GET /v3/transactions/verify_by_reference?tx_ref=` answers for `tx_ref` (Flutterwave/Node-v3
+    services/transactions/rave.verify-by-txref.js); None when Flutterwave knows no successful
+    transaction of that reference; Unavailable (503) when it cannot be asked or answers
+    something other than its documented object."""
+    url = f"{api_base.rstrip('/')}/v3/transactions/verify_by_reference?{urlencode({'tx_ref': tx_ref})}"
+    status, content = _get(url, secret_key, timeout_s)
+    if status in (400, 404):
+        return None
+    if status != 200:
+        log.error("Flutterwave verify_by_reference answered %s for %s", status, tx_ref)
+        raise Unavailable(f"Flutterwave's verify endpoint answered {status}; nothing credited, retry later")
+    try:
+        body = strictjson.loads(content, decimals=True)
+    except InvalidJSON:
+        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or (body.get("status") == "success" and not isinstance(data, dict)):
+        raise Unavailable("Flutterwave's verify endpoint answered JSON of another shape; nothing credited, retry later")
+    if body.get("status") != "success" or not isinstance(data, dict):
+        return None
+    if data.get("status") != "successful" or data.get("tx_ref") != tx_ref:
+        return None
+    return dumps({"event": "charge.completed", "data": data})
+
+
 def fetch_verification(api_base: str, transaction_id: str, secret_key: str, timeout_s: float) -> tuple[int, bytes]:
     """(HTTP status, body) of GET /v3/transactions/<id>/verify through the one outbound path
     (a total deadline, 64 KiB of answer at most); Unavailable when no whole answer came."""
     url = f"{api_base.rstrip('/')}/v3/transactions/{quote(transaction_id, safe='')}/verify"
+    return _get(url, secret_key, timeout_s)
+
+
+def _get(url: str, secret_key: str, timeout_s: float) -> tuple[int, bytes]:
     reply = _client.request(
         "GET",
         url,

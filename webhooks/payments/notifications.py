@@ -34,6 +34,7 @@ class PaymentNotification:
     fees_minor: int = 0  # the provider's fee the payer paid on top (Paystack requested_amount)
     flag: str | None = None  # partially_paid, overpaid, requested_amount_differs: credited what was received
     reason: Ignored | None = None  # why a valid notification that is no success moves nothing
+    by_reference: bool = False  # named by its reference only: the provider's API says the rest
 
     @property
     def fingerprint(self) -> str:
@@ -55,6 +56,21 @@ class Spec:
     requested: Path | None = None  # the amount asked for, when a fee passed on is added to `amount`
     status: Path | None = None  # a payment status naming a partial or an over payment
 
+
+# Flutterwave v4 (developer.flutterwave.com/docs/webhooks, "Structure of a Webhook Payload"): an
+# envelope of `type`, `id` (the webhook's), `timestamp` and `data`; a payment succeeded when
+# data.status is "succeeded"; data.reference is the merchant's reference, data.id the charge's.
+FLUTTERWAVE_V4 = Spec(
+    event_type=("type",),
+    success=both(equals(("type",), "charge.completed"), equals(("data", "status"), "succeeded")),
+    reference=("data", "reference"),
+    amount=("data", "amount"),
+    major=True,
+    currency=("data", "currency"),
+    email=("data", "customer", "email"),
+    transaction_id=("data", "id"),
+    metadata=("data", "meta"),
+)
 
 # Monnify's paymentStatus of money received other than in full (developers.monnify.com, "Verify
 # transactions": PARTIALLY_PAID "paid less than the required amount", OVERPAID "paid more")
@@ -230,8 +246,16 @@ STRIPE_CHARGE = Spec(
 )
 
 
+def _envelope(provider: str, body: dict[str, Any]) -> Spec:
+    """The provider's Spec, or Flutterwave v4's for a body in its envelope (`type` and `data`, no
+    v3 `event`)."""
+    if provider == "flutterwave" and "event" not in body and isinstance(body.get("data"), dict):
+        return FLUTTERWAVE_V4
+    return SPECS[provider]
+
+
 def _spec(provider: str, event_type: str, body: dict[str, Any]) -> Spec:
-    """The provider's Spec; Stripe's Charges API payment (a charge without a PaymentIntent, whose
+    """The body's Spec; Stripe's Charges API payment (a charge without a PaymentIntent, whose
     own `payment_intent.succeeded` credits it otherwise) has its own."""
     if (
         provider == "stripe"
@@ -239,7 +263,29 @@ def _spec(provider: str, event_type: str, body: dict[str, Any]) -> Spec:
         and not get(body, ("data", "object", "payment_intent"))
     ):
         return STRIPE_CHARGE
-    return SPECS[provider]
+    return _envelope(provider, body)
+
+
+def _flat(provider: str, body: dict[str, Any]) -> PaymentNotification | None:
+    """Flutterwave's flat payload (`txRef`, `status`, no `event` or `data`), as Flutterwave's own
+    WooCommerce plugin reads it: a reference to look up with Flutterwave's API, which says the
+    amount, currency and payer (docs/payments.md "Formats in use today"). None for other bodies."""
+    if provider != "flutterwave" or "event" in body or isinstance(body.get("data"), dict) or "txRef" not in body:
+        return None
+    kind = body.get("event.type")
+    ref = reference(body.get("txRef"))
+    successful = body.get("status") == "successful"
+    return PaymentNotification(
+        provider=provider,
+        event_type=kind[:64] if isinstance(kind, str) and kind.isprintable() and kind else "txRef",
+        reference=ref,
+        amount_minor=None,
+        currency=None,
+        customer=None,
+        succeeded=successful and ref is not None,
+        reason=None if successful and ref else Ignored.UNVERIFIABLE if successful else Ignored.NOT_SUCCESSFUL,
+        by_reference=True,
+    )
 
 
 def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentNotification | RefundNotification:
@@ -249,9 +295,12 @@ def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentNotifica
     `account_field` in the merchant's metadata, else the payer's e-mail, else None
     (unattributed)."""
     body = load(raw)
-    event_type = get(body, SPECS[provider].event_type)
+    if (flat := _flat(provider, body)) is not None:
+        return flat
+    where = _envelope(provider, body).event_type
+    event_type = get(body, where)
     if not isinstance(event_type, str) or not event_type:
-        raise InvalidPayload(f"no event type at {'.'.join(SPECS[provider].event_type)}")
+        raise InvalidPayload(f"no event type at {'.'.join(where)}")
     event_type = event_type[:64]
     motion = motions.spec_of(provider, event_type, body)
     if isinstance(motion, motions.RefundSpec):

@@ -18,14 +18,15 @@ from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, 
 from webhooks.events import outbox
 from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
 from webhooks.payments.motions import RefundNotification
-from webhooks.payments.states import Ignored, Motion, PaymentStatus, RefundStatus, Verdict
+from webhooks.payments.states import DisputeStatus, Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage import audit, wallets
 from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Payment, Refund, utcnow
+from webhooks.storage.models import Payment, PaymentDispute, Refund, utcnow
 
 log = logging.getLogger(__name__)
 
 INCLUDES_FEE = "refund_includes_fee"
+DISPUTE_REFUND = "dispute_refund"  # a Paystack refund that was its dispute's money, debited with the dispute
 
 
 @dataclass(frozen=True)
@@ -170,23 +171,36 @@ def _exceeds(note: RefundNotification, payment: Payment, amount: int, detail: di
     )
 
 
-def _refund(note: RefundNotification, payment: Payment, amount: int, d: Receipt, now: datetime) -> Outcome:
-    """A refund id whose money went back: debit what charge.refunded has not already debited of
-    it, up to what was credited; a refund that also returns the fee the payer paid on top
-    (Paystack: `amount` past `requested_amount`) debits what was credited and is flagged."""
-    absorbed = min(amount, payment.refund_unnamed_minor)
-    debit = amount - absorbed
-    room = payment.amount_minor - payment.refunded_minor
-    flag = None
-    if debit > room:
-        returned = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.amount_minor), 0)).where(
-            Refund.provider == note.provider,
-            Refund.payment_reference == note.payment_reference,
-            Refund.status == RefundStatus.DEBITED,
-        )
-        if not payment.fees_minor or returned.scalar() + amount > payment.amount_minor + payment.fees_minor:
-            raise _exceeds(note, payment, amount, {"refunded_minor": payment.refunded_minor, "amount_minor": amount})
-        flag, debit = INCLUDES_FEE, room
+def _dispute_took(note: RefundNotification, amount: int) -> bool:
+    """Paystack: a dispute resolved with a refund reaches the payer as a refund too (its refund
+    list items name their `dispute`), while `refund.processed` names none. A refund of the amount
+    a withdrawn dispute of this payment took, not yet matched with a refund, is that money."""
+    if note.provider != "paystack":
+        return False
+    same = (PaymentDispute.provider == note.provider) & (PaymentDispute.payment_reference == note.payment_reference)
+    taken = PaymentDispute.select().where(
+        same, PaymentDispute.status == DisputeStatus.WITHDRAWN, PaymentDispute.amount_minor == amount
+    )
+    matched = Refund.select().where(
+        Refund.provider == note.provider,
+        Refund.payment_reference == note.payment_reference,
+        Refund.flag == DISPUTE_REFUND,
+        Refund.amount_minor == amount,
+    )
+    return bool(taken.count() > matched.count())
+
+
+def _record(
+    note: RefundNotification,
+    payment: Payment,
+    amount: int,
+    d: Receipt,
+    *,
+    now: datetime,
+    debited: int,
+    flag: str | None,
+) -> None:
+    """The refund's row (the UNIQUE key is the final guard), flagged in audit_log when `flag`."""
     Refund.insert(
         provider=note.provider,
         reference=note.reference,
@@ -198,22 +212,42 @@ def _refund(note: RefundNotification, payment: Payment, amount: int, d: Receipt,
         received_at=d.received_at,
         debited_at=now,
         status=RefundStatus.DEBITED,
-        debited_minor=absorbed + debit,
+        debited_minor=debited,
         flag=flag,
     ).execute()
+    if flag is not None:
+        detail = {"amount_minor": amount, "debited_minor": debited}
+        audit.record("payments", f"refund.{flag}", "refund", f"{note.provider}:{note.reference}", detail)
+
+
+def _refund(note: RefundNotification, payment: Payment, amount: int, d: Receipt, now: datetime) -> Outcome:
+    """A refund id whose money went back: debit what charge.refunded (or a Paystack dispute's
+    refund) has not already debited of it, up to what was credited; a refund that also returns
+    the fee the payer paid on top (Paystack: `amount` past `requested_amount`) debits what was
+    credited and is flagged."""
+    if _dispute_took(note, amount):  # debited when its dispute resolved: the same money, once
+        _record(note, payment, amount, d, now=now, debited=0, flag=DISPUTE_REFUND)
+        return Outcome(Verdict.DUPLICATE)
+    absorbed = min(amount, payment.refund_unnamed_minor)
+    debit = amount - absorbed
+    room = payment.amount_minor - payment.refunded_minor
+    flag = None
+    if debit > room:
+        returned = Refund.select(pw.fn.COALESCE(pw.fn.SUM(Refund.amount_minor), 0)).where(
+            Refund.provider == note.provider,
+            Refund.payment_reference == note.payment_reference,
+            Refund.status == RefundStatus.DEBITED,
+            Refund.debited_minor.is_null(True) | (Refund.debited_minor != 0),  # 0: its dispute's money
+        )
+        if not payment.fees_minor or returned.scalar() + amount > payment.amount_minor + payment.fees_minor:
+            raise _exceeds(note, payment, amount, {"refunded_minor": payment.refunded_minor, "amount_minor": amount})
+        flag, debit = INCLUDES_FEE, room
+    _record(note, payment, amount, d, now=now, debited=absorbed + debit, flag=flag)
     save(
         payment,
         refunded_minor=payment.refunded_minor + debit,
         refund_unnamed_minor=payment.refund_unnamed_minor - absorbed,
     )
-    if flag is not None:
-        audit.record(
-            "payments",
-            f"refund.{flag}",
-            "refund",
-            f"{note.provider}:{note.reference}",
-            {"amount_minor": amount, "debited_minor": debit},
-        )
     move_wallet(note, payment, -debit, now, note.reference)
     if debit == 0 and flag is None:  # charge.refunded took it already
         return Outcome(Verdict.DUPLICATE)

@@ -12,21 +12,25 @@ import hashlib
 import hmac
 from collections.abc import Callable, Mapping, Sequence
 
+from cryptography.exceptions import InvalidSignature as BadEd25519
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from webhooks.errors import InvalidSignature
 
+PUBLIC_PREFIX = "whpk_"  # a Standard Webhooks public key (its secret key is whsk_, never ours)
 TOLERANCE_S = 300  # Stripe and Standard Webhooks: signed timestamps older (or newer) than this fail
 
 # The headers each scheme reads, lower-case; also what the audit trail keeps of a webhook.
 HEADERS: dict[str, tuple[str, ...]] = {
     "paystack": ("x-paystack-signature",),
-    "flutterwave": ("verif-hash",),
+    "flutterwave": ("verif-hash", "flutterwave-signature"),
     "monnify": ("monnify-signature",),
     "interswitch": ("x-interswitch-signature",),
     "stripe": ("stripe-signature",),
     "standard": ("webhook-id", "webhook-timestamp", "webhook-signature"),
 }
-# Headers whose value is the shared secret itself: never stored.
-SECRET_HEADERS = frozenset({"verif-hash"})
+# Headers whose value is (or may be) the shared secret itself: never stored.
+SECRET_HEADERS = frozenset({"verif-hash", "flutterwave-signature"})
 
 
 Verifier = Callable[[bytes, Mapping[str, str], str, float], None]
@@ -40,6 +44,13 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     if not value:
         raise InvalidSignature(f"missing {name} header")
     return value
+
+
+def _optional(headers: Mapping[str, str], name: str) -> str | None:
+    try:
+        return _header(headers, name)
+    except InvalidSignature:
+        return None
 
 
 def _same(expected: str | bytes, presented: str | bytes) -> bool:
@@ -70,7 +81,15 @@ def verify_paystack(raw: bytes, headers: Mapping[str, str], secret: str, now: fl
 
 
 def verify_flutterwave(raw: bytes, headers: Mapping[str, str], secret: str, now: float) -> None:
-    """verif-hash: the secret hash set on the dashboard, sent as is (it signs nothing)."""
+    """v3 `verif-hash`: the dashboard's secret hash, sent as is (it signs nothing). v4
+    `flutterwave-signature` (when no verif-hash is sent): the secret hash as is, as Flutterwave's
+    webhook page says, or base64 HMAC-SHA256 of the raw body keyed with it, as integrations
+    compute it; neither is weaker than verif-hash (docs/payments.md "What each scheme is based on")."""
+    if _optional(headers, "verif-hash") is None and (signature := _optional(headers, "flutterwave-signature")):
+        mac = base64.b64encode(hmac.new(secret.encode(), raw, hashlib.sha256).digest())
+        if not (_same(secret, signature) | _same(mac, signature.strip())):
+            raise InvalidSignature("flutterwave-signature does not match the secret hash or the body")
+        return
     if not _same(secret, _header(headers, "verif-hash")):
         raise InvalidSignature("verif-hash does not match the configured secret hash")
 
@@ -118,25 +137,57 @@ def standard_key(secret: str) -> bytes:
     return key
 
 
+def standard_public_key(value: str) -> Ed25519PublicKey:
+    """The ed25519 public key of a Standard Webhooks `whpk_` value: base64 of the key's 32 raw
+    bytes (padding may be left off). ValueError, never showing the value, when it is not one."""
+    if not value.startswith(PUBLIC_PREFIX):
+        raise ValueError(f"does not start with {PUBLIC_PREFIX}")
+    encoded = value.removeprefix(PUBLIC_PREFIX)
+    try:
+        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid base64 (after its whpk_ prefix)") from None
+    if len(raw) != 32:
+        raise ValueError(f"decodes to {len(raw)} bytes; an ed25519 public key is 32")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def _candidates(presented: str, version: str) -> list[bytes]:
+    """The decoded signatures of `version` in a webhook-signature header (others are skipped)."""
+    found = []
+    for entry in presented.split():
+        name, _, signature = entry.partition(",")
+        if name != version:
+            continue
+        try:
+            found.append(base64.b64decode(signature, validate=True))
+        except (binascii.Error, ValueError):
+            continue
+    return found
+
+
 def verify_standard(raw: bytes, headers: Mapping[str, str], secret: str, now: float) -> None:
     """Standard Webhooks: webhook-signature holds space-separated `v1,<base64>` entries, each an
-    HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the decoded whsec_ secret."""
+    HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" keyed with the decoded whsec_ secret,
+    and `v1a,<base64>` entries, each an ed25519 signature of the same bytes, checked with a
+    `whpk_` public key (the specification's asymmetric scheme)."""
     msg_id = _header(headers, "webhook-id")
     timestamp = _header(headers, "webhook-timestamp")
     presented = _header(headers, "webhook-signature")
     _fresh(timestamp, now)
     signed = f"{msg_id}.{timestamp}.".encode() + raw
+    if secret.startswith(PUBLIC_PREFIX):
+        key = standard_public_key(secret)
+        for candidate in _candidates(presented, "v1a"):
+            try:
+                key.verify(candidate, signed)
+                return
+            except BadEd25519:
+                continue
+        raise InvalidSignature("no v1a signature in webhook-signature matches the body")
     expected = hmac.new(standard_key(secret), signed, hashlib.sha256).digest()
-    for entry in presented.split():
-        version, _, signature = entry.partition(",")
-        if version != "v1":
-            continue
-        try:
-            candidate = base64.b64decode(signature, validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        if _same(expected, candidate):
-            return
+    if any(_same(expected, candidate) for candidate in _candidates(presented, "v1")):
+        return
     raise InvalidSignature("no v1 signature in webhook-signature matches the body")
 
 

@@ -74,3 +74,4 @@ class Ignored(StrEnum):
     DISPUTE_OPEN = "dispute_open"  # a dispute opened or updated, no money withdrawn yet
     NOT_DEBITED = "not_debited"  # a refund that failed before anything was debited for it
     NOT_WITHDRAWN = "not_withdrawn"  # a dispute closed or reinstated whose money was never withdrawn
+    UNVERIFIABLE = "unverifiable"  # a payment named by reference only that could not be looked up

@@ -7,6 +7,7 @@ docs/payments.md "Flow" and "Audit trail"; the arrows: docs/architecture.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -100,6 +101,8 @@ class PaymentWebhooks:
     secrets: Mapping[str, tuple[str, ...]]  # per provider: one, or the old and new while rotating
     claim_ttl_ms: int
     flutterwave: FlutterwaveCheck | None  # None unless FLUTTERWAVE_VERIFY=1
+    # Flutterwave's API wherever FLUTTERWAVE_SECRET_KEY is set: its flat payload is looked up there
+    flutterwave_api: FlutterwaveCheck | None = None
     account_field: str = ""  # PAYMENT_ACCOUNT_FIELD: the metadata key naming the wallet
     listening: Callable[[], bool] = lambda: True  # whether a committed event needs a wake
     # the wallets buyers are billed from, as the config cache knows them (None: ask the database)
@@ -117,6 +120,7 @@ class PaymentWebhooks:
         check = (
             FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key) if cfg.flutterwave_verify else None
         )
+        api = FlutterwaveCheck(cfg.flutterwave_api_base, cfg.flutterwave_secret_key)
         return cls(
             store=store,
             queue_redis=queue_redis,
@@ -124,6 +128,7 @@ class PaymentWebhooks:
             secrets=cfg.secrets,
             claim_ttl_ms=cfg.payment_claim_ttl_ms,
             flutterwave=check,
+            flutterwave_api=api if cfg.flutterwave_secret_key else None,
             account_field=cfg.payment_account_field,
             listening=Listening(bool(cfg.payment_events_url)),
             billed_wallets=billed_wallets,
@@ -162,6 +167,9 @@ class PaymentWebhooks:
             ledger.write_call(receipt, exc.code, 400)
             raise
         watch.lap("parse")
+        if isinstance(note, notifications.PaymentNotification) and note.by_reference and note.succeeded:
+            note = self._look_up(note)
+            watch.lap("confirm")
         if not isinstance(note, notifications.RefundNotification) and not note.succeeded:
             reason = note.reason or Ignored.EVENT_TYPE
             ledger.write_call(receipt, Verdict.IGNORED, 200, note, reason=reason)
@@ -291,13 +299,33 @@ class PaymentWebhooks:
         except (*REDIS_DOWN, RedisClusterException) as exc:
             log.warning("%s webhook with an invalid signature not listed, Redis unavailable: %s", receipt.provider, exc)
 
+    def _look_up(self, note: notifications.PaymentNotification) -> notifications.PaymentNotification:
+        """A payment its webhook names by reference only (Flutterwave's flat payload): the one
+        Flutterwave's verify-by-reference answers, read as its v3 webhook would carry it; else
+        the same notice, ignored (`not_successful`: Flutterwave knows no such successful
+        payment; `unverifiable`: no API key, or an answer that cannot be credited). Unavailable
+        (503) when Flutterwave cannot be asked: it sends the webhook again later."""
+        api, ref = self.flutterwave_api, note.reference
+        if api is None or ref is None:
+            return dataclasses.replace(note, succeeded=False, reason=Ignored.UNVERIFIABLE)
+        found = flutterwave.by_reference(ref, api.api_base, api.secret_key)
+        if found is None:
+            return dataclasses.replace(note, succeeded=False, reason=Ignored.NOT_SUCCESSFUL)
+        try:
+            full = notifications.parse("flutterwave", found, self.account_field)
+        except (InvalidPayload, InvalidJSON) as exc:
+            log.warning("Flutterwave's answer for %s cannot be credited: %s", ref, exc)
+            return dataclasses.replace(note, succeeded=False, reason=Ignored.UNVERIFIABLE)
+        assert isinstance(full, notifications.PaymentNotification)  # a charge.completed body
+        return dataclasses.replace(full, event_type=note.event_type, by_reference=True)
+
     def _confirm(self, note: notifications.PaymentNotification, receipt: Receipt) -> bool:
         """FLUTTERWAVE_VERIFY=1: ask Flutterwave whether this payment happened as the webhook says
         (its verif-hash is a static secret that signs nothing). 422 and flagged when it did not;
         503 when Flutterwave cannot be asked, so that it sends the webhook again later. Whether
         it was asked."""
-        if note.provider != "flutterwave" or self.flutterwave is None:
-            return False
+        if note.provider != "flutterwave" or self.flutterwave is None or note.by_reference:
+            return False  # a payment looked up by reference is Flutterwave's own answer already
         try:
             flutterwave.confirm(note, self.flutterwave.api_base, self.flutterwave.secret_key)
         except NotConfirmed as exc:
