@@ -18,7 +18,7 @@ from webhooks.errors import ValidationError
 from webhooks.leads.accounting import search
 from webhooks.leads.accounting.search import BadCursor, LeadQuery, decode_cursor, encode_cursor
 from webhooks.storage.models import Buyer, Publisher
-from webhooks.validate import is_id
+from webhooks.validate import instant, is_id
 from webhooks.web.admin import bp
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin import publishers as admin_publishers
@@ -92,13 +92,8 @@ def _instant(name: str) -> datetime | None:
     raw = request.args.get(name)
     if raw is None:
         return None
-    try:
-        at = datetime.fromisoformat(raw)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        raise ValidationError("invalid_query", name, "must be an ISO 8601 instant with an offset")
-    return at
+    problem = "must be an ISO 8601 instant with an offset"
+    return instant("invalid_query", name, raw, problem=problem, offset_required=True)
 
 
 def _status() -> str | None:
