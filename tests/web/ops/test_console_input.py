@@ -98,3 +98,13 @@ def test_the_lead_search_form_with_fields_left_empty_filters_by_the_filled_ones(
     assert 'name="buyer_id" value="bravo"' in resp.text and 'role="alert"' not in resp.text
     everything = browser[0].get(api.base + "/ops/leads", params={**empty, "buyer_id": ""})
     assert sorted(re.findall(r'data-lead="([^"]+)"', everything.text)) == ["l-1", "l-2", "l-3"]
+
+
+def test_a_statement_month_the_buyer_page_cannot_show_is_a_refusal_on_the_page(api, browser, buyer_server):
+    billing = {"mode": "prepaid", "account": "acct-m", "currency": "USD"}
+    api.put_buyer("billed", buyer_server.url("billed"), billing=billing)
+    resp = browser[0].get(api.base + "/ops/buyers/billed", params={"month": "2026-13"})
+    assert resp.status_code == 400 and resp.headers["Content-Type"].startswith("text/html"), resp.text[:300]
+    assert 'data-error-for="month"' in resp.text and 'name="month" value="2026-13"' in resp.text
+    assert 'id="statement"' in resp.text  # this month's statement, below the refusal
+    assert browser[0].get(api.base + "/ops/buyers/billed", params={"month": ""}).status_code == 200
