@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlparse
@@ -82,6 +83,27 @@ def boolean(code: str, field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(code, field, "must be true or false")
     return value
+
+
+MAX_INSTANT = 40  # characters: "2026-12-01T00:00:00.123456+05:30" is 32
+
+
+def instant(code: str, field: str, raw: object, *, problem: str, offset_required: bool) -> datetime:
+    """An ISO 8601 instant as an aware UTC datetime: `problem` (400 `code` naming `field`) for
+    anything else, for a time without an offset when `offset_required` (else it is UTC), and
+    for one that is outside the years 1 to 9999 once in UTC (0001-01-01T00:00:00+14:00 is in
+    year 0), which neither Python nor the database can hold."""
+    if not isinstance(raw, str) or not raw.isascii() or len(raw) > MAX_INSTANT:
+        raise ValidationError(code, field, problem)
+    try:
+        at = datetime.fromisoformat(raw)
+        if at.tzinfo is None and not offset_required:
+            at = at.replace(tzinfo=timezone.utc)
+        if at.tzinfo is None:
+            raise ValueError(raw)
+        return at.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        raise ValidationError(code, field, problem) from None
 
 
 def cents(amount: Decimal | str) -> int:

@@ -133,6 +133,19 @@ def test_each_filter(api, ledger_rows, params, expect):
     assert newest_first(found)
 
 
+def test_an_empty_query_field_is_no_filter(api, ledger_rows):
+    """As a form sends the fields left empty, and as docs/api.md writes the URL."""
+    empty = dict.fromkeys(("publisher_id", "status", "since", "until", "cursor", "limit"), "")
+    resp = api.get("/v1/admin/leads", params={**empty, "buyer_id": "acme"})
+    assert resp.status_code == 200, resp.text
+    assert {item["lead_id"] for item in resp.json()["items"]} == {f"l-{i:02d}" for i in range(30) if i % 3 == 1}
+    everything = api.get("/v1/admin/leads", params={**empty, "buyer_id": ""}).json()
+    assert len(everything["items"]) == 30 and everything["next_cursor"] is None
+    for path in ("/v1/admin/buyers", "/v1/admin/publishers"):
+        resp = api.get(path, params={"cursor": "", "limit": ""})
+        assert resp.status_code == 200 and resp.json()["next_cursor"] is None, resp.text
+
+
 def test_a_test_lead_shows_its_outcome_and_filters_by_the_ledgers_status(api, ledger_rows):
     found = walk(api, "/v1/admin/leads", limit=50, status="test_sold")
     assert found and all(item["status"] == "sold" and item["test"] for item in found)

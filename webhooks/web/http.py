@@ -124,6 +124,12 @@ def error(code: str, message: str, status: int) -> Response:
     return resp
 
 
+def query_arg(name: str) -> str | None:
+    """`?name=` as sent; None when it is absent or empty. An empty field is no filter: a form
+    sends its fields left empty as `name=`, and docs/api.md writes the lists' URLs so."""
+    return request.args.get(name) or None
+
+
 def json_body() -> object:
     """The request body as strict JSON (400 invalid_json); its size is already capped (413)."""
     return strictjson.loads(request.get_data(cache=True))

@@ -17,12 +17,16 @@ from typing import Any
 
 import peewee as pw
 
+from webhooks import strictjson
+from webhooks.errors import InvalidJSON
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.storage.models import Lead, LeadAttempt
 from webhooks.storage.states import LeadStatus
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 100
+MAX_CURSOR = 512  # characters: a cursor this module writes is under 100
+MAX_ROW_ID = (1 << 63) - 1  # the ledger's ids are BIGINT
 STATUSES = tuple(str(s) for s in LeadStatus)  # the ledger's statuses: test leads as test_sold...
 
 
@@ -54,11 +58,13 @@ def encode_cursor(key: Sequence[Any]) -> str:
 
 
 def decode_cursor(cursor: str) -> list[Any]:
-    """The sort key an encode_cursor wrote; BadCursor for anything else."""
+    """The sort key an encode_cursor wrote; BadCursor for anything else, read by the strict
+    parser (nesting, duplicate keys and huge numbers refused in linear time)."""
+    if len(cursor) > MAX_CURSOR:
+        raise BadCursor(cursor[:64])
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        key = json.loads(raw)
-    except (binascii.Error, ValueError) as exc:
+        key = strictjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError, InvalidJSON) as exc:
         raise BadCursor(cursor) from exc
     if not isinstance(key, list):
         raise BadCursor(cursor)
@@ -66,8 +72,10 @@ def decode_cursor(cursor: str) -> list[Any]:
 
 
 def _lead_key(cursor: str) -> tuple[datetime, int]:
+    """The (received_at, id) a lead cursor holds: an instant Python holds (naive UTC, as the
+    ledger stores it) and a row id the ledger's BIGINT can hold."""
     key = decode_cursor(cursor)
-    if len(key) != 2 or not isinstance(key[0], str) or type(key[1]) is not int:
+    if len(key) != 2 or not isinstance(key[0], str) or type(key[1]) is not int or not 0 < key[1] <= MAX_ROW_ID:
         raise BadCursor(cursor)
     try:
         received = datetime.fromisoformat(key[0])

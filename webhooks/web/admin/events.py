@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
-from flask import jsonify, request
+from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -13,9 +13,9 @@ from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.events.outbox import EventType
 from webhooks.storage import outbox_queue
-from webhooks.validate import is_id
+from webhooks.validate import instant, is_id
 from webhooks.web.admin import bp
-from webhooks.web.http import json_body
+from webhooks.web.http import json_body, query_arg
 
 MAX_EVENTS = 1000
 QUERY = "invalid_query"
@@ -53,15 +53,8 @@ def delete_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
 
 def since_time(raw: object, code: str) -> datetime:
     """An ISO 8601 time (UTC when it names no offset), as naive UTC."""
-    if not isinstance(raw, str) or not raw.isascii() or len(raw) > 40:
-        raise ValidationError(code, "since", 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"')
-    try:
-        when = datetime.fromisoformat(raw)
-    except ValueError:
-        raise ValidationError(code, "since", 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"') from None
-    if when.tzinfo is not None:
-        when = when.astimezone(timezone.utc).replace(tzinfo=None)
-    return when
+    problem = 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"'
+    return instant(code, "since", raw, problem=problem, offset_required=False).replace(tzinfo=None)
 
 
 @bp.post("/event-endpoints/<id:endpoint_id>/replay")
@@ -81,17 +74,17 @@ def replay_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
 def list_events() -> ResponseReturnValue:
     """The events log, newest first: `endpoint_id`, `type`, `status` (of a dispatch), `since`,
     `limit` (default 100), `before` (the `next` of the page before)."""
-    args = request.args
-    endpoint_id = args.get("endpoint_id")
+    endpoint_id = query_arg("endpoint_id")
     if endpoint_id is not None and not is_id(endpoint_id):
         raise ValidationError(QUERY, "endpoint_id", "must be an endpoint id")
-    event_type = args.get("type")
+    event_type = query_arg("type")
     if event_type is not None and event_type not in {t.value for t in EventType}:
         raise ValidationError(QUERY, "type", f"must be one of {', '.join(t.value for t in EventType)}")
-    status = args.get("status")
+    status = query_arg("status")
     if status is not None and status not in events_log.STATUSES:
         raise ValidationError(QUERY, "status", f"must be one of {', '.join(events_log.STATUSES)}")
-    since = since_time(args["since"], QUERY) if "since" in args else None
+    raw_since = query_arg("since")
+    since = None if raw_since is None else since_time(raw_since, QUERY)
     found, cursor = events_log.search(
         endpoint_id=endpoint_id,
         event_type=event_type,
@@ -104,7 +97,7 @@ def list_events() -> ResponseReturnValue:
 
 
 def _integer(name: str, most: int) -> int | None:
-    raw = request.args.get(name)
+    raw = query_arg(name)
     if raw is None:
         return None
     if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or not 1 <= int(raw) <= most:

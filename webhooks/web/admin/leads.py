@@ -17,11 +17,11 @@ from webhooks.leads.accounting.ledger import erase_personal_data, forget_consume
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
-from webhooks.web.http import json_body
+from webhooks.web.http import json_body, query_arg
 
 
 def _publisher_id() -> str | None:
-    publisher_id = request.args.get("publisher_id")
+    publisher_id = query_arg("publisher_id")
     if publisher_id is not None and not is_id(publisher_id):
         raise NotFound("no such lead")
     return publisher_id
@@ -70,7 +70,7 @@ DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # fullmatch: `$` would pass a t
 
 
 def _day(name: str) -> date:
-    raw = request.args.get(name, "")
+    raw = query_arg(name) or ""
     try:
         if not DAY.fullmatch(raw):
             raise ValueError
@@ -86,10 +86,10 @@ def leads_report() -> ResponseReturnValue:
     first, last = _day("from"), _day("to")
     if last < first or (last - first).days >= reports.MAX_DAYS:
         raise ValidationError("invalid_query", "to", f"must be on or after from, at most {reports.MAX_DAYS} days on")
-    group_by = request.args.get("group_by", "publisher")
+    group_by = query_arg("group_by") or "publisher"
     if group_by not in reports.GROUPS:
         raise ValidationError("invalid_query", "group_by", "must be one of " + ", ".join(reports.GROUPS))
-    shape = request.args.get("format", "json")
+    shape = query_arg("format") or "json"
     if shape not in ("json", "csv"):
         raise ValidationError("invalid_query", "format", "must be json or csv")
     result = reports.report(first, last, group_by)

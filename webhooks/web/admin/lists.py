@@ -11,23 +11,24 @@ from datetime import datetime
 from typing import TypeVar
 
 import peewee as pw
-from flask import jsonify, request
+from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import ValidationError
 from webhooks.leads.accounting import search
 from webhooks.leads.accounting.search import BadCursor, LeadQuery, decode_cursor, encode_cursor
 from webhooks.storage.models import Buyer, Publisher
-from webhooks.validate import is_id
+from webhooks.validate import instant, is_id
 from webhooks.web.admin import bp
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin import publishers as admin_publishers
+from webhooks.web.http import query_arg
 
 M = TypeVar("M", bound=pw.Model)
 
 
 def _limit() -> int:
-    raw = request.args.get("limit")
+    raw = query_arg("limit")
     if raw is None:
         return search.DEFAULT_LIMIT
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= search.MAX_LIMIT:
@@ -36,7 +37,7 @@ def _limit() -> int:
 
 
 def _cursor() -> str | None:
-    return request.args.get("cursor")
+    return query_arg("cursor")
 
 
 def _bad_cursor() -> ValidationError:
@@ -82,27 +83,22 @@ def list_publishers() -> ResponseReturnValue:
 
 
 def _id_arg(name: str) -> str | None:
-    value = request.args.get(name)
+    value = query_arg(name)
     if value is not None and not is_id(value):
         raise ValidationError("invalid_query", name, "must be an id")
     return value
 
 
 def _instant(name: str) -> datetime | None:
-    raw = request.args.get(name)
+    raw = query_arg(name)
     if raw is None:
         return None
-    try:
-        at = datetime.fromisoformat(raw)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        raise ValidationError("invalid_query", name, "must be an ISO 8601 instant with an offset")
-    return at
+    problem = "must be an ISO 8601 instant with an offset"
+    return instant("invalid_query", name, raw, problem=problem, offset_required=True)
 
 
 def _status() -> str | None:
-    status = request.args.get("status")
+    status = query_arg("status")
     if status is not None and status not in search.STATUSES:
         raise ValidationError("invalid_query", "status", "must be one of " + ", ".join(search.STATUSES))
     return status

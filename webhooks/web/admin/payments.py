@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import timedelta
 
-from flask import jsonify, request
+from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -25,7 +25,7 @@ from webhooks.payments.signatures import VERIFIERS
 from webhooks.storage.models import Payment, utcnow
 from webhooks.web.admin import bp
 from webhooks.web.admin.events import since_time
-from webhooks.web.http import json_body
+from webhooks.web.http import json_body, query_arg
 
 
 @bp.get("/wallets/<string:customer>")
@@ -58,7 +58,7 @@ PAYMENT_STATUSES = ("unattributed",)
 def list_payments() -> ResponseReturnValue:
     """`?status=unattributed`: the verified payments that named no wallet, oldest first, for
     an operator to assign; `limit` (default 100, at most 1000)."""
-    status = request.args.get("status")
+    status = query_arg("status")
     if status not in PAYMENT_STATUSES:
         raise ValidationError("invalid_query", "status", "must be unattributed")
     found = ledger.unattributed(_limit(MAX_EVENTS))
@@ -98,7 +98,7 @@ def list_payment_events() -> ResponseReturnValue:
     """What is not yet delivered to PAYMENT_EVENTS_URL, oldest first: `?status=pending` (still being
     retried, or held behind an earlier event of the same customer), `?status=failed` (given up:
     `flask --app wsgi events retry`), or both without `status`; `limit` (default 100)."""
-    status = request.args.get("status")
+    status = query_arg("status")
     if status not in EVENT_STATUSES:
         raise ValidationError("invalid_query", "status", "must be pending or failed")
     limit = _limit(MAX_EVENTS)
@@ -113,7 +113,7 @@ def list_payment_events() -> ResponseReturnValue:
 
 def _limit(most: int) -> int:
     """`?limit=`: an integer from 1 to `most`, 100 when absent (400 invalid_query otherwise)."""
-    raw = request.args.get("limit", "100")
+    raw = query_arg("limit") or "100"
     if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or not 1 <= int(raw) <= most:
         raise ValidationError("invalid_query", "limit", f"must be an integer from 1 to {most}")
     return int(raw)
@@ -124,7 +124,7 @@ def list_rejected_webhooks() -> ResponseReturnValue:
     """The payment webhooks refused for their signature, newest first, from the capped Redis
     list (never the database): `?provider=` to see one provider's, `limit` (default 100, at
     most 1000). `count` is the list's length, every provider's."""
-    provider = request.args.get("provider")
+    provider = query_arg("provider")
     if provider is not None and provider not in VERIFIERS:
         raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
     found = rejected.listing(services.current().store.redis, provider, _limit(rejected.KEEP))
@@ -135,10 +135,10 @@ def list_rejected_webhooks() -> ResponseReturnValue:
 def count_ignored_webhooks() -> ResponseReturnValue:
     """The verified payment webhooks answered `ignored` since `?since=` (default: the last 24
     hours), counted per provider, event type and reason; `?provider=` for one provider's."""
-    provider = request.args.get("provider")
+    provider = query_arg("provider")
     if provider is not None and provider not in VERIFIERS:
         raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
-    raw = request.args.get("since")
+    raw = query_arg("since")
     since = utcnow() - timedelta(days=1) if raw is None else since_time(raw, "invalid_query")
     counts = ledger.ignored_counts(provider, since)
     return jsonify({"since": since.isoformat() + "Z", "ignored": counts, "total": sum(c["count"] for c in counts)})

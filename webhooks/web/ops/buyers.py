@@ -100,13 +100,21 @@ def buyer(buyer_id: str) -> ResponseReturnValue:
 def _buyer_page(row: Buyer, values: dict[str, str], errors: dict[str, str], status: int) -> ResponseReturnValue:
     shown = admin_buyers.shown([row])[0]
     billing = billing_panels([row]).get(row.id)
+    statement_shown, month_error = None, None
+    if billing:
+        try:
+            statement_shown = _statement(row.id, _month())
+        except ValidationError as exc:  # a month it cannot show: this month's, and why not that one
+            statement_shown, month_error, status = _statement(row.id, _this_month()), str(exc), 400
     return page(
         "buyer.html",
         SECTION,
         status,
         buyer=shown,
         billing=billing,
-        statement=_statement(row.id) if billing else None,
+        statement=statement_shown,
+        month_error=month_error,
+        month_typed=request.args.get("month", "") if month_error else "",
         fields=FIELDS,
         values=values,
         errors=errors,
@@ -114,16 +122,20 @@ def _buyer_page(row: Buyer, values: dict[str, str], errors: dict[str, str], stat
     )
 
 
-def _statement(buyer_id: str) -> dict[str, Any]:
-    """This month's (or `?month=`'s) figures and its last lines."""
-    period = statement.month(_month(), datetime.now(timezone.utc).date())
+def _statement(buyer_id: str, month: str) -> dict[str, Any]:
+    """The month's figures and its last lines (400 invalid_query for a month it cannot show)."""
+    period = statement.month(month, datetime.now(timezone.utc).date())
     wallet = statement.billed_wallet(buyer_id)
     return statement.summary(wallet, period, STATEMENT_LINES)
 
 
 def _month() -> str:
-    raw = request.args.get("month", "")
-    return raw if raw else datetime.now(timezone.utc).strftime("%Y-%m")
+    """`?month=`, this month when absent or empty."""
+    return request.args.get("month") or _this_month()
+
+
+def _this_month() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m")
 
 
 @bp.post("/ops/buyers/<id:buyer_id>")

@@ -10,16 +10,19 @@ when ticked (so an unticked box is false, and a form without the box keeps the v
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
-from webhooks.errors import BadRequest, ValidationError
+from webhooks import strictjson
+from webhooks.errors import BadRequest, InvalidJSON, MalformedJSON, ValidationError
 
 TEXT, NUMBER, CHECKBOX, LIST, JSON, SELECT, SECRET = "text", "number", "checkbox", "list", "json", "select", "secret"
 MAX_FIELD = 64 * 1024  # a form field's characters: the request body's limit bounds them all
+INTEGER = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only: int() takes "١٢" too, isdigit() "²"
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,18 @@ def _value(field: Field, sent: list[str]) -> Any:
         return None
     if field.kind == NUMBER:
         # an integer as JSON has it; anything else goes on as text for the API's own message
-        return int(text) if text.lstrip("-").isdigit() and len(text) <= 18 else text
+        return int(text) if INTEGER.fullmatch(text) else text
     if field.kind == LIST:
         return [item for item in text.replace(",", " ").split() if item]
     if field.kind == JSON:
+        # the API's own parser: duplicate keys, NaN and nesting past its depth refused alike
         try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise ValidationError("invalid_form", field.name, f"is not JSON: {exc}") from None
+            return strictjson.loads(text.encode("utf-8", "surrogatepass"))
+        except MalformedJSON as exc:
+            where = str(exc).rpartition("JSON: ")[2]  # the parser's "Expecting value: line 1 column 1"
+            raise ValidationError("invalid_form", field.name, f"is not JSON: {where}") from None
+        except InvalidJSON as exc:
+            raise ValidationError("invalid_form", field.name, f"is refused: {exc}") from None
     return text
 
 
