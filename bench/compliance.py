@@ -45,6 +45,7 @@ from bench.common import (
 )
 from testkit.servers import RedisServer
 from testkit.trustedform import API_KEY, TrustedFormStandIn
+from webhooks import outbound, targets
 from webhooks.leads.rules import consent, suppression
 from webhooks.storage import keys
 from webhooks.storage.redis import Store, make_redis
@@ -379,6 +380,7 @@ def markdown(data: dict[str, Any]) -> str:
 def main() -> int:
     import hiredis
 
+    outbound.configure(targets.DEFAULT_DENY_NETS, allow_loopback=True)  # the stand-in is on 127.0.0.1
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp) / "redis")

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from testkit.config import NO_PROVIDER_APIS
+from testkit.config import LOOPBACK_PARTNERS, NO_PROVIDER_APIS
 from testkit.servers import Proc, RedisServer, WebServer, create_mysql_db, free_port, mysql_admin_url, venv_bin
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +100,7 @@ def base(
         "PUBLISHER_RATE_LIMIT": "off",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp / "prometheus"),
         **NO_PROVIDER_APIS,
+        **LOOPBACK_PARTNERS,
         **(extra_env or {}),
     }
     subprocess.run(

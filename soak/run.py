@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from bench.common import machine_info, mysql_version, redis_version
 from soak import checks as soak_checks
 from soak.checks import OUT
-from testkit.config import NO_PROVIDER_APIS, SECRETS
+from testkit.config import LOOPBACK_PARTNERS, NO_PROVIDER_APIS, SECRETS
 from testkit.payments import child_pids, encode, signed_headers
 from testkit.servers import (
     Proc,
@@ -202,6 +202,7 @@ class Stack:
             **{k: v for k, v in os.environ.items() if k not in ("ACCESS_LOG", "WEB_CONCURRENCY")},
             **SECRETS,
             **NO_PROVIDER_APIS,
+            **LOOPBACK_PARTNERS,
             "REDIS_URL": self.redis.url,
             "DATABASE_URL": self.proxy_url,
             "ADMIN_TOKEN": ADMIN,

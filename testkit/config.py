@@ -20,3 +20,6 @@ NO_PROVIDER_APIS = {
     "MONNIFY_API_BASE": "http://127.0.0.1:9",
     "STRIPE_API_BASE": "http://127.0.0.1:9",
 }
+# The runs' partners (buyers, event receivers, provider stand-ins) listen on 127.0.0.1, which a
+# deployment's outbound calls never reach without this (docs/security.md).
+LOOPBACK_PARTNERS = {"OUTBOUND_ALLOW_LOOPBACK": "1"}

@@ -354,6 +354,7 @@ class ProviderApis:
             "monnify_api_key": keys["monnify_api_key"],
             "stripe_api_key": keys["stripe"],
             "secrets": {"paystack": (keys["paystack"],), "monnify": (keys["monnify"],)},
+            "outbound_allow_loopback": True,  # these stand-ins listen on 127.0.0.1
         }
         return config.load({}, **{**values, **overrides})
 

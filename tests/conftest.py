@@ -20,7 +20,7 @@ import requests.structures
 
 from testkit import payments as testkit_payments
 from testkit.cluster import LocalCluster
-from testkit.config import ADMIN_TOKEN, NO_PROVIDER_APIS, SECRETS
+from testkit.config import ADMIN_TOKEN, LOOPBACK_PARTNERS, NO_PROVIDER_APIS, SECRETS
 from testkit.servers import (
     BuyerServer,
     Proc,
@@ -31,7 +31,7 @@ from testkit.servers import (
     venv_bin,
     wait_until,
 )
-from webhooks import services
+from webhooks import outbound, services, targets
 from webhooks.storage import keys
 from webhooks.storage.db import db, init_db
 from webhooks.storage.migrate import upgrade
@@ -96,6 +96,13 @@ def pytest_collection_modifyitems(config, items) -> None:
         for item in items:
             if item.nodeid in NOT_ON_CLUSTER:
                 item.add_marker(pytest.mark.skip(reason="cluster run: " + NOT_ON_CLUSTER[item.nodeid]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def loopback_partners() -> None:
+    """The outbound clients of this process reach the partners the tests run on 127.0.0.1, as
+    the app's (LOOPBACK_PARTNERS in base_env) do; tests of refusals build their own DenyList."""
+    outbound.configure(targets.DEFAULT_DENY_NETS, allow_loopback=True)
 
 
 @pytest.fixture(scope="session")
@@ -171,6 +178,7 @@ def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYSTACK", "STRIPE", "MONNIFY", "FLUTTERWAVE"))}
     env.update(SECRETS)
     env.update(NO_PROVIDER_APIS)
+    env.update(LOOPBACK_PARTNERS)
     env.update(
         {
             "REDIS_URL": redis_server.url,

@@ -17,7 +17,7 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     cfg = config or config_mod.load()
     logs.configure(cfg.log_level)
     metrics.init(cfg)
-    outbound.configure(cfg.outbound_deny_nets)
+    outbound.configure(cfg.outbound_deny_nets, allow_loopback=cfg.outbound_allow_loopback)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's DefaultJSONProvider has it

@@ -13,9 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError
-from webhooks.outbound import DEFAULT_DENY_NETS
 from webhooks.payments.signatures import standard_key, standard_public_key
 from webhooks.storage.redis import is_cluster_url
+from webhooks.targets import DEFAULT_DENY_NETS, DenyList
 from webhooks.validate import DECIMAL_STRING
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,6 +110,9 @@ class Config:
     # must arrive within this (web), and no outbound call connects to an address in these nets.
     request_read_timeout_ms: int = 10_000
     outbound_deny_nets: tuple[str, ...] = DEFAULT_DENY_NETS
+    # Loopback (127.0.0.0/8, ::1) as itself may be called: development and tests, whose partners
+    # run on this machine. Never this host's other spellings (docs/security.md).
+    outbound_allow_loopback: bool = False
     # How long a lead's raw body is kept: unsold and test leads, sold leads (the figures stay).
     lead_body_retention_days: int = 30
     sold_lead_body_retention_days: int = 365
@@ -228,6 +231,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     if public_keys := _standard_public_keys(env):  # v1a keys verify beside the whsec_ secrets
         values["secrets"]["standard"] = values["secrets"].get("standard", ()) + public_keys
     values["ops_insecure_cookie"] = _switch(env, "OPS_INSECURE_COOKIE")
+    values["outbound_allow_loopback"] = _switch(env, "OUTBOUND_ALLOW_LOOPBACK")
     values["flutterwave_verify"] = _switch(env, "FLUTTERWAVE_VERIFY")
     values["payment_events_secrets"] = _events_secrets(env)
     if "OUTBOUND_DENY_NETS" in env:
@@ -261,7 +265,20 @@ def _check(values: dict[str, Any]) -> None:
     _check_host(values.get("host", Config.host))
     _check_secrets(values)
     _check_payment_events(values)
+    _check_targets(values)
     _check_abandoned_after(values)
+
+
+def _check_targets(values: dict[str, Any]) -> None:
+    """The provider, certificate and payment-event URLs name no address an outbound call may
+    never reach (docs/security.md); a name is checked again on every address it resolves to."""
+    nets, loopback = values.get("outbound_deny_nets", DEFAULT_DENY_NETS), values.get("outbound_allow_loopback")
+    targets = DenyList(nets, allow_loopback=bool(loopback))
+    for var, name in {**API_BASES, "PAYMENT_EVENTS_URL": "payment_events_url"}.items():
+        url = values.get(name, getattr(Config, name))
+        refusal = url and targets.refusal(url)
+        if refusal:
+            raise ConfigError(f"{var} {refusal}")
 
 
 def _check_host(host: str) -> None:

@@ -159,3 +159,15 @@ class RateLimited(FloodgateError):
     def __init__(self, message: str = "", *, retry_after_s: int, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after_s = max(1, retry_after_s)
+
+
+class TooManyAttempts(FloodgateError):
+    """429: this client address used up its tries of the admin token (webhooks/web/logins.py);
+    `retry_after_s` is when its window ends."""
+
+    status = 429
+    code = "too_many_attempts"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("too many wrong admin tokens from this address: wait and retry")
+        self.retry_after_s = max(1, retry_after_s)

@@ -2,17 +2,16 @@
 provider APIs): a hard total deadline around connect, send and the whole reply (a
 `gevent.Timeout`: it holds in a web greenlet and an RQ worker's thread alike), at most
 MAX_REPLY_BYTES of body and MAX_HEAD_BYTES of head read, certificates verified, no redirect
-followed, no POST resent, and no connection to an address in OUTBOUND_DENY_NETS (checked on the
-address connected to, after name resolution). Why: docs/security.md "Nothing outside can stall
+followed, no POST resent, and no connection to a refused address (this host, link-local,
+OUTBOUND_DENY_NETS: webhooks/targets.py), checked on the address connected to, after name
+resolution. Why: docs/security.md "Nothing outside can stall
 or exhaust Floodgate"."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 import re
-import socket
 import time
 import weakref
 from collections.abc import Iterable, Mapping
@@ -28,11 +27,10 @@ from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from webhooks.logs import redact_text, redact_url
+from webhooks.targets import DenyList
 
 log = logging.getLogger(__name__)
 
-# cloud metadata, link-local and unspecified addresses (OUTBOUND_DENY_NETS' default)
-DEFAULT_DENY_NETS = ("169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "fd00:ec2::254/128")
 MAX_REPLY_BYTES = 64 * 1024  # of a reply's body that is read; the rest never is
 MAX_HEAD_BYTES = 64 * 1024  # of its status line and headers
 MAX_HOSTS = 1024  # hosts a process keeps connections to (per event loop)
@@ -68,7 +66,7 @@ class Reply:
 
 
 class Denied(OSError):
-    """The address a host resolved to is in OUTBOUND_DENY_NETS: nothing was sent."""
+    """The address a host resolved to is refused (webhooks/targets.py): nothing was sent."""
 
 
 class ReplyTooLong(OSError):
@@ -85,71 +83,20 @@ def sendable(headers: Mapping[str, str]) -> bool:
     return all(_HEADER_NAME.fullmatch(name) and _HEADER_VALUE.fullmatch(value) for name, value in headers.items())
 
 
-class DenyList:
-    """The networks no outbound call may reach (OUTBOUND_DENY_NETS)."""
-
-    def __init__(self, nets: Iterable[str] = DEFAULT_DENY_NETS) -> None:
-        self.nets = tuple(ipaddress.ip_network(n, strict=False) for n in nets)
-
-    def denies(self, address: str) -> bool:
-        """Whether this IP address (a resolved one, maybe with an IPv6 zone) is denied."""
-        try:
-            ip = ipaddress.ip_address(address.split("%", 1)[0])
-        except ValueError:
-            return True  # not an address at all: never connect to it
-        candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            candidates.append(ip.ipv4_mapped)  # ::ffff:169.254.169.254 is 169.254.169.254
-        return any(c in net for c in candidates for net in self.nets if c.version == net.version)
-
-    def refusal(self, url: str) -> str | None:
-        """Why `url` may not be called, checked when it is saved (None: it may): an http(s) URL
-        with a host, no credentials in it, and a host that is no denied address. A numeric
-        host in any form but the canonical one (`0`, `2130706433`, `0x7f.1`, `127.1`) is
-        refused: resolvers read those as addresses, and a reader of the config would not."""
-        try:
-            parts = urlsplit(url)
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError:
-            return "must be an http(s) URL with a valid host and port"
-        host = parts.hostname
-        if parts.scheme not in ("http", "https") or not host:
-            return "must be an http(s) URL with a host"
-        if parts.username is not None or parts.password is not None:
-            return "must not carry credentials (user:pass@); put them in headers"
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:  # ip_address takes canonical dotted quads only: `127.1`, `010.0.0.1` land here
-            if _numeric_host(host):
-                return "names an address in a non-canonical form; write it as a dotted quad"
-            return None  # a name: checked again on every address it resolves to
-        if self.denies(host):
-            return "names an address in OUTBOUND_DENY_NETS"
-        return None
-
-
 _configured = DenyList()
 
 
-def configure(nets: Iterable[str]) -> None:
-    """This process's OUTBOUND_DENY_NETS (create_app and the workers' backends call it once)."""
+def configure(nets: Iterable[str], *, allow_loopback: bool = False) -> None:
+    """This process's OUTBOUND_DENY_NETS and OUTBOUND_ALLOW_LOOPBACK (create_app and the
+    workers' backends call it once)."""
     global _configured
-    _configured = DenyList(nets)
+    _configured = DenyList(nets, allow_loopback=allow_loopback)
 
 
 def deny_list() -> DenyList:
-    """This process's OUTBOUND_DENY_NETS: what every Client without one of its own refuses, and
-    what a URL saved through the admin API is checked against."""
+    """This process's refused addresses: what every Client without a DenyList of its own
+    checks on each connect, and what a URL saved through the admin API is checked against."""
     return _configured
-
-
-def _numeric_host(host: str) -> bool:
-    """A host that inet_aton would read as an IPv4 address (`0`, `2130706433`, `127.1`)."""
-    try:
-        socket.inet_aton(host)
-    except OSError:
-        return False
-    return True
 
 
 class _Counted:
@@ -180,14 +127,17 @@ class _Pool(ConnectionPool):
     one of the pool's permits with it; enough of those and every call to that host waits out
     its deadline. `abandon` closes that connection and gives the permit back."""
 
-    def __init__(self, *args: Any, deny: DenyList, max_bytes: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, deny: DenyList | None, max_bytes: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.deny, self.max_bytes = deny, max_bytes
         self._held: dict[Any, gevent.socket.socket] = {}
 
     def _connect_socket(self, sock: gevent.socket.socket, address: Any) -> gevent.socket.socket:
-        if isinstance(address, tuple) and self.deny.denies(str(address[0])):
-            raise Denied(f"{self._connection_host} resolves to a denied address (OUTBOUND_DENY_NETS)")
+        deny = self.deny or deny_list()  # None: the process's, as configured now
+        if isinstance(address, tuple) and deny.denies(str(address[0])):
+            raise Denied(
+                f"{self._connection_host} resolves to a denied address (this host, link-local or OUTBOUND_DENY_NETS)"
+            )
         connected: gevent.socket.socket = super()._connect_socket(sock, address)
         return connected
 
@@ -230,7 +180,7 @@ class _HostClient(HTTPClient):
     """geventhttpclient's client for one host, on a pool of `size` keep-alive connections."""
 
     def __init__(
-        self, scheme: str, host: str, port: int, timeout_s: float, size: int, deny: DenyList, max_bytes: int
+        self, scheme: str, host: str, port: int, timeout_s: float, size: int, deny: DenyList | None, max_bytes: int
     ) -> None:
         super().__init__(host, port=port, concurrency=size, connection_timeout=timeout_s, network_timeout=timeout_s)
         options = {"size": size, "network_timeout": timeout_s, "connection_timeout": timeout_s}
@@ -254,7 +204,7 @@ class Client:
     reusing it as urllib3's does, and its sockets honour a gevent.Timeout in any thread."""
 
     def __init__(self, deny: DenyList | None = None, pool_size: int = 100) -> None:
-        self._deny = deny  # None: the process's (configure), read when a host's pool is made
+        self._deny = deny  # None: the process's (configure), read on every connect
         self.pool_size = pool_size
         self._clients: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int, float, int], _HostClient]] = (
             weakref.WeakKeyDictionary()
@@ -281,8 +231,7 @@ class Client:
                 # call through it, and a closed pool refuses that with a RuntimeError. Its idle
                 # connections close when it is collected.
                 clients.pop(next(iter(clients)))
-            deny = self._deny or deny_list()
-            client = clients[key] = _HostClient(scheme, host, port, timeout_s, self.pool_size, deny, max_bytes)
+            client = clients[key] = _HostClient(scheme, host, port, timeout_s, self.pool_size, self._deny, max_bytes)
         return client
 
     def request(

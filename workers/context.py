@@ -22,7 +22,7 @@ def backends() -> Backends:
     cfg = config.load()
     logs.configure(cfg.log_level)
     metrics.init(cfg)
-    outbound.configure(cfg.outbound_deny_nets)
+    outbound.configure(cfg.outbound_deny_nets, allow_loopback=cfg.outbound_allow_loopback)
     init_db(cfg.database_url, pool_size=2)
     store = make_store(cfg.redis_url, 8)
     queue_redis = store if cfg.queue_redis_url == cfg.redis_url else make_store(cfg.queue_redis_url, 8)

@@ -395,7 +395,8 @@ def test_without_redis_url_it_runs_on_a_redis_of_its_own_never_on_one_that_answe
         assert listening_addresses(run.port) == {"0100007F"}  # 127.0.0.1, not 0.0.0.0
 
         token = (run.var / "admin_token").read_text().strip()
-        buyer = {"name": "Acme", "endpoint_url": "http://127.0.0.1:9/acme", "price": "3.00", "caps": {"daily": 7}}
+        # not on 127.0.0.1: without --demo, outbound calls never reach loopback (docs/security.md)
+        buyer = {"name": "Acme", "endpoint_url": "http://192.0.2.1:9/acme", "price": "3.00", "caps": {"daily": 7}}
         put = requests.put(
             f"{base}/v1/admin/buyers/acme", json=buyer, headers={"Authorization": f"Bearer {token}"}, timeout=10
         )

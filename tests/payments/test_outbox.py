@@ -17,6 +17,7 @@ import redis
 from rq import Queue
 from standardwebhooks.webhooks import Webhook
 
+from testkit.config import LOOPBACK_PARTNERS
 from testkit.events import EVENTS_SECRET, EventReceiver, deliver_inline, event_rows
 from testkit.payments import deliver, encode, payload, refund_payload
 from testkit.servers import ROOT, venv_bin
@@ -255,7 +256,9 @@ def test_an_unusable_events_setting_stops_loading_with_a_clear_message(env, name
 
 def test_two_secrets_while_rotating_sign_each_event_twice(receiver):
     old, new = EVENTS_SECRET, "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
-    cfg = config.load({"PAYMENT_EVENTS_URL": receiver.url, "PAYMENT_EVENTS_SECRET": f"{old} {new}"})
+    cfg = config.load(
+        {"PAYMENT_EVENTS_URL": receiver.url, "PAYMENT_EVENTS_SECRET": f"{old} {new}", **LOOPBACK_PARTNERS}
+    )
     now = time.time()
     headers = sender.Sender(cfg.payment_events_url, cfg.payment_events_secrets, 5).headers("msg_1", "{}", now)
     assert len(headers["webhook-signature"].split(" ")) == 2

@@ -145,8 +145,8 @@ def ops_session(session_digest: str) -> str:
 
 
 def ops_login_failures(address_digest: str) -> str:
-    """Wrong tokens sent to the /ops login form from one client address (by its SHA-256),
-    counted for a few minutes."""
+    """Tries of the admin token from one client address (by its SHA-256) on any path that
+    takes it (webhooks/web/logins.py), counted for a few minutes."""
     return PREFIX + "ops:login-failures:" + address_digest
 
 

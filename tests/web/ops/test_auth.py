@@ -23,7 +23,7 @@ from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN
 from webhooks import services
 from webhooks.storage import keys
-from webhooks.web.ops import auth
+from webhooks.web import logins
 
 COOKIE = "floodgate_ops"
 
@@ -85,7 +85,7 @@ def test_a_token_in_the_address_is_swapped_for_a_session_and_leaves_the_address(
 
 
 def test_a_wrong_token_is_refused_and_guessing_is_slowed(api, redis_server):
-    for _ in range(auth.LOGIN_FAILURES):
+    for _ in range(logins.LOGIN_FAILURES):
         resp = api.http.post(f"{api.base}/ops/login", data={"token": "a-guess"}, allow_redirects=False)
         assert resp.status_code == 401 and "That is not the admin token." in resp.text
         assert "Set-Cookie" not in resp.headers

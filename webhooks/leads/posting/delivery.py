@@ -9,8 +9,9 @@ import logging
 from typing import NamedTuple
 
 from webhooks.leads.posting.integration import DEFAULT_POST, PostTemplate
-from webhooks.outbound import MAX_HEAD_BYTES, MAX_REPLY_BYTES, Client, DenyList, Failure
+from webhooks.outbound import MAX_HEAD_BYTES, MAX_REPLY_BYTES, Client, Failure
 from webhooks.storage.states import AttemptOutcome
+from webhooks.targets import DenyList
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,9 @@ bound to the token, expiring). A GET with the right `?token=` (the way in before
 which the contract keeps) opens a session too and answers the address without it. Under the
 cookie a change must come from this site's own pages (the same-origin check) and carry the
 session's CSRF token (the hidden field `csrf_token`). A browser without a session is sent to
-the login form. docs/operations.md "`/ops`: the operator console", docs/security.md."""
+the login form. Every token presented on any of these ways is a try, counted per client
+address (webhooks/web/logins.py). docs/operations.md "`/ops`: the operator console",
+docs/security.md."""
 
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ from flask import g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
-from webhooks.errors import Forbidden
+from webhooks.errors import Forbidden, TooManyAttempts
 from webhooks.storage import keys
 from webhooks.validate import bearer
-from webhooks.web.admin import check_admin_token
+from webhooks.web import logins
 from webhooks.web.ops import bp
 
 COOKIE = "floodgate_ops"
@@ -30,22 +32,12 @@ COOKIE_PATH = "/ops"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
-# Failed logins allowed per client address in a window: the token is long and random, this
-# only keeps a guesser from trying at the speed of the network.
-LOGIN_FAILURES, LOGIN_WINDOW_S = 20, 300
 # Reached without a session: the login form itself, and where a logout lands.
 OPEN = frozenset({"ops.login", "ops.log_in", "ops.logged_out", "ops.logout"})
 
 
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
-
-
-def _is_admin_token(presented: str | None) -> bool:
-    token = services.current().config.admin_token
-    if not presented or not token:
-        return False
-    return hmac.compare_digest(presented.encode(), token.encode())
 
 
 def open_session() -> str:
@@ -116,10 +108,14 @@ def _check_change(session_id: str, *, csrf: bool) -> None:
 def require_admin(*, csrf: bool = True) -> Response | None:
     """Before every operator page: pass, redirect a browser without a session to the login
     form (303), or raise: 403 for a change under the cookie from elsewhere or without the CSRF
-    token, else the admin API's 401 (a wrong bearer token) / 503 (no ADMIN_TOKEN)."""
-    if _is_admin_token(bearer(request.headers.get("Authorization", ""))):
+    token, 429 when this address used up its tries of the token (a bearer or `?token=` is one,
+    webhooks/web/logins.py), else the admin API's 401 (a wrong bearer token) / 503 (no
+    ADMIN_TOKEN)."""
+    presented = bearer(request.headers.get("Authorization", ""))
+    if presented and logins.attempt(presented):
         return None  # a header no other site can make a browser send: no origin check needed
-    if request.method in SAFE_METHODS and _is_admin_token(request.args.get("token")):
+    in_address = request.args.get("token") if request.method in SAFE_METHODS else None
+    if in_address and logins.attempt(in_address):
         return _swap_token_for_cookie()  # a link made before the login form: the token leaves the address
     session_id = _live_session()
     if session_id is not None:
@@ -133,7 +129,7 @@ def require_admin(*, csrf: bool = True) -> Response | None:
         and services.current().config.admin_token
     ):
         return redirect(url_for("ops.login", next=_this_page()), code=303)
-    check_admin_token()  # raises: the JSON 401 / 503 answer
+    logins.refuse()  # raises: the JSON 401 / 503 answer
     return None
 
 
@@ -198,27 +194,18 @@ def login() -> tuple[str, int, dict[str, str]]:
 @bp.post("/ops/login")
 def log_in() -> Response | tuple[str, int, dict[str, str]]:
     """Open a session for the admin token in the form's `token` field: 303 to `next` with the
-    cookie set; 401 and the form again for a wrong token; 429 after LOGIN_FAILURES wrong ones
-    from one address in LOGIN_WINDOW_S."""
-    check_admin_token_configured()
-    r = services.current().store.redis
-    failures_key = keys.ops_login_failures(_digest(request.remote_addr or "-"))
-    failures = int(cast("str | None", r.get(failures_key)) or 0)
-    if failures >= LOGIN_FAILURES:
-        return _login_form("Too many wrong tokens from this address: wait a few minutes.", 429)
-    if not _is_admin_token(request.form.get("token")):
-        pipe = r.pipeline(transaction=False)
-        pipe.incr(failures_key)
-        pipe.expire(failures_key, LOGIN_WINDOW_S, nx=True)
-        pipe.execute()
+    cookie set; 401 and the form again for a wrong token; 429 (with Retry-After) once this
+    address used up its tries of the token on any path (webhooks/web/logins.py)."""
+    if not logins.configured():
+        logins.refuse()  # 503 admin_disabled: no login can succeed
+    try:
+        right = logins.attempt(request.form.get("token", ""))
+    except TooManyAttempts as exc:
+        html, status, headers = _login_form("Too many wrong tokens from this address: wait a few minutes.", 429)
+        return html, status, {**headers, "Retry-After": str(exc.retry_after_s)}
+    if not right:
         return _login_form("That is not the admin token.", 401)
     return _set_session_cookie(redirect(_next_page(request.form.get("next")), code=303))
-
-
-def check_admin_token_configured() -> None:
-    """503 admin_disabled when ADMIN_TOKEN is not set: no login can succeed."""
-    if not services.current().config.admin_token:
-        check_admin_token()
 
 
 @bp.post("/ops/logout")
