@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 from webhooks.storage.batch import Client
 
@@ -38,13 +38,17 @@ class Rewrite:
 
 
 def nodes(clients: Iterable[Client]) -> list[redis.Redis]:
-    """One client of each Redis server behind `clients`: every node of a cluster."""
+    """One client of each Redis server behind `clients`: every node of a cluster, replicas
+    too (CLUSTER NODES names them; redis-py's own node list holds the primaries it routes to)."""
     found: dict[tuple[Any, ...], redis.Redis] = {}
     for client in clients:
         if isinstance(client, RedisCluster):
-            for node in client.get_nodes():
-                if node.redis_connection is not None:
-                    found[("node", node.host, node.port)] = node.redis_connection
+            for address, detail in client.cluster_nodes().items():
+                if "noaddr" in str(detail.get("flags", "")):
+                    continue  # a node the cluster knows no address of
+                host, _, port = address.rpartition(":")
+                node = ClusterNode(host, int(port))
+                found[("node", host, int(port))] = client.get_redis_connection(node)
         else:
             kw = client.connection_pool.connection_kwargs
             found[("one", kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db"))] = client
