@@ -239,7 +239,7 @@ class Journal:
     def forget_bodies(self, leads: Collection[tuple[str, str]]) -> None:
         """Drop the bodies of `leads` (publisher_id, lead_id), whose personal data was erased: a
         settlement pushed again after a loss would only find its ledger row there already."""
-        for entry in self.entries:
+        for entry in list(self.entries):  # a copy: a push may append meanwhile (another thread)
             if entry.lead in leads and entry.payload is not None:
                 self.bytes -= len(entry.payload)
                 entry.payload = _pack("")
