@@ -68,10 +68,11 @@ def redis_binary() -> str:
 class RedisServer:
     """A private redis-server that tests may kill, restart (empty or not) or flush."""
 
-    def __init__(self, workdir: Path, port: int | None = None, appendonly: bool = False):
+    def __init__(self, workdir: Path, port: int | None = None, appendonly: bool = False, args: tuple[str, ...] = ()):
         self.port = port or free_port()
         self.dir = workdir
         self.appendonly = appendonly
+        self.args = args  # more of redis-server's options, after the ones below
         self.proc: subprocess.Popen | None = None
         self.generation = 0  # counts starts, so clients of a restarted server can tell
 
@@ -99,6 +100,7 @@ class RedisServer:
                 "2000",
                 "--loglevel",
                 "warning",
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

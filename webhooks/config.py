@@ -63,6 +63,7 @@ class Config:
     config_check_interval_ms: int = 500
     journal_keep_s: int = 600
     journal_max_bytes: int = 64 * 1024 * 1024  # what a web process's journal may hold (leads/path/settlement.py)
+    erasure_wait_s: int = 20  # an erasure's answer waits this long for the journals and Redis' files
     cap_wait_replicas: int = 0  # replicas that must hold a cap reservation before delivery
     cap_wait_timeout_ms: int = 100
     max_body_bytes: int = 256 * 1024
@@ -149,6 +150,7 @@ _INTS = {
     "CONFIG_CHECK_INTERVAL_MS": "config_check_interval_ms",
     "JOURNAL_KEEP_S": "journal_keep_s",
     "JOURNAL_MAX_BYTES": "journal_max_bytes",
+    "ERASURE_WAIT_S": "erasure_wait_s",
     "CAP_WAIT_REPLICAS": "cap_wait_replicas",
     "CAP_WAIT_TIMEOUT_MS": "cap_wait_timeout_ms",
     "OPS_SESSION_TTL_S": "ops_session_ttl_s",

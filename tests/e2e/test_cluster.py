@@ -18,7 +18,7 @@ from tests.caps.test_leases import BREAKER, TTL, rule
 from webhooks import config
 from webhooks.caps import leases
 from webhooks.errors import ConfigError
-from webhooks.storage import keys
+from webhooks.storage import keys, persistence
 from webhooks.storage.redis import make_redis, make_store
 
 WAIT = {"wait_replicas": 1, "wait_timeout_ms": 100}
@@ -56,6 +56,43 @@ def test_a_cluster_redis_url_needs_a_single_redis_for_rq():
     assert (cfg.cap_wait_replicas, cfg.cap_wait_timeout_ms) == (1, 100)
     with pytest.raises(ConfigError, match="CAP_WAIT_REPLICAS"):
         config.load({"CAP_WAIT_REPLICAS": "-1"})
+
+
+def test_an_erasure_rewrites_the_aof_of_every_node_primaries_and_replicas(cluster):
+    # before the failovers below: every node lives
+    nodes = {port: redis.Redis(port=port, decode_responses=True) for port in cluster.live_ports()}
+    for node in nodes.values():
+        node.config_set("appendonly", "yes")  # starts a rewrite that makes the AOF
+    wait_until(
+        lambda: all(n.info("persistence")["aof_rewrite_in_progress"] == 0 for n in nodes.values()),
+        what="every node's first AOF",
+    )
+    secret = "erase.me.cluster@example.com"
+    client = make_redis(cluster.url)
+    try:
+        client.rpush("fg:{erasure}:list", secret, "other")
+        client.lpop("fg:{erasure}:list")
+        primary = cluster.primary_of("fg:{erasure}:list")
+        holders = {primary, cluster.replica_of(primary)}
+
+        def holding() -> set[int]:
+            return {
+                port
+                for port in nodes
+                if any(secret.encode() in f.read_bytes() for f in (cluster.dir / str(port)).rglob("*.aof"))
+            }
+
+        wait_until(lambda: holding() == holders, what="the primary's and its replica's AOF to hold the value")
+        before = {port: n.info("persistence")["aof_rewrites"] for port, n in nodes.items()}
+        done = persistence.rewrite([client], wait_s=60)
+        assert done.files is persistence.Files.REWRITTEN, done
+        assert holding() == set()
+        assert all(n.info("persistence")["aof_rewrites"] > before[port] for port, n in nodes.items())
+    finally:
+        client.close()
+        for node in nodes.values():
+            node.config_set("appendonly", "no")
+            node.close()
 
 
 def test_reservations_acknowledged_by_a_replica_survive_the_failover_of_their_primary(cluster):

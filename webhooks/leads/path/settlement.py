@@ -32,7 +32,7 @@ from webhooks.leads.path import answers
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.posting.delivery import ACCEPTED
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import claims, keys
+from webhooks.storage import claims, erasures, keys
 from webhooks.storage.batch import Batch, Client, Pending
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
@@ -40,7 +40,7 @@ from webhooks.storage.settle_queue import push
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from webhooks.leads.path.routing import Outcome
     from webhooks.storage.redis import Store
@@ -194,6 +194,8 @@ class Journal:
         self._unrestored: list[tuple[LeadKey, str]] = []  # (lead, answer) to put back after a loss
         self._restored_for: str | None = None  # the epoch whose loss the answers were put back for
         self._watcher: threading.Thread | None = None
+        self.process = uuid.uuid4().hex  # this journal's name in the erasure feed
+        self.erasures_read = erasures.START  # the last erasure whose body is dropped here
 
     def push(self, item: SettlementItem, batch: Batch | None = None, answer: str | None = None) -> None:
         """Queue `item` for the ledger (see `push`) and remember it with the answer its
@@ -234,14 +236,23 @@ class Journal:
         while self.bytes > self.max_bytes and len(self.entries) > 1:
             self._forget_oldest()
 
-    def forget_body(self, lead: tuple[str, str]) -> None:
-        """Drop the body of `lead` (publisher_id, lead_id), whose personal data was erased: a
+    def forget_bodies(self, leads: Collection[tuple[str, str]]) -> None:
+        """Drop the bodies of `leads` (publisher_id, lead_id), whose personal data was erased: a
         settlement pushed again after a loss would only find its ledger row there already."""
-        for entry in self.entries:
-            if entry.lead == lead and entry.payload is not None:
+        for entry in list(self.entries):  # a copy: a push may append meanwhile (another thread)
+            if entry.lead in leads and entry.payload is not None:
                 self.bytes -= len(entry.payload)
                 entry.payload = _pack("")
                 self.bytes += len(entry.payload)
+
+    def forget_erased(self) -> None:
+        """Drop the bodies of the leads erased by any process since the last look (the erasure
+        feed, storage/erasures.py), then say so: an erasure waits for every live journal."""
+        read = erasures.read(self.queue_redis, process=self.process, after=self.erasures_read)
+        if read.last != self.erasures_read:
+            self.forget_bodies(read.leads)
+            self.erasures_read = read.last
+            erasures.acknowledge(self.queue_redis, process=self.process, last=read.last)
 
     def clear(self) -> None:
         self.entries.clear()
@@ -257,7 +268,9 @@ class Journal:
         the settlements the ledger does not hold are pushed again; the new epoch is remembered
         only once every one is (a failure part-way pushes them all again on the next check: the
         ledger's unique keys make the repeats harmless). Part
-        of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data"."""
+        of the recovery from a Redis data loss: see docs/architecture.md "When Redis loses its data".
+        Erased bodies are dropped first, so none is pushed again."""
+        self.forget_erased()
         self._restore_answers()
         fresh = uuid.uuid4().hex
         current: str | None

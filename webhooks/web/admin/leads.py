@@ -13,7 +13,8 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
 from webhooks.leads.accounting import reports, returns
-from webhooks.leads.accounting.ledger import erase_personal_data, forget_consumer, lead_view
+from webhooks.leads.accounting.erasure import Erasure, erase
+from webhooks.leads.accounting.ledger import lead_view
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
 from webhooks.web.admin import bp
@@ -34,15 +35,21 @@ def get_lead(lead_id: str) -> ResponseReturnValue:
 
 @bp.delete("/leads/<id:lead_id>/personal-data")
 def erase_lead_personal_data(lead_id: str) -> ResponseReturnValue:
-    """Erase a settled lead's body and its consumer's dedupe digests (docs/api.md "Data kept per lead
-    is bounded"): 200 with its record, whose sale, price and payout stay; 404 / 409
-    ambiguous_lead_id as GET."""
+    """Erase a settled lead's personal data everywhere (docs/api.md "Data kept per lead is
+    bounded"): 200 with its record, whose sale, price and payout stay, once every web process
+    and Redis' files hold none of it; 202 when one of them had not by ERASURE_WAIT_S (ask
+    again); 404 / 409 ambiguous_lead_id as GET."""
     lead = returns.find(lead_id, _publisher_id())
     svc = services.current()
-    record = erase_personal_data(lead)
-    svc.journal.forget_body((lead.publisher_id, lead.lead_id))  # this process's copy
-    forget_consumer(svc.store, lead)  # its dedupe digests at the buyer
-    return jsonify(record)
+    reach = Erasure(
+        store=svc.store,
+        queue_redis=svc.queue_redis,
+        forget_here=svc.journal.forget_bodies,
+        journal_keep_s=svc.config.journal_keep_s,
+        wait_s=svc.config.erasure_wait_s,
+    )
+    answer, done = erase(reach, lead)
+    return jsonify(answer), 200 if done else 202
 
 
 @bp.post("/leads/<id:lead_id>/return")
