@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from unittest.mock import ANY
 
 import pytest
 
+from testkit.servers import post_lead_until_answered
 from tests.test_consumer import EMAIL, EMAIL_SPELLINGS, PHONE, PHONE_SPELLINGS
 from webhooks import services
 from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
-from webhooks.leads.rules import suppression
+from webhooks.leads.rules import suppression, suppression_rehash
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead, SuppressionEntry, SuppressionList
@@ -104,6 +107,28 @@ def test_every_spelling_of_a_bought_consumer_is_a_duplicate(api, buyer_server, s
         answer = api.post_lead(key, body).json()
         assert answer["buyer_id"] == "spare", (spelled, answer)
     assert len(buyer_server.buyers["dd"].arrived) == 2  # sold each consumer once
+
+
+def test_concurrent_leads_of_one_consumer_spelled_every_way_reach_a_dedupe_buyer_once(api, buyer_server):
+    buyer_server.add("dd")
+    buyer_server.add("spare")
+    key = api.put_publisher("pub")
+    api.put_buyer("dd", buyer_server.url("dd"), priority=1, dedupe={"fields": ["phone"], "days": 30})
+    api.put_buyer("spare", buyer_server.url("spare"), priority=2)
+    api.settle_config()
+    start = threading.Barrier(len(PHONE_SPELLINGS))
+
+    def post(i: int) -> dict:
+        http = api.session()
+        start.wait()
+        return post_lead_until_answered(http, api.base, key, {"lead_id": f"t-{i}", "phone": PHONE_SPELLINGS[i]})
+
+    with ThreadPoolExecutor(len(PHONE_SPELLINGS)) as pool:
+        answers = list(pool.map(post, range(len(PHONE_SPELLINGS))))
+    failed = any(t["buyer_id"] == "dd" and t["outcome"] != "accepted" for a in answers for t in a["attempts"])
+    sold = [a for a in answers if a.get("buyer_id") == "dd"]
+    assert len(sold) <= 1, answers  # the invariant: the buyer bought the consumer once at most
+    assert len(sold) == 1 or failed, answers  # and once, unless its deliveries failed (each frees it)
 
 
 @pytest.mark.parametrize("value", NOT_STRINGS, ids=lambda v: type(v).__name__)
@@ -213,6 +238,8 @@ def test_lists_written_before_are_rehashed_from_the_database(api, app, buyer_ser
     api.put_buyer("b", buyer_server.url("b"))
     api.settle_config()
     assert api.post_lead(key, {"lead_id": "l-1", "phone": "001 512 555 0111"}).json()["reason"] == "suppressed"
+    stale = services.of(app).catalog.snapshot().suppression["legacy"]  # a process that has not reloaded yet
+    assert stale.digest_key is None
 
     runner = app.test_cli_runner()
     done = runner.invoke(args=["suppression", "rehash"])
@@ -226,6 +253,8 @@ def test_lists_written_before_are_rehashed_from_the_database(api, app, buyer_ser
         }
     assert row.digest_key is not None and row.size == 3
     assert stored == keyed and redis_fields(r, "legacy") == keyed
+    # the old form's digest is gone: a process still reading it answers "unknown", never a miss
+    assert suppression.check(store, [stale], {"phone": PHONE}) == {"legacy": suppression.UNKNOWN}
     api.settle_config()
     assert api.post_lead(key, {"lead_id": "l-2", "phone": "+1 512 555 0111#"}).json()["reason"] == "suppressed"
     assert api.post_lead(key, {"lead_id": "l-3", "phone": "+44 20 7946 0958"}).json()["reason"] == "suppressed"
@@ -236,3 +265,52 @@ def test_lists_written_before_are_rehashed_from_the_database(api, app, buyer_ser
     assert redis_fields(r, "legacy") == keyed
     assert add(api, "legacy", "512-555-0444")["size"] == 4
     assert api.post_lead(key, {"lead_id": "l-5", "phone": "+15125550444"}).json()["reason"] == "suppressed"
+
+
+def test_entries_added_while_a_rehash_runs_are_all_keyed_and_all_suppress(api, app, redis_server):
+    """Admins adding to a plain list while it is rehashed: each add lands before the rewrite
+    (and is rewritten) or after it (409, sent again, keyed): none is lost, none stays bare."""
+    store = services.of(app).store
+    old = [f"+1512556{i:04d}" for i in range(3000)]
+    with db.connection_context():
+        SuppressionList.create(id="busy", field="phone", hash="none", size=len(old))
+        for i in range(0, len(old), 500):
+            rows = [{"list_id": "busy", "digest": bare(v).hex()} for v in old[i : i + 500]]
+            SuppressionEntry.insert_many(rows).execute()
+    suppression.rebuild(store, suppression.ListRule(id="busy", field="phone", hash="none"))
+    new = [[f"+1737555{t:02d}{i:02d}" for i in range(15)] for t in range(8)]
+    start = threading.Barrier(len(new) + 1)
+
+    def adds(values: list[str]) -> int:
+        http, conflicts = api.session(), 0
+        start.wait()
+        for value in values:
+            while True:
+                resp = http.post(
+                    f"{api.base}/v1/admin/suppression-lists/busy/entries", json={"add": [value]}, headers=api.admin
+                )
+                if resp.status_code != 409:
+                    assert resp.status_code == 200, resp.text
+                    break
+                conflicts += 1
+        return conflicts
+
+    def rehash() -> int:
+        start.wait()
+        return suppression_rehash.rehash(store, "busy", DEFAULT_SUPPRESSION_KEY.encode())
+
+    with ThreadPoolExecutor(len(new) + 1) as pool:
+        running = pool.submit(rehash)
+        list(pool.map(adds, new))
+        assert running.result() >= len(old)
+    added = [v for values in new for v in values]
+    keyed = {hmac.new(DEFAULT_SUPPRESSION_KEY.encode(), bare(v), hashlib.sha256).digest()[:16] for v in old + added}
+    with db.connection_context():
+        row = SuppressionList.get_by_id("busy")
+        stored = {bytes.fromhex(e.digest) for e in SuppressionEntry.select().where(SuppressionEntry.list_id == "busy")}
+    assert stored == keyed and row.size == len(keyed)
+    r = redis_server.client(decode_responses=False)
+    assert redis_fields(r, "busy") == keyed  # no bare digest left behind
+    rule = suppression.ListRule.from_row(row, DEFAULT_SUPPRESSION_KEY.encode())
+    for value in added[::7] + old[::500]:
+        assert suppression.check(store, [rule], {"phone": value}) == {"busy": suppression.HIT}, value

@@ -1,25 +1,9 @@
-"""Suppression lists (docs/api.md "Consent, suppression and pre-ping"; docs/leads.md
-"Suppression lists"): consumers, by e-mail or phone, that a buyer is never offered and a
-publisher's leads are refused for.
-
-An entry is kept as a digest of the field's consumer key (webhooks/consumer.py): the list's
-own hash (md5 or sha256, as a partner's suppression file comes), or for a plain list a keyed
-hash under SUPPRESSION_KEY, so neither Redis nor the database keeps a plain address or a
-digest anyone can reverse offline. In
-Redis a list is a set of small hashes (buckets) named by a digest's first two bytes, each
-field the digest's remaining bytes: Redis keeps hashes of up to 512 fields as listpacks
-(hash-max-listpack-entries), a few bytes over the field itself per entry, so an md5 list of a
-million entries or more costs about 20 bytes an entry (46 for sha256), and stays compact up to
-about 28 million (bench/compliance.py; bench/REPORT.md "Suppression lists and consent
-claims"). Every key shares the hash tag {sup}: checking a lead against all of its lists is
-one pipelined round trip, on a cluster too.
-
-The database is the source: an add writes Redis first and the database after, a removal the
-database first and Redis after, so a failure between the two leaves Redis suppressing more,
-never less; the call fails and its retry finishes it. A list is checked only while its
-`ready` key says Redis holds all of it; after a data loss the check answers "unknown" (the
-buyer is skipped, the publisher's lead refused with 503) and a rebuild in the background
-loads it from the database again."""
+"""Suppression lists (docs/api.md "Consent, suppression and pre-ping"; the mechanism in
+docs/leads.md "Suppression lists"): consumers, by e-mail or phone, that a buyer is never
+offered and a publisher's leads are refused for, kept as digests of their consumer keys (a
+plain list's keyed under SUPPRESSION_KEY). The database is the source; Redis holds each list
+as small hashes under the hash tag {sup}, checked for every list of a lead in one round trip,
+and answers "unknown" for a list it does not hold all of until it is loaded again."""
 
 from __future__ import annotations
 
@@ -37,7 +21,7 @@ from typing import Any
 from webhooks import consumer
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.storage import audit, keys
-from webhooks.storage.db import db
+from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.validate import is_id
@@ -264,17 +248,18 @@ def change(store: Store, rule: ListRule, add: list[bytes], remove: list[bytes]) 
     """Add and remove entries: {"added", "removed", "size"} (entries already there, or not
     there, count in neither). Redis first for an add, the database first for a removal: a
     failure between them leaves Redis suppressing more, never less, and the retry finishes.
-    409 when the list's entries were rehashed since `rule` was read (the digests differ)."""
+    Both under the list's row lock, which a rehash takes too: 409 when the list's entries were
+    rehashed since `rule` was read (the digests differ), before anything is written."""
     add = [d for d in dict.fromkeys(add) if d not in set(remove)]  # a value both added and removed: removed
     remove = list(dict.fromkeys(remove))
-    if add:
-        _redis_write(store, rule, add, present=True)
-    with db.atomic():
-        current = SuppressionList.select().where(SuppressionList.id == rule.id).for_update().get()
-        if current.digest_key != rule.digest_key:
+    with writing():
+        current = locked(rule.id)
+        if current is None or current.digest_key != rule.digest_key:
             raise Conflict(
                 f"list {rule.id!r} was rehashed meanwhile: send the change again", code="suppression_list_in_use"
             )
+        if add:
+            _redis_write(store, rule, add, present=True)
         added = removed = 0
         for chunk in _chunks(add, 1000):
             added += (
@@ -298,6 +283,20 @@ def change(store: Store, rule: ListRule, add: list[bytes], remove: list[bytes]) 
     if remove:
         _redis_write(store, rule, remove, present=False)
     return {"added": added, "removed": removed, "size": int(size)}
+
+
+def writing() -> Any:
+    """A transaction that holds what it reads: SQLite's BEGIN IMMEDIATE takes the write lock up
+    front (its writers take turns); MySQL locks the rows read FOR UPDATE (`locked`)."""
+    return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
+
+
+def locked(list_id: str) -> SuppressionList | None:
+    """The list's row, locked until the `writing` transaction ends: a change and a rehash of
+    one list take turns."""
+    query = SuppressionList.select().where(SuppressionList.id == list_id)
+    row: SuppressionList | None = (query.for_update() if is_mysql() else query).first()
+    return row
 
 
 def _chunks(items: list[bytes], n: int) -> Iterable[list[bytes]]:

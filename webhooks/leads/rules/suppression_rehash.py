@@ -9,7 +9,7 @@ import uuid
 
 from webhooks.errors import Conflict
 from webhooks.leads.rules.catalog import bump_version
-from webhooks.leads.rules.suppression import LOCK_TTL_MS, ListRule, key_id, keyed_digest, rebuild
+from webhooks.leads.rules.suppression import LOCK_TTL_MS, ListRule, key_id, keyed_digest, locked, rebuild, writing
 from webhooks.storage import audit, keys
 from webhooks.storage.db import db
 from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
@@ -63,8 +63,8 @@ def rehash(store: Store, list_id: str, key: bytes) -> int:
 def _rewrite(list_id: str, key: bytes) -> tuple[int, SuppressionList | None]:
     """(entries rewritten, the list) in one transaction that holds the list's row: an admin
     change waits for it, then finds the list rehashed (409). (0, None) for no plain list."""
-    with db.atomic():
-        row = SuppressionList.select().where(SuppressionList.id == list_id).for_update().first()
+    with writing():
+        row = locked(list_id)
         if row is None or row.hash != "none":
             return 0, None
         if row.digest_key is not None:
