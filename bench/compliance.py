@@ -45,7 +45,7 @@ from bench.common import (
 )
 from testkit.servers import RedisServer
 from testkit.trustedform import API_KEY, TrustedFormStandIn
-from webhooks import outbound, targets
+from webhooks import consumer, outbound, targets
 from webhooks.leads.rules import consent, suppression
 from webhooks.storage import keys
 from webhooks.storage.redis import Store, make_redis
@@ -71,7 +71,7 @@ def log(msg: str) -> None:
 
 def digests(kind: str, n: int, salt: str) -> list[bytes]:
     """n distinct digests of made-up e-mail addresses, as `kind` lists keep them."""
-    rule = suppression.ListRule("x", "email", kind)
+    rule = suppression.ListRule(id="x", field="email", hash=kind)
     return [rule.digest_of(f"{salt}{i}@example.com") for i in range(n)]
 
 
@@ -120,7 +120,7 @@ def memory(store: Store) -> list[dict[str, Any]]:
     for kind, n in [("md5", size) for size in SIZES] + [("sha256", SHA256_SIZE)]:
         store.redis.flushall()
         entries = digests(kind, n, uuid.uuid4().hex[:8])
-        rule = suppression.ListRule(f"mem-{kind}-{n}", "email", kind)
+        rule = suppression.ListRule(id=f"mem-{kind}-{n}", field="email", hash=kind)
         before = int(store.redis.info("memory")["used_memory"])
         started = time.perf_counter()
         load(store, rule, entries)
@@ -164,17 +164,19 @@ def lists_per_lead(store: Store) -> dict[str, Any]:
     store.redis.flushall()
     rules = []
     for i in range(max(NS)):
-        rule = suppression.ListRule(f"dnc-{i}", "email" if i % 2 == 0 else "phone", "md5")
+        rule = suppression.ListRule(id=f"dnc-{i}", field="email" if i % 2 == 0 else "phone", hash="md5")
         load(store, rule, digests("md5", LIST_SIZE, f"l{i}-"))
         rules.append(rule)
     log(f"{len(rules)} lists of {LIST_SIZE:,} entries loaded")
-    assert set(suppression.check(store, rules, LEAD).values()) == {suppression.MISS}
+    assert set(suppression.check(store, rules, consumer.keys_of(LEAD, consumer.FIELDS, {})).values()) == {
+        suppression.MISS
+    }
 
     def local(lists: list[suppression.ListRule]) -> Callable[[], object]:
         def run() -> object:
             out = []
             for rule in lists:
-                value = suppression.normalise(rule.field, LEAD.get(rule.field))
+                value = consumer.key(rule.field, LEAD.get(rule.field))
                 assert value is not None
                 out.append(suppression._place(rule.id, rule.digest_of(value)))
             return out
@@ -183,7 +185,9 @@ def lists_per_lead(store: Store) -> dict[str, Any]:
 
     arms: dict[str, Callable[[], object]] = {"PING": store.redis.ping}
     for n in NS:
-        arms[f"check N={n}"] = lambda lists=rules[:n]: suppression.check(store, lists, LEAD)
+        arms[f"check N={n}"] = lambda lists=rules[:n]: suppression.check(
+            store, lists, consumer.keys_of(LEAD, consumer.FIELDS, {})
+        )
         arms[f"local N={n}"] = local(rules[:n])
     for fn in arms.values():  # warm: connections, phonenumbers' metadata
         for _ in range(50):

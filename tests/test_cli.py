@@ -26,6 +26,7 @@ COMMANDS = {
     "settlements": ["requeue", "status"],
     "buyers": ["export", "import", "leads", "show"],
     "publishers": ["export", "import", "trust-replay-memory"],
+    "suppression": ["rehash"],
     "payments": ["reconcile"],
 }
 ACME = {

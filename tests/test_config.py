@@ -59,6 +59,7 @@ def test_during_a_rotation_deliveries_signed_with_either_secret_are_credited(api
         ({"STANDARD_WEBHOOK_PUBLIC_KEY": "whpk_" + "A" * 40}, ("STANDARD_WEBHOOK_PUBLIC_KEY", "30 bytes", "32")),
         ({"STANDARD_WEBHOOK_PUBLIC_KEY": "whsec_" + "A" * 43}, ("STANDARD_WEBHOOK_PUBLIC_KEY", "whpk_")),
         ({"ADMIN_TOKEN": "short-admin-token"}, ("ADMIN_TOKEN", "at least 24")),
+        ({"SUPPRESSION_KEY": "a-short-suppression-key"}, ("SUPPRESSION_KEY", "at least 32")),
         ({"FLUTTERWAVE_VERIFY": "1"}, ("FLUTTERWAVE_SECRET_KEY",)),
         ({"FLUTTERWAVE_SECRET_HASH": "fifteen-chars-x"}, ("FLUTTERWAVE_SECRET_HASH", "15 characters", "at least 16")),
         (
@@ -75,6 +76,11 @@ def test_an_unusable_secret_stops_loading_with_a_clear_message(env, names):
     for value in env.values():
         assert len(value) < 8 or value not in message  # the message never shows the secret
         assert not any(len(secret) >= 8 and secret in message for secret in value.split())
+
+
+def test_suppression_key_defaults_to_the_development_key_and_takes_a_long_one():
+    assert config.load({}).suppression_key == "floodgate-development-suppression-key"
+    assert config.load({"SUPPRESSION_KEY": "k" * 32}).suppression_key == "k" * 32
 
 
 def test_a_flutterwave_secret_hash_of_16_characters_is_accepted():

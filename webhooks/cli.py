@@ -18,7 +18,7 @@ from flask import Flask
 from flask.cli import AppGroup
 
 from webhooks import services
-from webhooks.errors import ValidationError
+from webhooks.errors import Conflict, ValidationError
 from webhooks.storage.db import UNAVAILABLE_ERRORS
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.validate import is_id
@@ -44,6 +44,7 @@ publishers_cli = _Group("publishers", help="Publishers: export, import, replay m
 leads_cli = _Group("leads", help="Leads in the ledger.")
 events_cli = _Group("events", help="Events to the applications' endpoints (PAYMENT_EVENTS_URL among them): the outbox.")
 payments_cli = _Group("payments", help="Payments: reconciliation with the providers' own lists.")
+suppression_cli = _Group("suppression", help="Suppression lists: their entries in the database and Redis.")
 
 
 def _id_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -64,6 +65,25 @@ def upgrade_command() -> None:
 
     applied = upgrade(echo=click.echo)
     click.echo(f"applied {len(applied)} migration(s)" if applied else "nothing to apply")
+
+
+@suppression_cli.command(
+    "rehash",
+    help="Rewrite plain (hash none) lists written before sql/021 as keyed hashes under SUPPRESSION_KEY, "
+    "then load them into Redis again (idempotent; run after `db upgrade`). Default: every plain list.",
+)
+@click.argument("list_ids", nargs=-1, callback=lambda _c, _p, ids: [_id_argument(_c, _p, i) for i in ids])
+def rehash_command(list_ids: list[str]) -> None:
+    from webhooks.leads.rules.suppression_rehash import plain_lists, rehash
+
+    svc = services.current()
+    key = svc.config.suppression_key.encode()
+    for list_id in list_ids or plain_lists():
+        try:
+            rewritten = rehash(svc.store, list_id, key)
+        except Conflict as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"{list_id}: {rewritten} entries rewritten, loaded into Redis")
 
 
 @caps_cli.command(
@@ -568,5 +588,6 @@ def demo_buyer(host: str, port: int) -> None:
 
 def init_app(app: Flask) -> None:
     app.cli.add_command(demo_buyer)
-    for group in (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli, events_cli, payments_cli):
+    groups = (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli, events_cli, payments_cli)
+    for group in (*groups, suppression_cli):
         app.cli.add_command(group)

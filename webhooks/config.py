@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.errors import ConfigError
 from webhooks.payments.signatures import standard_key, standard_public_key
 from webhooks.storage.redis import is_cluster_url
@@ -24,6 +25,7 @@ DEFAULT_METRICS_DIR = str(ROOT / "var" / "prometheus")
 SWEEP_INTERVAL_MS = 60_000  # the abandoned-lead sweep's (workers/schedule.py)
 MAX_WATERFALL = 8  # buyers a graceful shutdown waits for, each at its full deadline
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+MIN_SUPPRESSION_KEY = 32
 
 PROVIDER_SECRETS = {
     "paystack": "PAYSTACK_SECRET_KEY",
@@ -106,6 +108,7 @@ class Config:
     # TRUSTEDFORM_API_BASE/<cert id>; no key, no claim (buyers requiring it get no lead).
     trustedform_api_base: str = "https://cert.trustedform.com"
     trustedform_api_key: str = ""
+    suppression_key: str = DEFAULT_SUPPRESSION_KEY  # keys a plain suppression list's hashes
     trustedform_timeout_ms: int = 1500  # the claim's total deadline, within the lead's own
     # Nothing outside can stall or exhaust Floodgate (docs/api.md): a request's headers and body
     # must arrive within this (web), and no outbound call connects to an address in these nets.
@@ -190,6 +193,7 @@ _STRS = {
     "STRIPE_API_KEY": "stripe_api_key",
     "TRUSTEDFORM_API_BASE": "trustedform_api_base",
     "TRUSTEDFORM_API_KEY": "trustedform_api_key",
+    "SUPPRESSION_KEY": "suppression_key",
 }
 MIN_ADMIN_TOKEN = 24
 RATE_LIMIT_MAX = 100_000  # the bound of the API's rate_limit (webhooks/leads/rules/publishers.py RATE_MAX)
@@ -438,6 +442,12 @@ def _check_secrets(values: dict[str, Any]) -> None:
     if token and len(token) < MIN_ADMIN_TOKEN:
         raise ConfigError(
             f"ADMIN_TOKEN is {len(token)} characters; it must be at least {MIN_ADMIN_TOKEN} "
+            "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    key = values.get("suppression_key", DEFAULT_SUPPRESSION_KEY)
+    if key != DEFAULT_SUPPRESSION_KEY and len(key) < MIN_SUPPRESSION_KEY:
+        raise ConfigError(
+            f"SUPPRESSION_KEY is {len(key)} characters; it must be at least {MIN_SUPPRESSION_KEY} "
             "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
     if values.get("flutterwave_verify") and not values.get("flutterwave_secret_key"):

@@ -54,7 +54,7 @@ class Services:
             replay_ttl_s=cfg.lead_replay_ttl_s,
             max_bytes=cfg.journal_max_bytes,
         )
-        catalog = Catalog(store.redis, cfg.config_check_interval_ms / 1000)
+        catalog = Catalog(store.redis, cfg.config_check_interval_ms / 1000, cfg.suppression_key)
         return cls(
             config=cfg,
             store=store,
@@ -69,6 +69,9 @@ class Services:
     def reconfigure(self, cfg: Config) -> None:
         """Run with `cfg` from now on (the clients stay: a test changing a setting)."""
         self.config = cfg
+        if cfg.suppression_key != self.catalog.suppression_key:  # the lists are read with the key
+            self.catalog.suppression_key = cfg.suppression_key
+            self.catalog.invalidate_all()
         self.intake = Intake.build(cfg, self.store, self.queue_redis, self.journal)
         billed = self.catalog.billed_wallets
         self.payments = PaymentWebhooks.build(cfg, self.store, self.queue_redis, self.queue, billed)

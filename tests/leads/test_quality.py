@@ -72,7 +72,7 @@ REFUSED = [
     ({"type": "email"}, "ada@exa mple.com", "is not a valid e-mail"),
     ({"type": "email"}, "x" * 300 + "@example.com", "must be an e-mail"),
     ({"type": "email"}, ["ada@example.com"], "must be an e-mail"),
-    ({"type": "phone"}, "abc", "is not a phone number"),
+    ({"type": "phone"}, "abc", "is not a possible phone number"),
     ({"type": "phone"}, "12", "is not a possible phone number"),
     ({"type": "phone"}, "5" * 80, "must be a phone number"),
     ({"type": "phone"}, True, "must be a phone number"),

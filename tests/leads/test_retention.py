@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from webhooks import services
-from webhooks.caps.dedupe import consumer_keys
+from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.leads.accounting import ledger
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
@@ -176,7 +176,7 @@ def test_erasing_a_sold_lead_forgets_its_consumer_at_the_buyer(api, app, buyer_s
     lead = {"email": "Ada@Example.com", "phone": "+15125550100", "state": "TX"}
     assert api.post_lead(key, {"lead_id": "E1", **lead}).json()["status"] == "sold"
     api.wait_settled("E1", "surge")
-    digests = consumer_keys("dd", ("email", "phone"), lead)
+    digests = stored_consumer_keys("dd", ("email", "phone"), lead)
     r = services.of(app).store.redis
     assert r.exists(*digests) == 2
     assert api.post_lead(key, {"lead_id": "E2", **lead}).json()["status"] == "unsold"  # a duplicate

@@ -229,7 +229,7 @@ def test_a_list_loaded_again_reads_its_own_entries_a_page_at_a_time(app, redis_s
         for i in range(3000)
         for list_id in ("rb-mine", "rb-other")
     ]  # interleaved, as lists filled at the same time are
-    rule = suppression.ListRule("rb-mine", "email", "md5")
+    rule = suppression.ListRule(id="rb-mine", field="email", hash="md5")
     with db.connection_context():
         for i in range(0, len(rows), 500):
             SuppressionEntry.insert_many(rows[i : i + 500]).execute()

@@ -1,19 +1,20 @@
 """Who a lead's consumer is, for per-buyer duplicate suppression (docs/api.md "dedupe").
 
-A buyer's dedupe fields of a lead, normalised (e-mail trimmed and lower-cased; phone digits
-only, the leading 1 of an 11-digit US number dropped) and hashed, name keys beside the buyer's
-cap keys (same hash tag). lua/reserve_lease.lua refuses the buyer when one exists and sets them
-with the reservation (one atomic step); a refund deletes them again (lua/finish_lease.lua).
+A buyer's dedupe fields of a lead, as their consumer keys (webhooks/consumer.py, the one
+normaliser) hashed, name keys beside the buyer's cap keys (same hash tag). lua/reserve_lease.lua
+refuses the buyer when one exists and sets them with the reservation (one atomic step); a
+refund deletes them again (lua/finish_lease.lua).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
+from webhooks import consumer
 from webhooks.storage import keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
@@ -24,33 +25,25 @@ from webhooks.storage.states import LeadStatus
 if TYPE_CHECKING:
     from webhooks.leads.rules.buyers import BuyerRule
 
-FIELDS = ("email", "phone")
+FIELDS = consumer.FIELDS
 
 
-def normalise(field: str, value: Any) -> str | None:
-    """The comparable form of a lead's `field`, or None when it has none."""
-    if field == "phone" and isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)  # a phone number sent as a JSON number
-    if not isinstance(value, str):
-        return None
-    if field == "email":
-        value = value.strip().lower()
-        return value or None
-    digits = "".join(c for c in value if c in "0123456789")
-    if len(digits) == 11 and digits.startswith("1"):
-        digits = digits[1:]
-    return digits or None
-
-
-def consumer_keys(buyer_id: str, fields: Iterable[str], lead: dict[str, Any]) -> list[str]:
-    """The dedupe keys of `lead`'s consumer at `buyer_id` (none when no field is present)."""
+def consumer_keys(buyer_id: str, fields: Iterable[str], values: Mapping[str, str | None]) -> list[str]:
+    """The dedupe keys at `buyer_id` of a consumer whose keys (webhooks/consumer.py) are
+    `values` (none when no field is present)."""
     out = []
     for field in fields:
-        value = normalise(field, lead.get(field))
+        value = values.get(field)
         if value is not None:
             digest = hashlib.blake2b(value.encode(), digest_size=12).hexdigest()
             out.append(keys.dedupe(buyer_id, field, digest))
     return out
+
+
+def stored_consumer_keys(buyer_id: str, fields: Iterable[str], lead: Mapping[str, Any]) -> list[str]:
+    """`consumer_keys` of a lead as the ledger keeps it."""
+    names = tuple(fields)
+    return consumer_keys(buyer_id, names, consumer.stored_keys_of(lead, names))
 
 
 def sold_consumers(
@@ -87,7 +80,7 @@ def sold_consumers(
             continue
         if isinstance(lead, dict):
             until = int(sold_at.timestamp() * 1000) + window_ms
-            for key in consumer_keys(buyer.id, buyer.dedupe_fields, lead):
+            for key in stored_consumer_keys(buyer.id, buyer.dedupe_fields, lead):
                 out[key] = max(out.get(key, 0), until)
     return out
 

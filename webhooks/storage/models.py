@@ -390,6 +390,9 @@ class SuppressionList(BaseModel):
     id = pw.CharField(max_length=64, primary_key=True)
     field = pw.CharField(max_length=16)  # email | phone
     hash = pw.CharField(max_length=8)  # md5 | sha256 | none
+    # a "none" list's entries: keyed hashes under the SUPPRESSION_KEY of this id, or NULL for
+    # the bare digests sql/018 wrote, until they are rehashed (sql/021)
+    digest_key = pw.CharField(max_length=16, null=True)
     size = pw.BigIntegerField(default=0)
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)

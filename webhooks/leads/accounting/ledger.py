@@ -15,7 +15,7 @@ import peewee as pw
 
 from webhooks.caps import balance
 from webhooks.caps.balance import Charged
-from webhooks.caps.dedupe import consumer_keys
+from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.errors import Unavailable
 from webhooks.events import outbox
 from webhooks.leads.accounting.item import SettlementItem
@@ -347,6 +347,6 @@ def forget_consumer(store: Store, lead: Lead) -> int:
         return 0
     rule = BuyerRule.from_row(row)
     gone = 0
-    for key in consumer_keys(rule.id, rule.dedupe_fields, fields):
+    for key in stored_consumer_keys(rule.id, rule.dedupe_fields, fields):
         gone += store.release_claim(key, lead.lease_id or "ledger") or store.release_claim(key, "ledger")
     return gone

@@ -340,7 +340,7 @@ def sweep_all(
     instead of LEAD_ABANDONED_AFTER_MS when given."""
     from webhooks.leads.rules.catalog import load_snapshot
 
-    snapshot = load_snapshot(None)
+    snapshot = load_snapshot(None, cfg.suppression_key)
     with db.connection_context():
         buyer_ids = [row.id for row in Buyer.select(Buyer.id)]
     publishers = {p.id: p for p in snapshot.publishers_by_key.values()}

@@ -9,7 +9,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 import gevent
 from gevent import monkey
 
-from webhooks import metrics
+from webhooks import consumer, metrics
 from webhooks.caps import leases, rebuild
 from webhooks.caps.balance import Charged
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation
-from webhooks.errors import Unavailable
+from webhooks.errors import InvalidLead, Unavailable
 from webhooks.leads.path.context import LeadContext, lead_ref
 from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
@@ -99,9 +99,25 @@ def candidates(
     return passed, skipped
 
 
-def consumers_of(buyers: list[BuyerRule], lead: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+def consumers_of(buyers: list[BuyerRule], values: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
     """The lead's dedupe keys at each of `buyers` that dedupes: computed once per lead."""
-    return {b.id: tuple(consumer_keys(b.id, b.dedupe_fields, lead)) for b in buyers if b.dedupe_fields}
+    return {b.id: tuple(consumer_keys(b.id, b.dedupe_fields, values)) for b in buyers if b.dedupe_fields}
+
+
+def consumer_values(
+    snapshot: Snapshot, publisher: PublisherRule, buyers: list[BuyerRule], lead: dict[str, Any]
+) -> dict[str, str | None]:
+    """The lead's consumer keys (webhooks/consumer.py) of every field its suppression lists or
+    its buyers' dedupe check, a phone read as the publisher's field spec says; InvalidLead
+    naming each such field whose value is not a string (or is too long to be one)."""
+    lists = set(publisher.suppress).union(*(b.suppress for b in buyers))
+    fields = {snapshot.suppression[i].field for i in lists if i in snapshot.suppression}
+    fields.update(*(b.dedupe_fields for b in buyers))
+    regions = publisher.spec.regions() if publisher.spec is not None else {}
+    try:
+        return consumer.keys_of(lead, sorted(fields), regions)
+    except consumer.InvalidConsumerFields as exc:
+        raise InvalidLead(f"the lead's consumer fields cannot be checked: {exc}", fields=exc.fields) from None
 
 
 def buyer_body(lead_id: str, publisher_id: str, price: Decimal | str, lead_json: str) -> bytes:
@@ -261,10 +277,11 @@ class Router:
     ) -> Route:
         """The route of one lead (`candidates`, `plan`; no plan for a test lead)."""
         buyers, skipped = candidates(snapshot.buyers, lead, publisher.id, now, snapshot.inactive)
-        suppressed, buyers = self._suppress(snapshot, publisher, buyers, lead, skipped)
+        values = consumer_values(snapshot, publisher, buyers, lead)
+        suppressed, buyers = self._suppress(snapshot, publisher, buyers, values, skipped)
         plan = None if test or suppressed else self.plan(buyers, publisher)
         return Route(
-            buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, lead), suppressed=suppressed
+            buyers=buyers, skipped=skipped, plan=plan, consumers=consumers_of(buyers, values), suppressed=suppressed
         )
 
     def _suppress(
@@ -272,7 +289,7 @@ class Router:
         snapshot: Snapshot,
         publisher: PublisherRule,
         buyers: list[BuyerRule],
-        lead: dict[str, Any],
+        values: Mapping[str, str | None],
         skipped: list[dict[str, Any]],
     ) -> tuple[bool, list[BuyerRule]]:
         """The lead against the publisher's suppression lists and those of the buyers that
@@ -286,7 +303,7 @@ class Router:
         lists = [snapshot.suppression[i] for i in sorted(wanted) if i in snapshot.suppression]
         if not lists:
             return False, buyers
-        verdicts = suppression.check(self.store, lists, lead)
+        verdicts = suppression.check(self.store, lists, values)
         mine = [verdicts.get(i, suppression.MISS) for i in publisher.suppress]
         if suppression.HIT in mine:
             return True, buyers

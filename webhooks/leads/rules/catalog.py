@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
+from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.leads.rules import suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule
@@ -47,14 +48,14 @@ def bump_version(r: Client) -> None:
     r.set(keys.CONFIG_VERSION, uuid.uuid4().hex)
 
 
-def load_snapshot(version: str | None) -> Snapshot:
+def load_snapshot(version: str | None, suppression_key: str = DEFAULT_SUPPRESSION_KEY) -> Snapshot:
     with db.connection_context():
         rows = list(Buyer.select().where(Buyer.deleted_at.is_null()))
         buyers = [BuyerRule.from_row(b) for b in rows if b.active]
         inactive = tuple(sorted(b.id for b in rows if not b.active))
         billed = frozenset(b.billing_account for b in rows if b.billing_account)
         publishers = {p.api_key_hash: PublisherRule.from_row(p) for p in Publisher.select()}
-        lists = suppression.load_rules()
+        lists = suppression.load_rules(suppression_key.encode())
     buyers.sort(key=lambda b: (b.priority, -b.price, b.id))
     return Snapshot(
         version=version,
@@ -67,8 +68,11 @@ def load_snapshot(version: str | None) -> Snapshot:
 
 
 class Catalog:
-    def __init__(self, redis: Client, check_interval: float = CHECK_INTERVAL):
+    def __init__(
+        self, redis: Client, check_interval: float = CHECK_INTERVAL, suppression_key: str = DEFAULT_SUPPRESSION_KEY
+    ):
         self.redis = redis
+        self.suppression_key = suppression_key
         self.check_interval = check_interval
         self._snapshot: Snapshot | None = None
         self._checked = 0.0
@@ -78,6 +82,11 @@ class Catalog:
     def invalidate(self) -> None:
         """Read the version again on the next snapshot (the admin API of this process has
         just changed the config)."""
+        self._checked = 0.0
+
+    def invalidate_all(self) -> None:
+        """Load the config again on the next snapshot, whatever the version says."""
+        self._snapshot = None
         self._checked = 0.0
 
     def snapshot(self) -> Snapshot:
@@ -96,7 +105,9 @@ class Catalog:
                 version = self.redis.get(keys.CONFIG_VERSION)
             current = self._snapshot
             if current is None or version != current.version or now - self._loaded > MAX_AGE:
-                current = self._snapshot = load_snapshot(cast("str | None", version))  # decoded replies
+                current = self._snapshot = load_snapshot(
+                    cast("str | None", version), self.suppression_key
+                )  # decoded replies
                 self._loaded = now
                 log.info("config loaded: %d buyers, %d publishers", len(current.buyers), len(current.publishers_by_key))
             self._checked = now

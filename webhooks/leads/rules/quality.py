@@ -21,6 +21,7 @@ from typing import Any
 import phonenumbers
 from email_validator import EmailNotValidError, validate_email
 
+from webhooks import consumer
 from webhooks.errors import InvalidLead, ValidationError
 from webhooks.leads.rules import consent
 from webhooks.validate import is_id
@@ -118,6 +119,10 @@ class FieldSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: _field_json(f) for f in self.fields}
+
+    def regions(self) -> dict[str, str]:
+        """The region each phone field is read in (a number without its country code)."""
+        return {f.name: f.region for f in self.fields if f.type == "phone"}
 
     def consent_fields(self) -> consent.Fields:
         """The fields that carry a TrustedForm certificate and a LeadiD token (the first of each type)."""
@@ -254,16 +259,17 @@ def _string(f: Field, value: Any) -> str:
 
 
 def _email(_f: Field, value: Any) -> str:
+    """The address as its consumer key (webhooks/consumer.py), once email-validator passes it."""
     if not isinstance(value, str) or len(value) > MAX_EMAIL + 64:
         raise ValueError("must be an e-mail address")
-    text = value.strip()
+    text = consumer.key("email", value) or value.strip()  # no key: the library says why not
     if not text or len(text) > MAX_EMAIL or not _email_shape(text):
         raise ValueError("must be an e-mail address")
     try:
         validate_email(text, check_deliverability=False)  # syntax only: no DNS on the lead path
     except EmailNotValidError as exc:
         raise ValueError(f"is not a valid e-mail address ({exc})") from None
-    return text.lower()
+    return text
 
 
 def _email_shape(text: str) -> bool:
@@ -295,17 +301,15 @@ def _email_work(value: Any) -> int:
 
 
 def _phone(f: Field, value: Any) -> str:
+    """The number as its consumer key (webhooks/consumer.py): E.164, read as `f.region`'s."""
     if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
+        value = str(value)  # a number sent as a JSON number: the spec reads it as its digits
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_PHONE:
         raise ValueError("must be a phone number")
-    try:
-        number = phonenumbers.parse(value, f.region)
-    except phonenumbers.NumberParseException:
-        raise ValueError(f"is not a phone number (region {f.region})") from None
-    if not phonenumbers.is_possible_number(number):
+    number = consumer.key("phone", value, f.region)
+    if number is None:
         raise ValueError(f"is not a possible phone number (region {f.region})")
-    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+    return number
 
 
 def _postal_code(_f: Field, value: Any) -> str:

@@ -1,41 +1,27 @@
-"""Suppression lists (docs/api.md "Consent, suppression and pre-ping"; docs/leads.md
-"Suppression lists"): consumers, by e-mail or phone, that a buyer is never offered and a
-publisher's leads are refused for.
-
-An entry is kept as a digest of the normalised field (lower-cased e-mail, E.164 phone): the
-list's own hash (md5 or sha256, as a partner's suppression file comes), or for a plain list
-the first 16 bytes of SHA-256, so neither Redis nor the database keeps a plain address. In
-Redis a list is a set of small hashes (buckets) named by a digest's first two bytes, each
-field the digest's remaining bytes: Redis keeps hashes of up to 512 fields as listpacks
-(hash-max-listpack-entries), a few bytes over the field itself per entry, so an md5 list of a
-million entries or more costs about 20 bytes an entry (46 for sha256), and stays compact up to
-about 28 million (bench/compliance.py; bench/REPORT.md "Suppression lists and consent
-claims"). Every key shares the hash tag {sup}: checking a lead against all of its lists is
-one pipelined round trip, on a cluster too.
-
-The database is the source: an add writes Redis first and the database after, a removal the
-database first and Redis after, so a failure between the two leaves Redis suppressing more,
-never less; the call fails and its retry finishes it. A list is checked only while its
-`ready` key says Redis holds all of it; after a data loss the check answers "unknown" (the
-buyer is skipped, the publisher's lead refused with 503) and a rebuild in the background
-loads it from the database again."""
+"""Suppression lists (docs/api.md "Consent, suppression and pre-ping"; the mechanism in
+docs/leads.md "Suppression lists"): consumers, by e-mail or phone, that a buyer is never
+offered and a publisher's leads are refused for, kept as digests of their consumer keys (a
+plain list's keyed under SUPPRESSION_KEY). The database is the source; Redis holds each list
+as small hashes under the hash tag {sup}, checked for every list of a lead in one round trip,
+and answers "unknown" for a list it does not hold all of until it is loaded again."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import hmac
 import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import phonenumbers
-
+from webhooks import consumer
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.storage import audit, keys
-from webhooks.storage.db import db
+from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.validate import is_id
@@ -47,8 +33,7 @@ FIELDS = ("email", "phone")
 HASHES = ("md5", "sha256", "none")
 HEX_LENGTH = {"md5": 32, "sha256": 64}
 MAX_ENTRIES = 10_000  # values per call, added and removed together
-MAX_VALUE = 320  # characters of a plain value (an e-mail address is at most 254)
-PHONE_REGION = "US"  # for a phone number written without its country code
+MAX_VALUE = consumer.MAX_VALUE  # characters of a plain value (an e-mail address is at most 254)
 REBUILD_PAGE = 5_000
 LOCK_TTL_MS = 300_000
 
@@ -56,29 +41,50 @@ HIT, MISS, UNKNOWN = "hit", "miss", "unknown"
 SUPPRESSED = "suppressed"  # the routing trace's reason, and the answer's
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ListRule:
-    """A list as the lead path checks it."""
+    """A list as the lead path checks it. A plain list's entries are keyed hashes (`key`, this
+    process's SUPPRESSION_KEY; `digest_key`, the id of the key they were made with: None for
+    the bare digests sql/018 wrote, until `floodgate suppression rehash`)."""
 
     id: str
     field: str
     hash: str
+    digest_key: str | None = None
+    key: bytes = dataclasses.field(default=b"", repr=False)
 
     @classmethod
-    def from_row(cls, row: SuppressionList) -> ListRule:
-        return cls(row.id, row.field, row.hash)
+    def from_row(cls, row: SuppressionList, key: bytes) -> ListRule:
+        return cls(id=row.id, field=row.field, hash=row.hash, digest_key=row.digest_key, key=key)
+
+    @property
+    def keyed(self) -> bool:
+        return self.hash == "none" and self.digest_key is not None
+
+    @property
+    def usable(self) -> bool:
+        """Whether this process's key is the one the list's entries were made with."""
+        return not self.keyed or self.digest_key == key_id(self.key)
+
+    @property
+    def mark(self) -> str:
+        """What the list's ready key holds while Redis holds all of it in this rule's form: a
+        process that reads another form (a rehash it has not seen yet) answers "unknown"."""
+        return f"k:{self.digest_key}" if self.keyed else "1"
 
     def digest_of(self, value: str) -> bytes:
-        """The digest of a normalised value, as this list keeps its entries."""
+        """The digest of a consumer key, as this list keeps its entries."""
         data = value.encode()
         if self.hash == "md5":
             return hashlib.md5(data, usedforsecurity=False).digest()
         full = hashlib.sha256(data).digest()
-        return full if self.hash == "sha256" else full[:16]
+        if self.hash == "sha256":
+            return full
+        return keyed_digest(self.key, full[:16]) if self.keyed else full[:16]
 
     def entry(self, raw: Any, where: str) -> bytes:
-        """An entry as an admin sends it: a hex digest of the normalised field for a hashed
-        list, the value itself for a plain one. ValidationError naming `where`."""
+        """An entry as an admin sends it: a hex digest of the consumer key for a hashed list,
+        the value itself for a plain one. ValidationError naming `where`."""
         if not isinstance(raw, str) or len(raw) > MAX_VALUE:
             raise ValidationError(CODE, where, "must be a string")
         if self.hash in HEX_LENGTH:
@@ -86,30 +92,22 @@ class ListRule:
             if len(text) != HEX_LENGTH[self.hash] or any(c not in "0123456789abcdef" for c in text):
                 raise ValidationError(CODE, where, f"must be the {self.hash} of the normalised {self.field} (hex)")
             return bytes.fromhex(text)
-        value = normalise(self.field, raw)
+        value = consumer.key(self.field, raw)
         if value is None:
             what = "an e-mail address" if self.field == "email" else "a phone number"
             raise ValidationError(CODE, where, f"is not {what}")
         return self.digest_of(value)
 
 
-def normalise(field: str, value: Any) -> str | None:
-    """The form a list holds of a lead's `field`: the e-mail trimmed and lower-cased, the phone
-    in E.164 (a number without a country code read as PHONE_REGION's); None for none."""
-    if field == "phone" and isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str) or len(value) > MAX_VALUE:
-        return None
-    if field == "email":
-        text = value.strip().lower()
-        return text if "@" in text else None
-    try:
-        number = phonenumbers.parse(value, PHONE_REGION)
-    except phonenumbers.NumberParseException:
-        return None
-    if not phonenumbers.is_possible_number(number):
-        return None
-    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+def key_id(key: bytes) -> str:
+    """The id a list records of the key its entries are made with (never the key itself)."""
+    return hmac.new(key, b"floodgate suppression key id", hashlib.sha256).hexdigest()[:16]
+
+
+def keyed_digest(key: bytes, bare: bytes) -> bytes:
+    """A plain list's entry: HMAC-SHA256 under SUPPRESSION_KEY of the value's bare digest (the
+    first 16 bytes of its SHA-256, what sql/018 stored), so a rehash needs only the database."""
+    return hmac.new(key, bare, hashlib.sha256).digest()[:16]
 
 
 def _place(list_id: str, digest: bytes) -> tuple[str, bytes]:
@@ -120,16 +118,19 @@ def _place(list_id: str, digest: bytes) -> tuple[str, bytes]:
 # --- the lead path -----------------------------------------------------------------------
 
 
-def check(store: Store, lists: Sequence[ListRule], lead: dict[str, Any]) -> dict[str, str]:
-    """Each list's verdict on the lead: HIT (its consumer is on it), MISS, or UNKNOWN (Redis
-    does not hold all of the list now: a rebuild is started). One pipelined round trip for
-    every list; none when the lead has none of their fields."""
+def check(store: Store, lists: Sequence[ListRule], values: Mapping[str, str | None]) -> dict[str, str]:
+    """Each list's verdict on a lead whose consumer keys (webhooks/consumer.py) are `values`:
+    HIT (its consumer is on it), MISS, or UNKNOWN (Redis does not hold all of the list in the
+    form this process reads: a rebuild is started when it holds none). One pipelined round
+    trip for every list; none when the lead has none of their fields."""
     asks: list[tuple[ListRule, str, bytes]] = []
     verdicts: dict[str, str] = {}
-    values = {f: normalise(f, lead.get(f)) for f in {rule.field for rule in lists}}  # once per field
     for rule in lists:
-        value = values[rule.field]
-        if value is None:
+        value = values.get(rule.field)
+        if not rule.usable:  # entries made under another SUPPRESSION_KEY: nothing here can read them
+            log.error("suppression list %s is keyed with another SUPPRESSION_KEY than this process's", rule.id)
+            verdicts[rule.id] = UNKNOWN
+        elif value is None:
             verdicts[rule.id] = MISS
         else:
             bucket, member = _place(rule.id, rule.digest_of(value))
@@ -138,13 +139,14 @@ def check(store: Store, lists: Sequence[ListRule], lead: dict[str, Any]) -> dict
         return verdicts
     pipe = store.redis.pipeline(transaction=False)
     for rule, bucket, member in asks:
-        pipe.exists(keys.suppression_ready(rule.id))
+        pipe.get(keys.suppression_ready(rule.id))
         pipe.hexists(bucket, member)  # a binary field: redis-py sends bytes as they are
     replies = pipe.execute()
     for i, (rule, _bucket, _member) in enumerate(asks):
         ready, found = replies[2 * i], replies[2 * i + 1]
-        verdicts[rule.id] = HIT if found else (MISS if ready else UNKNOWN)
-        if not ready:
+        mark = ready.decode() if isinstance(ready, bytes) else ready
+        verdicts[rule.id] = HIT if found else (MISS if mark == rule.mark else UNKNOWN)
+        if ready is None:
             request_rebuild(store, rule)
     return verdicts
 
@@ -164,14 +166,18 @@ def parse_list(body: Any) -> tuple[str, str]:
     return str(field), str(kind)
 
 
-def put_list(store: Store, list_id: str, field: str, kind: str) -> SuppressionList:
+def put_list(store: Store, list_id: str, field: str, kind: str, *, key: bytes) -> SuppressionList:
     """Create a list, or keep it as it is; a list that holds entries keeps its field and hash
-    (409 suppression_list_in_use: its digests mean nothing under another)."""
+    (409 suppression_list_in_use: its digests mean nothing under another). A plain list's
+    entries are keyed hashes under `key` (SUPPRESSION_KEY)."""
     now, shape = utcnow(), {"field": field, "hash": kind}
+    digest_key = key_id(key) if kind == "none" else None
     with db.atomic():
         row = SuppressionList.get_or_none(SuppressionList.id == list_id)
         if row is None:
-            row = SuppressionList.create(id=list_id, field=field, hash=kind, size=0, created_at=now, updated_at=now)
+            row = SuppressionList.create(
+                id=list_id, field=field, hash=kind, digest_key=digest_key, size=0, created_at=now, updated_at=now
+            )
             audit.record("admin", "suppression_list.create", "suppression_list", list_id, shape)
         elif (row.field, row.hash) != (field, kind):
             if row.size:
@@ -179,12 +185,14 @@ def put_list(store: Store, list_id: str, field: str, kind: str) -> SuppressionLi
                     f"list {list_id!r} holds {row.size} entries as {row.hash} of {row.field}: make another list",
                     code="suppression_list_in_use",
                 )
-            SuppressionList.update(field=field, hash=kind, updated_at=now).where(
+            SuppressionList.update(field=field, hash=kind, digest_key=digest_key, updated_at=now).where(
                 SuppressionList.id == list_id
             ).execute()
             audit.record("admin", "suppression_list.update", "suppression_list", list_id, shape)
             row = SuppressionList.get_by_id(list_id)
-    store.redis.set(keys.suppression_ready(list_id), "1", nx=True)  # an empty list: all of it is in Redis
+    rule = ListRule.from_row(row, key)
+    if not row.size:  # an empty list: all of it is in Redis, in this form
+        store.redis.set(keys.suppression_ready(list_id), rule.mark)
     return row
 
 
@@ -224,16 +232,34 @@ def parse_entries(rule: ListRule, body: Any) -> tuple[list[bytes], list[bytes]]:
     return out["add"], out["remove"]
 
 
-def change(store: Store, row: SuppressionList, add: list[bytes], remove: list[bytes]) -> dict[str, int]:
+def writable(row: SuppressionList, key: bytes) -> ListRule:
+    """The list as an admin change writes it: 409 when its entries are keyed under another
+    SUPPRESSION_KEY than this process's (what it would write could never match them)."""
+    rule = ListRule.from_row(row, key)
+    if not rule.usable:
+        raise Conflict(
+            f"list {row.id!r} is keyed with another SUPPRESSION_KEY than this process's",
+            code="suppression_key_mismatch",
+        )
+    return rule
+
+
+def change(store: Store, rule: ListRule, add: list[bytes], remove: list[bytes]) -> dict[str, int]:
     """Add and remove entries: {"added", "removed", "size"} (entries already there, or not
     there, count in neither). Redis first for an add, the database first for a removal: a
-    failure between them leaves Redis suppressing more, never less, and the retry finishes."""
-    rule = ListRule.from_row(row)
+    failure between them leaves Redis suppressing more, never less, and the retry finishes.
+    Both under the list's row lock, which a rehash takes too: 409 when the list's entries were
+    rehashed since `rule` was read (the digests differ), before anything is written."""
     add = [d for d in dict.fromkeys(add) if d not in set(remove)]  # a value both added and removed: removed
     remove = list(dict.fromkeys(remove))
-    if add:
-        _redis_write(store, rule, add, present=True)
-    with db.atomic():
+    with writing():
+        current = locked(rule.id)
+        if current is None or current.digest_key != rule.digest_key:
+            raise Conflict(
+                f"list {rule.id!r} was rehashed meanwhile: send the change again", code="suppression_list_in_use"
+            )
+        if add:
+            _redis_write(store, rule, add, present=True)
         added = removed = 0
         for chunk in _chunks(add, 1000):
             added += (
@@ -257,6 +283,20 @@ def change(store: Store, row: SuppressionList, add: list[bytes], remove: list[by
     if remove:
         _redis_write(store, rule, remove, present=False)
     return {"added": added, "removed": removed, "size": int(size)}
+
+
+def writing() -> Any:
+    """A transaction that holds what it reads: SQLite's BEGIN IMMEDIATE takes the write lock up
+    front (its writers take turns); MySQL locks the rows read FOR UPDATE (`locked`)."""
+    return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
+
+
+def locked(list_id: str) -> SuppressionList | None:
+    """The list's row, locked until the `writing` transaction ends: a change and a rehash of
+    one list take turns."""
+    query = SuppressionList.select().where(SuppressionList.id == list_id)
+    row: SuppressionList | None = (query.for_update() if is_mysql() else query).first()
+    return row
 
 
 def _chunks(items: list[bytes], n: int) -> Iterable[list[bytes]]:
@@ -307,9 +347,14 @@ def rebuild(store: Store, rule: ListRule) -> int:
     """Write every entry of the database's list into Redis, a page at a time, then mark the
     list ready; how many entries. (A removal racing the load may leave its entry in Redis:
     suppressing more, never less, until the next load.) Pages go in digest order, which the
-    unique (list_id, digest) index serves: a page reads its own entries only, not other lists'."""
+    unique (list_id, digest) index serves: a page reads its own entries only, not other lists'.
+    The list is read again first: its ready mark is that of the entries loaded (a rehash may
+    have changed their form since `rule` was read)."""
     count, after = 0, ""
     with db.connection_context():
+        row = SuppressionList.get_or_none(SuppressionList.id == rule.id)
+        if row is not None:
+            rule = ListRule.from_row(row, rule.key)
         while True:
             page = (
                 SuppressionEntry.select(SuppressionEntry.digest)
@@ -323,7 +368,7 @@ def rebuild(store: Store, rule: ListRule) -> int:
             _redis_write(store, rule, [bytes.fromhex(digest) for digest in digests], present=True)
             count += len(digests)
             after = digests[-1]
-    store.redis.set(keys.suppression_ready(rule.id), "1")
+    store.redis.set(keys.suppression_ready(rule.id), rule.mark)
     log.info("suppression list %s loaded into Redis: %d entries", rule.id, count)
     return count
 
@@ -342,9 +387,9 @@ def parse_ids(code: str, field: str, raw: Any) -> list[str]:
     return ids
 
 
-def load_rules() -> dict[str, ListRule]:
-    """Every list, by id (the config snapshot's)."""
-    return {row.id: ListRule.from_row(row) for row in SuppressionList.select()}
+def load_rules(key: bytes) -> dict[str, ListRule]:
+    """Every list, by id (the config snapshot's), read with this process's SUPPRESSION_KEY."""
+    return {row.id: ListRule.from_row(row, key) for row in SuppressionList.select()}
 
 
 def stored_ids(raw: str | None) -> tuple[str, ...]:

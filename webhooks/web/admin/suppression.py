@@ -8,7 +8,6 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.leads.rules import suppression
 from webhooks.leads.rules.catalog import bump_version
-from webhooks.leads.rules.suppression import ListRule
 from webhooks.storage.models import SuppressionList
 from webhooks.web.admin import bp
 from webhooks.web.http import body_limit, json_body
@@ -18,8 +17,9 @@ from webhooks.web.http import body_limit, json_body
 def put_suppression_list(list_id: str) -> ResponseReturnValue:
     """Create a list, or keep it: {"field": "email" | "phone", "hash": "md5" | "sha256" | "none"}."""
     field, kind = suppression.parse_list(json_body())
-    store = services.current().store
-    row = suppression.put_list(store, list_id, field, kind)
+    svc = services.current()
+    store = svc.store
+    row = suppression.put_list(store, list_id, field, kind, key=svc.config.suppression_key.encode())
     bump_version(store.redis)  # the lead path's snapshot knows every list
     return jsonify(suppression.to_json(row))
 
@@ -39,6 +39,8 @@ def list_suppression_lists() -> ResponseReturnValue:
 def change_suppression_entries(list_id: str) -> ResponseReturnValue:
     """{"add": [...], "remove": [...]}, at most 10,000 values: 200 {"added", "removed", "size"}."""
     request.max_content_length = body_limit(request.path, current_app.config["MAX_CONTENT_LENGTH"])
+    svc = services.current()
     row = suppression.get_list(list_id)  # 404 before the body is read
-    add, remove = suppression.parse_entries(ListRule.from_row(row), json_body())
-    return jsonify(suppression.change(services.current().store, row, add, remove))
+    rule = suppression.writable(row, svc.config.suppression_key.encode())
+    add, remove = suppression.parse_entries(rule, json_body())
+    return jsonify(suppression.change(svc.store, rule, add, remove))
