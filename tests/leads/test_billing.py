@@ -213,7 +213,8 @@ def test_after_redis_lost_its_data_the_balance_is_rebuilt_from_the_ledger_and_th
         '"charge":["buyer-acme|NGN",1000]}'
     )
     svc.queue_redis.redis.rpush(keys.SETTLE_PENDING, queued)
-    svc.store.redis.delete(keys.ready("acme"), keys.balance("acme"))  # what a restart without data loses
+    svc.store.redis.delete(keys.ready("acme"))
+    svc.store.redis.delete(svc.store.balance_key("acme", "buyer-acme|NGN"))  # what a restart without data loses
     # the test holds the rebuild lock, so the lead's refusal starts no rebuild in the background
     svc.store.redis.set(keys.rebuild_lock("acme"), "t")
     assert api.post_lead(key, {"lead_id": "lost-1", "state": "TX"}).json()["buyer_id"] == "spare"  # fail closed

@@ -56,6 +56,9 @@ def patch(stored: Buyer, changes: dict[str, Any]) -> Buyer:
 def save(buyer_id: str, fields: dict[str, Any]) -> Buyer:
     """Store a buyer's validated fields (buyers.parse) and tell every process: its counters
     ready when new, its wallet known to Redis when billed, the config version bumped."""
+    balance.check_wallet(
+        buyer_id, Billing.from_json(fields.get("billing")), shared=services.current().store.shared_wallets
+    )
     row, created = buyers.save(buyer_id, fields)
     r = _redis()
     if created:
