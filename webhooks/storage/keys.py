@@ -1,6 +1,7 @@
 """Every Redis key name, from one prefix. Keys of one entity share a hash tag so that each
 Lua script touches a single Redis Cluster slot: `{b:<buyer>}`, `{p:<publisher>}`,
-`{pay:<provider>:<reference>}`."""
+`{pay:<provider>:<reference>}`. A wallet's balance, `{w:<account>|<currency>}`, is shared by its
+buyers on one Redis only (balance_of; docs/cluster.md "Wallets")."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def wallet_balance(wallet: str) -> str:
     """Hash of one wallet's balance ("<account>|<currency>"), shared by every buyer billed from
     it (minor units): `account`, `wallet` and `version` (the ledger's, lua/sync_balance.lua),
     `held` (prices of every such buyer's live leases and of its sales the ledger does not have
-    yet), `cycle` (the version that last raised it: lua/sync_balance.lua). Absent or without
+    yet), `cycle` (the version that last raised it: lua/sync_balance.lua), `rebuilt` (set by
+    the rebuild after a data loss: lua/rebuild_counters.lua). Absent or without
     `wallet`: not known, and its buyers are sold nothing until it is (fail closed)."""
     return PREFIX + "{w:" + wallet + "}:balance"
 
