@@ -7,7 +7,9 @@ buyer of it shows the same figures."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
@@ -17,7 +19,7 @@ from testkit.servers import wait_until
 from tests.conftest import CLUSTER
 from tests.leads.test_billing import _post_many
 from webhooks.storage.db import db
-from webhooks.storage.models import Lead, Wallet
+from webhooks.storage.models import Buyer, Lead, Wallet
 
 pytestmark = pytest.mark.skipif(
     CLUSTER, reason="on a Redis Cluster a wallet is one buyer's alone (docs/cluster.md 'Wallets')"
@@ -158,3 +160,27 @@ def test_300_leads_at_once_to_buyers_on_one_wallet_spend_it_once(api, buyer_serv
     floor = Decimal(-20 if mode == "credit" else 0)
     shown = _invariant(api, buyers, floor)
     assert Decimal(shown["wallet"]) == 50 - 10 * affordable
+
+
+def test_buyers_billed_from_one_wallet_at_once_all_get_one_floor(api, buyer_server):
+    """Twenty buyers put at once on one new wallet, half with one credit limit and half with
+    another: those written agree on one floor, and every other one was refused."""
+    limits = ["10.00", "20.00"] * 10
+
+    def put(i: int) -> int:
+        body = {
+            "name": f"b{i}",
+            "endpoint_url": buyer_server.url(f"b{i}"),
+            "price": "10.00",
+            "billing": {**_billing(mode="credit"), "credit_limit": limits[i]},
+        }
+        with api.session() as s:
+            return s.put(f"{api.base}/v1/admin/buyers/b{i}", json=body, headers=api.admin, timeout=30).status_code
+
+    with ThreadPoolExecutor(20) as pool:
+        codes = list(pool.map(put, range(20)))
+    assert set(codes) <= {200, 400}
+    with db.connection_context():
+        written = {row.id: row.billing for row in Buyer.select().where(Buyer.billing_account == f"{ACCOUNT}|USD")}
+    assert len({json.loads(b)["credit_limit"] for b in written.values()}) == 1, written
+    assert sorted(written) == sorted(f"b{i}" for i, code in enumerate(codes) if code == 200)

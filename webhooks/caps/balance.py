@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -28,8 +31,8 @@ from typing import Any, NamedTuple
 
 from webhooks import money
 from webhooks.caps.sales import settled_of
-from webhooks.errors import InvalidPayload, ValidationError
-from webhooks.storage import wallets
+from webhooks.errors import Conflict, InvalidPayload, ValidationError
+from webhooks.storage import keys, wallets
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.redis import REDIS_DOWN, Store
@@ -262,6 +265,30 @@ def wallet_buyers(key: str) -> list[str]:
     """Every buyer billed from the wallet `key` ("<account>|<currency>"), deleted ones too (a
     lease of any may still hold on it)."""
     return [row.id for row in Buyer.select(Buyer.id).where(Buyer.billing_account == key)]
+
+
+WALLET_LOCK_MS = 10_000  # longer than a buyer's write takes; a crashed holder frees it then
+WALLET_LOCK_WAIT_S = 5.0
+
+
+@contextmanager
+def wallet_lock(store: Store, billing: Billing | None) -> Iterator[None]:
+    """Hold the wallet's lock (Redis, one per wallet) while a buyer billed from it is checked
+    (check_wallet) and written, so that two buyers written at once cannot give it two floors.
+    Waits for another writer of the same wallet up to WALLET_LOCK_WAIT_S (Conflict after)."""
+    if billing is None:
+        yield
+        return
+    key, token = keys.wallet_lock(billing.key), uuid.uuid4().hex
+    deadline = time.monotonic() + WALLET_LOCK_WAIT_S
+    while not store.redis.set(key, token, nx=True, px=WALLET_LOCK_MS):
+        if time.monotonic() > deadline:
+            raise Conflict("another change of this wallet's buyers is under way; retry")
+        time.sleep(0.02)
+    try:
+        yield
+    finally:
+        store.release_claim(key, token)
 
 
 def check_wallet(buyer_id: str, billing: Billing | None, *, shared: bool) -> None:

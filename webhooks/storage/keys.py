@@ -47,6 +47,12 @@ def wallet_balance(wallet: str) -> str:
     return PREFIX + "{w:" + wallet + "}:balance"
 
 
+def wallet_lock(wallet: str) -> str:
+    """Held while a buyer billed from the wallet is checked and written (caps/balance.py
+    wallet_lock): its value is the holder's token."""
+    return PREFIX + "{w:" + wallet + "}:lock"
+
+
 def balance_of(buyer_id: str, wallet: str, *, shared: bool) -> str:
     """The balance a buyer billed from `wallet` draws on: the wallet's own on one Redis
     (`shared`), the buyer's on a Redis Cluster (every key of a reservation in one slot)."""
