@@ -196,3 +196,16 @@ def test_the_rebuild_of_one_buyer_holds_the_queued_sales_of_every_buyer_of_the_w
         assert rebuild.rebuild(store, queue, acme2, "t")  # finds the wallet rebuilt: left as it is
     assert _wallet(store, billing) == (3 * PRICE, 2 * PRICE)
     assert [_reserve(store, b, billing).status for b in (acme2, acme)] == ["ok", "balance"]
+
+
+def test_a_buyer_unbilled_with_a_live_lease_gives_its_price_back_to_the_wallet(store):
+    billing = _billing(account="unbilled")
+    _fund(billing, PRICE)
+    acme, acme2 = _billed(store, "acme", "acme2", billing=billing)
+    live = _reserve(store, acme, billing).lease
+    unbilled = dataclasses.replace(acme, billing=None)
+    assert leases.reserve(store, unbilled, NOW, **TTL).status == "ok"  # holds nothing now
+    assert _reserve(store, acme2, billing).status == "balance"  # the live lease still counts
+    assert leases.finish(store, live, "rejected", breaker_failures=3, breaker_cooldown_ms=400)
+    assert _wallet(store, billing) == (PRICE, 0)
+    assert _reserve(store, acme2, billing).status == "ok"
