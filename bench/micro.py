@@ -447,7 +447,7 @@ def reservation_billing(workdir: Path) -> dict[str, float]:
 
         runs: dict[str, list[float]] = {}
         for _ in range(ROUNDS):
-            for name, hold in (("not billed", NO_HOLD), ("billed", Hold(1250, 0))):
+            for name, hold in (("not billed", NO_HOLD), ("billed", Hold(1250, 0, "acme|USD"))):
                 client, redis_side, wall = run(hold)
                 runs.setdefault(f"{name}: client CPU", []).append(client)
                 runs.setdefault(f"{name}: redis-server CPU", []).append(redis_side)

@@ -2,14 +2,19 @@
 -- feed the buyer's circuits (docs/leads.md "Circuit breakers"). A lease is refunded at most
 -- once, only by the counters it recorded, and never after it was confirmed, even when its
 -- window has rolled over. A refund also forgets the consumer the lease remembered (its dedupe
--- keys, if still its own), and gives the price it held back to the buyer's balance; a
--- confirmed lease keeps it held until its settlement is in the ledger (lua/sync_balance.lua).
+-- keys, if still its own), and gives the price it held back to the balance it was held
+-- against (its `bkey`: the wallet's, shared by the wallet's buyers, even when the buyer has been
+-- billed from another wallet since); a confirmed lease keeps it held until its settlement is
+-- in the ledger (lua/sync_balance.lua).
 -- KEYS[1]   lease      fg:{b:<id>}:lease:<lease>
 -- KEYS[2]   breaker    fg:{b:<id>}:breaker                 the buyer's circuit, for everyone
 -- KEYS[3]   leases     fg:{b:<id>}:leases
 -- KEYS[4]   pbreaker   fg:{b:<id>}:breaker:p:<publisher>   its circuit for the lead's publisher
 -- KEYS[5]   publishers fg:{b:<id>}:breaker:publishers      zset: publisher -> open_until (ms)
--- KEYS[6]   balance    fg:{b:<id>}:balance                 the buyer's balance (billed or not)
+-- KEYS[6]   balance    fg:{b:<id>}:balance                 the buyer's own balance key: on a
+--                      cluster the one its leases hold against (their `bkey`); on one Redis
+--                      only a lease without `bkey` holds against it, the others name their
+--                      wallet's fg:{w:...}:balance (one Redis serves every slot)
 -- KEYS[7..] the counters the lease incremented, then its dedupe keys
 -- ARGV[1]   outcome: accepted | rejected | error (a reply that failed: maybe the lead's doing)
 --           | unreachable (no reply: a connection error or the deadline) | withdrawn (refund;
@@ -76,8 +81,9 @@ if outcome == 'accepted' then
   end
   return 1
 end
-local held = tonumber(redis.call('HGET', KEYS[1], 'balance') or '0')
-if held > 0 and redis.call('HINCRBY', KEYS[6], 'held', -held) < 0 then redis.call('HSET', KEYS[6], 'held', 0) end
+local hold = redis.call('HMGET', KEYS[1], 'balance', 'bkey')
+local held, bkey = tonumber(hold[1] or '0'), hold[2] or KEYS[6]
+if held > 0 and redis.call('HINCRBY', bkey, 'held', -held) < 0 then redis.call('HSET', bkey, 'held', 0) end
 for i = 7, #KEYS do
   local recorded = redis.call('HGET', KEYS[1], KEYS[i])
   if recorded == 'dedupe' then

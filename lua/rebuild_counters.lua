@@ -1,10 +1,12 @@
 -- Restore a buyer's counters of the current windows from the ledger after Redis lost data,
--- and, for a billed buyer, its balance (the wallet, and the prices of the sales the ledger does
--- not have yet held), then mark them trustworthy again. Only the holder of the rebuild lock
--- may do it.
+-- and, for a billed buyer, its wallet's balance (the wallet, and the prices held of the sales
+-- of every buyer of that wallet the ledger does not have yet), then mark them trustworthy
+-- again. A balance that another buyer of the wallet rebuilt since the loss (`rebuilt`) is left
+-- as it is: that rebuild counted this buyer's queued sales too, and holds taken since. Only the
+-- holder of the rebuild lock may do it.
 -- KEYS[1]   ready     fg:{b:<id>}:ready
 -- KEYS[2]   lock      fg:{b:<id>}:rebuild
--- KEYS[3]   balance   fg:{b:<id>}:balance
+-- KEYS[3]   balance   keys.balance_of: fg:{w:<wallet>}:balance (one Redis), fg:{b:<id>}:balance
 -- KEYS[4..] counters  fg:{b:<id>}:cap:<cap>:<window>
 -- ARGV[1]   lock token
 -- ARGV[2]   "<account>|<currency>" of a billed buyer's wallet ("": not billed)
@@ -13,12 +15,14 @@
 -- Returns 1 when rebuilt, 0 when the lock was not ours
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' then
-  local b = redis.call('HMGET', KEYS[3], 'version', 'held')
-  -- what live leases hold now was reserved after the data loss: kept on top of the ledger's
-  local live = 0
-  if b[1] then live = math.max(0, tonumber(b[2] or '0')) end
-  redis.call('HSET', KEYS[3], 'account', ARGV[2], 'wallet', ARGV[3], 'version', ARGV[4],
-    'held', tonumber(ARGV[5]) + live)
+  local b = redis.call('HMGET', KEYS[3], 'version', 'held', 'account', 'rebuilt')
+  if b[4] ~= '1' or b[3] ~= ARGV[2] then
+    -- what live leases hold now was reserved after the data loss: kept on top of the ledger's
+    local live = 0
+    if b[1] and b[3] == ARGV[2] then live = math.max(0, tonumber(b[2] or '0')) end
+    redis.call('HSET', KEYS[3], 'account', ARGV[2], 'wallet', ARGV[3], 'version', ARGV[4],
+      'held', tonumber(ARGV[5]) + live, 'rebuilt', '1')
+  end
 end
 for i = 4, #KEYS do
   local value, expire_at = tonumber(ARGV[2 * i - 2]), ARGV[2 * i - 1]

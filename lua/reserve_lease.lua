@@ -3,15 +3,17 @@
 -- keys, same hash tag), gates on the buyer's two circuits, its own and the one for this lead's
 -- publisher (each lets one probe through when half-open), and on the counters being
 -- trustworthy (the ready key; absent after data loss). A billed buyer's price is also held
--- against its balance (docs/buyers.md "Balances"): no lead is reserved that would take what
--- the buyer can spend below its floor (0, or -credit_limit).
+-- against its wallet's balance, which every buyer of that wallet draws on (docs/buyers.md
+-- "Balances"): no lead is reserved that would take the wallet below its floor (0, or
+-- -credit_limit); the lease records which balance it holds against (`bkey`).
 -- KEYS[1]         ready     fg:{b:<id>}:ready
 -- KEYS[2]         breaker   fg:{b:<id>}:breaker       hash: failures, open_until, probe_until (ms)
 -- KEYS[3]         pbreaker  fg:{b:<id>}:breaker:p:<publisher>  the same, for that publisher
 -- KEYS[4]         lease     fg:{b:<id>}:lease:<lease> hash: <key> -> amount | "dedupe", state,
 --                           probe (of the buyer's circuit), pprobe (of the publisher's)
 -- KEYS[5]         leases    fg:{b:<id>}:leases        zset: lease id -> reserved at (unix us)
--- KEYS[6]         balance   fg:{b:<id>}:balance       hash: wallet, version, account, held
+-- KEYS[6]         balance   fg:{w:<account>|<currency>}:balance on one Redis, fg:{b:<id>}:balance
+--                           on a cluster (keys.balance_of): wallet, version, account, held
 --                           (minor units; lua/sync_balance.lua, lua/rebuild_counters.lua)
 -- KEYS[7..6+n]    counters  fg:{b:<id>}:cap:<cap>:<window>
 -- KEYS[7+n..]     dedupe    fg:{b:<id>}:dedupe:<field>:<digest> of this lead's consumer
@@ -68,7 +70,7 @@ for i = 1, n do
 end
 if charge > 0 then
   redis.call('HINCRBY', KEYS[6], 'held', charge)
-  redis.call('HSET', KEYS[4], 'balance', charge)
+  redis.call('HSET', KEYS[4], 'balance', charge, 'bkey', KEYS[6])
 end
 for i = 7 + n, #KEYS do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])

@@ -43,8 +43,8 @@ def _fund(billing: Billing, minor: int) -> None:
         balance.move(billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t")
 
 
-def _held(store, buyer_id: str) -> int:
-    return int(store.redis.hget(keys.balance(buyer_id), "held") or 0)
+def _held(store, buyer_id: str, billing: Billing) -> int:
+    return int(store.redis.hget(store.balance_key(buyer_id, billing.key), "held") or 0)
 
 
 def _reserve(store, b, billing: Billing):
@@ -61,7 +61,7 @@ def test_300_reservations_at_once_spend_exactly_what_the_balance_allows(store, m
         statuses = list(pool.map(lambda _: _reserve(store, b, billing).status, range(300)))
     assert statuses.count("ok") == affordable
     assert statuses.count("balance") == 300 - affordable
-    assert _held(store, b.id) == affordable * PRICE
+    assert _held(store, b.id, billing) == affordable * PRICE
     assert leases.usage(store.redis, b, NOW)["daily"]["used"] == affordable  # caps and balance agree
     shown = balance.shown(store, b.id, billing)
     assert shown == {"currency": "USD", "available": "0.00", "wallet": "62.50", "reserved": f"{affordable * 12.5:.2f}"}
@@ -76,9 +76,9 @@ def test_a_refund_gives_the_price_back_and_a_sale_holds_it_until_the_ledger_has_
     assert _reserve(store, b, billing).status == "balance"
     assert leases.finish(store, refused, "rejected", breaker_failures=3, breaker_cooldown_ms=400)
     assert leases.finish(store, refused, "rejected", breaker_failures=3, breaker_cooldown_ms=400) is False
-    assert _held(store, b.id) == PRICE  # given back once
+    assert _held(store, b.id, billing) == PRICE  # given back once
     assert leases.finish(store, sold, "accepted", breaker_failures=3, breaker_cooldown_ms=400)
-    assert _held(store, b.id) == PRICE  # a sale keeps it held: the ledger has not debited it yet
+    assert _held(store, b.id, billing) == PRICE  # a sale keeps it held: the ledger has not debited it yet
 
     stale = balance.ledger_wallet(billing)
     _fund(billing, -PRICE)  # the settlement's debit, committed
@@ -154,10 +154,12 @@ def test_a_cycle_starts_when_billed_and_at_each_sync_that_leaves_more_to_spend(s
     _fund(billing, -4 * PRICE)  # version 6
     assert balance.sync(store, b.id, billing) == (4 * PRICE, 0, 5)
     # a balance rebuilt after a data loss has no cycle: its next sync starts one at its version
-    store.redis.hdel(keys.balance(b.id), "cycle")
-    assert balance.held_now(store, [b.id]) == {}
+    store.redis.hdel(store.balance_key(b.id, billing.key), "cycle")
+    assert balance.held_now(store, [(b.id, billing)]) == {}
     assert balance.sync(store, b.id, billing) == (4 * PRICE, 0, 6)
-    assert balance.held_now(store, [b.id, "nobody"]) == {b.id: (4 * PRICE, 0, 6)}
+    assert balance.held_now(store, [(b.id, billing), ("nobody", _billing(account="nobody"))]) == {
+        b.id: (4 * PRICE, 0, 6)
+    }
 
 
 def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(store, redis_server):
@@ -190,17 +192,19 @@ def test_reconciliation_holds_exactly_what_live_leases_and_queued_sales_hold(sto
         "charge": [billing.key, PRICE],
     }
     queue.lpush(keys.SETTLE_PENDING, json.dumps(item))
-    store.redis.hset(keys.balance(b.id), "held", 7)  # drifted
+    store.redis.hset(store.balance_key(b.id, billing.key), "held", 7)  # drifted
     with db.connection_context():
         found = reconcile_balance(store, queue, b)
     assert (found.status, found.held_before, found.held_now) == ("ok", 7, 2 * PRICE)
-    assert _held(store, b.id) == 2 * PRICE  # the live lease and the queued sale
+    assert _held(store, b.id, billing) == 2 * PRICE  # the live lease and the queued sale
     # the sale settled (the ledger debited it) but the sync that releases it was lost
     queue.delete(keys.SETTLE_PENDING)
     _fund(billing, -PRICE)
     with db.connection_context():
         found = reconcile_balance(store, queue, b)
-    assert (found.held_now, _held(store, b.id)) == (PRICE, PRICE)  # the live lease only
-    assert int(store.redis.hget(keys.balance(b.id), "wallet")) == 4 * PRICE  # the ledger's newer figure
+    assert (found.held_now, _held(store, b.id, billing)) == (PRICE, PRICE)  # the live lease only
+    assert (
+        int(store.redis.hget(store.balance_key(b.id, billing.key), "wallet")) == 4 * PRICE
+    )  # the ledger's newer figure
     assert leases.finish(store, live, "rejected", breaker_failures=3, breaker_cooldown_ms=400)
-    assert _held(store, b.id) == 0
+    assert _held(store, b.id, billing) == 0

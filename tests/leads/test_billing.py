@@ -16,6 +16,7 @@ import pytest
 
 from testkit.payments import at_once, deliver, encode, payload, refund_payload, with_metadata
 from testkit.servers import wait_until
+from tests.conftest import CLUSTER
 from webhooks import services
 from webhooks.caps import rebuild
 from webhooks.leads.rules.catalog import load_snapshot
@@ -95,6 +96,31 @@ def test_billing_is_validated_like_the_rest_of_the_buyer(api, buyer_server, body
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["code"] == "invalid_buyer"
     assert resp.json()["error"]["message"].startswith(f"{field}:"), resp.text
+
+
+def test_buyers_of_one_wallet_share_its_floor_and_on_a_cluster_none_shares_it(api, buyer_server):
+    """A wallet has one floor: a second buyer with another credit limit (or mode) is refused,
+    and nothing of it is written. On a Redis Cluster a wallet is one buyer's alone."""
+    credit = {"mode": "credit", "account": ACCOUNT, "currency": "NGN", "credit_limit": "25.00"}
+    api.put_buyer("acme", buyer_server.url("acme"), billing=credit)
+
+    def put(buyer_id: str, billing: dict):
+        body = {"name": buyer_id, "endpoint_url": buyer_server.url(buyer_id), "price": "10.00", "billing": billing}
+        return api.http.put(f"{api.base}/v1/admin/buyers/{buyer_id}", json=body, headers=api.admin)
+
+    refused = [{**credit, "credit_limit": "30.00"}, PREPAID]
+    if CLUSTER:
+        refused.append(credit)
+    for billing in refused:
+        resp = put("acme2", billing)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["code"] == "invalid_buyer"
+        field = "billing.account" if CLUSTER else "billing.credit_limit"
+        assert resp.json()["error"]["message"].startswith(f"{field}:"), resp.text
+        assert api.get("/v1/admin/buyers/acme2").status_code == 404  # nothing half-written
+    assert put("acme2", {**PREPAID, "account": "another"}).status_code == 200  # another wallet
+    assert put("acme", {**credit, "credit_limit": "40.00"}).status_code == 200  # its only buyer
+    assert put("acme2", {**credit, "credit_limit": "40.00"}).status_code == (400 if CLUSTER else 200)
 
 
 def test_a_buyer_not_billed_shows_no_balance(api, buyer_server):
@@ -213,7 +239,8 @@ def test_after_redis_lost_its_data_the_balance_is_rebuilt_from_the_ledger_and_th
         '"charge":["buyer-acme|NGN",1000]}'
     )
     svc.queue_redis.redis.rpush(keys.SETTLE_PENDING, queued)
-    svc.store.redis.delete(keys.ready("acme"), keys.balance("acme"))  # what a restart without data loses
+    svc.store.redis.delete(keys.ready("acme"))
+    svc.store.redis.delete(svc.store.balance_key("acme", "buyer-acme|NGN"))  # what a restart without data loses
     # the test holds the rebuild lock, so the lead's refusal starts no rebuild in the background
     svc.store.redis.set(keys.rebuild_lock("acme"), "t")
     assert api.post_lead(key, {"lead_id": "lost-1", "state": "TX"}).json()["buyer_id"] == "spare"  # fail closed

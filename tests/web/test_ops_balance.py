@@ -11,7 +11,6 @@ from webhooks import services
 from webhooks.caps import balance, leases
 from webhooks.caps.balance import Billing
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
 from webhooks.storage.wallets import Entry
@@ -95,7 +94,7 @@ def test_ops_shows_each_billed_buyers_balance_as_the_admin_api_does(api, buyer_s
         hold=billing.hold(1250),
     )
     assert held.status == "ok"
-    store.redis.delete(keys.balance("lost"))  # Redis lost it: the rebuild has not set it again
+    store.redis.delete(store.balance_key("lost", "buyer-lost|JPY"))  # Redis lost it: the rebuild has not set it again
 
     page = _page(api)
     figures = {
@@ -132,7 +131,7 @@ def test_shown_many_reads_what_shown_reads(api, buyer_server):
     api.put_buyer("lost", buyer_server.url("lost"), billing=LOST)
     _fund(store, "acme", 1234)
     _fund(store, "owing", -99)
-    store.redis.delete(keys.balance("lost"))
+    store.redis.delete(store.balance_key("lost", "buyer-lost|JPY"))
     with db.connection_context():
         billed = [(i, Billing.from_json(Buyer.get_by_id(i).billing)) for i in ("acme", "twin", "owing", "lost")]
         many = balance.shown_many(store, [(i, b) for i, b in billed if b is not None])

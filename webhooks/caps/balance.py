@@ -1,23 +1,29 @@
-"""A billed buyer's balance: a cap that payments raise (docs/buyers.md "Balances").
+"""A billed buyer's balance: a cap that payments raise, one per wallet (docs/buyers.md
+"Balances").
 
-The ledger is the truth: the buyer's wallet (`wallets`, one per account and currency) is
-credited by top-ups through the payment path, debited by each sale in the settlement's
-transaction and credited back by a return, and every change counts one more `version`. Redis
-holds a copy beside the buyer's cap keys (keys.balance, same hash tag): `wallet` and `version`
-as the ledger last said, and `held`, the prices of live leases and of sales the ledger does
-not have yet. A reservation holds the price in the same Lua script as the caps
-(lua/reserve_lease.lua); a refund gives it back (lua/finish_lease.lua); after a ledger change
-commits, `sync` takes the new figure if its version is newer and gives back what the settled
-leases held (lua/sync_balance.lua), so no change counts twice. After a data loss the balance
-is rebuilt with the counters (caps/rebuild.py), and until then nothing is sold to the buyer.
-A sync that leaves the buyer more to spend (a top-up) starts a new `cycle` of its balance: the
-balance events (leads/accounting/balance_events.py) go out once per cycle."""
+The ledger is the truth: a wallet (`wallets`, one per account and currency) is credited by
+top-ups through the payment path, debited by each sale in the settlement's transaction and
+credited back by a return, and every change counts one more `version`. Redis holds one copy per
+wallet, which every buyer billed from it draws on (keys.balance_of: the wallet's own key on one
+Redis; on a Redis Cluster a wallet is one buyer's alone and the copy sits beside its cap keys):
+`wallet` and `version` as the ledger last said, and `held`, the prices of the live leases and
+of the sales the ledger does not have yet of every such buyer. A reservation holds the price in
+the same Lua script as the caps (lua/reserve_lease.lua); a refund gives it back
+(lua/finish_lease.lua); after a ledger change commits, `sync` takes the new figure if its
+version is newer and gives back what the settled leases held (lua/sync_balance.lua), so no
+change counts twice. After a data loss the balance is rebuilt with the counters
+(caps/rebuild.py), and until then nothing is sold from the wallet. A sync that leaves more to
+spend (a top-up) starts a new `cycle` of the balance: the balance events
+(leads/accounting/balance_events.py) go out once per buyer and cycle."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -25,7 +31,7 @@ from typing import Any, NamedTuple
 
 from webhooks import money
 from webhooks.caps.sales import settled_of
-from webhooks.errors import InvalidPayload
+from webhooks.errors import Conflict, InvalidPayload, ValidationError
 from webhooks.storage import keys, wallets
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
@@ -60,7 +66,7 @@ class Billing:
         return -self.credit_limit_minor if self.mode == CREDIT else 0
 
     def hold(self, price_minor: int) -> Hold:
-        return Hold(price_minor, self.floor_minor)
+        return Hold(price_minor, self.floor_minor, self.key)
 
     def available_minor(self, held: Balance) -> int:
         """What the next reservation can spend of the balance Redis holds."""
@@ -149,23 +155,25 @@ def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBala
 
 
 def with_queued_sales(
-    buyer_id: str, billing: Billing, pending: Sequence[Mapping[str, Any]]
-) -> tuple[LedgerBalance, list[tuple[str | None, int]]]:
-    """The buyer's wallet as the ledger has it, with `unsettled_minor` the prices of its sales
-    still queued (`pending`, settle_queue.unsettled) that the ledger does not have yet, and
-    those sales as (lease id, price). The queue was read first and the ledger after it: a sale
-    settled in between is held and debited both at worst (the safe way), never neither."""
-    queued: dict[tuple[str, str], tuple[str | None, int]] = {}
+    billing: Billing, pending: Sequence[Mapping[str, Any]]
+) -> tuple[LedgerBalance, list[tuple[str, str | None, int]]]:
+    """The wallet as the ledger has it, with `unsettled_minor` the prices of the sales charged
+    to it still queued (`pending`, settle_queue.unsettled), by any buyer, that the ledger does
+    not have yet, and those sales as (buyer id, lease id, price). The queue was read first and
+    the ledger after it: a sale settled in between is held and debited both at worst (the safe
+    way), never neither."""
+    queued: dict[str, dict[tuple[str, str], tuple[str | None, int]]] = {}  # by buyer
     for item in pending:
         charge, lease = item.get("charge"), item.get("lease")
-        sold = item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id
-        if sold and charge and charge[0] == billing.key:
-            queued[(item["publisher_id"], item["lead_id"])] = (str(lease[1]) if lease else None, int(charge[1]))
+        if item["status"] == LeadStatus.SOLD and charge and charge[0] == billing.key:
+            sale = (str(lease[1]) if lease else None, int(charge[1]))
+            queued.setdefault(str(item["buyer_id"]), {})[(item["publisher_id"], item["lead_id"])] = sale
     with db.connection_context():
-        for key in settled_of(list(queued), buyer_id):
-            del queued[key]
-        charges = list(queued.values())
-        return ledger_wallet(billing, unsettled_minor=sum(minor for _, minor in charges)), charges
+        charges = []
+        for buyer_id, sales in queued.items():
+            settled = settled_of(list(sales), buyer_id)
+            charges += [(buyer_id, lease_id, minor) for key, (lease_id, minor) in sales.items() if key not in settled]
+        return ledger_wallet(billing, unsettled_minor=sum(minor for _, _, minor in charges)), charges
 
 
 def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:
@@ -232,45 +240,102 @@ def sync_settled(store: Store, sales: Sequence[tuple[str, str, Charged]]) -> dic
     return synced
 
 
-def held_now(store: Store, buyer_ids: Sequence[str]) -> dict[str, Balance]:
-    """What Redis holds of these buyers' balances, in one round trip, by buyer: none for a
-    balance not known, or without a cycle yet (rebuilt after a data loss, not synced since),
-    and none at all while Redis does not answer."""
-    if not buyer_ids:
+def held_now(store: Store, billed: Sequence[tuple[str, Billing]]) -> dict[str, Balance]:
+    """What Redis holds of the balances these billed buyers (buyer id, billing) draw on, in one
+    round trip, by buyer: none for a balance not known, or without a cycle yet (rebuilt after a
+    data loss, not synced since), and none at all while Redis does not answer."""
+    if not billed:
         return {}
     try:
         pipe = store.redis.pipeline(transaction=False)
-        for buyer_id in buyer_ids:
-            pipe.hmget(_key(buyer_id), "wallet", "held", "cycle")
+        for buyer_id, billing in billed:
+            pipe.hmget(store.balance_key(buyer_id, billing.key), "wallet", "held", "cycle")
         replies: list[Any] = pipe.execute()
     except REDIS_DOWN as exc:
-        log.warning("balances of %d buyers not read (Redis unavailable): %s", len(buyer_ids), exc)
+        log.warning("balances of %d buyers not read (Redis unavailable): %s", len(billed), exc)
         return {}
     return {
         buyer_id: Balance(int(wallet), int(held or 0), int(cycle))
-        for buyer_id, (wallet, held, cycle) in zip(buyer_ids, replies)
+        for (buyer_id, _), (wallet, held, cycle) in zip(billed, replies)
         if wallet is not None and cycle is not None
     }
 
 
+def wallet_buyers(key: str) -> list[str]:
+    """Every buyer billed from the wallet `key` ("<account>|<currency>"), deleted ones too (a
+    lease of any may still hold on it)."""
+    return [row.id for row in Buyer.select(Buyer.id).where(Buyer.billing_account == key)]
+
+
+WALLET_LOCK_MS = 10_000  # longer than a buyer's write takes; a crashed holder frees it then
+WALLET_LOCK_WAIT_S = 5.0
+
+
+@contextmanager
+def wallet_lock(store: Store, billing: Billing | None) -> Iterator[None]:
+    """Hold the wallet's lock (Redis, one per wallet) while a buyer billed from it is checked
+    (check_wallet) and written, so that two buyers written at once cannot give it two floors.
+    Waits for another writer of the same wallet up to WALLET_LOCK_WAIT_S (Conflict after)."""
+    if billing is None:
+        yield
+        return
+    key, token = keys.wallet_lock(billing.key), uuid.uuid4().hex
+    deadline = time.monotonic() + WALLET_LOCK_WAIT_S
+    while not store.redis.set(key, token, nx=True, px=WALLET_LOCK_MS):
+        if time.monotonic() > deadline:
+            raise Conflict("another change of this wallet's buyers is under way; retry")
+        time.sleep(0.02)
+    try:
+        yield
+    finally:
+        store.release_claim(key, token)
+
+
+def check_wallet(buyer_id: str, billing: Billing | None, *, shared: bool) -> None:
+    """Refuse (ValidationError) a billing that would give one wallet two floors: every buyer of a
+    wallet spends down to the same one, so a `credit_limit` (or a mode) that differs from
+    another live buyer's of that wallet is refused; and, where wallets are not `shared` (a Redis
+    Cluster: docs/cluster.md "Wallets"), a second buyer of a wallet at all."""
+    if billing is None:
+        return
+    others = Buyer.select(Buyer.id, Buyer.billing).where(
+        Buyer.billing_account == billing.key, Buyer.id != buyer_id, Buyer.deleted_at.is_null()
+    )
+    for row in others.order_by(Buyer.id):
+        other = Billing.from_json(row.billing)
+        if other is None:
+            continue
+        if not shared:
+            raise ValidationError(
+                "invalid_buyer", "billing.account", f"is billed to buyer {row.id!r} already (one buyer per wallet)"
+            )
+        if other.floor_minor != billing.floor_minor:
+            limit = other.text(other.credit_limit_minor) if other.mode == CREDIT else "none (prepaid)"
+            raise ValidationError(
+                "invalid_buyer",
+                "billing.credit_limit",
+                f"must be the same for every buyer of the wallet: buyer {row.id!r} has {limit}",
+            )
+
+
 def sync_wallet(store: Store, account: str, currency: str) -> None:
-    """After a payment, refund or dispute moved a wallet: each buyer billed from it takes the
-    new figure (one indexed read; none when no buyer pays from that wallet)."""
+    """After a payment, refund or dispute moved a wallet: the balance its buyers draw on takes
+    the new figure (one indexed read; nothing when no buyer pays from that wallet). On a
+    cluster each buyer's own copy does."""
     key = wallet_key(account, currency)
+    synced: set[str] = set()
     for row in Buyer.select(Buyer.id, Buyer.billing).where(Buyer.billing_account == key, Buyer.deleted_at.is_null()):
         billing = Billing.from_json(row.billing)
-        if billing is not None:
+        if billing is not None and store.balance_key(row.id, billing.key) not in synced:
+            synced.add(store.balance_key(row.id, billing.key))
             sync(store, row.id, billing)
 
 
 def shown(store: Store, buyer_id: str, billing: Billing) -> dict[str, Any]:
-    """GET /v1/admin/buyers/<id>'s `balance`: the ledger's wallet, what is held in Redis, and
-    what the next reservation can spend (null while Redis does not know the balance)."""
+    """GET /v1/admin/buyers/<id>'s `balance`: the ledger's wallet, what every buyer of the
+    wallet holds in Redis, and what the next reservation can spend (null while Redis does not
+    know the balance)."""
     return shown_many(store, [(buyer_id, billing)])[buyer_id]
-
-
-def _key(buyer_id: str) -> str:
-    return keys.balance(buyer_id)
 
 
 WALLETS_PER_QUERY = 500  # accounts per IN list (SQLite's bound on a query's parameters)
@@ -294,8 +359,8 @@ def shown_many(store: Store, billed: Sequence[tuple[str, Billing]]) -> dict[str,
         minor.update({(row.customer, row.currency): int(row.balance_minor) for row in rows})
     try:
         pipe = store.redis.pipeline(transaction=False)
-        for buyer_id, _ in billed:
-            pipe.hmget(_key(buyer_id), "wallet", "held")
+        for buyer_id, billing in billed:
+            pipe.hmget(store.balance_key(buyer_id, billing.key), "wallet", "held")
         replies: list[Any] = pipe.execute()
     except REDIS_DOWN:
         replies = [(None, None)] * len(billed)

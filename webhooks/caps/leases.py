@@ -329,7 +329,7 @@ def room(
                     None if hold is None else b.exists(keys.ready(buyer.id)),
                     None
                     if hold is None or hold.amount_minor <= 0
-                    else (hold, b.hmget(keys.balance(buyer.id), ["wallet", "held"])),
+                    else (hold, b.hmget(store.balance_key(buyer.id, hold.wallet), ["wallet", "held"])),
                 )
             )
     now_ms = now.timestamp() * 1000

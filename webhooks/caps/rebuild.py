@@ -22,8 +22,10 @@ from webhooks.storage import keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
+from webhooks.storage.scripts import LedgerBalance
 
 if TYPE_CHECKING:
+    from webhooks.caps.balance import Billing
     from webhooks.leads.rules.buyers import BuyerRule
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,8 @@ def request(store: Store, queue_redis: Client, buyer: BuyerRule, buyer_timeout_m
     token = uuid.uuid4().hex
     if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
         return False
-    known = buyer.billing is None or store.redis.hexists(keys.balance(buyer.id), "wallet")
+    billing = buyer.billing
+    known = billing is None or store.redis.hexists(store.balance_key(buyer.id, billing.key), "wallet")
     if store.redis.exists(keys.ready(buyer.id)) and known:
         # The `not_ready` that sent us here was read before a rebuild that has finished
         # since (a busy process reads its answers late): not another one. (A billed buyer's
@@ -96,10 +99,15 @@ def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now
             (leases.counter_key(buyer.id, w), counts[cap], leases.expire_at(w))
             for cap, _, w in leases.windows(buyer, now)
         ],
-        None if buyer.billing is None else balance.with_queued_sales(buyer.id, buyer.billing, pending)[0],
+        None if buyer.billing is None else _wallet(queue_redis, buyer.billing),
     )
     if done:
         log.warning(
             "buyer %s counters rebuilt from the ledger: %s; %d consumer(s) remembered again", buyer.id, counts, restored
         )
     return done
+
+
+def _wallet(queue_redis: Client, billing: Billing) -> LedgerBalance:
+    """The buyer's wallet in the ledger, with the queued sales of every buyer of it."""
+    return balance.with_queued_sales(billing, settle_queue.unsettled(queue_redis, mentioning=billing.key))[0]

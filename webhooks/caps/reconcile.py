@@ -23,7 +23,7 @@ from webhooks.storage import audit, keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BalanceReconciled, CapSnapshot
+from webhooks.storage.scripts import BalanceReconciled, CapSnapshot, WalletLeases
 from webhooks.storage.states import SnapshotStatus
 
 if TYPE_CHECKING:
@@ -114,28 +114,36 @@ def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> CapSnapshot:
 
 
 def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> BalanceReconciled | None:
-    """A billed buyer's balance in Redis made equal to the ledger (lua/reconcile_balance.lua):
-    the wallet's figure, and held = what its live leases hold + the prices of its queued sales
-    whose lease is gone. The queue is read first and the ledger after it: a sale settled in
-    between is held and debited both at worst (the safe way), never neither. None when the
-    buyer is not billed."""
+    """The balance a billed buyer draws on made equal to the ledger (lua/reconcile_balance.lua):
+    the wallet's figure, and held = what the live leases of every buyer of the wallet hold + the
+    prices of their queued sales whose lease is gone. The queue is read first and the ledger
+    after it: a sale settled in between is held and debited both at worst (the safe way), never
+    neither. None when the buyer is not billed."""
     billing = buyer.billing
     if billing is None:
         return None
-    pending = settle_queue.unsettled(queue_redis, mentioning=buyer.id)
-    wallet, charges = balance.with_queued_sales(buyer.id, billing, pending)
-    queued = [(lease_id, minor) for lease_id, minor in charges if lease_id is not None]
+    key = store.balance_key(buyer.id, billing.key)
+    # every buyer ever billed from the wallet, deleted or not: a lease of any may hold on it
+    buyer_ids = sorted({buyer.id, *balance.wallet_buyers(billing.key)}) if store.shared_wallets else [buyer.id]
+    pending = settle_queue.unsettled(queue_redis, mentioning=billing.key)
+    wallet, charges = balance.with_queued_sales(billing, pending)
+    queued = tuple((b, lease_id, minor) for b, lease_id, minor in charges if lease_id is not None and b in buyer_ids)
     found = BalanceReconciled("changed")
-    for _ in range(5):  # the leases change under a busy buyer: read them again
-        lease_ids = [str(i) for i in store.redis.zrange(keys.leases(buyer.id), 0, -1)]
-        found = store.reconcile_balance(buyer.id, wallet, lease_ids, queued)
+    for _ in range(5):  # the leases change under busy buyers: read them again
+        pipe = store.redis.pipeline(transaction=False)
+        for b in buyer_ids:
+            pipe.zrange(keys.leases(b), 0, -1)
+        zsets = pipe.execute()
+        held = tuple((b, tuple(str(i) for i in ids)) for b, ids in zip(buyer_ids, zsets))
+        found = store.reconcile_balance(WalletLeases(balance_key=key, wallet=wallet, buyers=held, queued=queued))
         if found.status != "changed":
             break
     if found.status == "ok" and found.held_before != found.held_now:
         log.warning(
-            "buyer %s balance drift: held %d, leases and queued sales hold %d; corrected",
-            buyer.id,
+            "balance of wallet %s drift: held %d, leases and queued sales of buyers %s hold %d; corrected",
+            billing.key,
             found.held_before,
+            ", ".join(buyer_ids),
             found.held_now,
         )
     return found
@@ -145,8 +153,13 @@ def reconcile_all(store: Store, queue_redis: Client, buyers: Iterable[BuyerRule]
     """Reconcile each of `buyers` (the active ones), their caps and a billed one's balance; log
     and audit each drift; return the drifts found."""
     drifts: list[dict[str, Any]] = []
+    reconciled: set[str] = set()  # balances: one per wallet on one Redis, whichever buyer comes first
     for buyer in buyers:
-        held = reconcile_balance(store, queue_redis, buyer)
+        billing = buyer.billing
+        key = None if billing is None else store.balance_key(buyer.id, billing.key)
+        held = None if key is None or key in reconciled else reconcile_balance(store, queue_redis, buyer)
+        if key is not None:
+            reconciled.add(key)
         if held is not None and held.status == "ok" and held.held_before != held.held_now:
             drifts.append({"buyer_id": buyer.id, "cap": "balance", "held": held.held_before, "expected": held.held_now})
         for f in reconcile_buyer(store, queue_redis, buyer):

@@ -92,8 +92,9 @@ class Batch:
     of a web worker's CPU per lead (bench/REPORT.md part 41). A cluster, and a client whose
     connections retry, keep redis-py's pipeline."""
 
-    def __init__(self, client: Client, atomic: bool = False) -> None:
+    def __init__(self, client: Client, atomic: bool = False, *, shared_wallets: bool = True) -> None:
         self._client = client
+        self._shared_wallets = shared_wallets  # see Store.shared_wallets
         self._atomic = atomic and not isinstance(client, RedisCluster)
         self._commands: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         self._slots: list[_Slot] = []
@@ -218,6 +219,7 @@ class Batch:
                 dedupe_ms=dedupe_ms,
                 note_key=note_key,
                 hold=hold,
+                shared=self._shared_wallets,
             )
         )
 

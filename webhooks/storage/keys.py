@@ -1,6 +1,7 @@
 """Every Redis key name, from one prefix. Keys of one entity share a hash tag so that each
 Lua script touches a single Redis Cluster slot: `{b:<buyer>}`, `{p:<publisher>}`,
-`{pay:<provider>:<reference>}`."""
+`{pay:<provider>:<reference>}`. A wallet's balance, `{w:<account>|<currency>}`, is shared by its
+buyers on one Redis only (balance_of; docs/cluster.md "Wallets")."""
 
 from __future__ import annotations
 
@@ -30,12 +31,32 @@ def ready(buyer_id: str) -> str:
 
 
 def balance(buyer_id: str) -> str:
-    """Hash of a billed buyer's balance (minor units): `account` ("<account>|<currency>"),
-    `wallet` and `version` (the ledger's, lua/sync_balance.lua), `held` (prices of live leases
-    and of sales the ledger does not have yet), `cycle` (the version that last raised it:
-    lua/sync_balance.lua). Absent or without `wallet`: not known, and the buyer is sold nothing
-    until it is (fail closed)."""
+    """The balance hash of a billed buyer on a Redis Cluster, where a wallet is one buyer's
+    alone (docs/cluster.md "Wallets"); on one Redis, the key a lease of a buyer not billed
+    names in its place. Fields as wallet_balance's."""
     return buyer(buyer_id, "balance")
+
+
+def wallet_balance(wallet: str) -> str:
+    """Hash of one wallet's balance ("<account>|<currency>"), shared by every buyer billed from
+    it (minor units): `account`, `wallet` and `version` (the ledger's, lua/sync_balance.lua),
+    `held` (prices of every such buyer's live leases and of its sales the ledger does not have
+    yet), `cycle` (the version that last raised it: lua/sync_balance.lua), `rebuilt` (set by
+    the rebuild after a data loss: lua/rebuild_counters.lua). Absent or without
+    `wallet`: not known, and its buyers are sold nothing until it is (fail closed)."""
+    return PREFIX + "{w:" + wallet + "}:balance"
+
+
+def wallet_lock(wallet: str) -> str:
+    """Held while a buyer billed from the wallet is checked and written (caps/balance.py
+    wallet_lock): its value is the holder's token."""
+    return PREFIX + "{w:" + wallet + "}:lock"
+
+
+def balance_of(buyer_id: str, wallet: str, *, shared: bool) -> str:
+    """The balance a buyer billed from `wallet` draws on: the wallet's own on one Redis
+    (`shared`), the buyer's on a Redis Cluster (every key of a reservation in one slot)."""
+    return wallet_balance(wallet) if shared and wallet else balance(buyer_id)
 
 
 def dedupe(buyer_id: str, field: str, digest: str) -> str:

@@ -31,7 +31,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.typing import PatternT
 
 import lua
-from webhooks.storage import scripts, settle_queue
+from webhooks.storage import keys, scripts, settle_queue
 from webhooks.storage.batch import Batch, send_pooled
 from webhooks.storage.scripts import (
     NO_HOLD,
@@ -54,6 +54,7 @@ from webhooks.storage.scripts import (
     LedgerBalance,
     PaymentRef,
     Reserved,
+    WalletLeases,
 )
 from webhooks.storage.states import AttemptOutcome
 
@@ -207,6 +208,9 @@ class Store:
     def __init__(self, client: redis.Redis | RedisCluster, cap_wait: ReplicaWait = ReplicaWait()):
         self.redis = client
         self.cap_wait = cap_wait
+        # a wallet's buyers draw on one balance hash; on a cluster a wallet is one buyer's alone
+        # and its balance sits in that buyer's slot (docs/cluster.md "Wallets")
+        self.shared_wallets = not isinstance(client, RedisCluster)
         self.scripts: dict[str, Script] = {name: client.register_script(lua.source(name)) for name in scripts.NAMES}
 
     def batch(self, on_node_of: str | None = None, atomic: bool = False) -> Batch:
@@ -214,7 +218,8 @@ class Store:
         that key's node (the store's client itself unless a cluster): for WAIT, which counts
         the replicas holding the writes of its own connection. `atomic`: all or none of them
         run (Batch's MULTI/EXEC, on one Redis)."""
-        return Batch(self.redis if on_node_of is None else node_of(self.redis, on_node_of), atomic)
+        client = self.redis if on_node_of is None else node_of(self.redis, on_node_of)
+        return Batch(client, atomic, shared_wallets=self.shared_wallets)
 
     def _run(self, call: Call[T]) -> T:
         """EVALSHA the call's script; a Redis that does not know it (restarted, failed over,
@@ -308,8 +313,13 @@ class Store:
                 dedupe_ms=dedupe_ms,
                 note_key=note_key,
                 hold=hold,
+                shared=self.shared_wallets,
             )
         )
+
+    def balance_key(self, buyer_id: str, wallet: str) -> str:
+        """The balance the buyer, billed from `wallet` ("<account>|<currency>"), draws on."""
+        return keys.balance_of(buyer_id, wallet, shared=self.shared_wallets)
 
     def extend_lease(self, lease: Lease, ttl_ms: int) -> Extended:
         """Give a held lease `ttl_ms` more; say its state."""
@@ -341,21 +351,21 @@ class Store:
         """Raise the buyer's counters to `values` [(counter, value, expire-at)], set a billed
         buyer's balance from the ledger, and mark them trusted, if `token` still holds the
         rebuild lock."""
-        return self._run(scripts.rebuild_counters(buyer_id, token, values, balance))
+        key = "" if balance is None else self.balance_key(buyer_id, balance.account)
+        return self._run(scripts.rebuild_counters(buyer_id, token, values, balance, key))
 
     def sync_balance(
         self, buyer_id: str, wallet: LedgerBalance, settled_leases: Sequence[str] = (), *, init: bool = False
     ) -> Balance | None:
-        """Take the ledger's wallet figure if newer, and give back what the settled leases
-        held (lua/sync_balance.lua)."""
-        return self._run(scripts.sync_balance(buyer_id, wallet, settled_leases, init=init))
+        """Take the ledger's wallet figure if newer, and give back what the buyer's settled
+        leases held (lua/sync_balance.lua)."""
+        leases = [keys.lease(buyer_id, lease_id) for lease_id in settled_leases]
+        return self._run(scripts.sync_balance(self.balance_key(buyer_id, wallet.account), wallet, leases, init=init))
 
-    def reconcile_balance(
-        self, buyer_id: str, wallet: LedgerBalance, lease_ids: Sequence[str], queued: Sequence[tuple[str, int]]
-    ) -> BalanceReconciled:
-        """Set a billed buyer's balance to the ledger's wallet and what its leases and queued
-        sales hold (lua/reconcile_balance.lua)."""
-        return self._run(scripts.reconcile_balance(buyer_id, wallet, lease_ids, queued))
+    def reconcile_balance(self, found: WalletLeases) -> BalanceReconciled:
+        """Set a wallet's balance to the ledger's and what its buyers' leases and queued sales
+        hold (lua/reconcile_balance.lua)."""
+        return self._run(scripts.reconcile_balance(found))
 
     def snapshot_caps(self, buyer_id: str, counters: Sequence[str], lease_ids: Sequence[str]) -> CapSnapshot:
         """The counters and every live lease at one instant (CHANGED when `lease_ids` are not

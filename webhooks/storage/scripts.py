@@ -81,6 +81,7 @@ class Hold(NamedTuple):
 
     amount_minor: int
     floor_minor: int = 0
+    wallet: str = ""  # "<account>|<currency>": whose balance it draws on (keys.balance_of)
 
 
 NO_HOLD = Hold(0)
@@ -330,7 +331,9 @@ def reserve_lease(
     dedupe_ms: int,
     note_key: str,
     hold: Hold = NO_HOLD,
+    shared: bool = True,
 ) -> Call[Reserved]:
+    """`shared`: a wallet's buyers draw on one balance (one Redis; keys.balance_of)."""
     args: list[Arg] = [lease.lease_id, lease_ttl_ms, probe_ttl_ms, len(charges)]
     for charge in charges:
         args += charge
@@ -344,7 +347,7 @@ def reserve_lease(
             keys.publisher_breaker(b, lease.publisher_id),
             lease.key,
             keys.leases(b),
-            keys.balance(b),
+            keys.balance_of(b, hold.wallet, shared=shared),
             *lease.counters,
             *lease.dedupe,
         ),
@@ -421,8 +424,13 @@ class LedgerBalance(NamedTuple):
 
 
 def rebuild_counters(
-    buyer_id: str, token: str, values: Sequence[tuple[str, int, int]], balance: LedgerBalance | None = None
+    buyer_id: str,
+    token: str,
+    values: Sequence[tuple[str, int, int]],
+    balance: LedgerBalance | None = None,
+    balance_key: str = "",
 ) -> Call[bool]:
+    """`balance_key`: the balance a billed buyer draws on (keys.balance_of)."""
     args: list[Arg] = [token, *(balance or ("", 0, 0, 0))]
     for _, value, expire_at in values:
         args += [value, expire_at]
@@ -431,7 +439,7 @@ def rebuild_counters(
         (
             keys.ready(buyer_id),
             keys.rebuild_lock(buyer_id),
-            keys.balance(buyer_id),
+            balance_key or keys.balance(buyer_id),
             *(counter for counter, _, _ in values),
         ),
         tuple(args),
@@ -440,12 +448,13 @@ def rebuild_counters(
 
 
 def sync_balance(
-    buyer_id: str, wallet: LedgerBalance, settled_leases: Sequence[str] = (), *, init: bool = False
+    balance_key: str, wallet: LedgerBalance, settled_leases: Sequence[str] = (), *, init: bool = False
 ) -> Call[Balance | None]:
-    """`wallet.unsettled_minor` is not used here: the settled leases say what to give back."""
+    """`settled_leases`: the lease keys of sales the ledger now has. `wallet.unsettled_minor`
+    is not used here: the settled leases say what to give back."""
     return Call(
         "sync_balance",
-        (keys.balance(buyer_id), *(keys.lease(buyer_id, lease_id) for lease_id in settled_leases)),
+        (balance_key, *settled_leases),
         (wallet.account, wallet.wallet_minor, wallet.version, "init" if init else ""),
         lambda raw: Balance(int(raw[0]), int(raw[1]), int(raw[2])) if raw else None,
     )
@@ -482,20 +491,36 @@ class BalanceReconciled(NamedTuple):
     held_now: int = 0
 
 
-def reconcile_balance(
-    buyer_id: str, wallet: LedgerBalance, lease_ids: Sequence[str], queued: Sequence[tuple[str, int]]
-) -> Call[BalanceReconciled]:
-    """`lease_ids`: the buyer's zset as just read; `queued`: (lease id, price) of its sales in
-    the settlement queue."""
+@dataclass(frozen=True, kw_only=True)
+class WalletLeases:
+    """What lua/reconcile_balance.lua reads of one wallet: each of its buyers' lease ids as
+    just read from their zsets, and (lease id, price) of their queued sales."""
+
+    balance_key: str
+    wallet: LedgerBalance
+    buyers: tuple[tuple[str, tuple[str, ...]], ...]  # (buyer id, its zset's lease ids)
+    queued: tuple[tuple[str, str, int], ...]  # (buyer id, lease id, price)
+
+
+def reconcile_balance(found: WalletLeases) -> Call[BalanceReconciled]:
+    wallet = found.wallet
     return Call(
         "reconcile_balance",
         (
-            keys.balance(buyer_id),
-            keys.leases(buyer_id),
-            *(keys.lease(buyer_id, i) for i in lease_ids),
-            *(keys.lease(buyer_id, lease_id) for lease_id, _ in queued),
+            found.balance_key,
+            *(keys.leases(b) for b, _ in found.buyers),
+            *(keys.lease(b, i) for b, ids in found.buyers for i in ids),
+            *(keys.lease(b, lease_id) for b, lease_id, _ in found.queued),
         ),
-        (len(lease_ids), wallet.account, wallet.wallet_minor, wallet.version, *lease_ids, *(p for _, p in queued)),
+        (
+            len(found.buyers),
+            wallet.account,
+            wallet.wallet_minor,
+            wallet.version,
+            *(len(ids) for _, ids in found.buyers),
+            *(i for _, ids in found.buyers for i in ids),
+            *(price for _, _, price in found.queued),
+        ),
         lambda raw: BalanceReconciled(str(raw[0]), *(int(x) for x in raw[1:])),
     )
 

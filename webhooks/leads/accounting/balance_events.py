@@ -53,7 +53,8 @@ def write(store: Store, items: Sequence[SettlementItem], synced: Mapping[str, Ba
     if not billings:
         return 0
     known = {b: held for b, held in synced.items() if b in billings}
-    known.update(balance.held_now(store, sorted(b for b in depleted if b in billings and b not in known)))
+    unknown = sorted(b for b in depleted if b in billings and b not in known)
+    known.update(balance.held_now(store, [(b, billings[b]) for b in unknown]))
     new: list[NewEvent] = []
     for buyer_id, held in sorted(known.items()):
         billing = billings[buyer_id]

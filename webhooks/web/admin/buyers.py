@@ -56,13 +56,15 @@ def patch(stored: Buyer, changes: dict[str, Any]) -> Buyer:
 def save(buyer_id: str, fields: dict[str, Any]) -> Buyer:
     """Store a buyer's validated fields (buyers.parse) and tell every process: its counters
     ready when new, its wallet known to Redis when billed, the config version bumped."""
-    row, created = buyers.save(buyer_id, fields)
+    store, billing = services.current().store, Billing.from_json(fields.get("billing"))
+    with balance.wallet_lock(store, billing):  # one floor per wallet, however many write at once
+        balance.check_wallet(buyer_id, billing, shared=store.shared_wallets)
+        row, created = buyers.save(buyer_id, fields)
     r = _redis()
     if created:
         leases.mark_ready(r, buyer_id)
-    billing = Billing.from_json(row.billing)
     if billing is not None:  # Redis learns the wallet before any process sees the buyer billed
-        balance.sync(services.current().store, buyer_id, billing, init=True)
+        balance.sync(store, buyer_id, billing, init=True)
     bump_version(r)
     return row
 
