@@ -17,6 +17,12 @@ REPORT = ROOT / "bench" / "REPORT.md"
 FIGURES = ROOT / "bench" / "figures"
 PARTS = [
     (
+        "matrix",
+        "1. The concurrency matrix",
+        "The seed article's five ways to enforce a cap of 100, under its chaos test and a harder "
+        "burst, against the same MariaDB and Redis in one run (`scripts/bench matrix`, `bench/matrix.py`).",
+    ),
+    (
         "e2e",
         "2. The lead path end to end",
         "Floodgate under gunicorn+gevent against a buyer answering in ~20 ms, beside a bare Flask "
