@@ -1,5 +1,5 @@
 """Latency over offered rate for both paths (the knee), and payment throughput against the bare
-endpoint, in one run on one stack (bench/e2e.py's: Redis, MariaDB, a buyer answering in ~20 ms,
+endpoint, in one run on one stack (bench/stack.py's Stack: Redis, MariaDB, a buyer answering in ~20 ms,
 Floodgate with 2 gunicorn workers, an RQ worker, and the bare Flask app on the same settings).
 
 1. wrk at 50 connections: the bare endpoint, then payment deliveries (2,000 payments, each
@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench.bench_payments import make_payments
 from bench.common import OUT, machine_info, mysql_version, quick, redis_version, write_json, write_md
-from bench.e2e import API_KEY, Stack, cpu_seconds, log, warm, wrk
+from bench.stack import API_KEY, Stack, cpu_seconds, drained, log, lua_list, warm, wrk, wrk_payments
 from testkit.config import SECRETS
 from testkit.payments import signed_headers
-from testkit.servers import venv_bin, wait_until
+from testkit.servers import venv_bin
 from webhooks.storage import keys
 
 REPEATS = 5
@@ -52,53 +52,6 @@ def make_deliveries(tag: str, payments: int, rng: random.Random, repeats: int = 
         out += [(provider, signed_headers(provider, raw), raw.decode())] * repeats
     rng.shuffle(out)
     return out, dict(expected)
-
-
-def lua_list(deliveries: list, path: Path) -> None:
-    """bench/pay.lua's input: a Lua file returning {{path, headers, body}, ...}."""
-
-    def s(text: str) -> str:
-        return "[==[" + text + "]==]"
-
-    lines = ["return {"]
-    for provider, headers, body in deliveries:
-        h = ", ".join(f"[ {s(k)} ] = {s(v)}" for k, v in {"Content-Type": "application/json", **headers}.items())
-        lines.append(f"  {{{s('/v1/webhooks/' + provider)}, {{{h}}}, {s(body)}}},")
-    lines.append("}")
-    path.write_text("\n".join(lines))
-
-
-def wrk_payments(url: str, listing: Path, connections: int, seconds: int) -> dict:
-    threads = min(2, connections)
-    out = subprocess.run(
-        [
-            "wrk",
-            f"-t{threads}",
-            f"-c{connections}",
-            f"-d{seconds}s",
-            "--timeout",
-            "5s",
-            "-s",
-            str(ROOT / "bench" / "pay.lua"),
-            url,
-            "--",
-            str(listing),
-            str(threads),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-        check=True,
-    ).stdout
-    data = json.loads(next(line for line in out.splitlines() if line.startswith("JSON "))[5:])
-    return {
-        "rps": round(data["requests"] / (data["duration_us"] / 1e6), 1),
-        "requests": data["requests"],
-        "non_2xx_or_errors": sum(data["errors"].values()),
-        "p50_ms": data["p50_us"] / 1000,
-        "p95_ms": data["p95_us"] / 1000,
-        "p99_ms": data["p99_us"] / 1000,
-    }
 
 
 class Watch:
@@ -119,18 +72,6 @@ class Watch:
         self._stop.set()
         self._thread.join()
         return dict(self.peak)
-
-
-def drained(stack: Stack) -> float:
-    """Seconds until both queues are empty."""
-    t0, r = time.monotonic(), stack.redis.client()
-    wait_until(
-        lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.WEBHOOK_CALLS_PENDING) == 0,
-        timeout=180,
-        interval=0.2,
-        what="both queues drained",
-    )
-    return round(time.monotonic() - t0, 2)
 
 
 def step_cpu(stack: Stack, pids: dict[str, list[int]], args: list[str], timeout: float) -> tuple[dict, dict]:

@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 from zoneinfo import ZoneInfo
 
 import pymysql
@@ -33,6 +32,7 @@ from bench.common import (
     QUICK,
     machine_info,
     markdown_table,
+    mysql_kwargs,
     mysql_version,
     paced_threads,
     percentiles,
@@ -362,19 +362,6 @@ def plot(rows: list[dict], scenarios: tuple[Scenario, ...], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def mysql_kwargs(url: str) -> dict:
-    """PyMySQL connect() keywords of a mysql://user:pass@host:port/db URL."""
-    p = urlparse(url)
-    return {
-        "host": p.hostname,
-        "port": p.port or 3306,
-        "user": p.username or "root",
-        "password": p.password or "",
-        "database": p.path.lstrip("/"),
-        "connect_timeout": 5,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

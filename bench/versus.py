@@ -1,5 +1,5 @@
 """Floodgate against the plain seed, side by side: the bare Flask endpoint (the ceiling),
-Floodgate (bench/e2e.py's stack, its code a worktree of HEAD) and the plain seed
+Floodgate (bench/stack.py's Stack, its code a worktree of HEAD) and the plain seed
 (bench/plain_seed/: the two articles as written, with its own redis-server, database in the
 same MariaDB server, RQ worker and the same buyer stub), all under the same gunicorn settings,
 started once and measured in turn, the order rotated round after round.
@@ -39,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pymysql
 import requests
@@ -48,10 +47,21 @@ from rq import Queue
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack as stack_mod
-from bench.common import OUT, QUICK, head_rev, machine_info, quick, worktrees, write_json, write_md
-from bench.e2e import API_KEY, Stack, cpu_seconds, log, mariadbd, tree, warm, wrk
-from bench.knee import drained, lua_list, wrk_payments
-from bench.levers import first_deliveries
+from bench.common import OUT, QUICK, head_rev, machine_info, mysql_kwargs, quick, worktrees, write_json, write_md
+from bench.stack import (
+    API_KEY,
+    Stack,
+    cpu_seconds,
+    drained,
+    first_deliveries,
+    log,
+    lua_list,
+    mariadbd,
+    tree,
+    warm,
+    wrk,
+    wrk_payments,
+)
 from testkit.config import SECRETS
 from testkit.payments import encode, payload, signed_headers
 from testkit.servers import BuyerServer, Proc, free_port, listening, venv_bin, wait_until
@@ -69,11 +79,6 @@ class Arm:
     drain: Callable[[], object] = lambda: None
     payments: bool = True
     rows: list[dict] = field(default_factory=list)
-
-
-def mysql_kw(db_url: str) -> dict:
-    p = urlparse(db_url)
-    return dict(host=p.hostname, port=p.port or 3306, user=p.username or "root", password=p.password or "")
 
 
 def start_plain(es: ExitStack, tmp: Path, env: dict, redis_url: str, db_url: str, buyer_url: str, tag: str) -> Proc:
@@ -177,8 +182,8 @@ def probe_leads(url: str, buyers: BuyerServer, name: str) -> dict:
 
 def probe_payment(url: str, db_url: str, reference: str) -> dict:
     """Probe (b) against the web app at `url`, whose database is `db_url` (see the docstring)."""
-    kw = mysql_kw(db_url)
-    dbname = urlparse(db_url).path.lstrip("/")
+    kw = mysql_kwargs(db_url)
+    dbname = kw.pop("database")
     raw = encode(payload("paystack", reference, 123_456, "NGN", "probe@x.io"))
     headers = {"Content-Type": "application/json", **signed_headers("paystack", raw)}
 
