@@ -22,6 +22,20 @@ from bench.common import markdown_table, percentiles
 OUT = Path(os.environ.get("FG_SOAK_OUT") or common.OUT)
 
 
+def connect(db_url: str):
+    """A PyMySQL connection to the database of a mysql:// URL."""
+    import pymysql
+
+    p = urlparse(db_url)
+    user, password, database = p.username or "root", p.password or "", p.path.lstrip("/")
+    return pymysql.connect(host=p.hostname, port=p.port or 3306, user=user, password=password, database=database)
+
+
+def table(rows: list[dict], columns: str) -> str:
+    """markdown_table with its columns written "heading=key|heading=key|...", in order."""
+    return markdown_table(rows, tuple((h, k) for h, k in (c.split("=", 1) for c in columns.split("|"))))
+
+
 def write_json(name: str, data) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
@@ -59,16 +73,8 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _ledger(db_url: str, publisher: str, tag: str) -> dict:
-    import pymysql
 
-    p = urlparse(db_url)
-    conn = pymysql.connect(
-        host=p.hostname,
-        port=p.port or 3306,
-        user=p.username or "root",
-        password=p.password or "",
-        database=p.path.lstrip("/"),
-    )
+    conn = connect(db_url)
     with conn.cursor() as c:
         c.execute("SELECT lead_id, status, buyer_id, price, sold_at FROM leads WHERE publisher_id=%s", (publisher,))
         leads = {row[0]: row[1:] for row in c.fetchall()}
@@ -597,12 +603,12 @@ def render(res: dict) -> str:
         f"{'sent' if meta['refunds'] else 'not sent (not in the running code)'}; "
         f"{len(meta['faults'])} faults. Invariants: **{'all hold' if ok else 'NOT all hold'}**.",
         "",
-        markdown_table(
+        table(
             [
                 {"check": c["name"], "ok": "yes" if c["ok"] else "**NO**", "figures": c["figures"]}
                 for c in res["checks"]
             ],
-            (("invariant", "check"), ("holds", "ok"), ("figures", "figures")),
+            "invariant=check|holds=ok|figures=figures",
         ),
         "",
     ]
@@ -613,34 +619,16 @@ def render(res: dict) -> str:
         f"**{lf['unknown_attempts_ledger']}** in the ledger ({lf['unknown_in_answers']} in answers); "
         f"{lf['hung_posts']} posts held by the hung buyer.",
         "",
-        markdown_table(
+        table(
             lf["per_buyer"],
-            (
-                ("buyer", "buyer"),
-                ("accepted by its server", "accepted"),
-                ("sold in the ledger", "sold"),
-                ("accepted, recorded `timeout`", "timeout"),
-                ("accepted, left `unknown`", "unknown"),
-                ("accepted, not sold, unexplained", "missing"),
-                ("sold, not accepted", "extra"),
-                ("accepted after the deadline", "late"),
-                ("of those sold", "late_sold"),
-            ),
+            "buyer=buyer|accepted by its server=accepted|sold in the ledger=sold|accepted, recorded `timeout`=timeout"
+            "|accepted, left `unknown`=unknown|accepted, not sold, unexplained=missing|sold, not accepted=extra"
+            "|accepted after the deadline=late|of those sold=late_sold",
         ),
         "",
         "Caps, per window (the buyer's local time):",
         "",
-        markdown_table(
-            res["checks"][0]["windows"],
-            (
-                ("buyer", "buyer"),
-                ("cap", "cap"),
-                ("window", "window"),
-                ("limit", "limit"),
-                ("sold", "sold"),
-                ("full", "full"),
-            ),
-        ),
+        table(res["checks"][0]["windows"], "buyer=buyer|cap=cap|window=window|limit=limit|sold=sold|full=full"),
         "",
         f"Payments: {res['payments']['payment_finals']}; {res['payments']['payments_stored']} in the "
         f"ledger, {res['payments']['wallets']} wallets.",
@@ -655,18 +643,10 @@ def render(res: dict) -> str:
         "counters rebuilt, the database answering /readyz, the hung buyer selling again, the killed "
         "worker's batch gone; `errors quiet`: until the clients saw 10 s without an error):",
         "",
-        markdown_table(
+        table(
             [{**f, "milestones": ", ".join(f"{k} {v}" for k, v in f["milestones"].items())} for f in tl["faults"]],
-            (
-                ("#", "n"),
-                ("fault", "kind"),
-                ("at s", "t"),
-                ("what", "detail"),
-                ("healed after s", "healed_s"),
-                ("milestones s", "milestones"),
-                ("errors quiet after s", "errors_quiet_after_s"),
-                ("errors in its window", "errors_in_window"),
-            ),
+            "#=n|fault=kind|at s=t|what=detail|healed after s=healed_s|milestones s=milestones"
+            "|errors quiet after s=errors_quiet_after_s|errors in its window=errors_in_window",
         ),
         "",
         "Process exits and restarts (supervisor): "
@@ -682,9 +662,7 @@ def render(res: dict) -> str:
         "Errors by kind (requests that did not get a 200; a payment's `409:in_flight` is the designed "
         "answer to a concurrent repeat and is not counted as an error elsewhere):",
         "",
-        markdown_table(
-            [{"kind": k, "n": n} for k, n in tl["errors_by_kind"].items()], (("kind", "kind"), ("requests", "n"))
-        ),
+        table([{"kind": k, "n": n} for k, n in tl["errors_by_kind"].items()], "kind=kind|requests=n"),
         "",
     ]
     kinds = list(tl["errors_by_kind"])[:8]
@@ -692,9 +670,9 @@ def render(res: dict) -> str:
         lines += [
             "Errors by fault window (from a fault to the next):",
             "",
-            markdown_table(
+            table(
                 [{**{k: w.get(k, 0) for k in kinds}, "window": w["window"]} for w in tl["errors_by_window"]],
-                (("window", "window"), *((k, k) for k in kinds)),
+                "window=window" + "".join(f"|{k}={k}" for k in kinds),
             ),
             "",
         ]
@@ -702,19 +680,10 @@ def render(res: dict) -> str:
     lines += [
         "Per minute: requests, latency (ms), errors, and the largest RSS (MB) of each kind of process:",
         "",
-        markdown_table(
+        table(
             tl["per_minute"],
-            (
-                ("min", "minute"),
-                ("leads", "lead_n"),
-                ("lead p50", "lead_p50"),
-                ("lead p99", "lead_p99"),
-                ("payments", "pay_n"),
-                ("pay p50", "pay_p50"),
-                ("pay p99", "pay_p99"),
-                ("errors", "errors"),
-                *((c[4:].replace("_", " "), c) for c in rss_cols),
-            ),
+            "min=minute|leads=lead_n|lead p50=lead_p50|lead p99=lead_p99|payments=pay_n|pay p50=pay_p50"
+            "|pay p99=pay_p99|errors=errors" + "".join(f"|{c[4:].replace('_', ' ')}={c}" for c in rss_cols),
         ),
         "",
         "Memory trend per process (MB; the steepest slope fitted between Redis restarts and database "
@@ -724,7 +693,7 @@ def render(res: dict) -> str:
         "after each outage, whose recovery steps memory up to a high-water mark; a process needs "
         f"{RSS_MIN_SPAN_S} s of samples between them to be judged):",
         "",
-        markdown_table(
+        table(
             [
                 {
                     **r,
@@ -733,15 +702,8 @@ def render(res: dict) -> str:
                 }
                 for r in res["rss_trend"]
             ],
-            (
-                ("process", "process"),
-                ("lived min", "lived_min"),
-                ("first", "first_mb"),
-                ("last", "last_mb"),
-                ("max", "max_mb"),
-                ("slope MB/h", "slope"),
-                ("growing", "growing"),
-            ),
+            "process=process|lived min=lived_min|first=first_mb|last=last_mb|max=max_mb|slope MB/h=slope"
+            "|growing=growing",
         ),
     ]
     return "\n".join(lines)
@@ -761,46 +723,25 @@ def plot(res: dict, path: Path) -> None:
             t = [p[0] / 60 for p in pts]
             a.plot(t, [p[1] for p in pts], lw=1, label=f"{label} p50")
             a.plot(t, [p[2] for p in pts], lw=1, label=f"{label} p99")
-    a.set(
-        yscale="log",
-        ylabel="ms (per 10 s)",
-        title=f"Soak, {res['meta']['minutes']:g} minutes: latency, memory, errors; faults marked",
-    )
+    title = f"Soak, {res['meta']['minutes']:g} minutes: latency, memory, errors; faults marked"
+    a.set(yscale="log", ylabel="ms (per 10 s)", title=title)
     a.legend(loc="upper left", fontsize=8, ncol=4)
     series = defaultdict(list)
     for s in res["samples"]:
         for key, kb in s["rss_kb"].items():
             series[key].append((s["t"] / 60, kb / 1024))
-    colours = {
-        "web worker": "tab:blue",
-        "web master": "tab:cyan",
-        "rq worker": "tab:orange",
-        "scheduler": "tab:green",
-        "redis-server": "tab:red",
-        "buyers": "tab:gray",
-        "traffic": "tab:purple",
-    }
+    colours = dict(zip(ROLES, ("tab:blue", "tab:cyan", "tab:orange", "tab:green", "tab:red", "tab:gray", "tab:purple")))
     labelled = set()
     for key, pts in series.items():
         role = key.split(":")[0]
-        b.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            lw=1,
-            color=colours.get(role, "k"),
-            label=None if role in labelled else role,
-        )
+        label = None if role in labelled else role
+        b.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, color=colours.get(role, "k"), label=label)
         labelled.add(role)
     b.set(ylabel="RSS MB (each process)")
     b.legend(loc="upper left", fontsize=8, ncol=4)
     if tl["err10"]:
-        c.bar(
-            [e[0] * 10 / 60 + 1 / 12 for e in tl["err10"]],
-            [e[1] for e in tl["err10"]],
-            width=1 / 6,
-            color="tab:red",
-            label="failed requests per 10 s",
-        )
+        xs, heights = [e[0] * 10 / 60 + 1 / 12 for e in tl["err10"]], [e[1] for e in tl["err10"]]
+        c.bar(xs, heights, width=1 / 6, color="tab:red", label="failed requests per 10 s")
     c2 = c.twinx()
     pend = [(s["t"] / 60, s.get("pending", 0) + s.get("processing", 0)) for s in res["samples"] if "pending" in s]
     if pend:
@@ -809,14 +750,8 @@ def plot(res: dict, path: Path) -> None:
     c2.set_ylabel("settlements queued")
     c.legend(loc="upper left", fontsize=8)
     c2.legend(loc="upper right", fontsize=8)
-    short = {
-        "web_worker_kill": "web -9",
-        "buyer_hang": "hang",
-        "rq_worker_kill": "rq -9",
-        "db_outage": "db cut",
-        "scheduler_kill": "sched -9",
-        "redis_restart": "redis empty",
-    }
+    short = {"web_worker_kill": "web -9", "buyer_hang": "hang", "rq_worker_kill": "rq -9", "db_outage": "db cut"}
+    short |= {"scheduler_kill": "sched -9", "redis_restart": "redis empty"}
     for f in tl["faults"]:
         for ax in (a, b, c):
             ax.axvline(f["t"] / 60, color="k", alpha=0.35, lw=0.8, ls="--")
@@ -846,32 +781,20 @@ def write(res: dict, name: str) -> bool:
 
 def assemble() -> None:
     """soak.md: one line per run on disk, then the detail of the longest run with faults."""
-    runs = []
-    for path in sorted(OUT.glob("soak-*m.json")):
-        data = json.loads(path.read_text())
-        runs.append((path.stem, data))
+    runs = [(path.stem, json.loads(path.read_text())) for path in sorted(OUT.glob("soak-*m.json"))]
     if not runs:
         return
     rows = []
     for _stem, d in runs:
         m, tl, lf = d["meta"], d["timeline"], d["leads"]
-        rows.append(
-            {
-                "run": f"{m['minutes']:g} min",
-                "date": m["machine"]["date"],
-                "holds": "all"
-                if all(c["ok"] for c in d["checks"])
-                else "**not: " + ", ".join(c["name"] for c in d["checks"] if not c["ok"]) + "**",
-                "faults": len(m["faults"]),
-                "leads": sum(lf["lead_finals"].get(k, 0) for k in ("sold", "unsold")),
-                "sold": lf["lead_finals"].get("sold", 0),
-                "payments": d["payments"]["payments_stored"],
-                "lat": f"{tl['lead_latency']['p50']} / {tl['lead_latency']['p99']}",
-                "plat": f"{tl['payment_latency']['p50']} / {tl['payment_latency']['p99']}",
-                "reoffers": lf["reoffers"],
-                "unknown": lf["unknown_attempts_ledger"],
-            }
-        )
+        failed = [c["name"] for c in d["checks"] if not c["ok"]]
+        row = {"run": f"{m['minutes']:g} min", "date": m["machine"]["date"], "faults": len(m["faults"])}
+        row["holds"] = "**not: " + ", ".join(failed) + "**" if failed else "all"
+        row["leads"] = sum(lf["lead_finals"].get(k, 0) for k in ("sold", "unsold"))
+        row |= {"sold": lf["lead_finals"].get("sold", 0), "payments": d["payments"]["payments_stored"]}
+        row["lat"] = f"{tl['lead_latency']['p50']} / {tl['lead_latency']['p99']}"
+        row["plat"] = f"{tl['payment_latency']['p50']} / {tl['payment_latency']['p99']}"
+        rows.append(row | {"reoffers": lf["reoffers"], "unknown": lf["unknown_attempts_ledger"]})
     main_stem, main = max(runs, key=lambda r: r[1]["meta"]["minutes"])
     text = [
         "`scripts/soak --minutes N` (`soak/run.py`): the Procfile stack — gunicorn with 2 gevent workers, "
@@ -883,21 +806,9 @@ def assemble() -> None:
         "cut for 10 s, kill -9 of the scheduler, Redis restarted empty. Then the invariants are checked "
         "against the ledger, the buyers' own records and every answer the clients got.",
         "",
-        markdown_table(
+        table(
             rows,
-            (
-                ("run", "run"),
-                ("date", "date"),
-                ("invariants", "holds"),
-                ("faults", "faults"),
-                ("leads answered", "leads"),
-                ("sold", "sold"),
-                ("payments credited", "payments"),
-                ("lead p50 / p99 ms", "lat"),
-                ("payment p50 / p99 ms", "plat"),
-                ("re-offers", "reoffers"),
-                ("unknown", "unknown"),
-            ),
+            "run=run|date=date|invariants=holds|faults=faults|leads answered=leads|sold=sold|payments credited=payments|lead p50 / p99 ms=lat|payment p50 / p99 ms=plat|re-offers=reoffers|unknown=unknown",
         ),
         "",
     ]

@@ -75,42 +75,20 @@ def buyers_config(minutes: float, url, lead_rate: float = 150) -> dict[str, dict
     lead rate (150/s the reference) so that each binds within it, a one-minute run at a small
     load included: acme's hourly cap is about 70% of an hour of its expected flow."""
     m = min(minutes, 60) * lead_rate / 150
-    return {
-        "acme": {
-            "name": "Acme",
-            "endpoint_url": url("acme"),
-            "priority": 1,
-            "price": "12.50",
-            "timezone": "America/Chicago",
-            "states": ["TX", "OK", "CA"],
-            "caps": {"hourly": cap(4100 * m), "daily": cap(6000 * m), "monthly": cap(100000 * m)},
-        },
-        "flaky": {
-            "name": "Flaky",
-            "endpoint_url": url("flaky"),
-            "priority": 2,
-            "price": "9.00",
-            "timezone": "Europe/London",
-            "caps": {"hourly": cap(2200 * m), "weekly": cap(30000 * m)},
-        },
-        "slow": {
-            "name": "Slow",
-            "endpoint_url": url("slow"),
-            "priority": 3,
-            "price": "7.25",
-            "timezone": "Asia/Tokyo",
-            "states": ["CA", "NY", "FL"],
-            "caps": {"daily": cap(900 * m)},
-        },
-        "steady": {
-            "name": "Steady",
-            "endpoint_url": url("steady"),
-            "priority": 4,
-            "price": "5.00",
-            "timezone": "UTC",
-            "caps": {"daily_budget": f"{max(5.0, 5 * 500 * m):.2f}", "hourly": cap(1000 * m)},
-        },
+    rules = {  # buyer id: (price, time zone, states (None: all), caps), in priority order
+        "acme": ("12.50", "America/Chicago", ["TX", "OK", "CA"], {"hourly": 4100, "daily": 6000, "monthly": 100000}),
+        "flaky": ("9.00", "Europe/London", None, {"hourly": 2200, "weekly": 30000}),
+        "slow": ("7.25", "Asia/Tokyo", ["CA", "NY", "FL"], {"daily": 900}),
+        "steady": ("5.00", "UTC", None, {"hourly": 1000}),
     }
+    out = {}
+    for priority, (bid, (price, tz, states, caps)) in enumerate(rules.items(), start=1):
+        out[bid] = {"name": bid.title(), "endpoint_url": url(bid), "priority": priority, "price": price}
+        out[bid] |= {"timezone": tz, "caps": {k: cap(v * m) for k, v in caps.items()}}
+        if states:
+            out[bid]["states"] = states
+    out["steady"]["caps"]["daily_budget"] = f"{max(5.0, 5 * 500 * m):.2f}"
+    return out
 
 
 def cap(value: float) -> int:
@@ -140,15 +118,8 @@ class Supervised:
     def check(self) -> None:
         if self.stopping or self.proc.alive():
             return
-        self.events.append(
-            {
-                "at": time.time(),
-                "process": self.name,
-                "event": "exit",
-                "pid": self.proc.pid,
-                "rc": self.proc.proc.returncode,
-            }
-        )
+        exited = {"process": self.name, "event": "exit", "pid": self.proc.pid, "rc": self.proc.proc.returncode}
+        self.events.append({"at": time.time(), **exited})
         self.proc.stop()
         time.sleep(RESTART_DELAY_S)
         if not self.stopping:
@@ -177,18 +148,8 @@ class Stack:
         es.callback(lambda: self.keep_db or drop())
         a = urlparse(admin)
         port_file = run_dir / "dbproxy.port"
-        self.proxy = Proc(
-            [
-                venv_bin("python"),
-                "-m",
-                "soak.dbproxy",
-                a.hostname or "127.0.0.1",
-                str(a.port or 3306),
-                str(port_file),
-            ],
-            dict(os.environ),
-            run_dir / "dbproxy.log",
-        )
+        proxy = ["-m", "soak.dbproxy", a.hostname or "127.0.0.1", str(a.port or 3306), str(port_file)]
+        self.proxy = Proc([venv_bin("python"), *proxy], dict(os.environ), run_dir / "dbproxy.log")
         es.callback(self.proxy.stop)
         wait_until(
             lambda: port_file.exists() and port_file.read_text(), timeout=START_TIMEOUT_S, what="the database proxy"
@@ -214,45 +175,16 @@ class Stack:
             "PYTHONPATH": str(ROOT),
         }  # this tree's code, before the installed (editable) one
         (run_dir / "prometheus").mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [venv_bin("flask"), "--app", "wsgi", "db", "upgrade"],
-            env=self.env,
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        self.buyers = Proc(
-            [
-                venv_bin("python"),
-                "-m",
-                "soak.buyers",
-                str(self.buyer_port),
-                str(run_dir / "buyers.jsonl"),
-                str(BUYER_TIMEOUT_MS),
-            ],
-            self.env,
-            run_dir / "buyers.log",
-        )
+        upgrade = [venv_bin("flask"), "--app", "wsgi", "db", "upgrade"]
+        subprocess.run(upgrade, env=self.env, cwd=ROOT, check=True, capture_output=True)
+        buyers = ["-m", "soak.buyers", str(self.buyer_port), str(run_dir / "buyers.jsonl"), str(BUYER_TIMEOUT_MS)]
+        self.buyers = Proc([venv_bin("python"), *buyers], self.env, run_dir / "buyers.log")
         es.callback(self.buyers.stop)
         self.web = WebServer(self.env, run_dir / "web.log", workers=2, start_timeout=START_TIMEOUT_S)
         es.callback(self.web.stop)
-        self.worker = Supervised(
-            "rq-worker",
-            [
-                venv_bin("rq"),
-                "worker",
-                "--url",
-                self.redis.url,
-                "--with-scheduler",
-                "-w",
-                "rq.worker.SimpleWorker",
-                "floodgate",
-                "floodgate-events",
-            ],
-            self.env,
-            run_dir,
-            self.events,
-        )
+        worker = ["worker", "--url", self.redis.url, "--with-scheduler", "-w", "rq.worker.SimpleWorker"]
+        worker += ["floodgate", "floodgate-events"]
+        self.worker = Supervised("rq-worker", [venv_bin("rq"), *worker], self.env, run_dir, self.events)
         es.callback(self.worker.stop)
         self.scheduler = Supervised(
             "scheduler", [venv_bin("python"), "-m", "workers.schedule"], self.env, run_dir, self.events
@@ -289,18 +221,8 @@ class Stack:
     def has_refunds(self) -> bool:
         """Refunds exist in the running code when a refund of an unknown payment is 409
         payment_not_found (without them it is a valid event that credits nothing: 200)."""
-        raw = encode(
-            {
-                "type": "payment.refunded",
-                "data": {
-                    "reference": "probe-rf-1",
-                    "payment_reference": "probe-pay-none",
-                    "amount_minor": 1,
-                    "currency": "NGN",
-                    "customer": {"email": "probe@example.com"},
-                },
-            }
-        )
+        data = {"reference": "probe-rf-1", "payment_reference": "probe-pay-none", "amount_minor": 1, "currency": "NGN"}
+        raw = encode({"type": "payment.refunded", "data": data | {"customer": {"email": "probe@example.com"}}})
         resp = requests.post(
             self.web.url + "/v1/webhooks/standard",
             data=raw,
@@ -540,18 +462,11 @@ def wait_settled(stack: Stack, outcomes: Path, timeout: float) -> float | None:
     started = time.time()
     records = [json.loads(line) for line in outcomes.read_text().splitlines() if line.startswith('{"k":"L"')]
     answered = {r["id"] for r in records if r["final"] in ("sold", "unsold")}
-    p = urlparse(stack.db_url)
     while time.time() - started < timeout:
         try:
             r = stack.redis_client()
             busy = r.llen(keys.SETTLE_PENDING) + sum(1 for _ in r.scan_iter(match=keys.settle_processing("*")))
-            conn = pymysql.connect(
-                host=p.hostname,
-                port=p.port or 3306,
-                user=p.username or "root",
-                password=p.password or "",
-                database=p.path.lstrip("/"),
-            )
+            conn = soak_checks.connect(stack.db_url)
             with conn.cursor() as c:
                 c.execute("SELECT COUNT(*) FROM leads WHERE publisher_id=%s", (PUBLISHER,))
                 settled = c.fetchone()[0]
@@ -573,16 +488,10 @@ def wait_outbox(stack: Stack, timeout: float) -> float | None:
     from webhooks.storage.models import Event, EventDispatch
 
     events, dispatches = Event._meta.table_name, EventDispatch._meta.table_name
-    started, d = time.time(), urlparse(stack.db_url)
+    started = time.time()
     while time.time() - started < timeout:
         try:
-            conn = pymysql.connect(
-                host=d.hostname,
-                port=d.port or 3306,
-                user=d.username or "root",
-                password=d.password or "",
-                database=d.path.lstrip("/"),
-            )
+            conn = soak_checks.connect(stack.db_url)
             with conn.cursor() as c:
                 c.execute("SHOW TABLES LIKE %s", (events,))
                 if c.fetchone():
@@ -607,15 +516,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--lead-rate", type=float, default=150)
     ap.add_argument("--payment-rate", type=float, default=60)
-    ap.add_argument(
-        "--drain-seconds", type=float, default=240, help="after the last send, how long clients keep retrying"
-    )
-    ap.add_argument(
-        "--settle-timeout",
-        type=float,
-        default=900,
-        help="after the traffic, how long to wait for the ledger to hold every answer",
-    )
+    ap.add_argument("--drain-seconds", type=float, default=240, help="after the last send, how long clients retry")
+    ap.add_argument("--settle-timeout", type=float, default=900, help="how long the ledger may take to hold it all")
     ap.add_argument("--no-faults", action="store_true", help="the same traffic without faults (a baseline)")
     ap.add_argument(
         "--faults",
@@ -709,9 +611,7 @@ def main() -> int:
             t.join(timeout=1)
         samples = sampler.stop()
         versions = {"redis": redis_version(stack.redis_client())}
-        import pymysql
-
-        conn = pymysql.connect(host="127.0.0.1", user="root")
+        conn = soak_checks.connect(stack.db_url)
         versions["database"] = mysql_version(conn)
         conn.close()
         meta = {
