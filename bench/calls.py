@@ -45,7 +45,7 @@ if __name__ == "__main__":  # run as a script (a child): bench/ itself off the p
 
 from bench import stack as stack_mod
 from bench.common import OUT, machine_info, quick, write_json, write_md
-from bench.e2e import log
+from bench.stack import log
 from testkit.servers import venv_bin
 
 STDLIB = os.path.dirname(os.__file__) + "/"
@@ -88,11 +88,9 @@ def _environ(path: str, raw: bytes, headers: dict[str, str]) -> dict:
 
 
 def _sell_to(app, network: list) -> None:
-    """bench/e2e.py's network (the admin PUTs of its publisher and buyer), set up through the
+    """bench/stack.py's network (the admin PUTs of its publisher and buyer), set up through the
     admin API in process; returns once a lead is sold (the app has read it). The parent passes
-    the PUTs: a child's bench/ is its arm's worktree, which may predate e2e.network."""
-    from bench.e2e import API_KEY
-
+    the PUTs: a child's bench/ is its arm's worktree, which may predate stack.network."""
     client, admin = app.test_client(), {"Authorization": f"Bearer {stack_mod.ADMIN}"}
     for path, body in network:
         answer = client.put(path, headers=admin, json=body)
@@ -100,12 +98,19 @@ def _sell_to(app, network: list) -> None:
             raise SystemExit(f"PUT {path}: {answer.status_code} {answer.get_data(as_text=True)}")
     deadline = time.monotonic() + 60
     while True:
-        answer = client.post("/v1/leads", headers={"Authorization": f"Bearer {API_KEY}"}, json={"state": "TX"})
+        answer = client.post(
+            "/v1/leads", headers={"Authorization": f"Bearer {_api_key(network)}"}, json={"state": "TX"}
+        )
         if answer.status_code == 200 and answer.get_json().get("status") == "sold":
             return
         if time.monotonic() > deadline:
             raise SystemExit(f"the app does not sell: {answer.status_code} {answer.get_data(as_text=True)}")
         time.sleep(0.2)
+
+
+def _api_key(network: list) -> str:
+    """The publisher's key, from the PUTs the parent passed (not imported: see _sell_to)."""
+    return str(next((body["api_key"] for _, body in network if "api_key" in body), ""))
 
 
 def child(deliveries: int, batches: int, path: str = "payments", network: list | None = None) -> dict:
@@ -114,7 +119,6 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
     import pstats
     import random
 
-    from bench.e2e import API_KEY
     from testkit.payments import encode, payload, signed_headers
     from webhooks import create_app
 
@@ -131,7 +135,7 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
         for i in range(sent, sent + n):
             if path == "leads":  # no lead_id: every lead is new
                 raw = json.dumps({"state": "TX", "email": f"l{i}@x.io"}).encode()
-                out.append((_environ("/v1/leads", raw, {"Authorization": f"Bearer {API_KEY}"}), raw))
+                out.append((_environ("/v1/leads", raw, {"Authorization": f"Bearer {_api_key(network or [])}"}), raw))
                 continue
             raw = encode(payload("paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"p{i % 500}@x.io"))
             out.append((_environ("/v1/webhooks/paystack", raw, signed_headers("paystack", raw)), raw))
@@ -185,7 +189,7 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
 
 def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments") -> dict:
     """A child process measuring `code` on its own Redis and database (and buyer stub)."""
-    from bench.e2e import network  # in the parent (the working tree's bench/), see _sell_to
+    from bench.stack import network  # in the parent (the working tree's bench/), see _sell_to
 
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 _ROOT = Path(__file__).resolve().parent.parent
 # FG_BENCH_OUT: `scripts/bench --quick` writes elsewhere, leaving the fragments of REPORT.md alone.
@@ -86,7 +87,7 @@ def cpu_model() -> str:
 def machine_info(**server_versions: str) -> dict[str, Any]:
     """What a reader needs to weigh the numbers: CPUs usable by this process (as `nproc`
     counts them), CPU model, OS, Python and the interpreter it runs on (two builds of one
-    version ran some loops a quarter apart: bench/interpreter.py), the UTC date, the load
+    version ran some loops a quarter apart: bench/history part 37), the UTC date, the load
     average (other work on the machine skews timings), and any server versions passed in."""
     return {
         "nproc": len(os.sched_getaffinity(0)),
@@ -97,6 +98,19 @@ def machine_info(**server_versions: str) -> dict[str, Any]:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "loadavg_1m_5m_15m": [round(x, 2) for x in os.getloadavg()],
         **server_versions,
+    }
+
+
+def mysql_kwargs(url: str) -> dict:
+    """PyMySQL connect() keywords of a mysql://user:pass@host:port/db URL."""
+    p = urlparse(url)
+    return {
+        "host": p.hostname,
+        "port": p.port or 3306,
+        "user": p.username or "root",
+        "password": p.password or "",
+        "database": p.path.lstrip("/"),
+        "connect_timeout": 5,
     }
 
 

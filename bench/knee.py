@@ -1,5 +1,5 @@
 """Latency over offered rate for both paths (the knee), and payment throughput against the bare
-endpoint, in one run on one stack (bench/e2e.py's: Redis, MariaDB, a buyer answering in ~20 ms,
+endpoint, in one run on one stack (bench/stack.py's Stack: Redis, MariaDB, a buyer answering in ~20 ms,
 Floodgate with 2 gunicorn workers, an RQ worker, and the bare Flask app on the same settings).
 
 1. wrk at 50 connections: the bare endpoint, then payment deliveries (2,000 payments, each
@@ -34,10 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench.bench_payments import make_payments
 from bench.common import OUT, machine_info, mysql_version, quick, redis_version, write_json, write_md
-from bench.e2e import API_KEY, Stack, cpu_seconds, log, warm, wrk
+from bench.knee_report import plot, render
+from bench.stack import API_KEY, Stack, cpu_seconds, drained, log, lua_list, warm, wrk, wrk_payments
 from testkit.config import SECRETS
 from testkit.payments import signed_headers
-from testkit.servers import venv_bin, wait_until
+from testkit.servers import venv_bin
 from webhooks.storage import keys
 
 REPEATS = 5
@@ -52,53 +53,6 @@ def make_deliveries(tag: str, payments: int, rng: random.Random, repeats: int = 
         out += [(provider, signed_headers(provider, raw), raw.decode())] * repeats
     rng.shuffle(out)
     return out, dict(expected)
-
-
-def lua_list(deliveries: list, path: Path) -> None:
-    """bench/pay.lua's input: a Lua file returning {{path, headers, body}, ...}."""
-
-    def s(text: str) -> str:
-        return "[==[" + text + "]==]"
-
-    lines = ["return {"]
-    for provider, headers, body in deliveries:
-        h = ", ".join(f"[ {s(k)} ] = {s(v)}" for k, v in {"Content-Type": "application/json", **headers}.items())
-        lines.append(f"  {{{s('/v1/webhooks/' + provider)}, {{{h}}}, {s(body)}}},")
-    lines.append("}")
-    path.write_text("\n".join(lines))
-
-
-def wrk_payments(url: str, listing: Path, connections: int, seconds: int) -> dict:
-    threads = min(2, connections)
-    out = subprocess.run(
-        [
-            "wrk",
-            f"-t{threads}",
-            f"-c{connections}",
-            f"-d{seconds}s",
-            "--timeout",
-            "5s",
-            "-s",
-            str(ROOT / "bench" / "pay.lua"),
-            url,
-            "--",
-            str(listing),
-            str(threads),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-        check=True,
-    ).stdout
-    data = json.loads(next(line for line in out.splitlines() if line.startswith("JSON "))[5:])
-    return {
-        "rps": round(data["requests"] / (data["duration_us"] / 1e6), 1),
-        "requests": data["requests"],
-        "non_2xx_or_errors": sum(data["errors"].values()),
-        "p50_ms": data["p50_us"] / 1000,
-        "p95_ms": data["p95_us"] / 1000,
-        "p99_ms": data["p99_us"] / 1000,
-    }
 
 
 class Watch:
@@ -119,18 +73,6 @@ class Watch:
         self._stop.set()
         self._thread.join()
         return dict(self.peak)
-
-
-def drained(stack: Stack) -> float:
-    """Seconds until both queues are empty."""
-    t0, r = time.monotonic(), stack.redis.client()
-    wait_until(
-        lambda: r.llen(keys.SETTLE_PENDING) == 0 and r.llen(keys.WEBHOOK_CALLS_PENDING) == 0,
-        timeout=180,
-        interval=0.2,
-        what="both queues drained",
-    )
-    return round(time.monotonic() - t0, 2)
 
 
 def step_cpu(stack: Stack, pids: dict[str, list[int]], args: list[str], timeout: float) -> tuple[dict, dict]:
@@ -328,174 +270,6 @@ def check_leads(db_url: str, steps: list[dict], timeout_s: float = 60) -> dict:
         time.sleep(0.2)
         count = settled()
     return {"leads_answered": answered, "leads_settled": count, "leads_missing": max(0, answered - count)}
-
-
-def table(headings: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
-
-
-def render(d: dict) -> str:
-    t, inv = d["throughput"], d["invariants"]
-    out = [
-        "### Payment deliveries at 50 connections (wrk; 2,000 payments × 5, shuffled)",
-        "",
-        table(
-            ["", "req/s", "p50 ms", "p99 ms"],
-            [
-                ["bare Flask endpoint", t["bare"]["rps"], t["bare"]["p50_ms"], t["bare"]["p99_ms"]],
-                ["payment deliveries", t["payments"]["rps"], t["payments"]["p50_ms"], t["payments"]["p99_ms"]],
-            ],
-        ),
-        "",
-        f"Ratio to the bare ceiling: **{t['ratio']}**. CPU per delivery (ms): "
-        + ", ".join(f"{k} {v}" for k, v in t["cpu_ms_per_delivery"].items())
-        + f". Both queues drained {t['drain_s']} s after the run. The p50 and p99 here are wrk's, "
-        "corrected for coordinated omission (part 35); the open-loop latencies below are each "
-        "request's own, from when it was due.",
-        "",
-    ]
-    for name, steps, unit in (("Payment deliveries", d["payments"], "deliveries/s"), ("Leads", d["leads"], "leads/s")):
-        out += [
-            f"### {name}: open loop, {d['step_seconds']:.0f} s per offered rate",
-            "",
-            table(
-                [
-                    f"offered {unit}",
-                    "achieved",
-                    "p50 ms",
-                    "p95 ms",
-                    "p99 ms",
-                    "answers",
-                    "peak queued settlements",
-                    "peak queued audit rows",
-                    "drained after s",
-                ],
-                [
-                    [
-                        s["offered_rate"],
-                        s["achieved_rate"],
-                        s["p50_ms"],
-                        s["p95_ms"],
-                        s["p99_ms"],
-                        ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items())),
-                        s["queue_peaks"].get("settlements", 0),
-                        s["queue_peaks"].get("audit_rows", 0),
-                        s["drain_s"],
-                    ]
-                    for s in steps
-                ],
-            ),
-            "",
-        ]
-        if all("cpu_ms" in s for s in steps):
-            names = list(steps[0]["cpu_ms"])
-            out += [
-                f"CPU ms per answered request by process for each step (its whole CPU, the drain of "
-                f"its queues after it included, over the {unit.split('/')[0]} answered; the load "
-                f"generator shares the two cores):",
-                "",
-                table(
-                    [f"offered {unit}", *names, "all", "cores busy"],
-                    [
-                        [
-                            s["offered_rate"],
-                            *(s["cpu_ms"][n] for n in names),
-                            round(sum(s["cpu_ms"].values()), 3),
-                            round(sum(s["cpu_ms"].values()) * s["achieved_rate"] / 1000, 2),
-                        ]
-                        for s in steps
-                    ],
-                ),
-                "",
-            ]
-    if d.get("before"):
-        out += before_after(d["before"], d)
-    out += [
-        f"Invariants of the same run: {inv['payments_expected']} distinct payments made, "
-        f"{inv['payment_rows']} in the ledger (wrk stops after its seconds: the rest of its list is "
-        f"never sent; every open-loop payment was answered: {inv.get('credited_answers_open_loop', '?')} "
-        f"credited), {inv['wallets_checked']} wallets checked against the payments the ledger holds "
-        f"for them, **{inv['wallets_off']} off** ({inv['unexpected_wallets']} unexpected); "
-        f"{inv['leads_answered']} leads answered in the open loop, {inv['leads_settled']} settled, "
-        f"**{inv['leads_missing']} missing**.",
-        "",
-        "![latency over offered rate](figures/knee.png)",
-        "",
-    ]
-    return "\n".join(out)
-
-
-def before_after(before: dict, after: dict) -> list[str]:
-    """The payment rows of a run of the code before the payment gate (same bench, run just
-    before or after this one on the same machine) beside this run's."""
-
-    def step(d: dict, rate: float) -> dict:
-        return next((s for s in d["payments"] if s["offered_rate"] == rate), {})
-
-    rows = [
-        [
-            "deliveries/s at 50 connections (wrk)",
-            before["throughput"]["payments"]["rps"],
-            after["throughput"]["payments"]["rps"],
-        ],
-        ["ratio to the bare endpoint", before["throughput"]["ratio"], after["throughput"]["ratio"]],
-        [
-            "web CPU ms per delivery",
-            before["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"],
-            after["throughput"]["cpu_ms_per_delivery"]["web (2 gunicorn workers)"],
-        ],
-        [
-            "mariadbd CPU ms per delivery",
-            before["throughput"]["cpu_ms_per_delivery"]["mariadbd"],
-            after["throughput"]["cpu_ms_per_delivery"]["mariadbd"],
-        ],
-    ]
-    for rate in (300.0, 500.0, 600.0):
-        b, a = step(before, rate), step(after, rate)
-        if b and a:
-            rows.append(
-                [
-                    f"open loop {rate:.0f}/s: p50 / p99 ms",
-                    f"{b['p50_ms']} / {b['p99_ms']}",
-                    f"{a['p50_ms']} / {a['p99_ms']}",
-                ]
-            )
-    return [
-        "### Payments before and after the Redis-only repeats",
-        "",
-        f"Before: the code as it was ({before.get('commit', '?')}), every repeat writing its audit row "
-        "and four Redis round trips per first delivery; after: one script for dedupe + claim + the "
-        "repeat's queued row, one for marker + release. Same bench, run back to back.",
-        "",
-        table(["", "before", "after"], rows),
-        "",
-    ]
-
-
-def plot(d: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    # the p99 targets (bench/report.py's Targets): payments at 300/s, leads at 600/s
-    for ax, (name, steps, target) in zip(axes, (("payment deliveries", d["payments"], 50), ("leads", d["leads"], 100))):
-        rates = [s["offered_rate"] for s in steps]
-        ax.plot(rates, [s["p50_ms"] for s in steps], "o-", label="p50")
-        ax.plot(rates, [s["p99_ms"] for s in steps], "s-", label="p99")
-        ax.axhline(target, color="grey", ls=":", label=f"p99 target {target} ms")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"offered {name}/s (open loop)")
-        ax.set_ylabel("latency from due time, ms")
-        ax2 = ax.twinx()
-        ax2.plot(rates, [s["achieved_rate"] for s in steps], "^--", color="tab:green", alpha=0.6)
-        ax2.set_ylabel("achieved/s", color="tab:green")
-        ax.set_title(name)
-        ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""One lever at a time, A/B in one run: the same stack (bench/e2e.py's) started once per arm,
+"""One lever at a time, A/B in one run: the same stack (bench/stack.py's Stack) started once per arm,
 the arms alternated round after round so the machine's noise falls on both alike.
 
 Each round and arm: wrk at 50 connections against the bare endpoint, the lead path (20 ms
@@ -47,10 +47,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench.common import OUT, head_rev, machine_info, quick, worktrees, write_json, write_md
-from bench.e2e import Stack, cpu_seconds, log, warm, wrk
-from bench.knee import drained, lua_list, make_deliveries, wrk_payments
+from bench.knee import make_deliveries
+from bench.stack import Stack, cpu_seconds, drained, first_deliveries, log, lua_list, warm, wrk, wrk_payments
 from testkit.config import SECRETS
-from testkit.payments import encode, payload, signed_headers
 
 LEVERS = {
     # lever: (base arm's extra env, lever arm's extra env)
@@ -63,21 +62,6 @@ LEVERS = {
     "code": ({}, {}),
 }
 PAYSTACK_FIRST = quick(6000, 100)  # payments of the `first` mix
-
-
-def first_deliveries(tag: str, payments: int, rng: random.Random, payers: int = 500) -> list:
-    """The `first` mix: Paystack payments (HMAC-SHA512) of `payers` payers, each signed once and
-    sent 5 times, all shuffled: the start of the list is mostly each payment's first delivery."""
-    out = []
-    for i in range(payments):
-        raw = encode(
-            payload(
-                "paystack", f"{tag}-{i}", rng.randint(100, 50_000_000), "NGN", f"{tag}-p{rng.randrange(payers)}@x.io"
-            )
-        )
-        out += [("paystack", signed_headers("paystack", raw), raw.decode())] * 5
-    rng.shuffle(out)
-    return out
 
 
 def cpu_per_request(groups: dict[str, list[int]], run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:

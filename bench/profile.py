@@ -1,5 +1,5 @@
 """Where a web worker's CPU goes under load: py-spy samples one of the two gunicorn workers of
-bench/e2e.py's stack while wrk drives the payment path (2,000 payments × 5, shuffled) or the
+bench/stack.py's Stack while wrk drives the payment path (2,000 payments × 5, shuffled) or the
 lead path at 50 connections.
 
     python -m bench.profile [--path payments|leads|both] [--seconds 12] [--wall] [--arm plain]
@@ -32,9 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack as stack_mod
 from bench.common import OUT, machine_info, write_json, write_md
-from bench.e2e import Stack, log, tree, warm, wrk
-from bench.knee import lua_list, wrk_payments
-from bench.levers import PAYSTACK_FIRST, first_deliveries
+from bench.levers import PAYSTACK_FIRST
+from bench.stack import Stack, first_deliveries, log, lua_list, tree, warm, wrk, wrk_payments
 from bench.versus import start_plain
 from testkit.config import SECRETS
 from testkit.servers import venv_bin
@@ -107,7 +106,7 @@ def steps(raw: str, entry: str) -> list[tuple[str, int]]:
 
 
 def _floodgate(es: ExitStack, tmp: Path) -> tuple[str, int]:
-    """bench/e2e.py's stack: Floodgate's URL and the pid of one of its two web workers."""
+    """bench/stack.py's Stack: Floodgate's URL and the pid of one of its two web workers."""
     stack = Stack(es, tmp, {**SECRETS, "WEB_CONCURRENCY": "2"})
     return stack.web.url, stack.pids()["web (2 gunicorn workers)"][1]  # [0] is gunicorn's master
 

@@ -17,10 +17,10 @@ REPORT = ROOT / "bench" / "REPORT.md"
 FIGURES = ROOT / "bench" / "figures"
 PARTS = [
     (
-        "e2e",
-        "2. The lead path end to end",
-        "Floodgate under gunicorn+gevent against a buyer answering in ~20 ms, beside a bare Flask "
-        "endpoint on the same gunicorn settings in the same run (`bench/e2e.py`).",
+        "matrix",
+        "1. The concurrency matrix",
+        "The seed article's five ways to enforce a cap of 100, under its chaos test and a harder "
+        "burst, against the same MariaDB and Redis in one run (`scripts/bench matrix`, `bench/matrix.py`).",
     ),
     (
         "payments",
@@ -28,21 +28,10 @@ PARTS = [
         "2,000 distinct payments, each delivered 5 times concurrently (`bench/bench_payments.py`).",
     ),
     (
-        "cluster",
-        "4. Redis Cluster",
-        "One Redis against a 3-primary cluster, and failover (`bench/cluster_failover.py`).",
-    ),
-    (
         "soak",
         "6. Soak under faults",
         "Hours of mixed traffic on the whole Procfile stack while its processes die (`scripts/soak`, "
         "`soak/run.py`); not part of `scripts/bench`, which takes minutes.",
-    ),
-    (
-        "outbox",
-        "9. Payment events (the outbox)",
-        "How late wallet events reach the application at 300 payments/s, and what the outbox adds to "
-        "a credit (`bench/outbox.py`).",
     ),
     (
         "knee",
@@ -60,28 +49,23 @@ PARTS = [
         "12. What bounds each path",
         "Where a web worker's CPU goes at 50 connections, by py-spy (`bench/profile.py`).",
     ),
-    (
-        "event_fanout",
-        "19. Event endpoints: deliveries per second and lag with 1, 10 and 100 endpoints",
-        "Sales settled at a steady rate, then a burst, delivered by one RQ worker to 1, 10 and 100 "
-        "endpoints on a receiver verifying every delivery (`bench/event_fanout.py`).",
-    ),
-    (
-        "micro",
-        "20. Per-call costs of the levers measured outside the stack",
-        "What a candidate lever would save per call, against its alternative in the same process "
-        "(`bench/micro.py`): the HTTP client of buyer posts, JSON, prometheus-client's "
-        "multiprocess mode, gevent.Timeout, EVAL against EVALSHA.",
-    ),
-    (
-        "laps",
-        "30. Where a payment webhook waits under load",
-        "Each answer's Server-Timing laps (docs/payments.md) from gunicorn's access log, credits and "
-        "duplicates apart, at each database pool size (`bench/laps.py`).",
-    ),
-    # Run on its own (its command is in its section); a run that does not measure it keeps it.
-    ("slow_clients", "22. Slow clients: a clean lead under 2,200 trickled bodies, memory under 800 chunked ones", ""),
 ]
+
+
+INDEX = """\
+What is here, and the command that measures it again (each part names its own; `scripts/bench`
+runs them all, `scripts/bench --quick` each briefly):
+
+- [Targets](#targets): the performance targets, each with its latest figure.
+- [1. The concurrency matrix](#1-the-concurrency-matrix): `scripts/bench matrix`.
+- [3. Payment webhooks](#3-payment-webhooks): `python -m bench.bench_payments`.
+- [6. Soak under faults](#6-soak-under-faults): `scripts/soak --minutes 60`.
+- [10. The knee](#10-latency-over-offered-rate-the-knee): `python -m bench.knee`.
+- [24. The lead search at 6 million ledger rows](#24-the-lead-search-at-6-million-ledger-rows): `python -m bench.lead_search`.
+- Floodgate against the plain seed: `python -m bench.versus`.
+- 41. The latest part (the lead path's batches): `bench.levers`, `bench.profile`, `bench.calls`.
+- [History](#history): every older part as text, with the commit to rerun it from.
+"""
 
 
 def _median(rows: list[dict], key: str) -> float | None:
@@ -211,6 +195,7 @@ def main() -> int:
         "within one run (each part measures its baseline in the same run), and read each part's "
         "load average.",
         "",
+        INDEX,
         *summary(),
     ]
     kept = _sections(REPORT.read_text()) if REPORT.exists() else {}

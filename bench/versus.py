@@ -1,5 +1,5 @@
 """Floodgate against the plain seed, side by side: the bare Flask endpoint (the ceiling),
-Floodgate (bench/e2e.py's stack, its code a worktree of HEAD) and the plain seed
+Floodgate (bench/stack.py's Stack, its code a worktree of HEAD) and the plain seed
 (bench/plain_seed/: the two articles as written, with its own redis-server, database in the
 same MariaDB server, RQ worker and the same buyer stub), all under the same gunicorn settings,
 started once and measured in turn, the order rotated round after round.
@@ -32,16 +32,12 @@ import json
 import random
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
-import pymysql
 import requests
 from rq import Queue
 
@@ -49,11 +45,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench import stack as stack_mod
 from bench.common import OUT, QUICK, head_rev, machine_info, quick, worktrees, write_json, write_md
-from bench.e2e import API_KEY, Stack, cpu_seconds, log, mariadbd, tree, warm, wrk
-from bench.knee import drained, lua_list, wrk_payments
-from bench.levers import first_deliveries
+from bench.probes import probe_leads, probe_payment
+from bench.stack import (
+    API_KEY,
+    Stack,
+    cpu_seconds,
+    drained,
+    first_deliveries,
+    log,
+    lua_list,
+    mariadbd,
+    tree,
+    warm,
+    wrk,
+    wrk_payments,
+)
 from testkit.config import SECRETS
-from testkit.payments import encode, payload, signed_headers
 from testkit.servers import BuyerServer, Proc, free_port, listening, venv_bin, wait_until
 
 FIRST = quick(6000, 100)  # payments of the `first` mix
@@ -69,11 +76,6 @@ class Arm:
     drain: Callable[[], object] = lambda: None
     payments: bool = True
     rows: list[dict] = field(default_factory=list)
-
-
-def mysql_kw(db_url: str) -> dict:
-    p = urlparse(db_url)
-    return dict(host=p.hostname, port=p.port or 3306, user=p.username or "root", password=p.password or "")
 
 
 def start_plain(es: ExitStack, tmp: Path, env: dict, redis_url: str, db_url: str, buyer_url: str, tag: str) -> Proc:
@@ -145,112 +147,6 @@ def measure(arm: Arm, seconds: int, rng: random.Random, tmp: Path) -> dict:
 
 
 # --- probes -------------------------------------------------------------------------------
-
-
-def probe_leads(url: str, buyers: BuyerServer, name: str) -> dict:
-    """30 lead ids × 3 at once to buyer `name` of `buyers`: the posts it received."""
-    buyer = buyers.buyers[name]
-    bodies = [
-        {"lead_id": f"probe-{name}-{i}", "state": "TX", "email": "ada@example.com", "phone": "+15125550100"}
-        for i in range(30)
-        for _ in range(3)
-    ]
-    go = threading.Barrier(len(bodies))
-
-    def send(body: dict) -> int:
-        go.wait()
-        resp = requests.post(url + "/v1/leads", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
-        return resp.status_code
-
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        statuses = list(pool.map(send, bodies))
-    time.sleep(0.5)
-    posted = [r["body"]["lead_id"] for r in buyer.arrived]
-    return {
-        "requests": len(bodies),
-        "answers": {str(s): statuses.count(s) for s in sorted(set(statuses))},
-        "buyer_posts": len(posted),
-        "distinct_leads_posted": len(set(posted)),
-        "leads_posted_more_than_once": sum(1 for lead in set(posted) if posted.count(lead) > 1),
-    }
-
-
-def probe_payment(url: str, db_url: str, reference: str) -> dict:
-    """Probe (b) against the web app at `url`, whose database is `db_url` (see the docstring)."""
-    kw = mysql_kw(db_url)
-    dbname = urlparse(db_url).path.lstrip("/")
-    raw = encode(payload("paystack", reference, 123_456, "NGN", "probe@x.io"))
-    headers = {"Content-Type": "application/json", **signed_headers("paystack", raw)}
-
-    def deliver() -> dict:
-        try:
-            resp = requests.post(url + "/v1/webhooks/paystack", data=raw, headers=headers, timeout=30)
-        except requests.RequestException as exc:
-            return {"status": None, "body": type(exc).__name__}
-        return {"status": resp.status_code, "body": resp.text[:120]}
-
-    locker = pymysql.connect(database=dbname, **kw)
-    admin = pymysql.connect(**kw)
-    with locker.cursor() as cur:
-        cur.execute("LOCK TABLES payments WRITE")
-    answers: list[dict] = []
-    first: list[dict] = []
-    t = threading.Thread(target=lambda: first.append(deliver()))
-    t.start()
-
-    def waiting() -> list[int]:
-        with admin.cursor() as cur:
-            cur.execute(
-                "SELECT id FROM information_schema.processlist WHERE db = %s AND state LIKE %s",
-                (dbname, "%lock%"),
-            )
-            return [row[0] for row in cur.fetchall()]
-
-    try:
-        blocked = bool(wait_until(waiting, timeout=5, what="the first delivery waiting on the lock"))
-    except AssertionError:
-        blocked = False
-    with ThreadPoolExecutor(4) as pool:
-        duplicates = list(pool.map(lambda _: deliver(), range(4)))
-    with admin.cursor() as cur:  # the database goes away for the arm: every connection cut
-        cur.execute(
-            "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> %s", (dbname, locker.thread_id())
-        )
-        for (conn_id,) in cur.fetchall():
-            try:
-                cur.execute(f"KILL CONNECTION {int(conn_id)}")
-            except pymysql.MySQLError:
-                pass
-    t.join(30)
-    with locker.cursor() as cur:
-        cur.execute("UNLOCK TABLES")
-    locker.close()
-    answers = first + duplicates
-    retries = []
-    if not any(a["status"] and 200 <= a["status"] < 300 for a in answers):
-        for _ in range(
-            30
-        ):  # the provider retries while it has no 2xx (here 30 s; Paystack: 72 hours, docs/payments.md)
-            time.sleep(1)
-            retries.append(deliver())
-            if retries[-1]["status"] and 200 <= retries[-1]["status"] < 300:
-                break
-    time.sleep(1)
-    with admin.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*) FROM `{dbname}`.payments WHERE reference = %s", (reference,))
-        rows = cur.fetchone()[0]
-    admin.close()
-    acked = any(a["status"] and 200 <= a["status"] < 300 for a in answers + retries)
-    return {
-        "first_waited_on_the_lock": blocked,
-        "first": first[0] if first else None,
-        "duplicates": duplicates,
-        "retries": retries,
-        "ledger_rows": rows,
-        "outcome": "credited"
-        if rows == 1
-        else ("lost: acknowledged, not in the ledger" if acked else "not credited, provider still retrying"),
-    }
 
 
 # --- report -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Slow clients for the tests and bench/slow_clients.py: many connections to a local server
+"""Slow clients for the tests (and for bench/slow_clients.py, in c94b12a): many connections to a local server
 that send a request's head at once, then its body slowly, from one thread with non-blocking
 sockets. Bounded in count and in time, and to 127.0.0.1 only."""
 
