@@ -125,6 +125,9 @@ def test_300_leads_at_once_to_three_buyers_of_one_wallet_spend_it_once(shared_st
 
     # Redis loses everything: nothing for the wallet's buyers until it is rebuilt, then as before
     stack.redis.restart_empty()
+    # an RQ worker whose Redis went away mid-command may end (as it does in production, where the
+    # Procfile's supervisor starts it again): start one, as test_payment_lifecycle does
+    stack.worker()
     assert {a["buyer_id"] for a in _post(base, 20, "sw-lost")} == {"spare"}
     wait_until(
         lambda: all(

@@ -32,9 +32,14 @@ def state(redis_server) -> dict:
     """Every Floodgate key of the run's Redis with its value (a dump; the settlement queue
     among them), RQ's queues, and the ledger's leads. (Not RQ's worker keys: a worker of the
     session, idle, beats its heartbeat into them meanwhile; nor the publishers' pre-ping
-    counters, which each pre-ping counts in.)"""
+    counters, which each pre-ping counts in, nor the journals' heartbeat of erasures read.)"""
     r = redis_server.client(decode_responses=False)
-    keys = sorted(k for k in r.keys(keys_module.PREFIX + "*") + r.keys("rq:queue:*") if b":precheck:" not in k)
+    keys = sorted(
+        k
+        for k in r.keys(keys_module.PREFIX + "*") + r.keys("rq:queue:*")
+        if b":precheck:" not in k
+        and k != keys_module.ERASURES_SEEN.encode()  # each journal's heartbeat (storage/erasures.py)
+    )
     with db.connection_context():
         leads = sorted((x.publisher_id, x.lead_id, x.status) for x in Lead.select())
     return {"redis": {k: r.dump(k) for k in keys}, "ledger": leads}
