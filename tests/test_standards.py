@@ -1,6 +1,11 @@
 """Standards of the tree that hold only while a check holds them (issue #61): each is a plain
 test of the default tier, so that CI fails the build the day one is broken.
 
+Positional arguments: no call in the service (webhooks/, workers/) passes six or more
+arguments by position, logging's calls aside; a definition taking six or more is refused by
+ruff's PLR0917 (pyproject.toml). Six values in a row are read by their order alone: name them
+(keyword-only parameters, or a small frozen kw_only dataclass).
+
 Line budgets: the tools beside the product stay small next to it. Lines are counted as the
 issue counts them, `wc -l` of every *.py under the folder (newline characters, blank lines and
 comments included, sub-folders too: `find bench -name '*.py' | xargs wc -l`).
@@ -8,11 +13,17 @@ comments included, sub-folders too: `find bench -name '*.py' | xargs wc -l`).
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+SERVICE = ("webhooks", "workers")
+MAX_POSITIONAL = 5  # a call may pass at most this many arguments by position
+# A logger's calls pass their %-format's values by position, as logging asks.
+LOGGING = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
 
 BUDGETS = {  # folder: most lines of Python it may hold
     "bench": 4_000,
@@ -42,3 +53,42 @@ def test_lines_are_counted_as_wc_does(tmp_path):
     (tmp_path / "sub" / "b.py").write_bytes(b"y = 2")  # no newline at the end: wc -l says 0
     (tmp_path / "notes.md").write_bytes(b"not\ncounted\n")
     assert python_lines(tmp_path) == {"a.py": 3, "sub/b.py": 0}
+
+
+def positional_calls(source: str) -> list[tuple[int, str, int]]:
+    """(line, callee, count) of each call in `source` passing more than MAX_POSITIONAL
+    arguments by position; a `*sequence` passed on is not counted, nor a logger's call."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in LOGGING:
+            continue
+        count = sum(not isinstance(arg, ast.Starred) for arg in node.args)
+        if count > MAX_POSITIONAL:
+            found.append((node.lineno, ast.unparse(node.func), count))
+    return found
+
+
+def test_no_call_in_the_service_passes_six_arguments_by_position():
+    found = [
+        f"{path.relative_to(ROOT)}:{line} {callee} ({count})"
+        for folder in SERVICE
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line, callee, count in positional_calls(path.read_text())
+    ]
+    assert not found, (
+        f"calls passing more than {MAX_POSITIONAL} arguments by position: name them (keyword-only "
+        f"parameters, or a small frozen kw_only dataclass): {found}"
+    )
+
+
+def test_a_call_counts_its_positional_arguments_but_not_a_loggers():
+    source = (
+        "f(1, 2, 3, 4, 5, 6)\n"
+        "f(1, 2, 3, 4, 5, six=6)\n"
+        "f(1, 2, 3, 4, 5, *rest)\n"
+        "log.warning('%s %s %s %s %s', 1, 2, 3, 4, 5)\n"
+        "a.b(1, 2, 3, 4, 5, 6, 7)\n"
+    )
+    assert positional_calls(source) == [(1, "f", 6), (5, "a.b", 7)]
