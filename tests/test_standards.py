@@ -6,6 +6,9 @@ arguments by position, logging's calls aside; a definition taking six or more is
 ruff's PLR0917 (pyproject.toml). Six values in a row are read by their order alone: name them
 (keyword-only parameters, or a small frozen kw_only dataclass).
 
+The map: docs/architecture.md's "Map of the code" names every module of webhooks/ and
+workers/ (by its path from the repository, or from webhooks/), and no module that is gone.
+
 Line budgets: the tools beside the product stay small next to it. Lines are counted as the
 issue counts them, `wc -l` of every *.py under the folder (newline characters, blank lines and
 comments included, sub-folders too: `find bench -name '*.py' | xargs wc -l`).
@@ -14,6 +17,7 @@ comments included, sub-folders too: `find bench -name '*.py' | xargs wc -l`).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +96,36 @@ def test_a_call_counts_its_positional_arguments_but_not_a_loggers():
         "a.b(1, 2, 3, 4, 5, 6, 7)\n"
     )
     assert positional_calls(source) == [(1, "f", 6), (5, "a.b", 7)]
+
+
+MAP = ROOT / "docs" / "architecture.md"
+MAP_HEADING = "## Map of the code"
+
+
+def named_in_map(text: str) -> set[str]:
+    """The *.py paths the map section of `text` names, each from the repository's root (a path
+    not found from the root is read from webhooks/: `leads/path/intake.py`)."""
+    section = text.split(MAP_HEADING, 1)[1].split("\n## ", 1)[0]
+    named = set()
+    for path in re.findall(r"[\w./]+\.py\b", section):
+        named.add(path if (ROOT / path).exists() or path.startswith(SERVICE) else f"webhooks/{path}")
+    return named
+
+
+def test_the_map_names_every_module_and_no_other():
+    modules = {str(p.relative_to(ROOT)) for folder in SERVICE for p in (ROOT / folder).rglob("*.py")}
+    named = named_in_map(MAP.read_text())
+    missing = sorted(modules - named)
+    gone = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing and not gone, (
+        f"docs/architecture.md ({MAP_HEADING}) is out of step with the code. Add a line for each "
+        f"module missing, saying what it does: {missing}; drop or rename each path gone: {gone}"
+    )
+
+
+def test_a_map_path_is_read_from_the_root_or_from_webhooks():
+    text = (
+        f"intro webhooks/old.py\n{MAP_HEADING}\n```\nwsgi.py  x\n  leads/path/intake.py  y\n"
+        "  workers/a.py\n```\n## Next\nz.py\n"
+    )
+    assert named_in_map(text) == {"wsgi.py", "webhooks/leads/path/intake.py", "workers/a.py"}
