@@ -9,6 +9,10 @@ ruff's PLR0917 (pyproject.toml). Six values in a row are read by their order alo
 The map: docs/architecture.md's "Map of the code" names every module of webhooks/ and
 workers/ (by its path from the repository, or from webhooks/), and no module that is gone.
 
+Docs name modules that exist: a path of the service's code named in docs/ or the README
+(`webhooks/payments/gate.py`, or from webhooks/ as the docs mostly write it,
+`payments/gate.py`) is a file of the tree.
+
 Line budgets: the tools beside the product stay small next to it. Lines are counted as the
 issue counts them, `wc -l` of every *.py under the folder (newline characters, blank lines and
 comments included, sub-folders too: `find bench -name '*.py' | xargs wc -l`).
@@ -129,3 +133,33 @@ def test_a_map_path_is_read_from_the_root_or_from_webhooks():
         "  workers/a.py\n```\n## Next\nz.py\n"
     )
     assert named_in_map(text) == {"wsgi.py", "webhooks/leads/path/intake.py", "workers/a.py"}
+
+
+# A module path of the service as the docs write it: from the root, or from webhooks/.
+_PACKAGES = "web|leads|caps|payments|events|storage"
+MODULE_PATH = re.compile(rf"(?<![\w/.-])((?:webhooks/|workers/|(?:{_PACKAGES})/)[\w/]*\.py)\b")
+
+
+def module_paths(text: str) -> set[str]:
+    """The service's module paths `text` names, each from the repository's root."""
+    return {p if p.startswith(SERVICE) else f"webhooks/{p}" for p in MODULE_PATH.findall(text)}
+
+
+def test_docs_name_only_modules_that_exist():
+    docs = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+    gone = sorted(
+        f"{doc.relative_to(ROOT)}: {path}"
+        for doc in docs
+        for path in module_paths(doc.read_text())
+        if not (ROOT / path).exists()
+    )
+    assert not gone, f"docs name modules that are not in the tree (moved? give the new path): {gone}"
+
+
+def test_a_module_path_is_read_from_the_root_or_from_webhooks():
+    text = "`payments/gate.py`, webhooks/events/outbox.py, workers/settle.py, tests/caps/test_x.py, stripe/_event.py"
+    assert module_paths(text) == {
+        "webhooks/payments/gate.py",
+        "webhooks/events/outbox.py",
+        "workers/settle.py",
+    }
