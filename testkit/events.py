@@ -150,7 +150,7 @@ def deliver_inline(
     with ThreadPoolExecutor(8) as pool, db.connection_context():
         if url:
             endpoints.sync_managed(url, (secret,))
-        engine = sender.Engine(pool, policy, 5, disable_after_s, (secret,))
+        engine = sender.Engine(pool, policy, 5, disable_after_s, managed_secrets=(secret,))
 
         def step():
             engine.refresh()

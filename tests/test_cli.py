@@ -91,6 +91,23 @@ def test_every_command_has_help(env, app):
             assert text.startswith("Usage: ") and len(text.split("\n\n")[1].strip()) > 20, text
 
 
+def test_scripts_floodgate_help_is_floodgates_own(env, tmp_path):
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "floodgate"), "--help"],
+        env={**env, "FLOODGATE_VAR": str(tmp_path)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    usage, about = done.stdout.split("\n\n")[:2]
+    assert usage == "Usage: scripts/floodgate [OPTIONS] COMMAND [ARGS]..."
+    assert about.strip().startswith("Floodgate's operator commands"), about
+    assert "Flask" not in done.stdout and "--app" not in done.stdout, done.stdout
+    assert all(group in done.stdout for group in COMMANDS)
+
+
 def test_db_upgrade_is_idempotent_and_names_an_unreachable_database(env):
     assert "nothing to apply" in ok(env, "db", "upgrade").stdout
     down = {**env, "DATABASE_URL": f"mysql://root@127.0.0.1:{free_port()}/nothing"}

@@ -1,4 +1,5 @@
-"""Operator commands: `flask --app wsgi <group> <command>`; each has --help.
+"""Operator commands: `flask --app wsgi <group> <command>`, or `scripts/floodgate <group>
+<command>` (main: the same commands under Floodgate's name and help); each has --help.
 
 Every command exits 0 on success and non-zero with one "Error: ..." line on bad input (2 for
 a malformed command line, 1 for anything else), including a database or Redis that does not
@@ -15,7 +16,7 @@ from typing import Any
 
 import click
 from flask import Flask
-from flask.cli import AppGroup
+from flask.cli import AppGroup, FlaskGroup, ScriptInfo
 
 from webhooks import services
 from webhooks.errors import Conflict, ValidationError
@@ -591,3 +592,18 @@ def init_app(app: Flask) -> None:
     groups = (db_cli, caps_cli, settle_cli, buyers_cli, publishers_cli, leads_cli, events_cli, payments_cli)
     for group in (*groups, suppression_cli):
         app.cli.add_command(group)
+
+
+HELP = """Floodgate's operator commands, on the service's ledger and Redis (DATABASE_URL,
+REDIS_URL; from a checkout, scripts/run's own unless set). Every command has --help, and ends
+with one "Error: ..." line on bad input or an unreachable database or Redis
+(docs/operations.md "CLI")."""
+
+
+def main() -> None:
+    """`scripts/floodgate`: the app's commands (init_app) as `flask --app wsgi` runs them, from
+    the repository, under Floodgate's name and help rather than Flask's generic ones."""
+    group = FlaskGroup(name="floodgate", help=HELP)
+    # The app is wsgi's: no --app to load another, no Flask version to show.
+    group.params = [param for param in group.params if param.name not in ("app", "version")]
+    group.main(prog_name="scripts/floodgate", obj=ScriptInfo(app_import_path="wsgi"))

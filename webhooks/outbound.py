@@ -180,7 +180,7 @@ class _HostClient(HTTPClient):
     """geventhttpclient's client for one host, on a pool of `size` keep-alive connections."""
 
     def __init__(
-        self, scheme: str, host: str, port: int, timeout_s: float, size: int, deny: DenyList | None, max_bytes: int
+        self, scheme: str, host: str, port: int, *, timeout_s: float, size: int, deny: DenyList | None, max_bytes: int
     ) -> None:
         super().__init__(host, port=port, concurrency=size, connection_timeout=timeout_s, network_timeout=timeout_s)
         options = {"size": size, "network_timeout": timeout_s, "connection_timeout": timeout_s}
@@ -231,7 +231,9 @@ class Client:
                 # call through it, and a closed pool refuses that with a RuntimeError. Its idle
                 # connections close when it is collected.
                 clients.pop(next(iter(clients)))
-            client = clients[key] = _HostClient(scheme, host, port, timeout_s, self.pool_size, self._deny, max_bytes)
+            client = clients[key] = _HostClient(
+                scheme, host, port, timeout_s=timeout_s, size=self.pool_size, deny=self._deny, max_bytes=max_bytes
+            )
         return client
 
     def request(

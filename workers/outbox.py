@@ -74,7 +74,7 @@ def _engine(b: Backends, pool: ThreadPoolExecutor) -> sender.Engine:
         policy,
         cfg.event_delivery_timeout_ms / 1000,
         cfg.event_endpoint_disable_after_s,
-        cfg.payment_events_secrets,
+        managed_secrets=cfg.payment_events_secrets,
     )
 
 

@@ -27,7 +27,9 @@ def purge_bodies(chunk: int = CHUNK, time_budget_s: float = TIME_BUDGET_S) -> di
     groups = ledger.kept(b.cfg.lead_body_retention_days, b.cfg.sold_lead_body_retention_days)
     try:
         with db.connection_context():
-            emptied = ledger.purge_bodies(b.queue_redis.redis, groups, datetime.now(timezone.utc), chunk, time_budget_s)
+            emptied = ledger.purge_bodies(
+                b.queue_redis.redis, groups, datetime.now(timezone.utc), chunk=chunk, time_budget_s=time_budget_s
+            )
     except UNAVAILABLE_ERRORS as exc:
         log.warning("database unavailable (%s): the lead-body purge carries on within the hour", exc)
         return {}

@@ -14,7 +14,10 @@ def test_a_redis_that_forgot_the_scripts_runs_them_all_the_same(redis_server):
     store.redis.script_flush()
     sha = store.scripts["payment_gate"].sha
     assert store.redis.script_exists(sha) == [False]
-    first = store.payment_gate(ref, "fp", "token-1", 30_000, "a" * 64, 60_000)
+    first = store.payment_gate(ref, "fp", "token-1", 30_000, body_sha256="a" * 64, audited_ttl_ms=60_000)
     assert first.verdict == "claimed"
     assert store.redis.script_exists(sha) == [True]  # loaded again, for the next calls
-    assert store.payment_gate(ref, "fp", "token-2", 30_000, "a" * 64, 60_000).verdict == "in_flight"
+    assert (
+        store.payment_gate(ref, "fp", "token-2", 30_000, body_sha256="a" * 64, audited_ttl_ms=60_000).verdict
+        == "in_flight"
+    )

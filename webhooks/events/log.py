@@ -83,6 +83,7 @@ def records(events: list[Event], endpoint_id: str | None = None) -> list[dict[st
 
 
 def search(
+    *,
     endpoint_id: str | None = None,
     event_type: str | None = None,
     status: str | None = None,

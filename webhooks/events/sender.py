@@ -434,6 +434,7 @@ class Engine:
         policy: RetryPolicy,
         timeout_s: float,
         disable_after_s: int,
+        *,
         managed_secrets: tuple[str, ...] = (),
         now: Callable[[], datetime] = utcnow,
         client: outbound.Client | None = None,

@@ -76,7 +76,13 @@ def enter(
     ref = _ref(note)
     if queue_redis is store and not isinstance(store.redis, RedisCluster):
         verdict, enqueue, _ = store.payment_gate(
-            ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS, audit_row=audit_row(d, note)[1:]
+            ref,
+            note.fingerprint,
+            token,
+            claim_ttl_ms,
+            body_sha256=d.sha256,
+            audited_ttl_ms=AUDITED_TTL_MS,
+            audit_row=audit_row(d, note)[1:],
         )
         if enqueue:
             try:
@@ -84,10 +90,14 @@ def enter(
             except REDIS_DOWN as exc:  # the row is queued: the scheduler's drain (every minute) takes it
                 log.warning("audit row queued, drain job not enqueued: %s", exc)
     else:
-        verdict, _, queue_row = store.payment_gate(ref, note.fingerprint, token, claim_ttl_ms, d.sha256, AUDITED_TTL_MS)
+        verdict, _, queue_row = store.payment_gate(
+            ref, note.fingerprint, token, claim_ttl_ms, body_sha256=d.sha256, audited_ttl_ms=AUDITED_TTL_MS
+        )
         if queue_row:  # the row is built only now: the script says whether it is wanted
             raw = _with_verdict(verdict, audit_row(d, note))
-            _queue_apart(store, queue_redis, queue, ref, f"{verdict}:{d.sha256}", raw, request_id)
+            _queue_apart(
+                store, queue_redis, queue, ref, audited=f"{verdict}:{d.sha256}", raw=raw, request_id=request_id
+            )
     return Entry(verdict, claims.Claim(ref.claim, token) if verdict == CLAIMED else None)
 
 
@@ -114,7 +124,7 @@ def _with_verdict(verdict: GateVerdict, row: str) -> str:
 
 
 def _queue_apart(
-    store: Store, queue_redis: Store, queue: Queue, ref: PaymentRef, audited: str, raw: str, request_id: str | None
+    store: Store, queue_redis: Store, queue: Queue, ref: PaymentRef, *, audited: str, raw: str, request_id: str | None
 ) -> None:
     """Queue the audit row `raw` on the queue's own Redis; `audited` is its member of the
     gate's set (verdict:SHA-256), taken back if the row is lost."""

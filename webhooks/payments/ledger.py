@@ -93,6 +93,7 @@ def write_call(
     verdict: str,
     status: int,
     note: PaymentNotification | RefundNotification | None = None,
+    *,
     deferred: bool = False,
     reason: str | None = None,
 ) -> None:
@@ -134,7 +135,7 @@ _UPSERT_RETURNING_BALANCE = (
 _BALANCE_AFTER_UPSERT = f"IF(ROW_COUNT() = 1, %s, CAST(LAST_INSERT_ID() AS SIGNED) - {_SHIFT})"
 
 
-def top_up(provider: str, reference: str, customer: str, currency: str, amount_minor: int, now: datetime) -> None:
+def top_up(provider: str, reference: str, customer: str, *, currency: str, amount_minor: int, now: datetime) -> None:
     """Credit a payment's amount to a wallet (made at that amount if new), with its journal row
     (a top-up) and its `wallet.credited` event carrying the balance after, in the caller's
     transaction. On MySQL nothing of it needs an answer before the COMMIT: the statements are
@@ -258,7 +259,14 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
                 write_call(d, Verdict.UNATTRIBUTED, 200, note)
                 return Verdict.UNATTRIBUTED
             assert note.customer is not None
-            top_up(note.provider, note.reference, note.customer, note.currency, note.amount_minor, now)
+            top_up(
+                note.provider,
+                note.reference,
+                note.customer,
+                currency=note.currency,
+                amount_minor=note.amount_minor,
+                now=now,
+            )
             write_call(d, Verdict.CREDITED, 200, note, deferred=True)
         return Verdict.CREDITED
 
@@ -357,7 +365,7 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
                 Payment.update(status=status).where(Payment.id == payment.id).execute()
                 payment.status = status
             if amount > 0:
-                top_up(provider, reference, customer, payment.currency, amount, now)
+                top_up(provider, reference, customer, currency=payment.currency, amount_minor=amount, now=now)
             audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
             return payment
 

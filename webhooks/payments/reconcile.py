@@ -71,6 +71,7 @@ def run(
     listers: dict[str, Lister],
     since: datetime,
     until: datetime | None = None,
+    *,
     dry_run: bool = False,
     progress: Callable[[str], None] = log.info,
 ) -> Run:

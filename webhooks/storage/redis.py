@@ -388,6 +388,7 @@ class Store:
         fingerprint: str,
         token: str,
         claim_ttl_ms: int,
+        *,
         body_sha256: str,
         audited_ttl_ms: int,
         audit_row: str | None = None,

@@ -39,6 +39,7 @@ def push(
     queue: Queue,
     raws: list[str],
     batch: Batch | None = None,
+    *,
     request_id: str | None = None,
     key: str = keys.SETTLE_PENDING,
 ) -> None:

@@ -304,6 +304,7 @@ def purge_bodies(
     marks: Client,
     groups: tuple[Kept, ...],
     now: datetime,
+    *,
     chunk: int = 500,
     time_budget_s: float = 20.0,
     progress: Callable[[str, int, Mark], None] | None = None,

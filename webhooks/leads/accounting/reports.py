@@ -5,7 +5,7 @@ never). docs/operations.md "The leads report"."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -126,8 +126,8 @@ def report(first: date, last: date, group_by: str) -> dict[str, Any]:
     found = cast(
         "list[tuple[Any, ...]]", list(report_query(first, last, group_by))
     )  # peewee's stubs: .tuples() yields models
-    rows = [_row(k or None, *figures) for k, *figures in found]
-    totals = _row(None, *(sum((r[name] for r in rows), start=z) for name, z in _SUMS))
+    rows = [_row(k or None, figures) for k, *figures in found]
+    totals = _row(None, [sum((r[name] for r in rows), start=z) for name, z in _SUMS])
     totals.pop("key")
     return {"from": first.isoformat(), "to": last.isoformat(), "group_by": group_by, "rows": rows, "totals": totals}
 
@@ -161,7 +161,9 @@ def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
     return out
 
 
-def _row(key: Any, leads: Any, sold: Any, returned: Any, revenue: Any, payout: Any) -> dict[str, Any]:
+def _row(key: Any, figures: Sequence[Any]) -> dict[str, Any]:
+    """A report row from its figures, in _SUMS' order: leads, sold, returned, revenue, payout."""
+    leads, sold, returned, revenue, payout = figures
     leads, sold, returned = int(leads or 0), int(sold or 0), int(returned or 0)
     revenue, payout = Decimal(revenue or 0).quantize(ZERO), Decimal(payout or 0).quantize(ZERO)
     rate = (Decimal(returned) / sold).quantize(Decimal("0.001")).normalize() if sold else Decimal(0)

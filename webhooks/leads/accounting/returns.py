@@ -48,6 +48,7 @@ def return_lead(
     lead_id: str,
     publisher_id: str | None,
     reason: str | None,
+    *,
     now: datetime | None = None,
     actor: str = "admin",
 ) -> dict[str, Any]:

@@ -223,7 +223,7 @@ class Intake:
         lead = self._admit(authenticate(snapshot, req.authorization), req, Toll())
         now = datetime.now(timezone.utc)
         answer = precheck.check(
-            self.router, snapshot, lead.publisher, lead.lead_id, lead.fields, now, self.replay_ttl_s
+            self.router, snapshot, lead.publisher, lead.lead_id, lead.fields, now=now, replay_ttl_s=self.replay_ttl_s
         )
         return json.dumps(answer.view())
 

@@ -47,6 +47,7 @@ def check(
     publisher: PublisherRule,
     lead_id: str,
     lead: dict[str, Any],
+    *,
     now: datetime,
     replay_ttl_s: int,
 ) -> Eligibility:

@@ -269,7 +269,7 @@ class Sweeper:
         def queue_item(item: SettlementItem, batch: Batch | None, _answer: str) -> None:
             # the sweep's JSON as it has always been queued, non-ASCII escaped (the same item to a reader)
             raw = json.dumps(item.to_dict(), separators=(",", ":"))
-            settle_queue.push(queue_redis.redis, queue, [raw], batch, item.request_id)
+            settle_queue.push(queue_redis.redis, queue, [raw], batch, request_id=item.request_id)
 
         ending = settlement.Settlement(
             store,

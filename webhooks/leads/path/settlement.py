@@ -179,6 +179,7 @@ class Journal:
         queue_redis: Client,
         queue: Queue,
         keep_s: float = 600,
+        *,
         max_items: int = 100_000,
         claims: Store | None = None,
         replay_ttl_s: int = 7 * 24 * 3600,
@@ -211,7 +212,7 @@ class Journal:
         self._remember(entry)
         b = Batch(self.queue_redis) if batch is None else batch
         learned = self._learn_epoch(b) if self.epoch is None else None
-        push(self.queue_redis, self.queue, [raw], b, item.request_id)
+        push(self.queue_redis, self.queue, [raw], b, request_id=item.request_id)
         if learned is not None and self.epoch is None:
             self.epoch = learned.value
         self.start_watching()
@@ -420,7 +421,7 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
             s.queue_item(item, batch, answer)  # sends the batch
             return True
         if outcome.lease is not None:
-            return _end_sale_apart(s, token, finish, item, answer, lead)
+            return _end_sale_apart(s, token, finish, item, answer=answer, lead=lead)
         if lead is not None:
             s.store.answer_lead(lead, token, answer, s.replay_ttl_s)
         s.queue_item(item, None, answer)
@@ -430,7 +431,7 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
 
 
 def _end_sale_apart(
-    s: Settlement, token: str, finish: Lease | None, item: SettlementItem, answer: str, lead: LeadKey | None
+    s: Settlement, token: str, finish: Lease | None, item: SettlementItem, *, answer: str, lead: LeadKey | None
 ) -> bool:
     """A sale's end with its queue on a Redis of its own, in end_lead's order: the lease
     confirmed (`finish`, unless it needs none), the settlement queued (else written to the
