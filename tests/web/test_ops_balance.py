@@ -8,12 +8,13 @@ from datetime import datetime, timezone
 from html.parser import HTMLParser
 
 from webhooks import services
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance
+from webhooks.billing.balance import Billing
+from webhooks.billing.wallets import Entry
+from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
-from webhooks.storage.wallets import Entry
 
 HOSTILE = "<script>alert(1)</script>"
 FIGURES = ("currency", "available", "wallet", "reserved")

@@ -149,7 +149,7 @@ def prepare(
     circuit, or its circuit for `publisher_id`, is open. `price_minor` (default: the buyer's
     price) is what counts against daily_budget. `note_key`, the attempt note written beside
     it, is kept in the lease (its `note` field). `hold`: what a billed buyer's balance must
-    afford, held with the caps (caps/balance.py)."""
+    afford, held with the caps (billing/balance.py)."""
     caps = windows(buyer, now)
     amount = buyer.price_minor if price_minor is None else price_minor
     lease = Lease(

@@ -16,8 +16,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from webhooks.caps import balance, dedupe, leases
-from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total
+from webhooks.caps import dedupe, leases
+from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total, with_queued_sales
 from webhooks.storage import keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
@@ -25,7 +25,7 @@ from webhooks.storage.redis import Store
 from webhooks.storage.scripts import LedgerBalance
 
 if TYPE_CHECKING:
-    from webhooks.caps.balance import Billing
+    from webhooks.billing.balance import Billing
     from webhooks.leads.rules.buyers import BuyerRule
 
 log = logging.getLogger(__name__)
@@ -110,4 +110,4 @@ def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now
 
 def _wallet(queue_redis: Client, billing: Billing) -> LedgerBalance:
     """The buyer's wallet in the ledger, with the queued sales of every buyer of it."""
-    return balance.with_queued_sales(billing, settle_queue.unsettled(queue_redis, mentioning=billing.key))[0]
+    return with_queued_sales(billing, settle_queue.unsettled(queue_redis, mentioning=billing.key))[0]

@@ -16,8 +16,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from webhooks import metrics
-from webhooks.caps import balance, dedupe, leases
-from webhooks.caps.sales import sales_since, total
+from webhooks.billing import balance
+from webhooks.caps import dedupe, leases
+from webhooks.caps.sales import sales_since, total, with_queued_sales
 from webhooks.caps.windows import Window
 from webhooks.storage import audit, keys, settle_queue
 from webhooks.storage.batch import Client
@@ -126,7 +127,7 @@ def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> Ba
     # every buyer ever billed from the wallet, deleted or not: a lease of any may hold on it
     buyer_ids = sorted({buyer.id, *balance.wallet_buyers(billing.key)}) if store.shared_wallets else [buyer.id]
     pending = settle_queue.unsettled(queue_redis, mentioning=billing.key)
-    wallet, charges = balance.with_queued_sales(billing, pending)
+    wallet, charges = with_queued_sales(billing, pending)
     queued = tuple((b, lease_id, minor) for b, lease_id, minor in charges if lease_id is not None and b in buyer_ids)
     found = BalanceReconciled("changed")
     for _ in range(5):  # the leases change under busy buyers: read them again

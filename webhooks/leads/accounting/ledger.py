@@ -13,8 +13,8 @@ from typing import Any, cast
 
 import peewee as pw
 
-from webhooks.caps import balance
-from webhooks.caps.balance import Charged
+from webhooks.billing import balance
+from webhooks.billing.balance import Charged
 from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.errors import Unavailable
 from webhooks.events import outbox

@@ -10,8 +10,10 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Charged
+from webhooks.billing import balance
+from webhooks.billing.balance import Charged
+from webhooks.billing.wallets import Entry
+from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
 from webhooks.leads.accounting import reports
@@ -22,7 +24,6 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Publisher
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.states import LeadStatus
-from webhooks.storage.wallets import Entry
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from webhooks import money
 from webhooks import validate as v
-from webhooks.caps import balance
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance
+from webhooks.billing.balance import Billing
 from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import InvalidPayload, ValidationError
@@ -301,7 +301,7 @@ class BuyerRule:
     ping: integration.Ping | None = None
     weight: int = 1
     filter: Any = None  # bounded JMESPath on the normalised lead (integration.compile_expression); None: none
-    billing: Billing | None = None  # pays for its leads from a wallet (caps/balance.py); None: not billed
+    billing: Billing | None = None  # pays for its leads from a wallet (billing/balance.py); None: not billed
     suppress: tuple[str, ...] = ()  # suppression lists whose consumers it is not offered
     require_consent: tuple[str, ...] = ()  # consent it is offered a lead with only when claimed
 

@@ -2,7 +2,7 @@
 "Statements"): its figures, lines, month boundaries and CSV, read from the wallets' journal;
 and the journal's invariant, that a wallet's rows add up to its balance after every kind of
 move. The app in this process, the real Redis and database; top-ups, refunds and disputes
-through the payment webhook, sales and returns through caps.balance.move."""
+through the payment webhook, sales and returns through billing.balance.move."""
 
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import pytest
 from testkit.payments import deliver, encode, payload, refund_payload, until_answered, with_metadata
 from tests.payments.test_disputes import stripe_dispute
 from webhooks import money
-from webhooks.caps import balance
-from webhooks.leads.accounting import statement
-from webhooks.storage import wallets
+from webhooks.billing import balance, statement, wallets
+from webhooks.billing.wallets import Entry
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
-from webhooks.storage.wallets import Entry
 
 ACCOUNT = "buyer-acme"
 SALE, RETURN, TOP_UP, REFUND, DISPUTE, CARRIED = (

@@ -14,7 +14,7 @@ version is newer and gives back what the settled leases held (lua/sync_balance.l
 change counts twice. After a data loss the balance is rebuilt with the counters
 (caps/rebuild.py), and until then nothing is sold from the wallet. A sync that leaves more to
 spend (a top-up) starts a new `cycle` of the balance: the balance events
-(leads/accounting/balance_events.py) go out once per buyer and cycle."""
+(billing/balance_events.py) go out once per buyer and cycle."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,15 +30,13 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from webhooks import money
-from webhooks.caps.sales import settled_of
+from webhooks.billing import wallets
+from webhooks.billing.wallets import Entry
 from webhooks.errors import Conflict, InvalidPayload, ValidationError
-from webhooks.storage import keys, wallets
-from webhooks.storage.db import db
+from webhooks.storage import keys
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import Balance, Hold, LedgerBalance
-from webhooks.storage.states import LeadStatus
-from webhooks.storage.wallets import Entry
 
 log = logging.getLogger(__name__)
 
@@ -152,28 +150,6 @@ def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBala
     if row is None:
         return LedgerBalance(key, 0, 0, unsettled_minor)
     return LedgerBalance(key, int(row.balance_minor), int(row.version), unsettled_minor)
-
-
-def with_queued_sales(
-    billing: Billing, pending: Sequence[Mapping[str, Any]]
-) -> tuple[LedgerBalance, list[tuple[str, str | None, int]]]:
-    """The wallet as the ledger has it, with `unsettled_minor` the prices of the sales charged
-    to it still queued (`pending`, settle_queue.unsettled), by any buyer, that the ledger does
-    not have yet, and those sales as (buyer id, lease id, price). The queue was read first and
-    the ledger after it: a sale settled in between is held and debited both at worst (the safe
-    way), never neither."""
-    queued: dict[str, dict[tuple[str, str], tuple[str | None, int]]] = {}  # by buyer
-    for item in pending:
-        charge, lease = item.get("charge"), item.get("lease")
-        if item["status"] == LeadStatus.SOLD and charge and charge[0] == billing.key:
-            sale = (str(lease[1]) if lease else None, int(charge[1]))
-            queued.setdefault(str(item["buyer_id"]), {})[(item["publisher_id"], item["lead_id"])] = sale
-    with db.connection_context():
-        charges = []
-        for buyer_id, sales in queued.items():
-            settled = settled_of(list(sales), buyer_id)
-            charges += [(buyer_id, lease_id, minor) for key, (lease_id, minor) in sales.items() if key not in settled]
-        return ledger_wallet(billing, unsettled_minor=sum(minor for _, _, minor in charges)), charges
 
 
 def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:
