@@ -14,7 +14,7 @@ import peewee as pw
 from rq import get_current_job
 
 from webhooks.billing import balance, balance_events
-from webhooks.billing.balance import Charged
+from webhooks.billing.charges import Charged
 from webhooks.caps import leases
 from webhooks.leads.accounting import ledger
 from webhooks.leads.accounting.item import SettlementItem, skipped_for_balance

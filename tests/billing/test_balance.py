@@ -13,7 +13,7 @@ import pytest
 
 from tests.caps.test_leases import NOW, TTL, rule
 from tests.conftest import CLUSTER
-from webhooks.billing import balance
+from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.billing.wallets import Entry
 from webhooks.caps import leases
@@ -40,7 +40,7 @@ def _billing(mode: str = "prepaid", credit: int = 0, account: str = "buyer-acme"
 def _fund(billing: Billing, minor: int) -> None:
     with db.atomic():
         kind = Entry.TOP_UP if minor > 0 else Entry.SALE
-        balance.move(billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t")
+        charges.move(billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t")
 
 
 def _held(store, buyer_id: str, billing: Billing) -> int:

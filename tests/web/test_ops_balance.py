@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from html.parser import HTMLParser
 
 from webhooks import services
-from webhooks.billing import balance
+from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.billing.wallets import Entry
 from webhooks.caps import leases
@@ -60,7 +60,7 @@ def _fund(store, buyer_id: str, minor: int) -> Billing:
         assert billing is not None
         with db.atomic():
             kind = Entry.TOP_UP if minor > 0 else Entry.SALE
-            balance.move(
+            charges.move(
                 billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t"
             )
     balance.sync(store, buyer_id, billing)

@@ -10,8 +10,8 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from webhooks.billing import balance
-from webhooks.billing.balance import Charged
+from webhooks.billing import balance, charges
+from webhooks.billing.charges import Charged
 from webhooks.billing.wallets import Entry
 from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
@@ -82,7 +82,7 @@ def return_lead(
         if charged is not None:  # a billed sale: exactly what it debited goes back to its wallet
             account, currency = charged.wallet
             ref = f"{lead.publisher_id}:{lead.lead_id}"
-            balance.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
+            charges.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
         payout = f"{lead.payout or 0:.2f}"
         returned = outbox.EventType.LEAD_RETURNED
         outbox.emit(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)

@@ -20,7 +20,7 @@ import gevent
 from gevent import monkey
 
 from webhooks import consumer, metrics
-from webhooks.billing.balance import Charged
+from webhooks.billing.charges import Charged
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation

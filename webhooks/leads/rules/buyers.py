@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from webhooks import money
 from webhooks import validate as v
-from webhooks.billing import balance
+from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
@@ -313,7 +313,7 @@ class BuyerRule:
         charged = self.billing.charge(price)
         return None if charged is None else self.billing.hold(charged.minor)
 
-    def charge(self, price: Decimal) -> balance.Charged | None:
+    def charge(self, price: Decimal) -> charges.Charged | None:
         """What a sale at `price` debits from the buyer's wallet (None: not billed)."""
         return None if self.billing is None else self.billing.charge(price)
 
