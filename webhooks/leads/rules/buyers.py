@@ -16,8 +16,8 @@ from webhooks import money
 from webhooks import validate as v
 from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
-from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
+from webhooks.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.errors import InvalidPayload, ValidationError
 from webhooks.leads.posting import integration
 from webhooks.leads.rules import consent, suppression
