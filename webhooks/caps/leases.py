@@ -35,7 +35,7 @@ WITHDRAWN = AttemptOutcome.WITHDRAWN  # finish_lease outcome: a refund that leav
 
 
 class CappedBuyer(Protocol):
-    """What caps read of a buyer (the lead path's rule, leads/rules/buyers.py CappedBuyer, is
+    """What caps read of a buyer (the lead path's rule, leads/rules/buyers.py BuyerRule, is
     one): its caps in its time zone, its price, its dedupe window and its billing."""
 
     @property
