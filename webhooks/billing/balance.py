@@ -3,15 +3,15 @@
 
 The ledger is the truth: a wallet (`wallets`, one per account and currency) is credited by
 top-ups through the payment path, debited by each sale in the settlement's transaction and
-credited back by a return (billing/charges.py), and every change counts one more `version`. Redis holds one copy per
-wallet, which every buyer billed from it draws on (keys.balance_of: the wallet's own key on one
-Redis; on a Redis Cluster a wallet is one buyer's alone and the copy sits beside its cap keys):
-`wallet` and `version` as the ledger last said, and `held`, the prices of the live leases and
-of the sales the ledger does not have yet of every such buyer. A reservation holds the price in
-the same Lua script as the caps (lua/reserve_lease.lua); a refund gives it back
-(lua/finish_lease.lua); after a ledger change commits, `sync` takes the new figure if its
-version is newer and gives back what the settled leases held (lua/sync_balance.lua), so no
-change counts twice. After a data loss the balance is rebuilt with the counters
+credited back by a return (billing/charges.py), and every change counts one more `version`.
+Redis holds one copy per wallet, which every buyer billed from it draws on (keys.balance_of: the
+wallet's own key on one Redis; on a Redis Cluster a wallet is one buyer's alone and the copy
+sits beside its cap keys): `wallet` and `version` as the ledger last said, and `held`, the
+prices of the live leases and of the sales the ledger does not have yet of every such buyer. A
+reservation holds the price in the same Lua script as the caps (lua/reserve_lease.lua); a refund
+gives it back (lua/finish_lease.lua); after a ledger change commits, `sync` takes the new figure
+if its version is newer and gives back what the settled leases held (lua/sync_balance.lua), so
+no change counts twice. After a data loss the balance is rebuilt with the counters
 (caps/rebuild.py), and until then nothing is sold from the wallet. A sync that leaves more to
 spend (a top-up) starts a new `cycle` of the balance: the balance events
 (billing/balance_events.py) go out once per buyer and cycle."""
