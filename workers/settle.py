@@ -13,10 +13,11 @@ from typing import Any
 import peewee as pw
 from rq import get_current_job
 
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Charged
-from webhooks.leads.accounting import balance_events, ledger
-from webhooks.leads.accounting.item import SettlementItem
+from webhooks.billing import balance, balance_events
+from webhooks.billing.charges import Charged
+from webhooks.caps import leases
+from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting.item import SettlementItem, skipped_for_balance
 from webhooks.payments import gate
 from webhooks.storage import keys, outbox_queue
 from webhooks.storage.batch import Client
@@ -137,7 +138,7 @@ def _settle(store: Store, r: Client, items: list[SettlementItem]) -> int:
     # before the leases go: they say what each sale held
     synced = balance.sync_settled(store, billed) if billed else {}
     leases.release_settled(store.redis, [i.lease for i in items if i.lease])
-    if balance_events.write(store, items, synced, utcnow()):
+    if balance_events.write(store, skipped_for_balance(items), synced, utcnow()):
         outbox_queue.wake(r, queue(r))
     return written
 

@@ -16,8 +16,8 @@ import pytest
 
 from testkit.payments import at_once, deliver, encode, payload, with_metadata
 from testkit.servers import wait_until
+from tests.billing.test_charges import _post_many
 from tests.conftest import CLUSTER
-from tests.leads.test_billing import _post_many
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Wallet
 

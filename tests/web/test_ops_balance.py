@@ -8,12 +8,13 @@ from datetime import datetime, timezone
 from html.parser import HTMLParser
 
 from webhooks import services
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance, charges
+from webhooks.billing.balance import Billing
+from webhooks.billing.wallets import Entry
+from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer
-from webhooks.storage.wallets import Entry
 
 HOSTILE = "<script>alert(1)</script>"
 FIGURES = ("currency", "available", "wallet", "reserved")
@@ -59,7 +60,7 @@ def _fund(store, buyer_id: str, minor: int) -> Billing:
         assert billing is not None
         with db.atomic():
             kind = Entry.TOP_UP if minor > 0 else Entry.SALE
-            balance.move(
+            charges.move(
                 billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t"
             )
     balance.sync(store, buyer_id, billing)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from webhooks import consumer
 from webhooks.storage import keys, settle_queue
@@ -21,11 +21,6 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Lead
 from webhooks.storage.redis import Store
 from webhooks.storage.states import LeadStatus
-
-if TYPE_CHECKING:
-    from webhooks.leads.rules.buyers import BuyerRule
-
-FIELDS = consumer.FIELDS
 
 
 def consumer_keys(buyer_id: str, fields: Iterable[str], values: Mapping[str, str | None]) -> list[str]:
@@ -47,24 +42,30 @@ def stored_consumer_keys(buyer_id: str, fields: Iterable[str], lead: Mapping[str
 
 
 def sold_consumers(
-    queue_redis: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+    queue_redis: Client,
+    buyer_id: str,
+    *,
+    fields: Sequence[str],
+    days: int,
+    now: datetime,
+    pending: list[dict[str, Any]] | None = None,
 ) -> dict[str, int]:
-    """Dedupe key -> when it expires (unix ms) of every consumer `buyer` bought within its
-    dedupe days, from the ledger and the settlements not yet in it (`pending`, when the
-    caller already read them)."""
-    if not buyer.dedupe_fields:
+    """Dedupe key -> when it expires (unix ms) of every consumer `buyer_id` bought within its
+    dedupe `days`, found by its dedupe `fields`, from the ledger and the settlements not yet
+    in it (`pending`, when the caller already read them)."""
+    if not fields:
         return {}
-    window_ms = buyer.dedupe_days * 86_400_000
-    since = now - timedelta(days=buyer.dedupe_days)
+    window_ms = days * 86_400_000
+    since = now - timedelta(days=days)
     sales: list[tuple[datetime, str]] = []
-    for item in settle_queue.unsettled(queue_redis, mentioning=buyer.id) if pending is None else pending:
-        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer.id:
+    for item in settle_queue.unsettled(queue_redis, mentioning=buyer_id) if pending is None else pending:
+        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id:
             sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():
         rows = (
             Lead.select(Lead.sold_at, Lead.payload)
             .where(
-                Lead.buyer_id == buyer.id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None)
+                Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None)
             )
             .tuples()
         )
@@ -80,17 +81,25 @@ def sold_consumers(
             continue
         if isinstance(lead, dict):
             until = int(sold_at.timestamp() * 1000) + window_ms
-            for key in stored_consumer_keys(buyer.id, buyer.dedupe_fields, lead):
+            for key in stored_consumer_keys(buyer_id, fields, lead):
                 out[key] = max(out.get(key, 0), until)
     return out
 
 
 def restore(
-    store: Store, queue_redis: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+    store: Store,
+    queue_redis: Client,
+    buyer_id: str,
+    *,
+    fields: Sequence[str],
+    days: int,
+    now: datetime,
+    pending: list[dict[str, Any]] | None = None,
 ) -> int:
-    """Set the dedupe keys of `buyer`'s sales within its window that Redis lacks (after a
-    data loss, or drift); never shortens or removes one. Returns how many were missing."""
-    remembered = sold_consumers(queue_redis, buyer, now, pending)
+    """Set the dedupe keys of `buyer_id`'s sales within its dedupe window (`fields`, `days`)
+    that Redis lacks (after a data loss, or drift); never shortens or removes one. Returns how
+    many were missing."""
+    remembered = sold_consumers(queue_redis, buyer_id, fields=fields, days=days, now=now, pending=pending)
     now_ms = int(now.timestamp() * 1000)
     live = {k: at for k, at in remembered.items() if at > now_ms}
     if not live:

@@ -11,12 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
 import redis
 from redis.exceptions import AskError, ClusterError
 
 from webhooks import metrics
+from webhooks.billing.balance import Billing
 from webhooks.caps.windows import Window, window
 from webhooks.storage import keys
 from webhooks.storage import redis as redis_store
@@ -25,14 +27,31 @@ from webhooks.storage.redis import Store
 from webhooks.storage.scripts import NO_HOLD, BreakerRule, Charge, Extended, Hold, Lease, Reserved
 from webhooks.storage.states import AttemptOutcome, Circuit, ReservationStatus
 
-if TYPE_CHECKING:
-    from webhooks.leads.rules.buyers import BuyerRule
-
 # Counters outlive their window a little so a late refund still finds them; the key name
 # carries the window, so a new window always starts from a new key at 0.
 EXPIRY_GRACE = timedelta(hours=1)
 CONFIRMED_TTL_MS = 48 * 3600 * 1000
 WITHDRAWN = AttemptOutcome.WITHDRAWN  # finish_lease outcome: a refund that leaves the breaker alone
+
+
+class CappedBuyer(Protocol):
+    """What caps read of a buyer (the lead path's rule, leads/rules/buyers.py BuyerRule, is
+    one): its caps in its time zone, its price, its dedupe window and its billing."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tz(self) -> ZoneInfo: ...
+    @property
+    def limits(self) -> tuple[tuple[str, int], ...]: ...  # (cap, limit); daily_budget in minor units
+    @property
+    def price_minor(self) -> int: ...
+    @property
+    def dedupe_fields(self) -> tuple[str, ...]: ...
+    @property
+    def dedupe_days(self) -> int: ...
+    @property
+    def billing(self) -> Billing | None: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +84,7 @@ class Reservation:
     circuit: Circuit | None = None  # the open circuit, when status is CIRCUIT_OPEN
 
 
-def windows(buyer: BuyerRule, now: datetime) -> list[tuple[str, int, Window]]:
+def windows(buyer: CappedBuyer, now: datetime) -> list[tuple[str, int, Window]]:
     """(cap, limit, window) of every cap the buyer has, at `now` (aware)."""
     return [(cap, limit, window(cap, buyer.tz, now)) for cap, limit in buyer.limits]
 
@@ -133,7 +152,7 @@ class PreparedReservation:
 
 
 def prepare(
-    buyer: BuyerRule,
+    buyer: CappedBuyer,
     now: datetime,
     *,
     lease_ttl_ms: int,
@@ -149,7 +168,7 @@ def prepare(
     circuit, or its circuit for `publisher_id`, is open. `price_minor` (default: the buyer's
     price) is what counts against daily_budget. `note_key`, the attempt note written beside
     it, is kept in the lease (its `note` field). `hold`: what a billed buyer's balance must
-    afford, held with the caps (caps/balance.py)."""
+    afford, held with the caps (billing/balance.py)."""
     caps = windows(buyer, now)
     amount = buyer.price_minor if price_minor is None else price_minor
     lease = Lease(
@@ -174,7 +193,7 @@ def prepare(
 
 def reserve(
     store: Store,
-    buyer: BuyerRule,
+    buyer: CappedBuyer,
     now: datetime,
     *,
     lease_ttl_ms: int,
@@ -292,7 +311,7 @@ def release_settled(r: Client, leases: list[tuple[str, str]]) -> None:
 
 def room(
     store: Store,
-    buyers: Sequence[BuyerRule],
+    buyers: Sequence[CappedBuyer],
     now: datetime,
     *,
     budget_minor: dict[str, int] | None = None,
@@ -369,12 +388,12 @@ def mark_ready(r: Client, buyer_id: str) -> None:
     r.set(keys.ready(buyer_id), "1", nx=True)
 
 
-def usage(r: Client, buyer: BuyerRule, now: datetime | None = None) -> dict[str, Any]:
+def usage(r: Client, buyer: CappedBuyer, now: datetime | None = None) -> dict[str, Any]:
     """Live use of each cap in its current window, for the admin API and the ops page."""
     return usage_many(r, [buyer], now)[buyer.id]
 
 
-def usage_many(r: Client, buyers: Sequence[BuyerRule], now: datetime | None = None) -> dict[str, dict[str, Any]]:
+def usage_many(r: Client, buyers: Sequence[CappedBuyer], now: datetime | None = None) -> dict[str, dict[str, Any]]:
     """`usage` of many buyers, by buyer id, read in one round trip."""
     now = now or datetime.now(timezone.utc)
     caps = [windows(buyer, now) for buyer in buyers]

@@ -14,19 +14,17 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from webhooks.caps import balance, dedupe, leases
-from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total
+from webhooks.billing.balance import Billing
+from webhooks.caps import dedupe, leases
+from webhooks.caps.leases import CappedBuyer
+from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total, with_queued_sales
 from webhooks.storage import keys, settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import LedgerBalance
-
-if TYPE_CHECKING:
-    from webhooks.caps.balance import Billing
-    from webhooks.leads.rules.buyers import BuyerRule
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,7 @@ LOCK_TTL_MS = 60_000
 SETTLE_MARGIN_S = 4.0
 
 
-def request(store: Store, queue_redis: Client, buyer: BuyerRule, buyer_timeout_ms: int) -> bool:
+def request(store: Store, queue_redis: Client, buyer: CappedBuyer, buyer_timeout_ms: int) -> bool:
     """Start a rebuild of `buyer` in the background unless one is running; True if started."""
     token = uuid.uuid4().hex
     if not store.redis.set(keys.rebuild_lock(buyer.id), token, nx=True, px=LOCK_TTL_MS):
@@ -56,7 +54,7 @@ def request(store: Store, queue_redis: Client, buyer: BuyerRule, buyer_timeout_m
     return True
 
 
-def _run(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, delay: float) -> None:
+def _run(store: Store, queue_redis: Client, buyer: CappedBuyer, token: str, delay: float) -> None:
     time.sleep(delay)
     try:
         rebuild(store, queue_redis, buyer, token)
@@ -66,7 +64,7 @@ def _run(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, delay:
 
 
 def sold_counts(
-    queue_redis: Client, buyer: BuyerRule, now: datetime, pending: list[dict[str, Any]] | None = None
+    queue_redis: Client, buyer: CappedBuyer, now: datetime, pending: list[dict[str, Any]] | None = None
 ) -> dict[str, int]:
     """Sold leads (and cents for daily_budget) of each current window: the ledger's, counted
     by the database, plus the unsettled sales it does not have yet. The queue is read first
@@ -83,14 +81,16 @@ def sold_counts(
     return {cap: settled[cap] + total(queued.values(), cap, w) for cap, _, w in windows}
 
 
-def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now: datetime | None = None) -> bool:
+def rebuild(store: Store, queue_redis: Client, buyer: CappedBuyer, token: str, now: datetime | None = None) -> bool:
     now = now or datetime.now(timezone.utc)
     # The consumers bought within the dedupe window first: `ready` (set below) must not come
     # before them, or a duplicate could be sold in between.
     # The settlement queue is read and decoded once for both (after a data loss it holds
     # every journal pushed again: the costly part of a rebuild).
     pending = settle_queue.unsettled(queue_redis, mentioning=buyer.id)
-    restored = dedupe.restore(store, queue_redis, buyer, now, pending)
+    restored = dedupe.restore(
+        store, queue_redis, buyer.id, fields=buyer.dedupe_fields, days=buyer.dedupe_days, now=now, pending=pending
+    )
     counts = sold_counts(queue_redis, buyer, now, pending)
     done = store.rebuild_counters(
         buyer.id,
@@ -110,4 +110,4 @@ def rebuild(store: Store, queue_redis: Client, buyer: BuyerRule, token: str, now
 
 def _wallet(queue_redis: Client, billing: Billing) -> LedgerBalance:
     """The buyer's wallet in the ledger, with the queued sales of every buyer of it."""
-    return balance.with_queued_sales(billing, settle_queue.unsettled(queue_redis, mentioning=billing.key))[0]
+    return with_queued_sales(billing, settle_queue.unsettled(queue_redis, mentioning=billing.key))[0]

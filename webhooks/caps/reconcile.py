@@ -13,11 +13,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from webhooks import metrics
-from webhooks.caps import balance, dedupe, leases
-from webhooks.caps.sales import sales_since, total
+from webhooks.billing import balance
+from webhooks.caps import dedupe, leases
+from webhooks.caps.leases import CappedBuyer
+from webhooks.caps.sales import sales_since, total, with_queued_sales
 from webhooks.caps.windows import Window
 from webhooks.storage import audit, keys, settle_queue
 from webhooks.storage.batch import Client
@@ -25,9 +27,6 @@ from webhooks.storage.db import db
 from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BalanceReconciled, CapSnapshot, WalletLeases
 from webhooks.storage.states import SnapshotStatus
-
-if TYPE_CHECKING:
-    from webhooks.leads.rules.buyers import BuyerRule
 
 log = logging.getLogger(__name__)
 SNAPSHOT_TRIES = 5
@@ -44,10 +43,14 @@ class Finding:
     corrected_to: int | None  # None when there was nothing to correct
 
 
-def reconcile_buyer(store: Store, queue_redis: Client, buyer: BuyerRule, now: datetime | None = None) -> list[Finding]:
+def reconcile_buyer(
+    store: Store, queue_redis: Client, buyer: CappedBuyer, now: datetime | None = None
+) -> list[Finding]:
     now = now or datetime.now(timezone.utc)
     if buyer.dedupe_fields and store.redis.exists(keys.ready(buyer.id)):
-        missing = dedupe.restore(store, queue_redis, buyer, now)
+        missing = dedupe.restore(
+            store, queue_redis, buyer.id, fields=buyer.dedupe_fields, days=buyer.dedupe_days, now=now
+        )
         if missing:
             log.warning(
                 "buyer %s: %d consumer(s) sold within the dedupe window were not remembered; restored from the ledger",
@@ -70,7 +73,7 @@ def reconcile_buyer(store: Store, queue_redis: Client, buyer: BuyerRule, now: da
 
 
 def _reconcile_windows(
-    store: Store, queue_redis: Client, buyer: BuyerRule, windows: list[tuple[str, int, Window]]
+    store: Store, queue_redis: Client, buyer: CappedBuyer, windows: list[tuple[str, int, Window]]
 ) -> list[Finding]:
     counters = [leases.counter_key(buyer.id, w) for _, _, w in windows]
     snap = _snapshot(store, buyer.id, counters)
@@ -113,7 +116,7 @@ def _snapshot(store: Store, buyer_id: str, counters: list[str]) -> CapSnapshot:
     return snap
 
 
-def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> BalanceReconciled | None:
+def reconcile_balance(store: Store, queue_redis: Client, buyer: CappedBuyer) -> BalanceReconciled | None:
     """The balance a billed buyer draws on made equal to the ledger (lua/reconcile_balance.lua):
     the wallet's figure, and held = what the live leases of every buyer of the wallet hold + the
     prices of their queued sales whose lease is gone. The queue is read first and the ledger
@@ -126,7 +129,7 @@ def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> Ba
     # every buyer ever billed from the wallet, deleted or not: a lease of any may hold on it
     buyer_ids = sorted({buyer.id, *balance.wallet_buyers(billing.key)}) if store.shared_wallets else [buyer.id]
     pending = settle_queue.unsettled(queue_redis, mentioning=billing.key)
-    wallet, charges = balance.with_queued_sales(billing, pending)
+    wallet, charges = with_queued_sales(billing, pending)
     queued = tuple((b, lease_id, minor) for b, lease_id, minor in charges if lease_id is not None and b in buyer_ids)
     found = BalanceReconciled("changed")
     for _ in range(5):  # the leases change under busy buyers: read them again
@@ -149,7 +152,7 @@ def reconcile_balance(store: Store, queue_redis: Client, buyer: BuyerRule) -> Ba
     return found
 
 
-def reconcile_all(store: Store, queue_redis: Client, buyers: Iterable[BuyerRule]) -> list[dict[str, Any]]:
+def reconcile_all(store: Store, queue_redis: Client, buyers: Iterable[CappedBuyer]) -> list[dict[str, Any]]:
     """Reconcile each of `buyers` (the active ones), their caps and a billed one's balance; log
     and audit each drift; return the drifts found."""
     drifts: list[dict[str, Any]] = []

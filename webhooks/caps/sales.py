@@ -1,20 +1,23 @@
 """A buyer's sales as the ledger and the settlement queue know them, for cap rebuilds and
-reconciliation."""
+reconciliation; a wallet's billed sales still queued, for its balance's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, cast
 
 from peewee import fn
 
+from webhooks.billing import balance
+from webhooks.billing.balance import Billing
 from webhooks.caps.windows import Window
 from webhooks.storage import settle_queue
 from webhooks.storage.batch import Client
 from webhooks.storage.db import db
 from webhooks.storage.models import Lead
+from webhooks.storage.scripts import LedgerBalance
 from webhooks.storage.states import LeadStatus
 from webhooks.validate import cents
 
@@ -121,3 +124,25 @@ def total(sales: Iterable[Sale], cap: str, w: Window) -> int:
     """Leads (or cents, for daily_budget) of `sales` inside window `w`."""
     inside = [s.cents for s in sales if w.start <= s.at < w.end]
     return sum(inside) if cap == "daily_budget" else len(inside)
+
+
+def with_queued_sales(
+    billing: Billing, pending: Sequence[Mapping[str, Any]]
+) -> tuple[LedgerBalance, list[tuple[str, str | None, int]]]:
+    """The wallet as the ledger has it, with `unsettled_minor` the prices of the sales charged
+    to it still queued (`pending`, settle_queue.unsettled), by any buyer, that the ledger does
+    not have yet, and those sales as (buyer id, lease id, price). The queue was read first and
+    the ledger after it: a sale settled in between is held and debited both at worst (the safe
+    way), never neither."""
+    queued: dict[str, dict[tuple[str, str], tuple[str | None, int]]] = {}  # by buyer
+    for item in pending:
+        charge, lease = item.get("charge"), item.get("lease")
+        if item["status"] == LeadStatus.SOLD and charge and charge[0] == billing.key:
+            sale = (str(lease[1]) if lease else None, int(charge[1]))
+            queued.setdefault(str(item["buyer_id"]), {})[(item["publisher_id"], item["lead_id"])] = sale
+    with db.connection_context():
+        charges = []
+        for buyer_id, sales in queued.items():
+            settled = settled_of(list(sales), buyer_id)
+            charges += [(buyer_id, lease_id, minor) for key, (lease_id, minor) in sales.items() if key not in settled]
+        return balance.ledger_wallet(billing, unsettled_minor=sum(minor for _, _, minor in charges)), charges

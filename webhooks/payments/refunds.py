@@ -14,12 +14,13 @@ from typing import Any
 
 import peewee as pw
 
+from webhooks.billing import wallets
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
 from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
 from webhooks.payments.motions import RefundNotification
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, PaymentStatus, RefundStatus, Verdict
-from webhooks.storage import audit, wallets
+from webhooks.storage import audit
 from webhooks.storage.db import db, is_mysql
 from webhooks.storage.models import Payment, PaymentDispute, Refund, utcnow
 

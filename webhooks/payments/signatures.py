@@ -13,11 +13,10 @@ import hmac
 from collections.abc import Callable, Mapping, Sequence
 
 from cryptography.exceptions import InvalidSignature as BadEd25519
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from webhooks.errors import InvalidSignature
+from webhooks.standard_keys import PUBLIC_PREFIX, standard_key, standard_public_key
 
-PUBLIC_PREFIX = "whpk_"  # a Standard Webhooks public key (its secret key is whsk_, never ours)
 TOLERANCE_S = 300  # Stripe and Standard Webhooks: signed timestamps older (or newer) than this fail
 
 # The headers each scheme reads, lower-case; also what the audit trail keeps of a webhook.
@@ -121,35 +120,6 @@ def verify_stripe(raw: bytes, headers: Mapping[str, str], secret: str, now: floa
     if not any(_same(expected, c) for c in candidates):
         raise InvalidSignature("no v1 signature in stripe-signature matches the body")
     _fresh(timestamp, now)
-
-
-def standard_key(secret: str) -> bytes:
-    """The HMAC key of a Standard Webhooks secret: base64 after an optional `whsec_` prefix
-    (padding may be left off). ValueError, naming the problem but never the secret, when it
-    is not base64 or decodes to nothing: config.load() stops start-up on it."""
-    encoded = secret.removeprefix("whsec_")
-    try:
-        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("is not valid base64 (after its whsec_ prefix)") from None
-    if not key:
-        raise ValueError("decodes to no bytes")
-    return key
-
-
-def standard_public_key(value: str) -> Ed25519PublicKey:
-    """The ed25519 public key of a Standard Webhooks `whpk_` value: base64 of the key's 32 raw
-    bytes (padding may be left off). ValueError, never showing the value, when it is not one."""
-    if not value.startswith(PUBLIC_PREFIX):
-        raise ValueError(f"does not start with {PUBLIC_PREFIX}")
-    encoded = value.removeprefix(PUBLIC_PREFIX)
-    try:
-        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("is not valid base64 (after its whpk_ prefix)") from None
-    if len(raw) != 32:
-        raise ValueError(f"decodes to {len(raw)} bytes; an ed25519 public key is 32")
-    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 def _candidates(presented: str, version: str) -> list[bytes]:

@@ -18,7 +18,7 @@ from redis.exceptions import RedisClusterException
 from rq import Queue
 
 from webhooks import metrics
-from webhooks.caps import balance
+from webhooks.billing import balance
 from webhooks.config import Config
 from webhooks.errors import (
     FloodgateError,
@@ -267,7 +267,7 @@ class PaymentWebhooks:
 
     def _sync_balances(self, note: notifications.PaymentNotification | notifications.RefundNotification) -> None:
         """After a wallet moved: a buyer billed from it sees the new figure in its reservations
-        (caps/balance.py). What the ledger holds is final: a failure here leaves the figure to
+        (billing/balance.py). What the ledger holds is final: a failure here leaves the figure to
         the buyer's next change, its reconciliation or rebuild.
 
         A payment to a wallet no buyer is billed from, as the config cache says, costs nothing

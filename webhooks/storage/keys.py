@@ -48,7 +48,7 @@ def wallet_balance(wallet: str) -> str:
 
 
 def wallet_lock(wallet: str) -> str:
-    """Held while a buyer billed from the wallet is checked and written (caps/balance.py
+    """Held while a buyer billed from the wallet is checked and written (billing/balance.py
     wallet_lock): its value is the holder's token."""
     return PREFIX + "{w:" + wallet + "}:lock"
 

@@ -6,7 +6,7 @@ of the next may settle): its keys, their order and their formatting stay as they
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +95,13 @@ class SettlementItem:
     @classmethod
     def from_json(cls, raw: str | bytes) -> SettlementItem:
         return cls.from_dict(json.loads(raw))
+
+
+def skipped_for_balance(items: Iterable[SettlementItem]) -> set[str]:
+    """The buyers these leads skipped because they could not afford them."""
+    return {
+        s["buyer_id"]
+        for item in items
+        for s in item.skipped
+        if s.get("reason") == "balance" and isinstance(s.get("buyer_id"), str)
+    }

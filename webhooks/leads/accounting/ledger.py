@@ -13,8 +13,8 @@ from typing import Any, cast
 
 import peewee as pw
 
-from webhooks.caps import balance
-from webhooks.caps.balance import Charged
+from webhooks.billing import charges
+from webhooks.billing.charges import Charged
 from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.errors import Unavailable
 from webhooks.events import outbox
@@ -86,7 +86,7 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
         if amount > 0:
             Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
     count_settled(new)
-    balance.debit_sales(
+    charges.debit_sales(
         [(Charged(*i.charge), f"{i.publisher_id}:{i.lead_id}") for i in new if i.charge and i.status == "sold"], now
     )
     outbox.emit_many(

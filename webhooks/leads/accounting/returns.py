@@ -10,8 +10,10 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Charged
+from webhooks.billing import balance, charges
+from webhooks.billing.charges import Charged
+from webhooks.billing.wallets import Entry
+from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
 from webhooks.leads.accounting import reports
@@ -22,7 +24,6 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Lead, Publisher
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.states import LeadStatus
-from webhooks.storage.wallets import Entry
 from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def return_lead(
         if charged is not None:  # a billed sale: exactly what it debited goes back to its wallet
             account, currency = charged.wallet
             ref = f"{lead.publisher_id}:{lead.lead_id}"
-            balance.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
+            charges.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
         payout = f"{lead.payout or 0:.2f}"
         returned = outbox.EventType.LEAD_RETURNED
         outbox.emit(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)

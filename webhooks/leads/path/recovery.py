@@ -34,7 +34,7 @@ from webhooks.storage.redis import Store
 from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
 from webhooks.storage.states import ClaimOutcome, LeadStatus, LeaseState
 
-if TYPE_CHECKING:  # webhooks.config imports payments' signature checks: a type only here
+if TYPE_CHECKING:
     from webhooks.config import Config
 
 log = logging.getLogger(__name__)

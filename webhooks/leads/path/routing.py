@@ -20,8 +20,8 @@ import gevent
 from gevent import monkey
 
 from webhooks import consumer, metrics
+from webhooks.billing.charges import Charged
 from webhooks.caps import leases, rebuild
-from webhooks.caps.balance import Charged
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation
 from webhooks.errors import InvalidLead, Unavailable

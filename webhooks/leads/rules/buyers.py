@@ -14,10 +14,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from webhooks import money
 from webhooks import validate as v
-from webhooks.caps import balance
-from webhooks.caps.balance import Billing
-from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
+from webhooks.billing import balance, charges
+from webhooks.billing.balance import Billing
 from webhooks.caps.windows import CAPS, COUNT_CAPS
+from webhooks.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.errors import InvalidPayload, ValidationError
 from webhooks.leads.posting import integration
 from webhooks.leads.rules import consent, suppression
@@ -301,7 +301,7 @@ class BuyerRule:
     ping: integration.Ping | None = None
     weight: int = 1
     filter: Any = None  # bounded JMESPath on the normalised lead (integration.compile_expression); None: none
-    billing: Billing | None = None  # pays for its leads from a wallet (caps/balance.py); None: not billed
+    billing: Billing | None = None  # pays for its leads from a wallet (billing/balance.py); None: not billed
     suppress: tuple[str, ...] = ()  # suppression lists whose consumers it is not offered
     require_consent: tuple[str, ...] = ()  # consent it is offered a lead with only when claimed
 
@@ -313,7 +313,7 @@ class BuyerRule:
         charged = self.billing.charge(price)
         return None if charged is None else self.billing.hold(charged.minor)
 
-    def charge(self, price: Decimal) -> balance.Charged | None:
+    def charge(self, price: Decimal) -> charges.Charged | None:
         """What a sale at `price` debits from the buyer's wallet (None: not billed)."""
         return None if self.billing is None else self.billing.charge(price)
 

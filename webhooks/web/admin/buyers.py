@@ -9,8 +9,9 @@ from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance
+from webhooks.billing.balance import Billing
+from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.errors import NotFound
 from webhooks.leads.path import preview

@@ -15,7 +15,7 @@ from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.caps import balance
+from webhooks.billing import balance
 from webhooks.errors import NotFound, ValidationError
 from webhooks.events import log as events_log
 from webhooks.payments import ledger, rejected

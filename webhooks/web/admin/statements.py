@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 from flask import Response, stream_with_context
 from flask.typing import ResponseReturnValue
 
+from webhooks.billing import statement
 from webhooks.errors import ValidationError
-from webhooks.leads.accounting import statement
 from webhooks.web.admin import bp
 from webhooks.web.http import query_arg
 
@@ -16,7 +16,7 @@ from webhooks.web.http import query_arg
 @bp.get("/buyers/<id:buyer_id>/statement")
 def buyer_statement(buyer_id: str) -> ResponseReturnValue:
     """`?month=YYYY-MM` (UTC), `&format=json` (default) or `csv`: streamed a page of lines at a
-    time (leads/accounting/statement.py), after every check that answers an error."""
+    time (billing/statement.py), after every check that answers an error."""
     period = statement.month(query_arg("month"), datetime.now(timezone.utc).date())
     shape = query_arg("format") or "json"
     if shape not in ("json", "csv"):

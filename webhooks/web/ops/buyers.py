@@ -11,9 +11,9 @@ from typing import Any
 from flask import Response, request, stream_with_context
 from flask.typing import ResponseReturnValue
 
+from webhooks.billing import statement
 from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
-from webhooks.leads.accounting import statement
 from webhooks.leads.rules import buyers
 from webhooks.storage.models import Buyer
 from webhooks.validate import is_id

@@ -15,8 +15,9 @@ from flask import render_template, url_for
 from flask.typing import ResponseReturnValue
 
 from webhooks import money, services
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import CREDIT, Billing
+from webhooks.billing import balance
+from webhooks.billing.balance import CREDIT, Billing
+from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
@@ -81,7 +82,7 @@ def chart(hours: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def billing_panels(rows: list[Buyer]) -> dict[str, dict[str, Any]]:
-    """Each billed buyer's billing and balance, by buyer id (caps/balance.py:shown_many: the
+    """Each billed buyer's billing and balance, by buyer id (billing/balance.py:shown_many: the
     wallets in one query, Redis in one round trip); `available` null while Redis does not
     know the balance (a rebuild after a data loss)."""
     billed = [(row.id, billing) for row in rows if (billing := Billing.from_json(row.billing)) is not None]

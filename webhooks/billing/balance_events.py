@@ -13,17 +13,16 @@ table's unique (type, subject) key keeps a drain run again, or two workers, to o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Set
 from datetime import datetime
 
 import peewee as pw
 
-from webhooks.caps import balance
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance
+from webhooks.billing.balance import Billing
 from webhooks.errors import InvalidPayload
 from webhooks.events import outbox
 from webhooks.events.outbox import EventType, NewEvent
-from webhooks.leads.accounting.item import SettlementItem
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import Buyer
 from webhooks.storage.redis import Store
@@ -34,21 +33,11 @@ log = logging.getLogger(__name__)
 BUYERS_PER_QUERY = 500  # ids per IN list (SQLite's bound on a query's parameters)
 
 
-def skipped_for_balance(items: Iterable[SettlementItem]) -> set[str]:
-    """The buyers these leads skipped because they could not afford them."""
-    return {
-        s["buyer_id"]
-        for item in items
-        for s in item.skipped
-        if s.get("reason") == "balance" and isinstance(s.get("buyer_id"), str)
-    }
-
-
-def write(store: Store, items: Sequence[SettlementItem], synced: Mapping[str, Balance], now: datetime) -> int:
+def write(store: Store, depleted: Set[str], synced: Mapping[str, Balance], now: datetime) -> int:
     """The balance events of a settled batch (`synced`: what Redis holds of its billed buyers'
-    balances after their sync, balance.sync_settled), in a transaction of their own; return
-    how many were new (for the caller to wake the events drain)."""
-    depleted = skipped_for_balance(items)
+    balances after their sync, balance.sync_settled; `depleted`: the buyers its leads skipped
+    for their balance), in a transaction of their own; return how many were new (for the
+    caller to wake the events drain)."""
     billings = _billings(set(synced) | depleted)
     if not billings:
         return 0

@@ -2,7 +2,7 @@
 "Statements"): its figures, lines, month boundaries and CSV, read from the wallets' journal;
 and the journal's invariant, that a wallet's rows add up to its balance after every kind of
 move. The app in this process, the real Redis and database; top-ups, refunds and disputes
-through the payment webhook, sales and returns through caps.balance.move."""
+through the payment webhook, sales and returns through billing.charges.move."""
 
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import pytest
 from testkit.payments import deliver, encode, payload, refund_payload, until_answered, with_metadata
 from tests.payments.test_disputes import stripe_dispute
 from webhooks import money
-from webhooks.caps import balance
-from webhooks.leads.accounting import statement
-from webhooks.storage import wallets
+from webhooks.billing import charges, statement, wallets
+from webhooks.billing.wallets import Entry
 from webhooks.storage.db import db
 from webhooks.storage.models import Buyer, Wallet, WalletEntry
-from webhooks.storage.wallets import Entry
 
 ACCOUNT = "buyer-acme"
 SALE, RETURN, TOP_UP, REFUND, DISPUTE, CARRIED = (
@@ -57,7 +55,7 @@ def move(when: str, kind: Entry, minor: int, reference: str, account: str = ACCO
         if kind == CARRIED:
             wallets.write(account, currency, kind=kind, amount_minor=minor, reference=reference, at=at(when))
         else:
-            balance.move(account, currency, minor, at(when), entry=kind, reference=reference)
+            charges.move(account, currency, minor, at(when), entry=kind, reference=reference)
 
 
 def entries_sum(account: str, currency: str, before: datetime | None = None) -> int:
@@ -242,9 +240,9 @@ def test_the_journal_adds_up_to_the_wallet_after_every_kind_of_move(api, buyer_s
     assert deliver(api, "stripe", won).json() == {"status": "credited"}
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     with db.atomic():
-        balance.move(ACCOUNT, "USD", -1250, now, entry=SALE, reference="lead:surge:s1")
+        charges.move(ACCOUNT, "USD", -1250, now, entry=SALE, reference="lead:surge:s1")
     with db.atomic():
-        balance.move(ACCOUNT, "USD", 1250, now, entry=RETURN, reference="lead:surge:s1")
+        charges.move(ACCOUNT, "USD", 1250, now, entry=RETURN, reference="lead:surge:s1")
 
     with db.connection_context():
         wallet = Wallet.get(Wallet.customer == ACCOUNT, Wallet.currency == "USD").balance_minor

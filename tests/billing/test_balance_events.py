@@ -22,7 +22,7 @@ from webhooks.storage.db import db
 from webhooks.storage.models import Event
 from workers.settle import _settle
 
-from .test_billing import PREPAID, _balance, _post_many, _top_up
+from .test_charges import PREPAID, _balance, _post_many, _top_up
 
 SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 TYPES = ["buyer.balance_low", "buyer.balance_depleted"]

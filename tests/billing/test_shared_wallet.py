@@ -12,9 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.caps.test_leases import NOW, TTL, rule
 from tests.conftest import CLUSTER
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance
+from webhooks.billing.balance import Billing
+from webhooks.caps import leases
 from webhooks.caps.reconcile import reconcile_balance
 from webhooks.storage import keys
 from webhooks.storage.db import db
@@ -22,7 +24,6 @@ from webhooks.storage.models import Buyer
 from webhooks.storage.redis import make_store
 
 from .test_balance import PRICE, _billing, _fund
-from .test_leases import NOW, TTL, rule
 
 pytestmark = pytest.mark.skipif(
     CLUSTER, reason="on a Redis Cluster a wallet is one buyer's alone (docs/cluster.md 'Wallets')"

@@ -1,5 +1,5 @@
 """A billed buyer's monthly statement (docs/api.md "Buyer balances", docs/buyers.md
-"Statements"), read from the wallets' journal (`wallet_entries`, storage/wallets.py) of the
+"Statements"), read from the wallets' journal (`wallet_entries`, billing/wallets.py) of the
 buyer's billing wallet.
 
 `opening` is the sum of the wallet's rows before the month (UTC), one indexed aggregate; the
@@ -26,10 +26,10 @@ from typing import Any, cast
 import peewee as pw
 
 from webhooks import csvsafe, money
-from webhooks.caps.balance import Billing
+from webhooks.billing.balance import Billing
+from webhooks.billing.wallets import Entry
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.storage.models import Buyer, WalletEntry
-from webhooks.storage.wallets import Entry
 
 PAGE = 5000  # lines per read: bounds memory and each query, whatever a month holds
 FIRST_YEAR = 2000

@@ -3,18 +3,18 @@
 
 The ledger is the truth: a wallet (`wallets`, one per account and currency) is credited by
 top-ups through the payment path, debited by each sale in the settlement's transaction and
-credited back by a return, and every change counts one more `version`. Redis holds one copy per
-wallet, which every buyer billed from it draws on (keys.balance_of: the wallet's own key on one
-Redis; on a Redis Cluster a wallet is one buyer's alone and the copy sits beside its cap keys):
-`wallet` and `version` as the ledger last said, and `held`, the prices of the live leases and
-of the sales the ledger does not have yet of every such buyer. A reservation holds the price in
-the same Lua script as the caps (lua/reserve_lease.lua); a refund gives it back
-(lua/finish_lease.lua); after a ledger change commits, `sync` takes the new figure if its
-version is newer and gives back what the settled leases held (lua/sync_balance.lua), so no
-change counts twice. After a data loss the balance is rebuilt with the counters
+credited back by a return (billing/charges.py), and every change counts one more `version`.
+Redis holds one copy per wallet, which every buyer billed from it draws on (keys.balance_of: the
+wallet's own key on one Redis; on a Redis Cluster a wallet is one buyer's alone and the copy
+sits beside its cap keys): `wallet` and `version` as the ledger last said, and `held`, the
+prices of the live leases and of the sales the ledger does not have yet of every such buyer. A
+reservation holds the price in the same Lua script as the caps (lua/reserve_lease.lua); a refund
+gives it back (lua/finish_lease.lua); after a ledger change commits, `sync` takes the new figure
+if its version is newer and gives back what the settled leases held (lua/sync_balance.lua), so
+no change counts twice. After a data loss the balance is rebuilt with the counters
 (caps/rebuild.py), and until then nothing is sold from the wallet. A sync that leaves more to
 spend (a top-up) starts a new `cycle` of the balance: the balance events
-(leads/accounting/balance_events.py) go out once per buyer and cycle."""
+(billing/balance_events.py) go out once per buyer and cycle."""
 
 from __future__ import annotations
 
@@ -22,23 +22,19 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 from webhooks import money
-from webhooks.caps.sales import settled_of
+from webhooks.billing.charges import Charged
 from webhooks.errors import Conflict, InvalidPayload, ValidationError
-from webhooks.storage import keys, wallets
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Wallet, WalletEntry
+from webhooks.storage import keys
+from webhooks.storage.models import Buyer, Wallet
 from webhooks.storage.redis import REDIS_DOWN, Store
 from webhooks.storage.scripts import Balance, Hold, LedgerBalance
-from webhooks.storage.states import LeadStatus
-from webhooks.storage.wallets import Entry
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +121,6 @@ def wallet_key(account: str, currency: str) -> str:
     return f"{account}|{currency}"
 
 
-class Charged(NamedTuple):
-    """What a billed sale debits: the wallet ("<account>|<currency>") and the amount."""
-
-    account: str
-    minor: int
-
-    @property
-    def wallet(self) -> tuple[str, str]:
-        account, currency = self.account.rsplit("|", 1)
-        return account, currency
-
-
 def ledger_wallet(billing: Billing, unsettled_minor: int = 0) -> LedgerBalance:
     """The wallet as the ledger has it now (0 at version 0 when it has never moved)."""
     return _ledger(billing.account, billing.currency, unsettled_minor)
@@ -152,58 +136,6 @@ def _ledger(account: str, currency: str, unsettled_minor: int = 0) -> LedgerBala
     if row is None:
         return LedgerBalance(key, 0, 0, unsettled_minor)
     return LedgerBalance(key, int(row.balance_minor), int(row.version), unsettled_minor)
-
-
-def with_queued_sales(
-    billing: Billing, pending: Sequence[Mapping[str, Any]]
-) -> tuple[LedgerBalance, list[tuple[str, str | None, int]]]:
-    """The wallet as the ledger has it, with `unsettled_minor` the prices of the sales charged
-    to it still queued (`pending`, settle_queue.unsettled), by any buyer, that the ledger does
-    not have yet, and those sales as (buyer id, lease id, price). The queue was read first and
-    the ledger after it: a sale settled in between is held and debited both at worst (the safe
-    way), never neither."""
-    queued: dict[str, dict[tuple[str, str], tuple[str | None, int]]] = {}  # by buyer
-    for item in pending:
-        charge, lease = item.get("charge"), item.get("lease")
-        if item["status"] == LeadStatus.SOLD and charge and charge[0] == billing.key:
-            sale = (str(lease[1]) if lease else None, int(charge[1]))
-            queued.setdefault(str(item["buyer_id"]), {})[(item["publisher_id"], item["lead_id"])] = sale
-    with db.connection_context():
-        charges = []
-        for buyer_id, sales in queued.items():
-            settled = settled_of(list(sales), buyer_id)
-            charges += [(buyer_id, lease_id, minor) for key, (lease_id, minor) in sales.items() if key not in settled]
-        return ledger_wallet(billing, unsettled_minor=sum(minor for _, _, minor in charges)), charges
-
-
-def move(account: str, currency: str, delta_minor: int, now: datetime, *, entry: Entry, reference: str) -> None:
-    """Add `delta_minor` to a wallet, in the caller's transaction (a sale's debit, a return's
-    credit), with its journal row: one version more. Made at that amount when it never moved."""
-    wallets.write(account, currency, kind=entry, amount_minor=delta_minor, reference=reference, at=now)
-    wallets.add(account, currency, delta_minor, now)
-
-
-def debit_sales(sales: Sequence[tuple[Charged, str]], now: datetime) -> None:
-    """Billed sales just written to the ledger, each (its charge, "publisher:lead_id"): in the
-    caller's transaction, one move per wallet (the sum) and one journal row per sale."""
-    by_wallet: dict[tuple[str, str], int] = {}
-    for charged, _ in sales:
-        by_wallet[charged.wallet] = by_wallet.get(charged.wallet, 0) + charged.minor
-    for (account, currency), total in sorted(by_wallet.items()):
-        wallets.add(account, currency, -total, now)
-    rows = [
-        {
-            "customer": charged.wallet[0],
-            "currency": charged.wallet[1],
-            "kind": Entry.SALE.value,
-            "amount_minor": -charged.minor,
-            "reference": reference,
-            "at": now,
-        }
-        for charged, reference in sales
-    ]
-    if rows:
-        WalletEntry.insert_many(rows).execute()
 
 
 def sync(

@@ -179,7 +179,7 @@ def test_a_payment_reads_no_buyer_unless_a_buyer_is_billed_from_its_wallet(api, 
         return real(sql, params)
 
     monkeypatch.setattr(db.obj, "execute_sql", recorded)
-    # the read of the buyers billed from one wallet (caps/balance.py sync_wallet); not the
+    # the read of the buyers billed from one wallet (billing/balance.py sync_wallet); not the
     # config cache's own load of every buyer
     by_wallet = re.compile(r"FROM [`\"]buyers[`\"].*WHERE .*billing_account[`\"] = ")
 

@@ -11,17 +11,17 @@ from datetime import datetime, timezone
 
 import pytest
 
+from tests.caps.test_leases import NOW, TTL, rule
 from tests.conftest import CLUSTER
-from webhooks.caps import balance, leases
-from webhooks.caps.balance import Billing
+from webhooks.billing import balance, charges
+from webhooks.billing.balance import Billing
+from webhooks.billing.wallets import Entry
+from webhooks.caps import leases
 from webhooks.storage import keys
 from webhooks.storage.db import db
 from webhooks.storage.models import Wallet
 from webhooks.storage.redis import make_store
 from webhooks.storage.scripts import LedgerBalance
-from webhooks.storage.wallets import Entry
-
-from .test_leases import NOW, TTL, rule
 
 PRICE = 1250  # minor units
 
@@ -40,7 +40,7 @@ def _billing(mode: str = "prepaid", credit: int = 0, account: str = "buyer-acme"
 def _fund(billing: Billing, minor: int) -> None:
     with db.atomic():
         kind = Entry.TOP_UP if minor > 0 else Entry.SALE
-        balance.move(billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t")
+        charges.move(billing.account, billing.currency, minor, datetime.now(timezone.utc), entry=kind, reference="t")
 
 
 def _held(store, buyer_id: str, billing: Billing) -> int:
