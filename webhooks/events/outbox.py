@@ -36,7 +36,6 @@ class EventType(StrEnum):
 
 WALLET_TYPES = (EventType.WALLET_CREDITED, EventType.WALLET_DEBITED)
 LEAD_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED)
-BUYER_TYPES = (EventType.BUYER_BALANCE_LOW, EventType.BUYER_BALANCE_DEPLETED)
 
 
 @dataclass(frozen=True)

@@ -44,11 +44,6 @@ def _ref(note: PaymentNotification | RefundNotification) -> PaymentRef:
     return PaymentRef(note.provider, note.reference, isinstance(note, RefundNotification))
 
 
-def marker_key(note: PaymentNotification | RefundNotification) -> str:
-    """Holds the fingerprint of what was credited (or debited) under this reference."""
-    return _ref(note).marker
-
-
 def claim_key(note: PaymentNotification | RefundNotification) -> str:
     """The key a request claims while it credits the payment (or debits the refund)."""
     return _ref(note).claim

@@ -367,9 +367,6 @@ class BuyerRule:
             return "filter"
         return None
 
-    def accepts(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> bool:
-        return self.refusal(lead, publisher_id, now) is None
-
     def is_open(self, now: datetime) -> bool:
         if self.schedule is None:
             return True

@@ -151,15 +151,11 @@ def cap_counters(publisher: PublisherRule, now: datetime) -> tuple[CapCounter, .
     return tuple(out)
 
 
-def cap_usage(store: Store, publisher: PublisherRule, now: datetime) -> dict[str, dict[str, Any]]:
-    """{"hourly": {"used", "limit", "window_start"}, ...}: GET /v1/admin/publishers/<id>."""
-    return cap_usage_many(store, [publisher], now)[publisher.id]
-
-
 def cap_usage_many(
     store: Store, publishers: Sequence[PublisherRule], now: datetime
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """`cap_usage` of many publishers, by id, read in one round trip (GETs in a pipeline: a
+    """The use of each cap of many publishers, by id ({"hourly": {"used", "limit",
+    "window_start"}, ...}: GET /v1/admin/publishers), read in one round trip (GETs in a pipeline: a
     Redis Cluster's pipeline refuses MGET); "precheck" among them: its pre-ping quota's use."""
     windows = cap_windows(now)
     counters = [[c.key for c in cap_counters(publisher, now)[: len(publisher.caps)]] for publisher in publishers]
