@@ -188,11 +188,12 @@ def events_retry() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Count the missing payments, credit nothing; say what is not reconciled.")
 def reconcile_payments(provider: str | None, since: datetime | None, dry_run: bool) -> None:
-    from webhooks.payments import providers, reconcile
+    from webhooks.payments import reconcile
+    from webhooks.payments.providers import payment_lists
 
     svc = services.current()
-    listers = providers.listers(svc.config)
-    unconfigured = providers.unconfigured(svc.config)
+    listers = payment_lists.listers(svc.config)
+    unconfigured = payment_lists.unconfigured(svc.config)
     if provider is not None:
         if provider not in listers:
             raise click.ClickException(f"{provider} is not reconciled: {unconfigured.get(provider, 'not configured')}")

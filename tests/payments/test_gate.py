@@ -118,7 +118,8 @@ def test_a_batch_of_repeats_reads_its_references_rows_not_the_whole_table(databa
     from datetime import datetime, timezone
 
     from testkit.reads import rows_read
-    from webhooks.payments import gate, ledger, notifications
+    from webhooks.payments import gate, ledger
+    from webhooks.payments.providers import notifications
     from webhooks.storage.db import is_mysql
     from webhooks.storage.models import WebhookCall
 

@@ -12,7 +12,7 @@ import pytest
 
 from testkit.payments import REFUND_PROVIDERS, balance, deliver, encode, payload, refund_payload, verdicts
 from webhooks import services
-from webhooks.payments.notifications import REFUND_SPECS, PaymentNotification, RefundNotification, parse
+from webhooks.payments.providers.notifications import REFUND_SPECS, PaymentNotification, RefundNotification, parse
 from webhooks.storage.db import db
 from webhooks.storage.models import AuditLog, Payment, Refund, Wallet
 

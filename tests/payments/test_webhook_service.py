@@ -14,8 +14,9 @@ from requests.structures import CaseInsensitiveDict
 from testkit.payments import balance, counts, encode, payload, refund_payload, signed_headers, verdicts
 from webhooks import services
 from webhooks.errors import FloodgateError, InvalidPayload, NotFound
-from webhooks.payments import gate, ledger, notifications, rejected
-from webhooks.payments.signatures import InvalidSignature
+from webhooks.payments import gate, ledger, rejected
+from webhooks.payments.providers import notifications
+from webhooks.payments.providers.signatures import InvalidSignature
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage import keys

@@ -135,7 +135,8 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     has its audit row queued in that same script, and the database sees it only when the
     settlement drain writes its batch."""
     from testkit.payments import encode, payload
-    from webhooks.payments import gate, ledger, notifications
+    from webhooks.payments import gate, ledger
+    from webhooks.payments.providers import notifications
     from webhooks.storage import keys
     from webhooks.storage.models import WebhookCall
     from workers.settle import write_webhook_calls
@@ -196,7 +197,8 @@ def test_a_burst_of_repeats_queues_one_audit_row_per_body_and_verdict_on_a_queue
     the row must be queued: once per body and verdict. A row lost because both the queue and
     the database were down is forgotten by the gate, so the next repeat queues it again."""
     from testkit.payments import encode, payload
-    from webhooks.payments import gate, ledger, notifications
+    from webhooks.payments import gate, ledger
+    from webhooks.payments.providers import notifications
     from webhooks.storage import keys
     from webhooks.storage.db import make_database
     from webhooks.storage.redis import make_store

@@ -157,7 +157,8 @@ def test_a_transaction_that_ran_no_statement_sends_nothing(pool, table, queries)
 
 def test_a_credit_is_one_round_trip_and_a_second_one_of_the_same_payment_keeps_nothing(database_url, queries):
     from testkit.payments import encode, payload
-    from webhooks.payments import ledger, notifications
+    from webhooks.payments import ledger
+    from webhooks.payments.providers import notifications
     from webhooks.storage.db import db
     from webhooks.storage.models import Payment, WebhookCall
 

@@ -9,7 +9,7 @@ import peewee as pw
 
 from webhooks.errors import ReferenceConflict
 from webhooks.payments.ledger import Receipt, write_call
-from webhooks.payments.motions import RefundNotification
+from webhooks.payments.providers.motions import RefundNotification
 from webhooks.payments.refunds import (
     DISPUTE_REFUND,
     Outcome,

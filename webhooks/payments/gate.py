@@ -20,7 +20,7 @@ from rq import Queue
 
 from webhooks.payments import ledger
 from webhooks.payments.ledger import Receipt
-from webhooks.payments.notifications import PaymentNotification, RefundNotification
+from webhooks.payments.providers.notifications import PaymentNotification, RefundNotification
 from webhooks.storage import claims, fastsql, keys, settle_queue
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.models import WebhookCall

@@ -25,8 +25,8 @@ import peewee as pw
 
 from webhooks.errors import AlreadyAssigned, NotFound, ReferenceConflict
 from webhooks.events import outbox
-from webhooks.payments.notifications import PaymentNotification, RefundNotification
-from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
+from webhooks.payments.providers.notifications import PaymentNotification, RefundNotification
+from webhooks.payments.providers.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
 from webhooks.storage import audit, fastsql, wallets
 from webhooks.storage.db import db, is_mysql

@@ -17,7 +17,7 @@ import peewee as pw
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
 from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
-from webhooks.payments.motions import RefundNotification
+from webhooks.payments.providers.motions import RefundNotification
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage import audit, wallets
 from webhooks.storage.db import db, is_mysql

@@ -30,8 +30,9 @@ from webhooks.errors import (
     PaymentNotFound,
 )
 from webhooks.events.endpoints import Listening
-from webhooks.payments import disputes, flutterwave, gate, ledger, notifications, refunds, rejected, signatures
+from webhooks.payments import disputes, gate, ledger, refunds, rejected
 from webhooks.payments.ledger import Receipt
+from webhooks.payments.providers import flutterwave, notifications, signatures
 from webhooks.payments.states import Ignored, Motion, Source, Verdict
 from webhooks.storage import outbox_queue
 from webhooks.storage.claims import Claim

@@ -14,7 +14,7 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.payments import providers
+from webhooks.payments.providers import payment_lists
 from webhooks.storage.db import UNAVAILABLE_ERRORS, db
 from webhooks.storage.redis import REDIS_DOWN
 from webhooks.web.ops import csp
@@ -50,7 +50,7 @@ def _not_reconciled() -> dict[str, str]:
     """The providers whose webhooks are configured but whose payments are not reconciled with
     their API (no API credentials, or no list API at all), and why."""
     cfg = services.current().config
-    return {p: why for p, why in providers.unconfigured(cfg).items() if p in cfg.secrets}
+    return {p: why for p, why in payment_lists.unconfigured(cfg).items() if p in cfg.secrets}
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,8 +12,8 @@ from urllib.parse import quote, urlencode
 
 from webhooks import money, outbound, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
-from webhooks.payments.listing import dumps
-from webhooks.payments.notifications import PaymentNotification
+from webhooks.payments.providers.listing import dumps
+from webhooks.payments.providers.notifications import PaymentNotification
 
 log = logging.getLogger(__name__)
 

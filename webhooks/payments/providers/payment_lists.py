@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from webhooks.config import Config
-from webhooks.payments.listing import (
+from webhooks.payments.providers.listing import (
     Calls,
     HttpLister,
     Lister,

@@ -1,4 +1,4 @@
-"""The mechanics every provider's listing shares (providers.py has the providers): paced HTTP
+"""The mechanics every provider's listing shares (payment_lists.py has the providers): paced HTTP
 calls each under a total deadline and a size cap (the one outbound path, webhooks/outbound.py:
 a trickling server cannot hold a job), a page validated whole or refused with ProviderError,
 and webhook-shaped bodies written with their amounts exactly as read."""

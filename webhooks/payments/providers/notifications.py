@@ -12,9 +12,9 @@ from typing import Any
 
 from webhooks import money, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload
-from webhooks.payments import motions
-from webhooks.payments.fields import Path, both, email, equals, get, load, one_of, reference
-from webhooks.payments.motions import REFUND_SPECS, RefundNotification
+from webhooks.payments.providers import motions
+from webhooks.payments.providers.fields import Path, both, email, equals, get, load, one_of, reference
+from webhooks.payments.providers.motions import REFUND_SPECS, RefundNotification
 from webhooks.payments.states import Ignored
 
 __all__ = ["REFUND_SPECS", "PaymentNotification", "RefundNotification", "parse", "wallet"]

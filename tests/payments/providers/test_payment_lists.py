@@ -15,8 +15,8 @@ from testkit import provider_apis as fake
 from testkit.provider_apis import ProviderApis
 from webhooks import config
 from webhooks.config import PROVIDER_SECRETS
-from webhooks.payments import notifications, providers
-from webhooks.payments.providers import Page, ProviderError
+from webhooks.payments.providers import notifications, payment_lists
+from webhooks.payments.providers.payment_lists import Page, ProviderError
 
 NOW = datetime.now(timezone.utc)
 SINCE, UNTIL = NOW - timedelta(days=3), NOW
@@ -50,7 +50,7 @@ def settings(apis: ProviderApis, **overrides: Any) -> config.Config:
 
 def lister(apis: ProviderApis, provider: str, **overrides: Any) -> Any:
     """`provider`'s lister on the fake, unpaced, asking pages of PAGE_SIZE."""
-    found = providers.listers(settings(apis, **overrides))[provider]
+    found = payment_lists.listers(settings(apis, **overrides))[provider]
     found.min_interval_s = 0
     for size in ("per_page", "size", "limit"):
         if hasattr(found, size):
@@ -343,7 +343,7 @@ def test_naive_datetimes_are_refused(apis):
 
 
 def test_pacing_stays_under_each_providers_documented_rate_limit(apis):
-    found = providers.listers(settings(apis))
+    found = payment_lists.listers(settings(apis))
     assert {p: found[p].min_interval_s for p in PROVIDERS} == {
         "paystack": 0.1,  # 600 / 60 s live
         "flutterwave": 0.2,  # no number published
@@ -353,27 +353,27 @@ def test_pacing_stays_under_each_providers_documented_rate_limit(apis):
 
 
 def test_listers_are_the_configured_providers_and_unconfigured_says_why_of_the_rest(apis):
-    assert providers.listers(config.load({})) == {}
-    assert providers.unconfigured(config.load({})) == {
+    assert payment_lists.listers(config.load({})) == {}
+    assert payment_lists.unconfigured(config.load({})) == {
         "paystack": "PAYSTACK_SECRET_KEY unset",
         "flutterwave": "FLUTTERWAVE_SECRET_KEY unset",
         "monnify": "MONNIFY_API_KEY and MONNIFY_CLIENT_SECRET unset",
         "stripe": "STRIPE_API_KEY unset",
-        "interswitch": providers.INTERSWITCH,
-        "standard": providers.STANDARD,
+        "interswitch": payment_lists.INTERSWITCH,
+        "standard": payment_lists.STANDARD,
     }
-    assert "no list API" in providers.INTERSWITCH
+    assert "no list API" in payment_lists.INTERSWITCH
 
     partly = config.load({"PAYSTACK_SECRET_KEY": "sk_a sk_b", "MONNIFY_CLIENT_SECRET": "s", "STRIPE_API_KEY": "sk"})
-    assert set(providers.listers(partly)) == {"paystack", "stripe"}
-    assert providers.unconfigured(partly)["monnify"] == "MONNIFY_API_KEY unset"
+    assert set(payment_lists.listers(partly)) == {"paystack", "stripe"}
+    assert payment_lists.unconfigured(partly)["monnify"] == "MONNIFY_API_KEY unset"
 
     every = settings(apis)
-    assert set(providers.listers(every)) == set(PROVIDERS)
-    assert set(providers.unconfigured(every)) == {"interswitch", "standard"}
+    assert set(payment_lists.listers(every)) == set(PROVIDERS)
+    assert set(payment_lists.unconfigured(every)) == {"interswitch", "standard"}
     for cfg in (config.load({}), partly, every):
-        assert set(providers.listers(cfg)).isdisjoint(providers.unconfigured(cfg))
-        assert set(providers.listers(cfg)) | set(providers.unconfigured(cfg)) == set(PROVIDER_SECRETS)
+        assert set(payment_lists.listers(cfg)).isdisjoint(payment_lists.unconfigured(cfg))
+        assert set(payment_lists.listers(cfg)) | set(payment_lists.unconfigured(cfg)) == set(PROVIDER_SECRETS)
 
 
 def test_paystack_authenticates_with_the_first_secret_while_it_is_rotated(apis):

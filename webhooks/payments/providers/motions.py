@@ -13,7 +13,7 @@ from typing import Any
 
 from webhooks import money
 from webhooks.errors import InvalidPayload
-from webhooks.payments.fields import Path, both, email, equals, get, one_of, reference
+from webhooks.payments.providers.fields import Path, both, email, equals, get, one_of, reference
 from webhooks.payments.states import Ignored, Motion
 
 

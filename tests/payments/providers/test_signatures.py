@@ -21,7 +21,7 @@ from testkit.payments import (
     standard_v1a_headers,
     whpk,
 )
-from webhooks.payments.signatures import InvalidSignature, verify
+from webhooks.payments.providers.signatures import InvalidSignature, verify
 
 NOW = time.time()
 

@@ -1,7 +1,7 @@
 """Flutterwave's other formats (docs/payments.md "Formats in use today"): its v4 envelope signed
 with `flutterwave-signature`, and the flat payload its own WooCommerce plugin reads (`txRef`,
 `status`, no `data`). Each is credited once however often and however concurrently it comes; a
-local HTTP server plays Flutterwave's API (tests/payments/test_flutterwave.py)."""
+local HTTP server plays Flutterwave's API (tests/payments/providers/test_flutterwave.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from testkit.payments import (
     verdicts,
     wallet_invariant_breaches,
 )
-from tests.payments.test_flutterwave import SECRET_KEY, FakeFlutterwave
+from tests.payments.providers.test_flutterwave import SECRET_KEY, FakeFlutterwave
 from webhooks.storage.db import db
 
 CHARGE_ID = "chg_Hq4oBRTJ4r"
