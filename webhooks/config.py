@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.errors import ConfigError
 from webhooks.payments.providers.signatures import standard_key, standard_public_key
-from webhooks.storage.redis import is_cluster_url
+from webhooks.storage.live.redis import is_cluster_url
 from webhooks.targets import DEFAULT_DENY_NETS, DenyList
 from webhooks.validate import DECIMAL_STRING
 

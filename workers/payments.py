@@ -13,9 +13,9 @@ from rq import get_current_job
 from webhooks.payments import reconcile
 from webhooks.payments.providers import payment_lists
 from webhooks.payments.webhook import PaymentWebhooks
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
-from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live.redis import REDIS_DOWN, make_queue_redis
+from webhooks.storage.live.settle_queue import queue
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db, db
 from workers.context import backends
 
 log = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ import pytest
 from tests.conftest import CLUSTER
 from webhooks.caps import balance, leases
 from webhooks.caps.balance import Billing
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Wallet
-from webhooks.storage.redis import make_store
-from webhooks.storage.scripts import LedgerBalance
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import make_store
+from webhooks.storage.live.scripts import LedgerBalance
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Wallet
 from webhooks.storage.wallets import Entry
 
 from .test_leases import NOW, TTL, rule

@@ -8,7 +8,7 @@ import pytest
 
 from webhooks import services
 from webhooks.leads.path import answers
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 ATTEMPTS = [
     {"buyer_id": "zen", "outcome": "rejected", "ms": 12},

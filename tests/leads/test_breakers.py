@@ -16,7 +16,7 @@ import pytest
 from testkit.servers import wait_until
 from webhooks import services
 from webhooks.caps.breaker import breakers
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 POISON = {"comment": "poison"}  # what the picky buyer cannot digest
 

@@ -10,8 +10,8 @@ import pytest
 
 from testkit.servers import free_port
 from webhooks.logs import JsonFormatter
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer
 
 REFUSED = {
     "user and password": "https://acme:s3cret@buyer.example/leads",

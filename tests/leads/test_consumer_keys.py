@@ -19,9 +19,9 @@ from tests.test_consumer import EMAIL, EMAIL_SPELLINGS, PHONE, PHONE_SPELLINGS
 from webhooks import services
 from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.leads.rules import suppression, suppression_rehash
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, SuppressionEntry, SuppressionList
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, SuppressionEntry, SuppressionList
 
 SPEC = {"email": {"type": "email"}, "phone": {"type": "phone", "region": "US"}}
 SPELLINGS = [("phone", s) for s in PHONE_SPELLINGS] + [("email", s) for s in EMAIL_SPELLINGS]

@@ -1,5 +1,5 @@
 """DELETE .../personal-data reaches every web process (leads/accounting/erasure.py): each
-journal reads the erasure feed (storage/erasures.py), drops the lead's body and says so, and
+journal reads the erasure feed (storage/live/erasures.py), drops the lead's body and says so, and
 the answer waits for every live journal's word. Journals of other processes are played by
 Journal objects on the run's Redis, each read by a thread of its own as its watcher reads it."""
 
@@ -20,9 +20,9 @@ from webhooks.leads.accounting import ledger
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import erasures, keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Publisher
+from webhooks.storage.live import erasures, keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Publisher
 
 PUB = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
 BODY = '{"lead_id": "%s", "email": "ada+%s@example.com", "phone": "+1512555010%d"}'

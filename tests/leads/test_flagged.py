@@ -10,8 +10,8 @@ import pytest
 
 from testkit.reads import rows_read
 from webhooks.leads.accounting.ledger import flagged
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Lead, LeadAttempt, utcnow
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import Lead, LeadAttempt, utcnow
 
 LEADS = 3000
 

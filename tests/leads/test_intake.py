@@ -277,7 +277,7 @@ def test_same_lead_id_from_two_publishers_is_two_leads(api, buyer_server, worker
 def test_circuit_opens_skips_without_a_call_half_opens_and_closes(api, buyer_server, reconfigure, redis_server):
     """BREAKER_FAILURES=3; a cool-down of a minute, so that a stalled test never finds the
     circuit half-open where it expects it open. Its end is brought forward in Redis."""
-    from webhooks.storage import keys
+    from webhooks.storage.live import keys
 
     reconfigure(breaker_cooldown_ms=60_000)
     flaky = buyer_server.add("flaky", "error500")

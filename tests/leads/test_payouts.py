@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhooks.storage.db import db
-from webhooks.storage.models import Publisher
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Publisher
 
 
 def balance(publisher_id: str) -> str:

@@ -14,9 +14,9 @@ import pytest
 from testkit.roundtrips import pipelines_of
 from testkit.trustedform import API_KEY, TrustedFormStandIn
 from webhooks import services
-from webhooks.storage import keys as keys_module
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
+from webhooks.storage.live import keys as keys_module
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 
 PING = {"fields": {"state": "{{ lead.state }}"}, "bid": "price", "min_bid": "3.00"}
 CERT = "https://cert.trustedform.com/" + "ab" * 20

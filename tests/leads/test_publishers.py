@@ -19,7 +19,7 @@ from testkit.servers import wait_until
 from tests.conftest import CLUSTER
 from webhooks import config, services
 from webhooks.errors import ConfigError
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 
 def _post(

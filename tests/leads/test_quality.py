@@ -13,8 +13,8 @@ import pytest
 
 from webhooks.errors import InvalidLead, ValidationError
 from webhooks.leads.rules.quality import parse_spec
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 
 SPEC = {
     "email": {"type": "email", "required": True},

@@ -36,11 +36,11 @@ from webhooks.leads.path import answers, recovery, settlement
 from webhooks.leads.path.routing import Offer, Outcome, attempt_note, lead_ref
 from webhooks.leads.posting.delivery import Deliverer
 from webhooks.leads.rules.catalog import load_snapshot
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, LeadAttempt
-from webhooks.storage.redis import Store
-from webhooks.storage.settle_queue import SETTLE
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.settle_queue import SETTLE
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, LeadAttempt
 from webhooks.storage.states import LeadStatus
 
 

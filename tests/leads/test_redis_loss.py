@@ -165,7 +165,7 @@ def test_a_new_publishers_answers_are_all_in_redis_so_no_lead_asks_the_ledger(ap
     """A publisher made through the API has no lead anywhere yet: its memory mark says Redis
     holds every answer from the start (lua/claim_lead.lua), so no lead of it costs a ledger
     read. After the mark is lost, leads ask the ledger for LEAD_REPLAY_TTL_S."""
-    from webhooks.storage import claims, keys
+    from webhooks.storage.live import claims, keys
 
     api.put_publisher("pub-fresh")
     r = services.of(app).store.redis

@@ -19,10 +19,10 @@ from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher
-from webhooks.storage.scripts import Lease
+from webhooks.storage.live import keys
+from webhooks.storage.live.scripts import Lease
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Lead, LeadAttempt, Publisher
 from webhooks.storage.states import LeadStatus
 
 PUB = PublisherRule(id="surge", active=True, payout_pct=Decimal("10"))
@@ -188,7 +188,7 @@ def test_erasing_a_sold_lead_forgets_its_consumer_at_the_buyer(api, app, buyer_s
 
 def test_the_purge_is_an_hourly_job_that_a_redis_outage_ends_quietly(aged, app, monkeypatch):
     from testkit.servers import free_port
-    from webhooks.storage.redis import make_store
+    from webhooks.storage.live.redis import make_store
     from workers import retention
     from workers.context import Backends
     from workers.schedule import PERIODIC

@@ -21,8 +21,8 @@ from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.catalog import load_snapshot
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage.db import db
-from webhooks.storage.models import Publisher
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Publisher
 
 DEDUPE = {"fields": ["email", "phone"], "days": 30}
 

@@ -24,10 +24,10 @@ from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import keys, settle_queue
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import AuditLog, Lead, LeadAttempt, Publisher
-from webhooks.storage.settle_queue import SETTLE, enqueue_drain
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.settle_queue import SETTLE, enqueue_drain
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import AuditLog, Lead, LeadAttempt, Publisher
 from workers import schedule
 
 pytestmark = pytest.mark.e2e  # RQ worker processes of its own, killed -9

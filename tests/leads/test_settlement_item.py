@@ -15,10 +15,10 @@ from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import settle_queue
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, Publisher
-from webhooks.storage.scripts import Lease
+from webhooks.storage.live import settle_queue
+from webhooks.storage.live.scripts import Lease
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, Publisher
 from webhooks.storage.states import LeadStatus
 
 PUB = PublisherRule(id="pub", active=True, payout_pct=Decimal("10"))

@@ -21,8 +21,8 @@ from webhooks import money
 from webhooks.caps import balance
 from webhooks.leads.accounting import statement
 from webhooks.storage import wallets
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Wallet, WalletEntry
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.wallets import Entry
 
 ACCOUNT = "buyer-acme"

@@ -17,9 +17,9 @@ from testkit.roundtrips import pipelines_of
 from testkit.servers import wait_until
 from webhooks import services
 from webhooks.leads.rules import suppression
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, SuppressionEntry
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, SuppressionEntry
 
 
 def md5(text: str) -> str:
@@ -218,7 +218,7 @@ def test_a_list_loaded_again_reads_its_own_entries_a_page_at_a_time(app, redis_s
     (list_id, digest) index: the load reads the list's own entries, not the other lists'
     (paged by row id, MariaDB walked the table's rows of every list), and every entry is back."""
     from testkit.reads import rows_read
-    from webhooks.storage.db import is_mysql
+    from webhooks.storage.records.db import is_mysql
 
     if not is_mysql():
         pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306): counts the rows the server reads")

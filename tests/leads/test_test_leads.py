@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tests.leads.test_integration import PING, _bidder
 from webhooks import services
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, Publisher
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, Publisher
 
 FIELDS = {"email": {"type": "email", "required": True}, "age": {"type": "integer", "min": 18}}
 

@@ -26,7 +26,7 @@ from webhooks import config
 from webhooks.errors import ConfigError
 from webhooks.events import log as events_log
 from webhooks.events import sender
-from webhooks.storage import keys, outbox_queue
+from webhooks.storage.live import keys, outbox_queue
 
 # docs/api.md: the body is {"type", "data": {these}}
 CONTRACT_FIELDS = ["provider", "reference", "customer", "currency", "amount_minor", "balance_minor"]

@@ -25,9 +25,9 @@ from webhooks import config, services
 from webhooks.payments import reconcile
 from webhooks.payments.providers import notifications, payment_lists
 from webhooks.payments.states import Verdict
-from webhooks.storage import claims, keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment, WebhookCall
+from webhooks.storage.live import claims, keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment, WebhookCall
 
 SINCE = datetime.now(timezone.utc) - timedelta(days=1)
 LISTED = ("paystack", "flutterwave", "monnify", "stripe")

@@ -16,7 +16,7 @@ from tests.payments.test_disputes import PAYSTACK_RESOLVE, STRIPE_DISPUTE
 from webhooks import services
 from webhooks.payments import reconcile
 from webhooks.payments.providers import payment_lists
-from webhooks.storage.db import db
+from webhooks.storage.records.db import db
 
 SINCE = datetime.now(timezone.utc) - timedelta(days=1)
 EMAIL = "jenny@example.com"

@@ -18,9 +18,9 @@ from redis import Redis
 
 from testkit import ops
 from tests.conftest import ADMIN_TOKEN
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Lead
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Lead
 
 BAD_IDS = ["nl1\n", "nl1\r\n", "a b", "x" * 65, "caf\u00e9", "tab\t", "", "semi;colon", "nul\x00", "\n"]
 # A field template that is cheap on the sample lead and explodes on this one: a loop bound by
@@ -280,7 +280,7 @@ def test_the_journal_keeps_what_it_needs_within_its_byte_budget(database_url, qu
     from webhooks.leads.path import settlement
     from webhooks.leads.path.routing import Outcome
     from webhooks.leads.rules.publishers import PublisherRule
-    from webhooks.storage.settle_queue import queue
+    from webhooks.storage.live.settle_queue import queue
 
     # A database index of its own: no worker drains this queue behind the test's back
     r = Redis(port=queue_server.port, db=7, decode_responses=True)

@@ -11,8 +11,8 @@ from webhooks import services
 from webhooks.caps import balance, leases
 from webhooks.caps.balance import Billing
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer
 from webhooks.storage.wallets import Entry
 
 HOSTILE = "<script>alert(1)</script>"

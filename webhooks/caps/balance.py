@@ -32,11 +32,12 @@ from typing import Any, NamedTuple
 from webhooks import money
 from webhooks.caps.sales import settled_of
 from webhooks.errors import Conflict, InvalidPayload, ValidationError
-from webhooks.storage import keys, wallets
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Wallet, WalletEntry
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import Balance, Hold, LedgerBalance
+from webhooks.storage import wallets
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import Balance, Hold, LedgerBalance
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, Wallet, WalletEntry
 from webhooks.storage.states import LeadStatus
 from webhooks.storage.wallets import Entry
 

@@ -15,11 +15,11 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from webhooks import consumer
-from webhooks.storage import keys, settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
-from webhooks.storage.redis import Store
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 from webhooks.storage.states import LeadStatus
 
 if TYPE_CHECKING:

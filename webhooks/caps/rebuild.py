@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from webhooks.caps import balance, dedupe, leases
 from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total
-from webhooks.storage import keys, settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import LedgerBalance
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import LedgerBalance
+from webhooks.storage.records.db import db
 
 if TYPE_CHECKING:
     from webhooks.caps.balance import Billing

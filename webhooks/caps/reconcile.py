@@ -19,11 +19,12 @@ from webhooks import metrics
 from webhooks.caps import balance, dedupe, leases
 from webhooks.caps.sales import sales_since, total
 from webhooks.caps.windows import Window
-from webhooks.storage import audit, keys, settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BalanceReconciled, CapSnapshot, WalletLeases
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import BalanceReconciled, CapSnapshot, WalletLeases
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
 from webhooks.storage.states import SnapshotStatus
 
 if TYPE_CHECKING:

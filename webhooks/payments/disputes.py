@@ -21,9 +21,9 @@ from webhooks.payments.refunds import (
     writing,
 )
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, RefundStatus, Verdict
-from webhooks.storage import audit
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment, PaymentDispute, Refund, utcnow
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment, PaymentDispute, Refund, utcnow
 
 
 def _refunded_already(note: RefundNotification, amount: int) -> bool:

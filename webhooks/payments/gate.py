@@ -21,11 +21,12 @@ from rq import Queue
 from webhooks.payments import ledger
 from webhooks.payments.ledger import Receipt
 from webhooks.payments.providers.notifications import PaymentNotification, RefundNotification
-from webhooks.storage import claims, fastsql, keys, settle_queue
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.models import WebhookCall
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import PaymentRef
+from webhooks.storage.live import claims, keys, settle_queue
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import PaymentRef
+from webhooks.storage.records import fastsql
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.models import WebhookCall
 from webhooks.storage.states import GateVerdict
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,10 @@ from webhooks.events import outbox
 from webhooks.payments.providers.notifications import PaymentNotification, RefundNotification
 from webhooks.payments.providers.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
-from webhooks.storage import audit, fastsql, wallets
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Payment, Wallet, WebhookCall, utcnow
+from webhooks.storage import wallets
+from webhooks.storage.records import audit, fastsql
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import Payment, Wallet, WebhookCall, utcnow
 
 log = logging.getLogger(__name__)
 

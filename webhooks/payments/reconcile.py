@@ -21,8 +21,8 @@ from webhooks.payments.providers.listing import Lister, ProviderError
 from webhooks.payments.providers.payment_lists import going_back
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
-from webhooks.storage import claims, keys
-from webhooks.storage.models import Payment, utcnow
+from webhooks.storage.live import claims, keys
+from webhooks.storage.records.models import Payment, utcnow
 
 log = logging.getLogger(__name__)
 

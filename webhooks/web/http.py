@@ -17,8 +17,8 @@ from werkzeug.routing import BaseConverter
 from webhooks import strictjson
 from webhooks.errors import FloodgateError, InvalidLead, ValidationError
 from webhooks.logs import REQUEST_ID
-from webhooks.storage.db import UNAVAILABLE_ERRORS
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS
 from webhooks.validate import is_id
 
 if TYPE_CHECKING:

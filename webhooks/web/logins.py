@@ -13,7 +13,7 @@ from flask import request
 
 from webhooks import services
 from webhooks.errors import FloodgateError, TooManyAttempts, Unauthorized
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 from webhooks.validate import bearer
 
 # The token is long and random: this only keeps a guesser from trying at the speed of the network.

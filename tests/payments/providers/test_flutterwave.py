@@ -14,8 +14,8 @@ import pytest
 from testkit.payments import balance, counts, deliver, encode, payload, verdicts, with_metadata
 from testkit.provider_apis import FLUTTERWAVE_KEY, ProviderApis
 from testkit.servers import free_port
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog
 
 SECRET_KEY = "FLWSECK_TEST-0123456789abcdef-X"
 TX_ID = "285959875"  # data.id of Flutterwave's sample webhook (payments_helpers.FLUTTERWAVE)

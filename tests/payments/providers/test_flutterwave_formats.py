@@ -19,7 +19,7 @@ from testkit.payments import (
     wallet_invariant_breaches,
 )
 from tests.payments.providers.test_flutterwave import SECRET_KEY, FakeFlutterwave
-from webhooks.storage.db import db
+from webhooks.storage.records.db import db
 
 CHARGE_ID = "chg_Hq4oBRTJ4r"
 

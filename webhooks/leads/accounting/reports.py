@@ -15,8 +15,8 @@ import peewee as pw
 
 from webhooks import csvsafe
 from webhooks.leads.accounting.item import SettlementItem
-from webhooks.storage.db import is_mysql
-from webhooks.storage.models import Lead, LeadStats
+from webhooks.storage.records.db import is_mysql
+from webhooks.storage.records.models import Lead, LeadStats
 from webhooks.storage.states import LeadStatus
 
 GROUPS = ("publisher", "buyer", "day", "hour")

@@ -17,10 +17,10 @@ from webhooks.events import outbox
 from webhooks.leads.accounting import reports
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import audit
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Lead, Publisher
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, Lead, Publisher
 from webhooks.storage.states import LeadStatus
 from webhooks.storage.wallets import Entry
 from webhooks.validate import cents

@@ -20,7 +20,7 @@ import peewee as pw
 from webhooks import strictjson
 from webhooks.errors import InvalidJSON
 from webhooks.leads.accounting.ledger import lead_view
-from webhooks.storage.models import Lead, LeadAttempt
+from webhooks.storage.records.models import Lead, LeadAttempt
 from webhooks.storage.states import LeadStatus
 
 MAX_LIMIT = 500

@@ -28,7 +28,7 @@ import peewee as pw
 from webhooks import csvsafe, money
 from webhooks.caps.balance import Billing
 from webhooks.errors import Conflict, NotFound, ValidationError
-from webhooks.storage.models import Buyer, WalletEntry
+from webhooks.storage.records.models import Buyer, WalletEntry
 from webhooks.storage.wallets import Entry
 
 PAGE = 5000  # lines per read: bounds memory and each query, whatever a month holds

@@ -27,9 +27,9 @@ from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import Buckets, PublisherRule, Toll, cap_counters, cap_windows, key_hash, refuse
 from webhooks.leads.rules.quality import checked
 from webhooks.leads.rules.suppression import SUPPRESSED
-from webhooks.storage import claims, keys
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import LeadClaim
+from webhooks.storage.live import claims, keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import LeadClaim
 from webhooks.storage.states import ClaimOutcome, LeadStatus
 from webhooks.validate import is_id
 

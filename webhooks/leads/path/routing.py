@@ -32,10 +32,10 @@ from webhooks.leads.rules import consent, suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import keys
-from webhooks.storage.batch import Batch, Client, Pending
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BreakerRule, Lease
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Batch, Client, Pending
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import BreakerRule, Lease
 from webhooks.storage.states import AttemptOutcome, Circuit, LeadStatus, ReservationStatus
 from webhooks.validate import cents
 

@@ -22,8 +22,8 @@ from webhooks.errors import InvalidPayload, ValidationError
 from webhooks.leads.posting import integration
 from webhooks.leads.rules import consent, suppression
 from webhooks.logs import REDACTED_URL, redact_url, restore_url
-from webhooks.storage.models import Buyer
-from webhooks.storage.scripts import NO_HOLD, Hold
+from webhooks.storage.live.scripts import NO_HOLD, Hold
+from webhooks.storage.records.models import Buyer
 from webhooks.validate import cents
 
 CODE = "invalid_buyer"
@@ -377,9 +377,9 @@ class BuyerRule:
 
 def save(buyer_id: str, fields: dict[str, Any]) -> tuple[Buyer, bool]:
     """Create or replace a buyer (and undelete it); return (row, created). Caller bumps config."""
-    from webhooks.storage import audit
-    from webhooks.storage.db import db
-    from webhooks.storage.models import utcnow
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import utcnow
 
     now = utcnow()
     with db.atomic():
@@ -412,9 +412,9 @@ def _audited(fields: dict[str, Any]) -> dict[str, Any]:
 
 def delete(buyer_id: str) -> bool:
     """Soft-delete: the buyer gets no new leads; its ledger history stays."""
-    from webhooks.storage import audit
-    from webhooks.storage.db import db
-    from webhooks.storage.models import utcnow
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import utcnow
 
     with db.atomic():
         n = (

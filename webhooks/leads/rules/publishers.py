@@ -16,12 +16,12 @@ from webhooks import metrics
 from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
 from webhooks.leads.rules import consent, precheck_quota, quality, suppression
-from webhooks.storage import keys
-from webhooks.storage.models import Publisher
-from webhooks.storage.scripts import CapCounter
+from webhooks.storage.live import keys
+from webhooks.storage.live.scripts import CapCounter
+from webhooks.storage.records.models import Publisher
 
 if TYPE_CHECKING:
-    from webhooks.storage.redis import Store
+    from webhooks.storage.live.redis import Store
 
 CODE = "invalid_publisher"
 _FIELDS = {
@@ -372,9 +372,9 @@ def save(publisher_id: str, fields: dict[str, Any]) -> tuple[Publisher, bool]:
     """Create or replace a publisher; an API key already used by another one is refused.
     Returns (row, fresh): fresh when it was created and the ledger has no lead of it (so
     Redis can remember every answer it is given: claims.remember_from_start)."""
-    from webhooks.storage import audit
-    from webhooks.storage.db import db
-    from webhooks.storage.models import Lead, utcnow
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import Lead, utcnow
 
     now = utcnow()
     with db.atomic():

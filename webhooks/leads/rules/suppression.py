@@ -20,10 +20,11 @@ from typing import Any
 
 from webhooks import consumer
 from webhooks.errors import Conflict, NotFound, ValidationError
-from webhooks.storage import audit, keys
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import SuppressionEntry, SuppressionList, utcnow
 from webhooks.validate import is_id
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from flask.typing import ResponseReturnValue
 from webhooks import metrics, services
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments.providers import payment_lists
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
 from webhooks.web.ops import csp
 from webhooks.web.ops.gauges import LiveCollector, OutboxCollector
 

@@ -15,7 +15,7 @@ from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
 from webhooks.leads.accounting import statement
 from webhooks.leads.rules import buyers
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.models import Buyer
 from webhooks.validate import is_id
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin.lists import page_of

@@ -11,7 +11,7 @@ from flask.typing import ResponseReturnValue
 from webhooks.errors import BadRequest, Conflict, NotFound
 from webhooks.leads.accounting import returns, search
 from webhooks.leads.accounting.ledger import lead_view
-from webhooks.storage.models import Lead
+from webhooks.storage.records.models import Lead
 from webhooks.validate import is_id
 from webhooks.web.admin.leads import return_lead_now
 from webhooks.web.admin.lists import lead_page

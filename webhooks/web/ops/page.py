@@ -24,8 +24,8 @@ from webhooks.leads.accounting import reports
 from webhooks.leads.accounting.ledger import flagged, lead_view
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import rejected
-from webhooks.storage.batch import Client
-from webhooks.storage.models import Buyer, Lead
+from webhooks.storage.live.batch import Client
+from webhooks.storage.records.models import Buyer, Lead
 from webhooks.web.ops import bp
 
 REFRESH_S = 5

@@ -1,4 +1,4 @@
-"""The MySQL connection pool (storage/db.py Pool) on the real MariaDB: no ping and no rollback
+"""The MySQL connection pool (storage/records/db.py Pool) on the real MariaDB: no ping and no rollback
 per request, yet a transaction left open is rolled back on check-in and a connection the server
 closed is not handed out again."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhooks.storage.db import Pool, escape_string, is_mysql, make_database
+from webhooks.storage.records.db import Pool, escape_string, is_mysql, make_database
 
 
 @pytest.fixture
@@ -159,8 +159,8 @@ def test_a_credit_is_one_round_trip_and_a_second_one_of_the_same_payment_keeps_n
     from testkit.payments import encode, payload
     from webhooks.payments import ledger
     from webhooks.payments.providers import notifications
-    from webhooks.storage.db import db
-    from webhooks.storage.models import Payment, WebhookCall
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import Payment, WebhookCall
 
     if not is_mysql():
         pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
@@ -184,7 +184,7 @@ def test_tls_is_what_the_url_asks_for_and_its_context_is_built_once(pool, databa
     """Loopback: no TLS (PyMySQL's default "preferred" would build a TLS context, loading the
     system's certificates, for every new connection). Asked for: one context per process."""
     from webhooks.errors import ConfigError
-    from webhooks.storage.db import tls_options
+    from webhooks.storage.records.db import tls_options
 
     assert tls_options("127.0.0.1", "") == {"ssl_disabled": True} == tls_options("localhost", "")
     assert tls_options("db.internal", "") == {}  # preferred: TLS when the server offers it

@@ -1,10 +1,10 @@
-"""Store's script calls (webhooks/storage/redis.py `Store._run`) against a Redis that does not
+"""Store's script calls (webhooks/storage/live/redis.py `Store._run`) against a Redis that does not
 know the scripts: restarted empty, failed over to a replica that never loaded them, flushed."""
 
 from __future__ import annotations
 
-from webhooks.storage.redis import make_store
-from webhooks.storage.scripts import PaymentRef
+from webhooks.storage.live.redis import make_store
+from webhooks.storage.live.scripts import PaymentRef
 
 
 def test_a_redis_that_forgot_the_scripts_runs_them_all_the_same(redis_server):

@@ -1,4 +1,4 @@
-"""Redis' files after an erasure (storage/persistence.py): every node rewrites its AOF and saves
+"""Redis' files after an erasure (storage/live/persistence.py): every node rewrites its AOF and saves
 its snapshot anew, and the answer says how that went. Private redis-servers with real files;
 snapshots uncompressed (`rdbcompression no`) so that a value they hold can be found in them."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import redis
 
 from testkit.servers import RedisServer
-from webhooks.storage import persistence
-from webhooks.storage.persistence import Files
+from webhooks.storage.live import persistence
+from webhooks.storage.live.persistence import Files
 
 SECRET = "ada.lovelace+erase-me@example.com"
 PLAIN = ("--rdbcompression", "no")

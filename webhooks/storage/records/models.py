@@ -1,4 +1,4 @@
-"""peewee models of the ledger. They must agree with sql/*.sql (tests/storage/test_migrate.py checks it)."""
+"""peewee models of the ledger. They must agree with sql/*.sql (tests/storage/records/test_migrate.py checks it)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import peewee as pw
 
-from webhooks.storage.db import db
+from webhooks.storage.records.db import db
 
 
 def utcnow() -> datetime:

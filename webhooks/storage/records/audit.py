@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from webhooks.storage import fastsql
-from webhooks.storage.models import AuditLog, utcnow
+from webhooks.storage.records import fastsql
+from webhooks.storage.records.models import AuditLog, utcnow
 
 
 def record(actor: str, action: str, entity: str, entity_id: str, detail: Any = None) -> None:

@@ -12,8 +12,8 @@ from typing import Any, cast
 import redis
 from rq import Queue, Retry
 
-from webhooks.storage import keys
-from webhooks.storage.batch import Batch, Client
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Batch, Client
 
 SETTLE = "floodgate"  # the one queue the `worker` process listens on
 # The first retry is immediate (a blip, or a job abandoned by a killed worker), then back-off.

@@ -19,8 +19,8 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ExecAbortError, ResponseError
 
 import lua
-from webhooks.storage import scripts
-from webhooks.storage.scripts import (
+from webhooks.storage.live import scripts
+from webhooks.storage.live.scripts import (
     NO_HOLD,
     Answered,
     Arg,

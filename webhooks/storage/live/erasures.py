@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from webhooks.storage import keys
-from webhooks.storage.batch import Client
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
 
 ALIVE_MS = 5_000  # a journal that said nothing for this long is not waited for (it looks every 0.5 s)
 STALE_MS = 3_600_000  # then its word is deleted

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from webhooks.storage.batch import Client
+from webhooks.storage.live.batch import Client
 
 log = logging.getLogger(__name__)
 

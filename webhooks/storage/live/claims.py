@@ -5,8 +5,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from webhooks.storage import keys
-from webhooks.storage.redis import Store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import Store
 
 ROUTING = "routing:"  # prefix of a lead claim value while its lead is being routed
 LATE_S = 1.0  # this close to its claim's expiry, a lead's routing checks it still holds the claim

@@ -18,10 +18,10 @@ from webhooks.errors import RateLimited, ValidationError
 from webhooks.leads.path.intake import Intake, LeadRequest
 from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import load_snapshot
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.redis import Store
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.settle_queue import queue
+from webhooks.storage.records.db import db
 
 SENT: Counter = Counter()  # round trips per thread
 WHAT: dict[int, list[bytes]] = {}  # per thread, the start of each write (said when a count is off)
@@ -137,8 +137,8 @@ def test_a_duplicate_payment_costs_one_round_trip_and_no_database_write(api, cou
     from testkit.payments import encode, payload
     from webhooks.payments import gate, ledger
     from webhooks.payments.providers import notifications
-    from webhooks.storage import keys
-    from webhooks.storage.models import WebhookCall
+    from webhooks.storage.live import keys
+    from webhooks.storage.records.models import WebhookCall
     from workers.settle import write_webhook_calls
 
     # A Redis database of its own: the run's RQ worker (started by an earlier test under xdist)
@@ -199,11 +199,11 @@ def test_a_burst_of_repeats_queues_one_audit_row_per_body_and_verdict_on_a_queue
     from testkit.payments import encode, payload
     from webhooks.payments import gate, ledger
     from webhooks.payments.providers import notifications
-    from webhooks.storage import keys
-    from webhooks.storage.db import make_database
-    from webhooks.storage.redis import make_store
-    from webhooks.storage.scripts import PaymentRef
-    from webhooks.storage.settle_queue import queue as rq_queue
+    from webhooks.storage.live import keys
+    from webhooks.storage.live.redis import make_store
+    from webhooks.storage.live.scripts import PaymentRef
+    from webhooks.storage.live.settle_queue import queue as rq_queue
+    from webhooks.storage.records.db import make_database
 
     base = redis_server.url.rsplit("/", 1)[0]
     store, apart = make_store(base + "/9"), make_store(base + "/10")

@@ -25,11 +25,11 @@ from webhooks.leads.path import answers
 from webhooks.leads.path.intake import Intake
 from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import load_snapshot
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
-from webhooks.storage.redis import Store
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.settle_queue import queue
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A Batch on one Redis is written and read on a pooled connection itself (storage/batch.py
+"""A Batch on one Redis is written and read on a pooled connection itself (storage/live/batch.py
 `_send_on`), not through redis-py's Pipeline, which a cluster and a client whose connections
 retry keep: both paths must read every reply alike, raise an error reply after reading the
 rest, keep MULTI/EXEC's all-or-nothing, and leave no reply on a connection cut off mid-batch."""
@@ -12,8 +12,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from webhooks.storage.batch import Batch, _send_on
-from webhooks.storage.redis import make_redis
+from webhooks.storage.live.batch import Batch, _send_on
+from webhooks.storage.live.redis import make_redis
 
 
 def _single_node(redis_server) -> str:

@@ -1,4 +1,4 @@
-"""The check the Redis pool makes when it hands out a connection (webhooks/storage/redis.py
+"""The check the Redis pool makes when it hands out a connection (webhooks/storage/live/redis.py
 `Connection.can_read`), made with one poll(2) call: a connection left with an unread reply, or
 closed by the server, is still never handed out as it is; an idle one is handed out as it is.
 And the Store's scripts' own path to a connection (`_send`): a command cut off before its
@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from testkit.servers import wait_until
-from webhooks.storage.redis import Connection, _send, make_redis
+from webhooks.storage.live.redis import Connection, _send, make_redis
 
 
 @pytest.fixture

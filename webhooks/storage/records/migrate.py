@@ -7,12 +7,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import ALL_MODELS, SchemaMigration
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import ALL_MODELS, SchemaMigration
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"  # the checkout's sql/
+SQL_DIR = Path(__file__).resolve().parents[3] / "sql"  # the checkout's sql/
 _MIGRATIONS_DDL = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
     " version VARCHAR(32) NOT NULL PRIMARY KEY, applied_at DATETIME(6) NOT NULL"

@@ -9,9 +9,16 @@ import peewee as pw
 import pytest
 
 from testkit.servers import create_mysql_db, mysql_admin_url
-from webhooks.storage import models
-from webhooks.storage.db import db, is_mysql, make_database
-from webhooks.storage.migrate import _MIGRATIONS_DDL, SQL_DIR, migration_files, split_statements, table_renames, upgrade
+from webhooks.storage.records import models
+from webhooks.storage.records.db import db, is_mysql, make_database
+from webhooks.storage.records.migrate import (
+    _MIGRATIONS_DDL,
+    SQL_DIR,
+    migration_files,
+    split_statements,
+    table_renames,
+    upgrade,
+)
 
 
 def expected_type(field: pw.Field) -> str:

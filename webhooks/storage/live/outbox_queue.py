@@ -13,10 +13,10 @@ from typing import Any
 
 from rq import Queue
 
-from webhooks.storage import keys
-from webhooks.storage.batch import Client
-from webhooks.storage.redis import REDIS_DOWN
-from webhooks.storage.settle_queue import RETRY
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.live.settle_queue import RETRY
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""storage/fastsql.py: a row it inserts reads back as peewee's own insert would have stored it
+"""storage/records/fastsql.py: a row it inserts reads back as peewee's own insert would have stored it
 (defaults filled, values through each field's db_value), and a duplicate key is the same
 IntegrityError; on the run's database (MariaDB when reachable, else SQLite)."""
 
@@ -10,9 +10,9 @@ import peewee as pw
 import pytest
 
 from webhooks.payments.states import PaymentStatus
-from webhooks.storage import fastsql
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment
+from webhooks.storage.records import fastsql
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment
 
 
 def payment(reference: str) -> dict:

@@ -138,7 +138,7 @@ CONFIG_VERSION = PREFIX + "config:version"
 EPOCH = PREFIX + "epoch"  # random, made anew when the settlement Redis starts empty
 SETTLE_PENDING = PREFIX + "settle:pending"
 SETTLE_SCHEDULED = PREFIX + "settle:scheduled"
-# The erasure feed (storage/erasures.py), on the settlement Redis beside EPOCH: a stream of the
+# The erasure feed (storage/live/erasures.py), on the settlement Redis beside EPOCH: a stream of the
 # leads whose personal data was erased, and each web process's journal's word on how far it read.
 ERASURES = PREFIX + "erasures"
 ERASURES_SEEN = PREFIX + "erasures:seen"

@@ -11,7 +11,7 @@ from typing import Any
 
 import peewee as pw
 
-from webhooks.storage.db import Pool, db
+from webhooks.storage.records.db import Pool, db
 
 _STATEMENTS: dict[tuple[type[pw.Model], tuple[str, ...], str], tuple[str, list[pw.Field]]] = {}
 

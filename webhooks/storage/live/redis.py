@@ -31,9 +31,9 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.typing import PatternT
 
 import lua
-from webhooks.storage import keys, scripts, settle_queue
-from webhooks.storage.batch import Batch, send_pooled
-from webhooks.storage.scripts import (
+from webhooks.storage.live import keys, scripts, settle_queue
+from webhooks.storage.live.batch import Batch, send_pooled
+from webhooks.storage.live.scripts import (
     NO_HOLD,
     Answered,
     Backlog,
@@ -201,7 +201,7 @@ class Store:
     """A Redis client (one server or a cluster) with Floodgate's Lua scripts registered on it
     once (the way alisaifee/limits' RedisStorage keeps its scripts), each reached through one
     typed method below that builds its KEYS from keys.py and returns a named result
-    (storage/scripts.py); `batch()` queues several in one round trip. `redis` takes every
+    (storage/live/scripts.py); `batch()` queues several in one round trip. `redis` takes every
     plain command; `cap_wait` is how many replicas must hold a cap reservation before its
     lead is delivered."""
 
@@ -214,7 +214,7 @@ class Store:
         self.scripts: dict[str, Script] = {name: client.register_script(lua.source(name)) for name in scripts.NAMES}
 
     def batch(self, on_node_of: str | None = None, atomic: bool = False) -> Batch:
-        """Commands sent together (storage/batch.py); with `on_node_of`, on a plain client of
+        """Commands sent together (storage/live/batch.py); with `on_node_of`, on a plain client of
         that key's node (the store's client itself unless a cluster): for WAIT, which counts
         the replicas holding the writes of its own connection. `atomic`: all or none of them
         run (Batch's MULTI/EXEC, on one Redis)."""

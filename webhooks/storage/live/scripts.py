@@ -1,6 +1,6 @@
 """Every Lua script's call, typed: what it is given, the KEYS it builds from `keys.py`, and the
-named result its reply is read into. `Store` (storage/redis.py) sends a call on its own and
-`Batch` (storage/batch.py) queues it beside others; both take the call from here, so the
+named result its reply is read into. `Store` (storage/live/redis.py) sends a call on its own and
+`Batch` (storage/live/batch.py) queues it beside others; both take the call from here, so the
 order of KEYS and ARGV (each script's header) is written down once, in this module.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 from webhooks.storage.states import (
     AttemptOutcome,
     Circuit,
