@@ -19,9 +19,9 @@ from flask.cli import AppGroup
 
 from webhooks import services
 from webhooks.errors import Conflict, ValidationError
+from webhooks.formats.validate import is_id
 from webhooks.storage.live.redis import REDIS_DOWN
 from webhooks.storage.records.db import UNAVAILABLE_ERRORS
-from webhooks.validate import is_id
 
 
 class _Group(AppGroup):

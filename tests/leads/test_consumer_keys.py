@@ -15,9 +15,9 @@ from unittest.mock import ANY
 import pytest
 
 from testkit.servers import post_lead_until_answered
-from tests.test_consumer import EMAIL, EMAIL_SPELLINGS, PHONE, PHONE_SPELLINGS
+from tests.formats.test_consumer import EMAIL, EMAIL_SPELLINGS, PHONE, PHONE_SPELLINGS
 from webhooks import services
-from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
+from webhooks.formats.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.leads.rules import suppression, suppression_rehash
 from webhooks.storage.live import keys
 from webhooks.storage.records.db import db

@@ -15,7 +15,7 @@ from testkit.servers import post_lead_until_answered, wait_until
 from webhooks import services
 from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import stored_consumer_keys
-from webhooks.consumer import key as normalise
+from webhooks.formats.consumer import key as normalise
 from webhooks.leads.accounting import ledger
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome

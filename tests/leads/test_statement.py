@@ -17,8 +17,8 @@ import pytest
 
 from testkit.payments import deliver, encode, payload, refund_payload, until_answered, with_metadata
 from tests.payments.test_disputes import stripe_dispute
-from webhooks import money
 from webhooks.caps import balance
+from webhooks.formats import money
 from webhooks.leads.accounting import statement
 from webhooks.storage import wallets
 from webhooks.storage.records.db import db

@@ -158,7 +158,7 @@ def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_serve
     assert resp.status_code == 200
     from rq import Queue
 
-    from webhooks.validate import is_id
+    from webhooks.formats.validate import is_id
 
     assert resp.headers["X-Request-Id"] != "<script>alert(1)</script>"
     jobs = Queue("floodgate", connection=Redis.from_url(queue_server.url)).jobs

@@ -29,9 +29,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from webhooks import money
 from webhooks.caps.sales import settled_of
 from webhooks.errors import Conflict, InvalidPayload, ValidationError
+from webhooks.formats import money
 from webhooks.storage import wallets
 from webhooks.storage.live import keys
 from webhooks.storage.live.redis import REDIS_DOWN, Store

@@ -11,12 +11,12 @@ from typing import Any, cast
 from peewee import fn
 
 from webhooks.caps.windows import Window
+from webhooks.formats.validate import cents
 from webhooks.storage.live import settle_queue
 from webhooks.storage.live.batch import Client
 from webhooks.storage.records.db import db
 from webhooks.storage.records.models import Lead
 from webhooks.storage.states import LeadStatus
-from webhooks.validate import cents
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from typing import Any
 
 import peewee as pw
 
-from webhooks import validate as v
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
+from webhooks.formats import validate as v
 from webhooks.logs import REDACTED_URL, redact_secret, redact_url, restore_url
 from webhooks.storage.records import audit
 from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db, is_mysql

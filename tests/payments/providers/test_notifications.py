@@ -6,7 +6,7 @@ import pytest
 
 from testkit.payments import METADATA_PATH, PROVIDERS, encode, payload, with_metadata, without_payer
 from webhooks.errors import InvalidJSON
-from webhooks.money import InvalidPayload
+from webhooks.formats.money import InvalidPayload
 from webhooks.payments.providers.notifications import parse
 
 

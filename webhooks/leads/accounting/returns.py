@@ -14,6 +14,7 @@ from webhooks.caps import balance, leases
 from webhooks.caps.balance import Charged
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
+from webhooks.formats.validate import cents
 from webhooks.leads.accounting import reports
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.leads.rules.buyers import BuyerRule
@@ -23,7 +24,6 @@ from webhooks.storage.records.db import db
 from webhooks.storage.records.models import Buyer, Lead, Publisher
 from webhooks.storage.states import LeadStatus
 from webhooks.storage.wallets import Entry
-from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import Any, cast
 
 import peewee as pw
 
-from webhooks import csvsafe, money
 from webhooks.caps.balance import Billing
 from webhooks.errors import Conflict, NotFound, ValidationError
+from webhooks.formats import csvsafe, money
 from webhooks.storage.records.models import Buyer, WalletEntry
 from webhooks.storage.wallets import Entry
 

@@ -12,19 +12,19 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from webhooks import money
-from webhooks import validate as v
 from webhooks.caps import balance
 from webhooks.caps.balance import Billing
 from webhooks.caps.dedupe import FIELDS as DEDUPE_FIELDS
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import InvalidPayload, ValidationError
+from webhooks.formats import money
+from webhooks.formats import validate as v
+from webhooks.formats.validate import cents
 from webhooks.leads.posting import integration
 from webhooks.leads.rules import consent, suppression
 from webhooks.logs import REDACTED_URL, redact_url, restore_url
 from webhooks.storage.live.scripts import NO_HOLD, Hold
 from webhooks.storage.records.models import Buyer
-from webhooks.validate import cents
 
 CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
-from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
+from webhooks.formats.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.leads.rules import suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule

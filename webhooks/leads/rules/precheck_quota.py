@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhooks import metrics
-from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
+from webhooks.formats import validate as v
 from webhooks.storage.live import keys
 
 if TYPE_CHECKING:

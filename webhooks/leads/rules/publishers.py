@@ -13,8 +13,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from webhooks import metrics
-from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
+from webhooks.formats import validate as v
 from webhooks.leads.rules import consent, precheck_quota, quality, suppression
 from webhooks.storage.live import keys
 from webhooks.storage.live.scripts import CapCounter

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from webhooks import strictjson
 from webhooks.errors import InvalidPayload, MalformedJSON
+from webhooks.formats import strictjson
 
 Path = tuple[str, ...]
 

@@ -10,8 +10,9 @@ import logging
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from webhooks import money, outbound, strictjson
+from webhooks import outbound
 from webhooks.errors import InvalidJSON, InvalidPayload, NotConfirmed, Unavailable
+from webhooks.formats import money, strictjson
 from webhooks.payments.providers.listing import dumps
 from webhooks.payments.providers.notifications import PaymentNotification
 

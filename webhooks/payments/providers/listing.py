@@ -16,8 +16,9 @@ from decimal import Decimal
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from webhooks import outbound, strictjson
+from webhooks import outbound
 from webhooks.errors import InvalidJSON
+from webhooks.formats import strictjson
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhooks import money
 from webhooks.errors import InvalidPayload
+from webhooks.formats import money
 from webhooks.payments.providers.fields import Path, both, email, equals, get, one_of, reference
 from webhooks.payments.states import Ignored, Motion
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhooks import money, strictjson
 from webhooks.errors import InvalidJSON, InvalidPayload
+from webhooks.formats import money, strictjson
 from webhooks.payments.providers import motions
 from webhooks.payments.providers.fields import Path, both, email, equals, get, load, one_of, reference
 from webhooks.payments.providers.motions import REFUND_SPECS, RefundNotification
@@ -291,7 +291,7 @@ def _flat(provider: str, body: dict[str, Any]) -> PaymentNotification | None:
 def parse(provider: str, raw: bytes, account_field: str = "") -> PaymentNotification | RefundNotification:
     """The event in `raw`; InvalidPayload when it is not JSON, has no event type, or is a
     success (or refund) without a usable reference, amount or currency; InvalidJSON when it is
-    JSON the strict rules refuse (webhooks/strictjson.py). A success's wallet is the value of
+    JSON the strict rules refuse (webhooks/formats/strictjson.py). A success's wallet is the value of
     `account_field` in the merchant's metadata, else the payer's e-mail, else None
     (unattributed)."""
     body = load(raw)

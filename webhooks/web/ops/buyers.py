@@ -13,10 +13,10 @@ from flask.typing import ResponseReturnValue
 
 from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
+from webhooks.formats.validate import is_id
 from webhooks.leads.accounting import statement
 from webhooks.leads.rules import buyers
 from webhooks.storage.records.models import Buyer
-from webhooks.validate import is_id
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin.lists import page_of
 from webhooks.web.http import merge_patch

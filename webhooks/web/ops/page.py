@@ -14,12 +14,13 @@ from urllib.parse import urlsplit
 from flask import render_template, url_for
 from flask.typing import ResponseReturnValue
 
-from webhooks import money, services
+from webhooks import services
 from webhooks.caps import balance, leases
 from webhooks.caps.balance import CREDIT, Billing
 from webhooks.caps.breaker import breakers
 from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
+from webhooks.formats import money
 from webhooks.leads.accounting import reports
 from webhooks.leads.accounting.ledger import flagged, lead_view
 from webhooks.leads.rules.buyers import BuyerRule

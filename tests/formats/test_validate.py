@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testkit.payments import balance, counts, deliver, encode, payload
-from webhooks.money import InvalidPayload, currency, to_minor
+from webhooks.formats.money import InvalidPayload, currency, to_minor
 
 NOT_ASCII_DECIMALS = ["1_0.00", "１２.50", "١٢", " 12.50", "12.50\n", "1e2", "+12", "12.", ".5", "0x10"]
 

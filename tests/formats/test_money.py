@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from webhooks.money import InvalidPayload, currency, to_minor
+from webhooks.formats.money import InvalidPayload, currency, to_minor
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhooks import consumer
+from webhooks.formats import consumer
 
 PHONE = "+15125550111"
 PHONE_SPELLINGS = [

@@ -1,4 +1,4 @@
-"""CSV cells Floodgate writes (webhooks/csvsafe.py): OWASP CSV injection."""
+"""CSV cells Floodgate writes (webhooks/formats/csvsafe.py): OWASP CSV injection."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from webhooks import csvsafe
+from webhooks.formats import csvsafe
 
 
 @pytest.mark.parametrize("text", ["=1+2", "+1", "-A1-B1", "@SUM(A1)", "\tx", "\rx", "-12.50", '=HYPERLINK("x")'])

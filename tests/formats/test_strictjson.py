@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from testkit.payments import counts, deliver, verdicts
-from webhooks import strictjson
 from webhooks.errors import InvalidJSON, MalformedJSON
+from webhooks.formats import strictjson
 
 REFUSED = {
     "NaN": b'{"state": "TX", "score": NaN}',

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from testkit.payments import child_pids, deliver
-from webhooks import strictjson
 from webhooks.errors import InvalidJSON
+from webhooks.formats import strictjson
 
 LIMIT = 256 * 1024  # the body limit (docs/api.md): the largest body any parser call ever sees
 FAST = settings(max_examples=60, deadline=None, database=None)
