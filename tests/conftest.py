@@ -56,7 +56,7 @@ _RQ_ON_REDIS_SERVER = (
     "RQ runs on RQ_REDIS_URL, a single Redis in every deployment; this test enqueues its jobs on "
     "redis_server, a cluster node in this run"
 )
-_SETTLEMENT = "tests/leads/test_settlement.py::"
+_SETTLEMENT = "tests/leads/path/test_settlement.py::"
 NOT_ON_CLUSTER = {
     "tests/caps/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once": (
         _SCHEDULER_ON_DB_INDEX
@@ -192,7 +192,7 @@ def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
             "PYTHONUNBUFFERED": "1",
             "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
             "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
-            # bursts of 1,000 leads from one publisher; tests/leads/test_publishers.py turns the default on
+            # bursts of 1,000 leads from one publisher; tests/leads/rules/test_publishers.py turns the default on
             "PUBLISHER_RATE_LIMIT": "off",
         }
     )
