@@ -184,7 +184,7 @@ def test_buyer_replies_are_read_up_to_a_limit(api, buyer_server):
 
 
 def test_a_bid_above_the_ceiling_is_no_bid(api, buyer_server):
-    from tests.leads.posting.test_integration import PING, _bidder
+    from tests.leads.path.test_routing import PING, _bidder
 
     greedy, _ = _bidder(buyer_server, "greedy", "5000.00")  # PING_MAX_BID defaults to 1000.00
     fair, _ = _bidder(buyer_server, "fair", "999.99")

@@ -73,43 +73,6 @@ def test_publisher_auth_and_validation_errors(api):
         assert resp.json()["error"]["code"] == code
 
 
-def test_filters_state_blocked_publisher_and_inactive(api, buyer_server):
-    for name in ("texas", "blocker", "off", "any"):
-        buyer_server.add(name)
-    key = api.put_publisher("surge")
-    api.put_buyer("texas", buyer_server.url("texas"), priority=1, states=["tx"])
-    api.put_buyer("blocker", buyer_server.url("blocker"), priority=2, blocked_publishers=["surge"])
-    api.put_buyer("off", buyer_server.url("off"), priority=3, active=False)
-    api.put_buyer("any", buyer_server.url("any"), priority=4)
-    api.settle_config()
-    assert api.post_lead(key, {"state": "Tx"}).json()["buyer_id"] == "texas"
-    ok = api.post_lead(key, {"state": "OK"}).json()
-    assert ok["buyer_id"] == "any" and len(ok["attempts"]) == 1  # filtered buyers are not attempts
-    assert api.post_lead(key, {}).json()["buyer_id"] == "any"
-    assert not buyer_server.buyers["blocker"].received and not buyer_server.buyers["off"].received
-
-
-def test_waterfall_priority_order_ties_by_price_and_cascade(api, buyer_server):
-    buyer_server.add("cheap", "reject")
-    buyer_server.add("rich", "error500")
-    buyer_server.add("last", "accept")
-    buyer_server.add("never", "accept")
-    key = api.put_publisher("surge")
-    api.put_buyer("cheap", buyer_server.url("cheap"), priority=1, price="5.00")
-    api.put_buyer("rich", buyer_server.url("rich"), priority=1, price="9.00")
-    api.put_buyer("last", buyer_server.url("last"), priority=2, price="1.00")
-    api.put_buyer("never", buyer_server.url("never"), priority=3, price="99.00")
-    api.settle_config()
-    body = api.post_lead(key, {"lead_id": "w1"}).json()
-    assert [(a["buyer_id"], a["outcome"]) for a in body["attempts"]] == [
-        ("rich", "error"),
-        ("cheap", "rejected"),
-        ("last", "accepted"),
-    ]
-    assert body["buyer_id"] == "last" and body["price"] == "1.00"
-    assert not buyer_server.buyers["never"].received
-
-
 def test_outcome_classification(web_api, buyer_server):
     """Under gunicorn + gevent: the hard deadline is a gevent.Timeout around the whole call."""
     api = web_api

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.leads.posting.test_integration import PING, _bidder
+from tests.leads.path.test_routing import PING, _bidder
 from webhooks import services
 from webhooks.storage.live import keys
 from webhooks.storage.records.db import db
