@@ -32,8 +32,8 @@ from bench import stack
 from bench.common import OUT, machine_info, markdown_table, percentiles, write_json, write_md
 from testkit.config import SECRETS
 from testkit.payments import PROVIDERS, deliver, encode, payload
-from webhooks.storage.db import db, init_db
-from webhooks.storage.models import Payment, Wallet
+from webhooks.storage.records.db import db, init_db
+from webhooks.storage.records.models import Payment, Wallet
 
 
 def latency(values: list[float]) -> dict:

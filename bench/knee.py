@@ -39,7 +39,7 @@ from bench.stack import API_KEY, Stack, cpu_seconds, drained, log, lua_list, war
 from testkit.config import SECRETS
 from testkit.payments import signed_headers
 from testkit.servers import venv_bin
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 REPEATS = 5
 
@@ -109,8 +109,8 @@ def check_payments(db_url: str, expected: dict, payments: int) -> dict:
     after its seconds, so some of its payments may never have been sent)."""
     import peewee as pw
 
-    from webhooks.storage.db import db, init_db
-    from webhooks.storage.models import Payment, Wallet
+    from webhooks.storage.records.db import db, init_db
+    from webhooks.storage.records.models import Payment, Wallet
 
     init_db(db_url, 2)
     with db.connection_context():
@@ -255,8 +255,8 @@ def check_leads(db_url: str, steps: list[dict], timeout_s: float = 60) -> dict:
     """Every lead answered sold or unsold in the open-loop steps is in the ledger, within
     `timeout_s`: an empty settlement queue does not mean its last batch is written yet (the
     worker takes a batch off the list, then writes it), so the count is awaited, not read once."""
-    from webhooks.storage.db import db
-    from webhooks.storage.models import Lead
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import Lead
 
     answered = sum(s["statuses"].get("sold", 0) + s["statuses"].get("unsold", 0) for s in steps)
 

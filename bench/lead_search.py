@@ -23,8 +23,8 @@ from bench.common import machine_info, markdown_table, write_json
 from testkit.servers import create_mysql_db, mysql_admin_url
 from webhooks.leads.accounting import search
 from webhooks.leads.accounting.search import LeadQuery, encode_cursor
-from webhooks.storage.db import db, init_db
-from webhooks.storage.migrate import upgrade
+from webhooks.storage.records.db import db, init_db
+from webhooks.storage.records.migrate import upgrade
 
 START = datetime(2026, 11, 1)
 DAYS = 30

@@ -43,7 +43,7 @@ from bench.common import (
 from webhooks.caps import leases
 from webhooks.caps.windows import CAPS
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage.redis import make_store
+from webhooks.storage.live.redis import make_store
 from webhooks.storage.states import ReservationStatus
 
 CAP = 100

@@ -34,7 +34,7 @@ from testkit.servers import (
     venv_bin,
     wait_until,
 )
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN = "bench-admin-token-0123456789"

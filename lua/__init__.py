@@ -1,10 +1,10 @@
 """Floodgate's Lua scripts, one per file (verb_noun.lua), shipped as package data; a chunk two
 scripts share (a noun.lua) is included where a script says `--#include <noun>`.
 
-webhooks/storage/redis.py registers each once per client with redis-py's `register_script`,
+webhooks/storage/live/redis.py registers each once per client with redis-py's `register_script`,
 whose Script object calls EVALSHA and falls back to EVAL by itself after a Redis restart has
 emptied the script cache (the way alisaifee/limits loads its scripts); a batch of calls
-(webhooks/storage/batch.py) sends their text with EVAL.
+(webhooks/storage/live/batch.py) sends their text with EVAL.
 """
 
 from __future__ import annotations

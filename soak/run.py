@@ -44,7 +44,7 @@ from soak.report import OUT
 from soak.stack import API_KEY, BUYER_TIMEOUT_MS, PUBLISHER, Sampler, Stack
 from testkit.payments import child_pids
 from testkit.servers import Proc, venv_bin
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 FAULTS = ("web_worker_kill", "buyer_hang", "rq_worker_kill", "db_outage", "scheduler_kill", "redis_restart")
 HANG_S, DB_OUTAGE_S = 30, 10
@@ -227,7 +227,7 @@ def wait_outbox(stack: Stack, timeout: float) -> float | None:
     events table, `payment_events`); None past `timeout`."""
     import pymysql
 
-    from webhooks.storage.models import Event, EventDispatch
+    from webhooks.storage.records.models import Event, EventDispatch
 
     events, dispatches = Event._meta.table_name, EventDispatch._meta.table_name
     started = time.time()

@@ -29,7 +29,7 @@ from testkit.servers import (
     venv_bin,
     wait_until,
 )
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 ADMIN = "soak-admin-token-0123456789"
 API_KEY = "pk_soak_0123456789abcdef"

@@ -67,7 +67,7 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        """What REDIS_URL says for this cluster (see webhooks/storage/redis.py)."""
+        """What REDIS_URL says for this cluster (see webhooks/storage/live/redis.py)."""
         return f"redis+cluster://127.0.0.1:{self.port}"
 
     def start(self) -> None:

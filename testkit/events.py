@@ -19,8 +19,8 @@ from webhooks.events import endpoints, sender
 from webhooks.events import log as events_log
 from webhooks.events.outbox import WALLET_TYPES
 from webhooks.leads.accounting.item import SettlementItem
-from webhooks.storage.db import db
-from webhooks.storage.models import Event, EventDispatch, utcnow
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Event, EventDispatch, utcnow
 
 EVENTS_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"  # the application's Standard Webhooks secret
 FAST = sender.RetryPolicy(base_ms=20, max_ms=200, retry_for_s=3600)  # back-off in ms, not s

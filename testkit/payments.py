@@ -22,9 +22,9 @@ from standardwebhooks.webhooks import Webhook
 
 from testkit.config import SECRETS
 from testkit.servers import wait_until
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment, Wallet, WebhookCall
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment, Wallet, WebhookCall
 
 PROVIDERS = ("paystack", "flutterwave", "monnify", "interswitch", "stripe", "standard")
 SECRET = {
@@ -484,7 +484,7 @@ def balance(customer: str, currency: str) -> int | None:
 def write_queued_deliveries() -> int:
     """Write the audit rows of duplicate and in-flight deliveries still queued in Redis, as the
     settlement drain does (workers/settle.py write_webhook_calls), so a test reads them all."""
-    from webhooks.storage.redis import make_store
+    from webhooks.storage.live.redis import make_store
     from workers.settle import write_webhook_calls
 
     if QUEUE_URL is None:

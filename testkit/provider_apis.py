@@ -1,5 +1,5 @@
 """A real local HTTP server playing the list APIs of Paystack, Flutterwave, Monnify and Stripe,
-for the reconciliation listers (webhooks/payments/providers.py): from in-memory lists the test
+for the reconciliation listers (webhooks/payments/providers/payment_lists.py): from in-memory lists the test
 fills, with each provider's auth check and error shape, real pagination and date filters, a
 count of calls per path, and faults injected per provider and page.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from webhooks.storage.db import db
+from webhooks.storage.records.db import db
 
 COUNTERS = ("Handler_read_next", "Handler_read_prev", "Handler_read_rnd_next", "Handler_icp_attempts")
 

@@ -32,10 +32,10 @@ from testkit.servers import (
     wait_until,
 )
 from webhooks import outbound, services, targets
-from webhooks.storage import keys
-from webhooks.storage.db import db, init_db
-from webhooks.storage.migrate import upgrade
-from webhooks.storage.models import ALL_MODELS, SchemaMigration
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db, init_db
+from webhooks.storage.records.migrate import upgrade
+from webhooks.storage.records.models import ALL_MODELS, SchemaMigration
 
 IN_PROCESS_URL = "http://floodgate.test"
 CONFIG_SETTLE_S = 0.35  # > CONFIG_CHECK_INTERVAL_MS below: every web process has the change
@@ -56,7 +56,7 @@ _RQ_ON_REDIS_SERVER = (
     "RQ runs on RQ_REDIS_URL, a single Redis in every deployment; this test enqueues its jobs on "
     "redis_server, a cluster node in this run"
 )
-_SETTLEMENT = "tests/leads/test_settlement.py::"
+_SETTLEMENT = "tests/leads/path/test_settlement.py::"
 NOT_ON_CLUSTER = {
     "tests/caps/test_reconcile.py::test_scheduler_started_twice_schedules_each_periodic_job_once": (
         _SCHEDULER_ON_DB_INDEX
@@ -66,7 +66,7 @@ NOT_ON_CLUSTER = {
     _SETTLEMENT + "test_worker_killed_mid_settlement_is_run_again_and_settles_exactly_once": _RQ_ON_DB_INDEX,
     _SETTLEMENT + "test_failed_settlement_job_is_requeued_by_the_cli": _RQ_ON_DB_INDEX,
     **{
-        f"tests/storage/test_batch.py::{name}": "counts the writes of one connection to one redis-server"
+        f"tests/storage/live/test_batch.py::{name}": "counts the writes of one connection to one redis-server"
         for name in (
             "test_a_lead_sold_at_its_first_buyer_costs_two_round_trips",
             "test_each_further_buyer_costs_a_reservation_and_a_refund",
@@ -192,7 +192,7 @@ def base_env(redis_server, queue_server, database_url, tmp_root) -> dict:
             "PYTHONUNBUFFERED": "1",
             "PROMETHEUS_MULTIPROC_DIR": str(tmp_root / "prometheus"),
             "OPS_INSECURE_COOKIE": "1",  # the test servers speak plain HTTP (test_ops_session checks Secure)
-            # bursts of 1,000 leads from one publisher; tests/leads/test_publishers.py turns the default on
+            # bursts of 1,000 leads from one publisher; tests/leads/rules/test_publishers.py turns the default on
             "PUBLISHER_RATE_LIMIT": "off",
         }
     )
@@ -450,7 +450,7 @@ def engine_lock(app, redis_server):
     """Hold the events worker's lock for the test, so that its engine runs in this process only
     (testkit.events.deliver_inline): an RQ worker of the session would wait for it, then leave
     (and would fan events out with its own configuration, not the test's)."""
-    from webhooks.storage import claims
+    from webhooks.storage.live import claims
 
     store = services.of(app).queue_redis
     wait_until(lambda: claims.claim(store, keys.OUTBOX_LOCK, 120_000)[0], timeout=15, what="the events lock")

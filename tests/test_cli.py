@@ -16,9 +16,9 @@ from rq.registry import FailedJobRegistry
 from testkit.servers import ROOT, free_port, venv_bin
 from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Buyer, Publisher
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Buyer, Publisher
 
 COMMANDS = {
     "db": ["upgrade"],

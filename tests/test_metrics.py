@@ -20,7 +20,7 @@ from testkit.servers import ROOT, WebServer, venv_bin, wait_until
 from tests.conftest import Api
 from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.models import Buyer
 
 
 def samples(text: str) -> dict[tuple, float]:

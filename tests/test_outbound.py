@@ -155,8 +155,8 @@ def test_a_provider_list_page_dripped_ends_the_listing_at_its_deadline_crediting
     page (nothing of it credited, retried next run), not a job held for as long as it drips."""
     from datetime import datetime, timedelta, timezone
 
-    from webhooks.payments.listing import ProviderError
-    from webhooks.payments.providers import Paystack
+    from webhooks.payments.providers.listing import ProviderError
+    from webhooks.payments.providers.payment_lists import Paystack
 
     stop = threading.Event()
 

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from webhooks.logs import redact_secret, redact_url
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, EventEndpoint
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, EventEndpoint
 
 URL_SECRETS = {
     "api_key": "sk_live_url_secret_1",

@@ -13,6 +13,9 @@ Docs name modules that exist: a path of the service's code named in docs/ or the
 (`webhooks/payments/gate.py`, or from webhooks/ as the docs mostly write it,
 `payments/gate.py`) is a file of the tree.
 
+Rooms: no package of the product holds more than 14 modules (a folder past that wants splitting
+by concept, docs/architecture.md shows the rooms).
+
 Line budgets: the tools beside the product stay small next to it. Lines are counted as the
 issue counts them, `wc -l` of every *.py under the folder (newline characters, blank lines and
 comments included, sub-folders too: `find bench -name '*.py' | xargs wc -l`).
@@ -163,3 +166,42 @@ def test_a_module_path_is_read_from_the_root_or_from_webhooks():
         "webhooks/events/outbox.py",
         "workers/settle.py",
     }
+
+
+# Rooms: a package holds at most this many modules (`.py` files directly in its folder,
+# `__init__.py` included; sub-packages are rooms of their own). Past it, split by concept.
+MOST_MODULES = 14
+CODE = ("webhooks", "workers")
+
+
+def crowded_packages(roots: list[Path], most: int = MOST_MODULES) -> dict[str, int]:
+    """{folder: number of modules} of every folder under `roots` holding more than `most`."""
+    counts = {}
+    for root in roots:
+        for folder in sorted({root, *(p for p in root.rglob("*") if p.is_dir())}):
+            if folder.name == "__pycache__":
+                continue
+            n = sum(1 for p in folder.glob("*.py"))
+            if n > most:
+                counts[str(folder.relative_to(root.parent))] = n
+    return counts
+
+
+def test_no_package_holds_more_than_14_modules():
+    crowded = crowded_packages([ROOT / name for name in CODE])
+    assert not crowded, (
+        f"packages over {MOST_MODULES} modules: {crowded}; split each by concept (a sub-package "
+        "for what belongs together), as docs/architecture.md's map shows"
+    )
+
+
+def test_modules_are_counted_per_folder(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    for i in range(3):
+        (root / f"m{i}.py").write_text("")
+        (root / "sub" / f"s{i}.py").write_text("")
+    (root / "notes.md").write_text("")
+    assert crowded_packages([root], most=3) == {}
+    (root / "__init__.py").write_text("")
+    assert crowded_packages([root], most=3) == {"pkg": 4}

@@ -17,7 +17,7 @@ from webhooks.errors import ConfigError, Unavailable
 from webhooks.events import sender
 from webhooks.leads.posting.delivery import Deliverer
 from webhooks.leads.rules import consent
-from webhooks.payments import flutterwave
+from webhooks.payments.providers import flutterwave
 from webhooks.targets import DenyList
 
 # This host, spelt so that no allowance of loopback lets it through.

@@ -11,7 +11,7 @@ from webhooks import logs, metrics
 def create_app(config: config_mod.Config | None = None) -> Flask:
     """The Flask app: config, Redis, database, per-process caches, blueprints."""
     from webhooks import outbound, services
-    from webhooks.storage.db import close_db, init_db
+    from webhooks.storage.records.db import close_db, init_db
     from webhooks.web import http
 
     cfg = config or config_mod.load()

@@ -20,9 +20,9 @@ from flask.cli import AppGroup, FlaskGroup, ScriptInfo
 
 from webhooks import services
 from webhooks.errors import Conflict, ValidationError
-from webhooks.storage.db import UNAVAILABLE_ERRORS
-from webhooks.storage.redis import REDIS_DOWN
-from webhooks.validate import is_id
+from webhooks.formats.validate import is_id
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS
 
 
 class _Group(AppGroup):
@@ -62,7 +62,7 @@ def _progress(items: list[Any], label: str) -> Any:
 
 @db_cli.command("upgrade", help="Apply the numbered sql/ migrations not applied yet (idempotent).")
 def upgrade_command() -> None:
-    from webhooks.storage.migrate import upgrade
+    from webhooks.storage.records.migrate import upgrade
 
     applied = upgrade(echo=click.echo)
     click.echo(f"applied {len(applied)} migration(s)" if applied else "nothing to apply")
@@ -122,7 +122,7 @@ def requeue_command() -> None:
 def status_command() -> None:
     from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-    from webhooks.storage import keys
+    from webhooks.storage.live import keys
 
     q = services.current().queue
     status = {
@@ -162,7 +162,7 @@ def events_status() -> None:
 )
 def events_retry() -> None:
     from webhooks.events import log as events_log
-    from webhooks.storage import outbox_queue
+    from webhooks.storage.live import outbox_queue
 
     requeued = events_log.retry_failed()
     if requeued:
@@ -189,11 +189,12 @@ def events_retry() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Count the missing payments, credit nothing; say what is not reconciled.")
 def reconcile_payments(provider: str | None, since: datetime | None, dry_run: bool) -> None:
-    from webhooks.payments import providers, reconcile
+    from webhooks.payments import reconcile
+    from webhooks.payments.providers import payment_lists
 
     svc = services.current()
-    listers = providers.listers(svc.config)
-    unconfigured = providers.unconfigured(svc.config)
+    listers = payment_lists.listers(svc.config)
+    unconfigured = payment_lists.unconfigured(svc.config)
     if provider is not None:
         if provider not in listers:
             raise click.ClickException(f"{provider} is not reconciled: {unconfigured.get(provider, 'not configured')}")
@@ -252,7 +253,7 @@ def _import(
 ) -> list[Any]:
     """Validate every entry, then save them all in one transaction (all or nothing); return
     what `save` returned for each."""
-    from webhooks.storage.db import db
+    from webhooks.storage.records.db import db
 
     def checked(i: int, action: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -276,7 +277,7 @@ def _import(
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_buyers(output: Any) -> None:
     from webhooks.leads.rules.buyers import to_json
-    from webhooks.storage.models import Buyer
+    from webhooks.storage.records.models import Buyer
 
     rows = list(Buyer.select().where(Buyer.deleted_at.is_null()).order_by(Buyer.id))
     with _progress(rows, "exporting buyers") as bar:
@@ -298,7 +299,7 @@ def import_buyers(file: Any) -> None:
     from webhooks.caps import leases
     from webhooks.leads.rules import buyers
     from webhooks.leads.rules.catalog import bump_version
-    from webhooks.storage.models import Buyer
+    from webhooks.storage.records.models import Buyer
 
     def parse(entry: dict[str, Any]) -> dict[str, Any]:  # as a PUT does: the redacted form keeps the stored secret
         return buyers.parse(entry, Buyer.get_or_none(Buyer.id == entry["id"]))
@@ -326,7 +327,7 @@ def _publisher_key_hint(exc: ValidationError) -> str:
 @click.option("-o", "--output", type=click.File("w"), default="-", help="File to write (default: stdout).")
 def export_publishers(output: Any) -> None:
     from webhooks.leads.rules.publishers import to_json
-    from webhooks.storage.models import Publisher
+    from webhooks.storage.records.models import Publisher
 
     rows = list(Publisher.select().order_by(Publisher.id))
     with _progress(rows, "exporting publishers") as bar:
@@ -349,7 +350,7 @@ def export_publishers(output: Any) -> None:
 def import_publishers(file: Any) -> None:
     from webhooks.leads.rules import publishers
     from webhooks.leads.rules.catalog import bump_version
-    from webhooks.storage import claims
+    from webhooks.storage.live import claims
 
     saved = _import(
         _read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save, _publisher_key_hint
@@ -371,8 +372,8 @@ def import_publishers(file: Any) -> None:
 )
 @click.option("--force", is_flag=True, help="Also replace marks that say when Redis lost its data.")
 def trust_replay_memory(force: bool) -> None:
-    from webhooks.storage import keys
-    from webhooks.storage.models import Publisher
+    from webhooks.storage.live import keys
+    from webhooks.storage.records.models import Publisher
 
     r = services.current().store.redis
     ids = [p.id for p in Publisher.select(Publisher.id).order_by(Publisher.id)]
@@ -384,7 +385,7 @@ def trust_replay_memory(force: bool) -> None:
 
 
 def _buyer_row(buyer_id: str) -> Any:
-    from webhooks.storage.models import Buyer
+    from webhooks.storage.records.models import Buyer
 
     row = Buyer.get_or_none(Buyer.id == buyer_id)
     if row is None:
@@ -438,7 +439,7 @@ def show_buyer(buyer_id: str) -> None:
 def buyer_leads(buyer_id: str, limit: int) -> None:
     from peewee import Tuple
 
-    from webhooks.storage.models import Lead, LeadAttempt
+    from webhooks.storage.records.models import Lead, LeadAttempt
 
     _buyer_row(buyer_id)
     attempts = list(
@@ -553,7 +554,7 @@ def return_leads(file: Any) -> None:
 @click.option("--chunk", type=click.IntRange(1, 10000), default=500, show_default=True, help="Leads per statement.")
 def purge_leads(chunk: int) -> None:
     from webhooks.leads.accounting import ledger
-    from webhooks.storage.db import db
+    from webhooks.storage.records.db import db
 
     svc = services.current()
     groups = ledger.kept(svc.config.lead_body_retention_days, svc.config.sold_lead_body_retention_days)

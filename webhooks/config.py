@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.errors import ConfigError
+from webhooks.formats.consumer import DEFAULT_SUPPRESSION_KEY
+from webhooks.formats.validate import DECIMAL_STRING
 from webhooks.standard_keys import standard_key, standard_public_key
-from webhooks.storage.redis import is_cluster_url
+from webhooks.storage.live.redis import is_cluster_url
 from webhooks.targets import DEFAULT_DENY_NETS, DenyList
-from webhooks.validate import DECIMAL_STRING
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SQLITE = f"sqlite:///{ROOT / 'var' / 'floodgate.sqlite3'}"

@@ -30,7 +30,7 @@ class BadRequest(FloodgateError):
 
 
 class InvalidJSON(BadRequest):
-    """A body the strict JSON rules refuse (webhooks/strictjson.py)."""
+    """A body the strict JSON rules refuse (webhooks/formats/strictjson.py)."""
 
     code = "invalid_json"
 

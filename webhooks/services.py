@@ -17,8 +17,8 @@ from webhooks.leads.path.intake import Intake
 from webhooks.leads.path.settlement import Journal
 from webhooks.leads.rules.catalog import Catalog
 from webhooks.payments.webhook import PaymentWebhooks
-from webhooks.storage.redis import ReplicaWait, Store, make_queue_redis, make_redis
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live.redis import ReplicaWait, Store, make_queue_redis, make_redis
+from webhooks.storage.live.settle_queue import queue
 
 EXTENSION = "floodgate"
 

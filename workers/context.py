@@ -6,8 +6,8 @@ import functools
 from dataclasses import dataclass
 
 from webhooks import config, logs, metrics, outbound
-from webhooks.storage.db import init_db
-from webhooks.storage.redis import Store, make_store
+from webhooks.storage.live.redis import Store, make_store
+from webhooks.storage.records.db import init_db
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from typing import Any
 from rq import get_current_job
 
 from webhooks.leads.path import recovery
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
-from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live.redis import REDIS_DOWN, make_queue_redis
+from webhooks.storage.live.settle_queue import queue
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db
 from workers.context import backends
 
 log = logging.getLogger(__name__)

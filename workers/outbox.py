@@ -16,12 +16,12 @@ from rq import Queue, get_current_job
 
 from webhooks import metrics
 from webhooks.events import endpoints, sender
-from webhooks.storage import claims, keys, outbox_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
-from webhooks.storage.models import utcnow
-from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live import claims, keys, outbox_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import REDIS_DOWN, make_queue_redis
+from webhooks.storage.live.settle_queue import queue
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db
+from webhooks.storage.records.models import utcnow
 from workers.context import Backends, backends
 from workers.settle import StopAfterBatch
 

@@ -10,11 +10,12 @@ from typing import Any
 
 from rq import get_current_job
 
-from webhooks.payments import providers, reconcile
+from webhooks.payments import reconcile
+from webhooks.payments.providers import payment_lists
 from webhooks.payments.webhook import PaymentWebhooks
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
-from webhooks.storage.redis import REDIS_DOWN, make_queue_redis
-from webhooks.storage.settle_queue import queue
+from webhooks.storage.live.redis import REDIS_DOWN, make_queue_redis
+from webhooks.storage.live.settle_queue import queue
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db, db
 from workers.context import backends
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ def reconcile_providers() -> list[dict[str, Any]]:
     job = get_current_job()
     q = queue(job.connection) if job else queue(make_queue_redis(b.cfg.queue_redis_url))
     hooks = PaymentWebhooks.build(b.cfg, b.store, b.queue_redis, q)
-    listers = providers.listers(b.cfg)
+    listers = payment_lists.listers(b.cfg)
     if not listers:
         return []
     since = reconcile.window(b.cfg.provider_reconcile_lookback_s)

@@ -10,9 +10,9 @@ from rq import get_current_job
 
 from webhooks.caps.reconcile import reconcile_all as run
 from webhooks.leads.rules.catalog import load_snapshot
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db
-from webhooks.storage.redis import REDIS_DOWN
-from webhooks.storage.settle_queue import JOB_TIMEOUT, queue
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.live.settle_queue import JOB_TIMEOUT, queue
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db
 from workers.context import backends
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import logging
 from datetime import datetime, timezone
 
 from webhooks.leads.accounting import ledger
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db, db
 from workers.context import backends
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from rq.registry import StartedJobRegistry
 from rq_scheduler import Scheduler
 
 from webhooks import config, logs
-from webhooks.storage import keys
-from webhooks.storage.outbox_queue import EVENTS
-from webhooks.storage.redis import REDIS_DOWN
-from webhooks.storage.settle_queue import JOB_TIMEOUT, SETTLE
+from webhooks.storage.live import keys
+from webhooks.storage.live.outbox_queue import EVENTS
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.live.settle_queue import JOB_TIMEOUT, SETTLE
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ from webhooks.caps import leases
 from webhooks.leads.accounting import ledger
 from webhooks.leads.accounting.item import SettlementItem, skipped_for_balance
 from webhooks.payments import gate
-from webhooks.storage import keys, outbox_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import UNAVAILABLE_ERRORS, close_db, db
-from webhooks.storage.models import utcnow
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import Backlog
-from webhooks.storage.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
+from webhooks.storage.live import keys, outbox_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import Backlog
+from webhooks.storage.live.settle_queue import SCHEDULED_TTL_MS, enqueue_drain, queue
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, close_db, db
+from webhooks.storage.records.models import utcnow
 from workers.context import backends
 
 log = logging.getLogger(__name__)

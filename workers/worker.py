@@ -19,7 +19,7 @@ from rq.job import Job
 from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live.redis import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 

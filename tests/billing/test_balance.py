@@ -17,11 +17,11 @@ from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.billing.wallets import Entry
 from webhooks.caps import leases
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Wallet
-from webhooks.storage.redis import make_store
-from webhooks.storage.scripts import LedgerBalance
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import make_store
+from webhooks.storage.live.scripts import LedgerBalance
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Wallet
 
 PRICE = 1250  # minor units
 

@@ -17,9 +17,9 @@ from testkit.events import EventReceiver
 from testkit.servers import wait_until
 from webhooks import services
 from webhooks.leads.accounting.item import SettlementItem
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Event
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Event
 from workers.settle import _settle
 
 from .test_charges import PREPAID, _balance, _post_many, _top_up

@@ -20,9 +20,9 @@ from tests.conftest import CLUSTER
 from webhooks import services
 from webhooks.caps import rebuild
 from webhooks.leads.rules.catalog import load_snapshot
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, Wallet, WalletEntry
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, Wallet, WalletEntry
 
 ACCOUNT = "buyer-acme"
 PREPAID = {"mode": "prepaid", "account": ACCOUNT, "currency": "NGN", "low_balance": "20.00"}

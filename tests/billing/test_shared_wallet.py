@@ -18,10 +18,10 @@ from webhooks.billing import balance
 from webhooks.billing.balance import Billing
 from webhooks.caps import leases
 from webhooks.caps.reconcile import reconcile_balance
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer
-from webhooks.storage.redis import make_store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import make_store
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer
 
 from .test_balance import PRICE, _billing, _fund
 

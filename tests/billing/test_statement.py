@@ -17,11 +17,11 @@ import pytest
 
 from testkit.payments import deliver, encode, payload, refund_payload, until_answered, with_metadata
 from tests.payments.test_disputes import stripe_dispute
-from webhooks import money
 from webhooks.billing import charges, statement, wallets
 from webhooks.billing.wallets import Entry
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Wallet, WalletEntry
+from webhooks.formats import money
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, Wallet, WalletEntry
 
 ACCOUNT = "buyer-acme"
 SALE, RETURN, TOP_UP, REFUND, DISPUTE, CARRIED = (

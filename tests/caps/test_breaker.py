@@ -12,8 +12,8 @@ from testkit.servers import wait_until
 from tests.caps.test_leases import NOW, TTL, ready, rule
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
-from webhooks.storage import keys
-from webhooks.storage.redis import make_store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import make_store
 
 BREAKER = {"breaker_failures": 3, "breaker_cooldown_ms": 400}
 

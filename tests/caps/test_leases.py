@@ -10,8 +10,8 @@ import pytest
 
 from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import keys
-from webhooks.storage.redis import make_store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import make_store
 
 BREAKER = {"breaker_failures": 3, "breaker_cooldown_ms": 400}
 TTL = {"lease_ttl_ms": 10_000, "probe_ttl_ms": 10_000}

@@ -14,7 +14,7 @@ from webhooks import config
 from webhooks.caps import leases, reconcile
 from webhooks.leads.path import answers
 from webhooks.leads.rules.catalog import load_snapshot
-from webhooks.storage.redis import make_store
+from webhooks.storage.live.redis import make_store
 from workers import schedule
 
 
@@ -164,7 +164,7 @@ def test_a_replaced_periodic_job_gives_back_the_batches_it_held(queue_server):
     """A periodic job whose definition changed (an upgrade) is cancelled and scheduled under a
     new id; the batches its last run held (an outage, a kill) would wait for a run of the old
     id for ever. They are queued again."""
-    from webhooks.storage import keys
+    from webhooks.storage.live import keys
 
     conn = Redis(port=queue_server.port, db=6)  # rq-scheduler's Redis: a single one in every deployment
     conn.flushdb()
@@ -189,7 +189,7 @@ def test_the_unsettled_sales_of_one_buyer_are_found_without_decoding_the_others(
     same is not."""
     import json
 
-    from webhooks.storage import keys, settle_queue
+    from webhooks.storage.live import keys, settle_queue
 
     r = redis_server.client()
     items = [
@@ -221,7 +221,7 @@ def test_a_rebuild_counts_the_ledger_in_the_database_and_each_queued_sale_once(
 
     from webhooks.caps import rebuild
     from webhooks.caps.sales import sales_since, total
-    from webhooks.storage import keys
+    from webhooks.storage.live import keys
 
     # before the first sale (the ledger may keep whole seconds): every sale of the test is after it
     started = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=1)
@@ -262,7 +262,7 @@ def test_a_rebuild_asked_for_after_the_counters_were_rebuilt_is_not_started(redi
     """A busy process can read a `not_ready` answer after another process's rebuild has
     finished: it must not start a second one (the soak saw every buyer rebuilt twice)."""
     from webhooks.caps import rebuild
-    from webhooks.storage import keys
+    from webhooks.storage.live import keys
 
     api.put_buyer("twice", buyer_server.url("twice"))
     store = make_store(redis_server.url)
@@ -286,9 +286,9 @@ def test_after_a_loss_a_journal_pushes_again_only_what_the_ledger_lacks_and_rest
     from webhooks.leads.path import settlement
     from webhooks.leads.path.routing import Outcome
     from webhooks.leads.rules.publishers import PublisherRule
-    from webhooks.storage import keys
-    from webhooks.storage.db import db
-    from webhooks.storage.settle_queue import queue
+    from webhooks.storage.live import keys
+    from webhooks.storage.live.settle_queue import queue
+    from webhooks.storage.records.db import db
 
     api.put_publisher("surge")
     store = make_store(redis_server.url)  # the claims' Redis (a cluster in the cluster run)

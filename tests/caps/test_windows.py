@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 from webhooks.caps.windows import window
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.models import Buyer
 
 CHICAGO = ZoneInfo("America/Chicago")
 UTC = timezone.utc

@@ -18,8 +18,8 @@ from tests.caps.test_leases import BREAKER, TTL, rule
 from webhooks import config
 from webhooks.caps import leases
 from webhooks.errors import ConfigError
-from webhooks.storage import keys, persistence
-from webhooks.storage.redis import make_redis, make_store
+from webhooks.storage.live import keys, persistence
+from webhooks.storage.live.redis import make_redis, make_store
 
 WAIT = {"wait_replicas": 1, "wait_timeout_ms": 100}
 

@@ -27,7 +27,7 @@ from tests.conftest import Api
 from tests.e2e.conftest import log_in, page_errors
 from webhooks.events import log as events_log
 from webhooks.events import sender
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 pytestmark = pytest.mark.e2e
 

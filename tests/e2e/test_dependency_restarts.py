@@ -29,8 +29,8 @@ from rq.registry import StartedJobRegistry
 from testkit.payments import balance, child_pids, deliver, encode, payload
 from testkit.servers import ROOT, Proc, RedisServer, TcpProxy, WebServer, wait_until
 from tests.conftest import Api
-from webhooks.storage.outbox_queue import EVENTS
-from webhooks.storage.settle_queue import RETRY, SETTLE
+from webhooks.storage.live.outbox_queue import EVENTS
+from webhooks.storage.live.settle_queue import RETRY, SETTLE
 from workers import schedule
 
 pytestmark = pytest.mark.e2e  # processes of its own, a Redis killed and restarted empty

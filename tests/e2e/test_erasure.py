@@ -16,9 +16,9 @@ import pytest
 
 from testkit.servers import BuyerServer, Proc, RedisServer, WebServer, post_lead_until_answered, venv_bin, wait_until
 from tests.conftest import Api
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.settle_queue import SETTLE
+from webhooks.storage.live import keys
+from webhooks.storage.live.settle_queue import SETTLE
+from webhooks.storage.records.db import db
 
 pytestmark = pytest.mark.e2e  # gunicorn, an RQ worker and a redis-server of its own
 

@@ -21,8 +21,8 @@ from tests.conftest import Api
 from tests.e2e.test_payment_lifecycle import running_stack
 from webhooks.events import log as events_log
 from webhooks.leads.accounting import ledger
-from webhooks.storage.db import db
-from webhooks.storage.models import Event
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Event
 
 pytestmark = pytest.mark.e2e  # processes of its own, killed -9, a Redis restarted empty
 

@@ -23,8 +23,8 @@ import requests
 from testkit.events import EVENTS_SECRET, EventReceiver, event_rows
 from testkit.payments import PROVIDERS, REFUND_PROVIDERS, deliver, encode, payload, refund_payload
 from testkit.servers import ROOT, Proc, RedisServer, WebServer, free_port, venv_bin, wait_until
-from webhooks.storage.db import db
-from webhooks.storage.models import Wallet
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Wallet
 
 pytestmark = pytest.mark.e2e  # processes of its own, killed -9, a Redis restarted empty
 

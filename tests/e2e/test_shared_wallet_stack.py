@@ -16,8 +16,8 @@ from testkit.payments import deliver, encode, payload, refund_payload, with_meta
 from testkit.servers import wait_until
 from tests.e2e.test_billing_stack import _post
 from tests.e2e.test_payment_lifecycle import running_stack
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead, Wallet, WalletEntry
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead, Wallet, WalletEntry
 
 pytestmark = pytest.mark.e2e
 

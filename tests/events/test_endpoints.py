@@ -20,8 +20,8 @@ from testkit.payments import deliver, encode, payload, refund_payload
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.leads.accounting import ledger
-from webhooks.storage.db import db
-from webhooks.storage.models import EventDispatch, utcnow
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import EventDispatch, utcnow
 
 SECRETS = {
     "a": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",

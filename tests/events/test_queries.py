@@ -12,8 +12,8 @@ from testkit.reads import rows_read
 from webhooks.events import log as events_log
 from webhooks.events import sender
 from webhooks.events.endpoints import Endpoint
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Event, EventDispatch, EventEndpoint, utcnow
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import Event, EventDispatch, EventEndpoint, utcnow
 
 HISTORY = 3000  # delivered dispatches of one entity at one endpoint
 

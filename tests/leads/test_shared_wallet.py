@@ -18,8 +18,8 @@ from testkit.payments import at_once, deliver, encode, payload, with_metadata
 from testkit.servers import wait_until
 from tests.billing.test_charges import _post_many
 from tests.conftest import CLUSTER
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Lead, Wallet
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, Lead, Wallet
 
 pytestmark = pytest.mark.skipif(
     CLUSTER, reason="on a Redis Cluster a wallet is one buyer's alone (docs/cluster.md 'Wallets')"

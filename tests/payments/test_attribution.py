@@ -23,8 +23,8 @@ from testkit.payments import (
     with_metadata,
     without_payer,
 )
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Payment
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Payment
 
 # stripe/openapi, openapi/fixtures3.json, resources.payment_intent (the PaymentIntent that
 # stripe-mock serves), field for field as published; only `status` and `amount_received` are

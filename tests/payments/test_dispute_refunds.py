@@ -19,8 +19,8 @@ from testkit.payments import (
     wallet_invariant_breaches,
 )
 from tests.payments.test_disputes import PAYSTACK_RESOLVE, record
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog
 
 PAYER = "john@example.com"
 

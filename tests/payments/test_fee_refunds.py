@@ -19,8 +19,8 @@ from testkit.payments import (
     until_answered,
     wallet_invariant_breaches,
 )
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Refund
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Refund
 
 EMAIL = "mizz@kaneah.com"
 

@@ -12,8 +12,8 @@ import requests
 
 from testkit.payments import PROVIDERS, balance, counts, deliver, encode, payload
 from testkit.servers import WebServer
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment, Wallet
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment, Wallet
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_the_worker_writes_the_queued_audit_rows_of_repeats(web_api, worker, red
     each with the verdict it was answered, one row per body and verdict (a replay of the same
     bytes is not written again; a delivery of other bytes is)."""
     from testkit.servers import wait_until
-    from webhooks.storage.models import WebhookCall
+    from webhooks.storage.records.models import WebhookCall
 
     raw = encode(payload("flutterwave", "flw-repeats", 12300, "NGN", "repeats@example.com"))
     answers = [deliver(web_api, "flutterwave", raw).json()["status"] for _ in range(6)]
@@ -118,9 +118,10 @@ def test_a_batch_of_repeats_reads_its_references_rows_not_the_whole_table(databa
     from datetime import datetime, timezone
 
     from testkit.reads import rows_read
-    from webhooks.payments import gate, ledger, notifications
-    from webhooks.storage.db import is_mysql
-    from webhooks.storage.models import WebhookCall
+    from webhooks.payments import gate, ledger
+    from webhooks.payments.providers import notifications
+    from webhooks.storage.records.db import is_mysql
+    from webhooks.storage.records.models import WebhookCall
 
     if not is_mysql():
         pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306): counts the rows the server reads")
@@ -149,7 +150,7 @@ def test_200_replays_of_a_webhook_call_store_its_body_once(api):
     replay is answered `duplicate` (and counted), but the database keeps the body once and one
     row per verdict, however many replays come."""
     from testkit.payments import verdicts, with_metadata, write_queued_deliveries
-    from webhooks.storage.models import WebhookCall
+    from webhooks.storage.records.models import WebhookCall
 
     notes = {"notes": "n" * 60_000}  # a big delivery: under the 64 KiB kept of a body
     raw = encode(with_metadata("paystack", payload("paystack", "ps-replayed", 40000), notes))

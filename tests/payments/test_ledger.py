@@ -16,8 +16,8 @@ import requests
 from testkit.payments import at_once, balance, child_pids, counts, deliver, encode, payload, verdicts
 from testkit.servers import WebServer, free_port, wait_until
 from webhooks.payments.ledger import _is_deadlock
-from webhooks.storage import keys
-from webhooks.storage.db import db
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
 
 
 @pytest.fixture
@@ -220,7 +220,7 @@ def test_a_credit_announces_the_balance_after_it_new_positive_or_below_zero_wall
     a new wallet, a wallet in credit and one a refund took below zero all read right."""
     import json
 
-    from webhooks.storage.models import Event, Wallet
+    from webhooks.storage.records.models import Event, Wallet
 
     def credited(reference: str, amount: int) -> int:
         resp = deliver(api, "standard", encode(payload("standard", reference, amount, "NGN", "low@example.com")))
@@ -244,7 +244,7 @@ def test_credits_to_one_wallet_at_once_announce_the_balances_in_their_order(api,
     the one before it plus its amount, in the order of the events' ids (the order sent)."""
     import json
 
-    from webhooks.storage.models import Event
+    from webhooks.storage.records.models import Event
 
     amounts = [100 * (i + 1) for i in range(24)]
     bodies = [encode(payload("standard", f"std-race-{i}", a, "NGN", "race@example.com")) for i, a in enumerate(amounts)]

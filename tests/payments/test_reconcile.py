@@ -22,11 +22,12 @@ from testkit.payments import SECRET, balance, deliver, encode, payload
 from testkit.provider_apis import ProviderApis
 from testkit.servers import ROOT, venv_bin
 from webhooks import config, services
-from webhooks.payments import notifications, providers, reconcile
+from webhooks.payments import reconcile
+from webhooks.payments.providers import notifications, payment_lists
 from webhooks.payments.states import Verdict
-from webhooks.storage import claims, keys
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment, WebhookCall
+from webhooks.storage.live import claims, keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment, WebhookCall
 
 SINCE = datetime.now(timezone.utc) - timedelta(days=1)
 LISTED = ("paystack", "flutterwave", "monnify", "stripe")
@@ -48,7 +49,7 @@ def apis():
 
 def listers(apis: ProviderApis, only: tuple[str, ...] = LISTED, page_size: int = 10, **overrides: Any) -> dict:
     cfg = apis.config(**overrides)
-    found = {p: lister for p, lister in providers.listers(cfg).items() if p in only}
+    found = {p: lister for p, lister in payment_lists.listers(cfg).items() if p in only}
     for lister in found.values():
         lister.min_interval_s = 0
         for size in ("per_page", "size", "limit"):

@@ -14,15 +14,16 @@ from testkit.payments import SECRET, STRIPE_REFUND, balance, deliver, encode, pa
 from testkit.provider_apis import ProviderApis, paystack_dispute
 from tests.payments.test_disputes import PAYSTACK_RESOLVE, STRIPE_DISPUTE
 from webhooks import services
-from webhooks.payments import providers, reconcile
-from webhooks.storage.db import db
+from webhooks.payments import reconcile
+from webhooks.payments.providers import payment_lists
+from webhooks.storage.records.db import db
 
 SINCE = datetime.now(timezone.utc) - timedelta(days=1)
 EMAIL = "jenny@example.com"
 
 
 def listers(apis: ProviderApis) -> dict:
-    found = providers.listers(apis.config())
+    found = payment_lists.listers(apis.config())
     for lister in found.values():
         lister.min_interval_s = 0
     return {p: found[p] for p in ("paystack", "stripe")}

@@ -12,9 +12,9 @@ import pytest
 
 from testkit.payments import REFUND_PROVIDERS, balance, deliver, encode, payload, refund_payload, verdicts
 from webhooks import services
-from webhooks.payments.notifications import REFUND_SPECS, PaymentNotification, RefundNotification, parse
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Payment, Refund, Wallet
+from webhooks.payments.providers.notifications import REFUND_SPECS, PaymentNotification, RefundNotification, parse
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Payment, Refund, Wallet
 
 
 def pay(api, provider: str, reference: str, amount: int, currency: str = "NGN", email: str = "ada@example.com"):

@@ -17,10 +17,10 @@ import pytest
 from testkit.payments import PROVIDERS, balance, deliver, encode, payload, signed_headers
 from testkit.servers import TcpProxy, wait_until
 from webhooks import services
-from webhooks.storage import keys
-from webhooks.storage.db import db, make_database
-from webhooks.storage.models import ALL_MODELS, WebhookCall
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import db, make_database
+from webhooks.storage.records.models import ALL_MODELS, WebhookCall
 
 MARKER = "forged-marker-7d1c"
 # A forger's secret that names the marker (a whsec_ one, so that Standard Webhooks can sign with it).

@@ -9,9 +9,9 @@ import pytest
 from testkit.payments import PROVIDERS, balance, counts, deliver, encode, payload, signed_headers, verdicts
 from testkit.servers import WebServer
 from webhooks import services
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -136,7 +136,7 @@ def test_admin_reads_wallet_balances_and_payment_rows(api):
 def test_an_audit_row_the_database_refuses_is_parked_and_the_others_written(api, queue_server):
     """The drain writes queued audit rows in batches; one it cannot write is set aside in
     fg:deliveries:failed (with a log line) rather than failing the job that settles leads."""
-    from webhooks.storage import keys
+    from webhooks.storage.live import keys
 
     raw = encode(payload("paystack", "ps-parked", 2500))
     assert deliver(api, "paystack", raw).json() == {"status": "credited"}

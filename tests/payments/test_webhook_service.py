@@ -14,12 +14,13 @@ from requests.structures import CaseInsensitiveDict
 from testkit.payments import balance, counts, encode, payload, refund_payload, signed_headers, verdicts
 from webhooks import services
 from webhooks.errors import FloodgateError, InvalidPayload, NotFound
-from webhooks.payments import gate, ledger, notifications, rejected
-from webhooks.payments.signatures import InvalidSignature
+from webhooks.payments import gate, ledger, rejected
+from webhooks.payments.providers import notifications
+from webhooks.payments.providers.signatures import InvalidSignature
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
-from webhooks.storage import keys
-from webhooks.storage.db import db
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
 
 
 def build(app, **settings) -> PaymentWebhooks:
@@ -157,7 +158,7 @@ def test_a_credit_gives_its_database_connection_back_before_the_claim_is_release
     """The web path takes a connection for the credit's transaction only: by the time the claim
     is released in Redis (and the answer written), another request can have it. A connection
     the caller already holds is left alone."""
-    from webhooks.storage.db import close_db
+    from webhooks.storage.records.db import close_db
 
     held_at_release: list[bool] = []
     release = gate.finish

@@ -18,9 +18,9 @@ from redis import Redis
 
 from testkit import ops
 from tests.conftest import ADMIN_TOKEN
-from webhooks.storage import keys
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Lead
+from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Lead
 
 BAD_IDS = ["nl1\n", "nl1\r\n", "a b", "x" * 65, "caf\u00e9", "tab\t", "", "semi;colon", "nul\x00", "\n"]
 # A field template that is cheap on the sample lead and explodes on this one: a loop bound by
@@ -158,7 +158,7 @@ def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_serve
     assert resp.status_code == 200
     from rq import Queue
 
-    from webhooks.validate import is_id
+    from webhooks.formats.validate import is_id
 
     assert resp.headers["X-Request-Id"] != "<script>alert(1)</script>"
     jobs = Queue("floodgate", connection=Redis.from_url(queue_server.url)).jobs
@@ -169,7 +169,7 @@ def test_a_hostile_request_id_never_reaches_a_job(api, buyer_server, queue_serve
 
 
 def test_buyer_replies_are_read_up_to_a_limit(api, buyer_server):
-    from tests.leads.test_integration import _reply
+    from tests.leads.posting.test_integration import _reply
 
     huge, fine = buyer_server.add("huge"), buyer_server.add("fine")
     _reply(huge, {"accepted": True, "pad": "x" * (1024 * 1024)})
@@ -184,7 +184,7 @@ def test_buyer_replies_are_read_up_to_a_limit(api, buyer_server):
 
 
 def test_a_bid_above_the_ceiling_is_no_bid(api, buyer_server):
-    from tests.leads.test_integration import PING, _bidder
+    from tests.leads.path.test_routing import PING, _bidder
 
     greedy, _ = _bidder(buyer_server, "greedy", "5000.00")  # PING_MAX_BID defaults to 1000.00
     fair, _ = _bidder(buyer_server, "fair", "999.99")
@@ -280,7 +280,7 @@ def test_the_journal_keeps_what_it_needs_within_its_byte_budget(database_url, qu
     from webhooks.leads.path import settlement
     from webhooks.leads.path.routing import Outcome
     from webhooks.leads.rules.publishers import PublisherRule
-    from webhooks.storage.settle_queue import queue
+    from webhooks.storage.live.settle_queue import queue
 
     # A database index of its own: no worker drains this queue behind the test's back
     r = Redis(port=queue_server.port, db=7, decode_responses=True)

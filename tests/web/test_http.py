@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 
 from testkit.payments import counts
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 
 LIMIT = 256 * 1024
 

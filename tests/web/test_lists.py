@@ -15,7 +15,7 @@ from webhooks.leads.accounting import ledger
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage.db import db
+from webhooks.storage.records.db import db
 from webhooks.storage.states import LeadStatus
 
 BASE = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)

@@ -23,7 +23,7 @@ from schemathesis.checks import (
 
 from testkit.servers import ROOT, venv_bin
 from tests.conftest import ADMIN_TOKEN
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 
 PUBLISHER_KEY = "pk_test_openapi_0123456789"
 MAX_EXAMPLES = 25  # per operation and phase: the whole run stays well under a minute

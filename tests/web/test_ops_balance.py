@@ -13,8 +13,8 @@ from webhooks.billing.balance import Billing
 from webhooks.billing.wallets import Entry
 from webhooks.caps import leases
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer
 
 HOSTILE = "<script>alert(1)</script>"
 FIGURES = ("currency", "available", "wallet", "reserved")

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer
 
 KEY = "pk_test_patch_0123456789"
 

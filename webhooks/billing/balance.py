@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhooks import money
 from webhooks.billing.charges import Charged
 from webhooks.errors import Conflict, InvalidPayload, ValidationError
-from webhooks.storage import keys
-from webhooks.storage.models import Buyer, Wallet
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import Balance, Hold, LedgerBalance
+from webhooks.formats import money
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import Balance, Hold, LedgerBalance
+from webhooks.storage.records.models import Buyer, Wallet
 
 log = logging.getLogger(__name__)
 

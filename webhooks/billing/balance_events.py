@@ -23,10 +23,10 @@ from webhooks.billing.balance import Billing
 from webhooks.errors import InvalidPayload
 from webhooks.events import outbox
 from webhooks.events.outbox import EventType, NewEvent
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.models import Buyer
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import Balance
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import Balance
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.models import Buyer
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from webhooks.billing import wallets
 from webhooks.billing.wallets import Entry
-from webhooks.storage.models import WalletEntry
+from webhooks.storage.records.models import WalletEntry
 
 
 class Charged(NamedTuple):

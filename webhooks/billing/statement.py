@@ -25,11 +25,11 @@ from typing import Any, cast
 
 import peewee as pw
 
-from webhooks import csvsafe, money
 from webhooks.billing.balance import Billing
 from webhooks.billing.wallets import Entry
 from webhooks.errors import Conflict, NotFound, ValidationError
-from webhooks.storage.models import Buyer, WalletEntry
+from webhooks.formats import csvsafe, money
+from webhooks.storage.records.models import Buyer, WalletEntry
 
 PAGE = 5000  # lines per read: bounds memory and each query, whatever a month holds
 FIRST_YEAR = 2000

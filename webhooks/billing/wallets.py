@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from webhooks.storage import fastsql
-from webhooks.storage.models import Wallet, WalletEntry
+from webhooks.storage.records import fastsql
+from webhooks.storage.records.models import Wallet, WalletEntry
 
 
 class Entry(StrEnum):

@@ -9,9 +9,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from webhooks.storage import keys
-from webhooks.storage.batch import Client
-from webhooks.storage.scripts import BREAKER_MEMORY_MS
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.scripts import BREAKER_MEMORY_MS
 
 BREAKER_STATES = ("closed", "open", "half_open")
 

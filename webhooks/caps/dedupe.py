@@ -1,6 +1,6 @@
 """Who a lead's consumer is, for per-buyer duplicate suppression (docs/api.md "dedupe").
 
-A buyer's dedupe fields of a lead, as their consumer keys (webhooks/consumer.py, the one
+A buyer's dedupe fields of a lead, as their consumer keys (webhooks/formats/consumer.py, the one
 normaliser) hashed, name keys beside the buyer's cap keys (same hash tag). lua/reserve_lease.lua
 refuses the buyer when one exists and sets them with the reservation (one atomic step); a
 refund deletes them again (lua/finish_lease.lua).
@@ -14,17 +14,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
-from webhooks import consumer
-from webhooks.storage import keys, settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
-from webhooks.storage.redis import Store
+from webhooks.formats import consumer
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 from webhooks.storage.states import LeadStatus
 
 
 def consumer_keys(buyer_id: str, fields: Iterable[str], values: Mapping[str, str | None]) -> list[str]:
-    """The dedupe keys at `buyer_id` of a consumer whose keys (webhooks/consumer.py) are
+    """The dedupe keys at `buyer_id` of a consumer whose keys (webhooks/formats/consumer.py) are
     `values` (none when no field is present)."""
     out = []
     for field in fields:

@@ -20,11 +20,11 @@ from redis.exceptions import AskError, ClusterError
 from webhooks import metrics
 from webhooks.billing.balance import Billing
 from webhooks.caps.windows import Window, window
-from webhooks.storage import keys
-from webhooks.storage import redis as redis_store
-from webhooks.storage.batch import Batch, Client, Pending
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import NO_HOLD, BreakerRule, Charge, Extended, Hold, Lease, Reserved
+from webhooks.storage.live import keys
+from webhooks.storage.live import redis as redis_store
+from webhooks.storage.live.batch import Batch, Client, Pending
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import NO_HOLD, BreakerRule, Charge, Extended, Hold, Lease, Reserved
 from webhooks.storage.states import AttemptOutcome, Circuit, ReservationStatus
 
 # Counters outlive their window a little so a late refund still finds them; the key name

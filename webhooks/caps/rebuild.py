@@ -20,11 +20,11 @@ from webhooks.billing.balance import Billing
 from webhooks.caps import dedupe, leases
 from webhooks.caps.leases import CappedBuyer
 from webhooks.caps.sales import ledger_total, queued_sales, settled_of, total, with_queued_sales
-from webhooks.storage import keys, settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import LedgerBalance
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import LedgerBalance
+from webhooks.storage.records.db import db
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,12 @@ from webhooks.caps import dedupe, leases
 from webhooks.caps.leases import CappedBuyer
 from webhooks.caps.sales import sales_since, total, with_queued_sales
 from webhooks.caps.windows import Window
-from webhooks.storage import audit, keys, settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BalanceReconciled, CapSnapshot, WalletLeases
+from webhooks.storage.live import keys, settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import BalanceReconciled, CapSnapshot, WalletLeases
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
 from webhooks.storage.states import SnapshotStatus
 
 log = logging.getLogger(__name__)

@@ -13,13 +13,13 @@ from peewee import fn
 from webhooks.billing import balance
 from webhooks.billing.balance import Billing
 from webhooks.caps.windows import Window
-from webhooks.storage import settle_queue
-from webhooks.storage.batch import Client
-from webhooks.storage.db import db
-from webhooks.storage.models import Lead
-from webhooks.storage.scripts import LedgerBalance
+from webhooks.formats.validate import cents
+from webhooks.storage.live import settle_queue
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.scripts import LedgerBalance
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Lead
 from webhooks.storage.states import LeadStatus
-from webhooks.validate import cents
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from typing import Any
 
 import peewee as pw
 
-from webhooks import validate as v
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
+from webhooks.formats import validate as v
 from webhooks.logs import REDACTED_URL, redact_secret, redact_url, restore_url
-from webhooks.storage import audit
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db, is_mysql
-from webhooks.storage.models import EventDispatch, EventEndpoint, utcnow
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db, is_mysql
+from webhooks.storage.records.models import EventDispatch, EventEndpoint, utcnow
 
 CODE = "invalid_endpoint"
 MANAGED_ID = "payment-events-url"  # the endpoint PAYMENT_EVENTS_URL configures

@@ -15,9 +15,9 @@ from webhooks.errors import NotFound
 from webhooks.events.endpoints import MANAGED_ID
 from webhooks.events.outbox import WALLET_TYPES
 from webhooks.events.sender import DELIVERED, FAILED, HELD, PENDING
-from webhooks.storage import audit
-from webhooks.storage.db import db
-from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
 
 STATUSES = (PENDING, DELIVERED, FAILED)
 REPLAY_CHUNK = 5000  # dispatches reset per statement

@@ -18,9 +18,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from webhooks.storage import fastsql
-from webhooks.storage.db import db
-from webhooks.storage.models import Event
+from webhooks.storage.records import fastsql
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Event
 
 
 class EventType(StrEnum):
@@ -36,7 +36,6 @@ class EventType(StrEnum):
 
 WALLET_TYPES = (EventType.WALLET_CREDITED, EventType.WALLET_DEBITED)
 LEAD_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED)
-BUYER_TYPES = (EventType.BUYER_BALANCE_LOW, EventType.BUYER_BALANCE_DEPLETED)
 
 
 @dataclass(frozen=True)

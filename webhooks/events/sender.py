@@ -24,8 +24,8 @@ from webhooks import outbound
 from webhooks.events import endpoints as eps
 from webhooks.events.endpoints import MANAGED_ID, Endpoint
 from webhooks.events.outbox import new_id
-from webhooks.storage.db import db
-from webhooks.storage.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Event, EventAttempt, EventDispatch, EventEndpoint, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import peewee as pw
 
 from webhooks.errors import ReferenceConflict
 from webhooks.payments.ledger import Receipt, write_call
-from webhooks.payments.motions import RefundNotification
+from webhooks.payments.providers.motions import RefundNotification
 from webhooks.payments.refunds import (
     DISPUTE_REFUND,
     Outcome,
@@ -21,9 +21,9 @@ from webhooks.payments.refunds import (
     writing,
 )
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, RefundStatus, Verdict
-from webhooks.storage import audit
-from webhooks.storage.db import db
-from webhooks.storage.models import Payment, PaymentDispute, Refund, utcnow
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment, PaymentDispute, Refund, utcnow
 
 
 def _refunded_already(note: RefundNotification, amount: int) -> bool:

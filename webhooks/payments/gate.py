@@ -20,12 +20,13 @@ from rq import Queue
 
 from webhooks.payments import ledger
 from webhooks.payments.ledger import Receipt
-from webhooks.payments.notifications import PaymentNotification, RefundNotification
-from webhooks.storage import claims, fastsql, keys, settle_queue
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.models import WebhookCall
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import PaymentRef
+from webhooks.payments.providers.notifications import PaymentNotification, RefundNotification
+from webhooks.storage.live import claims, keys, settle_queue
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import PaymentRef
+from webhooks.storage.records import fastsql
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.models import WebhookCall
 from webhooks.storage.states import GateVerdict
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,6 @@ def _ref(note: PaymentNotification | RefundNotification) -> PaymentRef:
     """A payment's or a refund's reference (refunds have a key space of their own)."""
     assert note.reference is not None  # only refunds and succeeded payments (parse() wants one) get here
     return PaymentRef(note.provider, note.reference, isinstance(note, RefundNotification))
-
-
-def marker_key(note: PaymentNotification | RefundNotification) -> str:
-    """Holds the fingerprint of what was credited (or debited) under this reference."""
-    return _ref(note).marker
 
 
 def claim_key(note: PaymentNotification | RefundNotification) -> str:

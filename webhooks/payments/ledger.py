@@ -26,12 +26,12 @@ import peewee as pw
 from webhooks.billing import wallets
 from webhooks.errors import AlreadyAssigned, NotFound, ReferenceConflict
 from webhooks.events import outbox
-from webhooks.payments.notifications import PaymentNotification, RefundNotification
-from webhooks.payments.signatures import HEADERS, SECRET_HEADERS
+from webhooks.payments.providers.notifications import PaymentNotification, RefundNotification
+from webhooks.payments.providers.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
-from webhooks.storage import audit, fastsql
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Payment, Wallet, WebhookCall, utcnow
+from webhooks.storage.records import audit, fastsql
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import Payment, Wallet, WebhookCall, utcnow
 
 log = logging.getLogger(__name__)
 

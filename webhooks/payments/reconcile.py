@@ -1,5 +1,5 @@
 """Provider reconciliation: the payments whose webhook never came. Each configured provider's
-successful payments in the lookback window (providers.py) go through the same claim, unique key
+successful payments in the lookback window (providers/payment_lists.py) go through the same claim, unique key
 and transaction as a webhook (`PaymentWebhooks.record_found`), so either credits a payment
 once; one run at a time (a Redis lock). docs/payments.md "Provider reconciliation"."""
 
@@ -15,14 +15,14 @@ from datetime import datetime, timedelta, timezone
 
 from webhooks import metrics
 from webhooks.errors import FloodgateError, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
-from webhooks.payments import notifications
 from webhooks.payments.ledger import BODY_CAP, Receipt
-from webhooks.payments.listing import Lister, ProviderError
-from webhooks.payments.providers import going_back
+from webhooks.payments.providers import notifications
+from webhooks.payments.providers.listing import Lister, ProviderError
+from webhooks.payments.providers.payment_lists import going_back
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
-from webhooks.storage import claims, keys
-from webhooks.storage.models import Payment, utcnow
+from webhooks.storage.live import claims, keys
+from webhooks.storage.records.models import Payment, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from webhooks.billing import wallets
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
 from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
-from webhooks.payments.motions import RefundNotification
+from webhooks.payments.providers.motions import RefundNotification
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, PaymentStatus, RefundStatus, Verdict
-from webhooks.storage import audit
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import Payment, PaymentDispute, Refund, utcnow
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import Payment, PaymentDispute, Refund, utcnow
 
 log = logging.getLogger(__name__)
 

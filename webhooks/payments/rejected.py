@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import cast
 
 from webhooks.payments.ledger import Receipt
-from webhooks.storage import keys
-from webhooks.storage.batch import Client
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _parse(raw: str) -> RejectedWebhook | None:
 
 def listing(redis: Client, provider: str | None = None, limit: int = KEEP) -> Listing:
     """The newest `limit` entries (of `provider` only, if given) and the list's length. Two
-    plain commands, not a pipeline: an unreachable cluster then is a 503 (storage/redis.py
+    plain commands, not a pipeline: an unreachable cluster then is a 503 (storage/live/redis.py
     maps it for single commands only), and this is read by operators, not by the flood."""
     count = redis.llen(keys.REJECTED_WEBHOOKS)
     raws = cast(

@@ -30,14 +30,15 @@ from webhooks.errors import (
     PaymentNotFound,
 )
 from webhooks.events.endpoints import Listening
-from webhooks.payments import disputes, flutterwave, gate, ledger, notifications, refunds, rejected, signatures
+from webhooks.payments import disputes, gate, ledger, refunds, rejected
 from webhooks.payments.ledger import Receipt
+from webhooks.payments.providers import flutterwave, notifications, signatures
 from webhooks.payments.states import Ignored, Motion, Source, Verdict
-from webhooks.storage import outbox_queue
-from webhooks.storage.claims import Claim
-from webhooks.storage.db import UNAVAILABLE_ERRORS, borrowed
-from webhooks.storage.models import Payment
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.live import outbox_queue
+from webhooks.storage.live.claims import Claim
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, borrowed
+from webhooks.storage.records.models import Payment
 
 log = logging.getLogger(__name__)
 

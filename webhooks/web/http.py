@@ -14,12 +14,12 @@ from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from webhooks import strictjson
 from webhooks.errors import FloodgateError, InvalidLead, ValidationError
+from webhooks.formats import strictjson
+from webhooks.formats.validate import is_id
 from webhooks.logs import REQUEST_ID
-from webhooks.storage.db import UNAVAILABLE_ERRORS
-from webhooks.storage.redis import REDIS_DOWN
-from webhooks.validate import is_id
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS
 
 if TYPE_CHECKING:
     from _typeshed import OptExcInfo

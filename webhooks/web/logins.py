@@ -13,8 +13,8 @@ from flask import request
 
 from webhooks import services
 from webhooks.errors import FloodgateError, TooManyAttempts, Unauthorized
-from webhooks.storage import keys
-from webhooks.validate import bearer
+from webhooks.formats.validate import bearer
+from webhooks.storage.live import keys
 
 # The token is long and random: this only keeps a guesser from trying at the speed of the network.
 LOGIN_FAILURES, LOGIN_WINDOW_S = 20, 300

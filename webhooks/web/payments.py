@@ -15,7 +15,7 @@ from typing import cast
 from flask import Blueprint, Response, g, jsonify, request
 
 from webhooks import metrics, services
-from webhooks.payments import signatures
+from webhooks.payments.providers import signatures
 from webhooks.web.http import request_id
 
 bp = Blueprint("payments", __name__)

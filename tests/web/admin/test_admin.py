@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
-from webhooks.storage.db import db
-from webhooks.storage.models import AuditLog, Buyer, Publisher
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Buyer, Publisher
 
 GOOD_BUYER = {
     "name": "Acme Insurance",

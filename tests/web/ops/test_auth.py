@@ -22,7 +22,7 @@ from testkit import ops
 from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN
 from webhooks import services
-from webhooks.storage import keys
+from webhooks.storage.live import keys
 from webhooks.web import logins
 
 COOKIE = "floodgate_ops"

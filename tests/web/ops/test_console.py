@@ -69,7 +69,7 @@ def test_edit_pause_and_resume_a_buyer(api, browser):
     assert got["price"] == "13.00" and got["caps"] == {"daily": 40} and got["active"] is True
     assert api.get("/v1/admin/buyers/acme").status_code == 200
     # the stored URL's credentials survive the redacted form
-    from webhooks.storage.models import Buyer
+    from webhooks.storage.records.models import Buyer
 
     assert Buyer.get_by_id("acme").endpoint_url == "https://buyer.example/leads?key=s3cret"
     resp = post(api, browser, "/ops/buyers/acme/pause", {})

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhooks.leads.accounting.ledger import erase_personal_data, forget_consumer
-from webhooks.storage import erasures, persistence
-from webhooks.storage.models import Lead
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.live import erasures, persistence
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.records.models import Lead
 
 log = logging.getLogger(__name__)
 

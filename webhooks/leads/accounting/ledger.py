@@ -22,11 +22,12 @@ from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
 from webhooks.leads.posting.delivery import UNKNOWN
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import audit, fastsql, keys
-from webhooks.storage.batch import Client
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
-from webhooks.storage.redis import Store
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import Store
+from webhooks.storage.records import audit, fastsql
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from typing import Any, cast
 
 import peewee as pw
 
-from webhooks import csvsafe
+from webhooks.formats import csvsafe
 from webhooks.leads.accounting.item import SettlementItem
-from webhooks.storage.db import is_mysql
-from webhooks.storage.models import Lead, LeadStats
+from webhooks.storage.records.db import is_mysql
+from webhooks.storage.records.models import Lead, LeadStats
 from webhooks.storage.states import LeadStatus
 
 GROUPS = ("publisher", "buyer", "day", "hour")

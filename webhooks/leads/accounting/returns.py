@@ -16,15 +16,15 @@ from webhooks.billing.wallets import Entry
 from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound
 from webhooks.events import outbox
+from webhooks.formats.validate import cents
 from webhooks.leads.accounting import reports
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.storage import audit
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer, Lead, Publisher
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer, Lead, Publisher
 from webhooks.storage.states import LeadStatus
-from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import peewee as pw
 
-from webhooks import strictjson
 from webhooks.errors import InvalidJSON
+from webhooks.formats import strictjson
 from webhooks.leads.accounting.ledger import lead_view
-from webhooks.storage.models import Lead, LeadAttempt
+from webhooks.storage.records.models import Lead, LeadAttempt
 from webhooks.storage.states import LeadStatus
 
 MAX_LIMIT = 500

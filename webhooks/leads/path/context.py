@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage.scripts import CapCounter, LeadKey
+from webhooks.storage.live.scripts import CapCounter, LeadKey
 
 
 @dataclass(frozen=True, kw_only=True)

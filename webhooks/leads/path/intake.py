@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from webhooks.caps import rebuild
 from webhooks.errors import Conflict, Forbidden, PublisherCapReached, Unauthorized, Unavailable, ValidationError
+from webhooks.formats.validate import is_id
 from webhooks.leads.path import answers, precheck, recovery, settlement
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.path.routing import Outcome, Reservation, Route, Router
@@ -27,11 +28,10 @@ from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import Buckets, PublisherRule, Toll, cap_counters, cap_windows, key_hash, refuse
 from webhooks.leads.rules.quality import checked
 from webhooks.leads.rules.suppression import SUPPRESSED
-from webhooks.storage import claims, keys
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.storage.scripts import LeadClaim
+from webhooks.storage.live import claims, keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.live.scripts import LeadClaim
 from webhooks.storage.states import ClaimOutcome, LeadStatus
-from webhooks.validate import is_id
 
 if TYPE_CHECKING:
     from webhooks.config import Config
@@ -45,7 +45,7 @@ T = TypeVar("T")
 def authenticate(snapshot: Snapshot, authorization: str) -> PublisherRule:
     """The active publisher whose API key is the bearer token of `authorization` (the scheme
     name in any case: `bearer`, `Bearer`, `BEARER`)."""
-    from webhooks.validate import bearer
+    from webhooks.formats.validate import bearer
 
     api_key = bearer(authorization)
     if not api_key or len(authorization) > 300:

@@ -18,14 +18,14 @@ from typing import Any
 
 from webhooks import metrics
 from webhooks.caps import leases
+from webhooks.formats.validate import cents
 from webhooks.leads.path import answers
 from webhooks.leads.path.routing import Route, Router
 from webhooks.leads.rules import consent, precheck_quota
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule, cap_counters
-from webhooks.storage import claims, keys
+from webhooks.storage.live import claims, keys
 from webhooks.storage.states import ReservationStatus
-from webhooks.validate import cents
 
 
 @dataclass(frozen=True, kw_only=True)

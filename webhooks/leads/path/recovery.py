@@ -26,12 +26,12 @@ from webhooks.leads.posting.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliver
 from webhooks.leads.posting.integration import RenderBudgetExceeded
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import claims, keys, settle_queue
-from webhooks.storage.batch import Batch
-from webhooks.storage.db import db
-from webhooks.storage.models import Buyer
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
+from webhooks.storage.live import claims, keys, settle_queue
+from webhooks.storage.live.batch import Batch
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import BreakerRule, LeadKey, Lease
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Buyer
 from webhooks.storage.states import ClaimOutcome, LeadStatus, LeaseState
 
 if TYPE_CHECKING:

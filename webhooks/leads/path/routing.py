@@ -19,12 +19,14 @@ from typing import Any, TypeVar
 import gevent
 from gevent import monkey
 
-from webhooks import consumer, metrics
+from webhooks import metrics
 from webhooks.billing.charges import Charged
 from webhooks.caps import leases, rebuild
 from webhooks.caps.dedupe import consumer_keys
 from webhooks.caps.leases import Reservation
 from webhooks.errors import InvalidLead, Unavailable
+from webhooks.formats import consumer
+from webhooks.formats.validate import cents
 from webhooks.leads.path.context import LeadContext, lead_ref
 from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
@@ -32,12 +34,11 @@ from webhooks.leads.rules import consent, suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import keys
-from webhooks.storage.batch import Batch, Client, Pending
-from webhooks.storage.redis import Store
-from webhooks.storage.scripts import BreakerRule, Lease
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Batch, Client, Pending
+from webhooks.storage.live.redis import Store
+from webhooks.storage.live.scripts import BreakerRule, Lease
 from webhooks.storage.states import AttemptOutcome, Circuit, LeadStatus, ReservationStatus
-from webhooks.validate import cents
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,7 +108,7 @@ def consumers_of(buyers: list[BuyerRule], values: Mapping[str, str | None]) -> d
 def consumer_values(
     snapshot: Snapshot, publisher: PublisherRule, buyers: list[BuyerRule], lead: dict[str, Any]
 ) -> dict[str, str | None]:
-    """The lead's consumer keys (webhooks/consumer.py) of every field its suppression lists or
+    """The lead's consumer keys (webhooks/formats/consumer.py) of every field its suppression lists or
     its buyers' dedupe check, a phone read as the publisher's field spec says; InvalidLead
     naming each such field whose value is not a string (or is too long to be one)."""
     lists = set(publisher.suppress).union(*(b.suppress for b in buyers))

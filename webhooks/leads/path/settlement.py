@@ -32,18 +32,18 @@ from webhooks.leads.path import answers
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.posting.delivery import ACCEPTED
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage import claims, erasures, keys
-from webhooks.storage.batch import Batch, Client, Pending
-from webhooks.storage.redis import REDIS_DOWN
-from webhooks.storage.scripts import BreakerRule, LeadKey, Lease
-from webhooks.storage.settle_queue import push
+from webhooks.storage.live import claims, erasures, keys
+from webhooks.storage.live.batch import Batch, Client, Pending
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.live.scripts import BreakerRule, LeadKey, Lease
+from webhooks.storage.live.settle_queue import push
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
     from webhooks.leads.path.routing import Outcome
-    from webhooks.storage.redis import Store
+    from webhooks.storage.live.redis import Store
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class Journal:
 
     def forget_erased(self) -> None:
         """Drop the bodies of the leads erased by any process since the last look (the erasure
-        feed, storage/erasures.py), then say so: an erasure waits for every live journal."""
+        feed, storage/live/erasures.py), then say so: an erasure waits for every live journal."""
         read = erasures.read(self.queue_redis, process=self.process, after=self.erasures_read)
         if read.last != self.erasures_read:
             self.forget_bodies(read.leads)
@@ -351,7 +351,7 @@ def _settled(entries: list[_Entry], budget_s: float = LEDGER_CHECK_S) -> set[tup
     journals, rebuild.SETTLE_MARGIN_S): the entries it has not answered for by then, or
     all of them when it cannot be asked, are pushed again."""
     from webhooks.caps.sales import settled_of
-    from webhooks.storage.db import db
+    from webhooks.storage.records.db import db
 
     leads = [e.lead for e in entries]
     found: set[tuple[str, str]] = set()
@@ -493,7 +493,7 @@ def settle_directly(item: SettlementItem) -> bool:
     """Write one settlement synchronously: the fallback when its queue is unreachable.
     Whether it was written."""
     from webhooks.leads.accounting.ledger import settle
-    from webhooks.storage.db import UNAVAILABLE_ERRORS, db
+    from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
 
     try:
         with db.connection_context():

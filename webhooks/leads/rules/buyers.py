@@ -12,19 +12,19 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from webhooks import money
-from webhooks import validate as v
 from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.caps.windows import CAPS, COUNT_CAPS
-from webhooks.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.errors import InvalidPayload, ValidationError
+from webhooks.formats import money
+from webhooks.formats import validate as v
+from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
+from webhooks.formats.validate import cents
 from webhooks.leads.posting import integration
 from webhooks.leads.rules import consent, suppression
 from webhooks.logs import REDACTED_URL, redact_url, restore_url
-from webhooks.storage.models import Buyer
-from webhooks.storage.scripts import NO_HOLD, Hold
-from webhooks.validate import cents
+from webhooks.storage.live.scripts import NO_HOLD, Hold
+from webhooks.storage.records.models import Buyer
 
 CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -367,9 +367,6 @@ class BuyerRule:
             return "filter"
         return None
 
-    def accepts(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> bool:
-        return self.refusal(lead, publisher_id, now) is None
-
     def is_open(self, now: datetime) -> bool:
         if self.schedule is None:
             return True
@@ -380,9 +377,9 @@ class BuyerRule:
 
 def save(buyer_id: str, fields: dict[str, Any]) -> tuple[Buyer, bool]:
     """Create or replace a buyer (and undelete it); return (row, created). Caller bumps config."""
-    from webhooks.storage import audit
-    from webhooks.storage.db import db
-    from webhooks.storage.models import utcnow
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import utcnow
 
     now = utcnow()
     with db.atomic():
@@ -415,9 +412,9 @@ def _audited(fields: dict[str, Any]) -> dict[str, Any]:
 
 def delete(buyer_id: str) -> bool:
     """Soft-delete: the buyer gets no new leads; its ledger history stays."""
-    from webhooks.storage import audit
-    from webhooks.storage.db import db
-    from webhooks.storage.models import utcnow
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import utcnow
 
     with db.atomic():
         n = (

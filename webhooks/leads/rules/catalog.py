@@ -15,16 +15,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
-from webhooks.consumer import DEFAULT_SUPPRESSION_KEY
+from webhooks.formats.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.leads.rules import suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.leads.rules.suppression import ListRule
-from webhooks.storage import keys
-from webhooks.storage.batch import Client
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.models import Buyer, Publisher
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.models import Buyer, Publisher
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from gevent import monkey
 
 from webhooks import outbound
 from webhooks.errors import ValidationError
-from webhooks.storage import keys
-from webhooks.storage.redis import REDIS_DOWN, Store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,14 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhooks import metrics
-from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
-from webhooks.storage import keys
+from webhooks.formats import validate as v
+from webhooks.storage.live import keys
 
 if TYPE_CHECKING:
-    from webhooks.storage.batch import Batch, Pending
-    from webhooks.storage.models import Publisher
-    from webhooks.storage.scripts import Prechecked
+    from webhooks.storage.live.batch import Batch, Pending
+    from webhooks.storage.live.scripts import Prechecked
+    from webhooks.storage.records.models import Publisher
 
 CODE = "invalid_publisher"
 HOURS = 24  # the window: this UTC hour and the 23 before it (between 23 and 24 hours back)

@@ -13,15 +13,15 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from webhooks import metrics
-from webhooks import validate as v
 from webhooks.errors import RateLimited, ValidationError
+from webhooks.formats import validate as v
 from webhooks.leads.rules import consent, precheck_quota, quality, suppression
-from webhooks.storage import keys
-from webhooks.storage.models import Publisher
-from webhooks.storage.scripts import CapCounter
+from webhooks.storage.live import keys
+from webhooks.storage.live.scripts import CapCounter
+from webhooks.storage.records.models import Publisher
 
 if TYPE_CHECKING:
-    from webhooks.storage.redis import Store
+    from webhooks.storage.live.redis import Store
 
 CODE = "invalid_publisher"
 _FIELDS = {
@@ -151,15 +151,11 @@ def cap_counters(publisher: PublisherRule, now: datetime) -> tuple[CapCounter, .
     return tuple(out)
 
 
-def cap_usage(store: Store, publisher: PublisherRule, now: datetime) -> dict[str, dict[str, Any]]:
-    """{"hourly": {"used", "limit", "window_start"}, ...}: GET /v1/admin/publishers/<id>."""
-    return cap_usage_many(store, [publisher], now)[publisher.id]
-
-
 def cap_usage_many(
     store: Store, publishers: Sequence[PublisherRule], now: datetime
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """`cap_usage` of many publishers, by id, read in one round trip (GETs in a pipeline: a
+    """The use of each cap of many publishers, by id ({"hourly": {"used", "limit",
+    "window_start"}, ...}: GET /v1/admin/publishers), read in one round trip (GETs in a pipeline: a
     Redis Cluster's pipeline refuses MGET); "precheck" among them: its pre-ping quota's use."""
     windows = cap_windows(now)
     counters = [[c.key for c in cap_counters(publisher, now)[: len(publisher.caps)]] for publisher in publishers]
@@ -376,9 +372,9 @@ def save(publisher_id: str, fields: dict[str, Any]) -> tuple[Publisher, bool]:
     """Create or replace a publisher; an API key already used by another one is refused.
     Returns (row, fresh): fresh when it was created and the ledger has no lead of it (so
     Redis can remember every answer it is given: claims.remember_from_start)."""
-    from webhooks.storage import audit
-    from webhooks.storage.db import db
-    from webhooks.storage.models import Lead, utcnow
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import Lead, utcnow
 
     now = utcnow()
     with db.atomic():

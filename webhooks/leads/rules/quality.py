@@ -21,10 +21,10 @@ from typing import Any
 import phonenumbers
 from email_validator import EmailNotValidError, validate_email
 
-from webhooks import consumer
 from webhooks.errors import InvalidLead, ValidationError
+from webhooks.formats import consumer
+from webhooks.formats.validate import is_id
 from webhooks.leads.rules import consent
-from webhooks.validate import is_id
 
 CODE = "invalid_publisher"
 TYPES = (
@@ -259,7 +259,7 @@ def _string(f: Field, value: Any) -> str:
 
 
 def _email(_f: Field, value: Any) -> str:
-    """The address as its consumer key (webhooks/consumer.py), once email-validator passes it."""
+    """The address as its consumer key (webhooks/formats/consumer.py), once email-validator passes it."""
     if not isinstance(value, str) or len(value) > MAX_EMAIL + 64:
         raise ValueError("must be an e-mail address")
     text = consumer.key("email", value) or value.strip()  # no key: the library says why not
@@ -301,7 +301,7 @@ def _email_work(value: Any) -> int:
 
 
 def _phone(f: Field, value: Any) -> str:
-    """The number as its consumer key (webhooks/consumer.py): E.164, read as `f.region`'s."""
+    """The number as its consumer key (webhooks/formats/consumer.py): E.164, read as `f.region`'s."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # a number sent as a JSON number: the spec reads it as its digits
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_PHONE:

@@ -18,13 +18,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhooks import consumer
 from webhooks.errors import Conflict, NotFound, ValidationError
-from webhooks.storage import audit, keys
-from webhooks.storage.db import db, is_mysql
-from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
-from webhooks.storage.redis import REDIS_DOWN, Store
-from webhooks.validate import is_id
+from webhooks.formats import consumer
+from webhooks.formats.validate import is_id
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import REDIS_DOWN, Store
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.models import SuppressionEntry, SuppressionList, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _place(list_id: str, digest: bytes) -> tuple[str, bytes]:
 
 
 def check(store: Store, lists: Sequence[ListRule], values: Mapping[str, str | None]) -> dict[str, str]:
-    """Each list's verdict on a lead whose consumer keys (webhooks/consumer.py) are `values`:
+    """Each list's verdict on a lead whose consumer keys (webhooks/formats/consumer.py) are `values`:
     HIT (its consumer is on it), MISS, or UNKNOWN (Redis does not hold all of the list in the
     form this process reads: a rebuild is started when it holds none). One pipelined round
     trip for every list; none when the lead has none of their fields."""

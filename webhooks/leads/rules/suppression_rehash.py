@@ -10,10 +10,11 @@ import uuid
 from webhooks.errors import Conflict
 from webhooks.leads.rules.catalog import bump_version
 from webhooks.leads.rules.suppression import LOCK_TTL_MS, ListRule, key_id, keyed_digest, locked, rebuild, writing
-from webhooks.storage import audit, keys
-from webhooks.storage.db import db
-from webhooks.storage.models import SuppressionEntry, SuppressionList, utcnow
-from webhooks.storage.redis import Store
+from webhooks.storage.live import keys
+from webhooks.storage.live.redis import Store
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import SuppressionEntry, SuppressionList, utcnow
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from webhooks.leads.path import preview
 from webhooks.leads.rules import buyers
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import bump_version
-from webhooks.storage.batch import Client
-from webhooks.storage.models import Buyer
+from webhooks.storage.live.batch import Client
+from webhooks.storage.records.models import Buyer
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body, merge_patch, patch_body
 

@@ -12,8 +12,8 @@ from webhooks.errors import ValidationError
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.events.outbox import EventType
-from webhooks.storage import outbox_queue
-from webhooks.validate import instant, is_id
+from webhooks.formats.validate import instant, is_id
+from webhooks.storage.live import outbox_queue
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
 

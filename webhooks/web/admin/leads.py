@@ -12,11 +12,11 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
+from webhooks.formats.validate import is_id
 from webhooks.leads.accounting import reports, returns
 from webhooks.leads.accounting.erasure import Erasure, erase
 from webhooks.leads.accounting.ledger import lead_view
-from webhooks.storage import outbox_queue
-from webhooks.validate import is_id
+from webhooks.storage.live import outbox_queue
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
 

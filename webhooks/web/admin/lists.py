@@ -15,10 +15,10 @@ from flask import jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import ValidationError
+from webhooks.formats.validate import instant, is_id
 from webhooks.leads.accounting import search
 from webhooks.leads.accounting.search import BadCursor, LeadQuery, decode_cursor, encode_cursor
-from webhooks.storage.models import Buyer, Publisher
-from webhooks.validate import instant, is_id
+from webhooks.storage.records.models import Buyer, Publisher
 from webhooks.web.admin import bp
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin import publishers as admin_publishers

@@ -20,9 +20,9 @@ from webhooks.errors import NotFound, ValidationError
 from webhooks.events import log as events_log
 from webhooks.payments import ledger, rejected
 from webhooks.payments.ledger import balances, payment_record
-from webhooks.payments.notifications import wallet
-from webhooks.payments.signatures import VERIFIERS
-from webhooks.storage.models import Payment, utcnow
+from webhooks.payments.providers.notifications import wallet
+from webhooks.payments.providers.signatures import VERIFIERS
+from webhooks.storage.records.models import Payment, utcnow
 from webhooks.web.admin import bp
 from webhooks.web.admin.events import since_time
 from webhooks.web.http import json_body, query_arg

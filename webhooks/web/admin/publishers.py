@@ -12,8 +12,8 @@ from webhooks import services
 from webhooks.errors import NotFound
 from webhooks.leads.rules import publishers
 from webhooks.leads.rules.catalog import bump_version
-from webhooks.storage import claims
-from webhooks.storage.models import Publisher
+from webhooks.storage.live import claims
+from webhooks.storage.records.models import Publisher
 from webhooks.web.admin import bp
 from webhooks.web.http import json_body, merge_patch, patch_body
 

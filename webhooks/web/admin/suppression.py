@@ -8,7 +8,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.leads.rules import suppression
 from webhooks.leads.rules.catalog import bump_version
-from webhooks.storage.models import SuppressionList
+from webhooks.storage.records.models import SuppressionList
 from webhooks.web.admin import bp
 from webhooks.web.http import body_limit, json_body
 

@@ -14,9 +14,9 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import metrics, services
 from webhooks.leads.rules.buyers import BuyerRule
-from webhooks.payments import providers
-from webhooks.storage.db import UNAVAILABLE_ERRORS, db
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.payments.providers import payment_lists
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
 from webhooks.web.ops import csp
 from webhooks.web.ops.gauges import LiveCollector, OutboxCollector
 
@@ -50,7 +50,7 @@ def _not_reconciled() -> dict[str, str]:
     """The providers whose webhooks are configured but whose payments are not reconciled with
     their API (no API credentials, or no list API at all), and why."""
     cfg = services.current().config
-    return {p: why for p, why in providers.unconfigured(cfg).items() if p in cfg.secrets}
+    return {p: why for p, why in payment_lists.unconfigured(cfg).items() if p in cfg.secrets}
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,8 +22,8 @@ from werkzeug.wrappers import Response  # what `redirect` makes (flask's Respons
 
 from webhooks import services
 from webhooks.errors import Forbidden, TooManyAttempts
-from webhooks.storage import keys
-from webhooks.validate import bearer
+from webhooks.formats.validate import bearer
+from webhooks.storage.live import keys
 from webhooks.web import logins
 from webhooks.web.ops import bp
 

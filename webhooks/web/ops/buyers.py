@@ -14,9 +14,9 @@ from flask.typing import ResponseReturnValue
 from webhooks.billing import statement
 from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
+from webhooks.formats.validate import is_id
 from webhooks.leads.rules import buyers
-from webhooks.storage.models import Buyer
-from webhooks.validate import is_id
+from webhooks.storage.records.models import Buyer
 from webhooks.web.admin import buyers as admin_buyers
 from webhooks.web.admin.lists import page_of
 from webhooks.web.http import merge_patch

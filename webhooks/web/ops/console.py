@@ -9,7 +9,7 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from webhooks.storage.models import AuditLog
+from webhooks.storage.records.models import AuditLog
 from webhooks.web.ops import bp
 from webhooks.web.ops.auth import form_token
 

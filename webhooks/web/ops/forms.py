@@ -17,8 +17,8 @@ from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
-from webhooks import strictjson
 from webhooks.errors import BadRequest, InvalidJSON, MalformedJSON, ValidationError
+from webhooks.formats import strictjson
 
 TEXT, NUMBER, CHECKBOX, LIST, JSON, SELECT, SECRET = "text", "number", "checkbox", "list", "json", "select", "secret"
 MAX_FIELD = 64 * 1024  # a form field's characters: the request body's limit bounds them all

@@ -13,10 +13,10 @@ from rq.registry import FailedJobRegistry
 from webhooks.caps.breaker import BREAKER_STATES, breakers
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
-from webhooks.storage import keys
-from webhooks.storage.batch import Client
-from webhooks.storage.db import UNAVAILABLE_ERRORS
-from webhooks.storage.redis import REDIS_DOWN
+from webhooks.storage.live import keys
+from webhooks.storage.live.batch import Client
+from webhooks.storage.live.redis import REDIS_DOWN
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from flask import request, url_for
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import BadRequest, Conflict, NotFound
+from webhooks.formats.validate import is_id
 from webhooks.leads.accounting import returns, search
 from webhooks.leads.accounting.ledger import lead_view
-from webhooks.storage.models import Lead
-from webhooks.validate import is_id
+from webhooks.storage.records.models import Lead
 from webhooks.web.admin.leads import return_lead_now
 from webhooks.web.admin.lists import lead_page
 from webhooks.web.ops import bp

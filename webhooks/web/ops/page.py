@@ -14,19 +14,20 @@ from urllib.parse import urlsplit
 from flask import render_template, url_for
 from flask.typing import ResponseReturnValue
 
-from webhooks import money, services
+from webhooks import services
 from webhooks.billing import balance
 from webhooks.billing.balance import CREDIT, Billing
 from webhooks.caps import leases
 from webhooks.caps.breaker import breakers
 from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
+from webhooks.formats import money
 from webhooks.leads.accounting import reports
 from webhooks.leads.accounting.ledger import flagged, lead_view
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import rejected
-from webhooks.storage.batch import Client
-from webhooks.storage.models import Buyer, Lead
+from webhooks.storage.live.batch import Client
+from webhooks.storage.records.models import Buyer, Lead
 from webhooks.web.ops import bp
 
 REFRESH_S = 5

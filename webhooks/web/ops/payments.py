@@ -7,9 +7,10 @@ from __future__ import annotations
 from flask import request
 from flask.typing import ResponseReturnValue
 
-from webhooks import money, services
+from webhooks import services
 from webhooks.errors import BadRequest, Conflict
 from webhooks.events import log as events_log
+from webhooks.formats import money
 from webhooks.payments import ledger
 from webhooks.payments.ledger import payment_record
 from webhooks.web.admin.payments import assign, find

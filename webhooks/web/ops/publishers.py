@@ -11,10 +11,10 @@ from flask import request
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import BadRequest, ValidationError
+from webhooks.formats.validate import is_id
 from webhooks.leads.rules import publishers
 from webhooks.leads.rules.publishers import MODES, PUBLISHER_CAPS, ROUTING_MODES
-from webhooks.storage.models import Publisher
-from webhooks.validate import is_id
+from webhooks.storage.records.models import Publisher
 from webhooks.web.admin import publishers as admin_publishers
 from webhooks.web.admin.lists import page_of
 from webhooks.web.http import merge_patch

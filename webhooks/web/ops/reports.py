@@ -15,8 +15,8 @@ from webhooks.errors import BadRequest, ValidationError
 from webhooks.leads.accounting import reports
 from webhooks.leads.rules.suppression import stored_ids
 from webhooks.leads.rules.suppression import to_json as suppression_json
-from webhooks.storage import keys
-from webhooks.storage.models import Buyer, Publisher, SuppressionList
+from webhooks.storage.live import keys
+from webhooks.storage.records.models import Buyer, Publisher, SuppressionList
 from webhooks.web.admin.leads import DAY
 from webhooks.web.ops import bp
 from webhooks.web.ops.console import NO_STORE, audit_rows, page

@@ -1,0 +1,496 @@
+"""peewee models of the ledger. They must agree with sql/*.sql (tests/storage/records/test_migrate.py checks it)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import peewee as pw
+
+from webhooks.storage.records.db import db
+
+
+def utcnow() -> datetime:
+    """Naive UTC with microseconds: what DATETIME(6) columns hold."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class DateTime6Field(pw.DateTimeField):
+    field_type = "DATETIME(6)"
+
+
+class MediumTextField(pw.TextField):
+    field_type = "MEDIUMTEXT"
+
+
+class MediumBlobField(pw.BlobField):
+    field_type = "MEDIUMBLOB"
+
+
+class BaseModel(pw.Model):
+    class Meta:
+        database = db
+        legacy_table_names = False
+
+
+class SchemaMigration(BaseModel):
+    version = pw.CharField(max_length=32, primary_key=True)
+    applied_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "schema_migrations"
+
+
+class Publisher(BaseModel):
+    id = pw.CharField(max_length=64, primary_key=True)
+    name = pw.CharField(max_length=200)
+    api_key_hash = pw.CharField(max_length=64, unique=True)
+    api_key_hint = pw.CharField(max_length=8)
+    commission_pct = pw.DecimalField(max_digits=5, decimal_places=2)
+    active = pw.BooleanField(default=True)
+    balance = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+    routing = pw.CharField(max_length=16, default="waterfall")  # waterfall | price | round_robin | weighted
+    # rate_limit (docs/api.md): a token bucket of rate_burst leads refilled at rate_per_second; both
+    # NULL: the PUBLISHER_RATE_LIMIT default applies
+    rate_per_second = pw.IntegerField(null=True)
+    rate_burst = pw.IntegerField(null=True)
+    fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/rules/quality.py); NULL: none
+    mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
+    # payout (docs/api.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
+    payout_fixed = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    # caps (docs/api.md): leads accepted per UTC hour / day; NULL: unlimited
+    cap_hourly = pw.IntegerField(null=True)
+    cap_daily = pw.IntegerField(null=True)
+    suppress = pw.TextField(null=True)  # JSON: the suppression lists its leads are refused by (sql/018)
+    # `precheck` (sql/020): its pre-ping quota; NULL: the default (leads/rules/precheck_quota.py)
+    precheck_per_lead = pw.IntegerField(null=True)
+    precheck_daily_floor = pw.IntegerField(null=True)
+
+    class Meta:
+        table_name = "publishers"
+
+
+class Buyer(BaseModel):
+    id = pw.CharField(max_length=64, primary_key=True)
+    name = pw.CharField(max_length=200)
+    endpoint_url = pw.CharField(max_length=2048)
+    priority = pw.IntegerField()
+    price = pw.DecimalField(max_digits=12, decimal_places=2)
+    timezone = pw.CharField(max_length=64)
+    cap_hourly = pw.IntegerField(null=True)
+    cap_daily = pw.IntegerField(null=True)
+    cap_weekly = pw.IntegerField(null=True)
+    cap_monthly = pw.IntegerField(null=True)
+    cap_daily_budget = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    states = pw.TextField()  # JSON list, upper-case
+    blocked_publishers = pw.TextField()  # JSON list
+    schedule = pw.TextField(null=True)  # JSON object or NULL (always open)
+    active = pw.BooleanField(default=True)
+    deleted_at = DateTime6Field(null=True)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+    delivery = pw.TextField(null=True)  # JSON: method, format, headers, fields, accept | accept_regex
+    ping = pw.TextField(null=True)  # JSON: url, fields, bid, min_bid
+    weight = pw.IntegerField(default=1)  # share within a priority under `weighted` routing
+    lead_filter = pw.TextField(null=True)  # `filter`: a JMESPath expression on the normalised lead; NULL: none
+    dedupe = pw.TextField(null=True)  # JSON: fields, days
+    return_window_days = pw.IntegerField(default=7)
+    billing = pw.TextField(null=True)  # JSON: mode, account, currency, credit_limit, low_balance (sql/016)
+    billing_account = pw.CharField(max_length=300, null=True, index=True)  # "<account>|<currency>"
+    suppress = pw.TextField(null=True)  # JSON: suppression lists whose leads it is not offered (sql/018)
+    require_consent = pw.TextField(null=True)  # JSON: consent it requires claimed, e.g. ["trustedform"]
+
+    class Meta:
+        table_name = "buyers"
+
+
+class Lead(BaseModel):
+    id = pw.BigAutoField()
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    status = pw.CharField(max_length=16)
+    buyer_id = pw.CharField(max_length=64, null=True)
+    price = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    payout = pw.DecimalField(max_digits=12, decimal_places=2, null=True, column_name="commission")
+    payload = MediumTextField()
+    received_at = DateTime6Field()
+    sold_at = DateTime6Field(null=True)
+    settled_at = DateTime6Field(default=utcnow)
+    request_id = pw.CharField(max_length=64, null=True)
+    lease_id = pw.CharField(max_length=32, null=True)  # the cap lease of the sale
+    reserved_us = pw.BigIntegerField(null=True)  # Redis time of that lease, for reconciliation
+    skipped = pw.TextField(null=True)  # JSON: [{buyer_id, reason}] of the buyers not attempted
+    returned_at = DateTime6Field(null=True)
+    return_reason = pw.CharField(max_length=500, null=True)
+    charge_minor = pw.BigIntegerField(null=True)  # debited from the buyer's wallet (sql/016)
+    charge_account = pw.CharField(max_length=300, null=True)  # that wallet: "<account>|<currency>"
+
+    consent = pw.TextField(null=True)  # JSON: the consent claims made for the lead (sql/018)
+
+    class Meta:
+        table_name = "leads"
+        indexes = (
+            (("publisher_id", "lead_id"), True),
+            (("buyer_id", "sold_at"), False),
+            (("lead_id",), False),
+            (("received_at",), False),  # the body purge's walk (sql/012); the unfiltered search
+            # the lead search by each filter, newest first from a keyset cursor; the other
+            # filters after the sort key, so that a page's ids come from the index alone (sql/017)
+            (("publisher_id", "received_at", "id", "buyer_id", "status"), False),
+            (("buyer_id", "received_at", "id", "publisher_id", "status"), False),
+            (("status", "received_at", "id", "publisher_id", "buyer_id"), False),
+        )
+
+
+class LeadAttempt(BaseModel):
+    id = pw.BigAutoField()
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    seq = pw.SmallIntegerField()
+    buyer_id = pw.CharField(max_length=64)
+    outcome = pw.CharField(max_length=16)
+    ms = pw.IntegerField()
+    bid = pw.DecimalField(max_digits=12, decimal_places=2, null=True)  # ping/post buyers
+
+    class Meta:
+        table_name = "lead_attempts"
+        indexes = (
+            (("publisher_id", "lead_id", "seq"), True),
+            (("outcome",), False),  # the leads flagged for review (sql/019)
+        )
+
+
+class Payment(BaseModel):
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)
+    amount_minor = pw.BigIntegerField()
+    currency = pw.CharField(max_length=3)
+    customer = pw.CharField(max_length=254)  # the wallet; '' while unattributed
+    status = pw.CharField(max_length=24)  # unattributed | credited | partially_refunded | refunded
+    event_type = pw.CharField(max_length=64)
+    received_at = DateTime6Field()
+    credited_at = DateTime6Field(null=True)
+    refunded_minor = pw.BigIntegerField(default=0)  # sum of its refunds, never above amount_minor
+    payer = pw.CharField(max_length=254, null=True)  # the payer's e-mail as sent
+    fees_minor = pw.BigIntegerField(default=0)  # the provider's fee passed on to the payer
+    flag = pw.CharField(max_length=32, null=True)  # partially_paid | overpaid
+    source = pw.CharField(max_length=16, default="webhook")  # webhook | reconciliation
+    assigned_at = DateTime6Field(null=True)
+    disputed_minor = pw.BigIntegerField(default=0)  # what disputes hold withdrawn now (sql/013)
+    refund_unnamed_minor = pw.BigIntegerField(default=0)  # charge.refunded's debit no refund id claimed yet
+
+    class Meta:
+        table_name = "payments"
+        indexes = ((("provider", "reference"), True), (("status", "received_at"), False))
+
+
+class Refund(BaseModel):
+    """A refund or reversal of a payment: debits the payer's wallet once per (provider, reference)."""
+
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)  # the refund's own reference
+    payment_reference = pw.CharField(max_length=128)
+    amount_minor = pw.BigIntegerField()
+    currency = pw.CharField(max_length=3)
+    customer = pw.CharField(max_length=254)
+    event_type = pw.CharField(max_length=64)
+    received_at = DateTime6Field()
+    debited_at = DateTime6Field()
+    status = pw.CharField(max_length=16, default="debited")  # debited | reversed (sql/013)
+    debited_minor = pw.BigIntegerField(null=True)  # what the wallet counts of it (NULL: amount_minor)
+    flag = pw.CharField(max_length=32, null=True)  # refund_includes_fee
+    reversed_at = DateTime6Field(null=True)
+
+    class Meta:
+        table_name = "refunds"
+        indexes = (
+            (("provider", "reference"), True),
+            (("provider", "payment_reference"), False),
+        )
+
+
+class PaymentDispute(BaseModel):
+    """A dispute (chargeback) of a payment, keyed by the provider's dispute id: its money leaves
+    the wallet at most once (withdrawn) and comes back at most once (reinstated)."""
+
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)  # the provider's dispute id
+    payment_reference = pw.CharField(max_length=128)
+    amount_minor = pw.BigIntegerField()
+    currency = pw.CharField(max_length=3)
+    customer = pw.CharField(max_length=254)  # the wallet ('' while the payment is unattributed)
+    status = pw.CharField(max_length=16)  # withdrawn | reinstated
+    event_type = pw.CharField(max_length=64)
+    received_at = DateTime6Field()
+    withdrawn_at = DateTime6Field(null=True)  # NULL: reinstated before any withdrawal arrived
+    reinstated_at = DateTime6Field(null=True)
+
+    class Meta:
+        table_name = "payment_disputes"
+        indexes = (
+            (("provider", "reference"), True),
+            (("provider", "payment_reference"), False),
+        )
+
+
+class LegacyPaymentEvent(BaseModel):
+    """The payment events outbox before sql/011 (one endpoint, PAYMENT_EVENTS_URL): read only
+    by that migration, which carries its rows over into events and their dispatches."""
+
+    id = pw.BigAutoField()
+    event_id = pw.CharField(max_length=64, unique=True)  # the stable webhook-id
+    type = pw.CharField(max_length=32)  # wallet.credited | wallet.debited
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128)  # the payment's or the refund's
+    customer = pw.CharField(max_length=254)
+    body = pw.TextField()  # the JSON sent, fixed when the event is made
+    status = pw.CharField(max_length=16)  # pending | delivered | failed
+    attempts = pw.IntegerField(default=0)
+    created_at = DateTime6Field()
+    next_attempt_at = DateTime6Field()
+    first_attempt_at = DateTime6Field(null=True)
+    last_attempt_at = DateTime6Field(null=True)
+    delivered_at = DateTime6Field(null=True)
+    last_error = pw.CharField(max_length=500, null=True)
+
+    class Meta:
+        table_name = "payment_events"
+        indexes = (
+            (("provider", "type", "reference"), True),
+            (("status", "customer", "id"), False),  # each customer's oldest undelivered event
+        )
+
+
+class EventEndpoint(BaseModel):
+    """An application's endpoint for events (docs/api.md "Event endpoints"): what it wants and its
+    state. The endpoint PAYMENT_EVENTS_URL configures is a row too (events/endpoints.py)."""
+
+    id = pw.CharField(max_length=64, primary_key=True)
+    url = pw.CharField(max_length=2048)
+    types = pw.TextField(null=True)  # JSON list of event types; NULL: every type
+    publisher_id = pw.CharField(max_length=64, null=True)  # lead events of this publisher only
+    secret = pw.CharField(max_length=200, null=True)  # whsec_...; NULL: PAYMENT_EVENTS_SECRET signs
+    enabled = pw.BooleanField(default=True)
+    disabled_reason = pw.CharField(max_length=16, null=True)  # paused | failing
+    disabled_at = DateTime6Field(null=True)
+    failing_since = DateTime6Field(null=True)  # the first failed attempt since the last success
+    last_error = pw.CharField(max_length=500, null=True)
+    last_attempt_at = DateTime6Field(null=True)
+    last_success_at = DateTime6Field(null=True)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "event_endpoints"
+
+
+class Event(BaseModel):
+    """The outbox: one row per announced change (a wallet credited or debited, a lead sold or
+    returned), inserted in the transaction that makes the change. The worker fans it out into
+    one EventDispatch per matching endpoint (`fanned_out`)."""
+
+    id = pw.BigAutoField()
+    event_id = pw.CharField(max_length=64, unique=True)  # msg_...: shown by the admin API
+    type = pw.CharField(max_length=32)
+    subject = pw.CharField(max_length=200)  # what changed: provider:reference, publisher:lead_id
+    entity = pw.CharField(max_length=254)  # the order key: the wallet's customer, the lead
+    publisher_id = pw.CharField(max_length=64, null=True)  # lead events: whose lead
+    body = pw.TextField()  # the JSON sent, fixed when the event is made
+    created_at = DateTime6Field()
+    fanned_out = pw.BooleanField(default=False)
+
+    class Meta:
+        table_name = "events"
+        indexes = (
+            (("type", "subject"), True),  # one event per change
+            (("fanned_out", "id"), False),
+            (("created_at",), False),
+        )
+
+
+class EventDispatch(BaseModel):
+    """One event sent to one endpoint: its stable `webhook-id`, its state and its retries (its
+    attempts are EventAttempt rows). Its table was renamed by sql/014."""
+
+    id = pw.BigAutoField()
+    event = pw.BigIntegerField(column_name="event_id")  # Event.id
+    endpoint_id = pw.CharField(max_length=64)
+    entity = pw.CharField(max_length=254)  # the event's: one endpoint's dispatches of it go in order
+    webhook_id = pw.CharField(max_length=64)
+    status = pw.CharField(max_length=16)  # pending | delivered | failed
+    attempts = pw.IntegerField(default=0)
+    created_at = DateTime6Field()
+    next_attempt_at = DateTime6Field()
+    first_attempt_at = DateTime6Field(null=True)
+    last_attempt_at = DateTime6Field(null=True)
+    delivered_at = DateTime6Field(null=True)
+    last_error = pw.CharField(max_length=500, null=True)
+
+    class Meta:
+        table_name = "event_dispatches"
+        indexes = (
+            (("event_id", "endpoint_id"), True),
+            (("endpoint_id", "status", "next_attempt_at"), False),  # what is due, per endpoint
+            (("entity", "endpoint_id", "status", "id"), False),  # one endpoint's queue of one entity
+        )
+
+
+class EventAttempt(BaseModel):
+    """The events log: every attempt to send an event, with what the endpoint answered."""
+
+    id = pw.BigAutoField()
+    dispatch_id = pw.BigIntegerField(column_name="delivery_id")  # EventDispatch.id (the column: sql/011)
+    at = DateTime6Field()
+    status_code = pw.SmallIntegerField(null=True)  # NULL: no answer (refused, timed out)
+    error = pw.CharField(max_length=500, null=True)  # NULL: delivered
+    ms = pw.IntegerField()
+
+    class Meta:
+        table_name = "event_attempts"
+        indexes = ((("dispatch_id", "id"), False),)
+
+
+class Wallet(BaseModel):
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    balance_minor = pw.BigIntegerField(default=0)
+    updated_at = DateTime6Field(default=utcnow)
+    version = pw.BigIntegerField(default=0)  # its changes so far (sql/016)
+
+    class Meta:
+        table_name = "wallets"
+        indexes = ((("customer", "currency"), True),)
+
+
+class WalletEntry(BaseModel):
+    """One move of a wallet, written in its transaction (sql/016): the statement's lines."""
+
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    kind = pw.CharField(max_length=16)  # top_up | sale | return | refund | dispute | carried
+    amount_minor = pw.BigIntegerField()  # signed: what the wallet moved by
+    reference = pw.CharField(max_length=300)
+    at = DateTime6Field()
+
+    class Meta:
+        table_name = "wallet_entries"
+        indexes = ((("customer", "currency", "at"), False),)
+
+
+class SuppressionList(BaseModel):
+    """A suppression list (sql/018): the lead field it holds, how its entries are hashed, and how
+    many it holds."""
+
+    id = pw.CharField(max_length=64, primary_key=True)
+    field = pw.CharField(max_length=16)  # email | phone
+    hash = pw.CharField(max_length=8)  # md5 | sha256 | none
+    # a "none" list's entries: keyed hashes under the SUPPRESSION_KEY of this id, or NULL for
+    # the bare digests sql/018 wrote, until they are rehashed (sql/021)
+    digest_key = pw.CharField(max_length=16, null=True)
+    size = pw.BigIntegerField(default=0)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "suppression_lists"
+
+
+class SuppressionEntry(BaseModel):
+    """One entry of a list, as the digest Redis holds (hex): never the plain value."""
+
+    id = pw.BigAutoField()
+    list_id = pw.CharField(max_length=64)
+    digest = pw.CharField(max_length=64)
+
+    class Meta:
+        table_name = "suppression_entries"
+        indexes = ((("list_id", "digest"), True),)
+
+
+class LeadStats(BaseModel):
+    """The leads report's figures per hour (received_at, UTC), publisher and buyer ('' for
+    leads no buyer bought), kept in the transactions of the ledger changes they count: a
+    settlement adds its leads, a return its return (leads/accounting/reports.py)."""
+
+    id = pw.BigAutoField()
+    hour = DateTime6Field()  # naive UTC, on the hour
+    publisher_id = pw.CharField(max_length=64)
+    buyer_id = pw.CharField(max_length=64)
+    leads = pw.IntegerField(default=0)
+    sold = pw.IntegerField(default=0)  # returned ones included
+    returned = pw.IntegerField(default=0)
+    revenue = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+    payout = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+
+    class Meta:
+        table_name = "lead_stats"
+        indexes = ((("hour", "publisher_id", "buyer_id"), True),)
+
+
+class WebhookCall(BaseModel):
+    """Every webhook call of a payment provider, kept for audit and replay: verified ones with
+    their headers of interest and body; one that failed its signature check as metadata only
+    (provider, verdict, length and SHA-256 of the body), so a forger cannot fill the database.
+    Its table was renamed by sql/014."""
+
+    id = pw.BigAutoField()
+    provider = pw.CharField(max_length=32)
+    reference = pw.CharField(max_length=128, null=True)
+    event_type = pw.CharField(max_length=64, null=True)
+    verdict = pw.CharField(max_length=32)
+    status_code = pw.SmallIntegerField()
+    headers = pw.TextField()  # JSON object of the headers of interest ({} when not verified)
+    body = MediumBlobField()  # empty when not verified
+    body_truncated = pw.BooleanField(default=False)
+    received_at = DateTime6Field(default=utcnow)
+    body_length = pw.IntegerField(null=True)  # bytes received (NULL: rows older than sql/002)
+    body_sha256 = pw.CharField(max_length=64, null=True)  # hex
+    reason = pw.CharField(max_length=32, null=True)  # why an `ignored` one moved nothing (sql/013)
+
+    class Meta:
+        table_name = "webhook_calls"
+        indexes = ((("provider", "reference"), False), (("verdict", "received_at"), False))
+
+
+class AuditLog(BaseModel):
+    id = pw.BigAutoField()
+    at = DateTime6Field(default=utcnow)
+    actor = pw.CharField(max_length=64)
+    action = pw.CharField(max_length=64)
+    entity = pw.CharField(max_length=32)
+    entity_id = pw.CharField(max_length=200)
+    detail = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "audit_log"
+        indexes = ((("entity", "entity_id"), False),)
+
+
+ALL_MODELS = [
+    SchemaMigration,
+    Publisher,
+    Buyer,
+    Lead,
+    LeadAttempt,
+    Payment,
+    Wallet,
+    WalletEntry,
+    WebhookCall,
+    AuditLog,
+    Refund,
+    PaymentDispute,
+    LegacyPaymentEvent,
+    LeadStats,
+    EventEndpoint,
+    Event,
+    EventDispatch,
+    EventAttempt,
+    SuppressionList,
+    SuppressionEntry,
+]
