@@ -8,13 +8,13 @@ from typing import Any
 from flask import request, url_for
 from flask.typing import ResponseReturnValue
 
+from webhooks import services
 from webhooks.errors import BadRequest, Conflict, NotFound
-from webhooks.leads.accounting import returns, search
+from webhooks.leads.accounting import return_service, returns, search
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.storage.models import Lead
 from webhooks.validate import is_id
-from webhooks.web.admin.leads import return_lead_now
-from webhooks.web.admin.lists import lead_page
+from webhooks.web.listing import lead_page
 from webhooks.web.ops import bp
 from webhooks.web.ops.console import audit_rows, done, page
 
@@ -57,7 +57,15 @@ def lead_return(lead_id: str) -> ResponseReturnValue:
     publisher_id = _publisher_id()
     reason = request.form.get("reason", "").strip() or None
     try:
-        return_lead_now(lead_id, publisher_id, reason)
+        svc = services.current()
+        return_service.return_now(
+            svc.store,
+            queue_redis=svc.queue_redis,
+            queue=svc.queue,
+            lead_id=lead_id,
+            publisher_id=publisher_id,
+            reason=reason,
+        )
     except (BadRequest, Conflict) as exc:
         return _trace(returns.find(lead_id, publisher_id), str(exc), exc.status)
     row = returns.find(lead_id, publisher_id)

@@ -12,7 +12,7 @@ from webhooks.errors import BadRequest, Conflict
 from webhooks.events import log as events_log
 from webhooks.payments import ledger
 from webhooks.payments.ledger import payment_record
-from webhooks.web.admin.payments import assign, find
+from webhooks.payments.webhook import find
 from webhooks.web.ops import bp
 from webhooks.web.ops.console import audit_rows, done, page
 
@@ -49,7 +49,7 @@ def payment_assign(provider: str, reference: str) -> ResponseReturnValue:
     again with why not beside the payment (400, or 409 when it was assigned meanwhile)."""
     find(provider, reference)  # 404 for no such payment
     try:
-        assign(provider, reference, request.form.get("customer", "").strip())
+        services.current().payments.assign(provider, reference, request.form.get("customer", "").strip())
     except (BadRequest, Conflict) as exc:
         return _payments_page(exc.status, (f"{provider}:{reference}", str(exc)))
     return done("ops.payments", "assigned")

@@ -10,14 +10,13 @@ from typing import Any
 from flask import Response, request
 from flask.typing import ResponseReturnValue
 
-from webhooks import services
+from webhooks import services, validate
 from webhooks.errors import BadRequest, ValidationError
 from webhooks.leads.accounting import reports
 from webhooks.leads.rules.suppression import stored_ids
 from webhooks.leads.rules.suppression import to_json as suppression_json
 from webhooks.storage import keys
 from webhooks.storage.models import Buyer, Publisher, SuppressionList
-from webhooks.web.admin.leads import DAY
 from webhooks.web.ops import bp
 from webhooks.web.ops.console import NO_STORE, audit_rows, page
 from webhooks.web.ops.page import chart
@@ -27,13 +26,7 @@ AUDIT_SHOWN = 200
 
 
 def _day(name: str, default: date) -> date:
-    raw = request.args.get(name) or default.isoformat()
-    try:
-        if not DAY.fullmatch(raw):
-            raise ValueError
-        return date.fromisoformat(raw)
-    except ValueError:
-        raise ValidationError("invalid_query", name, "must be a date, YYYY-MM-DD (UTC)") from None
+    return validate.day("invalid_query", name, request.args.get(name) or default.isoformat())
 
 
 def _range() -> tuple[date, date, str]:
