@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -11,8 +11,9 @@ from webhooks.leads.path import preview
 from webhooks.leads.rules import buyer_service, buyers
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.models import Buyer
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, patch_body
+
+bp = Blueprint("buyers", __name__)
 
 
 @bp.put("/buyers/<id:buyer_id>")

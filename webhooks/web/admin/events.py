@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services, validate
@@ -12,8 +12,9 @@ from webhooks.events import log as events_log
 from webhooks.events.outbox import EventType
 from webhooks.storage import outbox_queue
 from webhooks.validate import is_id
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
+
+bp = Blueprint("events", __name__)
 
 MAX_EVENTS = 1000
 QUERY = "invalid_query"

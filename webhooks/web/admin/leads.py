@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from flask import Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services, validate
@@ -14,8 +14,9 @@ from webhooks.leads.accounting import reports, return_service, returns
 from webhooks.leads.accounting.erasure import Erasure, erase
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.validate import is_id
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
+
+bp = Blueprint("leads", __name__)
 
 
 def _publisher_id() -> str | None:

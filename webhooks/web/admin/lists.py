@@ -7,14 +7,15 @@ them, read for the whole page in one round trip each (and the page's wallets in 
 
 from __future__ import annotations
 
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.leads.rules import buyer_service, publisher_service
 from webhooks.storage.models import Buyer, Publisher
-from webhooks.web.admin import bp
 from webhooks.web.listing import lead_page, page_of
+
+bp = Blueprint("lists", __name__)
 
 
 @bp.get("/buyers")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import timedelta
 
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services, validate
@@ -23,8 +23,9 @@ from webhooks.payments.notifications import wallet
 from webhooks.payments.signatures import VERIFIERS
 from webhooks.payments.webhook import find
 from webhooks.storage.models import utcnow
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
+
+bp = Blueprint("payments", __name__)
 
 
 @bp.get("/wallets/<string:customer>")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.leads.rules import publisher_service, publishers
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, patch_body
+
+bp = Blueprint("publishers", __name__)
 
 
 @bp.put("/publishers/<id:publisher_id>")
