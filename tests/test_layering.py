@@ -1,4 +1,4 @@
-"""Layering rules of the HTTP face that import-linter cannot say, read from the source with
+"""Layering rules that import-linter cannot say, read from the source with
 `ast` (nothing is imported), each a plain test of the default tier so that CI fails the day one
 is broken.
 
@@ -6,6 +6,12 @@ Views call services: a view area (a package under webhooks/web, such as admin/ o
 module there that defines a blueprint, such as leads.py) imports no other view area. What two
 areas share is a service of the domain (leads/, payments/, ...) or plumbing of the HTTP face
 that is no view itself (webhooks/web/http.py, listing.py), and that plumbing imports no view.
+
+Packages do not loop: a package's __init__ never takes part in an import cycle with its own
+modules (web/admin and web/ops did: the __init__ made the blueprint and imported its route
+modules at the bottom, which imported the blueprint back), and it imports its own modules only
+in its leading import block, never further down for their side effects. Each route module owns
+its blueprint, as flaskr's auth.py and blog.py do, and the package nests them.
 """
 
 from __future__ import annotations
@@ -25,22 +31,25 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def imports(root: Path, path: Path) -> set[str]:
-    """Every module `path` imports, anywhere in it, by dotted name (relative imports resolved):
-    for `from a import b`, `a.b` when b is a module of package a, else `a`."""
+def imported(root: Path, path: Path, node: ast.AST) -> set[str]:
+    """The modules an import statement of `path` imports, by dotted name (relative imports
+    resolved): for `from a import b`, `a.b` when b is a module of package a, else `a`."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
     package = module_name(root, path) if path.name == "__init__.py" else module_name(root, path).rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if is_module(root, f"{base}.{alias.name}") else base)
-    return found
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return {f"{base}.{alias.name}" if is_module(root, f"{base}.{alias.name}") else base for alias in node.names}
+
+
+def imports(root: Path, path: Path) -> set[str]:
+    """Every module `path` imports, anywhere in it (functions included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {name for node in ast.walk(tree) for name in imported(root, path, node)}
 
 
 def is_module(root: Path, name: str) -> bool:
@@ -115,3 +124,109 @@ def test_the_view_check_sees_each_way_of_importing(tmp_path):
         "webhooks/web/ops/c.py: imports webhooks.web.admin.buyers",
         "webhooks/web/ops/d.py: imports webhooks.web.leads",
     ]
+
+
+def packages(root: Path) -> list[Path]:
+    return sorted(p for top in ("webhooks", "workers") for p in (root / top).rglob("__init__.py"))
+
+
+def package_loops(root: Path) -> list[str]:
+    """`package: cycle` for each package whose __init__ is on an import cycle with its own
+    modules (an import of the package itself, `from pkg import name` of a name its __init__
+    defines, is what closes one)."""
+    found = []
+    for init in packages(root):
+        package = module_name(root, init)
+        modules = {module_name(root, p): p for p in init.parent.rglob("*.py")}
+        edges = {name: {_within(i, modules) for i in imports(root, path)} for name, path in modules.items()}
+        cycle = _path_back(edges, package, [package], set())
+        if cycle:
+            found.append(f"{package}: " + " -> ".join(cycle))
+    return found
+
+
+def _within(name: str, modules: dict[str, Path]) -> str | None:
+    """The module of `modules` that `name` is, or is in (None: outside them all)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _path_back(edges: dict[str, set[str | None]], package: str, path: list[str], seen: set[str]) -> list[str] | None:
+    """A path of imports from the end of `path` back to `package` through modules not `seen`
+    yet (each is followed once: a second way to it finds nothing new), if any."""
+    for nxt in sorted(n for n in edges[path[-1]] if n is not None):
+        if nxt == package and len(path) > 1:
+            return [*path, package]
+        if nxt != package and nxt not in seen:
+            seen.add(nxt)
+            found = _path_back(edges, package, [*path, nxt], seen)
+            if found:
+                return found
+    return None
+
+
+def late_own_imports(root: Path) -> list[str]:
+    """`path:line imports module` for each import of a package's own module by its __init__
+    after the leading import block (the docstring aside)."""
+    found = []
+    for init in packages(root):
+        package = module_name(root, init)
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        lead = next((i for i, node in enumerate(body) if not isinstance(node, (ast.Import, ast.ImportFrom))), len(body))
+        for node in body[lead:]:
+            for name in sorted(_module_level_imports(root, init, node)):
+                if name.startswith(package + "."):
+                    found.append(f"{init.relative_to(root)}:{node.lineno} imports {name}")
+    return found
+
+
+def _module_level_imports(root: Path, path: Path, node: ast.AST) -> set[str]:
+    """What `node`, a statement of a module's body, imports when the module runs: its own
+    imports and those of blocks (if, try, with), not those in function or class bodies."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return set()
+    found = imported(root, path, node)
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.stmt):
+            found |= _module_level_imports(root, path, child)
+    return found
+
+
+def test_no_package_loops_through_its_init():
+    found = package_loops(ROOT)
+    assert not found, (
+        "a package's __init__ is on an import cycle with its own modules; let each module own "
+        "what it declares (a route module its blueprint) and the __init__ only gather them:\n" + "\n".join(found)
+    )
+
+
+def test_no_package_imports_its_own_modules_below_its_imports():
+    found = late_own_imports(ROOT)
+    assert not found, (
+        "a package's __init__ imports its own modules after other code, for their side effects; "
+        "import them in the leading import block and use them by name:\n" + "\n".join(found)
+    )
+
+
+def test_the_package_checks_see_a_loop_and_a_late_import(tmp_path):
+    pkg = tmp_path / "webhooks" / "web" / "area"
+    pkg.mkdir(parents=True)
+    (tmp_path / "webhooks" / "__init__.py").write_text("")
+    (tmp_path / "webhooks" / "web" / "__init__.py").write_text("")
+    (tmp_path / "workers").mkdir()
+    (pkg / "__init__.py").write_text(
+        '"""Doc."""\nimport json\nbp = object()\nfrom webhooks.web.area import routes  # noqa\n'
+    )
+    (pkg / "routes.py").write_text("from webhooks.web.area import helpers\n")
+    (pkg / "helpers.py").write_text("from webhooks.web.area import bp\n")
+    area = "webhooks.web.area"
+    assert package_loops(tmp_path) == [f"{area}: {area} -> {area}.routes -> {area}.helpers -> {area}"]
+    assert late_own_imports(tmp_path) == ["webhooks/web/area/__init__.py:4 imports webhooks.web.area.routes"]
+    (pkg / "__init__.py").write_text(
+        '"""Doc."""\nfrom webhooks.web.area import routes\n\n\ndef f():\n    from . import helpers\n'
+    )
+    (pkg / "helpers.py").write_text("X = 1\n")
+    assert package_loops(tmp_path) == [] and late_own_imports(tmp_path) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import Response, request, stream_with_context
+from flask import Blueprint, Response, request, stream_with_context
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -19,12 +19,14 @@ from webhooks.leads.rules import buyer_service, buyers
 from webhooks.storage.models import Buyer
 from webhooks.validate import is_id, merge_patch
 from webhooks.web.listing import page_of
-from webhooks.web.ops import bp, forms
+from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, Field
 from webhooks.web.ops.page import billing_panels
 
-SECTION = "ops.buyers"
+bp = Blueprint("buyers", __name__)
+
+SECTION = "ops.buyers.buyers"
 STATEMENT_LINES = 100  # the month's last lines shown; the CSV has them all
 
 FIELDS = (
@@ -83,7 +85,7 @@ def buyer_create() -> ResponseReturnValue:
         buyer_service.save(services.current().store, buyer_id, buyers.parse(merge_patch({}, body)))
     except BadRequest as exc:
         return _refused("buyer_new.html", NEW_FIELDS, exc)
-    return done("ops.buyer", "created", buyer_id=buyer_id)
+    return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
 
 
 def _refused(template: str, fields: tuple[Field, ...], exc: BadRequest) -> ResponseReturnValue:
@@ -148,19 +150,19 @@ def buyer_save(buyer_id: str) -> ResponseReturnValue:
         buyer_service.patch(services.current().store, row, forms.read(FIELDS, request.form))
     except BadRequest as exc:
         return _buyer_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
-    return done("ops.buyer", "saved", buyer_id=buyer_id)
+    return done("ops.buyers.buyer", "saved", buyer_id=buyer_id)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/pause")
 def buyer_pause(buyer_id: str) -> ResponseReturnValue:
     buyer_service.patch(services.current().store, buyer_service.live(buyer_id), {"active": False})
-    return done("ops.buyer", "paused", buyer_id=buyer_id)
+    return done("ops.buyers.buyer", "paused", buyer_id=buyer_id)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/resume")
 def buyer_resume(buyer_id: str) -> ResponseReturnValue:
     buyer_service.patch(services.current().store, buyer_service.live(buyer_id), {"active": True})
-    return done("ops.buyer", "resumed", buyer_id=buyer_id)
+    return done("ops.buyers.buyer", "resumed", buyer_id=buyer_id)
 
 
 @bp.get("/ops/buyers/<id:buyer_id>/statement.csv")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from flask import request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services, validate
@@ -14,11 +14,12 @@ from webhooks.errors import BadRequest
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.storage import outbox_queue
-from webhooks.web.ops import bp
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.page import event_panel
 
-SECTION = "ops.events"
+bp = Blueprint("events", __name__)
+
+SECTION = "ops.events.events"
 
 
 def wake() -> None:
@@ -43,7 +44,7 @@ def events_retry() -> ResponseReturnValue:
     """Every failed delivery gets a new round of attempts, due now, in order per entity."""
     if events_log.retry_failed():
         wake()
-    return done("ops.events", "retried")
+    return done("ops.events.events", "retried")
 
 
 @bp.post("/ops/events/<id:endpoint_id>/replay")
@@ -56,4 +57,4 @@ def events_replay(endpoint_id: str) -> ResponseReturnValue:
         return _events_page(400, (endpoint_id, str(exc)))
     if count:
         wake()
-    return done("ops.events", "replaying")
+    return done("ops.events.events", "replaying")

@@ -4,7 +4,7 @@ events not yet delivered to the application."""
 
 from __future__ import annotations
 
-from flask import request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import money, services
@@ -13,10 +13,11 @@ from webhooks.events import log as events_log
 from webhooks.payments import ledger
 from webhooks.payments.ledger import payment_record
 from webhooks.payments.webhook import find
-from webhooks.web.ops import bp
 from webhooks.web.ops.console import audit_rows, done, page
 
-SECTION = "ops.payments"
+bp = Blueprint("payments", __name__)
+
+SECTION = "ops.payments.payments"
 SHOWN = 200  # unattributed payments on the page, oldest first
 
 
@@ -52,4 +53,4 @@ def payment_assign(provider: str, reference: str) -> ResponseReturnValue:
         services.current().payments.assign(provider, reference, request.form.get("customer", "").strip())
     except (BadRequest, Conflict) as exc:
         return _payments_page(exc.status, (f"{provider}:{reference}", str(exc)))
-    return done("ops.payments", "assigned")
+    return done("ops.payments.payments", "assigned")

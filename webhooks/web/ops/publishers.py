@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 
-from flask import request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -17,11 +17,13 @@ from webhooks.leads.rules.publishers import MODES, PUBLISHER_CAPS, ROUTING_MODES
 from webhooks.storage.models import Publisher
 from webhooks.validate import is_id, merge_patch
 from webhooks.web.listing import page_of
-from webhooks.web.ops import bp, forms
+from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, SECRET, SELECT, Field
 
-SECTION = "ops.publishers"
+bp = Blueprint("publishers", __name__)
+
+SECTION = "ops.publishers.publishers"
 
 FIELDS = (
     Field("name", "Name", required=True),
@@ -123,7 +125,7 @@ def publisher_save(publisher_id: str) -> ResponseReturnValue:
         publisher_service.patch(services.current().store, row, changes)
     except BadRequest as exc:
         return _publisher_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
-    return done("ops.publisher", "saved", publisher_id=publisher_id)
+    return done("ops.publishers.publisher", "saved", publisher_id=publisher_id)
 
 
 @bp.post("/ops/publishers/<id:publisher_id>/key")
@@ -139,10 +141,10 @@ def publisher_new_key(publisher_id: str) -> ResponseReturnValue:
 @bp.post("/ops/publishers/<id:publisher_id>/pause")
 def publisher_pause(publisher_id: str) -> ResponseReturnValue:
     publisher_service.patch(services.current().store, publisher_service.existing(publisher_id), {"active": False})
-    return done("ops.publisher", "paused", publisher_id=publisher_id)
+    return done("ops.publishers.publisher", "paused", publisher_id=publisher_id)
 
 
 @bp.post("/ops/publishers/<id:publisher_id>/resume")
 def publisher_resume(publisher_id: str) -> ResponseReturnValue:
     publisher_service.patch(services.current().store, publisher_service.existing(publisher_id), {"active": True})
-    return done("ops.publisher", "resumed", publisher_id=publisher_id)
+    return done("ops.publishers.publisher", "resumed", publisher_id=publisher_id)

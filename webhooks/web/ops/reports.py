@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from flask import Response, request
+from flask import Blueprint, Response, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services, validate
@@ -17,11 +17,12 @@ from webhooks.leads.rules.suppression import stored_ids
 from webhooks.leads.rules.suppression import to_json as suppression_json
 from webhooks.storage import keys
 from webhooks.storage.models import Buyer, Publisher, SuppressionList
-from webhooks.web.ops import bp
 from webhooks.web.ops.console import NO_STORE, audit_rows, page
 from webhooks.web.ops.page import chart
 
-SECTION = "ops.reports"
+bp = Blueprint("reports", __name__)
+
+SECTION = "ops.reports.reports"
 AUDIT_SHOWN = 200
 
 
@@ -71,7 +72,7 @@ def audit() -> ResponseReturnValue:
     entity = request.args.get("entity") or None
     if entity is not None and (len(entity) > 32 or not entity.replace("_", "").isalnum()):
         entity = None
-    return page("audit.html", "ops.audit", rows=audit_rows(entity, limit=AUDIT_SHOWN), entity=entity or "")
+    return page("audit.html", "ops.reports.audit", rows=audit_rows(entity, limit=AUDIT_SHOWN), entity=entity or "")
 
 
 @bp.get("/ops/suppression")
@@ -97,4 +98,4 @@ def suppression_lists() -> ResponseReturnValue:
         {**suppression_json(row), "ready": bool(up), "users": users[row.id]}
         for row, up in zip(rows, ready, strict=True)
     ]
-    return page("suppression.html", "ops.suppression_lists", lists=lists)
+    return page("suppression.html", "ops.reports.suppression_lists", lists=lists)
