@@ -219,6 +219,21 @@ def test_buyers_show_and_leads_read_caps_usage_breaker_and_the_ledger(env, tmp_p
     assert len(ok(env, "buyers", "leads", "acme", "--limit", "1").stdout.splitlines()) == 2
 
 
+def test_a_billed_buyer_imported_from_the_cli_is_sold_to_at_once(env, tmp_path, api, buyer_server):
+    """The import saves a buyer as the admin API does: a billed one's balance known to Redis
+    before any process sees it billed, so its first lead sells without waiting for a rebuild."""
+    buyer_server.add("acme")
+    key = api.put_publisher("pub")
+    credit = {"mode": "credit", "account": "acme-books", "currency": "NGN", "credit_limit": "25.00"}
+    billed = {**ACME, "endpoint_url": buyer_server.url("acme"), "billing": credit}
+    ok(env, "buyers", "import", write(tmp_path, "b.json", [billed]))
+    api.settle_config()
+    balance = api.get("/v1/admin/buyers/acme").json()["balance"]
+    assert balance["available"] == "25.00", balance  # known to Redis, not left to a rebuild
+    answer = api.post_lead(key, {"lead_id": "billed-0", "state": "TX"}).json()
+    assert answer.get("status") == "sold", answer
+
+
 def test_buyers_show_and_leads_refuse_unknown_or_malformed_ids(env, tmp_path):
     ok(env, "buyers", "import", write(tmp_path, "b.json", [ZEN]))
     assert "no buyer 'nope'" in fails(env, "buyers", "show", "nope")

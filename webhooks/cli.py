@@ -3,7 +3,8 @@
 
 Every command exits 0 on success and non-zero with one "Error: ..." line on bad input (2 for
 a malformed command line, 1 for anything else), including a database or Redis that does not
-answer. Imports validate with the admin API's own parse functions and are all or nothing.
+answer. Imports validate with the admin API's own parse functions, are all or nothing, and save
+through the admin API's own services (leads/rules/buyer_service.py, publisher_service.py).
 """
 
 from __future__ import annotations
@@ -296,20 +297,15 @@ def export_buyers(output: Any) -> None:
 )
 @click.argument("file", type=click.File("r"))
 def import_buyers(file: Any) -> None:
-    from webhooks.caps import leases
-    from webhooks.leads.rules import buyers
-    from webhooks.leads.rules.catalog import bump_version
+    from webhooks.leads.rules import buyer_service, buyers
     from webhooks.storage.records.models import Buyer
 
     def parse(entry: dict[str, Any]) -> dict[str, Any]:  # as a PUT does: the redacted form keeps the stored secret
         return buyers.parse(entry, Buyer.get_or_none(Buyer.id == entry["id"]))
 
-    saved = _import(_read_entries(file, "buyers"), "buyers", parse, buyers.save)
-    r = services.current().store.redis
-    for row, created in saved:
-        if created:
-            leases.mark_ready(r, row.id)
-    bump_version(r)
+    store = services.current().store
+    saved = _import(_read_entries(file, "buyers"), "buyers", parse, lambda i, f: buyer_service.write(store, i, f))
+    buyer_service.announce(store, saved)  # as a PUT does, once the whole import committed
     click.echo(f"imported {len(saved)} buyer(s) ({sum(c for _, c in saved)} new)")
 
 
@@ -348,17 +344,12 @@ def export_publishers(output: Any) -> None:
 )
 @click.argument("file", type=click.File("r"))
 def import_publishers(file: Any) -> None:
-    from webhooks.leads.rules import publishers
-    from webhooks.leads.rules.catalog import bump_version
-    from webhooks.storage.live import claims
+    from webhooks.leads.rules import publisher_service, publishers
 
     saved = _import(
         _read_entries(file, "publishers"), "publishers", publishers.parse, publishers.save, _publisher_key_hint
     )
-    for row, fresh in saved:
-        if fresh:
-            claims.remember_from_start(services.current().store, row.id)
-    bump_version(services.current().store.redis)
+    publisher_service.announce(services.current().store, saved)  # as a PUT does, once all committed
     click.echo(f"imported {len(saved)} publisher(s)")
 
 

@@ -6,6 +6,7 @@ token included; another address is never locked out by it."""
 from __future__ import annotations
 
 import http.client
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -125,3 +126,21 @@ def test_many_guesses_at_once_compare_no_more_than_the_limit(web):
     assert statuses.count(401) == LOGIN_FAILURES and statuses.count(429) == 200 - LOGIN_FAILURES
     assert _status(web.url, ADMIN_TOKEN, "127.0.0.1") == 429
     assert _status(web.url, ADMIN_TOKEN, "127.0.0.2") == 404
+
+
+OPEN_PATHS = ("/ops/login", "/ops/logout", "/ops/logged-out")  # the way in and out
+
+
+def test_every_admin_and_console_route_refuses_a_request_without_the_token(app, redis_server):
+    """Whichever module or blueprint a route of /v1/admin or /ops is declared in, the token
+    check runs before it: no route answers a request that carries none."""
+    client, reached = app.test_client(), []
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith(("/v1/admin", "/ops")) or rule.rule in OPEN_PATHS:
+            continue
+        path = re.sub(r"<[^>]+>", "x", re.sub(r"<int:[^>]+>", "1", rule.rule))  # what each converter takes
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            status = client.open(path, method=method).status_code
+            if status not in (303, 401, 403):
+                reached.append(f"{method} {path} ({rule.endpoint}): {status}")
+    assert not reached, reached

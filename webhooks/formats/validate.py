@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlparse
@@ -104,6 +104,39 @@ def instant(code: str, field: str, raw: object, *, problem: str, offset_required
         return at.astimezone(timezone.utc)
     except (ValueError, OverflowError):
         raise ValidationError(code, field, problem) from None
+
+
+def since(raw: object, code: str) -> datetime:
+    """A `since` time, ISO 8601 (UTC when it names no offset), as naive UTC (the ledger's)."""
+    problem = 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"'
+    return instant(code, "since", raw, problem=problem, offset_required=False).replace(tzinfo=None)
+
+
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # fullmatch: `$` would pass a trailing newline
+
+
+def day(code: str, field: str, raw: str) -> date:
+    """A date, YYYY-MM-DD (400 `code` naming `field` otherwise)."""
+    try:
+        if not DAY.fullmatch(raw):
+            raise ValueError
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise ValidationError(code, field, "must be a date, YYYY-MM-DD (UTC)") from None
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7396 JSON merge patch: `patch`'s members replace `target`'s, recursively for
+    objects; a null member removes one; anything but an object replaces the whole."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def cents(amount: Decimal | str) -> int:

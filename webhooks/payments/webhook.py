@@ -28,6 +28,7 @@ from webhooks.errors import (
     NotConfirmed,
     NotFound,
     PaymentNotFound,
+    ValidationError,
 )
 from webhooks.events.endpoints import Listening
 from webhooks.payments import disputes, gate, ledger, refunds, rejected
@@ -334,8 +335,30 @@ class PaymentWebhooks:
             raise
         return True
 
+    def assign(self, provider: str, reference: str, customer: object) -> Payment:
+        """Credit the unattributed payment to the wallet `customer`, exactly once (ledger.assign):
+        400 invalid_assign for no wallet, 409 already_assigned; a billed buyer's balance and the
+        outbox told. (A view calls `find` first: 404 before the body is read.)"""
+        key = notifications.wallet(customer)
+        if key is None:
+            raise ValidationError("invalid_assign", "customer", "must be a wallet: 1 to 254 characters without spaces")
+        payment = ledger.assign(provider, reference, key)
+        balance.sync_wallet(self.store, key, payment.currency)  # a top-up of a billed buyer, maybe
+        self.wake_outbox(None)
+        return payment
+
     def wake_outbox(self, request_id: str | None) -> None:
         """A credit or debit committed its event: wake the worker that sends it, when an
         endpoint may want it (one Redis round trip saved per payment when none does)."""
         if self.listening():
             outbox_queue.wake(self.queue_redis.redis, self.queue, request_id)
+
+
+def find(provider: str, reference: str) -> Payment:
+    """The payment `reference` of `provider`; NotFound otherwise."""
+    row = None
+    if provider in signatures.VERIFIERS and len(reference) <= 128:
+        row = Payment.get_or_none(Payment.provider == provider, Payment.reference == reference)
+    if row is None:
+        raise NotFound(f"no {provider} payment {reference!r}")
+    return row

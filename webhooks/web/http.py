@@ -135,20 +135,6 @@ def json_body() -> object:
     return strictjson.loads(request.get_data(cache=True))
 
 
-def merge_patch(target: object, patch: object) -> object:
-    """RFC 7396 JSON merge patch: `patch`'s members replace `target`'s, recursively for
-    objects; a null member removes one; anything but an object replaces the whole."""
-    if not isinstance(patch, dict):
-        return patch
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = merge_patch(merged.get(key), value)
-    return merged
-
-
 def patch_body(code: str) -> dict[str, object]:
     """A PATCH's body: a JSON merge patch of a stored object, so an object (400 otherwise)."""
     body = json_body()

@@ -1,22 +1,17 @@
 """Admin API (`/v1/admin/*`): bearer ADMIN_TOKEN, compared in constant time and counted per
-client address (webhooks/web/logins.py)."""
+client address (webhooks/web/logins.py). Each route module owns its blueprint; this one nests
+them under the prefix and the token check, which every nested route passes first."""
 
 from __future__ import annotations
 
 from flask import Blueprint
 
 from webhooks.web import logins
+from webhooks.web.admin import buyers, events, leads, lists, payments, publishers, statements, suppression
+
+ROUTES = (buyers, events, leads, lists, payments, publishers, statements, suppression)
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
 bp.before_request(logins.require_bearer)
-
-from webhooks.web.admin import (  # noqa: E402,F401  (routes)
-    buyers,
-    events,
-    leads,
-    lists,
-    payments,
-    publishers,
-    statements,
-    suppression,
-)
+for routes in ROUTES:
+    bp.register_blueprint(routes.bp)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -12,10 +10,12 @@ from webhooks.errors import ValidationError
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.events.outbox import EventType
-from webhooks.formats.validate import instant, is_id
+from webhooks.formats import validate
+from webhooks.formats.validate import is_id
 from webhooks.storage.live import outbox_queue
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
+
+bp = Blueprint("events", __name__)
 
 MAX_EVENTS = 1000
 QUERY = "invalid_query"
@@ -51,12 +51,6 @@ def delete_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
     return "", 204
 
 
-def since_time(raw: object, code: str) -> datetime:
-    """An ISO 8601 time (UTC when it names no offset), as naive UTC."""
-    problem = 'must be an ISO 8601 time such as "2026-12-01T00:00:00Z"'
-    return instant(code, "since", raw, problem=problem, offset_required=False).replace(tzinfo=None)
-
-
 @bp.post("/event-endpoints/<id:endpoint_id>/replay")
 def replay_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
     """Send the endpoint's events since `since` again, with the same webhook-ids."""
@@ -64,7 +58,7 @@ def replay_event_endpoint(endpoint_id: str) -> ResponseReturnValue:
     body = json_body()
     if not isinstance(body, dict) or set(body) != {"since"}:
         raise ValidationError("invalid_replay", "body", 'must be an object {"since": "<ISO time>"}')
-    count = events_log.replay(endpoint_id, since_time(body["since"], "invalid_replay"))
+    count = events_log.replay(endpoint_id, validate.since(body["since"], "invalid_replay"))
     if count:
         wake()
     return jsonify({"replaying": count}), 202
@@ -84,7 +78,7 @@ def list_events() -> ResponseReturnValue:
     if status is not None and status not in events_log.STATUSES:
         raise ValidationError(QUERY, "status", f"must be one of {', '.join(events_log.STATUSES)}")
     raw_since = query_arg("since")
-    since = None if raw_since is None else since_time(raw_since, QUERY)
+    since = None if raw_since is None else validate.since(raw_since, QUERY)
     found, cursor = events_log.search(
         endpoint_id=endpoint_id,
         event_type=event_type,

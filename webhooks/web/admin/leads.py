@@ -3,22 +3,21 @@ report."""
 
 from __future__ import annotations
 
-import re
 from datetime import date
-from typing import Any
 
-from flask import Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import NotFound, ValidationError
+from webhooks.formats import validate
 from webhooks.formats.validate import is_id
-from webhooks.leads.accounting import reports, returns
+from webhooks.leads.accounting import reports, return_service, returns
 from webhooks.leads.accounting.erasure import Erasure, erase
 from webhooks.leads.accounting.ledger import lead_view
-from webhooks.storage.live import outbox_queue
-from webhooks.web.admin import bp
 from webhooks.web.http import json_body, query_arg
+
+bp = Blueprint("leads", __name__)
 
 
 def _publisher_id() -> str | None:
@@ -57,33 +56,20 @@ def return_lead(lead_id: str) -> ResponseReturnValue:
     body = json_body() if request.get_data(cache=True) else {}
     if not isinstance(body, dict) or set(body) - {"reason"}:
         raise ValidationError("invalid_return", "body", 'must be an object {"reason": "..."}')
-    return jsonify(return_lead_now(lead_id, _publisher_id(), body.get("reason")))
-
-
-def return_lead_now(lead_id: str, publisher_id: str | None, reason: object) -> dict[str, Any]:
-    """Return a sold lead (returns.return_lead: refund, payout reversed, counted once) and wake
-    the outbox for its lead.returned event; the lead's record."""
-    if reason is not None and (not isinstance(reason, str) or len(reason) > returns.MAX_REASON):
-        raise ValidationError(
-            "invalid_return", "reason", f"must be a string of at most {returns.MAX_REASON} characters"
-        )
     svc = services.current()
-    record = returns.return_lead(svc.store, lead_id, publisher_id, reason)
-    outbox_queue.wake(svc.queue_redis.redis, svc.queue)  # its lead.returned event
-    return record
-
-
-DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # fullmatch: `$` would pass a trailing newline
+    record = return_service.return_now(
+        svc.store,
+        queue_redis=svc.queue_redis,
+        queue=svc.queue,
+        lead_id=lead_id,
+        publisher_id=_publisher_id(),
+        reason=body.get("reason"),
+    )
+    return jsonify(record)
 
 
 def _day(name: str) -> date:
-    raw = query_arg(name) or ""
-    try:
-        if not DAY.fullmatch(raw):
-            raise ValueError
-        return date.fromisoformat(raw)
-    except ValueError:
-        raise ValidationError("invalid_query", name, "must be a date, YYYY-MM-DD (UTC)") from None
+    return validate.day("invalid_query", name, query_arg(name) or "")
 
 
 @bp.get("/reports/leads")

@@ -11,21 +11,22 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import timedelta
 
-from flask import jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.billing import balance
 from webhooks.errors import NotFound, ValidationError
 from webhooks.events import log as events_log
+from webhooks.formats import validate
 from webhooks.payments import ledger, rejected
 from webhooks.payments.ledger import balances, payment_record
 from webhooks.payments.providers.notifications import wallet
 from webhooks.payments.providers.signatures import VERIFIERS
-from webhooks.storage.records.models import Payment, utcnow
-from webhooks.web.admin import bp
-from webhooks.web.admin.events import since_time
+from webhooks.payments.webhook import find
+from webhooks.storage.records.models import utcnow
 from webhooks.web.http import json_body, query_arg
+
+bp = Blueprint("payments", __name__)
 
 
 @bp.get("/wallets/<string:customer>")
@@ -40,15 +41,6 @@ def get_wallet(customer: str) -> ResponseReturnValue:
 @bp.get("/payments/<id:provider>/<string:reference>")
 def get_payment(provider: str, reference: str) -> ResponseReturnValue:
     return jsonify(payment_record(find(provider, reference)))
-
-
-def find(provider: str, reference: str) -> Payment:
-    row = None
-    if provider in VERIFIERS and len(reference) <= 128:
-        row = Payment.get_or_none(Payment.provider == provider, Payment.reference == reference)
-    if row is None:
-        raise NotFound(f"no {provider} payment {reference!r}")
-    return row
 
 
 PAYMENT_STATUSES = ("unattributed",)
@@ -72,21 +64,7 @@ def assign_payment(provider: str, reference: str) -> ResponseReturnValue:
     find(provider, reference)  # 404 first, before the body is looked at
     body = json_body()
     customer = body.get("customer") if isinstance(body, dict) else None
-    return jsonify(payment_record(assign(provider, reference, customer)))
-
-
-def assign(provider: str, reference: str, customer: object) -> Payment:
-    """Credit the unattributed payment to the wallet `customer`, exactly once (ledger.assign):
-    400 invalid_assign for no wallet, 409 already_assigned; a billed buyer's balance and the
-    outbox told."""
-    key = wallet(customer)
-    if key is None:
-        raise ValidationError("invalid_assign", "customer", "must be a wallet: 1 to 254 characters without spaces")
-    hooks = services.current().payments
-    payment = ledger.assign(provider, reference, key)
-    balance.sync_wallet(hooks.store, key, payment.currency)  # a top-up of a billed buyer, maybe
-    hooks.wake_outbox(None)
-    return payment
+    return jsonify(payment_record(services.current().payments.assign(provider, reference, customer)))
 
 
 EVENT_STATUSES = {"pending": ("pending",), "failed": ("failed",), None: ("pending", "failed")}
@@ -139,6 +117,6 @@ def count_ignored_webhooks() -> ResponseReturnValue:
     if provider is not None and provider not in VERIFIERS:
         raise ValidationError("invalid_query", "provider", "must be one of " + ", ".join(VERIFIERS))
     raw = query_arg("since")
-    since = utcnow() - timedelta(days=1) if raw is None else since_time(raw, "invalid_query")
+    since = utcnow() - timedelta(days=1) if raw is None else validate.since(raw, "invalid_query")
     counts = ledger.ignored_counts(provider, since)
     return jsonify({"since": since.isoformat() + "Z", "ignored": counts, "total": sum(c["count"] for c in counts)})

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from flask import Response, stream_with_context
+from flask import Blueprint, Response, stream_with_context
 from flask.typing import ResponseReturnValue
 
 from webhooks.billing import statement
 from webhooks.errors import ValidationError
-from webhooks.web.admin import bp
 from webhooks.web.http import query_arg
+
+bp = Blueprint("statements", __name__)
 
 
 @bp.get("/buyers/<id:buyer_id>/statement")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from flask import current_app, jsonify, request
+from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.leads.rules import suppression
 from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage.records.models import SuppressionList
-from webhooks.web.admin import bp
 from webhooks.web.http import body_limit, json_body
+
+bp = Blueprint("suppression", __name__)
 
 
 @bp.put("/suppression-lists/<id:list_id>")

@@ -1,5 +1,7 @@
 """Operations endpoints: liveness, readiness, metrics, the OpenAPI description, the operator
-console under /ops and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py)."""
+console under /ops and the RQ dashboard at /ops/rq (both behind the admin token, see auth.py).
+Each page module owns its blueprint; this one nests them under the console's token check and
+templates, and mounts the dashboard."""
 
 from __future__ import annotations
 
@@ -17,10 +19,15 @@ from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments.providers import payment_lists
 from webhooks.storage.live.redis import REDIS_DOWN
 from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
-from webhooks.web.ops import csp
+from webhooks.web.ops import auth, buyers, console, csp, events, leads, page, payments, publishers, reports, rq
 from webhooks.web.ops.gauges import LiveCollector, OutboxCollector
 
+ROUTES = (auth, buyers, events, leads, page, payments, publishers, reports)
+
 bp = Blueprint("ops", __name__, template_folder="templates")
+bp.before_request(auth.guard)  # every console page, whichever module declares it
+for routes in ROUTES:
+    bp.register_blueprint(routes.bp)
 
 
 @bp.get("/healthz")
@@ -85,20 +92,7 @@ def _buyers() -> tuple[BuyerRule, ...]:
 
 
 @bp.record_once
-def _secure_headers(state: Any) -> None:  # a BlueprintSetupState
+def _on_app(state: Any) -> None:  # a BlueprintSetupState
     csp.init_app(state.app)
-
-
-# The routes: the console's pages, and the dashboard mounted at registration.
-from webhooks.web.ops import (  # noqa: E402,F401
-    auth,
-    buyers,
-    console,
-    events,
-    leads,
-    page,
-    payments,
-    publishers,
-    reports,
-    rq,
-)
+    console.init_app(state.app)
+    rq.init_app(state.app)

@@ -17,7 +17,7 @@ import secrets
 from typing import cast
 from urllib.parse import urlencode, urlsplit
 
-from flask import g, redirect, render_template, request, url_for
+from flask import Blueprint, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
@@ -25,7 +25,8 @@ from webhooks.errors import Forbidden, TooManyAttempts
 from webhooks.formats.validate import bearer
 from webhooks.storage.live import keys
 from webhooks.web import logins
-from webhooks.web.ops import bp
+
+bp = Blueprint("auth", __name__)
 
 COOKIE = "floodgate_ops"
 COOKIE_PATH = "/ops"
@@ -33,7 +34,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 # Reached without a session: the login form itself, and where a logout lands.
-OPEN = frozenset({"ops.login", "ops.log_in", "ops.logged_out", "ops.logout"})
+OPEN = frozenset({"ops.auth.login", "ops.auth.log_in", "ops.auth.logged_out", "ops.auth.logout"})
 
 
 def _digest(value: str) -> str:
@@ -128,7 +129,7 @@ def require_admin(*, csrf: bool = True) -> Response | None:
         and "Authorization" not in request.headers
         and services.current().config.admin_token
     ):
-        return redirect(url_for("ops.login", next=_this_page()), code=303)
+        return redirect(url_for("ops.auth.login", next=_this_page()), code=303)
     logins.refuse()  # raises: the JSON 401 / 503 answer
     return None
 
@@ -156,8 +157,8 @@ def _swap_token_for_cookie() -> Response:
     return resp
 
 
-@bp.before_request
-def _guard() -> Response | None:
+def guard() -> Response | None:
+    """before_request of every console route (the package's blueprint runs it for each)."""
     if request.endpoint in OPEN or not request.path.startswith(COOKIE_PATH):
         return None  # the health, metrics and OpenAPI routes share the blueprint
     return require_admin()
@@ -173,10 +174,10 @@ def _this_page() -> str:
 def _next_page(raw: str | None) -> str:
     """Where the login form sends the browser: a page of /ops, never another site."""
     if not raw or not raw.startswith(COOKIE_PATH) or raw.startswith("//") or "\\" in raw or len(raw) > 2000:
-        return url_for("ops.ops_page")
+        return url_for("ops.page.ops_page")
     parts = urlsplit(raw)
     if parts.scheme or parts.netloc:
-        return url_for("ops.ops_page")
+        return url_for("ops.page.ops_page")
     return raw
 
 
@@ -218,7 +219,7 @@ def logout() -> Response:
     if session_id is not None:
         _check_change(session_id, csrf=True)
         services.current().store.redis.delete(keys.ops_session(_digest(session_id)))
-    resp = redirect(url_for("ops.logged_out"), code=303)
+    resp = redirect(url_for("ops.auth.logged_out"), code=303)
     resp.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")
     resp.headers["Cache-Control"] = "no-store"
     return resp
@@ -227,5 +228,5 @@ def logout() -> Response:
 @bp.get("/ops/logged-out")
 def logged_out() -> tuple[str, int, dict[str, str]]:
     """Where a logout lands: the login form, saying so."""
-    html = render_template("login.html", next=url_for("ops.ops_page"), error=None, notice="Logged out.")
+    html = render_template("login.html", next=url_for("ops.page.ops_page"), error=None, notice="Logged out.")
     return html, 200, {"Cache-Control": "no-store"}

@@ -1,6 +1,6 @@
 """The console's buyers: the list, the form that creates one, and each buyer's page (edit,
 pause and resume, cap use, balance and statement, its audit log). Every change goes through
-the admin API's own functions (web/admin/buyers.py), so the console can do nothing the API
+the admin API's own service (leads/rules/buyer_service.py), so the console can do nothing the API
 would refuse, and leaves the same audit rows."""
 
 from __future__ import annotations
@@ -8,24 +8,25 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import Response, request, stream_with_context
+from flask import Blueprint, Response, request, stream_with_context
 from flask.typing import ResponseReturnValue
 
+from webhooks import services
 from webhooks.billing import statement
 from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
-from webhooks.formats.validate import is_id
-from webhooks.leads.rules import buyers
+from webhooks.formats.validate import is_id, merge_patch
+from webhooks.leads.rules import buyer_service, buyers
 from webhooks.storage.records.models import Buyer
-from webhooks.web.admin import buyers as admin_buyers
-from webhooks.web.admin.lists import page_of
-from webhooks.web.http import merge_patch
-from webhooks.web.ops import bp, forms
+from webhooks.web.listing import page_of
+from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, Field
 from webhooks.web.ops.page import billing_panels
 
-SECTION = "ops.buyers"
+bp = Blueprint("buyers", __name__)
+
+SECTION = "ops.buyers.buyers"
 STATEMENT_LINES = 100  # the month's last lines shown; the CSV has them all
 
 FIELDS = (
@@ -60,7 +61,9 @@ def buyers_list() -> ResponseReturnValue:
     """Buyers not deleted, by id, a page at a time."""
     select = Buyer.select().where(Buyer.deleted_at.is_null())
     rows, next_cursor = page_of(select, Buyer.id)
-    return page("buyers.html", SECTION, items=admin_buyers.shown(rows), next_cursor=next_cursor)
+    return page(
+        "buyers.html", SECTION, items=buyer_service.shown(services.current().store, rows), next_cursor=next_cursor
+    )
 
 
 @bp.get("/ops/buyers/new")
@@ -79,10 +82,10 @@ def buyer_create() -> ResponseReturnValue:
             raise ValidationError("invalid_buyer", "id", "must be 1 to 64 letters, digits, - or _")
         if Buyer.get_or_none(Buyer.id == buyer_id) is not None:
             raise ValidationError("invalid_buyer", "id", "is taken: open that buyer to edit it")
-        admin_buyers.save(buyer_id, buyers.parse(merge_patch({}, body)))
+        buyer_service.save(services.current().store, buyer_id, buyers.parse(merge_patch({}, body)))
     except BadRequest as exc:
         return _refused("buyer_new.html", NEW_FIELDS, exc)
-    return done("ops.buyer", "created", buyer_id=buyer_id)
+    return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
 
 
 def _refused(template: str, fields: tuple[Field, ...], exc: BadRequest) -> ResponseReturnValue:
@@ -93,12 +96,12 @@ def _refused(template: str, fields: tuple[Field, ...], exc: BadRequest) -> Respo
 
 @bp.get("/ops/buyers/<id:buyer_id>")
 def buyer(buyer_id: str) -> ResponseReturnValue:
-    row = admin_buyers.live(buyer_id)
+    row = buyer_service.live(buyer_id)
     return _buyer_page(row, forms.shown(FIELDS, buyers.to_json(row)), {}, 200)
 
 
 def _buyer_page(row: Buyer, values: dict[str, str], errors: dict[str, str], status: int) -> ResponseReturnValue:
-    shown = admin_buyers.shown([row])[0]
+    shown = buyer_service.shown(services.current().store, [row])[0]
     billing = billing_panels([row]).get(row.id)
     statement_shown, month_error = None, None
     if billing:
@@ -142,24 +145,24 @@ def _this_month() -> str:
 def buyer_save(buyer_id: str) -> ResponseReturnValue:
     """Save the edit form as a merge patch: 303 to the page, or the page again (400) with each
     refusal beside its field and nothing saved."""
-    row = admin_buyers.live(buyer_id)
+    row = buyer_service.live(buyer_id)
     try:
-        admin_buyers.patch(row, forms.read(FIELDS, request.form))
+        buyer_service.patch(services.current().store, row, forms.read(FIELDS, request.form))
     except BadRequest as exc:
         return _buyer_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
-    return done("ops.buyer", "saved", buyer_id=buyer_id)
+    return done("ops.buyers.buyer", "saved", buyer_id=buyer_id)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/pause")
 def buyer_pause(buyer_id: str) -> ResponseReturnValue:
-    admin_buyers.patch(admin_buyers.live(buyer_id), {"active": False})
-    return done("ops.buyer", "paused", buyer_id=buyer_id)
+    buyer_service.patch(services.current().store, buyer_service.live(buyer_id), {"active": False})
+    return done("ops.buyers.buyer", "paused", buyer_id=buyer_id)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/resume")
 def buyer_resume(buyer_id: str) -> ResponseReturnValue:
-    admin_buyers.patch(admin_buyers.live(buyer_id), {"active": True})
-    return done("ops.buyer", "resumed", buyer_id=buyer_id)
+    buyer_service.patch(services.current().store, buyer_service.live(buyer_id), {"active": True})
+    return done("ops.buyers.buyer", "resumed", buyer_id=buyer_id)
 
 
 @bp.get("/ops/buyers/<id:buyer_id>/statement.csv")

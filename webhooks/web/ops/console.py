@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import redirect, render_template, request, url_for
+from flask import Flask, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from webhooks.storage.records.models import AuditLog
-from webhooks.web.ops import bp
 from webhooks.web.ops.auth import form_token
 
 NO_STORE = {"Cache-Control": "no-store"}
@@ -29,10 +28,12 @@ NOTICES = {
 }
 
 
-bp.add_app_template_global(form_token, "csrf_token")  # a global: imported macros see it too
+def init_app(app: Flask) -> None:
+    """What every template of the console sees: csrf_token() and get_flashed()."""
+    app.add_template_global(form_token, "csrf_token")  # a global: imported macros see it too
+    app.context_processor(_console_helpers)
 
 
-@bp.app_context_processor
 def _console_helpers() -> dict[str, Any]:
     return {"get_flashed": _notices}
 

@@ -6,18 +6,26 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from flask import request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
+from webhooks import services
 from webhooks.errors import BadRequest
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
-from webhooks.web.admin.events import since_time, wake
-from webhooks.web.ops import bp
+from webhooks.formats import validate
+from webhooks.storage.live import outbox_queue
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.page import event_panel
 
-SECTION = "ops.events"
+bp = Blueprint("events", __name__)
+
+SECTION = "ops.events.events"
+
+
+def wake() -> None:
+    svc = services.current()
+    outbox_queue.wake(svc.queue_redis.redis, svc.queue)
 
 
 def _events_page(status: int = 200, error: tuple[str, str] | None = None) -> ResponseReturnValue:
@@ -37,7 +45,7 @@ def events_retry() -> ResponseReturnValue:
     """Every failed delivery gets a new round of attempts, due now, in order per entity."""
     if events_log.retry_failed():
         wake()
-    return done("ops.events", "retried")
+    return done("ops.events.events", "retried")
 
 
 @bp.post("/ops/events/<id:endpoint_id>/replay")
@@ -45,9 +53,9 @@ def events_replay(endpoint_id: str) -> ResponseReturnValue:
     """Send the endpoint's events since the form's `since` again, with their webhook-ids."""
     endpoints.get(endpoint_id)  # 404 for no such endpoint
     try:
-        count = events_log.replay(endpoint_id, since_time(request.form.get("since", ""), "invalid_replay"))
+        count = events_log.replay(endpoint_id, validate.since(request.form.get("since", ""), "invalid_replay"))
     except BadRequest as exc:
         return _events_page(400, (endpoint_id, str(exc)))
     if count:
         wake()
-    return done("ops.events", "replaying")
+    return done("ops.events.events", "replaying")

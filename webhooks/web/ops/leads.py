@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request, url_for
+from flask import Blueprint, request, url_for
 from flask.typing import ResponseReturnValue
 
+from webhooks import services
 from webhooks.errors import BadRequest, Conflict, NotFound
 from webhooks.formats.validate import is_id
-from webhooks.leads.accounting import returns, search
+from webhooks.leads.accounting import return_service, returns, search
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.storage.records.models import Lead
-from webhooks.web.admin.leads import return_lead_now
-from webhooks.web.admin.lists import lead_page
-from webhooks.web.ops import bp
+from webhooks.web.listing import lead_page
 from webhooks.web.ops.console import audit_rows, done, page
 
-SECTION = "ops.leads"
+bp = Blueprint("leads", __name__)
+
+SECTION = "ops.leads.leads"
 FILTERS = ("publisher_id", "buyer_id", "status", "since", "until")
 
 
@@ -32,7 +33,7 @@ def leads() -> ResponseReturnValue:
     except BadRequest as exc:
         return page("leads.html", SECTION, 400, filters=filters, statuses=search.STATUSES, items=[], error=str(exc))
     given: dict[str, Any] = {name: value for name, value in filters.items() if value}
-    next_url = url_for("ops.leads", cursor=found.next_cursor, **given) if found.next_cursor else None
+    next_url = url_for("ops.leads.leads", cursor=found.next_cursor, **given) if found.next_cursor else None
     return page("leads.html", SECTION, filters=filters, statuses=search.STATUSES, items=found.items, next_url=next_url)
 
 
@@ -57,11 +58,19 @@ def lead_return(lead_id: str) -> ResponseReturnValue:
     publisher_id = _publisher_id()
     reason = request.form.get("reason", "").strip() or None
     try:
-        return_lead_now(lead_id, publisher_id, reason)
+        svc = services.current()
+        return_service.return_now(
+            svc.store,
+            queue_redis=svc.queue_redis,
+            queue=svc.queue,
+            lead_id=lead_id,
+            publisher_id=publisher_id,
+            reason=reason,
+        )
     except (BadRequest, Conflict) as exc:
         return _trace(returns.find(lead_id, publisher_id), str(exc), exc.status)
     row = returns.find(lead_id, publisher_id)
-    return done("ops.lead", "returned", lead_id=lead_id, publisher_id=row.publisher_id)
+    return done("ops.leads.lead", "returned", lead_id=lead_id, publisher_id=row.publisher_id)
 
 
 def _trace(row: Lead, error: str | None, status: int) -> ResponseReturnValue:

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import render_template, url_for
+from flask import Blueprint, render_template, url_for
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -28,7 +28,8 @@ from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import rejected
 from webhooks.storage.live.batch import Client
 from webhooks.storage.records.models import Buyer, Lead
-from webhooks.web.ops import bp
+
+bp = Blueprint("page", __name__)
 
 REFRESH_S = 5
 LAST_LEADS = 20
@@ -163,14 +164,14 @@ def ops_page() -> ResponseReturnValue:
     csv_range: dict[str, Any] = {"from": yesterday, "to": today, "group_by": "hour"}
     html = render_template(
         "ops.html",
-        section="ops.ops_page",
+        section="ops.page.ops_page",
         buyers=buyer_panels(r, datetime.now(timezone.utc)),
         leads=leads,
         review=review,
         events=events,
         chart=chart(reports.last_hours(now)),
         report_days=(yesterday, today),
-        report_csv=url_for("ops.reports_csv", **csv_range),
+        report_csv=url_for("ops.reports.reports_csv", **csv_range),
         rejected=rejected.listing(r, limit=LAST_REJECTED),
         refresh_s=REFRESH_S,
         now=now,

@@ -4,7 +4,7 @@ events not yet delivered to the application."""
 
 from __future__ import annotations
 
-from flask import request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -13,11 +13,12 @@ from webhooks.events import log as events_log
 from webhooks.formats import money
 from webhooks.payments import ledger
 from webhooks.payments.ledger import payment_record
-from webhooks.web.admin.payments import assign, find
-from webhooks.web.ops import bp
+from webhooks.payments.webhook import find
 from webhooks.web.ops.console import audit_rows, done, page
 
-SECTION = "ops.payments"
+bp = Blueprint("payments", __name__)
+
+SECTION = "ops.payments.payments"
 SHOWN = 200  # unattributed payments on the page, oldest first
 
 
@@ -50,7 +51,7 @@ def payment_assign(provider: str, reference: str) -> ResponseReturnValue:
     again with why not beside the payment (400, or 409 when it was assigned meanwhile)."""
     find(provider, reference)  # 404 for no such payment
     try:
-        assign(provider, reference, request.form.get("customer", "").strip())
+        services.current().payments.assign(provider, reference, request.form.get("customer", "").strip())
     except (BadRequest, Conflict) as exc:
         return _payments_page(exc.status, (f"{provider}:{reference}", str(exc)))
-    return done("ops.payments", "assigned")
+    return done("ops.payments.payments", "assigned")

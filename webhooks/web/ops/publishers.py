@@ -1,28 +1,29 @@
 """The console's publishers: the list, the form that creates one (its API key made here and
 shown once, or the operator's own), and each publisher's page (edit, pause and resume, a new
-key, cap use, its audit log). Every change goes through the admin API's own functions
-(web/admin/publishers.py)."""
+key, cap use, its audit log). Every change goes through the admin API's own service
+(leads/rules/publisher_service.py)."""
 
 from __future__ import annotations
 
 import secrets
 
-from flask import request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
+from webhooks import services
 from webhooks.errors import BadRequest, ValidationError
-from webhooks.formats.validate import is_id
-from webhooks.leads.rules import publishers
+from webhooks.formats.validate import is_id, merge_patch
+from webhooks.leads.rules import publisher_service, publishers
 from webhooks.leads.rules.publishers import MODES, PUBLISHER_CAPS, ROUTING_MODES
 from webhooks.storage.records.models import Publisher
-from webhooks.web.admin import publishers as admin_publishers
-from webhooks.web.admin.lists import page_of
-from webhooks.web.http import merge_patch
-from webhooks.web.ops import bp, forms
+from webhooks.web.listing import page_of
+from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, SECRET, SELECT, Field
 
-SECTION = "ops.publishers"
+bp = Blueprint("publishers", __name__)
+
+SECTION = "ops.publishers.publishers"
 
 FIELDS = (
     Field("name", "Name", required=True),
@@ -52,7 +53,12 @@ NEW_FIELDS = (
 @bp.get("/ops/publishers", endpoint="publishers")
 def publishers_list() -> ResponseReturnValue:
     rows, next_cursor = page_of(Publisher.select(), Publisher.id)
-    return page("publishers.html", SECTION, items=admin_publishers.shown(rows), next_cursor=next_cursor)
+    return page(
+        "publishers.html",
+        SECTION,
+        items=publisher_service.shown(services.current().store, rows),
+        next_cursor=next_cursor,
+    )
 
 
 @bp.get("/ops/publishers/new")
@@ -73,7 +79,9 @@ def publisher_create() -> ResponseReturnValue:
         if Publisher.get_or_none(Publisher.id == publisher_id) is not None:
             raise ValidationError(publishers.CODE, "id", "is taken: open that publisher to edit it")
         api_key = body.get("api_key") or new_key()
-        row = admin_publishers.save(publisher_id, publishers.parse(merge_patch({}, {**body, "api_key": api_key})))
+        row = publisher_service.save(
+            services.current().store, publisher_id, publishers.parse(merge_patch({}, {**body, "api_key": api_key}))
+        )
     except BadRequest as exc:
         values, errors = forms.refilled(NEW_FIELDS, request.form), forms.errors_of(NEW_FIELDS, exc)
         return page("publisher_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
@@ -86,13 +94,13 @@ def new_key() -> str:
 
 @bp.get("/ops/publishers/<id:publisher_id>")
 def publisher(publisher_id: str) -> ResponseReturnValue:
-    return _publisher_page(admin_publishers.existing(publisher_id), None, {}, 200)
+    return _publisher_page(publisher_service.existing(publisher_id), None, {}, 200)
 
 
 def _publisher_page(
     row: Publisher, values: dict[str, str] | None, errors: dict[str, str], status: int, api_key: str | None = None
 ) -> ResponseReturnValue:
-    shown = admin_publishers.shown([row])[0]
+    shown = publisher_service.shown(services.current().store, [row])[0]
     return page(
         "publisher.html",
         SECTION,
@@ -109,32 +117,34 @@ def _publisher_page(
 @bp.post("/ops/publishers/<id:publisher_id>")
 def publisher_save(publisher_id: str) -> ResponseReturnValue:
     """Save the edit form as a merge patch (an empty API key field keeps the key)."""
-    row = admin_publishers.existing(publisher_id)
+    row = publisher_service.existing(publisher_id)
     try:
         changes = forms.read(FIELDS, request.form)
         if not changes.get("api_key"):
             changes.pop("api_key", None)
-        admin_publishers.patch(row, changes)
+        publisher_service.patch(services.current().store, row, changes)
     except BadRequest as exc:
         return _publisher_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
-    return done("ops.publisher", "saved", publisher_id=publisher_id)
+    return done("ops.publishers.publisher", "saved", publisher_id=publisher_id)
 
 
 @bp.post("/ops/publishers/<id:publisher_id>/key")
 def publisher_new_key(publisher_id: str) -> ResponseReturnValue:
     """A new API key, shown this once; the old one stops working at once."""
     api_key = new_key()
-    row = admin_publishers.patch(admin_publishers.existing(publisher_id), {"api_key": api_key})
+    row = publisher_service.patch(
+        services.current().store, publisher_service.existing(publisher_id), {"api_key": api_key}
+    )
     return _publisher_page(row, None, {}, 200, api_key=api_key)
 
 
 @bp.post("/ops/publishers/<id:publisher_id>/pause")
 def publisher_pause(publisher_id: str) -> ResponseReturnValue:
-    admin_publishers.patch(admin_publishers.existing(publisher_id), {"active": False})
-    return done("ops.publisher", "paused", publisher_id=publisher_id)
+    publisher_service.patch(services.current().store, publisher_service.existing(publisher_id), {"active": False})
+    return done("ops.publishers.publisher", "paused", publisher_id=publisher_id)
 
 
 @bp.post("/ops/publishers/<id:publisher_id>/resume")
 def publisher_resume(publisher_id: str) -> ResponseReturnValue:
-    admin_publishers.patch(admin_publishers.existing(publisher_id), {"active": True})
-    return done("ops.publisher", "resumed", publisher_id=publisher_id)
+    publisher_service.patch(services.current().store, publisher_service.existing(publisher_id), {"active": True})
+    return done("ops.publishers.publisher", "resumed", publisher_id=publisher_id)

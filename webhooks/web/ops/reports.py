@@ -7,33 +7,28 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from flask import Response, request
+from flask import Blueprint, Response, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.errors import BadRequest, ValidationError
+from webhooks.formats import validate
 from webhooks.leads.accounting import reports
 from webhooks.leads.rules.suppression import stored_ids
 from webhooks.leads.rules.suppression import to_json as suppression_json
 from webhooks.storage.live import keys
 from webhooks.storage.records.models import Buyer, Publisher, SuppressionList
-from webhooks.web.admin.leads import DAY
-from webhooks.web.ops import bp
 from webhooks.web.ops.console import NO_STORE, audit_rows, page
 from webhooks.web.ops.page import chart
 
-SECTION = "ops.reports"
+bp = Blueprint("reports", __name__)
+
+SECTION = "ops.reports.reports"
 AUDIT_SHOWN = 200
 
 
 def _day(name: str, default: date) -> date:
-    raw = request.args.get(name) or default.isoformat()
-    try:
-        if not DAY.fullmatch(raw):
-            raise ValueError
-        return date.fromisoformat(raw)
-    except ValueError:
-        raise ValidationError("invalid_query", name, "must be a date, YYYY-MM-DD (UTC)") from None
+    return validate.day("invalid_query", name, request.args.get(name) or default.isoformat())
 
 
 def _range() -> tuple[date, date, str]:
@@ -78,7 +73,7 @@ def audit() -> ResponseReturnValue:
     entity = request.args.get("entity") or None
     if entity is not None and (len(entity) > 32 or not entity.replace("_", "").isalnum()):
         entity = None
-    return page("audit.html", "ops.audit", rows=audit_rows(entity, limit=AUDIT_SHOWN), entity=entity or "")
+    return page("audit.html", "ops.reports.audit", rows=audit_rows(entity, limit=AUDIT_SHOWN), entity=entity or "")
 
 
 @bp.get("/ops/suppression")
@@ -104,4 +99,4 @@ def suppression_lists() -> ResponseReturnValue:
         {**suppression_json(row), "ready": bool(up), "users": users[row.id]}
         for row, up in zip(rows, ready, strict=True)
     ]
-    return page("suppression.html", "ops.suppression_lists", lists=lists)
+    return page("suppression.html", "ops.reports.suppression_lists", lists=lists)

@@ -10,8 +10,6 @@ number or page) answer 4xx JSON instead of a 500.
 
 from __future__ import annotations
 
-from typing import Any
-
 import rq_dashboard
 from flask import Flask, request
 from flask.typing import ResponseReturnValue
@@ -21,7 +19,6 @@ from rq_dashboard.web import setup_rq_connection
 from webhooks import services
 from webhooks.errors import FloodgateError
 from webhooks.web.http import error
-from webhooks.web.ops import bp
 from webhooks.web.ops.auth import require_admin
 
 URL_PREFIX = "/ops/rq"
@@ -49,9 +46,8 @@ def _conflict(exc: Exception) -> ResponseReturnValue:
     return error("conflict", f"the job cannot do that now: {exc}", 409)
 
 
-@bp.record_once
-def _mount(state: Any) -> None:  # a BlueprintSetupState
-    app: Flask = state.app
+def init_app(app: Flask) -> None:
+    """Mount the dashboard on `app` (once, when the ops blueprint is registered)."""
     app.config.setdefault("RQ_DASHBOARD_REDIS_URL", services.of(app).config.queue_redis_url)
     app.config.setdefault("RQ_DASHBOARD_POLL_INTERVAL", 5000)
     app.before_request_funcs.setdefault(rq_dashboard.blueprint.name, []).append(guard)
