@@ -29,21 +29,10 @@ def confirm(note: PaymentNotification, api_base: str, secret_key: str, timeout_s
     if not note.transaction_id:
         raise NotConfirmed("the notification has no data.id to verify with Flutterwave")
     status, content = fetch_verification(api_base, note.transaction_id, secret_key, timeout_s)
-    if status in (400, 404):
+    body = _documented(status, content, note.reference)
+    if body is None:
         raise NotConfirmed(f"Flutterwave knows no transaction {note.transaction_id}")
-    if status != 200:
-        # 401/403: our FLUTTERWAVE_SECRET_KEY is wrong; 429/5xx: theirs. Either way not the payer's fault.
-        log.error("Flutterwave verify answered %s for %s", status, note.reference)
-        raise Unavailable(f"Flutterwave's verify endpoint answered {status}; nothing credited, retry later")
-    try:
-        body = strictjson.loads(content, decimals=True)
-    except InvalidJSON:
-        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or (body.get("status") == "success" and not isinstance(data, dict)):
-        log.error("Flutterwave verify answered JSON of another shape for %s", note.reference)
-        raise Unavailable("Flutterwave's verify endpoint answered JSON of another shape; nothing credited, retry later")
-    problem = _disagreement(note, body.get("status"), data)
+    problem = _disagreement(note, body.get("status"), body.get("data"))
     if problem:
         log.warning("Flutterwave does not confirm %s: %s", note.reference, problem)
         raise NotConfirmed(f"Flutterwave does not confirm this payment: {problem}; nothing credited")
@@ -57,19 +46,9 @@ def by_reference(tx_ref: str, api_base: str, secret_key: str, timeout_s: float =
     something other than its documented object."""
     url = f"{api_base.rstrip('/')}/v3/transactions/verify_by_reference?{urlencode({'tx_ref': tx_ref})}"
     status, content = _get(url, secret_key, timeout_s)
-    if status in (400, 404):
-        return None
-    if status != 200:
-        log.error("Flutterwave verify_by_reference answered %s for %s", status, tx_ref)
-        raise Unavailable(f"Flutterwave's verify endpoint answered {status}; nothing credited, retry later")
-    try:
-        body = strictjson.loads(content, decimals=True)
-    except InvalidJSON:
-        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or (body.get("status") == "success" and not isinstance(data, dict)):
-        raise Unavailable("Flutterwave's verify endpoint answered JSON of another shape; nothing credited, retry later")
-    if body.get("status") != "success" or not isinstance(data, dict):
+    body = _documented(status, content, tx_ref)
+    data = None if body is None else body.get("data")
+    if body is None or body.get("status") != "success" or not isinstance(data, dict):
         return None
     if data.get("status") != "successful" or data.get("tx_ref") != tx_ref:
         return None
@@ -94,6 +73,28 @@ def _get(url: str, secret_key: str, timeout_s: float) -> tuple[int, bytes]:
         why = "answered more than 64 KiB" if reply.truncated else f"did not answer ({reply.failure})"
         raise Unavailable(f"Flutterwave's verify endpoint {why}; nothing credited, retry later")
     return reply.status, reply.body
+
+
+def _documented(status: int, content: bytes, reference: str | None) -> dict[str, Any] | None:
+    """A verify endpoint's answer as its documented object (`status`, and `data` an object when
+    `status` is "success"); None when Flutterwave knows no such transaction (400, 404);
+    Unavailable (503: the provider retries later) for any other status, no JSON or another
+    shape: never the payer's fault, and never a 500."""
+    if status in (400, 404):
+        return None
+    if status != 200:
+        # 401/403: our FLUTTERWAVE_SECRET_KEY is wrong; 429/5xx: theirs
+        log.error("Flutterwave's verify endpoint answered %s for %s", status, reference)
+        raise Unavailable(f"Flutterwave's verify endpoint answered {status}; nothing credited, retry later")
+    try:
+        body = strictjson.loads(content, decimals=True)
+    except InvalidJSON:
+        raise Unavailable("Flutterwave's verify endpoint answered no JSON; nothing credited, retry later") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or (body.get("status") == "success" and not isinstance(data, dict)):
+        log.error("Flutterwave's verify endpoint answered JSON of another shape for %s", reference)
+        raise Unavailable("Flutterwave's verify endpoint answered JSON of another shape; nothing credited, retry later")
+    return body
 
 
 def _disagreement(note: PaymentNotification, status: Any, data: Any) -> str | None:
