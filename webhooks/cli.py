@@ -506,12 +506,12 @@ def return_leads(file: Any) -> None:
     import csv
 
     from webhooks.errors import FloodgateError
-    from webhooks.leads.accounting import returns
+    from webhooks.leads.accounting import return_service
 
     rows = list(csv.DictReader(file))
     if rows and "lead_id" not in rows[0]:
         raise click.ClickException(f"{file.name}: the header must name a lead_id column")
-    store = services.current().store
+    svc = services.current()
     results: dict[str, int] = {}
     problems = []
     with _progress(rows, "returning leads") as bar:
@@ -522,8 +522,14 @@ def return_leads(file: Any) -> None:
                 results["invalid"] = results.get("invalid", 0) + 1
                 continue
             try:
-                returns.return_lead(
-                    store, lead_id, publisher_id, (row.get("reason") or "").strip() or None, actor="cli"
+                return_service.return_now(  # as POST /v1/admin/leads/<id>/return does
+                    svc.store,
+                    queue_redis=svc.queue_redis,
+                    queue=svc.queue,
+                    lead_id=lead_id,
+                    publisher_id=publisher_id,
+                    reason=(row.get("reason") or "").strip() or None,
+                    actor="cli",
                 )
                 results["returned"] = results.get("returned", 0) + 1
             except FloodgateError as exc:

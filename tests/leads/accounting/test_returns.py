@@ -16,7 +16,7 @@ from webhooks import services
 from webhooks.caps import leases, reconcile
 from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.formats.consumer import key as normalise
-from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting import ledger, returns
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.catalog import load_snapshot
@@ -233,6 +233,18 @@ def test_leads_return_cli_returns_a_csv_of_leads(api, app, buyer_server, worker,
     assert "2 returned" in result.stdout and "1 not_found" in result.stdout
     assert "missing" in result.stderr
     assert api.get("/v1/admin/leads/sold-2").json()["status"] == "returned"
+
+
+def test_leads_return_cli_checks_the_reason_as_the_admin_api_does(api, app, buyer_server, worker, tmp_path):
+    _sell(api, buyer_server)
+    csv = tmp_path / "returns.csv"
+    csv.write_text(f"lead_id,publisher_id,reason\nsold-1,surge,{'x' * (returns.MAX_REASON + 1)}\n")
+    result = app.test_cli_runner().invoke(args=["leads", "return", str(csv)])
+    assert result.exit_code == 1 and "1 invalid_return" in result.stdout, result.output
+    assert api.get("/v1/admin/leads/sold-1").json()["status"] == "sold"  # nothing returned
+    csv.write_text("lead_id,publisher_id,reason\nsold-1,surge,bad phone\n")  # then the right value
+    assert app.test_cli_runner().invoke(args=["leads", "return", str(csv)]).exit_code == 0
+    assert api.get("/v1/admin/leads/sold-1").json()["status"] == "returned"
 
 
 @pytest.mark.parametrize(
