@@ -28,7 +28,9 @@ CAPS = {"acme": {"daily": 2}, "acme2": {"daily": 2}, "acme3": {}}  # so sales la
 
 @pytest.fixture
 def shared_stack(base_env, database_url, buyer_server, tmp_path):
-    extra = {"PAYMENT_ACCOUNT_FIELD": "account_id", "BUYER_TIMEOUT_MS": "500", "CONFIG_CHECK_INTERVAL_MS": "100"}
+    # 40 leads at a time on a busy 2-core machine: a buyer deadline well past what its posts
+    # take, so that each lead is sold (to the wallet's buyers or to spare), never timed out
+    extra = {"PAYMENT_ACCOUNT_FIELD": "account_id", "BUYER_TIMEOUT_MS": "5000", "CONFIG_CHECK_INTERVAL_MS": "100"}
     with running_stack(base_env, tmp_path, extra) as stack:
         admin = {"Authorization": f"Bearer {stack.env['ADMIN_TOKEN']}"}
         http = requests.Session()
