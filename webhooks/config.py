@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
@@ -353,22 +353,32 @@ def _check_abandoned_after(values: dict[str, Any]) -> None:
 def _events_secrets(env: Mapping[str, str]) -> tuple[str, ...]:
     """PAYMENT_EVENTS_SECRET: one whsec_ secret, or two while the application's receiver moves
     from the old to the new one (each event is then signed with both)."""
-    var = "PAYMENT_EVENTS_SECRET"
-    secrets = tuple(env.get(var, "").split())
-    if len(secrets) > 2:
+    return _rotating_keys(
+        env,
+        "PAYMENT_EVENTS_SECRET",
+        word="secret",
+        check=standard_key,
+        expected="whsec_ followed by the base64 of the key (Standard Webhooks)",
+    )
+
+
+def _rotating_keys(
+    env: Mapping[str, str], var: str, *, word: str, check: Callable[[str], object], expected: str
+) -> tuple[str, ...]:
+    """`var`'s keys, separated by white space: one, or the old and the new one while rotating,
+    each refused (ConfigError naming which and why) unless `check` takes it."""
+    keys = tuple(env.get(var, "").split())
+    if len(keys) > 2:
         raise ConfigError(
-            f"{var} holds {len(secrets)} secrets; at most two (the old and the new one, "
+            f"{var} holds {len(keys)} {word}s; at most two (the old and the new one, "
             "separated by a space) while rotating"
         )
-    for i, secret in enumerate(secrets, 1):
+    for i, key in enumerate(keys, 1):
         try:
-            standard_key(secret)
+            check(key)
         except ValueError as exc:
-            raise ConfigError(
-                f"{var}: secret {i} of {len(secrets)} {exc}; expected whsec_ followed by the "
-                "base64 of the key (Standard Webhooks)"
-            ) from None
-    return secrets
+            raise ConfigError(f"{var}: {word} {i} of {len(keys)} {exc}; expected {expected}") from None
+    return keys
 
 
 def _check_payment_events(values: dict[str, Any]) -> None:
@@ -423,18 +433,13 @@ def _provider_secrets(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
 def _standard_public_keys(env: Mapping[str, str]) -> tuple[str, ...]:
     """STANDARD_WEBHOOK_PUBLIC_KEY: one whpk_ key (two while the sender rotates) verifying the
     specification's asymmetric v1a signatures, beside or instead of STANDARD_WEBHOOK_SECRET."""
-    var = "STANDARD_WEBHOOK_PUBLIC_KEY"
-    keys = tuple(env.get(var, "").split())
-    if len(keys) > 2:
-        raise ConfigError(f"{var} holds {len(keys)} keys; at most two (the old and the new one) while rotating")
-    for i, key in enumerate(keys, 1):
-        try:
-            standard_public_key(key)
-        except ValueError as exc:
-            raise ConfigError(
-                f"{var}: key {i} of {len(keys)} {exc}; expected whpk_ followed by the base64 of the ed25519 key"
-            ) from None
-    return keys
+    return _rotating_keys(
+        env,
+        "STANDARD_WEBHOOK_PUBLIC_KEY",
+        word="key",
+        check=standard_public_key,
+        expected="whpk_ followed by the base64 of the ed25519 key",
+    )
 
 
 def _check_secrets(values: dict[str, Any]) -> None:
