@@ -86,6 +86,14 @@ class Stack:
             fh.seek(offset)
             return fh.read().decode(errors="replace")
 
+    def ended(self, before: dict[str, int | None]) -> str:
+        """The log's tail of each process that is not the one started (a str, which pytest
+        prints whole, where the repr of a dict of logs was cut before the one that ended)."""
+        now = self.pids()
+        return "\n".join(
+            f"--- {name} ended ---\n{self.procs[name].output()}" for name in now if now[name] != before[name]
+        )
+
     def log_sizes(self) -> dict[str, int]:
         return {name: proc.log.stat().st_size for name, proc in self.procs.items()}
 
@@ -248,7 +256,7 @@ def test_a_redis_restart_under_load_ends_no_process_and_work_resumes(base_env, d
                 wait_until(lambda f=func: periodic_job_finished(stack, f), timeout=60, what=f"{func} run again")
         finally:
             traffic.stop()
-        assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
+        assert stack.pids() == before, stack.ended(before)
         assert {code for _lead, code, _sent in traffic.leads} <= {200, 503}
         paid = traffic.pay_until_recorded()
         assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost
@@ -293,7 +301,7 @@ def test_a_database_outage_under_load_ends_no_process_and_work_resumes(
             )
         finally:
             traffic.stop()
-        assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
+        assert stack.pids() == before, stack.ended(before)
         paid = traffic.pay_until_recorded()
         assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost
 
