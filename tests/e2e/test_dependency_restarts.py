@@ -368,3 +368,23 @@ def test_a_worker_killed_9_takes_its_scheduler_with_it(base_env, tmp_path):
 
         wait_until(scheduler_gone, timeout=30, what="the orphaned scheduler to exit")
         assert not connection.exists(lock)
+
+
+def test_an_error_rq_does_not_expect_ends_no_worker(base_env, tmp_path):
+    """RQ ends its work loop, and with it the Procfile's worker, on any error it does not expect
+    ("found an unhandled exception, quitting..."). Here Redis refuses the wait for a job for a while (an ACL,
+    as an operator's slip or a proxy in front of Redis might): the worker enters its loop again
+    once Redis takes it, at growing intervals meanwhile, and runs the next job."""
+    with (
+        procfile_process("worker", base_env, tmp_path) as (redis_server, worker),
+        redis.Redis.from_url(redis_server.url) as connection,
+    ):
+        wait_until(lambda: "Listening on" in worker.output(), timeout=30, what="the worker to listen")
+        connection.execute_command("ACL", "SETUSER", "default", "-blmove", "-blpop")  # RQ waits with either
+        queue = Queue(SETTLE, connection=connection)
+        queue.enqueue("time.sleep", 0)  # ends the wait under way; the next one is refused
+        wait_until(lambda: worker.output().count("entering it again") >= 2, timeout=60, what="two refused turns")
+        connection.execute_command("ACL", "SETUSER", "default", "+blmove", "+blpop")
+        job = queue.enqueue("time.sleep", 0)
+        wait_until(lambda: job.get_status(refresh=True) == "finished", timeout=60, what="a job run after it")
+        assert worker.alive(), worker.output()
