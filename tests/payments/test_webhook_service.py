@@ -10,8 +10,10 @@ import time
 
 import pytest
 from requests.structures import CaseInsensitiveDict
+from rq import Queue
 
 from testkit.payments import balance, counts, encode, payload, refund_payload, signed_headers, verdicts
+from testkit.servers import RedisServer
 from webhooks import services
 from webhooks.errors import FloodgateError, InvalidPayload, NotFound
 from webhooks.payments import gate, ledger, rejected
@@ -20,6 +22,7 @@ from webhooks.payments.providers.signatures import InvalidSignature
 from webhooks.payments.states import Verdict
 from webhooks.payments.webhook import PaymentWebhooks
 from webhooks.storage.live import keys
+from webhooks.storage.live.redis import Store
 from webhooks.storage.records.db import db
 
 
@@ -142,8 +145,23 @@ def test_nobody_listening_a_credit_wakes_no_worker_and_an_enabled_endpoint_makes
     assert redis.llen(keys.OUTBOX_WAKE) == 1
 
 
-def test_a_credit_wakes_the_events_worker_and_a_duplicate_does_not(app, redis_server, database_url):
-    announcing = build(app, payment_events_url="http://127.0.0.1:9/events")
+def test_a_credit_wakes_the_events_worker_and_a_duplicate_does_not(app, redis_server, database_url, tmp_path):
+    """On a Redis of its own for the queues: the run's events worker, still waiting for a wake-up
+    after another test's drain, took this one before the test looked at it (seen under load)."""
+    private = RedisServer(tmp_path / "queues")
+    private.start()
+    try:
+        svc = services.of(app)
+        queue_redis = Store(private.client())
+        config = dataclasses.replace(svc.config, payment_events_url="http://127.0.0.1:9/events")
+        queue = Queue(svc.queue.name, connection=private.client(decode_responses=False))
+        announcing = PaymentWebhooks.build(config, svc.store, queue_redis, queue)
+        wakes_once_per_credit(announcing)
+    finally:
+        private.kill()
+
+
+def wakes_once_per_credit(announcing: PaymentWebhooks) -> None:
     redis = announcing.queue_redis.redis
     redis.set(keys.OUTBOX_SCHEDULED, "1")  # a drain is scheduled already: nothing enqueued here
     raw = encode(payload("paystack", "unit-announced", 7000))
