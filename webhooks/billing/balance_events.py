@@ -25,7 +25,7 @@ from webhooks.events import outbox
 from webhooks.events.outbox import EventType, NewEvent
 from webhooks.storage.live.redis import Store
 from webhooks.storage.live.scripts import Balance
-from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db, retried
 from webhooks.storage.records.models import Buyer
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,13 @@ def _emit(new: list[NewEvent], now: datetime) -> int:
     and the batch's events with it); a refusal is logged, so that it cannot stop settlement."""
     if not new:
         return 0
-    try:
+
+    def transaction() -> int:
         with db.atomic():
             return outbox.emit_once(new, now)
+
+    try:  # drains of one batch at once may deadlock on the unique key's gaps: run again whole
+        return retried(transaction, f"{len(new)} balance event(s)")
     except UNAVAILABLE_ERRORS:
         raise
     except pw.DatabaseError as exc:
