@@ -94,6 +94,9 @@ def test_two_buyers_on_one_wallet_one_lead_after_another_stop_at_its_floor(api, 
     got = []
     for i in range(6):
         got.append(_sold_to(api, shared, f"sw-{i}"))
+        # the ledger has the sale before its settlement gives the hold back in Redis: the figures
+        # agree again once it has (a view read between the two mixed a sale's two sides)
+        _settled(api)
         _invariant(api, BUYERS, Decimal(0))
     assert got == ["acme", "acme", "spare", "spare", "spare", "spare"]
     skipped = api.wait_settled("sw-2", "surge")["skipped"]
