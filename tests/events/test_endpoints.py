@@ -189,7 +189,14 @@ def test_each_endpoint_gets_the_types_and_the_publisher_it_asked_for(api, receiv
     returned_event = next(a.body for a in surge.accepted() if a.body["type"] == "lead.returned")
     assert returned_event == {
         "type": "lead.returned",
-        "data": {"lead_id": "s1", "publisher_id": "surge", "payout": "4.00", "reason": "duplicate"},
+        "data": {
+            "lead_id": "s1",
+            "publisher_id": "surge",
+            "payout": "4.00",
+            "reason": "duplicate",
+            "buyer_id": "acme",  # the sale returned (docs/api.md "Sales")
+            "price": "40.00",
+        },
     }
     arrivals = [a for r in (everything, wallets, surge, other) for a in r.arrivals]
     assert all(a.verified for a in arrivals)  # each signed with its endpoint's secret
