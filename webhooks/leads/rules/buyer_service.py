@@ -43,7 +43,9 @@ def patch(store: Store, stored: Buyer, changes: dict[str, Any]) -> Buyer:
     patch names is the one that changes."""
     base = buyers.to_json(stored)
     policy = changes.get("returns")
-    if "return_window_days" in changes and not (isinstance(policy, dict) and "window_days" in policy):
+    if isinstance(policy, dict) and "window_days" in policy:  # null too: back to the default
+        del base["return_window_days"]
+    elif "return_window_days" in changes:
         del base["returns"]["window_days"]
     return save(store, stored.id, buyers.parse(merge_patch(base, changes), stored))
 
