@@ -269,7 +269,7 @@ def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
     if lead is None:
         return None
-    record = lead_view(lead)
+    record = lead_view(lead, sales=[])  # the answer shows no sales: not read
     answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
     if answer["status"] == "returned":  # returned since: the publisher was told it was sold
         answer["status"] = "sold"
