@@ -140,13 +140,18 @@ def wallet_event(
     return NewEvent(kind, f"{provider}:{reference}", customer, data)
 
 
-def lead_event(kind: EventType, publisher_id: str, lead_id: str, payout: str, reason: str | None = None) -> NewEvent:
-    """A lead's sale (`payout`: the publisher's, a decimal string): in order per lead."""
-    data: dict[str, Any] = {"lead_id": lead_id, "publisher_id": publisher_id, "payout": payout}
-    if kind == EventType.LEAD_RETURNED:
-        data["reason"] = reason
+def sold_event(publisher_id: str, lead_id: str, *, payout: str, buyer_id: str | None, price: str | None) -> NewEvent:
+    """A lead's sale (`payout`: the publisher's, `price`: the buyer's, decimal strings): in
+    order per lead."""
+    data: dict[str, Any] = {
+        "lead_id": lead_id,
+        "publisher_id": publisher_id,
+        "payout": payout,
+        "buyer_id": buyer_id,
+        "price": price,
+    }
     key = f"{publisher_id}:{lead_id}"
-    return NewEvent(kind, key, key, data, publisher_id)
+    return NewEvent(EventType.LEAD_SOLD, key, key, data, publisher_id)
 
 
 @dataclass(frozen=True, kw_only=True)

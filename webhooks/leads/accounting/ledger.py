@@ -113,7 +113,7 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
     )
     outbox.emit_many(
         [
-            outbox.lead_event(outbox.EventType.LEAD_SOLD, i.publisher_id, i.lead_id, _payout(i))
+            outbox.sold_event(i.publisher_id, i.lead_id, payout=_payout(i), buyer_id=i.buyer_id, price=i.price)
             for i in new
             if i.status == "sold"
         ],

@@ -173,20 +173,6 @@ def request_return(
     return Returned(return_id, False, {**lead_view(Lead.get_by_id(lead.id)), "return_id": return_id})
 
 
-def return_lead(
-    store: Store,
-    lead_id: str,
-    publisher_id: str | None,
-    reason: str | None,
-    *,
-    now: datetime | None = None,
-    actor: str = "admin",
-) -> dict[str, Any]:
-    """request_return for the lead's only sale, as the CLI's bulk return has always made it:
-    the lead record after it (or the pending return's id and status)."""
-    return request_return(store, lead_id, publisher_id, reason, now=now, actor=actor).record
-
-
 def _check_limit(buyer_id: str, policy: ReturnPolicy, now: datetime) -> None:
     """409 return_limit when one more return would put the buyer's returns of the last
     `period_days` (returned in it, or pending review now) over `max_pct` of the sales it bought
