@@ -28,7 +28,13 @@ CONSOLE_PAGE = re.compile(r"`(/ops/[^\s`?]*)[^`]*`")
 # Sections that quote other parties' APIs (the providers' listing endpoints), not ours.
 OTHER_PARTIES = ("Provider reconciliation",)
 # In the contract, not built yet: no view serves them and openapi.yaml does not describe them.
-NOT_BUILT: set[str] = set()
+# Issue #62's later slices (docs/leads.md "Sales and returns"): buyer keys, payout holds.
+NOT_BUILT: set[str] = {
+    "POST /v1/admin/buyers/{}/api-key",
+    "POST /v1/buyer/returns",
+    "GET /v1/buyer/leads",
+    "GET /v1/admin/publishers/{}/statement",
+}
 
 
 def route(method: str, path: str) -> str:

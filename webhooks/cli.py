@@ -522,16 +522,18 @@ def return_leads(file: Any) -> None:
                 results["invalid"] = results.get("invalid", 0) + 1
                 continue
             try:
-                return_service.return_now(  # as POST /v1/admin/leads/<id>/return does
+                done = return_service.return_now(  # as POST /v1/admin/leads/<id>/return does
                     svc.store,
                     queue_redis=svc.queue_redis,
                     queue=svc.queue,
                     lead_id=lead_id,
                     publisher_id=publisher_id,
                     reason=(row.get("reason") or "").strip() or None,
+                    buyer_id=(row.get("buyer_id") or "").strip() or None,
                     actor="cli",
                 )
-                results["returned"] = results.get("returned", 0) + 1
+                outcome = "return_pending" if done.pending else "returned"
+                results[outcome] = results.get(outcome, 0) + 1
             except FloodgateError as exc:
                 problems.append(f"line {n} ({lead_id}): {exc.code}: {exc.message}")
                 results[exc.code] = results.get(exc.code, 0) + 1

@@ -95,7 +95,14 @@ def test_a_thousand_sales_reach_three_endpoints_three_thousand_deliveries_none_m
         assert all(len(ids) == 1 for ids in got.values())  # each event once per endpoint here
         assert all(a.verified for a in r.arrivals)
         assert all(
-            a.body["data"] == {"lead_id": a.body["data"]["lead_id"], "publisher_id": "surge", "payout": "5.00"}
+            a.body["data"]
+            == {
+                "lead_id": a.body["data"]["lead_id"],
+                "publisher_id": "surge",
+                "payout": "5.00",
+                "buyer_id": "acme",
+                "price": "20.00",
+            }
             for a in r.accepted()
         )
     ids = [next(iter(lead_ids(r)["k7"])) for r in receivers]

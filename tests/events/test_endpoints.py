@@ -186,10 +186,25 @@ def test_each_endpoint_gets_the_types_and_the_publisher_it_asked_for(api, receiv
     assert subjects(wallets) == ["wallet.credited:std-f1", "wallet.debited:rf-f1"]
     assert subjects(surge) == ["lead.sold:s1", "lead.returned:s1"]
     assert sorted(subjects(other)) == ["lead.sold:o1", "lead.sold:o2"]
+    sold_event = next(a.body for a in surge.accepted() if a.body["type"] == "lead.sold")
+    assert sold_event["data"] == {  # per sale: its buyer and price (docs/api.md "Sales")
+        "lead_id": "s1",
+        "publisher_id": "surge",
+        "payout": "4.00",
+        "buyer_id": "acme",
+        "price": "40.00",
+    }
     returned_event = next(a.body for a in surge.accepted() if a.body["type"] == "lead.returned")
     assert returned_event == {
         "type": "lead.returned",
-        "data": {"lead_id": "s1", "publisher_id": "surge", "payout": "4.00", "reason": "duplicate"},
+        "data": {
+            "lead_id": "s1",
+            "publisher_id": "surge",
+            "payout": "4.00",
+            "reason": "duplicate",
+            "buyer_id": "acme",  # the sale returned (docs/api.md "Sales")
+            "price": "40.00",
+        },
     }
     arrivals = [a for r in (everything, wallets, surge, other) for a in r.arrivals]
     assert all(a.verified for a in arrivals)  # each signed with its endpoint's secret

@@ -24,7 +24,7 @@ from typing import Any
 import peewee as pw
 
 from webhooks.errors import Conflict, NotFound, ValidationError
-from webhooks.events.outbox import LEAD_TYPES, WALLET_TYPES, EventType
+from webhooks.events.outbox import LEAD_TYPES, PUBLISHER_DEFAULT_TYPES, WALLET_TYPES, EventType
 from webhooks.formats import validate as v
 from webhooks.logs import REDACTED_URL, redact_secret, redact_url, restore_url
 from webhooks.storage.records import audit
@@ -104,7 +104,7 @@ def parse(body: Any, stored: EventEndpoint | None) -> dict[str, Any]:
             raise ValidationError(CODE, "publisher_id", "must be a publisher id")
         if types is not None and any(t not in LEAD_TYPES for t in types):
             raise ValidationError(CODE, "types", "a publisher's endpoint gets lead events only")
-        types = types or [t.value for t in LEAD_TYPES]
+        types = types or [t.value for t in PUBLISHER_DEFAULT_TYPES]
     given = body.get("secret")
     if given is None or (stored is not None and stored.secret and given == redact_secret(stored.secret)):
         secret = stored.secret if stored is not None and stored.secret else generate_secret()

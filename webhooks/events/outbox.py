@@ -30,12 +30,16 @@ class EventType(StrEnum):
     WALLET_DEBITED = "wallet.debited"
     LEAD_SOLD = "lead.sold"
     LEAD_RETURNED = "lead.returned"
+    RETURN_REQUESTED = "return.requested"  # a return of a sale awaits an operator's review
+    RETURN_REJECTED = "return.rejected"
     BUYER_BALANCE_LOW = "buyer.balance_low"
     BUYER_BALANCE_DEPLETED = "buyer.balance_depleted"
 
 
 WALLET_TYPES = (EventType.WALLET_CREDITED, EventType.WALLET_DEBITED)
-LEAD_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED)
+LEAD_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED, EventType.RETURN_REQUESTED, EventType.RETURN_REJECTED)
+# what a publisher's endpoint gets when it names no types: the two it always got
+PUBLISHER_DEFAULT_TYPES = (EventType.LEAD_SOLD, EventType.LEAD_RETURNED)
 
 
 @dataclass(frozen=True)
@@ -136,13 +140,47 @@ def wallet_event(
     return NewEvent(kind, f"{provider}:{reference}", customer, data)
 
 
-def lead_event(kind: EventType, publisher_id: str, lead_id: str, payout: str, reason: str | None = None) -> NewEvent:
-    """A lead's sale or return (`payout`: the publisher's, a decimal string): in order per lead."""
-    data: dict[str, Any] = {"lead_id": lead_id, "publisher_id": publisher_id, "payout": payout}
-    if kind == EventType.LEAD_RETURNED:
-        data["reason"] = reason
+def sold_event(publisher_id: str, lead_id: str, *, payout: str, buyer_id: str | None, price: str | None) -> NewEvent:
+    """A lead's sale (`payout`: the publisher's, `price`: the buyer's, decimal strings): in
+    order per lead."""
+    data: dict[str, Any] = {
+        "lead_id": lead_id,
+        "publisher_id": publisher_id,
+        "payout": payout,
+        "buyer_id": buyer_id,
+        "price": price,
+    }
     key = f"{publisher_id}:{lead_id}"
-    return NewEvent(kind, key, key, data, publisher_id)
+    return NewEvent(EventType.LEAD_SOLD, key, key, data, publisher_id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaleOf:
+    """Which sale a return event is about, and what it was worth."""
+
+    publisher_id: str
+    lead_id: str
+    buyer_id: str
+    price: str  # decimal strings
+    payout: str
+
+
+def return_event(kind: EventType, sale: SaleOf, reason: str | None, return_id: str | None) -> NewEvent:
+    """A sale's return asked, rejected, or done (lead.returned): in order per lead, one of each
+    type per sale and return (a sale is returned once; asked and rejected once per return)."""
+    data: dict[str, Any] = {
+        "lead_id": sale.lead_id,
+        "publisher_id": sale.publisher_id,
+        "payout": sale.payout,
+        "reason": reason,
+        "buyer_id": sale.buyer_id,
+        "price": sale.price,
+    }
+    if kind != EventType.LEAD_RETURNED:  # a review's events name the return they are about
+        data["return_id"] = return_id
+    key = f"{sale.publisher_id}:{sale.lead_id}"
+    subject = f"{key}:{sale.buyer_id}" if kind == EventType.LEAD_RETURNED else f"{key}:{return_id}"
+    return NewEvent(kind, subject, key, data, sale.publisher_id)
 
 
 def buyer_event(kind: EventType, *, buyer_id: str, wallet: str, cycle: int, available: str) -> NewEvent:

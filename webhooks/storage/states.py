@@ -83,6 +83,22 @@ class LeadStatus(StrEnum):
     TEST_UNSOLD = "test_unsold"
 
 
+class SaleStatus(StrEnum):
+    """A sale's status (sql/022): sold, returned, or a return of it awaiting review."""
+
+    SOLD = "sold"
+    RETURN_PENDING = "return_pending"
+    RETURNED = "returned"
+
+
+class ReturnStatus(StrEnum):
+    """A return's status: pending review, approved (its effects done), rejected."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
 # A test lead's ledger status -> the status it would have had (its answer and record show that)
 TEST_STATUSES: dict[str, str] = {LeadStatus.TEST_SOLD: LeadStatus.SOLD, LeadStatus.TEST_UNSOLD: LeadStatus.UNSOLD}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 
 import peewee as pw
 import pytest
@@ -304,3 +305,114 @@ def test_011_carries_the_payment_events_outbox_over_with_its_webhook_ids(ledger_
         ("msg_old3", "pending", 0, "payment-events-url"),
     ]
     assert endpoint.secret is None and json.loads(endpoint.types) == ["wallet.credited", "wallet.debited"]
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def ledger_at_021(request, tmp_path, database_url):
+    """A new database (this run's kind, or SQLite) at the schema of sql/001..021: the release
+    before sales were records of their own (sql/022)."""
+    admin = mysql_admin_url() if request.param == "mysql" else None
+    if request.param == "mysql" and not admin:
+        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
+    url, drop = create_mysql_db(admin) if admin else (f"sqlite:///{tmp_path / 'ledger.sqlite3'}", lambda: None)
+    session, database = db.obj, make_database(url, pool_size=2)
+    db.initialize(database)
+    try:
+        with db.connection_context():
+            before = [p for p in migration_files() if p.name < "022"]
+            if is_mysql():
+                db.execute_sql(_MIGRATIONS_DDL)
+                for path in before:
+                    for statement in split_statements(path.read_text()):
+                        db.execute_sql(statement)
+            else:  # what upgrade() made of a SQLite file then: the models it had
+                db.create_tables([m for m in models.ALL_MODELS if m not in (models.Sale, models.LeadReturn)])
+            for path in before:
+                models.SchemaMigration.insert(version=path.name.split("_", 1)[0]).execute()
+        yield request.param
+    finally:
+        if is_mysql():
+            database.close_all()
+        else:
+            database.close()
+        db.initialize(session)
+        drop()
+
+
+def test_022_makes_one_sale_of_every_lead_sold_or_returned_before_it(ledger_at_021):
+    """Leads as the release before wrote them (the sale in the lead's columns): upgrade() makes
+    one sale per sold or returned lead, with those columns; none for unsold or test leads; the
+    copy run again adds nothing."""
+    sold_at, settled = datetime(2026, 11, 30, 10, 0, 0, 123456), datetime(2026, 11, 30, 10, 0, 1)
+    rows = [
+        ("s1", "sold", "acme", "20.00", "2.00", None, None, ("acme@example.com|NGN", 2000)),
+        ("s2", "sold", "zeta", "12.50", None, None, None, None),
+        ("r1", "returned", "acme", "20.00", "2.00", datetime(2026, 12, 1, 9, 0), "bad phone", None),
+        ("u1", "unsold", None, None, None, None, None, None),
+        ("t1", "test_sold", "acme", "20.00", "2.00", None, None, None),
+    ]
+    with db.connection_context():
+        for lead_id, status, buyer, price, payout, returned_at, reason, charge in rows:
+            models.Lead.insert(
+                publisher_id="surge",
+                lead_id=lead_id,
+                status=status,
+                buyer_id=buyer,
+                price=price,
+                payout=payout,
+                payload="{}",
+                received_at=sold_at,
+                sold_at=sold_at if buyer else None,
+                settled_at=settled,
+                lease_id=f"lease-{lead_id}" if buyer else None,
+                reserved_us=1_700_000_000_000_000 if buyer else None,
+                returned_at=returned_at,
+                return_reason=reason,
+                charge_account=charge[0] if charge else None,
+                charge_minor=charge[1] if charge else None,
+            ).execute()
+
+    assert "022" in upgrade(echo=lambda _m: None)
+    with db.connection_context():
+        copy = [s for s in split_statements((SQL_DIR / "022_sales.sql").read_text()) if s.startswith("INSERT")]
+        assert len(copy) == 1  # one statement
+        db.execute_sql(copy[0])  # run twice: no duplicate
+        sales = {
+            s.lead_id: (
+                s.buyer_id,
+                f"{s.price:.2f}",
+                None if s.payout is None else f"{s.payout:.2f}",
+                s.status,
+                s.sold_at,
+                s.returned_at,
+                s.return_reason,
+                s.charge_account,
+                s.charge_minor,
+                s.lease_id,
+                s.reserved_us,
+            )
+            for s in models.Sale.select()
+        }
+        assert models.Sale.select().count() == 3
+    stamp = 1_700_000_000_000_000
+    assert sales == {
+        "s1": ("acme", "20.00", "2.00", "sold", sold_at, None, None, "acme@example.com|NGN", 2000, "lease-s1", stamp),
+        "s2": ("zeta", "12.50", None, "sold", sold_at, None, None, None, None, "lease-s2", stamp),
+        "r1": (
+            "acme",
+            "20.00",
+            "2.00",
+            "returned",
+            sold_at,
+            datetime(2026, 12, 1, 9, 0),
+            "bad phone",
+            None,
+            None,
+            "lease-r1",
+            stamp,
+        ),
+    }
+    with db.connection_context(), pytest.raises(pw.IntegrityError), db.atomic():  # no buyer buys a lead twice
+        models.Sale.insert(
+            publisher_id="surge", lead_id="s1", buyer_id="acme", price="1.00", status="sold", sold_at=sold_at
+        ).execute()

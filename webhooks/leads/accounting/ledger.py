@@ -27,8 +27,8 @@ from webhooks.storage.live.batch import Client
 from webhooks.storage.live.redis import Store
 from webhooks.storage.records import audit, fastsql
 from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db, retried
-from webhooks.storage.records.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
-from webhooks.storage.states import TEST_STATUSES, LeadStatus
+from webhooks.storage.records.models import Buyer, Lead, LeadAttempt, LeadReturn, Publisher, Sale, utcnow
+from webhooks.storage.states import TEST_STATUSES, LeadStatus, SaleStatus
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,27 @@ def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
         "charge_minor": item.charge[1] if item.charge else None,
         "consent": json.dumps(list(item.consent), separators=(",", ":")) if item.consent else None,
     }
+
+
+def _sale_rows(items: Iterable[SettlementItem]) -> list[dict[str, Any]]:
+    """The sales of settled leads: one per sold lead today (a test lead's is never a sale)."""
+    return [
+        {
+            "publisher_id": i.publisher_id,
+            "lead_id": i.lead_id,
+            "buyer_id": i.buyer_id,
+            "price": i.price,
+            "payout": i.payout,
+            "status": SaleStatus.SOLD,
+            "sold_at": _naive_utc(i.sold_at or i.received_at),
+            "lease_id": i.lease[1] if i.lease else None,
+            "reserved_us": i.reserved_us,
+            "charge_account": i.charge[0] if i.charge else None,
+            "charge_minor": i.charge[1] if i.charge else None,
+        }
+        for i in items
+        if i.status == LeadStatus.SOLD and i.buyer_id is not None
+    ]
 
 
 def _write_extras(new: list[SettlementItem], now: datetime) -> None:
@@ -92,7 +113,7 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
     )
     outbox.emit_many(
         [
-            outbox.lead_event(outbox.EventType.LEAD_SOLD, i.publisher_id, i.lead_id, _payout(i))
+            outbox.sold_event(i.publisher_id, i.lead_id, payout=_payout(i), buyer_id=i.buyer_id, price=i.price)
             for i in new
             if i.status == "sold"
         ],
@@ -123,8 +144,9 @@ def _payout(item: SettlementItem) -> str:
 
 def settle(items: Iterable[SettlementItem]) -> int:
     """Write settlements; return how many were new. Safe to repeat: the lead's unique key
-    (publisher, lead_id) decides, and only a new lead row brings its attempts, payout and
-    audit entry. A batch is written with a handful of statements in one transaction; if any
+    (publisher, lead_id) decides, and only a new lead row brings its sale, attempts, payout and
+    audit entry (the sale's own unique key, (publisher, lead_id, buyer), refuses a second).
+    A batch is written with a handful of statements in one transaction; if any
     lead of it was settled before, the batch is written again lead by lead."""
     now = utcnow()
     unique = list({(i.publisher_id, i.lead_id): i for i in items}.values())
@@ -135,6 +157,9 @@ def _settle(unique: list[SettlementItem], now: datetime) -> int:
     try:
         with db.atomic():
             fastsql.insert_many(Lead, [_lead_row(i, now) for i in unique])
+            sales = _sale_rows(unique)
+            if sales:
+                fastsql.insert_many(Sale, sales)
             _write_extras(unique, now)
         return len(unique)
     except pw.IntegrityError:
@@ -145,6 +170,8 @@ def _settle(unique: list[SettlementItem], now: datetime) -> int:
             query = Lead.insert(**_lead_row(item, now)).on_conflict_ignore()
             if db.execute(query).rowcount == 1:
                 written += 1
+                for sale in _sale_rows([item]):
+                    db.execute(Sale.insert(**sale).on_conflict_ignore())
                 _write_extras([item], now)
     return written
 
@@ -156,9 +183,58 @@ def _attempt(a: LeadAttempt) -> dict[str, Any]:
     return out
 
 
-def lead_view(lead: Lead, attempts: Sequence[LeadAttempt] | None = None) -> dict[str, Any]:
-    """A lead as GET /v1/admin/leads/<id> shows it; `attempts` its attempts in order, when the
-    caller read them already (a page of the lead search reads a page's in one query)."""
+def sales_of(leads: Sequence[Lead]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The sales of `leads` as their records show them, by (publisher_id, lead_id), in the order
+    they were made; two queries for any number of leads (a page of the lead search)."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {(lead.publisher_id, lead.lead_id): [] for lead in leads}
+    if not leads:
+        return out
+    rows = [
+        row
+        for row in Sale.select()
+        .where(
+            Sale.publisher_id.in_(sorted({lead.publisher_id for lead in leads})),
+            Sale.lead_id.in_(sorted({lead.lead_id for lead in leads})),
+        )
+        .order_by(Sale.id)
+        if (row.publisher_id, row.lead_id) in out
+    ]
+    last_return: dict[int, str] = {}
+    if rows:
+        for r in (
+            LeadReturn.select(LeadReturn.sale_id, LeadReturn.return_id)
+            .where(LeadReturn.sale_id.in_([row.id for row in rows]))
+            .order_by(LeadReturn.id)
+        ):
+            last_return[r.sale_id] = r.return_id  # the newest return of each sale
+    for row in rows:
+        out[(row.publisher_id, row.lead_id)].append(sale_view(row, last_return.get(row.id)))
+    return out
+
+
+def sale_view(sale: Sale, return_id: str | None) -> dict[str, Any]:
+    """One sale as a lead's record lists it; `return_id` the newest return asked for it."""
+    view: dict[str, Any] = {
+        "buyer_id": sale.buyer_id,
+        "price": f"{Decimal(sale.price):.2f}",
+        "payout": None if sale.payout is None else f"{Decimal(sale.payout):.2f}",
+        "status": sale.status,
+        "returned_at": None if sale.returned_at is None else sale.returned_at.isoformat() + "Z",
+        "return_reason": sale.return_reason,
+    }
+    if return_id is not None:
+        view["return_id"] = return_id
+    return view
+
+
+def lead_view(
+    lead: Lead, attempts: Sequence[LeadAttempt] | None = None, sales: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A lead as GET /v1/admin/leads/<id> shows it; `attempts` its attempts in order and `sales`
+    its sales (sales_of), when the caller read them already (a page of the lead search reads a
+    page's in one query each)."""
+    if sales is None:
+        sales = sales_of([lead])[(lead.publisher_id, lead.lead_id)]
     if attempts is None:
         attempts = list(
             LeadAttempt.select()
@@ -181,6 +257,7 @@ def lead_view(lead: Lead, attempts: Sequence[LeadAttempt] | None = None) -> dict
         "consent": json.loads(lead.consent) if lead.consent else [],
         "returned_at": None if lead.returned_at is None else lead.returned_at.isoformat() + "Z",
         "return_reason": lead.return_reason,
+        "sales": sales,
         "received_at": lead.received_at.isoformat() + "Z",
         "settled_at": lead.settled_at.isoformat() + "Z",
     }
@@ -192,7 +269,7 @@ def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
     if lead is None:
         return None
-    record = lead_view(lead)
+    record = lead_view(lead, sales=[])  # the answer shows no sales: not read
     answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
     if answer["status"] == "returned":  # returned since: the publisher was told it was sold
         answer["status"] = "sold"

@@ -60,10 +60,11 @@ def count_settled(items: Iterable[SettlementItem]) -> None:
         _add(key, d)
 
 
-def count_returned(lead: Lead) -> None:
-    """A sold lead returned: counted as returned, its price and payout out of the sums."""
-    delta = _Delta(returned=1, revenue=-Decimal(lead.price or 0), payout=-Decimal(lead.payout or 0))
-    _add((_hour(lead.received_at), lead.publisher_id, lead.buyer_id or ""), delta)
+def count_returned(lead: Lead, *, price: Decimal, payout: Decimal | None, buyer_id: str) -> None:
+    """A sale of `lead` returned: counted as returned, its price and payout out of the sums (in
+    the hour the lead was received, as its sale was counted)."""
+    delta = _Delta(returned=1, revenue=-Decimal(price), payout=-Decimal(payout or 0))
+    _add((_hour(lead.received_at), lead.publisher_id, buyer_id), delta)
 
 
 def _add(key: tuple[datetime, str, str], d: _Delta) -> None:

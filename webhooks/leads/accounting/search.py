@@ -19,7 +19,7 @@ import peewee as pw
 
 from webhooks.errors import InvalidJSON
 from webhooks.formats import strictjson
-from webhooks.leads.accounting.ledger import lead_view
+from webhooks.leads.accounting.ledger import lead_view, sales_of
 from webhooks.storage.records.models import Lead, LeadAttempt
 from webhooks.storage.states import LeadStatus
 
@@ -155,8 +155,11 @@ def search(query: LeadQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None =
     ids = [key.id for key in keys[:limit]]
     rows = {lead.id: lead for lead in Lead.select().where(Lead.id.in_(ids))} if ids else {}
     leads = [rows[i] for i in ids if i in rows]  # a lead gone meanwhile is left out
-    attempts = _attempts(leads)
-    items = [lead_view(lead, attempts[(lead.publisher_id, lead.lead_id)]) for lead in leads]
+    attempts, sales = _attempts(leads), sales_of(leads)
+    items = [
+        lead_view(lead, attempts[(lead.publisher_id, lead.lead_id)], sales[(lead.publisher_id, lead.lead_id)])
+        for lead in leads
+    ]
     last = keys[limit - 1] if len(keys) > limit else None
     next_cursor = None if last is None else encode_cursor([last.received_at.isoformat(), last.id])
     return Page(items, next_cursor)

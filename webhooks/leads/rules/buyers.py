@@ -44,6 +44,7 @@ _FIELDS = {
     "active",
     "dedupe",
     "return_window_days",
+    "returns",
     "delivery",
     "ping",
     "weight",
@@ -188,6 +189,91 @@ def _amount(billing: dict[str, Any], field: str, currency: str) -> int:
     return minor
 
 
+REVIEWS = ("auto", "manual")
+_RETURNS_FIELDS = {"window_days", "max_pct", "period_days", "reasons", "review"}
+MAX_REASONS = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReturnPolicy:
+    """A buyer's return policy (docs/api.md "Sales"): how long after the sale, for which reasons,
+    how many of its sales over a rolling period, and whether an operator reviews each return.
+    The defaults are what every buyer had before policies: 7 days, any reason, no limit, auto."""
+
+    window_days: int = 7
+    max_pct: int | None = None  # returns (pending ones too) per 100 sales of the last period_days
+    period_days: int = 14
+    reasons: tuple[str, ...] | None = None  # None: any reason (free text)
+    review: str = "auto"
+
+    def stored(self) -> str | None:
+        """The buyers.return_policy column: all but the window (its own column); None: defaults."""
+        rest = self.as_json()
+        del rest["window_days"]
+        if rest == {"max_pct": None, "period_days": 14, "reasons": None, "review": "auto"}:
+            return None
+        return json.dumps(rest, sort_keys=True)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "window_days": self.window_days,
+            "max_pct": self.max_pct,
+            "period_days": self.period_days,
+            "reasons": None if self.reasons is None else list(self.reasons),
+            "review": self.review,
+        }
+
+    @classmethod
+    def of(cls, row: Buyer) -> ReturnPolicy:
+        rest = json.loads(row.return_policy) if row.return_policy else {}
+        reasons = rest.get("reasons")
+        return cls(
+            window_days=row.return_window_days,
+            max_pct=rest.get("max_pct"),
+            period_days=rest.get("period_days", 14),
+            reasons=None if reasons is None else tuple(reasons),
+            review=rest.get("review", "auto"),
+        )
+
+
+def _returns(raw: Any, window_days: Any) -> ReturnPolicy:
+    """`returns` and the older `return_window_days` (its window when `returns` names none)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ValidationError(CODE, "returns", "must be an object")
+    unknown = sorted(set(raw) - _RETURNS_FIELDS)
+    if unknown:
+        raise ValidationError(CODE, f"returns.{unknown[0]}", "is not a field of a return policy")
+    window = raw.get("window_days")
+    if window is None:
+        window, field = (7 if window_days is None else window_days), "return_window_days"
+    else:
+        field = "returns.window_days"
+    max_pct = raw.get("max_pct")
+    reasons = raw.get("reasons")
+    if reasons is not None and (
+        not isinstance(reasons, list)
+        or not 1 <= len(reasons) <= MAX_REASONS
+        or not all(v.is_id(r) for r in reasons)
+        or len(set(reasons)) != len(reasons)
+    ):
+        raise ValidationError(
+            CODE, "returns.reasons", f"must be a list of 1 to {MAX_REASONS} distinct reason codes (identifiers)"
+        )
+    review = raw.get("review")
+    if review is not None and review not in REVIEWS:
+        raise ValidationError(CODE, "returns.review", "must be auto or manual")
+    period = raw.get("period_days")
+    return ReturnPolicy(
+        window_days=v.integer(CODE, field, window, low=0, high=365),
+        max_pct=None if max_pct is None else v.integer(CODE, "returns.max_pct", max_pct, low=0, high=100),
+        period_days=14 if period is None else v.integer(CODE, "returns.period_days", period, low=1, high=365),
+        reasons=None if reasons is None else tuple(reasons),
+        review=review or "auto",
+    )
+
+
 def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
     if value is None:
         return []
@@ -214,6 +300,7 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
     schedule = _schedule(body.get("schedule"))
     price = v.money(CODE, "price", body["price"])
     billing = _billing(body.get("billing"), price)
+    policy = _returns(body.get("returns"), body.get("return_window_days"))
     return {
         "name": v.text(CODE, "name", body["name"], max_len=200),
         "endpoint_url": _url(body["endpoint_url"], stored=None if stored is None else stored.endpoint_url),
@@ -226,7 +313,8 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
         "schedule": None if schedule is None else json.dumps(schedule, sort_keys=True),
         "active": v.boolean(CODE, "active", body.get("active", True)),
         "dedupe": None if (dedupe := _dedupe(body.get("dedupe"))) is None else json.dumps(dedupe),
-        "return_window_days": v.integer(CODE, "return_window_days", body.get("return_window_days", 7), low=0, high=365),
+        "return_window_days": policy.window_days,
+        "return_policy": policy.stored(),
         "delivery": None if delivery is None else json.dumps(delivery, sort_keys=True),
         "ping": None if ping is None else json.dumps(ping, sort_keys=True),
         "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
@@ -268,6 +356,7 @@ def to_json(row: Buyer) -> dict[str, Any]:
         "active": bool(row.active),
         "dedupe": json.loads(row.dedupe) if row.dedupe else None,
         "return_window_days": row.return_window_days,
+        "returns": ReturnPolicy.of(row).as_json(),
         "delivery": integration.shown_delivery(json.loads(row.delivery) if row.delivery else None),
         "ping": _shown_ping(row.ping),
         "weight": row.weight,

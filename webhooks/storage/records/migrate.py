@@ -30,6 +30,11 @@ def split_statements(sql: str) -> list[str]:
     return [s.strip() for s in re.split(r";\s*$", text, flags=re.M) if s.strip()]
 
 
+# Migrations whose INSERT statements are portable SQL that carries rows over: on SQLite, where the
+# models make the tables, upgrade() runs those statements still (sql/022: every sold lead's sale).
+SQLITE_DATA = {"022"}
+
+
 _RENAME = re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)
 
 
@@ -64,6 +69,10 @@ def upgrade(echo: Callable[[str], None] = log.info) -> list[str]:
             if is_mysql():
                 for statement in split_statements(path.read_text()):
                     db.execute_sql(statement)
+            elif version in SQLITE_DATA:
+                for statement in split_statements(path.read_text()):
+                    if statement.upper().startswith("INSERT"):
+                        db.execute_sql(statement)
             SchemaMigration.insert(version=version).on_conflict_ignore().execute()
             applied.append(version)
         if not applied:

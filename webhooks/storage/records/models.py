@@ -100,6 +100,8 @@ class Buyer(BaseModel):
     billing_account = pw.CharField(max_length=300, null=True, index=True)  # "<account>|<currency>"
     suppress = pw.TextField(null=True)  # JSON: suppression lists whose leads it is not offered (sql/018)
     require_consent = pw.TextField(null=True)  # JSON: consent it requires claimed, e.g. ["trustedform"]
+    # JSON: its return policy but the window (max_pct, period_days, reasons, review; sql/022); NULL: defaults
+    return_policy = pw.TextField(null=True)
 
     class Meta:
         table_name = "buyers"
@@ -141,6 +143,54 @@ class Lead(BaseModel):
             (("buyer_id", "received_at", "id", "publisher_id", "status"), False),
             (("status", "received_at", "id", "publisher_id", "buyer_id"), False),
         )
+
+
+class Sale(BaseModel):
+    """One sale of a lead to one buyer (sql/022): a lead has zero or more. The unique key keeps a
+    buyer from buying one lead twice and a settlement written twice from writing a sale twice."""
+
+    id = pw.BigAutoField()
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    buyer_id = pw.CharField(max_length=64)
+    price = pw.DecimalField(max_digits=12, decimal_places=2)
+    payout = pw.DecimalField(max_digits=12, decimal_places=2, null=True)  # the publisher's for this sale
+    status = pw.CharField(max_length=16)  # a SaleStatus
+    sold_at = DateTime6Field()
+    returned_at = DateTime6Field(null=True)
+    return_reason = pw.CharField(max_length=500, null=True)
+    charge_minor = pw.BigIntegerField(null=True)  # debited from the buyer's wallet
+    charge_account = pw.CharField(max_length=300, null=True)  # that wallet: "<account>|<currency>"
+    lease_id = pw.CharField(max_length=32, null=True)  # the cap lease of the sale
+    reserved_us = pw.BigIntegerField(null=True)  # Redis time of that lease, for reconciliation
+
+    class Meta:
+        table_name = "sales"
+        indexes = (
+            (("publisher_id", "lead_id", "buyer_id"), True),
+            (("buyer_id", "sold_at"), False),  # a buyer's return limit over its period
+        )
+
+
+class LeadReturn(BaseModel):
+    """A return asked for one sale (sql/022): pending while an operator reviews it, approved
+    (an automatic return is approved as it is made) or rejected."""
+
+    id = pw.BigAutoField()
+    return_id = pw.CharField(max_length=32, unique=True)
+    sale_id = pw.BigIntegerField(index=True)
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    buyer_id = pw.CharField(max_length=64)
+    reason = pw.CharField(max_length=500, null=True)
+    status = pw.CharField(max_length=16)  # a ReturnStatus
+    requested_at = DateTime6Field()
+    decided_at = DateTime6Field(null=True)
+    actor = pw.CharField(max_length=64, null=True)
+
+    class Meta:
+        table_name = "lead_returns"
+        indexes = ((("status", "requested_at"), False),)  # the review queue, oldest first
 
 
 class LeadAttempt(BaseModel):
@@ -478,6 +528,8 @@ ALL_MODELS = [
     Buyer,
     Lead,
     LeadAttempt,
+    Sale,
+    LeadReturn,
     Payment,
     Wallet,
     WalletEntry,

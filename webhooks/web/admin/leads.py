@@ -1,5 +1,5 @@
-"""Admin routes of the lead ledger: read a lead, return a lead, erase its personal data, the leads
-report."""
+"""Admin routes of the lead ledger: read a lead, return a sale of it, decide a pending return,
+erase its personal data, the leads report."""
 
 from __future__ import annotations
 
@@ -53,19 +53,43 @@ def erase_lead_personal_data(lead_id: str) -> ResponseReturnValue:
 
 @bp.post("/leads/<id:lead_id>/return")
 def return_lead(lead_id: str) -> ResponseReturnValue:
+    """Return a sale of the lead under its buyer's policy: 200 with the lead's record and the
+    return's id, or 202 {"return_id", "status": "return_pending"} when the buyer's returns are
+    reviewed (docs/api.md "Sales")."""
     body = json_body() if request.get_data(cache=True) else {}
-    if not isinstance(body, dict) or set(body) - {"reason"}:
-        raise ValidationError("invalid_return", "body", 'must be an object {"reason": "..."}')
+    if not isinstance(body, dict) or set(body) - {"reason", "buyer_id"}:
+        raise ValidationError("invalid_return", "body", 'must be an object {"reason": "...", "buyer_id": "..."}')
     svc = services.current()
-    record = return_service.return_now(
+    done = return_service.return_now(
         svc.store,
         queue_redis=svc.queue_redis,
         queue=svc.queue,
         lead_id=lead_id,
         publisher_id=_publisher_id(),
         reason=body.get("reason"),
+        buyer_id=body.get("buyer_id"),
     )
-    return jsonify(record)
+    return jsonify(done.record), 202 if done.pending else 200
+
+
+@bp.post("/returns/<id:return_id>/approve")
+def approve_return(return_id: str) -> ResponseReturnValue:
+    """A pending return approved: its effects, once; 409 not_pending when it was decided."""
+    return _decide(return_id, approve=True)
+
+
+@bp.post("/returns/<id:return_id>/reject")
+def reject_return(return_id: str) -> ResponseReturnValue:
+    """A pending return rejected: the sale stands; 409 not_pending when it was decided."""
+    return _decide(return_id, approve=False)
+
+
+def _decide(return_id: str, *, approve: bool) -> ResponseReturnValue:
+    svc = services.current()
+    decided = return_service.decide_now(
+        svc.store, queue_redis=svc.queue_redis, queue=svc.queue, return_id=return_id, approve=approve
+    )
+    return jsonify(decided)
 
 
 def _day(name: str) -> date:

@@ -21,7 +21,7 @@ from webhooks.storage.records.models import Buyer
 from webhooks.web.listing import page_of
 from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
-from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, Field
+from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, SELECT, Field
 from webhooks.web.ops.page import billing_panels
 
 bp = Blueprint("buyers", __name__)
@@ -43,7 +43,17 @@ FIELDS = (
     Field("blocked_publishers", "Blocked publishers", LIST, hint="publisher ids, comma-separated"),
     Field("suppress", "Suppression lists", LIST, hint="list ids whose consumers it is never offered, comma-separated"),
     Field("require_consent", "Require consent", LIST, hint="trustedform, jornaya (comma-separated); empty: none"),
-    Field("return_window_days", "Return window (days)", NUMBER),
+    Field("returns.window_days", "Return window (days)", NUMBER, hint="7 when empty"),
+    Field("returns.max_pct", "Return limit (%)", NUMBER, hint="returns per 100 sales of the period; empty: no limit"),
+    Field("returns.period_days", "Return limit period (days)", NUMBER, hint="14 when empty"),
+    Field("returns.reasons", "Return reasons", LIST, hint="codes a return must give, comma-separated; empty: any"),
+    Field(
+        "returns.review",
+        "Return review",
+        SELECT,
+        choices=("auto", "manual"),
+        hint="manual: each return waits on /ops/returns",
+    ),
     Field("filter", "Filter", hint="a JMESPath expression on the lead; empty: none"),
     Field("schedule", "Schedule", JSON, hint='JSON, e.g. {"mon": [["09:00", "17:00"]]}'),
     Field("dedupe", "Dedupe", JSON, hint='JSON, e.g. {"fields": ["email"], "days": 30}'),

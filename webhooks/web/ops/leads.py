@@ -1,5 +1,5 @@
 """The console's leads: the search (publisher, buyer, status, time), each lead's routing trace
-and its return button."""
+and its return button, and the queue of returns awaiting review with approve and reject."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from webhooks.web.ops.console import audit_rows, done, page
 bp = Blueprint("leads", __name__)
 
 SECTION = "ops.leads.leads"
+RETURNS = "ops.leads.returns_queue"
+REVIEW_ACTIONS = ("return.requested", "return.rejected", "lead.returned")
 FILTERS = ("publisher_id", "buyer_id", "status", "since", "until")
 
 
@@ -57,20 +59,59 @@ def lead_return(lead_id: str) -> ResponseReturnValue:
     why not (400 or 409)."""
     publisher_id = _publisher_id()
     reason = request.form.get("reason", "").strip() or None
+    buyer_id = request.form.get("buyer_id", "").strip() or None
     try:
         svc = services.current()
-        return_service.return_now(
+        made = return_service.return_now(
             svc.store,
             queue_redis=svc.queue_redis,
             queue=svc.queue,
             lead_id=lead_id,
             publisher_id=publisher_id,
             reason=reason,
+            buyer_id=buyer_id,
         )
-    except (BadRequest, Conflict) as exc:
+    except (BadRequest, Conflict, NotFound) as exc:
         return _trace(returns.find(lead_id, publisher_id), str(exc), exc.status)
     row = returns.find(lead_id, publisher_id)
-    return done("ops.leads.lead", "returned", lead_id=lead_id, publisher_id=row.publisher_id)
+    notice = "return_pending" if made.pending else "returned"
+    return done("ops.leads.lead", notice, lead_id=lead_id, publisher_id=row.publisher_id)
+
+
+@bp.get("/ops/returns")
+def returns_queue() -> ResponseReturnValue:
+    """Returns awaiting review, oldest first, each with its lead, buyer, price and the buyer's
+    reason, and an approve and a reject button."""
+    return _queue(None, 200)
+
+
+@bp.post("/ops/returns/<id:return_id>/approve")
+def return_approve(return_id: str) -> ResponseReturnValue:
+    """Approve a pending return (its effects, once): 303 back to the queue, or the queue with
+    why not (404, 409 when it was decided already)."""
+    return _decide(return_id, approve=True)
+
+
+@bp.post("/ops/returns/<id:return_id>/reject")
+def return_reject(return_id: str) -> ResponseReturnValue:
+    """Reject a pending return (the sale stands): 303 back to the queue, or the queue with why not."""
+    return _decide(return_id, approve=False)
+
+
+def _decide(return_id: str, *, approve: bool) -> ResponseReturnValue:
+    svc = services.current()
+    try:
+        return_service.decide_now(
+            svc.store, queue_redis=svc.queue_redis, queue=svc.queue, return_id=return_id, approve=approve
+        )
+    except (Conflict, NotFound) as exc:
+        return _queue(str(exc), exc.status)
+    return done("ops.leads.returns_queue", "approved" if approve else "rejected")
+
+
+def _queue(error: str | None, status: int) -> ResponseReturnValue:
+    decided = [r for r in audit_rows("lead", limit=200) if r["action"] in REVIEW_ACTIONS][:50]
+    return page("returns.html", RETURNS, status, returns=returns.pending(), audit=decided, error=error)
 
 
 def _trace(row: Lead, error: str | None, status: int) -> ResponseReturnValue:
