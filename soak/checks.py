@@ -77,8 +77,6 @@ def _ledger(db_url: str, publisher: str, tag: str) -> dict:
         payments = {(row[0], row[1]): row[2:] for row in c.fetchall()}
         c.execute("SELECT customer, currency, balance_minor FROM wallets WHERE customer LIKE %s", (tag + "-%",))
         wallets = {(row[0], row[1]): row[2] for row in c.fetchall()}
-        c.execute("SHOW TABLES")
-        tables = [row[0] for row in c.fetchall()]
     conn.close()
     return {
         "leads": leads,
@@ -87,8 +85,6 @@ def _ledger(db_url: str, publisher: str, tag: str) -> dict:
         "attempts": attempts,
         "payments": payments,
         "wallets": wallets,
-        "has_refunded_column": "refunded_minor" in columns,
-        "tables": tables,
     }
 
 
@@ -180,7 +176,6 @@ def check_leads(meta: dict, ledger: dict, buyer_log: list[dict], outcomes: list[
                 f"{r['missing'] + r['extra']} unexplained)"
                 for r in rows
             ),
-            per_buyer=rows,
             mismatch=mismatch,
         )
     )
@@ -411,18 +406,9 @@ def timeline(meta: dict, requests: list[dict], t0: float) -> dict:
                 start = t
             else:
                 break
-        faults.append(
-            {
-                "n": i + 1,
-                "kind": f["kind"],
-                "t": f["t"],
-                "detail": f["detail"],
-                "milestones": f["milestones"],
-                "healed_s": f["milestones"].get("healed"),
-                "errors_quiet_after_s": round(quiet, 1),
-                "errors_in_window": len(in_window),
-            }
-        )
+        row = {"n": i + 1, **{k: f[k] for k in ("kind", "t", "detail", "milestones")}}
+        row |= {"healed_s": f["milestones"].get("healed"), "errors_quiet_after_s": round(quiet, 1)}
+        faults.append(row | {"errors_in_window": len(in_window)})
     windows = [
         {"window": "before the first fault" if w == 0 else f"{w} {meta['faults'][w - 1]['kind']}", **dict(c)}
         for w, c in sorted(by_window.items())
@@ -516,7 +502,6 @@ def analyse(run_dir: Path, meta: dict, db_url: str) -> dict:
         "timeline": timeline(meta, requests, t0),
         "rss_trend": trend,
         "requests": len(requests),
-        "tables": ledger["tables"],
     }
 
 

@@ -22,12 +22,7 @@ def table(rows: list[dict], columns: str) -> str:
     return markdown_table(rows, tuple((h, k) for h, k in (c.split("=", 1) for c in columns.split("|"))))
 
 
-def write_json(name: str, data) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_md(name: str, text: str) -> None:
+def write_out(name: str, text: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(text.rstrip("\n") + "\n")
 
@@ -225,8 +220,8 @@ def plot(res: dict, path: Path) -> None:
 def write(res: dict, name: str) -> bool:
     """bench/out/<name>.{json,md,png}, then the Soak part (soak.md, soak.png) from every run
     on disk; return whether every invariant held."""
-    write_json(f"{name}.json", res)
-    write_md(f"{name}.md", render(res))
+    write_out(f"{name}.json", json.dumps(res, indent=2, default=str))
+    write_out(f"{name}.md", render(res))
     plot(res, OUT / f"{name}.png")
     assemble()
     return all(c["ok"] for c in res["checks"])
@@ -269,7 +264,7 @@ def assemble() -> None:
     if notes.exists():
         text += [notes.read_text().strip(), ""]
     text += [f"### The {main['meta']['minutes']:g}-minute run", "", render(main), ""]
-    write_md("soak.md", "\n".join(text))
+    write_out("soak.md", "\n".join(text))
     png = OUT / f"{main_stem}.png"
     if png.exists():
         shutil.copy(png, OUT / "soak.png")

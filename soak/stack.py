@@ -53,15 +53,11 @@ def buyers_config(minutes: float, url, lead_rate: float = 150) -> dict[str, dict
     out = {}
     for priority, (bid, (price, tz, states, caps)) in enumerate(rules.items(), start=1):
         out[bid] = {"name": bid.title(), "endpoint_url": url(bid), "priority": priority, "price": price}
-        out[bid] |= {"timezone": tz, "caps": {k: cap(v * m) for k, v in caps.items()}}
+        out[bid] |= {"timezone": tz, "caps": {k: max(1, int(v * m)) for k, v in caps.items()}}
         if states:
             out[bid]["states"] = states
     out["steady"]["caps"]["daily_budget"] = f"{max(5.0, 5 * 500 * m):.2f}"
     return out
-
-
-def cap(value: float) -> int:
-    return max(1, int(value))
 
 
 class Supervised:
