@@ -199,7 +199,7 @@ def plot(res: dict, path: Path) -> None:
     c.legend(loc="upper left", fontsize=8)
     c2.legend(loc="upper right", fontsize=8)
     short = {"web_worker_kill": "web -9", "buyer_hang": "hang", "rq_worker_kill": "rq -9", "db_outage": "db cut"}
-    short |= {"scheduler_kill": "sched -9", "redis_restart": "redis empty"}
+    short |= {"scheduler_kill": "sched -9", "redis_restart": "redis empty", "writer_kill": "writer -9"}
     for f in tl["faults"]:
         for ax in (a, b, c):
             ax.axvline(f["t"] / 60, color="k", alpha=0.35, lw=0.8, ls="--")
