@@ -79,31 +79,22 @@ def buyer_post(sock, name: str, headers: dict) -> bool:
     key = headers.get("idempotency-key", "")
     repeat = key in s.seen
     s.seen.add(key)
-    if s.hang_until.get(name, 0) > arrived:
+    hung = s.hang_until.get(name, 0) > arrived
+    if hung:  # hold, then drop: no answer at all
         gevent.sleep(s.hang_until[name] - arrived)
-        s.write(
-            {
-                "b": name,
-                "k": key,
-                "a": "hung",
-                "t": round(arrived, 3),
-                "ms": round((time.time() - arrived) * 1000),
-                "r": repeat,
-            }
-        )
-        return False  # hold, then drop: no answer at all
-    delays, p_error, p_reject = BUYERS[name]
-    answer = s.decided.get(key)
-    if answer is None:
-        x = s.rng.random()
-        answer = "error" if x < p_error else "reject" if x < p_error + p_reject else "accept"
-        s.decided[key] = answer
-    gevent.sleep(s.rng.uniform(*delays))
-    status, body = ANSWERS[answer]
-    try:
-        reply(sock, status, body)
-    except OSError:
-        answer += "-unsent"
+        answer = "hung"
+    else:
+        delays, p_error, p_reject = BUYERS[name]
+        answer = s.decided.get(key)
+        if answer is None:
+            x = s.rng.random()
+            answer = "error" if x < p_error else "reject" if x < p_error + p_reject else "accept"
+            s.decided[key] = answer
+        gevent.sleep(s.rng.uniform(*delays))
+        try:
+            reply(sock, *ANSWERS[answer])
+        except OSError:
+            answer += "-unsent"
     held = time.time() - arrived
     record = {"b": name, "k": key, "a": answer, "t": round(arrived, 3), "ms": round(held * 1000), "r": repeat}
     if answer == "accept":
@@ -111,7 +102,7 @@ def buyer_post(sock, name: str, headers: dict) -> bool:
         if held > s.timeout_s:
             record["late"] = True
     s.write(record)
-    return True
+    return not hung
 
 
 def handle(sock, _addr) -> None:

@@ -10,19 +10,27 @@ from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import urlparse
 from zoneinfo import ZoneInfo
 
-from bench.common import percentiles
+from bench.common import mysql_kwargs, percentiles
 
 
 def connect(db_url: str):
     """A PyMySQL connection to the database of a mysql:// URL."""
     import pymysql
 
-    p = urlparse(db_url)
-    user, password, database = p.username or "root", p.password or "", p.path.lstrip("/")
-    return pymysql.connect(host=p.hostname, port=p.port or 3306, user=user, password=password, database=database)
+    return pymysql.connect(**mysql_kwargs(db_url))
+
+
+def query(db_url: str, sql: str, args: tuple = ()) -> tuple:
+    """The first row of one statement, on a connection of its own (None: no row)."""
+    conn = connect(db_url)
+    try:
+        with conn.cursor() as c:
+            c.execute(sql, args)
+            return c.fetchone()
+    finally:
+        conn.close()
 
 
 QUIET_S = 10  # a fault's errors are over after this long without one
@@ -31,12 +39,14 @@ QUIET_S = 10  # a fault's errors are over after this long without one
 # faults that step memory up: a Redis restart (its recovery: rebuilds, the re-pushed queue)
 # and a database outage (the requests held while it lasts). Those steps are high-water marks
 # of a process's allocator (bench/rss_outages.py repeats each fault in one process's life:
-# one step, then flat); a trend between them is what a leak looks like.
+# one step, then flat); a trend between them is what a leak looks like. The writing node's
+# death (--galera) is taken as an outage (pooled connections cut, requests held for seconds;
+# its own step not measured apart).
 # An RQ worker steps up once, about 90 s in, when its first periodic jobs load what they use.
 RSS_SETTLE_S = {"web worker": 660, "rq worker": 120}
 RSS_SETTLE_DEFAULT_S = 60
 RSS_MIN_SPAN_S = 200
-RSS_AFTER_FAULT_S = {"redis_restart": 150, "db_outage": 70}  # each one's recovery is over by then
+RSS_AFTER_FAULT_S = {"redis_restart": 150, "db_outage": 70, "writer_kill": 70}  # each one's recovery over by then
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -77,8 +87,6 @@ def _ledger(db_url: str, publisher: str, tag: str) -> dict:
         payments = {(row[0], row[1]): row[2:] for row in c.fetchall()}
         c.execute("SELECT customer, currency, balance_minor FROM wallets WHERE customer LIKE %s", (tag + "-%",))
         wallets = {(row[0], row[1]): row[2] for row in c.fetchall()}
-        c.execute("SHOW TABLES")
-        tables = [row[0] for row in c.fetchall()]
     conn.close()
     return {
         "leads": leads,
@@ -87,8 +95,6 @@ def _ledger(db_url: str, publisher: str, tag: str) -> dict:
         "attempts": attempts,
         "payments": payments,
         "wallets": wallets,
-        "has_refunded_column": "refunded_minor" in columns,
-        "tables": tables,
     }
 
 
@@ -180,7 +186,6 @@ def check_leads(meta: dict, ledger: dict, buyer_log: list[dict], outcomes: list[
                 f"{r['missing'] + r['extra']} unexplained)"
                 for r in rows
             ),
-            per_buyer=rows,
             mismatch=mismatch,
         )
     )
@@ -411,18 +416,9 @@ def timeline(meta: dict, requests: list[dict], t0: float) -> dict:
                 start = t
             else:
                 break
-        faults.append(
-            {
-                "n": i + 1,
-                "kind": f["kind"],
-                "t": f["t"],
-                "detail": f["detail"],
-                "milestones": f["milestones"],
-                "healed_s": f["milestones"].get("healed"),
-                "errors_quiet_after_s": round(quiet, 1),
-                "errors_in_window": len(in_window),
-            }
-        )
+        row = {"n": i + 1, **{k: f[k] for k in ("kind", "t", "detail", "milestones")}}
+        row |= {"healed_s": f["milestones"].get("healed"), "errors_quiet_after_s": round(quiet, 1)}
+        faults.append(row | {"errors_in_window": len(in_window)})
     windows = [
         {"window": "before the first fault" if w == 0 else f"{w} {meta['faults'][w - 1]['kind']}", **dict(c)}
         for w, c in sorted(by_window.items())
@@ -516,7 +512,6 @@ def analyse(run_dir: Path, meta: dict, db_url: str) -> dict:
         "timeline": timeline(meta, requests, t0),
         "rss_trend": trend,
         "requests": len(requests),
-        "tables": ledger["tables"],
     }
 
 

@@ -20,18 +20,13 @@ def main() -> None:
     proxy = TcpProxy(sys.argv[1], int(sys.argv[2]))
     up = [True]
 
-    def cut(*_):
-        if up[0]:
-            up[0] = False
-            proxy.stop()
+    def switch(on: bool) -> None:  # a second cut, or a second restore, changes nothing
+        if up[0] != on:
+            up[0] = on
+            (proxy.start if on else proxy.stop)()
 
-    def restore(*_):
-        if not up[0]:
-            up[0] = True
-            proxy.start()
-
-    signal.signal(signal.SIGUSR1, cut)
-    signal.signal(signal.SIGUSR2, restore)
+    signal.signal(signal.SIGUSR1, lambda *_: switch(False))
+    signal.signal(signal.SIGUSR2, lambda *_: switch(True))
     Path(sys.argv[3]).write_text(str(proxy.port))
     threading.Event().wait()
 

@@ -22,12 +22,7 @@ def table(rows: list[dict], columns: str) -> str:
     return markdown_table(rows, tuple((h, k) for h, k in (c.split("=", 1) for c in columns.split("|"))))
 
 
-def write_json(name: str, data) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / name).write_text(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_md(name: str, text: str) -> None:
+def write_out(name: str, text: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / name).write_text(text.rstrip("\n") + "\n")
 
@@ -204,7 +199,7 @@ def plot(res: dict, path: Path) -> None:
     c.legend(loc="upper left", fontsize=8)
     c2.legend(loc="upper right", fontsize=8)
     short = {"web_worker_kill": "web -9", "buyer_hang": "hang", "rq_worker_kill": "rq -9", "db_outage": "db cut"}
-    short |= {"scheduler_kill": "sched -9", "redis_restart": "redis empty"}
+    short |= {"scheduler_kill": "sched -9", "redis_restart": "redis empty", "writer_kill": "writer -9"}
     for f in tl["faults"]:
         for ax in (a, b, c):
             ax.axvline(f["t"] / 60, color="k", alpha=0.35, lw=0.8, ls="--")
@@ -225,8 +220,8 @@ def plot(res: dict, path: Path) -> None:
 def write(res: dict, name: str) -> bool:
     """bench/out/<name>.{json,md,png}, then the Soak part (soak.md, soak.png) from every run
     on disk; return whether every invariant held."""
-    write_json(f"{name}.json", res)
-    write_md(f"{name}.md", render(res))
+    write_out(f"{name}.json", json.dumps(res, indent=2, default=str))
+    write_out(f"{name}.md", render(res))
     plot(res, OUT / f"{name}.png")
     assemble()
     return all(c["ok"] for c in res["checks"])
@@ -269,7 +264,7 @@ def assemble() -> None:
     if notes.exists():
         text += [notes.read_text().strip(), ""]
     text += [f"### The {main['meta']['minutes']:g}-minute run", "", render(main), ""]
-    write_md("soak.md", "\n".join(text))
+    write_out("soak.md", "\n".join(text))
     png = OUT / f"{main_stem}.png"
     if png.exists():
         shutil.copy(png, OUT / "soak.png")

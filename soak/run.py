@@ -1,7 +1,7 @@
 """Soak under faults: the whole Procfile stack for minutes to hours under mixed traffic while
 processes die, then check that nothing was lost, doubled or over a cap (issue 17).
 
-    scripts/soak [--minutes 10] [--lead-rate 150] [--payment-rate 60]
+    scripts/soak [--minutes 10] [--lead-rate 150] [--payment-rate 60] [--galera]
 
 The stack: a private redis-server; a throw-away MariaDB database reached through a TCP proxy
 (testkit/servers.TcpProxy, in a process of its own: soak/dbproxy.py) that can cut it; gunicorn with 2 gevent workers (WEB_CONCURRENCY=2,
@@ -13,6 +13,11 @@ kill -9 of a gunicorn worker, a buyer hanging for 30 s, kill -9 of the RQ worker
 unreachable for 10 s, kill -9 of the scheduler, Redis restarted empty; one round per 10
 minutes of run. soak/checks.py then checks the invariants, soak/report.py writes them up;
 soak/stack.py holds the processes.
+
+With --galera the ledger is a 3-node Galera cluster behind HAProxy (testkit/galera.py), the
+database proxy in front of HAProxy (the outage cuts the stack off the whole cluster), and a
+seventh fault joins the round: kill -9 of the node HAProxy writes to, restarted once the stack
+sells and credits again through a backup (issue 66).
 
 Writes bench/out/soak-<N>m.{json,md,png} and bench/out/soak.{md,png} (the Soak part of
 bench/REPORT.md: `python -m bench.report --part soak`); logs of every process under
@@ -32,12 +37,13 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
+from datetime import datetime, timezone
 from pathlib import Path
 
 import redis
 import requests
 
-from bench.common import machine_info, mysql_version, redis_version
+from bench.common import machine_info, redis_version
 from soak import checks as soak_checks
 from soak import report as soak_report
 from soak.report import OUT
@@ -46,7 +52,17 @@ from testkit.payments import child_pids
 from testkit.servers import Proc, venv_bin
 from webhooks.storage.live import keys
 
-FAULTS = ("web_worker_kill", "buyer_hang", "rq_worker_kill", "db_outage", "scheduler_kill", "redis_restart")
+# writer_kill only with --galera; second in the round, so that a one-minute run sells through
+# the new writer before it stops sending
+FAULTS = (
+    "web_worker_kill",
+    "writer_kill",
+    "buyer_hang",
+    "rq_worker_kill",
+    "db_outage",
+    "scheduler_kill",
+    "redis_restart",
+)
 HANG_S, DB_OUTAGE_S = 30, 10
 PROBE_TIMEOUT_S = 900
 
@@ -73,35 +89,25 @@ class Faults:
         log(f"fault {len(self.log)}: {kind} at {fault['t']} s ({fault['detail']})")
         return fault
 
-    def probe(self, fault: dict, name: str, predicate, timeout: float = PROBE_TIMEOUT_S) -> None:
-        """Record milestone `name` of `fault` when `predicate()` first holds (in a thread)."""
+    def mark(self, fault: dict, name: str, predicate=lambda: True) -> bool:
+        """Record milestone `name` of `fault` when `predicate()` first holds (None: never)."""
+        held = seconds_until(predicate, PROBE_TIMEOUT_S) is not None
+        fault["milestones"][name] = round(self.rel() - fault["t"], 2) if held else None
+        return held
 
-        def run():
-            deadline = time.time() + timeout
-            while time.time() < deadline:
-                try:
-                    if predicate():
-                        fault["milestones"][name] = round(self.rel() - fault["t"], 2)
-                        return
-                except Exception:  # a probe of a component still down: look again
-                    pass
-                time.sleep(0.25)
-            fault["milestones"][name] = None
-
-        thread = threading.Thread(target=run, daemon=True)
+    def later(self, steps) -> None:
+        """Run `steps` (marks, in order) in a thread of its own."""
+        thread = threading.Thread(target=steps, daemon=True)
         thread.start()
         self.threads.append(thread)
+
+    def probe(self, fault: dict, name: str, predicate) -> None:
+        self.later(lambda: self.mark(fault, name, predicate))
 
     def web_worker_kill(self, fault: dict) -> str:
         before = child_pids(self.stack.web.pid)
         os.kill(before[0], signal.SIGKILL)
-        self.probe(
-            fault,
-            "healed",
-            lambda: (
-                len(set(child_pids(self.stack.web.pid)) - set(before)) >= 1 and len(child_pids(self.stack.web.pid)) == 2
-            ),
-        )
+        self.probe(fault, "healed", lambda: len(now := child_pids(self.stack.web.pid)) == 2 and set(now) - set(before))
         return f"pid {before[0]}"
 
     def buyer_hang(self, fault: dict) -> str:
@@ -121,17 +127,13 @@ class Faults:
         orphans = list(r.scan_iter(match=keys.settle_processing("*"), count=1000))
         held = sum(r.llen(k) for k in orphans)
         os.kill(pid, signal.SIGKILL)
-        self.probe(fault, "restarted", lambda: self.stack.worker.pid != pid and self.stack.worker.proc.alive())
-        # healed: the killed job's batch is written and the queue is back to its usual length
-        self.probe(
-            fault,
-            "healed",
-            lambda: (
-                self.stack.worker.pid != pid
-                and not any(self.stack.redis_client().exists(k) for k in orphans)
-                and self.stack.redis_client().llen(keys.SETTLE_PENDING) < 300
-            ),
-        )
+        self.probe(fault, "restarted", lambda: self.stack.worker.replaced(pid))
+
+        def healed() -> bool:  # the killed job's batch is written, the queue back to its usual length
+            r = self.stack.redis_client()
+            return not any(r.exists(k) for k in orphans) and r.llen(keys.SETTLE_PENDING) < 300
+
+        self.probe(fault, "healed", lambda: self.stack.worker.pid != pid and healed())
         return f"pid {pid}, holding {held} settlements in {len(orphans)} batch(es)"
 
     def db_outage(self, fault: dict) -> str:
@@ -140,29 +142,66 @@ class Faults:
         def restore():
             time.sleep(DB_OUTAGE_S)
             os.kill(self.stack.proxy.pid, signal.SIGUSR2)
-            fault["milestones"]["restored"] = round(self.rel() - fault["t"], 2)
-            self.probe(fault, "healed", lambda: requests.get(self.stack.web.url + "/readyz", timeout=5).ok)
+            self.mark(fault, "restored")
+            self.mark(fault, "healed", lambda: requests.get(self.stack.web.url + "/readyz", timeout=5).ok)
 
-        threading.Thread(target=restore, daemon=True).start()
+        self.later(restore)
         return f"every connection cut, new ones refused for {DB_OUTAGE_S} s"
 
+    def writer_kill(self, fault: dict) -> str:
+        """moved: HAProxy sends to a backup; healed: a lead settled and a payment credited since
+        (through the new writer: the old one is dead); rejoined: the killed node started again,
+        Synced, the cluster 3 nodes again (HAProxy then sends to it again, closing the backup's
+        sessions: a second move)."""
+        galera = self.stack.galera
+        dead = galera.writer()
+        galera.kill(dead)
+
+        def latest_after(moved):
+            row = soak_checks.query(self.stack.db_url, LATEST_WRITES)
+            return all(t is not None and t > moved for t in row)
+
+        def heal():
+            if self.mark(fault, "moved", lambda: galera.writer() not in (None, dead)):
+                moved = datetime.now(timezone.utc).replace(tzinfo=None)  # as the ledger's DATETIME(6)
+                self.mark(fault, "healed", lambda: latest_after(moved))
+            self.mark(fault, "rejoined", lambda: galera.start_node(dead) or galera.synced(dead, size=3))
+
+        self.later(heal)
+        return f"{dead}, the node HAProxy writes to"
+
     def scheduler_kill(self, fault: dict) -> str:
-        pid = self.stack.scheduler.pid
+        pid, jobs = self.stack.scheduler.pid, periodic_jobs(self.stack)  # 6 today, 2 when the soak was written
         os.kill(pid, signal.SIGKILL)
-        self.probe(
-            fault,
-            "healed",
-            lambda: (
-                self.stack.scheduler.pid != pid and self.stack.scheduler.proc.alive() and periodic_jobs(self.stack) == 2
-            ),
-        )
-        return f"pid {pid}"
+        self.probe(fault, "healed", lambda: self.stack.scheduler.replaced(pid) and periodic_jobs(self.stack) >= jobs)
+        return f"pid {pid}, {jobs} periodic jobs"
 
     def redis_restart(self, fault: dict) -> str:
         self.stack.redis.restart_empty()
         ready = [keys.ready(b) for b in self.stack.buyer_rules]
         self.probe(fault, "healed", lambda: all(self.stack.redis_client().exists(k) for k in ready))
         return "kill -9, started again without data"
+
+
+# the last settlement and the last credit (the newest rows: the ledger's ids only grow)
+LATEST_WRITES = (
+    "SELECT (SELECT MAX(settled_at) FROM (SELECT settled_at FROM leads ORDER BY id DESC LIMIT 50) l),"
+    " (SELECT MAX(credited_at) FROM (SELECT credited_at FROM payments ORDER BY id DESC LIMIT 50) p)"
+)
+
+
+def seconds_until(predicate, timeout: float, interval: float = 0.25) -> float | None:
+    """Seconds until `predicate()` holds (one that raises, a component still down: not yet);
+    None past `timeout`."""
+    started = time.time()
+    while time.time() - started < timeout:
+        try:
+            if predicate():
+                return round(time.time() - started, 1)
+        except Exception:
+            pass
+        time.sleep(interval)
+    return None
 
 
 def periodic_jobs(stack: Stack) -> int:
@@ -175,13 +214,12 @@ def periodic_jobs(stack: Stack) -> int:
     return sum(job.id.startswith(ID_PREFIX) for job in Scheduler(queue_name="floodgate", connection=conn).get_jobs())
 
 
-def schedule(minutes: float, kinds: tuple[str, ...] = FAULTS) -> list[tuple[float, str]]:
-    """(seconds into the run, fault): one round of the six per 10 minutes, from the first
-    minute to two minutes before the end. With `kinds`, as many faults, of those kinds only,
-    in turn (`--faults`: e.g. only those that step memory up, in long-lived processes)."""
+def schedule(minutes: float, kinds: tuple[str, ...], rounds: bool = True) -> list[tuple[float, str]]:
+    """(seconds into the run, fault): one round of `kinds` per 10 minutes, from the first
+    minute to two minutes before the end. Not `rounds`: as many faults as six per 10 minutes,
+    of `kinds` only, in turn (`--faults`: e.g. only those that step memory up)."""
     total = minutes * 60
-    rounds = max(1, round(minutes / 10))
-    n = len(FAULTS) * rounds if kinds == FAULTS else max(len(kinds), round(minutes / 10 * len(FAULTS)))
+    n = len(kinds) * max(1, round(minutes / 10)) if rounds else max(len(kinds), round(minutes / 10 * 6))
     first = min(60.0, total * 0.15)
     last = max(first, total - min(120.0, total * 0.25))
     step = (last - first) / max(1, n - 1)
@@ -199,58 +237,28 @@ def count_lines(path: Path) -> int:
 def wait_settled(stack: Stack, outcomes: Path, timeout: float) -> float | None:
     """Seconds until the ledger holds every lead that got an answer and the settlement lists
     are empty; None if that did not happen within `timeout`."""
-    import pymysql
-
-    started = time.time()
     records = [json.loads(line) for line in outcomes.read_text().splitlines() if line.startswith('{"k":"L"')]
     answered = {r["id"] for r in records if r["final"] in ("sold", "unsold")}
-    while time.time() - started < timeout:
-        try:
-            r = stack.redis_client()
-            busy = r.llen(keys.SETTLE_PENDING) + sum(1 for _ in r.scan_iter(match=keys.settle_processing("*")))
-            conn = soak_checks.connect(stack.db_url)
-            with conn.cursor() as c:
-                c.execute("SELECT COUNT(*) FROM leads WHERE publisher_id=%s", (PUBLISHER,))
-                settled = c.fetchone()[0]
-            conn.close()
-            if busy == 0 and settled >= len(answered):
-                return round(time.time() - started, 1)
-        except (redis.RedisError, pymysql.MySQLError):
-            pass
-        time.sleep(2)
-    return None
+
+    def settled() -> bool:
+        r = stack.redis_client()
+        if r.llen(keys.SETTLE_PENDING) or any(r.scan_iter(match=keys.settle_processing("*"))):
+            return False
+        sql = "SELECT COUNT(*) FROM leads WHERE publisher_id=%s"
+        return soak_checks.query(stack.db_url, sql, (PUBLISHER,))[0] >= len(answered)
+
+    return seconds_until(settled, timeout, interval=2)
 
 
 def wait_outbox(stack: Stack, timeout: float) -> float | None:
     """Seconds until the outbox holds no event that is not delivered: every event fanned out and
-    none of its dispatches pending (the running code's tables, read from its models; before the
-    events table, `payment_events`); None past `timeout`."""
-    import pymysql
-
+    none of its dispatches pending (the running code's tables, read from its models, which its
+    migrations made); None past `timeout`."""
     from webhooks.storage.records.models import Event, EventDispatch
 
     events, dispatches = Event._meta.table_name, EventDispatch._meta.table_name
-    started = time.time()
-    while time.time() - started < timeout:
-        try:
-            conn = soak_checks.connect(stack.db_url)
-            with conn.cursor() as c:
-                c.execute("SHOW TABLES LIKE %s", (events,))
-                if c.fetchone():
-                    c.execute(
-                        f"SELECT (SELECT COUNT(*) FROM {events} WHERE NOT fanned_out)"
-                        f" + (SELECT COUNT(*) FROM {dispatches} WHERE status = 'pending')"
-                    )
-                else:
-                    c.execute("SELECT COUNT(*) FROM payment_events WHERE status <> 'delivered'")
-                left = c.fetchone()[0]
-            conn.close()
-            if left == 0:
-                return round(time.time() - started, 1)
-        except pymysql.MySQLError:
-            pass
-        time.sleep(2)
-    return None
+    sql = f"SELECT (SELECT COUNT(*) FROM {events} WHERE NOT fanned_out) + (SELECT COUNT(*) FROM {dispatches} WHERE status = 'pending')"
+    return seconds_until(lambda: soak_checks.query(stack.db_url, sql)[0] == 0, timeout, interval=2)
 
 
 def main() -> int:
@@ -261,6 +269,7 @@ def main() -> int:
     ap.add_argument("--drain-seconds", type=float, default=240, help="after the last send, how long clients retry")
     ap.add_argument("--settle-timeout", type=float, default=900, help="how long the ledger may take to hold it all")
     ap.add_argument("--no-faults", action="store_true", help="the same traffic without faults (a baseline)")
+    ap.add_argument("--galera", action="store_true", help="the ledger on a Galera cluster; adds writer_kill")
     ap.add_argument(
         "--faults",
         metavar="KIND,...",
@@ -282,18 +291,20 @@ def main() -> int:
         meta = json.loads((OUT / args.reanalyse / "meta.json").read_text())
         result = soak_checks.analyse(OUT / args.reanalyse, meta, meta.pop("db_url"))
         return report(result, meta["name"])
-    kinds = tuple(args.faults.split(",")) if args.faults else FAULTS
-    if set(kinds) - set(FAULTS):
-        ap.error(f"--faults: unknown {sorted(set(kinds) - set(FAULTS))}; known: {', '.join(FAULTS)}")
+    known = tuple(k for k in FAULTS if args.galera or k != "writer_kill")
+    kinds = tuple(args.faults.split(",")) if args.faults else known
+    if set(kinds) - set(known):
+        ap.error(f"--faults: unknown {sorted(set(kinds) - set(known))}; known: {', '.join(known)}")
     name = f"soak-{args.minutes:g}m" + ("-nofaults" if args.no_faults else "-" + "+".join(kinds) if args.faults else "")
+    name += "-galera" if args.galera else ""
     run_dir = OUT / f"{name}-run"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     with ExitStack() as es:
         log(f"starting the stack (logs in {run_dir})")
         try:
-            stack = Stack(es, run_dir, args.minutes, args.lead_rate)
-        except (SystemExit, subprocess.CalledProcessError, AssertionError) as exc:
+            stack = Stack(es, run_dir, args.minutes, args.lead_rate, galera=args.galera)
+        except (SystemExit, subprocess.CalledProcessError, AssertionError, RuntimeError) as exc:
             log(f"the stack could not be set up: {exc}")
             return 2
         if args.keep_db:
@@ -323,7 +334,7 @@ def main() -> int:
         t0 = time.time() + 0.5  # the traffic's own start (soak/traffic.py)
         sampler = Sampler(stack, t0, {"traffic": traffic.pid})
         faults = Faults(stack, t0)
-        plan = [] if args.no_faults else schedule(args.minutes, kinds)
+        plan = [] if args.no_faults else schedule(args.minutes, kinds, rounds=not args.faults)
         last_note = time.time()
         while traffic.alive():
             now = time.time() - t0
@@ -353,9 +364,9 @@ def main() -> int:
             t.join(timeout=1)
         samples = sampler.stop()
         versions = {"redis": redis_version(stack.redis_client())}
-        conn = soak_checks.connect(stack.db_url)
-        versions["database"] = mysql_version(conn)
-        conn.close()
+        versions["database"] = soak_checks.query(stack.db_url, "SELECT VERSION()")[0]
+        if args.galera:
+            versions["database"] += ", 3 Galera nodes behind HAProxy"
         meta = {
             "name": name,
             "t0": t0,
@@ -367,6 +378,7 @@ def main() -> int:
             "outbox": outbox,
             "faults": faults.log,
             "no_faults": args.no_faults,
+            "galera": args.galera,
             "samples": samples,
             "process_events": [{**e, "t": round(e.pop("at") - t0, 2)} for e in stack.events],
             "settled_after_s": settled_after,

@@ -1,10 +1,12 @@
 """The soak's processes (soak/run.py): the Procfile stack on a private Redis and a throw-away
-MariaDB database behind a proxy that can cut it, its supervisor, its buyers, and the sampler
-of their memory and queues."""
+MariaDB database (on the local server, or on a Galera cluster of its own: `galera`) behind a
+proxy that can cut it, its supervisor, its buyers, and the sampler of their memory and
+queues."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -18,6 +20,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 
 from testkit.config import LOOPBACK_PARTNERS, NO_PROVIDER_APIS, SECRETS
+from testkit.galera import GaleraCluster
 from testkit.payments import child_pids, encode, signed_headers
 from testkit.servers import (
     Proc,
@@ -53,15 +56,11 @@ def buyers_config(minutes: float, url, lead_rate: float = 150) -> dict[str, dict
     out = {}
     for priority, (bid, (price, tz, states, caps)) in enumerate(rules.items(), start=1):
         out[bid] = {"name": bid.title(), "endpoint_url": url(bid), "priority": priority, "price": price}
-        out[bid] |= {"timezone": tz, "caps": {k: cap(v * m) for k, v in caps.items()}}
+        out[bid] |= {"timezone": tz, "caps": {k: max(1, int(v * m)) for k, v in caps.items()}}
         if states:
             out[bid]["states"] = states
     out["steady"]["caps"]["daily_budget"] = f"{max(5.0, 5 * 500 * m):.2f}"
     return out
-
-
-def cap(value: float) -> int:
-    return max(1, int(value))
 
 
 class Supervised:
@@ -84,6 +83,10 @@ class Supervised:
     def pid(self) -> int:
         return self.proc.pid
 
+    def replaced(self, pid: int) -> bool:
+        """A new process runs in the place of `pid`."""
+        return self.pid != pid and self.proc.alive()
+
     def check(self) -> None:
         if self.stopping or self.proc.alive():
             return
@@ -103,13 +106,18 @@ class Supervised:
 class Stack:
     """Every process of the soak, set up and torn down by an ExitStack."""
 
-    def __init__(self, es: ExitStack, run_dir: Path, minutes: float, lead_rate: float = 150):
+    def __init__(self, es: ExitStack, run_dir: Path, minutes: float, lead_rate: float = 150, galera: bool = False):
         self.run_dir = run_dir
         self.events: list[dict] = []  # process exits and starts
         self.redis = RedisServer(run_dir / "redis")
         self.redis.start()
         es.callback(self.redis.kill)
-        admin = mysql_admin_url()
+        self.galera: GaleraCluster | None = GaleraCluster() if galera else None
+        if self.galera:
+            es.callback(self.galera.stop)  # its datadirs under /tmp go; its logs are kept, below
+            es.callback(self.keep_galera_logs)
+            self.galera.start()
+        admin = self.galera.proxy_url if self.galera else mysql_admin_url()
         if not admin:
             raise SystemExit("MariaDB/MySQL is not reachable (FG_TEST_MYSQL): the soak runs on MariaDB")
         self.db_url, drop = create_mysql_db(admin)
@@ -211,6 +219,14 @@ class Stack:
 
         cfg = config.load(self.env)
         return any(getattr(cfg, f.name) == self.events_url for f in fields(cfg))
+
+    def keep_galera_logs(self) -> None:
+        """HAProxy's log (a line as each node goes down or up) and each node's error log, into
+        the run's folder."""
+        for path in (self.galera.haproxy_log, *(n.log for n in self.galera.nodes.values())):
+            if path.exists():
+                rel = str(path.relative_to(self.galera.dir)).replace("/", "-")
+                shutil.copy(path, self.run_dir / f"galera-{rel}")
 
     def redis_client(self) -> redis.Redis:
         return redis.Redis(port=self.redis.port, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)

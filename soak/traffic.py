@@ -152,19 +152,24 @@ class Traffic:
             record.update(final=result)
         self.outcome(record)
 
-    def leads(self) -> None:
-        rate, i = self.cfg["lead_rate"], 0
-        while True:
-            due = self.t0 + i / rate
-            if due >= self.stop_sending:
-                return
+    def open_loop(self, rate: float, job) -> None:
+        """job(i, due) spawned at `rate` per second until the sending stops, however slow the
+        answers (open loop)."""
+        i = 0
+        while (due := self.t0 + i / rate) < self.stop_sending:
             if (wait := due - time.time()) > 0:
                 gevent.sleep(wait)
-            self.jobs.spawn(self.lead, i, due)
+            self.jobs.spawn(job, i, due)
             i += 1
 
     # -- payments --------------------------------------------------------------------------
-    def delivery(self, kind: str, provider: str, raw: bytes, record: dict, due: float) -> None:
+    def deliveries(self, provider: str, raw: bytes, record: dict, dues: list[float]) -> None:
+        """Each of `dues` a delivery of `raw` (a repeat after the first), each retried until final."""
+        gevent.joinall(
+            [gevent.spawn(self.delivery, provider, raw, {**record, "nth": n}, d) for n, d in enumerate(dues)]
+        )
+
+    def delivery(self, provider: str, raw: bytes, record: dict, due: float) -> None:
         if (wait := due - time.time()) > 0:
             gevent.sleep(wait)
         path = f"/v1/webhooks/{provider}"
@@ -173,7 +178,7 @@ class Traffic:
             headers = {"Content-Type": "application/json", **signed_headers(provider, raw)}
             return self.post(path, raw, headers)
 
-        result, data, tries = self.retrying(kind, due, send, PAY_BACKOFF)
+        result, data, tries = self.retrying(record["k"], due, send, PAY_BACKOFF)
         final = (data or {}).get("status") if result == "200" else result
         self.outcome({**record, "final": final or result, "tries": tries, "due": round(due, 3)})
 
@@ -200,9 +205,8 @@ class Traffic:
             dues.append(due + rng.uniform(0, 0.05))
         if success and rng.random() < P_LATER:
             dues.append(due + rng.uniform(1, 30))
-        jobs = [gevent.spawn(self.delivery, "P", provider, raw, {**record, "nth": n}, d) for n, d in enumerate(dues)]
         refund = success and provider == "standard" and self.cfg.get("refunds") and rng.random() < P_REFUND
-        gevent.joinall(jobs)
+        self.deliveries(provider, raw, record, dues)
         if refund:
             self.refund(ref, amount, currency, customer)
 
@@ -232,24 +236,14 @@ class Traffic:
         }
         due = time.time() + rng.uniform(2, 20)
         dues = [due] + ([due + rng.uniform(0, 5)] if rng.random() < 0.3 else [])
-        gevent.joinall(
-            [gevent.spawn(self.delivery, "R", "standard", raw, {**record, "nth": n}, d) for n, d in enumerate(dues)]
-        )
-
-    def payments(self) -> None:
-        rate, i = self.cfg["payment_rate"] / MEAN_DELIVERIES, 0
-        while True:
-            due = self.t0 + i / rate
-            if due >= self.stop_sending:
-                return
-            if (wait := due - time.time()) > 0:
-                gevent.sleep(wait)
-            self.jobs.spawn(self.payment, i, due)
-            i += 1
+        self.deliveries("standard", raw, record, dues)
 
     def run(self) -> dict:
         gevent.spawn(self.flusher)
-        senders = [gevent.spawn(self.leads), gevent.spawn(self.payments)]
+        senders = [
+            gevent.spawn(self.open_loop, self.cfg["lead_rate"], self.lead),
+            gevent.spawn(self.open_loop, self.cfg["payment_rate"] / MEAN_DELIVERIES, self.payment),
+        ]
         gevent.joinall(senders)
         self.jobs.join(timeout=max(1.0, self.deadline - time.time() + 30))
         self.requests.flush()
