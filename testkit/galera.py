@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pymysql
 
-from testkit.servers import free_port, wait_until
+from testkit.servers import free_port, listening, wait_until
 
 PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 NAMES = ("n1", "n2", "n3")
@@ -376,6 +376,8 @@ wsrep_slave_threads = 2
         wait_until(ready, timeout=JOIN_TIMEOUT_S, interval=0.2, what=f"galera node {node.name} Synced")
 
     def _synced_by_socket(self, node: Node) -> bool:
+        if not listening(node.port):
+            return False  # not up yet (and pymysql would leave its unix socket unclosed on a refusal)
         try:
             conn = pymysql.connect(unix_socket=str(node.dir / "mysqld.sock"), user="root", connect_timeout=2)
         except pymysql.MySQLError:
