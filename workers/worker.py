@@ -11,10 +11,12 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rq import Queue
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
@@ -24,6 +26,7 @@ from webhooks.storage.live.redis import REDIS_DOWN
 log = logging.getLogger(__name__)
 
 WAIT_MAX_S = 5.0  # the longest pause between two pings of a Redis that does not answer
+REENTER_RESET_S = 60.0  # a work loop that ran this long ended on an error of its own
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a deploy or a Ctrl-C sends
 
 
@@ -65,6 +68,33 @@ class Scheduler(RQScheduler):
 class Worker(SimpleWorker):
     """SimpleWorker that outlives a Redis outage (and revives its scheduler after one)."""
 
+    def work(self, burst: bool = False, *args: Any, **kwargs: Any) -> bool:
+        """RQ's work loop, entered again when it ends with no stop asked for. RQ ends it on
+        any error it does not expect ("found an unhandled exception, quitting...", logged with
+        its traceback), and an error its bookkeeping meets while Redis restarts, or a command
+        Redis refuses for a while, is not the end of the process's work: every job is safe to
+        run twice, and what RQ had not recorded is handed back by the scheduler. A burst run,
+        a stop, or a limit the caller set ends as RQ ends it."""
+        pause = 0.5
+        while True:
+            entered = time.monotonic()
+            try:
+                worked = bool(super().work(burst, *args, **kwargs))
+            except REDIS_DOWN as exc:  # RQ's teardown (its death, its scheduler) met Redis away
+                log.warning("Redis unavailable as the work loop ended (%s)", exc)
+                worked = False
+            if burst or self._stop_requested or kwargs.get("max_jobs") or kwargs.get("max_idle_time"):
+                return worked
+            # An error that lasts (a command Redis refuses) ends each turn at once: the turns
+            # come further apart, up to WAIT_MAX_S, and close again after a turn that lasted.
+            pause = 0.5 if time.monotonic() - entered > REENTER_RESET_S else min(pause * 2, WAIT_MAX_S)
+            log.error("RQ's work loop ended with no stop asked for (see above): entering it again in %.1f s", pause)
+            try:
+                time.sleep(pause)
+            except StopRequested:  # RQ's handler of a stop signal, still set
+                return worked
+            self._await_redis(lambda: self.connection.delete(self.key))  # RQ registers it again
+
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:
             super().execute_job(job, queue)
@@ -99,16 +129,23 @@ class Worker(SimpleWorker):
             log.warning("Redis unavailable for maintenance (%s)", exc)
 
     def _wait_for_redis(self) -> None:
-        """Ping until Redis answers (or a stop is asked for), then register this worker again
-        if Redis came back empty, so that `rq info` and the dashboards see it."""
+        """Wait for Redis to answer, then register this worker again if Redis came back empty,
+        so that `rq info` and the dashboards see it."""
+        self._await_redis(self._register_again)
+        log.info("Redis answers again: carrying on")
+
+    def _register_again(self) -> None:
+        if not self.connection.sismember(self.redis_workers_keys, self.key):
+            self.connection.delete(self.key)  # a heartbeat's remains, if any
+            self.register_birth()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+
+    def _await_redis(self, then: Callable[[], object]) -> None:
+        """Ping until Redis answers and `then` has run (or a stop is asked for)."""
         pause = 0.5
         while not self._stop_requested:
             try:
                 self.connection.ping()
-                if not self.connection.sismember(self.redis_workers_keys, self.key):
-                    self.connection.delete(self.key)  # a heartbeat's remains, if any
-                    self.register_birth()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
-                log.info("Redis answers again: carrying on")
+                then()
                 return
             except REDIS_DOWN:
                 time.sleep(pause)

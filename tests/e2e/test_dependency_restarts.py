@@ -86,6 +86,14 @@ class Stack:
             fh.seek(offset)
             return fh.read().decode(errors="replace")
 
+    def ended(self, before: dict[str, int | None]) -> str:
+        """The log's tail of each process that is not the one started (a str, which pytest
+        prints whole, where the repr of a dict of logs was cut before the one that ended)."""
+        now = self.pids()
+        return "\n".join(
+            f"--- {name} ended ---\n{self.procs[name].output()}" for name in now if now[name] != before[name]
+        )
+
     def log_sizes(self) -> dict[str, int]:
         return {name: proc.log.stat().st_size for name, proc in self.procs.items()}
 
@@ -248,7 +256,7 @@ def test_a_redis_restart_under_load_ends_no_process_and_work_resumes(base_env, d
                 wait_until(lambda f=func: periodic_job_finished(stack, f), timeout=60, what=f"{func} run again")
         finally:
             traffic.stop()
-        assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
+        assert stack.pids() == before, stack.ended(before)
         assert {code for _lead, code, _sent in traffic.leads} <= {200, 503}
         paid = traffic.pay_until_recorded()
         assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost
@@ -293,7 +301,7 @@ def test_a_database_outage_under_load_ends_no_process_and_work_resumes(
             )
         finally:
             traffic.stop()
-        assert stack.pids() == before, {name: proc.output() for name, proc in stack.procs.items()}
+        assert stack.pids() == before, stack.ended(before)
         paid = traffic.pay_until_recorded()
         assert balance("ada@example.com", "NGN") == paid * AMOUNT  # each payment once, none lost
 
@@ -360,3 +368,23 @@ def test_a_worker_killed_9_takes_its_scheduler_with_it(base_env, tmp_path):
 
         wait_until(scheduler_gone, timeout=30, what="the orphaned scheduler to exit")
         assert not connection.exists(lock)
+
+
+def test_an_error_rq_does_not_expect_ends_no_worker(base_env, tmp_path):
+    """RQ ends its work loop, and with it the Procfile's worker, on any error it does not expect
+    ("found an unhandled exception, quitting..."). Here Redis refuses the wait for a job for a while (an ACL,
+    as an operator's slip or a proxy in front of Redis might): the worker enters its loop again
+    once Redis takes it, at growing intervals meanwhile, and runs the next job."""
+    with (
+        procfile_process("worker", base_env, tmp_path) as (redis_server, worker),
+        redis.Redis.from_url(redis_server.url) as connection,
+    ):
+        wait_until(lambda: "Listening on" in worker.output(), timeout=30, what="the worker to listen")
+        connection.execute_command("ACL", "SETUSER", "default", "-blmove", "-blpop")  # RQ waits with either
+        queue = Queue(SETTLE, connection=connection)
+        queue.enqueue("time.sleep", 0)  # ends the wait under way; the next one is refused
+        wait_until(lambda: worker.output().count("entering it again") >= 2, timeout=60, what="two refused turns")
+        connection.execute_command("ACL", "SETUSER", "default", "+blmove", "+blpop")
+        job = queue.enqueue("time.sleep", 0)
+        wait_until(lambda: job.get_status(refresh=True) == "finished", timeout=60, what="a job run after it")
+        assert worker.alive(), worker.output()

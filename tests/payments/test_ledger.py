@@ -15,9 +15,8 @@ import requests
 
 from testkit.payments import at_once, balance, child_pids, counts, deliver, encode, payload, verdicts
 from testkit.servers import WebServer, free_port, wait_until
-from webhooks.payments.ledger import _is_deadlock
 from webhooks.storage.live import keys
-from webhooks.storage.records.db import db
+from webhooks.storage.records.db import DEADLOCK, db, error_code
 
 
 @pytest.fixture
@@ -212,7 +211,7 @@ def test_innodb_deadlock_is_recognised_for_retry(mysql):
         t.start()
     for t in threads:
         t.join(30)
-    assert len(errors) == 1 and _is_deadlock(errors[0])
+    assert len(errors) == 1 and error_code(errors[0]) == DEADLOCK
 
 
 def test_a_credit_announces_the_balance_after_it_new_positive_or_below_zero_wallet(api, redis_server):

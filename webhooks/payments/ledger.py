@@ -14,12 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import peewee as pw
 
@@ -30,16 +28,13 @@ from webhooks.payments.providers.notifications import PaymentNotification, Refun
 from webhooks.payments.providers.signatures import HEADERS, SECRET_HEADERS
 from webhooks.payments.states import PaymentStatus, Source, Verdict
 from webhooks.storage.records import audit, fastsql
-from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.db import db, is_mysql, retried
 from webhooks.storage.records.models import Payment, Wallet, WebhookCall, utcnow
 
 log = logging.getLogger(__name__)
 
 BODY_CAP = 64 * 1024  # bytes of each webhook's body kept for audit and replay
-DEADLOCK_ATTEMPTS = 4
-MYSQL_DEADLOCK = 1213
 _KEPT_HEADERS = ("content-type", "user-agent")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,28 +187,6 @@ def balance(customer: str, currency: str) -> int:
     return cast(int, query.scalar())
 
 
-def _is_deadlock(exc: pw.OperationalError) -> bool:
-    """peewee re-raises PyMySQL's error as (original, errno, message): look for errno 1213."""
-    codes = [a for a in exc.args if isinstance(a, int)]
-    codes += [a.args[0] for a in exc.args if isinstance(a, Exception) and a.args]
-    return MYSQL_DEADLOCK in codes
-
-
-def retrying_deadlocks(transaction: Callable[[], T], what: str) -> T:
-    """Run `transaction` (which opens its own); an InnoDB deadlock rolls it back and it is run
-    again, up to DEADLOCK_ATTEMPTS times."""
-    attempt = 1
-    while True:
-        try:
-            return transaction()
-        except pw.OperationalError as exc:
-            if attempt >= DEADLOCK_ATTEMPTS or not _is_deadlock(exc):
-                raise
-            log.info("deadlock %s, retrying", what)
-            time.sleep(random.uniform(0.005, 0.02) * attempt)
-            attempt += 1
-
-
 def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOOK) -> Verdict:
     """Insert the payment, credit its wallet, write its `wallet.credited` event (the outbox)
     and record the webhook, in one transaction. A
@@ -223,7 +196,8 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
 
     Returns CREDITED (UNATTRIBUTED), or DUPLICATE when the reference is already in the ledger
     with the same amount, currency and payer; raises ReferenceConflict when it is there with
-    others. An InnoDB deadlock (concurrent upserts of one wallet) rolls back and is retried."""
+    others. A transaction refused whole (an InnoDB deadlock of concurrent upserts of one wallet, a
+    Galera certification conflict, a connection lost before the COMMIT) is run again: `retried`."""
     attributed = note.customer is not None
 
     # On MySQL one round trip: the payment's INSERT, the wallet's journal row and upsert, the
@@ -272,7 +246,7 @@ def credit(note: PaymentNotification, d: Receipt, source: Source = Source.WEBHOO
         return Verdict.CREDITED
 
     try:
-        return retrying_deadlocks(transaction, f"crediting {note.provider}:{note.reference}")
+        return retried(transaction, f"crediting {note.provider}:{note.reference}")
     except pw.IntegrityError as exc:
         return _already_known(note, d, exc)
 
@@ -370,7 +344,7 @@ def assign(provider: str, reference: str, customer: str) -> Payment:
             audit.record("admin", "payment.assign", "payment", f"{provider}:{reference}", {"customer": customer})
             return payment
 
-    return retrying_deadlocks(transaction, f"assigning {provider}:{reference}")
+    return retried(transaction, f"assigning {provider}:{reference}")
 
 
 def unattributed(limit: int) -> list[Payment]:

@@ -17,11 +17,11 @@ import peewee as pw
 from webhooks.billing import wallets
 from webhooks.errors import InvalidPayload, PaymentNotFound, ReferenceConflict, RefundExceedsPayment
 from webhooks.events import outbox
-from webhooks.payments.ledger import Receipt, balance, credit_wallet, retrying_deadlocks, write_call
+from webhooks.payments.ledger import Receipt, balance, credit_wallet, write_call
 from webhooks.payments.providers.motions import RefundNotification
 from webhooks.payments.states import DisputeStatus, Ignored, Motion, PaymentStatus, RefundStatus, Verdict
 from webhooks.storage.records import audit
-from webhooks.storage.records.db import db, is_mysql
+from webhooks.storage.records.db import db, is_mysql, retried
 from webhooks.storage.records.models import Payment, PaymentDispute, Refund, utcnow
 
 log = logging.getLogger(__name__)
@@ -339,7 +339,7 @@ def run_motion(note: RefundNotification, d: Receipt, transaction: Callable[[], O
     """Run a motion's transaction (deadlocks retried); a refusal is recorded (and flagged) after
     its rollback and raised as its error. Shared with disputes.py."""
     try:
-        return retrying_deadlocks(transaction, f"{note.kind} {note.provider}:{note.reference}")
+        return retried(transaction, f"{note.kind} {note.provider}:{note.reference}")
     except InvalidPayload as exc:  # an amount that is no whole number of the payment's minor units
         write_call(d, exc.code, 400, note)
         raise

@@ -4,6 +4,7 @@ closed is not handed out again."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 
 import peewee
@@ -12,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhooks.storage.records.db import Pool, escape_string, is_mysql, make_database
+from testkit.servers import CutProxy, TcpProxy, wait_until
+from webhooks.storage.records.db import Pool, escape_string, hung_up, is_mysql, make_database, retried
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ def test_a_transaction_left_open_is_rolled_back_when_its_connection_comes_back(p
     pool.close()
 
 
-def test_a_connection_the_server_closed_is_replaced_once_idle_long_enough_to_be_pinged(pool, database_url, monkeypatch):
+def test_a_connection_the_server_closed_is_replaced_before_use_without_a_ping(pool, database_url, calls):
     pool.connect()
     first = pool.connection()
     thread_id = first.thread_id()
@@ -70,10 +72,12 @@ def test_a_connection_the_server_closed_is_replaced_once_idle_long_enough_to_be_
     with killer.connection_context():
         killer.execute_sql(f"KILL CONNECTION {int(thread_id)}")
     killer.close_all()
-    monkeypatch.setattr(Pool, "PING_AFTER_S", 0.0)  # idle "long enough": pinged on check-out
+    wait_until(lambda: hung_up(first), timeout=10, what="the killed connection's socket to say so")
     with pool.connection_context():
         assert pool.connection() is not first
         assert pool.execute_sql("SELECT 1").fetchone() == (1,)
+    assert calls["ping"] == 0  # found by its socket, not by a round trip
+    assert not first.open  # closed, not only dropped from the pool
 
 
 @pytest.fixture
@@ -324,3 +328,137 @@ def test_hostile_text_and_datetimes_reach_the_server_unchanged(pool, no_backslas
                 assert got == moment
         finally:
             pool.execute_sql("SET SESSION sql_mode = DEFAULT")
+
+
+# --- a writing node that died: connections its proxy closed (the ledger on a cluster) -------
+
+
+@pytest.fixture
+def proxy(database_url):
+    """A TCP proxy before the database: `stop(); start()` drops every connection through it and
+    takes new ones, as HAProxy does when it moves from a dead writing node to the next."""
+    if not is_mysql():
+        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
+    parts = database_url.split("/")
+    host, port = parts[2].rsplit("@", 1)[-1].split(":")
+    made = TcpProxy(host, int(port))
+    yield made
+    made.stop()
+
+
+def proxied_pool(proxy, database_url, size=4):
+    made = make_database(proxy.url_for(database_url), pool_size=size)
+    assert isinstance(made, Pool)
+    return made
+
+
+def fill(pool, n):
+    """`n` connections made at once and given back: the pool holds `n` idle connections."""
+    held, done = threading.Barrier(n + 1), threading.Event()
+
+    def hold():
+        with pool.connection_context():
+            pool.execute_sql("SELECT 1")
+            held.wait(10)
+            done.wait(10)
+
+    threads = [threading.Thread(target=hold) for _ in range(n)]
+    for t in threads:
+        t.start()
+    held.wait(10)
+    done.set()
+    for t in threads:
+        t.join(10)
+    return [conn for _ts, _n, conn in pool._connections]
+
+
+def test_no_request_fails_for_the_connections_a_dead_writer_held(proxy, database_url, table, calls):
+    """Every pooled connection points at a writer that dies: once the proxy has moved, 40 reads
+    and 40 writes in a row all succeed, and finding the dead connections cost no round trip."""
+    pool = proxied_pool(proxy, database_url)
+    idle = fill(pool, 4)
+    assert len(idle) == 4
+    proxy.stop()
+    proxy.start()  # the proxy "moved": new connections are taken, the old ones are gone
+    wait_until(lambda: all(hung_up(c) for c in idle), timeout=10, what="the old connections' sockets to close")
+    for i in range(40):
+        with pool.connection_context():
+            assert pool.execute_sql("SELECT 1").fetchone() == (1,)
+        with pool.connection_context(), pool.atomic():
+            pool.execute_sql("INSERT INTO pool_t (k, v) VALUES (%s, %s)", (f"k{i}", i))
+    assert len(rows(database_url)) == 40
+    assert calls["ping"] == 0
+    pool.close_all()
+
+
+def test_a_first_statement_that_meets_a_dead_connection_is_sent_again_when_nothing_of_it_ran(
+    proxy, database_url, table
+):
+    """The proxy drops the connection between its check-out and its first statement (no check can
+    see that): a read, or a transaction's first statement with its BEGIN, goes again on a new
+    connection; a write outside a transaction may have run and is not sent twice."""
+    pool = proxied_pool(proxy, database_url, size=1)
+    fill(pool, 1)
+    for run in ("read", "transaction", "autocommit write"):
+        with pool.connection_context():
+            proxy.stop()
+            proxy.start()
+            wait_until(lambda: hung_up(pool.connection()), timeout=10, what="the connection's socket to close")
+            if run == "read":
+                assert pool.execute_sql("SELECT 1").fetchone() == (1,)
+            elif run == "transaction":
+                with pool.atomic():
+                    pool.execute_sql("INSERT INTO pool_t (k, v) VALUES ('t', 1)")
+                    pool.execute_sql("INSERT INTO pool_t (k, v) VALUES ('u', 2)")
+            else:
+                with pytest.raises(peewee.OperationalError):
+                    pool.execute_sql("INSERT INTO pool_t (k, v) VALUES ('w', 3)")
+    assert rows(database_url) == [("t", 1), ("u", 2)]
+    pool.close_all()
+
+
+def test_a_transaction_whose_connection_dies_before_its_commit_is_run_again_whole(database_url, table):
+    """The connection dies at the transaction's second statement: nothing of it was kept, and
+    `retried` runs it all again on a new connection, once."""
+    if not is_mysql():
+        pytest.skip("needs MySQL/MariaDB")
+    host, port = database_url.split("/")[2].rsplit("@", 1)[-1].split(":")
+    cut = CutProxy(host, int(port), marker=b"'second'")
+    pool = make_database(cut.url_for(database_url), pool_size=1)
+    runs = []
+
+    def transaction():
+        runs.append(1)
+        with pool.atomic():
+            pool.execute_sql("INSERT INTO pool_t (k, v) VALUES ('first', 1)")
+            pool.execute_sql("INSERT INTO pool_t (k, v) VALUES ('second', 2)")
+
+    with pool.connection_context():
+        retried(transaction, "two inserts")
+    assert cut.cut.is_set() and len(runs) == 2
+    assert rows(database_url) == [("first", 1), ("second", 2)]
+    pool.close_all()
+    cut.stop()
+
+
+def test_a_transaction_whose_connection_dies_with_its_commit_is_not_run_again(database_url, table):
+    """The connection dies as the COMMIT goes out: whether it was kept is the server's to say,
+    so `retried` raises (the caller answers 5xx and its sender retries) and runs nothing twice."""
+    if not is_mysql():
+        pytest.skip("needs MySQL/MariaDB")
+    host, port = database_url.split("/")[2].rsplit("@", 1)[-1].split(":")
+    cut = CutProxy(host, int(port), marker=b"COMMIT")
+    pool = make_database(cut.url_for(database_url), pool_size=1)
+    runs = []
+
+    def transaction():
+        runs.append(1)
+        with pool.atomic():
+            pool.execute_sql("INSERT INTO pool_t (k, v) VALUES ('only', 1)")
+
+    with pool.connection_context(), pytest.raises((peewee.OperationalError, peewee.InterfaceError)):
+        retried(transaction, "one insert")
+    assert cut.cut.is_set() and len(runs) == 1
+    assert rows(database_url) == []  # the proxy never let the COMMIT through: rolled back
+    pool.close_all()
+    cut.stop()

@@ -86,6 +86,20 @@ def test_models_agree_with_the_ddl(mysql):
             assert got == expect, table
 
 
+def test_every_table_is_innodb_with_a_primary_key_as_galera_replicates_only_those(mysql):
+    """Galera replicates InnoDB tables by their rows' primary keys: a table without one (or of
+    another engine) would be written on the writing node alone, or slowly (docs/cluster.md)."""
+    with db.connection_context():
+        found = db.execute_sql(
+            "SELECT t.TABLE_NAME, t.ENGINE, c.CONSTRAINT_NAME FROM information_schema.TABLES t"
+            " LEFT JOIN information_schema.TABLE_CONSTRAINTS c ON c.TABLE_SCHEMA = t.TABLE_SCHEMA"
+            " AND c.TABLE_NAME = t.TABLE_NAME AND c.CONSTRAINT_TYPE = 'PRIMARY KEY'"
+            " WHERE t.TABLE_SCHEMA = DATABASE() AND t.TABLE_TYPE = 'BASE TABLE'"
+        ).fetchall()
+    assert {name for name, _, _ in found} >= {m._meta.table_name for m in models.ALL_MODELS}
+    assert [(name, engine, pk) for name, engine, pk in found if engine != "InnoDB" or pk is None] == []
+
+
 def test_upgrade_is_idempotent(database_url):
     assert upgrade(echo=lambda _m: None) == []
     with db.connection_context():

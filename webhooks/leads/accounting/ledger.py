@@ -26,7 +26,7 @@ from webhooks.storage.live import keys
 from webhooks.storage.live.batch import Client
 from webhooks.storage.live.redis import Store
 from webhooks.storage.records import audit, fastsql
-from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db, retried
 from webhooks.storage.records.models import Buyer, Lead, LeadAttempt, Publisher, utcnow
 from webhooks.storage.states import TEST_STATUSES, LeadStatus
 
@@ -128,6 +128,10 @@ def settle(items: Iterable[SettlementItem]) -> int:
     lead of it was settled before, the batch is written again lead by lead."""
     now = utcnow()
     unique = list({(i.publisher_id, i.lead_id): i for i in items}.values())
+    return retried(lambda: _settle(unique, now), f"settling {len(unique)} lead(s)")
+
+
+def _settle(unique: list[SettlementItem], now: datetime) -> int:
     try:
         with db.atomic():
             fastsql.insert_many(Lead, [_lead_row(i, now) for i in unique])

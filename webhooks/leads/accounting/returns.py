@@ -22,7 +22,7 @@ from webhooks.leads.accounting.ledger import lead_view
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.live.redis import REDIS_DOWN, Store
 from webhooks.storage.records import audit
-from webhooks.storage.records.db import db
+from webhooks.storage.records.db import db, retried
 from webhooks.storage.records.models import Buyer, Lead, Publisher
 from webhooks.storage.states import LeadStatus
 
@@ -57,43 +57,50 @@ def return_lead(
     Conflict: already_returned, not_sold, return_window_closed (or ambiguous_lead_id)."""
     now = now or datetime.now(timezone.utc)
     naive_now = now.replace(tzinfo=None)
-    with db.atomic():
-        lead = find(lead_id, publisher_id)
-        if lead.status == LeadStatus.RETURNED:
-            raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
-        if lead.status != LeadStatus.SOLD:
-            raise Conflict(f"lead {lead_id!r} was not sold", code="not_sold")
-        buyer = Buyer.get_by_id(lead.buyer_id)
-        if naive_now > lead.sold_at + timedelta(days=buyer.return_window_days):
-            raise Conflict(
-                f"lead {lead_id!r} was sold more than {buyer.return_window_days} day(s) ago",
-                code="return_window_closed",
+
+    def transaction() -> tuple[Lead, Buyer, Charged | None]:
+        with db.atomic():
+            lead = find(lead_id, publisher_id)
+            if lead.status == LeadStatus.RETURNED:
+                raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
+            if lead.status != LeadStatus.SOLD:
+                raise Conflict(f"lead {lead_id!r} was not sold", code="not_sold")
+            buyer = Buyer.get_by_id(lead.buyer_id)
+            if naive_now > lead.sold_at + timedelta(days=buyer.return_window_days):
+                raise Conflict(
+                    f"lead {lead_id!r} was sold more than {buyer.return_window_days} day(s) ago",
+                    code="return_window_closed",
+                )
+            won = (
+                Lead.update(status=LeadStatus.RETURNED, returned_at=naive_now, return_reason=reason)
+                .where(Lead.id == lead.id, Lead.status == LeadStatus.SOLD)
+                .execute()
             )
-        won = (
-            Lead.update(status=LeadStatus.RETURNED, returned_at=naive_now, return_reason=reason)
-            .where(Lead.id == lead.id, Lead.status == LeadStatus.SOLD)
-            .execute()
-        )
-        if not won:  # a concurrent return committed first
-            raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
-        if lead.payout:
-            Publisher.update(balance=Publisher.balance - lead.payout).where(Publisher.id == lead.publisher_id).execute()
-        reports.count_returned(lead)
-        charged = _charged(lead)
-        if charged is not None:  # a billed sale: exactly what it debited goes back to its wallet
-            account, currency = charged.wallet
-            ref = f"{lead.publisher_id}:{lead.lead_id}"
-            charges.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
-        payout = f"{lead.payout or 0:.2f}"
-        returned = outbox.EventType.LEAD_RETURNED
-        outbox.emit(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
-        audit.record(
-            actor,
-            "lead.returned",
-            "lead",
-            f"{lead.publisher_id}:{lead.lead_id}",
-            {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.payout, "reason": reason},
-        )
+            if not won:  # a concurrent return committed first
+                raise Conflict(f"lead {lead_id!r} was returned already", code="already_returned")
+            if lead.payout:
+                taken_back = Publisher.update(balance=Publisher.balance - lead.payout)
+                taken_back.where(Publisher.id == lead.publisher_id).execute()
+            reports.count_returned(lead)
+            charged = _charged(lead)
+            if charged is not None:  # a billed sale: exactly what it debited goes back to its wallet
+                account, currency = charged.wallet
+                ref = f"{lead.publisher_id}:{lead.lead_id}"
+                charges.move(account, currency, charged.minor, naive_now, entry=Entry.RETURN, reference=ref)
+            payout = f"{lead.payout or 0:.2f}"
+            returned = outbox.EventType.LEAD_RETURNED
+            outbox.emit(outbox.lead_event(returned, lead.publisher_id, lead.lead_id, payout, reason), naive_now)
+            audit.record(
+                actor,
+                "lead.returned",
+                "lead",
+                f"{lead.publisher_id}:{lead.lead_id}",
+                {"buyer_id": lead.buyer_id, "price": lead.price, "commission": lead.payout, "reason": reason},
+            )
+        return lead, buyer, charged
+
+    # Only the database's writes are in it: run again whole when the database refused it whole.
+    lead, buyer, charged = retried(transaction, f"returning lead {lead_id}")
     rule = BuyerRule.from_row(buyer)
     if charged is not None and rule.billing is not None and rule.billing.key == charged.account:
         balance.sync(store, rule.id, rule.billing)

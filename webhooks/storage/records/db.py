@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
+import random
+import select
 import ssl
 import threading
 import time
@@ -12,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 import peewee
@@ -33,8 +35,61 @@ UNAVAILABLE_ERRORS = (peewee.OperationalError, peewee.InterfaceError, MaxConnect
 
 
 Statement: TypeAlias = "tuple[str, Sequence[Any]]"  # SQL with %s marks, and its values
+T = TypeVar("T")
 _BEGIN: Statement = ("BEGIN", ())
 _DRIVER_ERRORS = getattr(peewee, "__exception_wrapper__")  # noqa: B009  (a dunder name of peewee's)
+
+# MySQL's client errors for a connection that is gone: "server has gone away" (the request could
+# not be sent), "lost connection during query" (no answer came), "lost connection" (at the
+# handshake). PyMySQL raises InterfaceError for a connection it had closed already.
+LOST_CONNECTION = frozenset({2006, 2013, 2055})
+# Refused as a whole at commit, nothing of it kept: an InnoDB deadlock, or on Galera a
+# certification conflict (a write on another node touched the same rows first).
+DEADLOCK = 1213
+TRANSACTION_ATTEMPTS = 4  # a transaction refused as a whole is run this many times at most
+COMMIT_SENT = "the connection was lost with the COMMIT sent: whether it was kept is unknown"
+
+
+def error_code(exc: BaseException) -> int | None:
+    """MySQL's error number of a driver error as peewee re-raises it ((original, errno, text))."""
+    for arg in exc.args:
+        if isinstance(arg, int):
+            return arg
+        if isinstance(arg, Exception) and arg.args and isinstance(arg.args[0], int):
+            return arg.args[0]
+    return None
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether `exc` says the connection itself is gone (not the statement refused)."""
+    return isinstance(exc, peewee.InterfaceError) or error_code(exc) in LOST_CONNECTION
+
+
+def hung_up(conn: Any) -> bool:
+    """Whether an idle connection was closed from the other end, found with no round trip: a
+    socket that has something to read while no statement waits for an answer holds the end of
+    the stream (a proxy or server that closed it: a dead writing node's connections, closed by
+    HAProxy) or a last error packet sent as the server closed it. One poll(2) of the socket,
+    a few microseconds."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return True
+    poller = _poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
+
+
+def _original_poll() -> Callable[[], Any]:
+    """The operating system's poll, not gevent's cooperative one: a zero-timeout poll never
+    waits, so yielding to the event loop for it would only cost a switch."""
+    try:
+        from gevent import monkey
+    except ImportError:  # pragma: no cover  (gevent is a dependency of the web process)
+        return select.poll
+    return monkey.get_original("select", "poll")  # type: ignore[no-any-return]
+
+
+_poll = _original_poll()
 
 
 class Line:
@@ -204,12 +259,32 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
         self._line.freed()
 
     def _is_closed(self, conn: Any) -> bool:
+        """Whether a pooled connection is unfit to hand out; one that is gets closed here (the
+        pool only drops it). Its socket is looked at without a round trip first: the connections
+        a dead writing node held are closed by the proxy, and each is found so before it is
+        used, not by the request it fails (issue: the ledger on a cluster)."""
+        dead = self._dead(conn)
+        if dead:
+            self._close_raw(conn)  # idle, so not counted in use: no turn in the Line changes
+        return dead
+
+    def _dead(self, conn: Any) -> bool:
         if not conn.open:
+            return True
+        if hung_up(conn):
+            log.warning("a pooled database connection was closed by the server or its proxy: replaced")
             return True
         returned = self._returned_at.get(id(conn))
         if returned is not None and time.monotonic() - returned < self.PING_AFTER_S:
             return False
         return bool(super()._is_closed(conn))  # type: ignore[no-untyped-call]
+
+    def _connect(self) -> Any:
+        conn = super()._connect()
+        # Handed out again after a spell in the pool: its first statement may still meet a
+        # connection that died unseen, and is then sent again on a new one (execute_sql).
+        conn.floodgate_unproven = id(conn) in self._returned_at
+        return conn
 
     def _can_reuse(self, conn: Any) -> bool:
         conn.floodgate_pending = []  # statements of a transaction given up before they were sent
@@ -246,6 +321,7 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
             return
         if self.is_closed():
             self.connect()
+        self._reopen_if_lost()  # a transaction retried after its connection died starts anew
         self._take_pending()  # nothing of a previous transaction outlives it
         self._add_pending(_BEGIN)
 
@@ -260,13 +336,47 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
     def execute_sql(self, sql: str, params: Any = None) -> Any:
         if self.is_closed():
             return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        if not self.in_transaction():
+            self._reopen_if_lost()
+        conn = self._state.conn  # type: ignore[attr-defined]
         pending = self._take_pending()
+        try:
+            return self._execute(pending, sql, params)
+        except UNAVAILABLE_ERRORS as exc:
+            # The first statement on a connection back from the pool found it dead: if none of
+            # what it carried can have taken effect, it goes again on a new connection.
+            if not (getattr(conn, "floodgate_unproven", False) and lost_connection(exc)):
+                raise
+            if not (pending[:1] == [_BEGIN] or (not pending and not self.in_transaction() and _reads(sql))):
+                raise
+            log.warning("a pooled database connection was found dead by its first statement (%s): sent again", exc)
+            self._reopen(conn)
+            return self._execute(pending, sql, params)
+        finally:
+            conn.floodgate_unproven = False
+
+    def _execute(self, pending: list[Statement], sql: str, params: Any) -> Any:
         if not pending:
             return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
         if params is None and "%" in sql:  # a statement whose % is no mark: not merged with marks
             self._send(pending)
             return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
         return self._send([*pending, (sql, tuple(params or ()))])
+
+    def _reopen_if_lost(self) -> None:
+        """This greenlet's connection connected anew if the driver found it dead before (outside a
+        transaction, or as one begins: the server rolled back whatever it had open)."""
+        conn = self._state.conn  # type: ignore[attr-defined]
+        if conn is not None and not conn.open:
+            self._reopen(conn)
+
+    @staticmethod
+    def _reopen(conn: Any) -> None:
+        """Connect `conn` again in place: the pool's count of connections in use is unchanged."""
+        conn.floodgate_pending = []
+        with _DRIVER_ERRORS:
+            conn.connect()
+        log.info("database connection made again")
 
     def _send(self, statements: list[Statement]) -> Any:
         """Run `statements` in one round trip; the cursor of the last. The first that fails
@@ -282,16 +392,27 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
         pending = self._take_pending() if not self.is_closed() else []
         if pending == [_BEGIN]:
             return  # the transaction ran no statement: nothing was sent, nothing to end
-        if pending:
-            self._send([*pending, ("COMMIT", ())])
-            return
-        super().commit()
+        try:
+            if pending:
+                self._send([*pending, ("COMMIT", ())])
+                return
+            super().commit()
+        except UNAVAILABLE_ERRORS as exc:
+            exc.add_note(COMMIT_SENT)  # its outcome is unknown: see `retried`
+            raise
 
     def rollback(self) -> None:
         pending = self._take_pending() if not self.is_closed() else []
         if pending[:1] == [_BEGIN]:
             return  # its BEGIN was never sent: nothing of it reached the server
+        if not self.is_closed() and not self._state.conn.open:  # type: ignore[attr-defined]
+            return  # the connection died: the server rolled back what it had open
         super().rollback()
+
+
+def _reads(sql: str) -> bool:
+    """Whether `sql` only reads (sent again, it changes nothing)."""
+    return sql.lstrip()[:6].upper() in ("SELECT", "SHOW")
 
 
 SSL_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
@@ -393,3 +514,25 @@ def close_db(_exc: BaseException | None = None) -> None:
     """Give this greenlet's connection back to the pool (Flask teardown, end of a job)."""
     if db.obj is not None and not db.is_closed():
         db.close()
+
+
+def retried(transaction: Callable[[], T], what: str) -> T:
+    """Run `transaction` (which opens its own), and run it again, whole, when the database
+    refused all of it: an InnoDB deadlock or a Galera certification conflict (1213), or its
+    connection lost before its COMMIT was sent (nothing of it was kept, and the next attempt
+    connects anew). A connection lost with the COMMIT on its way is not retried: whether it
+    was kept is unknown, and the caller answers 5xx so that its sender retries, which every
+    ledger write takes as a duplicate (docs/cluster.md lists each write's unique key)."""
+    attempt = 1
+    while True:
+        try:
+            return transaction()
+        except UNAVAILABLE_ERRORS as exc:
+            again = error_code(exc) == DEADLOCK or (
+                lost_connection(exc) and COMMIT_SENT not in getattr(exc, "__notes__", ())
+            )
+            if attempt >= TRANSACTION_ATTEMPTS or not again:
+                raise
+            log.warning("%s refused as a whole (%s): attempt %d", what, exc, attempt + 1)
+            time.sleep(random.uniform(0.005, 0.02) * attempt)
+            attempt += 1
