@@ -67,6 +67,19 @@ EVS_OPTIONS = (
 )
 
 
+def mariadbd() -> str | None:
+    return shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin")
+
+
+def missing() -> str | None:
+    """What this machine lacks to run a cluster (Debian's mariadb-server and galera-4), if anything."""
+    if mariadbd() is None:
+        return "no mariadbd (Debian's mariadb-server)"
+    if not Path(PROVIDER).exists():
+        return f"no {PROVIDER} (Debian's galera-4)"
+    return None
+
+
 def haproxy_binary() -> str:
     """Debian's haproxy, installed with apt-get the first time (as the e2e tier installs
     Chromium), under a lock file so that two xdist workers do not both run dpkg."""
@@ -367,7 +380,7 @@ wsrep_slave_threads = 2
             raise RuntimeError(f"mariadb-install-db failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
     def _start(self, node: Node, bootstrap: bool = False) -> None:
-        args = ["mariadbd", f"--defaults-file={node.cnf}"]
+        args = [mariadbd() or "mariadbd", f"--defaults-file={node.cnf}"]
         if bootstrap:
             args.append("--wsrep-new-cluster")
         with open(node.dir / "stdout.log", "ab") as out:
