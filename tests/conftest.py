@@ -21,6 +21,7 @@ import requests.structures
 from testkit import payments as testkit_payments
 from testkit.cluster import LocalCluster
 from testkit.config import ADMIN_TOKEN, LOOPBACK_PARTNERS, NO_PROVIDER_APIS, SECRETS
+from testkit.galera import GaleraCluster
 from testkit.servers import (
     BuyerServer,
     Proc,
@@ -77,10 +78,21 @@ NOT_ON_CLUSTER = {
 }
 
 
-def pytest_report_header(config) -> str:
-    return "redis: " + (
-        "a local cluster, 3 primaries + 3 replicas (FG_TEST_REDIS_CLUSTER=1)" if CLUSTER else "one redis-server"
-    )
+# FG_TEST_GALERA=1: DATABASE_URL names HAProxy in front of a local MariaDB Galera cluster of three
+# nodes (testkit/galera.py), one writer at a time, as in a deployment with the ledger on a cluster
+# (API.md "The ledger on a cluster").
+GALERA = os.environ.get("FG_TEST_GALERA") == "1"
+GALERA_PROXY_ENV = "FG_TEST_GALERA_PROXY"  # the cluster's admin URL through HAProxy, set by pytest_configure
+GALERA_KEY = pytest.StashKey[GaleraCluster]()
+
+
+def pytest_report_header(config) -> list[str]:
+    return [
+        "redis: "
+        + ("a local cluster, 3 primaries + 3 replicas (FG_TEST_REDIS_CLUSTER=1)" if CLUSTER else "one redis-server"),
+        "database: "
+        + ("a local Galera cluster of 3 behind HAProxy (FG_TEST_GALERA=1)" if GALERA else "MariaDB/MySQL or SQLite"),
+    ]
 
 
 # A test is of the multi-process tier (marker `e2e`) when it uses one of these fixtures, or
@@ -134,9 +146,35 @@ def queue_server(tmp_root, redis_server):
     server.kill()
 
 
+def pytest_configure(config) -> None:
+    """With GALERA, one cluster for the run, started here by the process that runs the tests or,
+    under xdist, by the controller before it starts its workers: three nodes for each worker
+    would be more than two cores carry. The workers find its proxy in GALERA_PROXY_ENV (they
+    inherit the environment); the controller stops it in pytest_unconfigure."""
+    if not GALERA or hasattr(config, "workerinput") or GALERA_PROXY_ENV in os.environ:  # set: a cluster of the caller's
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def echo(line: str) -> None:  # the start takes about 20 s: a line per node as it joins
+        with capture.global_and_fixture_disabled():
+            print(line, flush=True)  # noqa: T201
+
+    cluster = GaleraCluster(echo=echo)
+    config.stash[GALERA_KEY] = cluster
+    cluster.start()
+    os.environ[GALERA_PROXY_ENV] = cluster.proxy_url
+
+
+def pytest_unconfigure(config) -> None:
+    cluster = config.stash.get(GALERA_KEY, None)
+    if cluster is not None:
+        os.environ.pop(GALERA_PROXY_ENV, None)
+        cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_root):
-    admin = mysql_admin_url()
+    admin = os.environ[GALERA_PROXY_ENV] if GALERA else mysql_admin_url()
     if admin:
         url, drop = create_mysql_db(admin)
     else:
