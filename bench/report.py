@@ -67,9 +67,9 @@ runs them all, `scripts/bench --quick` each briefly):
 - [3. Payment webhooks](#3-payment-webhooks): `python -m bench.bench_payments`.
 - [6. Soak under faults](#6-soak-under-faults): `scripts/soak --minutes 60`.
 - [10. The knee](#10-latency-over-offered-rate-the-knee): `python -m bench.knee`.
+- [42. One MariaDB node against the Galera cluster](#42-payments-per-second-one-mariadb-node-against-the-galera-cluster): `python -m bench.galera`.
 - [24. The lead search at 6 million ledger rows](#24-the-lead-search-at-6-million-ledger-rows): a one-off, script last in `0898d73`.
 - Floodgate against the plain seed: `python -m bench.versus`.
-- [42. One MariaDB node against the Galera cluster](#42-payments-per-second-one-mariadb-node-against-the-galera-cluster): `python -m bench.galera`.
 - 41. The latest part (the lead path's batches): `bench.levers`, `bench.profile`, `bench.calls`.
 - [History](#history): every older part as text, with the commit to rerun it from.
 """
