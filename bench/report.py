@@ -40,6 +40,12 @@ PARTS = [
         "for both paths, with the invariants of the same run (`bench/knee.py`, wrk, `bench/openloop.py`).",
     ),
     (
+        "galera",
+        "42. Payments per second: one MariaDB node against the Galera cluster",
+        "Payment webhooks on one private mariadbd and on the 3-node Galera cluster behind HAProxy, arms "
+        "alternated in one run (`python -m bench.galera`, `bench/galera.py`; issue 66).",
+    ),
+    (
         "levers",
         "11. One lever at a time",
         "A lever's effect on both paths, A/B in one run with the arms alternated (`bench/levers.py`).",
@@ -61,7 +67,8 @@ runs them all, `scripts/bench --quick` each briefly):
 - [3. Payment webhooks](#3-payment-webhooks): `python -m bench.bench_payments`.
 - [6. Soak under faults](#6-soak-under-faults): `scripts/soak --minutes 60`.
 - [10. The knee](#10-latency-over-offered-rate-the-knee): `python -m bench.knee`.
-- [24. The lead search at 6 million ledger rows](#24-the-lead-search-at-6-million-ledger-rows): `python -m bench.lead_search`.
+- [42. One MariaDB node against the Galera cluster](#42-payments-per-second-one-mariadb-node-against-the-galera-cluster): `python -m bench.galera`.
+- [24. The lead search at 6 million ledger rows](#24-the-lead-search-at-6-million-ledger-rows): a one-off, script last in `0898d73`.
 - Floodgate against the plain seed: `python -m bench.versus`.
 - 41. The latest part (the lead path's batches): `bench.levers`, `bench.profile`, `bench.calls`.
 - [History](#history): every older part as text, with the commit to rerun it from.
