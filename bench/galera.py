@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import pwd
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,6 @@ from bench import common, stack
 from bench.bench_payments import check_ledger, make_payments, run_phase, summarise
 from testkit.config import SECRETS
 from testkit.galera import GaleraCluster
-from testkit.servers import wait_until
 from webhooks.storage.records.db import init_db
 
 ARMS = ("one node", "cluster")
@@ -37,34 +34,11 @@ WSREP = ("wsrep_replicated", "wsrep_local_cert_failures", "wsrep_local_bf_aborts
 
 
 def one_node(es: ExitStack) -> tuple[str, list[int]]:
-    """Node n1 of a cluster never started, alone and without wsrep (its stop() kills it and
-    removes its datadir): its admin URL and the pids its CPU is charged from."""
+    """Node n1 alone without wsrep, from a node's own my.cnf: its admin URL and its pid."""
     holder = GaleraCluster(echo=stack.log)
     es.callback(holder.stop)
-    node, mysql = holder.nodes["n1"], pwd.getpwnam("mysql")
-    node.datadir.mkdir(parents=True)
-    os.chmod(holder.dir, 0o755)
-    for path in (node.dir, node.datadir):  # mariadbd runs as mysql, as on the nodes
-        os.chown(path, mysql.pw_uid, mysql.pw_gid)
-    node.cnf.write_text("\n".join(x for x in holder._cnf(node).splitlines() if not x.startswith("wsrep_")) + "\n")
-    holder._install_db(node)
-    with open(node.dir / "stdout.log", "ab") as out:  # a session of its own: stop() kills its group
-        node.proc = subprocess.Popen(
-            ["mariadbd", f"--defaults-file={node.cnf}"], stdout=out, stderr=out, start_new_session=True
-        )
-
-    def up() -> bool:
-        try:
-            pymysql.connect(unix_socket=str(node.dir / "mysqld.sock"), user="root").close()
-            return True
-        except pymysql.MySQLError:
-            if not node.alive():
-                raise SystemExit(f"the single mariadbd exited; see {node.log}") from None
-            return False
-
-    wait_until(up, timeout=60, interval=0.2, what="the single mariadbd")
-    holder._create_users(node)
-    return holder.node_url("n1"), [node.proc.pid]
+    url = holder.start_single()
+    return url, [holder.nodes["n1"].proc.pid]
 
 
 def cluster(es: ExitStack) -> tuple[str, list[int]]:
@@ -190,20 +164,10 @@ def render(report: dict) -> str:
             + (f"; {', '.join(f'{k} {t[k]}' for k in WSREP)}." if a == "cluster" else ".")
         )
     cpu = {a: sum(med[a][f"{k}_cpu_ms_per_payment"] for k in ("db", "web", "client")) for a in ARMS}
-    lines += [
-        "",
-        f"What bounds the cluster's rate here: each payment is one writeset ({both['wsrep_replicated'] / s['payments']:.2f} "
-        f"a payment), and its commit waits for the group to order and certify it, a round trip between the nodes "
-        f"on loopback (through HAProxy): {both['commit_ms']} ms a commit against {one['commit_ms']} ms on the one node. That is small "
-        f"against a delivery's {both['p50_ms']} ms at p50, mostly queued for the web workers' CPU. The CPU is what moves: the database "
-        f"takes {both['db_cpu_ms_per_payment']} ms a payment on the cluster ({one['db_cpu_ms_per_payment']} ms on one "
-        f"node), as the two other nodes apply each writeset the writer commits, and on 2 shared cores that is taken from the web workers. "
-        f"The CPU a payment of the processes measured (database, web, this client's {one['client_cpu_ms_per_payment']} "
-        f"and {both['client_cpu_ms_per_payment']} ms) is {cpu['one node']:.2f} ms against {cpu['cluster']:.2f} ms: "
-        f"a ratio of {cpu['one node'] / cpu['cluster']:.2f}, for a rate ratio of {both['rps'] / one['rps']:.2f}. "
-        "With the nodes on hosts of their own, each applies on its own cores, and the round trip (plus the "
-        "network's) is what each commit pays.",
-    ]
+    lines.append(  # what bounds each arm's rate: bench/REPORT.md part 42 reads these
+        f"\nWritesets a payment: {both['wsrep_replicated'] / s['payments']:.2f}. CPU ms a payment (database, "
+        f"web, client): one node {cpu['one node']:.2f}, cluster {cpu['cluster']:.2f}."
+    )
     return "\n".join(lines)
 
 

@@ -169,14 +169,8 @@ class GaleraCluster:
         started = time.monotonic()
         try:
             haproxy = haproxy_binary()
-            mysql = pwd.getpwnam("mysql")
-            self.dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.dir, 0o755)
             for node in self.nodes.values():
-                node.datadir.mkdir(parents=True, exist_ok=True)
-                os.chown(node.dir, mysql.pw_uid, mysql.pw_gid)
-                os.chown(node.datadir, mysql.pw_uid, mysql.pw_gid)
-                node.cnf.write_text(self._cnf(node))
+                self._prepare(node, self._cnf(node))
             first = self.nodes[NAMES[0]]
             self._install_db(first)
             self._start(first, bootstrap=True)
@@ -195,6 +189,27 @@ class GaleraCluster:
             self.echo(f"galera: start failed; logs under {self.dir}")
             raise
         return self
+
+    def start_single(self) -> str:
+        """Node n1 alone with wsrep off, from the same my.cnf as a cluster node: the fairest
+        anchor to set the cluster against (the same binary and settings, no replication).
+        Its admin URL; stop() ends it."""
+        node = self.nodes[NAMES[0]]
+        self._prepare(node, "".join(f"{x}\n" for x in self._cnf(node).splitlines() if not x.startswith("wsrep_")))
+        self._install_db(node)
+        self._start(node, wsrep=False)
+        self._create_users(node)
+        return self.node_url(node.name)
+
+    def _prepare(self, node: Node, cnf: str) -> None:
+        """`node`'s folders, owned by mysql (mariadbd runs as mysql), and its my.cnf."""
+        mysql = pwd.getpwnam("mysql")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        node.datadir.mkdir(parents=True, exist_ok=True)
+        os.chown(node.dir, mysql.pw_uid, mysql.pw_gid)
+        os.chown(node.datadir, mysql.pw_uid, mysql.pw_gid)
+        node.cnf.write_text(cnf)
 
     def kill(self, name: str) -> None:
         """SIGKILL node `name` (and the state transfer it may be running), as a host dying."""
@@ -379,7 +394,7 @@ wsrep_slave_threads = 2
         if done.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
-    def _start(self, node: Node, bootstrap: bool = False) -> None:
+    def _start(self, node: Node, bootstrap: bool = False, wsrep: bool = True) -> None:
         args = [mariadbd() or "mariadbd", f"--defaults-file={node.cnf}"]
         if bootstrap:
             args.append("--wsrep-new-cluster")
@@ -390,17 +405,21 @@ wsrep_slave_threads = 2
             if not node.alive():
                 raise AssertionError(f"mariadbd {node.name} exited:\n{_tail(node.log)}")
             # through the socket as root: the TCP user exists only once the first node made it
-            return self._synced_by_socket(node)
+            return self._synced_by_socket(node, wsrep)
 
         wait_until(ready, timeout=JOIN_TIMEOUT_S, interval=0.2, what=f"galera node {node.name} Synced")
 
-    def _synced_by_socket(self, node: Node) -> bool:
+    def _synced_by_socket(self, node: Node, wsrep: bool = True) -> bool:
+        """Whether `node` answers on its socket and, with `wsrep`, says it is Synced."""
         if not listening(node.port):
             return False  # not up yet (and pymysql would leave its unix socket unclosed on a refusal)
         try:
             conn = pymysql.connect(unix_socket=str(node.dir / "mysqld.sock"), user="root", connect_timeout=2)
         except pymysql.MySQLError:
             return False
+        if not wsrep:
+            conn.close()
+            return True
         try:
             with conn.cursor() as c:
                 c.execute("SHOW STATUS LIKE 'wsrep_local_state_comment'")
