@@ -4,6 +4,7 @@ closed is not handed out again."""
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import datetime, timezone
 
@@ -372,7 +373,7 @@ def fill(pool, n):
     return [conn for _ts, _n, conn in pool._connections]
 
 
-def test_no_request_fails_for_the_connections_a_dead_writer_held(proxy, database_url, table, calls):
+def test_no_request_fails_for_the_connections_a_dead_writer_held(proxy, database_url, table, calls, caplog):
     """Every pooled connection points at a writer that dies: once the proxy has moved, 40 reads
     and 40 writes in a row all succeed, and finding the dead connections cost no round trip."""
     pool = proxied_pool(proxy, database_url)
@@ -388,6 +389,10 @@ def test_no_request_fails_for_the_connections_a_dead_writer_held(proxy, database
             pool.execute_sql("INSERT INTO pool_t (k, v) VALUES (%s, %s)", (f"k{i}", i))
     assert len(rows(database_url)) == 40
     assert calls["ping"] == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "webhooks.storage.records.db"]
+    assert said[0] == "pooled database connections closed by the server or its proxy: replacing them"
+    assert re.fullmatch(r"database connections replaced [\d.]+ s after .*; new ones reach .+:\d+", said[1])
+    assert len(said) == 2  # once for all the connections, not once for each
     pool.close_all()
 
 

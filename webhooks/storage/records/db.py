@@ -79,6 +79,18 @@ def hung_up(conn: Any) -> bool:
     return bool(poller.poll(0))
 
 
+def server_of(conn: Any) -> str:
+    """The server a new connection reached, as that server names itself: behind a proxy, the
+    node (one query, made only when connections were replaced, for the log)."""
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT @@hostname, @@port")
+            host, port = cursor.fetchone()
+        return f"{host}:{port}"
+    except Exception:  # a log line's detail: never the cause of a request's failure
+        return "a server that did not say which"
+
+
 def _original_poll() -> Callable[[], Any]:
     """The operating system's poll, not gevent's cooperative one: a zero-timeout poll never
     waits, so yielding to the event loop for it would only cost a switch."""
@@ -235,6 +247,7 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
         self._returned_at: dict[int, float] = {}
+        self._lost_since: float | None = None  # when a pooled connection was first found closed
         self._line = Line(lambda: self._max_connections - len(self._in_use))
 
     def connect(self, reuse_if_open: bool = False) -> bool:
@@ -272,7 +285,9 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
         if not conn.open:
             return True
         if hung_up(conn):
-            log.warning("a pooled database connection was closed by the server or its proxy: replaced")
+            if self._lost_since is None:  # said once for all the connections a node's death closed
+                self._lost_since = time.monotonic()
+                log.warning("pooled database connections closed by the server or its proxy: replacing them")
             return True
         returned = self._returned_at.get(id(conn))
         if returned is not None and time.monotonic() - returned < self.PING_AFTER_S:
@@ -284,6 +299,13 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
         # Handed out again after a spell in the pool: its first statement may still meet a
         # connection that died unseen, and is then sent again on a new one (execute_sql).
         conn.floodgate_unproven = id(conn) in self._returned_at
+        if not conn.floodgate_unproven and self._lost_since is not None:
+            lost, self._lost_since = self._lost_since, None
+            log.warning(
+                "database connections replaced %.1f s after the first was found closed; new ones reach %s",
+                time.monotonic() - lost,
+                server_of(conn),
+            )
         return conn
 
     def _can_reuse(self, conn: Any) -> bool:
@@ -376,7 +398,7 @@ class Pool(PooledMySQLDatabase, _MySQL):  # type: ignore[misc]  # the stubs diff
         conn.floodgate_pending = []
         with _DRIVER_ERRORS:
             conn.connect()
-        log.info("database connection made again")
+        log.warning("a database connection found dead was made again; it reaches %s", server_of(conn))
 
     def _send(self, statements: list[Statement]) -> Any:
         """Run `statements` in one round trip; the cursor of the last. The first that fails
