@@ -43,10 +43,9 @@ if __name__ == "__main__":  # run as a script (a child): bench/ itself off the p
     if "--child" not in sys.argv:
         sys.path.insert(0, str(ROOT))
 
-from bench import stack as stack_mod
-from bench.common import OUT, machine_info, quick, write_json, write_md
-from bench.stack import log
-from testkit.servers import venv_bin
+# Nothing of bench/ or testkit/ at the top: a child imports them from its arm's worktree, which
+# may predate any name imported here (a child of c94b12a failed on `bench.stack.log`). The parent
+# imports what it needs where it needs it; a child uses only webhooks/ and testkit/payments.py.
 
 STDLIB = os.path.dirname(os.__file__) + "/"
 
@@ -91,7 +90,7 @@ def _sell_to(app, network: list) -> None:
     """bench/stack.py's network (the admin PUTs of its publisher and buyer), set up through the
     admin API in process; returns once a lead is sold (the app has read it). The parent passes
     the PUTs: a child's bench/ is its arm's worktree, which may predate stack.network."""
-    client, admin = app.test_client(), {"Authorization": f"Bearer {stack_mod.ADMIN}"}
+    client, admin = app.test_client(), {"Authorization": f"Bearer {os.environ['ADMIN_TOKEN']}"}
     for path, body in network:
         answer = client.put(path, headers=admin, json=body)
         if answer.status_code >= 300:
@@ -160,7 +159,8 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
         """What the app answered these requests: their "status"."""
         return Counter(json.loads(b"".join(answer(environ, raw)))["status"] for environ, raw in requests)
 
-    send(batch(quick(300, 10)))  # warm-up
+    quick = os.environ.get("FG_BENCH_QUICK") == "1"  # bench.common.quick's test, which a child lacks
+    send(batch(10 if quick else 300))  # warm-up
     cpu_us = []
     for _ in range(batches):
         requests = batch(deliveries)
@@ -176,7 +176,7 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
     for (filename, _line, _name), (_cc, ncalls, *_rest) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
         calls[package(filename)] += ncalls
     wanted = "sold" if path == "leads" else "credited"
-    checked = outcomes(batch(quick(100, 10)))  # after the timed batches: what they were answered too
+    checked = outcomes(batch(10 if quick else 100))  # after the timed batches: what they were answered too
     if set(statuses) != {"200 OK"} or set(checked) != {wanted}:
         raise SystemExit(f"not every request was {wanted}: {dict(statuses)}, {dict(checked)}")
     return {
@@ -189,12 +189,13 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
 
 def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments") -> dict:
     """A child process measuring `code` on its own Redis and database (and buyer stub)."""
-    from bench.stack import network  # in the parent (the working tree's bench/), see _sell_to
+    from bench import stack as stack_mod  # in the parent (the working tree's bench/), see _sell_to
+    from testkit.servers import venv_bin
 
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
         base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": "0"}, mysql_only=True, code=code)
-        buyer = ["--network", json.dumps(network(base.buyer_stub(es)[1]))] if path == "leads" else []
+        buyer = ["--network", json.dumps(stack_mod.network(base.buyer_stub(es)[1]))] if path == "leads" else []
         # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
         # from before bench/calls.py existed can be measured too.
         out = subprocess.run(
@@ -264,8 +265,8 @@ def main() -> int:
         os.environ.update(SECRETS)
         print(json.dumps(child(args.deliveries, args.batches, args.path, json.loads(args.network or "[]"))))
         return 0
-    # Here, not at the top: a child imports bench/ from its arm's worktree, which may predate these
-    from bench.common import head_rev, worktrees
+    from bench.common import OUT, head_rev, machine_info, worktrees, write_json, write_md
+    from bench.stack import log
 
     revs = {"head": head_rev()}
     if args.base_rev:
