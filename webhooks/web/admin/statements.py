@@ -3,7 +3,6 @@ a publisher's payouts (docs/api.md "Sales", "Payout holds")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 from flask import Blueprint, Response, stream_with_context
@@ -12,7 +11,7 @@ from flask.typing import ResponseReturnValue
 from webhooks.billing import statement
 from webhooks.errors import ValidationError
 from webhooks.leads.accounting import payout_statement
-from webhooks.web.http import query_arg
+from webhooks.web.http import csv_response, query_arg
 
 bp = Blueprint("statements", __name__)
 
@@ -48,12 +47,3 @@ def _format() -> str:
     if shape not in ("json", "csv"):
         raise ValidationError("invalid_query", "format", "must be json or csv")
     return shape
-
-
-def csv_response(rows: Iterator[str], name: str) -> Response:
-    """A streamed CSV download (never cached: it holds the ledger's figures)."""
-    return Response(
-        stream_with_context(rows),
-        mimetype="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
-    )

@@ -18,7 +18,7 @@ from webhooks.leads.accounting import payout_statement
 from webhooks.leads.rules import publisher_service, publishers
 from webhooks.leads.rules.publishers import MODES, PUBLISHER_CAPS, ROUTING_MODES
 from webhooks.storage.records.models import Publisher
-from webhooks.web.admin.statements import csv_response
+from webhooks.web.http import csv_response
 from webhooks.web.listing import page_of
 from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
