@@ -356,3 +356,30 @@ def test_a_statement_read_a_page_at_a_time_is_the_same(api, app, buyer_server, m
         ("p4", "payable"),
     ]
     _check(api, "surge", ("2026-07",))
+
+
+def test_a_routed_sale_is_held_and_the_periodic_job_releases_it(api, buyer_server, worker, monkeypatch, database_down):
+    """A lead sold to an HTTP buyer and settled by the worker: its payout held for the
+    publisher's 7 days; the scheduled job, with the database down, fails quietly and leaves it
+    held; up again, at the hold's end, releases it."""
+    from workers import payouts as job
+    from workers.schedule import PERIODIC
+
+    assert "workers.payouts.release_payouts" in {d["func"] for d in PERIODIC}
+    _setup(api, buyer_server, surge=7)
+    key = "pk_test_surge_0123456789"
+    assert api.post_lead(key, {"lead_id": "routed"}).json()["status"] == "sold"
+    api.wait_settled("routed", "surge")
+    shown = api.get("/v1/admin/publishers/surge").json()
+    assert (shown["held"], shown["payable"]) == ("2.00", "0.00")
+    with db.connection_context():
+        sale = Sale.get(Sale.lead_id == "routed")
+    end = sale.payable_at.replace(tzinfo=UTC)
+    assert end == sale.sold_at.replace(tzinfo=UTC) + timedelta(days=7)
+    monkeypatch.setattr(job, "backends", lambda: None)
+    with database_down():
+        assert job.release_payouts(end) == 0  # no exception for RQ; left for the next run
+    assert job.release_payouts(end - timedelta(microseconds=1)) == 0
+    assert job.release_payouts(end) == 1
+    shown = api.get("/v1/admin/publishers/surge").json()
+    assert (shown["held"], shown["payable"]) == ("0.00", "2.00")
