@@ -68,7 +68,7 @@ def _line(row: tuple[Any, ...], kind: str | None) -> Line:
         kind=kind or _KIND[PayoutState(state)],
         lead_id=lead_id,
         buyer_id=buyer_id,
-        amount=-amount if kind == ADJUSTMENT else amount,
+        amount=Decimal(0) - amount if kind == ADJUSTMENT else amount,  # never "-0.00"
         payable_at=payable_at,
         order=int(pk),
     )
@@ -181,7 +181,7 @@ def summary(publisher_id: str, period: Month, last: int) -> dict[str, Any]:
         .where(_adjusted(publisher_id), Sale.returned_at >= period.start, Sale.returned_at < period.end)
         .scalar()
     )
-    totals.add(ADJUSTMENT, -Decimal(adjusted or 0))
+    totals.add(ADJUSTMENT, Decimal(0) - Decimal(adjusted or 0))
     newest = sorted(_newest(publisher_id, period, last), key=lambda line: (line.at, line.order), reverse=True)[:last]
     return {
         "month": period.label,
