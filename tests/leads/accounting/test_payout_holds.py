@@ -239,8 +239,9 @@ def test_a_return_while_held_cancels_and_one_after_is_an_adjustment_of_its_month
 
 @pytest.mark.parametrize("offset_us", [-1, 0])
 def test_returns_and_approvals_racing_the_release_have_one_effect(api, app, buyer_server, offset_us):
-    """Ten sales whose hold ends now: a release at the hold's end and returns (five at once,
-    five approvals of manual returns) just before it (-1 µs) or at it (0), all at once. Each
+    """Ten sales whose hold ends now: two releases at the hold's end (two runs of the job, two
+    sales a transaction) and returns (five at once, five approvals of manual returns) just
+    before it (-1 µs) or at it (0), all at once. Each
     sale is either cancelled (never payable: no adjustment) or payable and adjusted, never both
     or neither, and the publisher's sums and statement say the same."""
     _setup(api, buyer_server, surge=7)
@@ -256,19 +257,19 @@ def test_returns_and_approvals_racing_the_release_have_one_effect(api, app, buye
     api.settle_config()
     end = sold_at + timedelta(days=7)
     at = end + timedelta(microseconds=offset_us)
-    start = threading.Barrier(11)
+    start = threading.Barrier(12)
 
     def act(i: int):
         start.wait()
         with db.connection_context():
-            if i == 10:
-                return payouts.release(end.replace(tzinfo=None))
+            if i >= 10:
+                return payouts.release(end.replace(tzinfo=None), batch=2)
             if i < 5:
                 return returns.decide(store, pending[i], approve=True, now=at)
             return returns.request_return(store, f"r{i}", "surge", None, now=at)
 
-    with ThreadPoolExecutor(11) as pool:
-        list(pool.map(act, range(11)))
+    with ThreadPoolExecutor(12) as pool:
+        list(pool.map(act, range(12)))
     states = [_state("surge", f"r{i}") for i in range(10)]
     assert {status for status, _ in states} == {SaleStatus.RETURNED}
     if offset_us == 0:  # returned at the hold's end: payable then, an adjustment whoever went first
