@@ -37,6 +37,7 @@ PERIODIC = [
         "description": "finish leads no retry came for",
     },
     {"func": "workers.retention.purge_bodies", "interval": 3600, "description": "empty lead bodies past retention"},
+    {"func": "workers.payouts.release_payouts", "interval": 60, "description": "release payouts whose hold is over"},
 ]
 
 

@@ -105,25 +105,27 @@ class Line:
 def lines(wallet: BilledWallet, period: Month) -> Iterator[list[Line]]:
     """The month's rows in (at, id) order, a page at a time."""
     mine = (WalletEntry.customer == wallet.account) & (WalletEntry.currency == wallet.currency)
+    query = WalletEntry.select(
+        WalletEntry.id, WalletEntry.at, WalletEntry.kind, WalletEntry.amount_minor, WalletEntry.reference
+    ).where(mine)
+    for rows in pages(query, WalletEntry.at, WalletEntry.id, period):
+        yield [Line(utc(row[1]), _SHOWN.get(row[2], row[2]), int(row[3]), str(row[4])) for row in rows]
+
+
+def pages(query: Any, at: Any, pk: Any, period: Month) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of `query` (selecting `pk` then `at` first) whose `at` falls in the month, in
+    (at, pk) order, PAGE at a time by keyset: each page one indexed range read."""
     after: tuple[datetime, int] | None = None
     while True:
         if after is None:
-            since = WalletEntry.at >= period.start
+            since = at >= period.start
         else:
-            at, pk = after
-            since = (WalletEntry.at >= at) & ((WalletEntry.at > at) | (WalletEntry.id > pk))
-        query = (
-            WalletEntry.select(
-                WalletEntry.id, WalletEntry.at, WalletEntry.kind, WalletEntry.amount_minor, WalletEntry.reference
-            )
-            .where(mine & since & (WalletEntry.at < period.end))
-            .order_by(WalletEntry.at, WalletEntry.id)
-            .limit(PAGE)
-            .tuples()
-        )
-        rows = list(cast("Iterable[tuple[int, datetime, str, int, str]]", query))
+            last_at, last_pk = after
+            since = (at >= last_at) & ((at > last_at) | (pk > last_pk))
+        page = query.where(since & (at < period.end)).order_by(at, pk).limit(PAGE).tuples()
+        rows = list(cast("Iterable[tuple[Any, ...]]", page))
         if rows:
-            yield [Line(_utc(row[1]), _SHOWN.get(row[2], row[2]), int(row[3]), str(row[4])) for row in rows]
+            yield rows
         if len(rows) < PAGE:
             return
         after = (rows[-1][1], int(rows[-1][0]))
@@ -186,14 +188,15 @@ def as_json(wallet: BilledWallet, period: Month, opening_minor: int) -> Iterator
 def as_csv(wallet: BilledWallet, period: Month) -> Iterator[str]:
     """The month's lines as CSV (csvsafe: amounts as numbers, text escaped against formulas),
     a header line first, a page at a time."""
-    yield _csv_rows([CSV_COLUMNS])
+    yield csv_rows([CSV_COLUMNS])
     for page in lines(wallet, period):
-        yield _csv_rows(
-            [_iso(line.at), line.kind, money.major(line.amount_minor, wallet.currency), line.reference] for line in page
+        yield csv_rows(
+            [iso(line.at), line.kind, money.major(line.amount_minor, wallet.currency), line.reference] for line in page
         )
 
 
-def _csv_rows(rows: Any) -> str:
+def csv_rows(rows: Any) -> str:
+    """Rows as CSV lines, every cell through csvsafe (numbers as numbers, text escaped)."""
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows([csvsafe.cell(value) for value in row] for row in rows)
     return out.getvalue()
@@ -201,18 +204,18 @@ def _csv_rows(rows: Any) -> str:
 
 def _line_json(line: Line, currency: str) -> dict[str, str]:
     return {
-        "at": _iso(line.at),
+        "at": iso(line.at),
         "kind": line.kind,
         "amount": money.text(line.amount_minor, currency),
         "reference": line.reference,
     }
 
 
-def _utc(at: datetime) -> datetime:
+def utc(at: datetime) -> datetime:
     return at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo is not None else at
 
 
-def _iso(at: datetime) -> str:
+def iso(at: datetime) -> str:
     return at.isoformat(timespec="microseconds") + "Z"
 
 
@@ -238,7 +241,7 @@ def summary(wallet: BilledWallet, period: Month, last: int) -> dict[str, Any]:
         .limit(last)
         .tuples(),
     )
-    shown = [Line(_utc(at), _SHOWN.get(kind, kind), int(amount), str(ref)) for at, kind, amount, ref in newest]
+    shown = [Line(utc(at), _SHOWN.get(kind, kind), int(amount), str(ref)) for at, kind, amount, ref in newest]
     return {
         "month": period.label,
         "currency": wallet.currency,

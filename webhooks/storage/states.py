@@ -91,6 +91,15 @@ class SaleStatus(StrEnum):
     RETURNED = "returned"
 
 
+class PayoutState(StrEnum):
+    """Where a sale's payout to its publisher stands (sql/024): held until its hold ends, then
+    payable (in the publisher's balance); cancelled when the sale was returned while held."""
+
+    HELD = "held"
+    PAYABLE = "payable"
+    CANCELLED = "cancelled"
+
+
 class ReturnStatus(StrEnum):
     """A return's status: pending review, approved (its effects done), rejected."""
 

@@ -6,10 +6,10 @@ import io
 import logging
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, jsonify, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
@@ -128,6 +128,15 @@ def query_arg(name: str) -> str | None:
     """`?name=` as sent; None when it is absent or empty. An empty field is no filter: a form
     sends its fields left empty as `name=`, and docs/api.md writes the lists' URLs so."""
     return request.args.get(name) or None
+
+
+def csv_response(rows: Iterator[str], name: str) -> Response:
+    """A streamed CSV download named `name` (never cached: it holds the ledger's figures)."""
+    return Response(
+        stream_with_context(rows),
+        mimetype="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+    )
 
 
 def json_body() -> object:

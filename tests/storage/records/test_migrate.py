@@ -416,3 +416,60 @@ def test_022_makes_one_sale_of_every_lead_sold_or_returned_before_it(ledger_at_0
         models.Sale.insert(
             publisher_id="surge", lead_id="s1", buyer_id="acme", price="1.00", status="sold", sold_at=sold_at
         ).execute()
+
+
+@pytest.fixture
+def ledger_at_023(tmp_path, database_url):
+    """A new MySQL/MariaDB database at the schema of sql/001..023: the release before payout
+    holds (sql/024). On SQLite, upgrade() adds the columns the models gained (their defaults:
+    no hold, payable), as it does for every migration."""
+    admin = mysql_admin_url()
+    if not admin:
+        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
+    url, drop = create_mysql_db(admin)
+    session, database = db.obj, make_database(url, pool_size=2)
+    db.initialize(database)
+    try:
+        with db.connection_context():
+            before = [p for p in migration_files() if p.name < "024"]
+            db.execute_sql(_MIGRATIONS_DDL)
+            for path in before:
+                for statement in split_statements(path.read_text()):
+                    db.execute_sql(statement)
+            for path in before:
+                models.SchemaMigration.insert(version=path.name.split("_", 1)[0]).execute()
+        yield
+    finally:
+        database.close_all()
+        db.initialize(session)
+        drop()
+
+
+def test_024_makes_every_sale_before_it_payable_and_holds_nothing(ledger_at_023):
+    """A publisher and its sales as the release before wrote them (every payout credited to the
+    balance at sale, a return's taken back): after upgrade() the publisher holds nothing for
+    0 days, every sale is payable with no hold's end, and a returned one is an adjustment."""
+    sold_at = datetime(2026, 11, 30, 10, 0, 0, 123456)
+    with db.connection_context():
+        db.execute_sql(
+            "INSERT INTO publishers (id, name, api_key_hash, api_key_hint, commission_pct, active, balance,"
+            " created_at, updated_at, routing, mode) VALUES ('surge', 'Surge', 'h', 'hint', 10, 1, 2.00,"
+            " '2026-11-01', '2026-11-01', 'waterfall', 'live')"
+        )
+        for lead_id, status, returned_at in (("s1", "sold", None), ("r1", "returned", "2026-12-01 09:00:00")):
+            db.execute_sql(
+                "INSERT INTO sales (publisher_id, lead_id, buyer_id, price, payout, status, sold_at, returned_at)"
+                " VALUES ('surge', %s, 'acme', 20.00, 2.00, %s, %s, %s)",
+                (lead_id, status, sold_at, returned_at),
+            )
+    assert "024" in upgrade(echo=lambda _m: None)
+    with db.connection_context():
+        publisher = models.Publisher.get_by_id("surge")
+        assert (publisher.payout_hold_days, f"{publisher.payout_held:.2f}", f"{publisher.balance:.2f}") == (
+            0,
+            "0.00",
+            "2.00",
+        )
+        sales = {s.lead_id: (s.status, s.payout_state, s.payable_at) for s in models.Sale.select()}
+    assert sales == {"s1": ("sold", "payable", None), "r1": ("returned", "payable", None)}
+    assert upgrade(echo=lambda _m: None) == []  # once

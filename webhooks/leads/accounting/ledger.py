@@ -18,6 +18,7 @@ from webhooks.billing.charges import Charged
 from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.errors import Unavailable
 from webhooks.events import outbox
+from webhooks.leads.accounting import payouts
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
 from webhooks.leads.posting.delivery import UNKNOWN
@@ -27,7 +28,7 @@ from webhooks.storage.live.batch import Client
 from webhooks.storage.live.redis import Store
 from webhooks.storage.records import audit, fastsql
 from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db, retried
-from webhooks.storage.records.models import Buyer, Lead, LeadAttempt, LeadReturn, Publisher, Sale, utcnow
+from webhooks.storage.records.models import Buyer, Lead, LeadAttempt, LeadReturn, Sale, utcnow
 from webhooks.storage.states import TEST_STATUSES, LeadStatus, SaleStatus
 
 log = logging.getLogger(__name__)
@@ -61,30 +62,40 @@ def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
     }
 
 
-def _sale_rows(items: Iterable[SettlementItem]) -> list[dict[str, Any]]:
-    """The sales of settled leads: one per sold lead today (a test lead's is never a sale)."""
-    return [
-        {
-            "publisher_id": i.publisher_id,
-            "lead_id": i.lead_id,
-            "buyer_id": i.buyer_id,
-            "price": i.price,
-            "payout": i.payout,
-            "status": SaleStatus.SOLD,
-            "sold_at": _naive_utc(i.sold_at or i.received_at),
-            "lease_id": i.lease[1] if i.lease else None,
-            "reserved_us": i.reserved_us,
-            "charge_account": i.charge[0] if i.charge else None,
-            "charge_minor": i.charge[1] if i.charge else None,
-        }
-        for i in items
-        if i.status == LeadStatus.SOLD and i.buyer_id is not None
-    ]
+def _sale_rows(items: Iterable[SettlementItem], holds: dict[str, int]) -> list[dict[str, Any]]:
+    """The sales of settled leads: one per sold lead today (a test lead's is never a sale), each
+    payout held for its publisher's `holds` days (payouts.hold_days)."""
+    rows = []
+    for i in items:
+        if i.status != LeadStatus.SOLD or i.buyer_id is None:
+            continue
+        sold_at = _naive_utc(i.sold_at or i.received_at)
+        assert sold_at is not None  # received_at is always set
+        state, payable_at = payouts.new_state(holds.get(i.publisher_id, 0), sold_at)
+        rows.append(
+            {
+                "publisher_id": i.publisher_id,
+                "lead_id": i.lead_id,
+                "buyer_id": i.buyer_id,
+                "price": i.price,
+                "payout": i.payout,
+                "status": SaleStatus.SOLD,
+                "sold_at": sold_at,
+                "lease_id": i.lease[1] if i.lease else None,
+                "reserved_us": i.reserved_us,
+                "charge_account": i.charge[0] if i.charge else None,
+                "charge_minor": i.charge[1] if i.charge else None,
+                "payout_state": state,
+                "payable_at": payable_at,
+            }
+        )
+    return rows
 
 
-def _write_extras(new: list[SettlementItem], now: datetime) -> None:
+def _write_extras(new: list[SettlementItem], now: datetime, holds: dict[str, int]) -> None:
     """Attempts, payout, report, event and audit rows of leads whose row was just inserted:
-    a sale's `lead.sold` event is written with it (none for a test lead: never a sale)."""
+    a sale's `lead.sold` event is written with it (none for a test lead: never a sale). Its
+    payout goes to the publisher's balance, or to its held sum under a hold (`holds`)."""
     attempts = [
         {
             "publisher_id": i.publisher_id,
@@ -100,13 +111,15 @@ def _write_extras(new: list[SettlementItem], now: datetime) -> None:
     ]
     if attempts:
         fastsql.insert_many(LeadAttempt, attempts)
-    payouts: dict[str, Decimal] = {}
+    earned: dict[str, Decimal] = {}
     for i in new:
-        if i.payout:
-            payouts[i.publisher_id] = payouts.get(i.publisher_id, Decimal(0)) + Decimal(i.payout)
-    for publisher_id, amount in payouts.items():
-        if amount > 0:
-            Publisher.update(balance=Publisher.balance + amount).where(Publisher.id == publisher_id).execute()
+        if i.payout and i.status == LeadStatus.SOLD:
+            earned[i.publisher_id] = earned.get(i.publisher_id, Decimal(0)) + Decimal(i.payout)
+    for publisher_id, amount in sorted(earned.items()):
+        if amount > 0 and holds.get(publisher_id, 0) > 0:
+            payouts.credit(publisher_id, held=amount)
+        elif amount > 0:
+            payouts.credit(publisher_id, payable=amount)
     count_settled(new)
     charges.debit_sales(
         [(Charged(*i.charge), f"{i.publisher_id}:{i.lead_id}") for i in new if i.charge and i.status == "sold"], now
@@ -154,13 +167,14 @@ def settle(items: Iterable[SettlementItem]) -> int:
 
 
 def _settle(unique: list[SettlementItem], now: datetime) -> int:
+    holds = payouts.hold_days(i.publisher_id for i in unique if i.status == LeadStatus.SOLD)
     try:
         with db.atomic():
             fastsql.insert_many(Lead, [_lead_row(i, now) for i in unique])
-            sales = _sale_rows(unique)
+            sales = _sale_rows(unique, holds)
             if sales:
                 fastsql.insert_many(Sale, sales)
-            _write_extras(unique, now)
+            _write_extras(unique, now, holds)
         return len(unique)
     except pw.IntegrityError:
         pass  # some were settled before (a job run again): decide one by one
@@ -170,9 +184,9 @@ def _settle(unique: list[SettlementItem], now: datetime) -> int:
             query = Lead.insert(**_lead_row(item, now)).on_conflict_ignore()
             if db.execute(query).rowcount == 1:
                 written += 1
-                for sale in _sale_rows([item]):
+                for sale in _sale_rows([item], holds):
                     db.execute(Sale.insert(**sale).on_conflict_ignore())
-                _write_extras([item], now)
+                _write_extras([item], now, holds)
     return written
 
 

@@ -23,13 +23,13 @@ from webhooks.caps import leases
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.events import outbox
 from webhooks.formats.validate import cents
-from webhooks.leads.accounting import reports
+from webhooks.leads.accounting import payouts, reports
 from webhooks.leads.accounting.ledger import lead_view
 from webhooks.leads.rules.buyers import BuyerRule, ReturnPolicy
 from webhooks.storage.live.redis import REDIS_DOWN, Store
 from webhooks.storage.records import audit
 from webhooks.storage.records.db import db, is_mysql, retried
-from webhooks.storage.records.models import Buyer, Lead, LeadReturn, Publisher, Sale
+from webhooks.storage.records.models import Buyer, Lead, LeadReturn, Sale
 from webhooks.storage.states import LeadStatus, ReturnStatus, SaleStatus
 
 log = logging.getLogger(__name__)
@@ -201,19 +201,21 @@ def _check_limit(buyer_id: str, policy: ReturnPolicy, now: datetime) -> None:
 def _apply(
     sale: Sale, current: SaleStatus, reason: str | None, *, now: datetime, actor: str, return_id: str
 ) -> Charged | None:
-    """The effects of a return, in the caller's transaction, once: the sale moves from `current`
-    to returned by a conditional update (a concurrent return or approval that moved it first
-    makes this one a 409), then the payout, wallet, report, lead row, event and audit row."""
+    """The effects of a return, in the caller's transaction, once: the sale (read under its row
+    lock) moves from `current` to returned by a conditional update (a concurrent return or
+    approval that moved it first makes this one a 409), then the payout (cancelled while held,
+    else taken back from the balance: payouts.on_return), wallet, report, lead row, event and
+    audit row."""
     won = (
         Sale.update(status=SaleStatus.RETURNED, returned_at=now, return_reason=reason)
-        .where(Sale.id == sale.id, Sale.status == current)
+        .where(Sale.id == sale.id, Sale.status == current, Sale.payout_state == sale.payout_state)
         .execute()
     )
     if not won:
         raise Conflict(f"lead {sale.lead_id!r} was returned already", code="already_returned")
-    if sale.payout:
-        taken_back = Publisher.update(balance=Publisher.balance - sale.payout)
-        taken_back.where(Publisher.id == sale.publisher_id).execute()
+    state = payouts.on_return(sale, now)
+    if state != sale.payout_state:
+        Sale.update(payout_state=state).where(Sale.id == sale.id).execute()
     lead = Lead.get(Lead.publisher_id == sale.publisher_id, Lead.lead_id == sale.lead_id)
     reports.count_returned(lead, price=sale.price, payout=sale.payout, buyer_id=sale.buyer_id)
     kept = Sale.select().where(

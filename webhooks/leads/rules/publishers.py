@@ -37,6 +37,7 @@ _FIELDS = {
     "caps",
     "suppress",
     "precheck",
+    "payout_hold_days",
 }
 PUBLISHER_CAPS = {"hourly": 3600, "daily": 86400}  # UTC windows, by their length in seconds
 CAP_MAX = 10**9
@@ -44,7 +45,8 @@ UNCAPPED = ("hourly", CAP_MAX + 1)  # the hourly lead counter of a publisher wit
 MODES = ("live", "test")  # test: every lead of the publisher is a test lead
 RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
-_READ_ONLY = {"id", "api_key_hint", "balance", "usage", "created_at", "updated_at"}
+_READ_ONLY = {"id", "api_key_hint", "balance", "held", "payable", "usage", "created_at", "updated_at"}
+HOLD_DAYS_MAX = 365
 
 
 def key_hash(api_key: str) -> str:
@@ -82,7 +84,16 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
         "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
         "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
         **precheck_quota.columns(precheck_quota.parse(body.get("precheck"))),
+        "payout_hold_days": _hold_days(body.get("payout_hold_days")),
     }
+
+
+def _hold_days(value: Any) -> int:
+    """`payout_hold_days`: whole days 0..HOLD_DAYS_MAX a sale's payout is held; absent or null
+    (an emptied form field too): 0, payable at once."""
+    if value is None:
+        return 0
+    return v.integer(CODE, "payout_hold_days", value, low=0, high=HOLD_DAYS_MAX)
 
 
 def _payout(value: Any) -> tuple[Decimal, Decimal | None]:
@@ -247,7 +258,12 @@ def to_json(row: Publisher) -> dict[str, Any]:
         "mode": row.mode,
         "suppress": list(suppression.stored_ids(row.suppress)),
         "precheck": precheck_quota.of_row(row).to_json(),
+        "payout_hold_days": int(row.payout_hold_days),
+        # what it is owed now (its payable payouts less the returns made after them), and apart
+        # from it the payouts still held: docs/leads.md "Payout holds"
         "balance": f"{Decimal(row.balance):.2f}",
+        "held": f"{Decimal(row.payout_held):.2f}",
+        "payable": f"{Decimal(row.balance):.2f}",
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }

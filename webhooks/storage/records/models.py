@@ -66,6 +66,10 @@ class Publisher(BaseModel):
     # `precheck` (sql/020): its pre-ping quota; NULL: the default (leads/rules/precheck_quota.py)
     precheck_per_lead = pw.IntegerField(null=True)
     precheck_daily_floor = pw.IntegerField(null=True)
+    # payout holds (sql/024): days a sale's payout is held before it is payable, and the sum of
+    # its payouts held now (`balance` is what is payable: docs/leads.md "Payout holds")
+    payout_hold_days = pw.IntegerField(default=0)
+    payout_held = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
 
     class Meta:
         table_name = "publishers"
@@ -163,12 +167,18 @@ class Sale(BaseModel):
     charge_account = pw.CharField(max_length=300, null=True)  # that wallet: "<account>|<currency>"
     lease_id = pw.CharField(max_length=32, null=True)  # the cap lease of the sale
     reserved_us = pw.BigIntegerField(null=True)  # Redis time of that lease, for reconciliation
+    # a PayoutState (sql/024); the DDL's default too, for sql/022's copy on SQLite (no hold then)
+    payout_state = pw.CharField(max_length=16, default="payable", constraints=[pw.SQL("DEFAULT 'payable'")])
+    payable_at = DateTime6Field(null=True)  # when its hold ends; NULL: sold before holds existed
 
     class Meta:
         table_name = "sales"
         indexes = (
             (("publisher_id", "lead_id", "buyer_id"), True),
             (("buyer_id", "sold_at"), False),  # a buyer's return limit over its period
+            (("payout_state", "payable_at"), False),  # the payouts whose hold is over
+            (("publisher_id", "sold_at"), False),  # a publisher's statement: its sales of a month
+            (("publisher_id", "returned_at"), False),  # and its returns of a month
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import Blueprint, Response, request, stream_with_context
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
@@ -18,6 +18,7 @@ from webhooks.errors import BadRequest, ValidationError
 from webhooks.formats.validate import is_id, merge_patch
 from webhooks.leads.rules import buyer_service, buyers
 from webhooks.storage.records.models import Buyer
+from webhooks.web.http import csv_response
 from webhooks.web.listing import page_of
 from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
@@ -181,9 +182,4 @@ def buyer_statement_csv(buyer_id: str) -> ResponseReturnValue:
     the console's cookie has not)."""
     period = statement.month(_month(), datetime.now(timezone.utc).date())
     wallet = statement.billed_wallet(buyer_id)
-    name = f"statement-{buyer_id}-{period.label}.csv"
-    return Response(
-        stream_with_context(statement.as_csv(wallet, period)),
-        mimetype="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
-    )
+    return csv_response(statement.as_csv(wallet, period), f"statement-{buyer_id}-{period.label}.csv")

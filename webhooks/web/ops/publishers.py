@@ -6,6 +6,7 @@ key, cap use, its audit log). Every change goes through the admin API's own serv
 from __future__ import annotations
 
 import secrets
+from datetime import datetime, timezone
 
 from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
@@ -13,9 +14,11 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import BadRequest, ValidationError
 from webhooks.formats.validate import is_id, merge_patch
+from webhooks.leads.accounting import payout_statement
 from webhooks.leads.rules import publisher_service, publishers
 from webhooks.leads.rules.publishers import MODES, PUBLISHER_CAPS, ROUTING_MODES
 from webhooks.storage.records.models import Publisher
+from webhooks.web.http import csv_response
 from webhooks.web.listing import page_of
 from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
@@ -24,6 +27,7 @@ from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, SECRET, SELECT,
 bp = Blueprint("publishers", __name__)
 
 SECTION = "ops.publishers.publishers"
+STATEMENT_LINES = 50  # the newest lines of the month the page shows; the CSV has them all
 
 FIELDS = (
     Field("name", "Name", required=True),
@@ -31,6 +35,7 @@ FIELDS = (
     Field("payout.type", "Payout", SELECT, choices=("percent", "fixed")),
     Field("payout.pct", "Payout percent", hint="of the sale price, for a percent payout"),
     Field("payout.amount", "Payout amount", hint="per sold lead, for a fixed payout"),
+    Field("payout_hold_days", "Payout hold (days)", NUMBER, hint="a sale's payout is held this long; empty: 0"),
     Field("active", "Active", CHECKBOX, hint="its leads are taken; untick to pause"),
     Field("routing", "Routing", SELECT, choices=ROUTING_MODES),
     Field("mode", "Mode", SELECT, choices=MODES, hint="test: every lead is a test lead, nothing sold"),
@@ -101,11 +106,23 @@ def _publisher_page(
     row: Publisher, values: dict[str, str] | None, errors: dict[str, str], status: int, api_key: str | None = None
 ) -> ResponseReturnValue:
     shown = publisher_service.shown(services.current().store, [row])[0]
+    today = datetime.now(timezone.utc).date()
+    month_error = None
+    try:
+        statement = payout_statement.summary(
+            row.id, payout_statement.month(request.args.get("month"), today), STATEMENT_LINES
+        )
+    except ValidationError as exc:  # a month it cannot show: this month's, and why not that one
+        statement = payout_statement.summary(row.id, payout_statement.month(None, today), STATEMENT_LINES)
+        month_error, status = str(exc), 400
     return page(
         "publisher.html",
         SECTION,
         status,
         publisher=shown,
+        statement=statement,
+        month_error=month_error,
+        month_typed=request.args.get("month", "") if month_error else "",
         fields=FIELDS,
         values=forms.shown(FIELDS, shown) if values is None else values,
         errors=errors,
@@ -148,3 +165,12 @@ def publisher_pause(publisher_id: str) -> ResponseReturnValue:
 def publisher_resume(publisher_id: str) -> ResponseReturnValue:
     publisher_service.patch(services.current().store, publisher_service.existing(publisher_id), {"active": True})
     return done("ops.publishers.publisher", "resumed", publisher_id=publisher_id)
+
+
+@bp.get("/ops/publishers/<id:publisher_id>/statement.csv")
+def publisher_statement_csv(publisher_id: str) -> ResponseReturnValue:
+    """The month's payout statement as CSV, as the admin API's (whose bearer token a browser
+    under the console's cookie has not)."""
+    period = payout_statement.month(request.args.get("month"), datetime.now(timezone.utc).date())
+    publisher_id = payout_statement.publisher_id_of(publisher_id)
+    return csv_response(payout_statement.as_csv(publisher_id, period), f"payouts-{publisher_id}-{period.label}.csv")
