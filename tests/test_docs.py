@@ -30,9 +30,6 @@ OTHER_PARTIES = ("Provider reconciliation",)
 # In the contract, not built yet: no view serves them and openapi.yaml does not describe them.
 # Issue #62's later slices (docs/leads.md "Sales and returns"): buyer keys, payout holds.
 NOT_BUILT: set[str] = {
-    "POST /v1/admin/buyers/{}/api-key",
-    "POST /v1/buyer/returns",
-    "GET /v1/buyer/leads",
     "GET /v1/admin/publishers/{}/statement",
 }
 
