@@ -210,6 +210,7 @@ def test_live_app_honours_its_description(case, web, configured, buyer_server, r
     # ignored_auth probes each operation with wrong tokens from the address of the other calls:
     # each example starts with that address' tries of the admin token (webhooks/web/logins.py)
     redis_server.delete_keys(keys.ops_login_failures("*"))
+    redis_server.delete_keys(keys.buyer_key_failures("*"))  # and of buyer keys, on /v1/buyer/*
     path = case.operation.path
     if path.startswith(("/v1/admin", "/ops")):
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
