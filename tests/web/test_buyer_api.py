@@ -15,11 +15,11 @@ from decimal import Decimal
 import pytest
 
 from webhooks.caps import leases
-from webhooks.leads.accounting import ledger
+from webhooks.leads.accounting import buyer_sales, ledger
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
-from webhooks.storage.records.db import db
+from webhooks.storage.records.db import db, is_mysql
 from webhooks.storage.records.models import AuditLog, Buyer, Event, LeadReturn, Publisher, Sale
 
 
@@ -379,3 +379,42 @@ def test_a_buyer_of_the_longest_id_is_named_whole_in_the_audit(api, buyer_server
     with db.connection_context():
         assert LeadReturn.get(LeadReturn.lead_id == "l1").actor == f"buyer:{long_id}"
         assert AuditLog.get(AuditLog.action == "lead.returned").actor == f"buyer:{long_id}"
+
+
+def _rows_read() -> int:
+    reads = db.execute_sql("SHOW SESSION STATUS LIKE %s", ("Handler_read%",)).fetchall()
+    return sum(int(n) for _, n in reads)
+
+
+@pytest.mark.parametrize("status", [None, "returned"])
+def test_a_deep_page_of_a_big_buyers_list_reads_about_a_page_of_rows(database_url, status):
+    """A page reads its rows from the cursor on, by one index, however many sales the buyer has
+    (docs/buyers.md "The buyer API"): not every sale of the buyer."""
+    if not is_mysql():
+        pytest.skip("counts MariaDB's handler reads")
+    t0 = datetime(2026, 11, 1)
+    with db.connection_context():
+        rows = [
+            {
+                "publisher_id": "p",
+                "lead_id": f"l{i}",
+                "buyer_id": "big",
+                "price": Decimal("1.00"),
+                "status": "returned" if i % 2 else "sold",
+                "sold_at": t0 + timedelta(seconds=i),
+            }
+            for i in range(4000)
+        ]
+        for chunk in range(0, len(rows), 1000):
+            Sale.insert_many(rows[chunk : chunk + 1000]).execute()
+        db.execute_sql("ANALYZE TABLE sales")
+        query = buyer_sales.SaleQuery(buyer_id="big", status=status)
+        first = buyer_sales.page(query, limit=50)
+        middle = buyer_sales.page(query, limit=50, cursor=first.next_cursor)
+        for _ in range(20):
+            middle = buyer_sales.page(query, limit=50, cursor=middle.next_cursor)
+        before = _rows_read()
+        deep = buyer_sales.page(query, limit=50, cursor=middle.next_cursor)
+        read = _rows_read() - before
+    assert len(deep.items) == 50 and deep.items[0]["sold_at"] < middle.items[-1]["sold_at"]
+    assert read < 400, read  # a page and its returns; the buyer has 4,000 sales

@@ -69,8 +69,12 @@ def _last_returns(sale_ids: list[int]) -> dict[int, str]:
 
 def page(query: SaleQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Page:
     """A page of the buyer's sales, newest first (sold_at, then id), each as `view` shows it;
-    search.BadCursor for a cursor not ours. The buyer's index (buyer_id, sold_at; InnoDB adds
-    the id) is read from the cursor on, however deep the page."""
+    search.BadCursor for a cursor not ours.
+
+    The page's ids first, from one index alone: (buyer_id, sold_at), or (buyer_id, status,
+    sold_at) with a status (sql/023; InnoDB adds the id to both), read from the cursor on. Asked
+    for whole rows, MariaDB reads every sale of the buyer instead (`ref` on buyer_id: 121 ms
+    for a mid-list page of a buyer of 150,000 sales, against 1.3 ms this way)."""
     conds: list[pw.Expression] = [Sale.buyer_id == query.buyer_id]
     if query.status is not None:
         conds.append(Sale.status == query.status)
@@ -80,10 +84,14 @@ def page(query: SaleQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None = N
         at, row_id = time_key(cursor)
         conds.append(Sale.sold_at <= at)
         conds.append((Sale.sold_at < at) | (Sale.id < row_id))
-    rows = list(Sale.select().where(*conds).order_by(Sale.sold_at.desc(), Sale.id.desc()).limit(limit + 1))
-    shown = rows[:limit]
-    returns = _last_returns([s.id for s in shown])
-    last = rows[limit - 1] if len(rows) > limit else None
+    keys = list(
+        Sale.select(Sale.id, Sale.sold_at).where(*conds).order_by(Sale.sold_at.desc(), Sale.id.desc()).limit(limit + 1)
+    )
+    ids = [k.id for k in keys[:limit]]
+    rows = {s.id: s for s in Sale.select().where(Sale.id.in_(ids))} if ids else {}
+    shown = [rows[i] for i in ids]  # a sale is never deleted
+    returns = _last_returns(ids)
+    last = keys[limit - 1] if len(keys) > limit else None
     next_cursor = None if last is None else encode_cursor([last.sold_at.isoformat(), last.id])
     return Page([view(s, returns.get(s.id)) for s in shown], next_cursor)
 

@@ -171,6 +171,7 @@ class Sale(BaseModel):
         indexes = (
             (("publisher_id", "lead_id", "buyer_id"), True),
             (("buyer_id", "sold_at"), False),  # a buyer's return limit over its period
+            (("buyer_id", "status", "sold_at"), False),  # a buyer's list by status (sql/023)
         )
 
 
