@@ -418,3 +418,30 @@ def test_a_deep_page_of_a_big_buyers_list_reads_about_a_page_of_rows(database_ur
         read = _rows_read() - before
     assert len(deep.items) == 50 and deep.items[0]["sold_at"] < middle.items[-1]["sold_at"]
     assert read < 400, read  # a page and its returns; the buyer has 4,000 sales
+
+
+def test_under_gunicorn_a_buyer_lists_and_returns_its_routed_lead_and_a_rotated_key_stops(
+    web_api, buyer_server, worker
+):
+    """The whole way over HTTP: a lead routed and settled, the buyer's key issued, its sale listed
+    and returned with it, the key rotated and the old one refused by every web process."""
+    api = web_api
+    buyer_server.add("acme")
+    key = api.put_publisher("surge", commission_pct="10")
+    api.put_buyer("acme", buyer_server.url("acme"), price="20.00")
+    api.settle_config()
+    assert api.post_lead(key, {"lead_id": "http-1"}).json()["status"] == "sold"
+    api.wait_settled("http-1", "surge")
+    old = _key(api, "acme")
+    [item] = _leads(api, old).json()["items"]
+    assert (item["lead_id"], item["publisher_id"], item["price"], item["status"]) == (
+        "http-1",
+        "surge",
+        "20.00",
+        "sold",
+    )
+    new = _key(api, "acme")
+    assert [_leads(api, old).status_code for _ in range(4)] == [401] * 4  # whichever worker answers
+    done = _return(api, new, {"lead_id": "http-1", "publisher_id": "surge", "reason": "bad phone"})
+    assert done.status_code == 200 and done.json()["status"] == "returned", done.text
+    assert api.get("/v1/admin/leads/http-1?publisher_id=surge").json()["status"] == "returned"
