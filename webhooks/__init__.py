@@ -28,11 +28,12 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     http.init_app(app)
 
     from webhooks.web.admin import bp as admin_bp
+    from webhooks.web.buyer_api import bp as buyer_bp
     from webhooks.web.leads import bp as leads_bp
     from webhooks.web.ops import bp as ops_bp
     from webhooks.web.payments import bp as payments_bp
 
-    for bp in (ops_bp, admin_bp, leads_bp, payments_bp):
+    for bp in (ops_bp, admin_bp, leads_bp, payments_bp, buyer_bp):
         app.register_blueprint(bp)
 
     from webhooks.cli import init_app as init_cli

@@ -162,12 +162,12 @@ class RateLimited(FloodgateError):
 
 
 class TooManyAttempts(FloodgateError):
-    """429: this client address used up its tries of the admin token (webhooks/web/logins.py);
-    `retry_after_s` is when its window ends."""
+    """429: this client address used up its tries of the admin token or of buyer API keys
+    (webhooks/web/logins.py); `retry_after_s` is when its window ends."""
 
     status = 429
     code = "too_many_attempts"
 
-    def __init__(self, retry_after_s: int) -> None:
-        super().__init__("too many wrong admin tokens from this address: wait and retry")
+    def __init__(self, retry_after_s: int, what: str = "admin tokens") -> None:
+        super().__init__(f"too many wrong {what} from this address: wait and retry")
         self.retry_after_s = max(1, retry_after_s)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+from datetime import datetime, timezone
+from decimal import Decimal
 
 import pytest
 import requests
@@ -23,7 +25,13 @@ from schemathesis.checks import (
 
 from testkit.servers import ROOT, venv_bin
 from tests.conftest import ADMIN_TOKEN
+from webhooks.caps import leases
+from webhooks.leads.accounting import ledger
+from webhooks.leads.path import settlement
+from webhooks.leads.path.routing import Outcome
+from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.live import keys
+from webhooks.storage.records.db import db
 
 PUBLISHER_KEY = "pk_test_openapi_0123456789"
 MAX_EXAMPLES = 25  # per operation and phase: the whole run stays well under a minute
@@ -56,6 +64,9 @@ CONTRACT = {
     "DELETE /v1/admin/leads/{lead_id}/personal-data",
     "GET /v1/admin/webhooks/ignored",
     "POST /v1/admin/buyers/{buyer_id}/preview",
+    "POST /v1/admin/buyers/{buyer_id}/api-key",
+    "GET /v1/buyer/leads",
+    "POST /v1/buyer/returns",
     "GET /v1/admin/buyers/{buyer_id}/statement",
     "GET /v1/admin/publishers/{publisher_id}/statement",
     "GET /v1/admin/payment-events",
@@ -198,12 +209,26 @@ def test_spec_served_is_the_file(web):
 
 
 @pytest.fixture
-def configured(api, buyer_server):
-    """A publisher and a buyer, so that generated leads are routed and sold."""
+def configured(api, buyer_server) -> str:
+    """A publisher and a buyer, so that generated leads are routed and sold; a sale of the
+    buyer's in the ledger, and the buyer's API key (returned), for the buyer API's routes."""
     api.put_publisher("openapi", api_key=PUBLISHER_KEY)
     buyer_server.add("fuzzed")
     api.put_buyer("fuzzed", buyer_server.url("fuzzed"), caps={"hourly": 1000})
     api.settle_config()
+    now = datetime.now(timezone.utc)
+    outcome = Outcome(
+        status="sold", buyer_id="fuzzed", price=Decimal("10.00"), sold_at=now, lease=leases.Lease("fuzzed", "l", ())
+    )
+    publisher = PublisherRule(id="openapi", active=True, payout_pct=Decimal("10"))
+    item = settlement.make_item(
+        publisher=publisher, lead_id="fuzz-sold", outcome=outcome, payload="{}", received_at=now, request_id=None
+    )
+    with db.connection_context():
+        ledger.settle([item])
+    resp = api.http.post(f"{api.base}/v1/admin/buyers/fuzzed/api-key", headers=api.admin)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["api_key"])
 
 
 @schema.parametrize()
@@ -212,11 +237,14 @@ def test_live_app_honours_its_description(case, web, configured, buyer_server, r
     # ignored_auth probes each operation with wrong tokens from the address of the other calls:
     # each example starts with that address' tries of the admin token (webhooks/web/logins.py)
     redis_server.delete_keys(keys.ops_login_failures("*"))
+    redis_server.delete_keys(keys.buyer_key_failures("*"))  # and of buyer keys, on /v1/buyer/*
     path = case.operation.path
     if path.startswith(("/v1/admin", "/ops")):
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     elif path in ("/v1/leads", "/v1/leads/check"):
         headers = {"Authorization": f"Bearer {PUBLISHER_KEY}"}
+    elif path.startswith("/v1/buyer/"):
+        headers = {"Authorization": f"Bearer {configured}"}
     else:
         headers = {}
     if (

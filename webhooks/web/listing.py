@@ -1,5 +1,6 @@
-"""The query string of a list, read alike by the admin API and the console: `?limit=` 1-500
-(default 100), `?cursor=` the last page's `next_cursor`, and the lead search's filters."""
+"""The query string of a list, read alike by the admin API, the console and the buyer API:
+`?limit=` 1-500 (default 100), `?cursor=` the last page's `next_cursor`, and the filters of
+the lead search and of a buyer's sales."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import peewee as pw
 
 from webhooks.errors import ValidationError
 from webhooks.formats.validate import instant, is_id
-from webhooks.leads.accounting import search
+from webhooks.leads.accounting import buyer_sales, search
 from webhooks.leads.accounting.search import BadCursor, LeadQuery, decode_cursor, encode_cursor
 from webhooks.web.http import query_arg
 
@@ -93,5 +94,19 @@ def lead_page() -> search.Page:
     limit = _limit()
     try:
         return search.search(query, limit=limit, cursor=_cursor())
+    except BadCursor:
+        raise _bad_cursor() from None
+
+
+def sale_page(buyer_id: str) -> search.Page:
+    """The page of the buyer's own sales the query string asks for: `?status=` (sold,
+    return_pending, returned), `?since=` (on sold_at, inclusive); 400 invalid_query as above."""
+    status = query_arg("status")
+    if status is not None and status not in buyer_sales.STATUSES:
+        raise ValidationError("invalid_query", "status", "must be one of " + ", ".join(buyer_sales.STATUSES))
+    query = buyer_sales.SaleQuery(buyer_id=buyer_id, status=status, since=_instant("since"))
+    limit = _limit()
+    try:
+        return buyer_sales.page(query, limit=limit, cursor=_cursor())
     except BadCursor:
         raise _bad_cursor() from None

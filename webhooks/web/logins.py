@@ -1,6 +1,7 @@
 """The admin token, checked and counted the same way on every path that takes it: the bearer
 header (admin API and /ops), `/ops?token=` and the /ops login form. Each client address has
-LOGIN_FAILURES tries per LOGIN_WINDOW_S; docs/security.md "Guessing the admin token"."""
+LOGIN_FAILURES tries per LOGIN_WINDOW_S; docs/security.md "Guessing the admin token". Buyer
+API keys are counted the same way, on a counter of their own (web/buyer_api.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import hashlib
 import hmac
 import ipaddress
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from flask import request
 
@@ -18,6 +21,8 @@ from webhooks.storage.live import keys
 
 # The token is long and random: this only keeps a guesser from trying at the speed of the network.
 LOGIN_FAILURES, LOGIN_WINDOW_S = 20, 300
+
+T = TypeVar("T")
 
 
 def configured() -> bool:
@@ -40,25 +45,36 @@ def _address() -> str:
     return str(ip)
 
 
+def address_digest() -> str:
+    """The SHA-256 of the client's address (`_address`): what its tries are counted under."""
+    return hashlib.sha256(_address().encode()).hexdigest()
+
+
+def tried(counter: str, check: Callable[[], T | None], what: str) -> T | None:
+    """`check()`, taking one of this address' tries (`counter`, its key) first: a true answer
+    gives it back, so that only wrong credentials use them up, and many requests at once cannot
+    check more than LOGIN_FAILURES wrong ones. When none is left, nothing is checked and
+    TooManyAttempts is raised (naming `what` was tried), the right credential included: an
+    answer that told it apart would let a guesser go on at full speed. Other addresses keep
+    their own tries."""
+    store = services.current().store
+    window_end = int(time.time()) + LOGIN_WINDOW_S
+    if store.adjust_counter(counter, 1, window_end) > LOGIN_FAILURES:
+        ttl = store.redis.ttl(counter)
+        raise TooManyAttempts(ttl if isinstance(ttl, int) and ttl > 0 else LOGIN_WINDOW_S, what)
+    found = check()
+    if found:
+        store.adjust_counter(counter, -1, window_end)
+    return found
+
+
 def attempt(presented: str) -> bool:
-    """Whether `presented` is the admin token, taking one of this address' tries first: a
-    right token gives it back, so that only wrong ones use them up, and many requests at once
-    cannot compare more than LOGIN_FAILURES wrong ones. When none is left, nothing is compared
-    and TooManyAttempts is raised, the right token included: an answer that told it apart
-    would let a guesser go on at full speed. Other addresses keep their own tries."""
+    """Whether `presented` is the admin token, counted as `tried` says."""
     token = services.current().config.admin_token
     if not token:
         return False
-    store = services.current().store
-    key = keys.ops_login_failures(hashlib.sha256(_address().encode()).hexdigest())
-    window_end = int(time.time()) + LOGIN_WINDOW_S
-    if store.adjust_counter(key, 1, window_end) > LOGIN_FAILURES:
-        ttl = store.redis.ttl(key)
-        raise TooManyAttempts(ttl if isinstance(ttl, int) and ttl > 0 else LOGIN_WINDOW_S)
-    if hmac.compare_digest(presented.encode(), token.encode()):
-        store.adjust_counter(key, -1, window_end)
-        return True
-    return False
+    counter = keys.ops_login_failures(address_digest())
+    return bool(tried(counter, lambda: hmac.compare_digest(presented.encode(), token.encode()), "admin tokens"))
 
 
 def refuse() -> None:

@@ -71,9 +71,10 @@ def decode_cursor(cursor: str) -> list[Any]:
     return key
 
 
-def _lead_key(cursor: str) -> tuple[datetime, int]:
-    """The (received_at, id) a lead cursor holds: an instant Python holds (naive UTC, as the
-    ledger stores it) and a row id the ledger's BIGINT can hold."""
+def time_key(cursor: str) -> tuple[datetime, int]:
+    """The (instant, id) a cursor of a list in time order holds (a lead's received_at, a sale's
+    sold_at): an instant Python holds (naive UTC, as the ledger stores it) and a row id the
+    ledger's BIGINT can hold."""
     key = decode_cursor(cursor)
     if len(key) != 2 or not isinstance(key[0], str) or type(key[1]) is not int or not 0 < key[1] <= MAX_ROW_ID:
         raise BadCursor(cursor)
@@ -140,7 +141,7 @@ def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelS
     Only ids: asked for whole rows with a cursor, MariaDB walks the filter's index by its first
     column alone (`ref`) and reads every row on the way, half the month for a mid-month page;
     asked for what the index holds, it reads the range from the cursor on."""
-    after = _lead_key(cursor) if cursor is not None else None
+    after = time_key(cursor) if cursor is not None else None
     conds = _where(query, after)
     select = Lead.select(Lead.id, Lead.received_at)
     if conds:

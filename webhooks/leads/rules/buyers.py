@@ -500,14 +500,15 @@ def _audited(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def delete(buyer_id: str) -> bool:
-    """Soft-delete: the buyer gets no new leads; its ledger history stays."""
+    """Soft-delete: the buyer gets no new leads, and its API key is gone (a buyer put back
+    later needs a new one); its ledger history stays."""
     from webhooks.storage.records import audit
     from webhooks.storage.records.db import db
     from webhooks.storage.records.models import utcnow
 
     with db.atomic():
         n = (
-            Buyer.update(deleted_at=utcnow(), active=False)
+            Buyer.update(deleted_at=utcnow(), active=False, api_key_hash=None)  # its key dies with it
             .where(Buyer.id == buyer_id, Buyer.deleted_at.is_null())
             .execute()
         )

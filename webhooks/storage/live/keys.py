@@ -175,6 +175,12 @@ def ops_login_failures(address_digest: str) -> str:
     return PREFIX + "ops:login-failures:" + address_digest
 
 
+def buyer_key_failures(address_digest: str) -> str:
+    """Wrong buyer API keys presented from one client address (by its SHA-256), counted for a
+    few minutes as the admin token's tries are (webhooks/web/logins.py)."""
+    return PREFIX + "buyer:key-failures:" + address_digest
+
+
 def refund(provider: str, reference: str, what: str) -> str:
     """A refund's claim and processed marker: a key space of their own, so that a refund
     reference can never collide with a payment reference of the same provider."""

@@ -106,6 +106,8 @@ class Buyer(BaseModel):
     require_consent = pw.TextField(null=True)  # JSON: consent it requires claimed, e.g. ["trustedform"]
     # JSON: its return policy but the window (max_pct, period_days, reasons, review; sql/022); NULL: defaults
     return_policy = pw.TextField(null=True)
+    # SHA-256 of its buyer API key (sql/023); NULL: none issued. Found by its unique index.
+    api_key_hash = pw.CharField(max_length=64, null=True, unique=True)
 
     class Meta:
         table_name = "buyers"
@@ -179,6 +181,7 @@ class Sale(BaseModel):
             (("payout_state", "payable_at"), False),  # the payouts whose hold is over
             (("publisher_id", "sold_at"), False),  # a publisher's statement: its sales of a month
             (("publisher_id", "returned_at"), False),  # and its returns of a month
+            (("buyer_id", "status", "sold_at"), False),  # a buyer's list by status (sql/023)
         )
 
 
@@ -196,7 +199,7 @@ class LeadReturn(BaseModel):
     status = pw.CharField(max_length=16)  # a ReturnStatus
     requested_at = DateTime6Field()
     decided_at = DateTime6Field(null=True)
-    actor = pw.CharField(max_length=64, null=True)
+    actor = pw.CharField(max_length=80, null=True)  # admin, cli, buyer:<id> (sql/023)
 
     class Meta:
         table_name = "lead_returns"
@@ -521,7 +524,7 @@ class WebhookCall(BaseModel):
 class AuditLog(BaseModel):
     id = pw.BigAutoField()
     at = DateTime6Field(default=utcnow)
-    actor = pw.CharField(max_length=64)
+    actor = pw.CharField(max_length=80)  # buyer:<id> among them (sql/023)
     action = pw.CharField(max_length=64)
     entity = pw.CharField(max_length=32)
     entity_id = pw.CharField(max_length=200)

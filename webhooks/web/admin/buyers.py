@@ -1,4 +1,4 @@
-"""Admin routes for buyers (their changes: leads/rules/buyer_service.py)."""
+"""Admin routes for buyers (their changes: leads/rules/buyer_service.py), and a buyer's API key."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import NotFound
 from webhooks.leads.path import preview
-from webhooks.leads.rules import buyer_service, buyers
+from webhooks.leads.rules import buyer_keys, buyer_service, buyers
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.records.models import Buyer
 from webhooks.web.http import json_body, patch_body
@@ -49,3 +49,13 @@ def preview_buyer(buyer_id: str) -> ResponseReturnValue:
     if row is None:
         raise NotFound(f"no buyer {buyer_id!r}")
     return jsonify(preview.request_for(BuyerRule.from_row(row), json_body()))
+
+
+@bp.post("/buyers/<id:buyer_id>/api-key")
+def issue_api_key(buyer_id: str) -> ResponseReturnValue:
+    """A new API key for the buyer, shown in this answer only (only its hash is kept), the one
+    it had before refused from now on (docs/buyers.md "The buyer API")."""
+    resp = jsonify({"api_key": buyer_keys.issue(buyer_id)})
+    resp.status_code = 201
+    resp.headers["Cache-Control"] = "no-store"  # a secret: no cache on the way keeps it
+    return resp
