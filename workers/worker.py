@@ -83,7 +83,7 @@ class Worker(SimpleWorker):
             except REDIS_DOWN as exc:  # RQ's teardown (its death, its scheduler) met Redis away
                 log.warning("Redis unavailable as the work loop ended (%s)", exc)
                 worked = False
-            if burst or self._stop_requested or kwargs.get("max_jobs") or kwargs.get("max_idle_time"):
+            if burst or self._stopping() or kwargs.get("max_jobs") or kwargs.get("max_idle_time"):
                 return worked
             # An error that lasts (a command Redis refuses) ends each turn at once: the turns
             # come further apart, up to WAIT_MAX_S, and close again after a turn that lasted.
@@ -94,6 +94,13 @@ class Worker(SimpleWorker):
             except StopRequested:  # RQ's handler of a stop signal, still set
                 return worked
             self._await_redis(lambda: self.connection.delete(self.key))  # RQ registers it again
+
+    def _stopping(self) -> bool:
+        """Whether a stop was asked for: RQ marks `_stop_requested` only for a stop that comes
+        during a job; an idle worker's stop ends its loop by an exception, and only the date RQ
+        keeps of every stop request tells it (a worker entered its loop again after Ctrl-C and
+        was killed at the end of scripts/run's grace)."""
+        return bool(self._stop_requested or getattr(self, "_shutdown_requested_date", None))
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:

