@@ -422,14 +422,19 @@ def test_a_first_statement_that_meets_a_dead_connection_is_sent_again_when_nothi
     pool.close_all()
 
 
-def test_a_transaction_whose_connection_dies_before_its_commit_is_run_again_whole(database_url, table):
-    """The connection dies at the transaction's second statement: nothing of it was kept, and
-    `retried` runs it all again on a new connection, once."""
+def cut_at(database_url, marker: bytes) -> tuple[CutProxy, Pool]:
+    """A pool of one connection through a proxy that drops it where `marker` is first sent."""
     if not is_mysql():
         pytest.skip("needs MySQL/MariaDB")
     host, port = database_url.split("/")[2].rsplit("@", 1)[-1].split(":")
-    cut = CutProxy(host, int(port), marker=b"'second'")
-    pool = make_database(cut.url_for(database_url), pool_size=1)
+    cut = CutProxy(host, int(port), marker=marker)
+    return cut, make_database(cut.url_for(database_url), pool_size=1)
+
+
+def test_a_transaction_whose_connection_dies_before_its_commit_is_run_again_whole(database_url, table):
+    """The connection dies at the transaction's second statement: nothing of it was kept, and
+    `retried` runs it all again on a new connection, once."""
+    cut, pool = cut_at(database_url, b"'second'")
     runs = []
 
     def transaction():
@@ -449,11 +454,7 @@ def test_a_transaction_whose_connection_dies_before_its_commit_is_run_again_whol
 def test_a_transaction_whose_connection_dies_with_its_commit_is_not_run_again(database_url, table):
     """The connection dies as the COMMIT goes out: whether it was kept is the server's to say,
     so `retried` raises (the caller answers 5xx and its sender retries) and runs nothing twice."""
-    if not is_mysql():
-        pytest.skip("needs MySQL/MariaDB")
-    host, port = database_url.split("/")[2].rsplit("@", 1)[-1].split(":")
-    cut = CutProxy(host, int(port), marker=b"COMMIT")
-    pool = make_database(cut.url_for(database_url), pool_size=1)
+    cut, pool = cut_at(database_url, b"COMMIT")
     runs = []
 
     def transaction():

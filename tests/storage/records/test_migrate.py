@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 import peewee as pw
@@ -121,29 +123,30 @@ def as_before_014(model: type[models.BaseModel]) -> type[models.BaseModel]:
     return type(model.__name__, (model,), {"Meta": type("Meta", (), {"table_name": table})})
 
 
-@pytest.fixture(params=["mysql", "sqlite"])
-def ledger_at_013(request, tmp_path, database_url):
-    """The database proxy bound, for the test, to a new database of this run's kind (or SQLite)
-    whose schema is that of sql/001..013: what a deployment had before sql/014."""
-    admin = mysql_admin_url() if request.param == "mysql" else None
-    if request.param == "mysql" and not admin:
+@contextmanager
+def ledger_before(kind: str, tmp_path, version: str, sqlite_models: list) -> Iterator[str]:
+    """The database proxy bound, for a test, to a new database of `kind` ("mysql", or SQLite)
+    whose schema is that of the migrations before `version`: what a deployment had then. On
+    SQLite, what upgrade() made of a file then: `sqlite_models`."""
+    admin = mysql_admin_url() if kind == "mysql" else None
+    if kind == "mysql" and not admin:
         pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
     url, drop = create_mysql_db(admin) if admin else (f"sqlite:///{tmp_path / 'ledger.sqlite3'}", lambda: None)
     session, database = db.obj, make_database(url, pool_size=2)
     db.initialize(database)
     try:
         with db.connection_context():
-            before = [p for p in migration_files() if p.name < "014"]
+            before = [p for p in migration_files() if p.name < version]
             if is_mysql():
                 db.execute_sql(_MIGRATIONS_DDL)
                 for path in before:
                     for statement in split_statements(path.read_text()):
                         db.execute_sql(statement)
-            else:  # what upgrade() made of a SQLite file then: the models, under the old names
-                db.create_tables([as_before_014(m) for m in models.ALL_MODELS])
+            else:
+                db.create_tables(sqlite_models)
             for path in before:
                 models.SchemaMigration.insert(version=path.name.split("_", 1)[0]).execute()
-        yield request.param
+        yield kind
     finally:
         if is_mysql():
             database.close_all()
@@ -151,6 +154,14 @@ def ledger_at_013(request, tmp_path, database_url):
             database.close()
         db.initialize(session)
         drop()
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def ledger_at_013(request, tmp_path, database_url):
+    """A new database at the schema of sql/001..013: what a deployment had before sql/014 (on
+    SQLite the models under their old names)."""
+    with ledger_before(request.param, tmp_path, "014", [as_before_014(m) for m in models.ALL_MODELS]) as kind:
+        yield kind
 
 
 def index_names(table: str) -> set[str]:
@@ -309,34 +320,11 @@ def test_011_carries_the_payment_events_outbox_over_with_its_webhook_ids(ledger_
 
 @pytest.fixture(params=["mysql", "sqlite"])
 def ledger_at_021(request, tmp_path, database_url):
-    """A new database (this run's kind, or SQLite) at the schema of sql/001..021: the release
-    before sales were records of their own (sql/022)."""
-    admin = mysql_admin_url() if request.param == "mysql" else None
-    if request.param == "mysql" and not admin:
-        pytest.skip("needs MySQL/MariaDB (none reachable on 127.0.0.1:3306)")
-    url, drop = create_mysql_db(admin) if admin else (f"sqlite:///{tmp_path / 'ledger.sqlite3'}", lambda: None)
-    session, database = db.obj, make_database(url, pool_size=2)
-    db.initialize(database)
-    try:
-        with db.connection_context():
-            before = [p for p in migration_files() if p.name < "022"]
-            if is_mysql():
-                db.execute_sql(_MIGRATIONS_DDL)
-                for path in before:
-                    for statement in split_statements(path.read_text()):
-                        db.execute_sql(statement)
-            else:  # what upgrade() made of a SQLite file then: the models it had
-                db.create_tables([m for m in models.ALL_MODELS if m not in (models.Sale, models.LeadReturn)])
-            for path in before:
-                models.SchemaMigration.insert(version=path.name.split("_", 1)[0]).execute()
-        yield request.param
-    finally:
-        if is_mysql():
-            database.close_all()
-        else:
-            database.close()
-        db.initialize(session)
-        drop()
+    """A new database at the schema of sql/001..021: the release before sales were records of
+    their own (sql/022)."""
+    had = [m for m in models.ALL_MODELS if m not in (models.Sale, models.LeadReturn)]
+    with ledger_before(request.param, tmp_path, "022", had) as kind:
+        yield kind
 
 
 def test_022_makes_one_sale_of_every_lead_sold_or_returned_before_it(ledger_at_021):
