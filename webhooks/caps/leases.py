@@ -220,7 +220,7 @@ def reserve(
     if store.cap_wait.replicas:
         if note is not None:  # WAIT must follow the script on its own connection: a round trip more
             store.redis.set(note.key, note.value(call.lease), px=note.ttl_ms)
-        return _reserve_replicated(store, call)
+        return send_replicated(store, call)
     if note is None:
         return call.send(store)
     with store.batch() as b:
@@ -229,7 +229,7 @@ def reserve(
     return reserved.value
 
 
-def _reserve_replicated(store: Store, call: PreparedReservation) -> Reservation:
+def send_replicated(store: Store, call: PreparedReservation) -> Reservation:
     """reserve_lease, then WAIT for `store.cap_wait.replicas` replicas on the same connection to
     the buyer's node (WAIT counts the replicas holding every write of its own connection).
     Replication is asynchronous: without this, a failover right after a reservation can

@@ -140,9 +140,12 @@ def wallet_event(
     return NewEvent(kind, f"{provider}:{reference}", customer, data)
 
 
-def sold_event(publisher_id: str, lead_id: str, *, payout: str, buyer_id: str | None, price: str | None) -> NewEvent:
+def sold_event(
+    publisher_id: str, lead_id: str, *, payout: str, buyer_id: str | None, price: str | None, nth: int = 0
+) -> NewEvent:
     """A lead's sale (`payout`: the publisher's, `price`: the buyer's, decimal strings): in
-    order per lead."""
+    order per lead, one per sale. The first sale's subject is the lead (as before shared
+    leads); a shared lead's `nth` further sale's names its buyer too."""
     data: dict[str, Any] = {
         "lead_id": lead_id,
         "publisher_id": publisher_id,
@@ -151,7 +154,8 @@ def sold_event(publisher_id: str, lead_id: str, *, payout: str, buyer_id: str | 
         "price": price,
     }
     key = f"{publisher_id}:{lead_id}"
-    return NewEvent(EventType.LEAD_SOLD, key, key, data, publisher_id)
+    subject = key if nth == 0 else f"{key}:{buyer_id}"
+    return NewEvent(EventType.LEAD_SOLD, subject, key, data, publisher_id)
 
 
 @dataclass(frozen=True, kw_only=True)

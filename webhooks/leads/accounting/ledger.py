@@ -63,32 +63,31 @@ def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
 
 
 def _sale_rows(items: Iterable[SettlementItem], holds: dict[str, int]) -> list[dict[str, Any]]:
-    """The sales of settled leads: one per sold lead today (a test lead's is never a sale), each
-    payout held for its publisher's `holds` days (payouts.hold_days)."""
+    """The sales of settled leads, in their order (one per buyer of a shared lead; a test
+    lead's is never a sale), each payout held for its publisher's `holds` days (payouts.hold_days)."""
     rows = []
     for i in items:
-        if i.status != LeadStatus.SOLD or i.buyer_id is None:
-            continue
-        sold_at = _naive_utc(i.sold_at or i.received_at)
-        assert sold_at is not None  # received_at is always set
-        state, payable_at = payouts.new_state(holds.get(i.publisher_id, 0), sold_at)
-        rows.append(
-            {
-                "publisher_id": i.publisher_id,
-                "lead_id": i.lead_id,
-                "buyer_id": i.buyer_id,
-                "price": i.price,
-                "payout": i.payout,
-                "status": SaleStatus.SOLD,
-                "sold_at": sold_at,
-                "lease_id": i.lease[1] if i.lease else None,
-                "reserved_us": i.reserved_us,
-                "charge_account": i.charge[0] if i.charge else None,
-                "charge_minor": i.charge[1] if i.charge else None,
-                "payout_state": state,
-                "payable_at": payable_at,
-            }
-        )
+        for sale in i.sales():
+            sold_at = _naive_utc(sale.sold_at or i.received_at)
+            assert sold_at is not None  # received_at is always set
+            state, payable_at = payouts.new_state(holds.get(i.publisher_id, 0), sold_at)
+            rows.append(
+                {
+                    "publisher_id": i.publisher_id,
+                    "lead_id": i.lead_id,
+                    "buyer_id": sale.buyer_id,
+                    "price": sale.price,
+                    "payout": sale.payout,
+                    "status": SaleStatus.SOLD,
+                    "sold_at": sold_at,
+                    "lease_id": sale.lease[1] if sale.lease else None,
+                    "reserved_us": sale.reserved_us,
+                    "charge_account": sale.charge[0] if sale.charge else None,
+                    "charge_minor": sale.charge[1] if sale.charge else None,
+                    "payout_state": state,
+                    "payable_at": payable_at,
+                }
+            )
     return rows
 
 
@@ -113,8 +112,9 @@ def _write_extras(new: list[SettlementItem], now: datetime, holds: dict[str, int
         fastsql.insert_many(LeadAttempt, attempts)
     earned: dict[str, Decimal] = {}
     for i in new:
-        if i.payout and i.status == LeadStatus.SOLD:
-            earned[i.publisher_id] = earned.get(i.publisher_id, Decimal(0)) + Decimal(i.payout)
+        for sale in i.sales():
+            if sale.payout:
+                earned[i.publisher_id] = earned.get(i.publisher_id, Decimal(0)) + Decimal(sale.payout)
     for publisher_id, amount in sorted(earned.items()):
         if amount > 0 and holds.get(publisher_id, 0) > 0:
             payouts.credit(publisher_id, held=amount)
@@ -122,13 +122,15 @@ def _write_extras(new: list[SettlementItem], now: datetime, holds: dict[str, int
             payouts.credit(publisher_id, payable=amount)
     count_settled(new)
     charges.debit_sales(
-        [(Charged(*i.charge), f"{i.publisher_id}:{i.lead_id}") for i in new if i.charge and i.status == "sold"], now
+        [(Charged(*s.charge), f"{i.publisher_id}:{i.lead_id}") for i in new for s in i.sales() if s.charge], now
     )
     outbox.emit_many(
         [
-            outbox.sold_event(i.publisher_id, i.lead_id, payout=_payout(i), buyer_id=i.buyer_id, price=i.price)
+            outbox.sold_event(
+                i.publisher_id, i.lead_id, payout=_payout(s.payout), buyer_id=s.buyer_id, price=s.price, nth=n
+            )
             for i in new
-            if i.status == "sold"
+            for n, s in enumerate(i.sales())
         ],
         now,
     )
@@ -144,6 +146,7 @@ def _write_extras(new: list[SettlementItem], now: datetime, holds: dict[str, int
                     "price": i.price,
                     "commission": i.payout,
                     "attempts": len(i.attempts),
+                    **({"sales": [[s.buyer_id, s.price] for s in i.sales()]} if i.more_sales else {}),
                 },
             )
             for i in new
@@ -151,8 +154,8 @@ def _write_extras(new: list[SettlementItem], now: datetime, holds: dict[str, int
     )
 
 
-def _payout(item: SettlementItem) -> str:
-    return f"{Decimal(item.payout or 0):.2f}"
+def _payout(payout: str | None) -> str:
+    return f"{Decimal(payout or 0):.2f}"
 
 
 def settle(items: Iterable[SettlementItem]) -> int:
@@ -283,10 +286,12 @@ def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
     if lead is None:
         return None
-    record = lead_view(lead, sales=[])  # the answer shows no sales: not read
+    record = lead_view(lead)
     answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
     if answer["status"] == "returned":  # returned since: the publisher was told it was sold
         answer["status"] = "sold"
+    if answer["status"] == "sold" and not record["test"]:
+        answer["sales"] = [{"buyer_id": s["buyer_id"], "price": s["price"]} for s in record["sales"]]
     if record["test"]:
         answer["test"] = True
     return answer

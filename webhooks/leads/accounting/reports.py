@@ -21,10 +21,10 @@ from webhooks.storage.states import LeadStatus
 
 GROUPS = ("publisher", "buyer", "day", "hour")
 MAX_DAYS = 366
-COLUMNS = ("key", "leads", "sold", "unsold", "returned", "revenue", "payout", "profit", "return_rate")
+COLUMNS = ("key", "leads", "sold", "unsold", "sales", "returned", "revenue", "payout", "profit", "return_rate")
 ZERO = Decimal("0.00")
 MONEY = ("revenue", "payout", "profit")
-SUMMED = ("leads", "sold", "returned", "revenue", "payout")  # lead_stats' columns a report adds up
+SUMMED = ("leads", "sold", "returned", "revenue", "payout", "sales")  # lead_stats' columns a report adds up
 
 
 def _hour(at: datetime) -> datetime:
@@ -38,10 +38,13 @@ class _Delta:
     returned: int = 0
     revenue: Decimal = ZERO
     payout: Decimal = ZERO
+    sales: int = 0
 
 
 def count_settled(items: Iterable[SettlementItem]) -> None:
-    """Add newly settled leads (settlement items) to their hours, in the caller's transaction."""
+    """Add newly settled leads (settlement items) to their hours, in the caller's transaction:
+    a lead in its first buyer's row (`leads`, `sold`), each of its sales in its buyer's
+    (`sales`, `revenue`, `payout`: a shared lead's several)."""
     deltas: dict[tuple[datetime, str, str], _Delta] = {}
     for item in items:
         if item.status not in (LeadStatus.SOLD, LeadStatus.UNSOLD):
@@ -49,13 +52,15 @@ def count_settled(items: Iterable[SettlementItem]) -> None:
         at = datetime.fromisoformat(item.received_at)  # aware UTC, as the web process wrote it
         if at.tzinfo is not None:
             at = at.astimezone(timezone.utc)
-        key = (_hour(at), item.publisher_id, item.buyer_id or "")
-        d = deltas.setdefault(key, _Delta())
+        d = deltas.setdefault((_hour(at), item.publisher_id, item.buyer_id or ""), _Delta())
         d.leads += 1
         if item.status == LeadStatus.SOLD:
             d.sold += 1
-            d.revenue += Decimal(item.price or 0)
-            d.payout += Decimal(item.payout or 0)
+        for sale in item.sales():
+            d = deltas.setdefault((_hour(at), item.publisher_id, sale.buyer_id), _Delta())
+            d.sales += 1
+            d.revenue += Decimal(sale.price or 0)
+            d.payout += Decimal(sale.payout or 0)
     for key, d in sorted(deltas.items()):
         _add(key, d)
 
@@ -75,6 +80,7 @@ def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
         LeadStats.returned: LeadStats.returned + d.returned,
         LeadStats.revenue: LeadStats.revenue + d.revenue,
         LeadStats.payout: LeadStats.payout + d.payout,
+        LeadStats.sales: pw.fn.COALESCE(LeadStats.sales, 0) + d.sales,
     }
     query = LeadStats.insert(
         hour=hour,
@@ -85,6 +91,7 @@ def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
         returned=d.returned,
         revenue=d.revenue,
         payout=d.payout,
+        sales=d.sales,
     )
     if is_mysql():
         query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
@@ -133,7 +140,7 @@ def report(first: date, last: date, group_by: str) -> dict[str, Any]:
     return {"from": first.isoformat(), "to": last.isoformat(), "group_by": group_by, "rows": rows, "totals": totals}
 
 
-_SUMS = (("leads", 0), ("sold", 0), ("returned", 0), ("revenue", ZERO), ("payout", ZERO))
+_SUMS = (("leads", 0), ("sold", 0), ("returned", 0), ("revenue", ZERO), ("payout", ZERO), ("sales", 0))
 
 
 def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
@@ -163,16 +170,18 @@ def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
 
 
 def _row(key: Any, figures: Sequence[Any]) -> dict[str, Any]:
-    """A report row from its figures, in _SUMS' order: leads, sold, returned, revenue, payout."""
-    leads, sold, returned, revenue, payout = figures
-    leads, sold, returned = int(leads or 0), int(sold or 0), int(returned or 0)
+    """A report row from its figures, in _SUMS' order: leads, sold, returned, revenue, payout,
+    sales. `return_rate` is of the sales (an exclusive lead's one sale: of the sold leads)."""
+    leads, sold, returned, revenue, payout, sales = figures
+    leads, sold, returned, sales = int(leads or 0), int(sold or 0), int(returned or 0), int(sales or 0)
     revenue, payout = Decimal(revenue or 0).quantize(ZERO), Decimal(payout or 0).quantize(ZERO)
-    rate = (Decimal(returned) / sold).quantize(Decimal("0.001")).normalize() if sold else Decimal(0)
+    rate = (Decimal(returned) / sales).quantize(Decimal("0.001")).normalize() if sales else Decimal(0)
     return {
         "key": key,
         "leads": leads,
         "sold": sold,
         "unsold": leads - sold,
+        "sales": sales,
         "returned": returned,
         "revenue": revenue,
         "payout": payout,

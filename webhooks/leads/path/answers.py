@@ -2,7 +2,9 @@
 costs Redis at most 200 bytes (docs/api.md "Data kept per lead is bounded") for LEAD_REPLAY_TTL_S.
 
 `remember` writes an answer as `~<status>|<buyer>|<price>|<attempts>`: the lead_id is in the
-key, outcomes are one letter, ids need no quoting (they match [A-Za-z0-9._-]). Attempts that
+key, outcomes are one letter, ids need no quoting (they match [A-Za-z0-9._-]). A shared lead's
+buyers and prices are listed with commas (`b1,b2|12.00,9.50`): its `sales` in order, the first
+its `buyer_id` and `price` (at most MAX_SALES: about 75 bytes more a further sale). Attempts that
 do not fit MAX_INLINE are left to the ledger (`*<count>`), read again on a replay (`recall`).
 Answers remembered as JSON before this form still replay as they are."""
 
@@ -33,10 +35,10 @@ def _attempt(a: dict[str, Any]) -> str:
 
 def remember(answer: dict[str, Any]) -> str:
     """The form a lead's claim keeps of `answer` (as settlement.answer_of made it)."""
-    head = (
-        f"{COMPACT}{_STATUS_CODE[(answer['status'], bool(answer.get('test')))]}|"
-        f"{answer['buyer_id'] or ''}|{answer['price'] or ''}|"
-    )
+    sales = answer.get("sales") or ()
+    buyers = ",".join(s["buyer_id"] for s in sales) if len(sales) > 1 else answer["buyer_id"] or ""
+    prices = ",".join(s["price"] for s in sales) if len(sales) > 1 else answer["price"] or ""
+    head = f"{COMPACT}{_STATUS_CODE[(answer['status'], bool(answer.get('test')))]}|{buyers}|{prices}|"
     known = all(a["outcome"] in _OUTCOME_CODE for a in answer["attempts"])
     attempts = ";".join(_attempt(a) for a in answer["attempts"]) if known else "*"
     if not answer["attempts"] or (known and len(head) + len(attempts) <= MAX_INLINE):
@@ -50,13 +52,14 @@ def recall(held: str, lead_id: str, attempts_of: Callable[[], list[dict[str, Any
     if not held.startswith(COMPACT):
         remembered: dict[str, Any] = json.loads(held)  # remembered before the compact form
         return remembered
-    status_code, buyer_id, price, attempts = held[1:].split("|", 3)
+    status_code, buyers, prices, attempts = held[1:].split("|", 3)
     status, test = _STATUS[status_code]
+    sold = list(zip(buyers.split(","), prices.split(","))) if buyers else []
     answer: dict[str, Any] = {
         "lead_id": lead_id,
         "status": status,
-        "buyer_id": buyer_id or None,
-        "price": price or None,
+        "buyer_id": sold[0][0] if sold else None,
+        "price": (sold[0][1] or None) if sold else prices or None,
     }
     if attempts.startswith("*"):
         found = attempts_of()
@@ -65,6 +68,8 @@ def recall(held: str, lead_id: str, attempts_of: Callable[[], list[dict[str, Any
         answer["attempts"] = found
     else:
         answer["attempts"] = [_recalled(a) for a in attempts.split(";")] if attempts else []
+    if status == "sold" and not test:
+        answer["sales"] = [{"buyer_id": b, "price": p} for b, p in sold]
     if test:
         answer["test"] = True
     return answer

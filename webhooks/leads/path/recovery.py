@@ -5,6 +5,7 @@ retry (`reoffer`, from leads/path/intake.py) or, when none comes, by the abandon
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -21,7 +22,7 @@ from webhooks.caps import leases
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.context import LeadContext
-from webhooks.leads.path.routing import Offer, Outcome, attempt_view, idempotency_key
+from webhooks.leads.path.routing import Offer, Outcome, Sold, attempt_view, fan_out, idempotency_key
 from webhooks.leads.posting.delivery import ACCEPTED, NOT_SENT, UNKNOWN, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
 from webhooks.leads.rules.buyers import BuyerRule
@@ -44,6 +45,16 @@ BUDGET_S = 25.0  # a sweep's time at most; the next run (a minute later) takes t
 
 
 def reoffer(
+    store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx: LeadContext, note: dict[str, Any]
+) -> Outcome:
+    """A lead whose routing died offered again to the buyers its attempt `note` names: one
+    (`reoffer_one`), or a shared lead's several (`reoffer_shared`)."""
+    if "shared" in note:
+        return reoffer_shared(store, deliverer, buyers, ctx, note)
+    return reoffer_one(store, deliverer, buyers, ctx, note)
+
+
+def reoffer_one(
     store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx: LeadContext, note: dict[str, Any]
 ) -> Outcome:
     """Offer the lead again to the one buyer a dead request was offering it to (`note`, its
@@ -115,12 +126,105 @@ def _sale_in_ledger(publisher_id: str, lead_id: str, buyer_id: str) -> dict[str,
     """The answer the ledger keeps for the lead when it holds it as sold to `buyer_id` (returned
     since counts: its publisher was told "sold"), else None; Unavailable when the ledger cannot
     be asked (answering unsold could contradict it)."""
+    found = _settled_answer(publisher_id, lead_id)
+    if found is None or buyer_id not in {s["buyer_id"] for s in found.get("sales", ())}:
+        return None
+    return found
+
+
+def _settled_answer(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
+    """The answer the ledger keeps for a sold lead (None: it holds no sale of it)."""
     from webhooks.leads.accounting.ledger import ask_for_answer
 
     found = ask_for_answer(publisher_id, lead_id, "the ledger cannot say whether this lead was sold; retry shortly")
-    if found is None or found["status"] != LeadStatus.SOLD or found["buyer_id"] != buyer_id:
-        return None
-    return found
+    return None if found is None or found["status"] != LeadStatus.SOLD else found
+
+
+def reoffer_shared(
+    store: Store, deliverer: Deliverer, buyers: Iterable[BuyerRule], ctx: LeadContext, note: dict[str, Any]
+) -> Outcome:
+    """`reoffer` for a shared lead whose routing died: every buyer its note names (the yeses
+    so far and the wave that was out) is offered the lead again at once, with the same
+    Idempotency-Key, on the same reservation, and the lead is sold to those that say yes
+    (a confirmed lease: yes without asking). Nobody else is offered it: the retry sells to no
+    one new. When a lease is gone, the ledger is asked: a dead request that settled the lead
+    (its settlement queued, its answer lost) left its sales there, and they are the answer;
+    else that offer ends `unknown`, flagged for review. Unavailable when the ledger cannot say."""
+    publisher_id, lead_id = ctx.publisher.id, ctx.lead_id
+    rules = {b.id: b for b in buyers}  # switched off since: not asked again
+    out = Outcome(attempts=list(note.get("attempts", [])))
+    held = [
+        (h, Lease(h["buyer_id"], h["lease_id"], tuple(h["counters"]), dedupe=tuple(h.get("dedupe", ()))))
+        for h in note["shared"]
+    ]
+    taken = [leases.take_over(store, lease, ctx.lease_ttl_ms) for _, lease in held]
+    settled = _settled_answer(publisher_id, lead_id) if any(t[0] is LeaseState.GONE for t in taken) else None
+    in_ledger = {s["buyer_id"] for s in settled.get("sales", ())} if settled is not None else set()
+    lead_json = json.dumps(ctx.lead, separators=(",", ":"))
+    asks: list[Any] = []
+    for (h, _), (state, _) in zip(held, taken):
+        rule = rules.get(h["buyer_id"])
+        if state is not LeaseState.HELD or settled is not None or rule is None:
+            asks.append(None)
+            continue
+        bid = None if h.get("bid") is None else Decimal(h["bid"])
+        offer = Offer(rule, Decimal(h["price"]), bid, h.get("ping"))
+        asks.append(functools.partial(_ask, deliverer, offer, ctx, lead_json))
+    calls = [a for a in asks if a is not None]
+    answered = iter(fan_out(calls, deliverer.timeout_s + 0.5))
+    sales: list[Sold] = []
+    for (h, lease), (state, reserved_us), ask in zip(held, taken, asks):
+        buyer_id = h["buyer_id"]
+        bid = None if h.get("bid") is None else Decimal(h["bid"])
+        outcome, ms = (next(answered) or (UNKNOWN, 0)) if ask is not None else (UNKNOWN, 0)
+        if state is LeaseState.CONFIRMED or buyer_id in in_ledger:
+            outcome = ACCEPTED
+        if settled is None:  # an attempt made now (the ledger's were counted when made)
+            out.attempts.append(attempt_view(buyer_id, bid, outcome if outcome != NOT_SENT else UNKNOWN, ms))
+            metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
+        if outcome != ACCEPTED:
+            continue
+        rule = rules.get(buyer_id)
+        price = Decimal(h["price"])
+        sales.append(
+            Sold(
+                buyer_id,
+                price,
+                Lease(
+                    buyer_id,
+                    lease.lease_id,
+                    lease.counters,
+                    reserved_us=reserved_us,
+                    dedupe=lease.dedupe,
+                    publisher_id=publisher_id,
+                ),
+                None if rule is None else rule.charge(price),
+                lease_finished=state is not LeaseState.HELD,
+            )
+        )
+    if settled is not None:
+        out.attempts = list(settled["attempts"])  # the answer as the ledger keeps it
+    if sales:
+        out.sell(sales, datetime.fromisoformat(note["at"]))
+    log.warning(
+        "shared lead %s:%s re-offered to %d buyer(s) after its routing died: %d sale(s)",
+        publisher_id,
+        lead_id,
+        len(held),
+        len(sales),
+    )
+    return out
+
+
+def _ask(deliverer: Deliverer, offer: Offer, ctx: LeadContext, lead_json: str) -> tuple[Any, int]:
+    """One buyer of a shared lead asked again: (outcome, ms); NOT_SENT when the lead cannot be
+    made into its request (it could not before either: the buyer never had it)."""
+    try:
+        body = offer.body(ctx.lead_id, ctx.publisher.id, ctx.lead, lead_json)
+    except RenderBudgetExceeded:
+        return NOT_SENT, 0
+    key = idempotency_key(ctx.publisher.id, ctx.lead_id, offer.buyer.id)
+    return deliverer.deliver(offer.buyer.endpoint_url, body, key, offer.buyer.post)
 
 
 @dataclass
@@ -153,7 +257,7 @@ def abandoned(store: Store, buyer_ids: Iterable[str], now: datetime, cfg: Config
             if len(ids) < SCAN:
                 break
             start += SCAN
-    return out
+    return list(dict(out).items())  # a shared lead's note, found by each of its leases: once
 
 
 def _abandoned_of(store: Store, buyer_id: str, lease_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -184,7 +288,8 @@ def _abandoned_of(store: Store, buyer_id: str, lease_ids: list[str]) -> list[tup
         except ValueError:
             log.error("attempt note %s is not JSON: left alone", note_key)
             continue
-        if note.get("lease_id") != lease_id or "payload" not in note:
+        named = [h.get("lease_id") for h in note["shared"]] if "shared" in note else [note.get("lease_id")]
+        if lease_id not in named or "payload" not in note:
             continue  # a later offer's note (this lease is another's), or a note without the lead
         out.append((note_key, note))
     return out

@@ -28,7 +28,7 @@ from webhooks.errors import InvalidLead, Unavailable
 from webhooks.formats import consumer
 from webhooks.formats.validate import cents
 from webhooks.leads.path.context import LeadContext, lead_ref
-from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, NOT_SENT, Deliverer
+from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, ERROR, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
 from webhooks.leads.rules import consent, suppression
 from webhooks.leads.rules.buyers import BuyerRule
@@ -55,12 +55,26 @@ __all__ = [
     "Reservation",
     "Route",
     "Router",
+    "Sharing",
+    "Sold",
     "attempt_note",
     "attempt_view",
     "candidates",
     "idempotency_key",
     "lead_ref",
 ]
+
+
+@dataclass(frozen=True)
+class Sold:
+    """One sale of a lead beyond its first (a shared lead's): to whom, at what price, on which
+    lease, and what it debits from a billed buyer."""
+
+    buyer_id: str
+    price: Decimal
+    lease: Lease
+    charge: Charged | None = None
+    lease_finished: bool = False  # confirmed by a request that died, or gone with its settlement
 
 
 @dataclass
@@ -79,6 +93,20 @@ class Outcome:
     out_of_time: bool = False  # stopped before an offer its claim might not outlive (a stall)
     charge: Charged | None = None  # what the sale debits from a billed buyer's wallet
     consent: list[dict[str, Any]] = field(default_factory=list)  # the consent claims made for the lead
+    more: list[Sold] = field(default_factory=list)  # a shared lead's sales after the first
+
+    def sell(self, sales: Sequence[Sold], sold_at: datetime) -> None:
+        """A shared lead's sales, the first in the lead's own fields (as an exclusive sale's)."""
+        first = sales[0]
+        self.status, self.buyer_id, self.price, self.sold_at = LeadStatus.SOLD, first.buyer_id, first.price, sold_at
+        self.lease, self.charge, self.lease_finished = first.lease, first.charge, first.lease_finished
+        self.more = list(sales[1:])
+
+    @property
+    def leases(self) -> list[Lease]:
+        """The leases of its sales still to be confirmed (at its end: settlement.end_lead)."""
+        first = [] if self.lease is None or self.lease_finished else [self.lease]
+        return first + [s.lease for s in self.more if not s.lease_finished]
 
 
 def candidates(
@@ -213,8 +241,16 @@ class Opening:
 
 
 def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None) -> list[Offer]:
-    """The offers in the order `mode` gives (docs/api.md "Routing modes"). `rotation` is, per
-    priority, the round-robin counter of this lead."""
+    """The offers in the order `mode` gives (docs/api.md "Routing modes"), exclusive buyers'
+    before shared buyers' (each in that order). `rotation` is, per priority, the round-robin
+    counter of this lead."""
+    ordered = _order(offers, mode, rotation)
+    if not any(o.buyer.shared for o in ordered):
+        return ordered
+    return [o for o in ordered if not o.buyer.shared] + [o for o in ordered if o.buyer.shared]
+
+
+def _order(offers: list[Offer], mode: str, rotation: dict[int, int] | None) -> list[Offer]:
     if mode == "price":
         return sorted(offers, key=lambda o: (-o.price, o.buyer.priority, o.buyer.id))
     ranked = sorted(offers, key=lambda o: (o.buyer.priority, -o.price, o.buyer.id))
@@ -330,7 +366,7 @@ class Router:
         if not route.plan or self.store.cap_wait.replicas:
             return None
         offer = route.plan[0]
-        if offer.buyer.require_consent:  # offered only once its consent is known
+        if offer.buyer.require_consent or offer.buyer.shared:  # consent known first; shared: in a wave
             return None
         hold = offer.buyer.hold(offer.price)
         if hold is None:  # a price the buyer's currency cannot count: route() skips it
@@ -377,6 +413,9 @@ class Router:
             plan = order(offers, publisher.routing, rotation)
         lead_json = json.dumps(ctx.lead, separators=(",", ":"))
         check = self._consent(ctx, route)
+        shared = [o for o in plan if o.buyer.shared]
+        if shared:
+            plan = plan[: len(plan) - len(shared)]  # exclusive buyers first (`order`)
         for i, offer in enumerate(plan):
             if offer.buyer.require_consent and not check.allows(offer.buyer.require_consent):
                 out.skipped.append({"buyer_id": offer.buyer.id, "reason": "consent"})
@@ -408,8 +447,17 @@ class Router:
                 return out
             # The buyer said no: give the slot back and forget the attempt.
             self._refund(lease, outcome, ctx.attempt_key, replied)
+        if shared:
+            Sharing(self, ctx, out, lead_json).offer([o for o in shared if self._consented(o, check, out)])
         out.consent = check.records()
         return out
+
+    def _consented(self, offer: Offer, check: consent.Check, out: Outcome) -> bool:
+        """Whether the lead may be offered to `offer`'s buyer as far as consent goes (else skipped)."""
+        if offer.buyer.require_consent and not check.allows(offer.buyer.require_consent):
+            out.skipped.append({"buyer_id": offer.buyer.id, "reason": "consent"})
+            return False
+        return True
 
     def _consent(self, ctx: LeadContext, route: Route) -> consent.Check:
         """The lead's consent check: its TrustedForm claim started now, beside the offers, when
@@ -594,6 +642,157 @@ class Router:
         for p in priorities:
             pipe.incr(keys.round_robin(p))
         return {p: n - 1 for p, n in zip(priorities, pipe.execute())}
+
+
+@dataclass
+class Sharing:
+    """A lead offered to shared buyers (no exclusive buyer took it), in waves: as many buyers as
+    sales are still wanted (the publisher's `max_sales`) are reserved in one round trip, offered
+    the lead at once, and those that said no or could not answer give their slot back; the next
+    wave takes the next buyers, until `max_sales` said yes, none is left or time runs out.
+
+    The attempt note lists every lease the lead holds (the yeses so far and the wave out now),
+    written in the round trip that reserves the wave: a retry after this process dies offers the
+    lead again to those buyers alone (leads/path/recovery.py `reoffer_shared`), none new."""
+
+    router: Router
+    ctx: LeadContext
+    out: Outcome
+    lead_json: str
+    sold: list[tuple[Offer, Lease]] = field(default_factory=list)
+
+    def offer(self, offers: list[Offer]) -> None:
+        queue = list(offers)
+        want = self.ctx.publisher.max_sales
+        while queue and len(self.sold) < want:
+            wave = self._reserve(queue, want - len(self.sold))
+            if not wave:
+                break
+            if time.monotonic() + self.router.offer_s > self.ctx.deadline:
+                self._settle_wave([(o, lease, leases.WITHDRAWN, True) for o, lease in wave])
+                self.out.out_of_time = not self.sold  # with yeses: sold to them, no further offer
+                break
+            calls = [functools.partial(self.router._deliver, self.ctx, o, self.lead_json) for o, _ in wave]
+            answered = fan_out(calls, self.router.offer_s)
+            refunds = []
+            for (offer, lease), result in zip(wave, answered):
+                outcome, ms, replied = result if result is not None else (ERROR, 0, False)
+                if outcome == NOT_SENT:
+                    refunds.append((offer, lease, leases.WITHDRAWN, True))
+                    self.out.skipped.append({"buyer_id": offer.buyer.id, "reason": NOT_SENT})
+                    continue
+                self.out.attempts.append(attempt_view(offer.buyer.id, offer.bid, outcome, ms))
+                metrics.attempt(offer.buyer.id, outcome, ms)
+                if outcome == ACCEPTED:
+                    self.sold.append((offer, lease))
+                else:
+                    refunds.append((offer, lease, outcome, replied))
+            if refunds:
+                self._settle_wave(refunds)
+        if self.sold:
+            sales = [Sold(o.buyer.id, o.price, lease, o.buyer.charge(o.price)) for o, lease in self.sold]
+            self.out.sell(sales, self.ctx.now)
+
+    def _note(self, held: list[tuple[Offer, Lease]]) -> str:
+        """The attempt note of a shared lead holding `held` (docs/leads.md "Shared leads")."""
+        return shared_note(self.ctx, held, self.out.attempts)
+
+    def _reserve(self, queue: list[Offer], room: int) -> list[tuple[Offer, Lease]]:
+        """Reserve the next buyers of `queue` (taken off it) until `room` are held or none is
+        left: each batch in one round trip with the note naming the yeses so far and the batch
+        (rewritten when some of the batch were refused, so that it names leases that exist)."""
+        router, ctx = self.router, self.ctx
+        wave: list[tuple[Offer, Lease]] = []
+        while queue and len(wave) < room:
+            batch: list[tuple[Offer, leases.PreparedReservation]] = []
+            while queue and len(batch) < room - len(wave):
+                offer = queue.pop(0)
+                hold = offer.buyer.hold(offer.price)
+                if hold is None:
+                    self.out.skipped.append({"buyer_id": offer.buyer.id, "reason": ReservationStatus.BALANCE})
+                    continue
+                batch.append((offer, self._prepare(offer, hold)))
+            if not batch:
+                break
+            reserved = self._send(batch, wave)
+            granted = []
+            for (offer, _), reservation in zip(batch, reserved):
+                lease = router._usable(reservation, offer, self.out)
+                if lease is not None:
+                    granted.append((offer, lease))
+            wave += granted
+            if len(granted) < len(batch):
+                router.store.redis.set(ctx.attempt_key, self._note(self.sold + wave), px=ctx.lease_ttl_ms)
+        return wave
+
+    def _prepare(self, offer: Offer, hold: Any) -> leases.PreparedReservation:
+        ctx = self.ctx
+        return leases.prepare(
+            offer.buyer,
+            ctx.now,
+            lease_ttl_ms=ctx.lease_ttl_ms,
+            probe_ttl_ms=self.router.probe_ttl_ms,
+            consumer=ctx.consumers.get(offer.buyer.id, ()),
+            price_minor=cents(offer.price),
+            note_key=ctx.attempt_key,
+            publisher_id=ctx.publisher.id,
+            hold=hold,
+        )
+
+    def _send(
+        self, batch: list[tuple[Offer, leases.PreparedReservation]], wave: list[tuple[Offer, Lease]]
+    ) -> list[Reservation]:
+        """Make `batch`'s reservations, the note (naming them all) written in the same round trip;
+        one at a time where each must WAIT for replicas on its own connection."""
+        store, ctx = self.router.store, self.ctx
+        note = self._note(self.sold + wave + [(o, call.lease) for o, call in batch])
+        if store.cap_wait.replicas:
+            store.redis.set(ctx.attempt_key, note, px=ctx.lease_ttl_ms)
+            return [leases.send_replicated(store, call) for _, call in batch]
+        with store.batch() as b:
+            pending = [call.queue(b) for _, call in batch]
+            b.set(ctx.attempt_key, note, px=ctx.lease_ttl_ms)
+        return [p.value for p in pending]
+
+    def _settle_wave(self, refunds: list[tuple[Offer, Lease, AttemptOutcome, bool]]) -> None:
+        """Give back the slots of the buyers that did not buy, and leave the note naming only the
+        yeses (none: the note goes), in one round trip. Raises when Redis cannot be reached: the
+        slots stay taken (reconciliation gives them back) and the publisher gets a 503."""
+        router, ctx = self.router, self.ctx
+        with router.store.batch() as b:
+            for _, lease, outcome, replied in refunds:
+                leases.finish_in(b, lease, outcome, router.breaker, replied=replied)
+            if self.sold:
+                b.set(ctx.attempt_key, self._note(self.sold), px=ctx.lease_ttl_ms)
+            elif time.monotonic() < ctx.deadline:  # ours to delete only while the claim surely is
+                b.delete(ctx.attempt_key)
+
+
+def shared_note(ctx: LeadContext, held: list[tuple[Offer, Lease]], attempts: list[dict[str, Any]]) -> str:
+    """A shared lead's attempt note: each lease it holds with what offering it again needs (the
+    buyer's url, price, bid and ping reply), the time whose windows they count in, the
+    attempts so far and the lead itself (`LeadContext.ref`)."""
+    return json.dumps(
+        {
+            "shared": [
+                {
+                    "buyer_id": lease.buyer_id,
+                    "lease_id": lease.lease_id,
+                    "counters": list(lease.counters),
+                    "dedupe": list(lease.dedupe),
+                    "url": offer.buyer.endpoint_url,
+                    "price": f"{offer.price:.2f}",
+                    "bid": None if offer.bid is None else f"{offer.bid:.2f}",
+                    "ping": offer.ping_reply,
+                }
+                for offer, lease in held
+            ],
+            "at": ctx.now.isoformat(),
+            "attempts": attempts,
+            **ctx.ref,
+        },
+        separators=(",", ":"),
+    )
 
 
 def attempt_view(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms: int) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from rq import Queue
 
 from webhooks.caps import leases
-from webhooks.leads.accounting.item import SettlementItem
+from webhooks.leads.accounting.item import SaleLine, SettlementItem
 from webhooks.leads.path import answers
 from webhooks.leads.path.context import LeadContext
 from webhooks.leads.posting.delivery import ACCEPTED
@@ -110,6 +110,18 @@ def make_item(
             lease=(lease.buyer_id, lease.lease_id),
             reserved_us=lease.reserved_us,
             charge=None if outcome.charge is None else (outcome.charge.account, outcome.charge.minor),
+            more_sales=tuple(
+                SaleLine(
+                    buyer_id=sold.buyer_id,
+                    price=f"{sold.price:.2f}",
+                    payout=f"{payout(publisher, sold.price):.2f}",
+                    sold_at=sold_at.isoformat(),
+                    lease=(sold.lease.buyer_id, sold.lease.lease_id),
+                    reserved_us=sold.lease.reserved_us,
+                    charge=None if sold.charge is None else (sold.charge.account, sold.charge.minor),
+                )
+                for sold in outcome.more
+            ),
         )
     return item
 
@@ -124,6 +136,8 @@ def answer_of(item: SettlementItem) -> dict[str, Any]:
         "price": item.price,
         "attempts": [dict(a) for a in item.attempts],
     }
+    if item.status == LeadStatus.SOLD:
+        answer["sales"] = [{"buyer_id": s.buyer_id, "price": s.price} for s in item.sales()]
     if item.status in TEST_STATUSES:
         answer.update(status=TEST_STATUSES[item.status], test=True)
     return answer
@@ -410,12 +424,12 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
     nor the database could take it (it is logged, and for a sale no answer is kept)."""
     answer = answers.remember(answer_of(item))
     lead = None if keep_claim else LeadKey(item.publisher_id, item.lead_id)
-    finish = None if outcome.lease_finished else outcome.lease
+    finish = outcome.leases  # a shared lead's every sale
     try:
         if s.queue_redis is s.store:
             batch = s.store.batch(atomic=True)
-            if finish is not None:
-                leases.finish_in(batch, finish, ACCEPTED, s.breaker)
+            for lease in finish:
+                leases.finish_in(batch, lease, ACCEPTED, s.breaker)
             if lead is not None:
                 batch.answer_lead(lead, token, answer, s.replay_ttl_s)
             s.queue_item(item, batch, answer)  # sends the batch
@@ -431,13 +445,15 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
 
 
 def _end_sale_apart(
-    s: Settlement, token: str, finish: Lease | None, item: SettlementItem, *, answer: str, lead: LeadKey | None
+    s: Settlement, token: str, finish: list[Lease], item: SettlementItem, *, answer: str, lead: LeadKey | None
 ) -> bool:
-    """A sale's end with its queue on a Redis of its own, in end_lead's order: the lease
-    confirmed (`finish`, unless it needs none), the settlement queued (else written to the
+    """A sale's end with its queue on a Redis of its own, in end_lead's order: the leases
+    confirmed (`finish`: those that need it), the settlement queued (else written to the
     ledger), then the answer (`lead`, unless the claim is not ours)."""
-    if finish is not None:
-        s.store.finish_lease(finish, ACCEPTED, s.breaker, leases.CONFIRMED_TTL_MS)
+    if finish:
+        with s.store.batch() as b:
+            for lease in finish:
+                leases.finish_in(b, lease, ACCEPTED, s.breaker)
     try:
         s.queue_item(item, None, answer)
     except REDIS_DOWN:

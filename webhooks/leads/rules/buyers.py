@@ -52,7 +52,9 @@ _FIELDS = {
     "billing",
     "suppress",
     "require_consent",
+    "contract",
 }
+CONTRACTS = ("exclusive", "shared")  # exclusive: offered first, buys a lead alone; shared: beside others
 _BILLING_FIELDS = {"mode", "account", "currency", "credit_limit", "low_balance"}
 
 
@@ -323,7 +325,17 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
         "billing_account": None if billing is None else billing.key,
         "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
         "require_consent": suppression.stored_json(consent.parse_required(CODE, body.get("require_consent"))),
+        "contract": _contract(body.get("contract")),
     }
+
+
+def _contract(value: Any) -> str:
+    """`contract`: exclusive (the default; absent or null too) or shared."""
+    if value is None:
+        return CONTRACTS[0]
+    if value not in CONTRACTS:
+        raise ValidationError(CODE, "contract", 'must be "exclusive" or "shared"')
+    return str(value)
 
 
 def _filter(raw: Any) -> str | None:
@@ -364,6 +376,7 @@ def to_json(row: Buyer) -> dict[str, Any]:
         "billing": json.loads(row.billing) if row.billing else None,
         "suppress": list(suppression.stored_ids(row.suppress)),
         "require_consent": list(suppression.stored_ids(row.require_consent)),
+        "contract": row.contract,
         "created_at": row.created_at.isoformat() + "Z",
         "updated_at": row.updated_at.isoformat() + "Z",
     }
@@ -393,6 +406,7 @@ class BuyerRule:
     billing: Billing | None = None  # pays for its leads from a wallet (billing/balance.py); None: not billed
     suppress: tuple[str, ...] = ()  # suppression lists whose consumers it is not offered
     require_consent: tuple[str, ...] = ()  # consent it is offered a lead with only when claimed
+    shared: bool = False  # `contract` shared: buys a lead beside others, after every exclusive buyer
 
     def hold(self, price: Decimal) -> Hold | None:
         """What a reservation at `price` holds against the buyer's balance (NO_HOLD: not
@@ -439,6 +453,7 @@ class BuyerRule:
             billing=Billing.from_json(row.billing),
             suppress=suppression.stored_ids(row.suppress),
             require_consent=suppression.stored_ids(row.require_consent),
+            shared=row.contract == "shared",
         )
 
     def refusal(self, lead: dict[str, Any], publisher_id: str, now: datetime) -> str | None:

@@ -38,6 +38,7 @@ _FIELDS = {
     "suppress",
     "precheck",
     "payout_hold_days",
+    "sell",
 }
 PUBLISHER_CAPS = {"hourly": 3600, "daily": 86400}  # UTC windows, by their length in seconds
 CAP_MAX = 10**9
@@ -47,6 +48,7 @@ RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT to
 ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
 _READ_ONLY = {"id", "api_key_hint", "balance", "held", "payable", "usage", "created_at", "updated_at"}
 HOLD_DAYS_MAX = 365
+MAX_SALES = 10  # `sell.max_sales`: buyers one lead may be sold to (an answer remembers each)
 
 
 def key_hash(api_key: str) -> str:
@@ -85,7 +87,23 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
         "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
         **precheck_quota.columns(precheck_quota.parse(body.get("precheck"))),
         "payout_hold_days": _hold_days(body.get("payout_hold_days")),
+        "max_sales": _max_sales(body.get("sell")),
     }
+
+
+def _max_sales(value: Any) -> int:
+    """`sell`: {"max_sales": n}, the buyers one lead may be sold to, 1..MAX_SALES (absent or null:
+    1, every lead exclusive)."""
+    if value is None:
+        return 1
+    if not isinstance(value, dict):
+        raise ValidationError(CODE, "sell", 'must be an object {"max_sales": n}')
+    for key in value:
+        if key != "max_sales":
+            raise ValidationError(CODE, f"sell.{str(key)[:64]}", "unknown field; use max_sales")
+    if value.get("max_sales") is None:
+        return 1
+    return v.integer(CODE, "sell.max_sales", value["max_sales"], low=1, high=MAX_SALES)
 
 
 def _hold_days(value: Any) -> int:
@@ -259,6 +277,7 @@ def to_json(row: Publisher) -> dict[str, Any]:
         "suppress": list(suppression.stored_ids(row.suppress)),
         "precheck": precheck_quota.of_row(row).to_json(),
         "payout_hold_days": int(row.payout_hold_days),
+        "sell": {"max_sales": int(row.max_sales)},
         # what it is owed now (its payable payouts less the returns made after them), and apart
         # from it the payouts still held: docs/leads.md "Payout holds"
         "balance": f"{Decimal(row.balance):.2f}",
@@ -283,6 +302,7 @@ class PublisherRule:
     suppress: tuple[str, ...] = ()  # suppression lists a lead is refused for (before routing)
     consent: consent.Fields = consent.Fields()  # the spec's fields carrying consent evidence
     precheck: precheck_quota.Quota = precheck_quota.DEFAULT  # its pre-ping quota
+    max_sales: int = 1  # `sell.max_sales`: 1, exclusive; more: shared buyers may buy it side by side
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
@@ -302,6 +322,7 @@ class PublisherRule:
             suppress=suppression.stored_ids(row.suppress),
             consent=spec.consent_fields() if spec else consent.Fields(),
             precheck=precheck_quota.of_row(row),
+            max_sales=int(row.max_sales),
         )
 
 

@@ -31,8 +31,9 @@ def split_statements(sql: str) -> list[str]:
 
 
 # Migrations whose INSERT statements are portable SQL that carries rows over: on SQLite, where the
-# models make the tables, upgrade() runs those statements still (sql/022: every sold lead's sale).
-SQLITE_DATA = {"022"}
+# models make the tables, upgrade() runs those statements still (sql/022: every sold lead's sale;
+# sql/025: the report's sales counted as its sold leads), UPDATEs too.
+SQLITE_DATA = {"022", "025"}
 
 
 _RENAME = re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)
@@ -71,7 +72,7 @@ def upgrade(echo: Callable[[str], None] = log.info) -> list[str]:
                     db.execute_sql(statement)
             elif version in SQLITE_DATA:
                 for statement in split_statements(path.read_text()):
-                    if statement.upper().startswith("INSERT"):
+                    if statement.upper().startswith(("INSERT", "UPDATE")):
                         db.execute_sql(statement)
             SchemaMigration.insert(version=version).on_conflict_ignore().execute()
             applied.append(version)

@@ -70,6 +70,7 @@ class Publisher(BaseModel):
     # its payouts held now (`balance` is what is payable: docs/leads.md "Payout holds")
     payout_hold_days = pw.IntegerField(default=0)
     payout_held = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
+    max_sales = pw.IntegerField(default=1)  # `sell.max_sales` (sql/025): buyers one lead may be sold to
 
     class Meta:
         table_name = "publishers"
@@ -108,6 +109,7 @@ class Buyer(BaseModel):
     return_policy = pw.TextField(null=True)
     # SHA-256 of its buyer API key (sql/023); NULL: none issued. Found by its unique index.
     api_key_hash = pw.CharField(max_length=64, null=True, unique=True)
+    contract = pw.CharField(max_length=16, default="exclusive")  # exclusive | shared (sql/025)
 
     class Meta:
         table_name = "buyers"
@@ -490,6 +492,7 @@ class LeadStats(BaseModel):
     returned = pw.IntegerField(default=0)
     revenue = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
     payout = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+    sales = pw.IntegerField(null=True)  # sales to this row's buyer, returned ones included (sql/025)
 
     class Meta:
         table_name = "lead_stats"
