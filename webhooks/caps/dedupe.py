@@ -19,8 +19,8 @@ from webhooks.storage.live import keys, settle_queue
 from webhooks.storage.live.batch import Client
 from webhooks.storage.live.redis import Store
 from webhooks.storage.records.db import db
-from webhooks.storage.records.models import Lead
-from webhooks.storage.states import LeadStatus
+from webhooks.storage.records.models import Lead, Sale
+from webhooks.storage.states import SaleStatus
 
 
 def consumer_keys(buyer_id: str, fields: Iterable[str], values: Mapping[str, str | None]) -> list[str]:
@@ -59,13 +59,17 @@ def sold_consumers(
     since = now - timedelta(days=days)
     sales: list[tuple[datetime, str]] = []
     for item in settle_queue.unsettled(queue_redis, mentioning=buyer_id) if pending is None else pending:
-        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id:
-            sales.append((datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc), item["payload"]))
+        for sale in settle_queue.sales_in(item):
+            if sale["buyer_id"] == buyer_id:
+                sales.append((datetime.fromisoformat(sale["sold_at"]).astimezone(timezone.utc), item["payload"]))
     with db.connection_context():
         rows = (
-            Lead.select(Lead.sold_at, Lead.payload)
+            Sale.select(Sale.sold_at, Lead.payload)
+            .join(Lead, on=(Lead.publisher_id == Sale.publisher_id) & (Lead.lead_id == Sale.lead_id))
             .where(
-                Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None)
+                Sale.buyer_id == buyer_id,
+                Sale.status != SaleStatus.RETURNED,
+                Sale.sold_at >= since.replace(tzinfo=None),
             )
             .tuples()
         )

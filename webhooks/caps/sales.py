@@ -19,7 +19,8 @@ from webhooks.storage.live.batch import Client
 from webhooks.storage.live.scripts import LedgerBalance
 from webhooks.storage.records.db import db
 from webhooks.storage.records.models import Lead
-from webhooks.storage.states import LeadStatus
+from webhooks.storage.records.models import Sale as SaleRow
+from webhooks.storage.states import SaleStatus
 
 
 @dataclass(frozen=True)
@@ -31,15 +32,23 @@ class Sale:
 
 
 # What sold_since reads of a sale, in its tuples' order (sold_at naive UTC).
-SALE_COLUMNS = (Lead.publisher_id, Lead.lead_id, Lead.sold_at, Lead.price, Lead.lease_id, Lead.reserved_us)
+SALE_COLUMNS = (
+    SaleRow.publisher_id,
+    SaleRow.lead_id,
+    SaleRow.sold_at,
+    SaleRow.price,
+    SaleRow.lease_id,
+    SaleRow.reserved_us,
+)
+KEPT = SaleRow.status != SaleStatus.RETURNED  # a sale counted in caps (a return gives its slot back)
 
 
 def sold_since(buyer_id: str, since: datetime) -> list[tuple[Any, ...]]:
     """(publisher_id, lead_id, sold_at naive UTC, price, lease_id, reserved_us) of the buyer's
-    sales since `since`."""
+    sales since `since` not returned (a shared lead's sale to it among them)."""
     rows = (
-        Lead.select(*SALE_COLUMNS)
-        .where(Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD, Lead.sold_at >= since.replace(tzinfo=None))
+        SaleRow.select(*SALE_COLUMNS)
+        .where(SaleRow.buyer_id == buyer_id, KEPT, SaleRow.sold_at >= since.replace(tzinfo=None))
         .tuples()
     )
     return list(cast("Iterable[tuple[Any, ...]]", rows))  # peewee's stubs: .tuples() yields models
@@ -68,12 +77,14 @@ def queued_sales(
     counts once."""
     sales: dict[tuple[str, str], Sale] = {}
     for item in settle_queue.unsettled(queue_redis, mentioning=buyer_id) if pending is None else pending:
-        if item["status"] == LeadStatus.SOLD and item["buyer_id"] == buyer_id:
-            at = datetime.fromisoformat(item["sold_at"]).astimezone(timezone.utc)
+        for sale in settle_queue.sales_in(item):
+            if sale["buyer_id"] != buyer_id:
+                continue
+            at = datetime.fromisoformat(sale["sold_at"]).astimezone(timezone.utc)
             if at >= since:
-                lease = item.get("lease") or [None, None]
+                lease = sale.get("lease") or [None, None]
                 sales[(item["publisher_id"], item["lead_id"])] = Sale(
-                    at, cents(item["price"]), lease[1], item.get("reserved_us")
+                    at, cents(sale["price"]), lease[1], sale.get("reserved_us")
                 )
     return sales
 
@@ -82,23 +93,23 @@ def settled_of(
     wanted: Iterable[tuple[str, str]], buyer_id: str | None = None, chunk: int = 500
 ) -> set[tuple[str, str]]:
     """Which of the (publisher_id, lead_id) pairs the ledger holds: as any status, or with
-    `buyer_id` as sold to that buyer. One query per publisher and `chunk` leads, reading two
-    short columns."""
+    `buyer_id` with a sale to that buyer (returned since or not). One query per publisher and
+    `chunk` leads, reading two short columns."""
     by_publisher: dict[str, list[str]] = {}
     for pub, lead_id in wanted:
         by_publisher.setdefault(pub, []).append(lead_id)
-    sold_to = () if buyer_id is None else (Lead.buyer_id == buyer_id, Lead.status == LeadStatus.SOLD)
     found: set[tuple[str, str]] = set()
     for pub, ids in by_publisher.items():
         for i in range(0, len(ids), chunk):
-            found.update(
-                cast(
-                    "Iterable[tuple[str, str]]",
-                    Lead.select(Lead.publisher_id, Lead.lead_id)
-                    .where(Lead.publisher_id == pub, Lead.lead_id.in_(ids[i : i + chunk]), *sold_to)
-                    .tuples(),
+            some = ids[i : i + chunk]
+            query = (
+                Lead.select(Lead.publisher_id, Lead.lead_id).where(Lead.publisher_id == pub, Lead.lead_id.in_(some))
+                if buyer_id is None
+                else SaleRow.select(SaleRow.publisher_id, SaleRow.lead_id).where(
+                    SaleRow.publisher_id == pub, SaleRow.lead_id.in_(some), SaleRow.buyer_id == buyer_id
                 )
             )
+            found.update(cast("Iterable[tuple[str, str]]", query.tuples()))
     return found
 
 
@@ -107,12 +118,12 @@ def ledger_total(buyer_id: str, cap: str, w: Window) -> int:
     `w`, counted by the database (one row back, however many sales)."""
     count, amount = cast(
         "tuple[int, Any]",
-        Lead.select(fn.COUNT(Lead.id), fn.COALESCE(fn.SUM(fn.ROUND(Lead.price * 100)), 0))
+        SaleRow.select(fn.COUNT(SaleRow.id), fn.COALESCE(fn.SUM(fn.ROUND(SaleRow.price * 100)), 0))
         .where(
-            Lead.buyer_id == buyer_id,
-            Lead.status == LeadStatus.SOLD,
-            Lead.sold_at >= w.start.replace(tzinfo=None),
-            Lead.sold_at < w.end.replace(tzinfo=None),
+            SaleRow.buyer_id == buyer_id,
+            KEPT,
+            SaleRow.sold_at >= w.start.replace(tzinfo=None),
+            SaleRow.sold_at < w.end.replace(tzinfo=None),
         )
         .tuples()
         .get(),
@@ -136,10 +147,11 @@ def with_queued_sales(
     way), never neither."""
     queued: dict[str, dict[tuple[str, str], tuple[str | None, int]]] = {}  # by buyer
     for item in pending:
-        charge, lease = item.get("charge"), item.get("lease")
-        if item["status"] == LeadStatus.SOLD and charge and charge[0] == billing.key:
-            sale = (str(lease[1]) if lease else None, int(charge[1]))
-            queued.setdefault(str(item["buyer_id"]), {})[(item["publisher_id"], item["lead_id"])] = sale
+        for sold in settle_queue.sales_in(item):
+            charge, lease = sold.get("charge"), sold.get("lease")
+            if charge and charge[0] == billing.key:
+                sale = (str(lease[1]) if lease else None, int(charge[1]))
+                queued.setdefault(str(sold["buyer_id"]), {})[(item["publisher_id"], item["lead_id"])] = sale
     with db.connection_context():
         charges = []
         for buyer_id, sales in queued.items():

@@ -20,7 +20,7 @@ import peewee as pw
 from webhooks.errors import InvalidJSON
 from webhooks.formats import strictjson
 from webhooks.leads.accounting.ledger import lead_view, sales_of
-from webhooks.storage.records.models import Lead, LeadAttempt
+from webhooks.storage.records.models import Lead, LeadAttempt, Sale
 from webhooks.storage.states import LeadStatus
 
 MAX_LIMIT = 500
@@ -96,8 +96,9 @@ def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expr
     conds: list[pw.Expression] = []
     if query.publisher_id is not None:
         conds.append(Lead.publisher_id == query.publisher_id)
-    if query.buyer_id is not None:
-        conds.append(Lead.buyer_id == query.buyer_id)
+    if query.buyer_id is not None:  # a lead with a sale to the buyer (a shared lead's second too)
+        sold_to = Sale.select(Sale.publisher_id, Sale.lead_id).where(Sale.buyer_id == query.buyer_id)
+        conds.append(pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(sold_to))
     if query.status is not None:
         conds.append(Lead.status == query.status)
     if query.since is not None:

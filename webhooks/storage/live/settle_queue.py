@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 import redis
@@ -71,3 +72,12 @@ def unsettled(queue_redis: Client, mentioning: str | None = None) -> list[dict[s
         decoded += [json.loads(x) for x in raw[start : start + 2000]]
         time.sleep(0)  # in a gevent web worker: let its requests run between chunks
     return decoded
+
+
+def sales_in(item: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The sales of a queued settlement (its JSON, decoded), each with buyer_id, price,
+    sold_at, lease, reserved_us and, when billed, charge: the item's own fields, then a shared
+    lead's `more_sales` (leads/accounting/item.py). None unless sold."""
+    if item.get("status") != "sold" or not item.get("buyer_id"):
+        return []
+    return [item, *(item.get("more_sales") or ())]
