@@ -34,11 +34,12 @@ def report(api, group_by: str, fmt: str = "json"):
     )
 
 
-def figures(leads, sold, returned, revenue, payout, rate) -> dict:
+def figures(leads, sold, returned, revenue, payout, rate, sales=None) -> dict:
     return {
         "leads": leads,
         "sold": sold,
         "unsold": leads - sold,
+        "sales": sold if sales is None else sales,  # an exclusive lead's one sale
         "returned": returned,
         "revenue": revenue,
         "payout": payout,
@@ -131,10 +132,11 @@ def test_the_report_as_csv(api, traffic):
     resp = report(api, "publisher", "csv")
     assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(resp.text)))
-    assert rows[0] == ["key", "leads", "sold", "unsold", "returned", "revenue", "payout", "profit", "return_rate"]
+    header = ["key", "leads", "sold", "unsold", "sales", "returned", "revenue", "payout", "profit", "return_rate"]
+    assert rows[0] == header
     assert rows[1:] == [
-        ["other", "2", "2", "0", "1", "10.00", "2.00", "8.00", "0.5"],
-        ["surge", "5", "3", "2", "0", "40.00", "4.00", "36.00", "0"],
+        ["other", "2", "2", "0", "2", "1", "10.00", "2.00", "8.00", "0.5"],
+        ["surge", "5", "3", "2", "3", "0", "40.00", "4.00", "36.00", "0"],
     ]
 
 
@@ -169,4 +171,4 @@ def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_escaped(api, buy
     api.wait_settled("f-1", "-A1-B1")
     rows = list(csv.reader(io.StringIO(report(api, "publisher", "csv").text)))
     # the id is text: escaped; the loss is a figure: a negative number a spreadsheet adds up
-    assert rows[1:] == [["'-A1-B1", "1", "1", "0", "0", "1.00", "5.00", "-4.00", "0"]]
+    assert rows[1:] == [["'-A1-B1", "1", "1", "0", "1", "0", "1.00", "5.00", "-4.00", "0"]]

@@ -20,7 +20,14 @@ ATTEMPTS = [
 @pytest.mark.parametrize(
     "answer",
     [
-        {"lead_id": "L1", "status": "sold", "buyer_id": "acme", "price": "12.50", "attempts": ATTEMPTS},
+        {
+            "lead_id": "L1",
+            "status": "sold",
+            "buyer_id": "acme",
+            "price": "12.50",
+            "attempts": ATTEMPTS,
+            "sales": [{"buyer_id": "acme", "price": "12.50"}],
+        },
         {"lead_id": "L1", "status": "unsold", "buyer_id": None, "price": None, "attempts": ATTEMPTS[:2]},
         {"lead_id": "L1", "status": "unsold", "buyer_id": None, "price": None, "attempts": []},
         {"lead_id": "L1", "status": "sold", "buyer_id": "acme", "price": "10.00", "attempts": [], "test": True},

@@ -96,9 +96,9 @@ def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expr
     conds: list[pw.Expression] = []
     if query.publisher_id is not None:
         conds.append(Lead.publisher_id == query.publisher_id)
-    if query.buyer_id is not None:  # a lead with a sale to the buyer (a shared lead's second too)
+    if query.buyer_id is not None:  # its first buyer (a test lead's would-be one), or any sale's
         sold_to = Sale.select(Sale.publisher_id, Sale.lead_id).where(Sale.buyer_id == query.buyer_id)
-        conds.append(pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(sold_to))
+        conds.append((Lead.buyer_id == query.buyer_id) | pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(sold_to))
     if query.status is not None:
         conds.append(Lead.status == query.status)
     if query.since is not None:
