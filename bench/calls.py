@@ -8,7 +8,7 @@ and CPU per request with nothing else in the process moves by 2-3 %, so a lever 
 cent shows here first.
 
     python -m bench.calls [--path payments|leads] [--base-rev REV] [--deliveries 1500]
-                          [--batches 7] [--rounds 2]
+                          [--batches 7] [--rounds 2] [--shared N]
 
 Each arm is a child process on a worktree of its revision (HEAD, and REV when given), with a
 database and a Redis of its own (and for leads the buyer stub, answering at once, in a
@@ -16,7 +16,9 @@ process of its own); the arms alternate for `--rounds`. A child sends fresh requ
 Paystack payments from testkit/payments.py, or leads without an id), 300 to warm up, then
 `--batches` batches of `--deliveries`, timing each with `time.process_time`; then one more
 batch under cProfile for the calls. Writes bench/out/calls.md and calls.json (calls-leads.*
-for leads).
+for leads). With `--shared N` (leads), the arms are HEAD twice: its buyer exclusive, and N
+shared buyers at the same stub that each buy every lead (the publisher's max_sales N): what a
+shared lead costs beside an exclusive one, per lead and per sale (calls-shared.*).
 """
 
 from __future__ import annotations
@@ -187,15 +189,29 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
     }
 
 
-def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments") -> dict:
-    """A child process measuring `code` on its own Redis and database (and buyer stub)."""
+def shared_network(network: list[tuple[str, dict]], sales: int) -> list[tuple[str, dict]]:
+    """bench/stack.py's network with its publisher selling each lead to `sales` buyers: its one
+    buyer made shared, and `sales` - 1 more like it at the same stub."""
+    out = []
+    for path, body in network:
+        if path.startswith("/v1/admin/publishers/"):
+            out.append((path, {**body, "sell": {"max_sales": sales}}))
+        else:
+            out += [(f"{path}{i or ''}", {**body, "contract": "shared"}) for i in range(sales)]
+    return out
+
+
+def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments", shared: int = 0) -> dict:
+    """A child process measuring `code` on its own Redis and database (and buyer stub); with
+    `shared`, its publisher sells each lead to that many shared buyers."""
     from bench import stack as stack_mod  # in the parent (the working tree's bench/), see _sell_to
     from testkit.servers import venv_bin
 
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
         base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": "0"}, mysql_only=True, code=code)
-        buyer = ["--network", json.dumps(stack_mod.network(base.buyer_stub(es)[1]))] if path == "leads" else []
+        network = stack_mod.network(base.buyer_stub(es)[1]) if path == "leads" else []
+        buyer = ["--network", json.dumps(shared_network(network, shared) if shared else network)] if network else []
         # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
         # from before bench/calls.py existed can be measured too.
         out = subprocess.run(
@@ -237,6 +253,9 @@ def render(d: dict) -> str:
         (a, ra), (b, rb) = arms.items()
         ratio = statistics.median(r["cpu_us_median"] for r in rb) / statistics.median(r["cpu_us_median"] for r in ra)
         lines += ["", f"{b} / {a}: CPU per {each} **{ratio:.2f}** (medians of the rounds)."]
+        if d.get("shared"):
+            per_sale = ratio / d["shared"]
+            lines += [f"Per sale, a shared lead of {d['shared']} sales costs **{per_sale:.2f}** of an exclusive lead."]
     packages = sorted(
         {p for rounds in arms.values() for p in rounds[-1]["calls_by_package"]},
         key=lambda p: -max(rounds[-1]["calls_by_package"].get(p, 0) for rounds in arms.values()),
@@ -256,6 +275,7 @@ def main() -> int:
     ap.add_argument("--deliveries", type=int, default=1500)
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--shared", type=int, default=0, help="leads: HEAD exclusive beside HEAD with N shared buyers")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--network", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -268,17 +288,25 @@ def main() -> int:
     from bench.common import OUT, head_rev, machine_info, worktrees, write_json, write_md
     from bench.stack import log
 
+    if args.shared and (args.path != "leads" or args.base_rev):
+        ap.error("--shared measures HEAD's lead path: with --path leads, without --base-rev")
     revs = {"head": head_rev()}
     if args.base_rev:
         revs = {"base": args.base_rev, **revs}
-    arms: dict[str, list] = {name: [] for name in revs}
+    # arm name -> (its revision's name, how many shared buyers buy each lead; 0: exclusive)
+    plan = {name: (name, 0) for name in revs}
+    if args.shared:
+        plan = {"exclusive": ("head", 0), f"shared x{args.shared}": ("head", args.shared)}
+    arms: dict[str, list] = {name: [] for name in plan}
     with worktrees(revs, "fg-calls") as codes:
         for i in range(args.rounds):
-            for name in list(revs) if i % 2 == 0 else list(reversed(revs)):
-                arms[name].append(one_arm(codes[name], args.deliveries, args.batches, args.path))
+            for name in list(plan) if i % 2 == 0 else list(reversed(plan)):
+                rev, shared = plan[name]
+                arms[name].append(one_arm(codes[rev], args.deliveries, args.batches, args.path, shared))
                 log(f"round {i + 1} {name}: {arms[name][-1]['cpu_us_median']} µs, {arms[name][-1]['calls']} calls")
     data = {
         "path": args.path,
+        "shared": args.shared,
         "revs": revs,
         "rounds": args.rounds,
         "batches": args.batches,
@@ -286,7 +314,7 @@ def main() -> int:
         "arms": arms,
         "machine": machine_info(),
     }
-    name = "calls" if args.path == "payments" else "calls-leads"
+    name = "calls" if args.path == "payments" else "calls-shared" if args.shared else "calls-leads"
     write_json(f"{name}.json", data)
     write_md(f"{name}.md", render(data))
     log(f"wrote {OUT / (name + '.md')}")
