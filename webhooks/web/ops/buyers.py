@@ -36,6 +36,7 @@ FIELDS = (
     Field("price", "Price", required=True, hint="paid per lead, e.g. 12.50"),
     Field("priority", "Priority", NUMBER, hint="lower is offered first (0 when empty)"),
     Field("weight", "Weight", NUMBER, hint="share among buyers of one priority under weighted routing"),
+    Field("contract", "Contract", SELECT, choices=buyers.CONTRACTS, hint="shared: buys a lead beside others"),
     Field("timezone", "Time zone", hint="IANA name for its caps' days and schedule (UTC when empty)"),
     Field("active", "Active", CHECKBOX, hint="offered leads; untick to pause"),
     *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in COUNT_CAPS),

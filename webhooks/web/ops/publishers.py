@@ -38,6 +38,7 @@ FIELDS = (
     Field("payout_hold_days", "Payout hold (days)", NUMBER, hint="a sale's payout is held this long; empty: 0"),
     Field("active", "Active", CHECKBOX, hint="its leads are taken; untick to pause"),
     Field("routing", "Routing", SELECT, choices=ROUTING_MODES),
+    Field("sell.max_sales", "Sales per lead", NUMBER, hint="shared buyers one lead may be sold to; empty: 1"),
     Field("mode", "Mode", SELECT, choices=MODES, hint="test: every lead is a test lead, nothing sold"),
     *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in PUBLISHER_CAPS),
     Field("rate_limit", "Rate limit", JSON, hint='JSON, e.g. {"per_second": 50, "burst": 100}; empty: the default'),
