@@ -134,10 +134,11 @@ def _settle(store: Store, r: Client, items: list[SettlementItem]) -> int:
     written = ledger.settle(items)
     if any(i.sold for i in items):
         outbox_queue.wake(r, queue(r))  # their lead.sold events
-    billed = [(i.lease[0], i.lease[1], Charged(*i.charge)) for i in items if i.lease and i.charge]
+    sales = [s for i in items for s in i.sales()]  # a shared lead's several
+    billed = [(s.lease[0], s.lease[1], Charged(*s.charge)) for s in sales if s.lease and s.charge]
     # before the leases go: they say what each sale held
     synced = balance.sync_settled(store, billed) if billed else {}
-    leases.release_settled(store.redis, [i.lease for i in items if i.lease])
+    leases.release_settled(store.redis, [s.lease for s in sales if s.lease])
     if balance_events.write(store, skipped_for_balance(items), synced, utcnow()):
         outbox_queue.wake(r, queue(r))
     return written
