@@ -461,3 +461,39 @@ def test_024_makes_every_sale_before_it_payable_and_holds_nothing(ledger_at_023)
         sales = {s.lead_id: (s.status, s.payout_state, s.payable_at) for s in models.Sale.select()}
     assert sales == {"s1": ("sold", "payable", None), "r1": ("returned", "payable", None)}
     assert upgrade(echo=lambda _m: None) == []  # once
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def ledger_at_024(request, tmp_path, database_url):
+    """A new database at the schema of sql/001..024: the release before shared leads (sql/025).
+    On SQLite, the tables as upgrade() makes them, the report's `sales` not yet counted."""
+    with ledger_before(request.param, tmp_path, "025", list(models.ALL_MODELS)) as kind:
+        yield kind
+
+
+def test_025_counts_every_sold_lead_before_it_as_one_sale_and_sells_exclusively(ledger_at_024):
+    """The report's hours as the release before counted them (a sold lead, one sale): after
+    upgrade() each row's `sales` is its `sold`, and (MySQL, whose columns the migration adds) a
+    publisher of then sells each lead once."""
+    hour = datetime(2026, 11, 30, 10)
+    mark = "%s" if is_mysql() else "?"
+    with db.connection_context():
+        if is_mysql():
+            db.execute_sql(
+                "INSERT INTO publishers (id, name, api_key_hash, api_key_hint, commission_pct, active, balance,"
+                " created_at, updated_at, routing, mode) VALUES ('surge', 'Surge', 'h', 'hint', 10, 1, 0,"
+                " '2026-11-01', '2026-11-01', 'waterfall', 'live')"
+            )
+        for buyer_id, leads, sold in (("acme", 5, 4), ("", 3, 0)):
+            db.execute_sql(
+                "INSERT INTO lead_stats (hour, publisher_id, buyer_id, leads, sold, returned, revenue, payout)"
+                f" VALUES ({mark}, 'surge', {mark}, {mark}, {mark}, 0, 40.00, 4.00)",
+                (hour, buyer_id, leads, sold),
+            )
+    assert "025" in upgrade(echo=lambda _m: None)
+    with db.connection_context():
+        if is_mysql():
+            assert models.Publisher.get_by_id("surge").max_sales == 1
+        rows = {r.buyer_id: (r.sold, r.sales) for r in models.LeadStats.select()}
+    assert rows == {"acme": (4, 4), "": (0, 0)}
+    assert upgrade(echo=lambda _m: None) == []  # once

@@ -10,14 +10,12 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
 import gevent
-from gevent import monkey
 
 from webhooks import metrics
 from webhooks.billing.charges import Charged
@@ -805,28 +803,20 @@ def attempt_view(buyer_id: str, bid: Decimal | None, outcome: AttemptOutcome, ms
 
 def fan_out(calls: Sequence[Callable[[], T]], timeout_s: float) -> list[T | None]:
     """Run `calls` at once and return their results in order (None for one that failed or
-    was still running at `timeout_s`): greenlets in the gevent-patched web process, threads
-    elsewhere (the CLI, tests in-process)."""
+    was still running at `timeout_s`): greenlets, on this thread's event loop. Their I/O is
+    the outbound client's (webhooks/outbound.py), gevent's own sockets, so they run side by
+    side in a process gevent has not patched too (the CLI, a worker's sweep, tests in-process);
+    a thread per call there made a gevent hub per thread, each call."""
     if not calls:
         return []
     if len(calls) == 1:
         try:
             return [calls[0]()]
         except Exception:
-            log.exception("ping failed")
+            log.exception("fanned-out call failed")
             return [None]
-    if monkey.is_module_patched("socket"):
-        jobs = [gevent.spawn(c) for c in calls]
-        gevent.joinall(jobs, timeout=timeout_s + 0.05)
-        for job in jobs:
-            job.kill(block=False)
-        return [job.value if job.successful() else None for job in jobs]
-    with ThreadPoolExecutor(len(calls)) as pool:
-        futures = [pool.submit(c) for c in calls]
-        results: list[T | None] = []
-        for f in futures:
-            try:
-                results.append(f.result(timeout=timeout_s + 0.05))
-            except Exception:
-                results.append(None)
-        return results
+    jobs = [gevent.spawn(c) for c in calls]
+    gevent.joinall(jobs, timeout=timeout_s + 0.05)
+    for job in jobs:
+        job.kill(block=False)
+    return [job.value if job.successful() else None for job in jobs]
