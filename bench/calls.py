@@ -163,12 +163,13 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
 
     quick = os.environ.get("FG_BENCH_QUICK") == "1"  # bench.common.quick's test, which a child lacks
     send(batch(10 if quick else 300))  # warm-up
-    cpu_us = []
+    cpu_us, wall_ms = [], []
     for _ in range(batches):
         requests = batch(deliveries)
-        started = time.process_time()
+        started, clock = time.process_time(), time.perf_counter()
         send(requests)
         cpu_us.append((time.process_time() - started) / deliveries * 1e6)
+        wall_ms.append((time.perf_counter() - clock) / deliveries * 1e3)
     requests = batch(deliveries)
     profile = cProfile.Profile()
     profile.enable()
@@ -184,6 +185,7 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
     return {
         "cpu_us": [round(x, 1) for x in cpu_us],
         "cpu_us_median": round(statistics.median(cpu_us), 1),
+        "wall_ms_median": round(statistics.median(wall_ms), 2),
         "calls": round(sum(calls.values()) / deliveries, 1),
         "calls_by_package": {k: round(v / deliveries, 1) for k, v in calls.most_common()},
     }
@@ -201,15 +203,17 @@ def shared_network(network: list[tuple[str, dict]], sales: int) -> list[tuple[st
     return out
 
 
-def one_arm(code: Path, deliveries: int, batches: int, path: str = "payments", shared: int = 0) -> dict:
-    """A child process measuring `code` on its own Redis and database (and buyer stub); with
-    `shared`, its publisher sells each lead to that many shared buyers."""
+def one_arm(
+    code: Path, deliveries: int, batches: int, path: str = "payments", shared: int = 0, delay_ms: int = 0
+) -> dict:
+    """A child process measuring `code` on its own Redis and database (and buyer stub, replying
+    after `delay_ms`); with `shared`, its publisher sells each lead to that many shared buyers."""
     from bench import stack as stack_mod  # in the parent (the working tree's bench/), see _sell_to
     from testkit.servers import venv_bin
 
     with ExitStack() as es:
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
-        base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": "0"}, mysql_only=True, code=code)
+        base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": str(delay_ms)}, mysql_only=True, code=code)
         network = stack_mod.network(base.buyer_stub(es)[1]) if path == "leads" else []
         buyer = ["--network", json.dumps(shared_network(network, shared) if shared else network)] if network else []
         # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
@@ -243,12 +247,15 @@ def render(d: dict) -> str:
         + ", ".join(f"{name} at {rev}" for name, rev in d["revs"].items())
         + ".",
         "",
-        f"| arm | CPU µs per {each}, each round | calls per {each} |",
-        "|---|---|---|",
+        f"| arm | CPU µs per {each}, each round | calls per {each} | ms per {each}, each round |",
+        "|---|---|---|---|",
     ]
     for name, rounds in arms.items():
         cpu = ", ".join(f"{r['cpu_us_median']:g}" for r in rounds)
-        lines.append(f"| {name} | {cpu} | {rounds[-1]['calls']:g} |")
+        wall = ", ".join(f"{r['wall_ms_median']:g}" for r in rounds if "wall_ms_median" in r)
+        lines.append(f"| {name} | {cpu} | {rounds[-1]['calls']:g} | {wall} |")
+    if d.get("buyer_delay_ms"):
+        lines += ["", f"The buyer stub replied after {d['buyer_delay_ms']} ms: ms per {each} is one at a time."]
     if len(arms) == 2:
         (a, ra), (b, rb) = arms.items()
         ratio = statistics.median(r["cpu_us_median"] for r in rb) / statistics.median(r["cpu_us_median"] for r in ra)
@@ -276,6 +283,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shared", type=int, default=0, help="leads: HEAD exclusive beside HEAD with N shared buyers")
+    ap.add_argument("--buyer-delay-ms", type=int, default=0, help="leads: the buyer stub replies after this long")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--network", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -302,11 +310,14 @@ def main() -> int:
         for i in range(args.rounds):
             for name in list(plan) if i % 2 == 0 else list(reversed(plan)):
                 rev, shared = plan[name]
-                arms[name].append(one_arm(codes[rev], args.deliveries, args.batches, args.path, shared))
+                arms[name].append(
+                    one_arm(codes[rev], args.deliveries, args.batches, args.path, shared, args.buyer_delay_ms)
+                )
                 log(f"round {i + 1} {name}: {arms[name][-1]['cpu_us_median']} µs, {arms[name][-1]['calls']} calls")
     data = {
         "path": args.path,
         "shared": args.shared,
+        "buyer_delay_ms": args.buyer_delay_ms,
         "revs": revs,
         "rounds": args.rounds,
         "batches": args.batches,
