@@ -148,8 +148,10 @@ def reoffer_shared(
     Idempotency-Key, on the same reservation, and the lead is sold to those that say yes
     (a confirmed lease: yes without asking). Nobody else is offered it: the retry sells to no
     one new. When a lease is gone, the ledger is asked: a dead request that settled the lead
-    (its settlement queued, its answer lost) left its sales there, and they are the answer;
-    else that offer ends `unknown`, flagged for review. Unavailable when the ledger cannot say."""
+    (its settlement queued, its answer lost) left its sales there, and they are the answer.
+    A buyer that does not say yes again, or whose lease is gone otherwise, ends `unknown` with
+    its slot kept, the lead flagged for review (sold to the others), as `reoffer_one` ends a
+    lone buyer. Unavailable when the ledger cannot say."""
     publisher_id, lead_id = ctx.publisher.id, ctx.lead_id
     rules = {b.id: b for b in buyers}  # switched off since: not asked again
     out = Outcome(attempts=list(note.get("attempts", [])))
@@ -180,7 +182,9 @@ def reoffer_shared(
         if state is LeaseState.CONFIRMED or buyer_id in in_ledger:
             outcome = ACCEPTED
         if settled is None:  # an attempt made now (the ledger's were counted when made)
-            out.attempts.append(attempt_view(buyer_id, bid, outcome if outcome != NOT_SENT else UNKNOWN, ms))
+            # anything but a yes ends `unknown`, its slot kept, as `reoffer_one` ends it: the
+            # buyer was asked before the process died and may hold the lead
+            out.attempts.append(attempt_view(buyer_id, bid, ACCEPTED if outcome == ACCEPTED else UNKNOWN, ms))
             metrics.attempt(buyer_id, out.attempts[-1]["outcome"], ms or None)
         if outcome != ACCEPTED:
             continue
