@@ -13,7 +13,7 @@ import pytest
 
 from webhooks import services
 from webhooks.billing.charges import Charged
-from webhooks.caps import leases
+from webhooks.caps import leases, sales
 from webhooks.leads.accounting import ledger, returns
 from webhooks.leads.accounting.item import SaleLine, SettlementItem
 from webhooks.leads.path import settlement
@@ -138,7 +138,7 @@ def _settle(*items: SettlementItem) -> int:
 def _books(api) -> dict:
     """Everything settling a lead writes, as the database and the admin API show it."""
     with db.connection_context():
-        sales = [
+        rows = [
             (s.buyer_id, f"{s.price:.2f}", f"{s.payout:.2f}", s.status, s.payout_state, s.lease_id, s.charge_minor)
             for s in Sale.select().order_by(Sale.id)
         ]
@@ -149,7 +149,7 @@ def _books(api) -> dict:
         leads = [(x.lead_id, x.status, x.buyer_id) for x in Lead.select().order_by(Lead.id)]
     day = NOW.date().isoformat()
     report = api.get("/v1/admin/reports/leads", params={"from": day, "to": day, "group_by": "buyer"}).json()
-    return {"sales": sales, "events": events, "money": money, "wallets": wallets, "leads": leads, "report": report}
+    return {"sales": rows, "events": events, "money": money, "wallets": wallets, "leads": leads, "report": report}
 
 
 def _row(report: dict, key: str) -> dict:
@@ -251,3 +251,25 @@ def test_returning_one_sale_leaves_the_lead_sold_and_its_other_sales_as_they_wer
     books = _books(api)
     assert books["leads"] == [("L1", "returned", "s1")] and books["money"] == ("0.00", "0.00")
     assert [d["buyer_id"] for kind, _, d in books["events"] if kind == "lead.returned"] == ["s2", "s1", "s3"]
+
+
+def test_a_shared_lead_s_later_sale_counts_for_its_buyer_queued_and_settled(api, app, shared):
+    """Counter rebuilds read a buyer's sales from the settlement queue and the ledger
+    (caps/sales.py): a shared lead's second and third sales are their buyers' as its first is
+    s1's, and a returned sale no longer takes a slot."""
+    item = _item()
+    pending = [json.loads(item.to_json())]
+    since = NOW - timedelta(hours=1)
+    for b in PRICES:
+        queued = sales.queued_sales(None, b, since, pending)
+        assert list(queued) == [("surge", "L1")] and queued["surge", "L1"].lease_id == f"lease-L1-{b}"
+        assert queued["surge", "L1"].cents == int(Decimal(PRICES[b]) * 100)
+    assert sales.queued_sales(None, "ex", since, pending) == {}
+    _settle(item)
+    with db.connection_context():
+        assert [(r[0], r[1], r[4]) for r in sales.sold_since("s3", since)] == [("surge", "L1", "lease-L1-s3")]
+        assert sales.settled_of([("surge", "L1")], "s2") == {("surge", "L1")}
+        assert sales.settled_of([("surge", "L1")], "ex") == set()
+        returns.request_return(services.of(app).store, "L1", "surge", None, buyer_id="s3", now=NOW)
+        assert sales.sold_since("s3", since) == [] and len(sales.sold_since("s2", since)) == 1
+        assert sales.settled_of([("surge", "L1")], "s3") == {("surge", "L1")}  # returned since: still its sale
