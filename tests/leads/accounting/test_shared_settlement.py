@@ -14,7 +14,7 @@ import pytest
 from webhooks import services
 from webhooks.billing.charges import Charged
 from webhooks.caps import leases, sales
-from webhooks.leads.accounting import ledger, returns
+from webhooks.leads.accounting import ledger, payouts, returns
 from webhooks.leads.accounting.item import SaleLine, SettlementItem
 from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome, Sold
@@ -201,6 +201,13 @@ def test_settling_a_three_sale_lead_writes_each_sale_once(api, shared):
         ("s2", "9.50", "0.95", "sold"),
         ("s3", "8.00", "0.80", "sold"),
     ]
+    statement = api.get(f"/v1/admin/publishers/surge/statement?month={NOW:%Y-%m}").json()
+    assert (statement["earned"], statement["held"], statement["payable"]) == ("2.95", "2.95", "0.00")
+    assert [(x["kind"], x["buyer_id"], x["amount"]) for x in statement["lines"]] == [
+        ("held", "s1", "1.20"),
+        ("held", "s2", "0.95"),
+        ("held", "s3", "0.80"),
+    ]
     with db.connection_context():
         assert ledger.answer_for("surge", "L1")["sales"] == [{"buyer_id": b, "price": p} for b, p in PRICES.items()]
 
@@ -212,6 +219,9 @@ def test_settling_a_three_sale_lead_writes_each_sale_once(api, shared):
     assert again["wallets"] == books["wallets"]
     assert again["money"] == ("0.00", "5.90")  # L2's payouts only
     assert _row(again["report"], "s1")["leads"] == 2 and _row(again["report"], "s2")["sales"] == 2
+    with db.connection_context():
+        assert payouts.release((NOW + timedelta(days=7, seconds=1)).replace(tzinfo=None)) == 6  # each sale's
+    assert _books(api)["money"] == ("5.90", "0.00")
 
 
 def test_returning_one_sale_leaves_the_lead_sold_and_its_other_sales_as_they_were(api, app, shared):
