@@ -483,11 +483,6 @@ def test_the_sweep_sells_an_abandoned_wave_once_though_each_lease_finds_its_note
     assert services.of(app).store.redis.hget(s2.key, "state") == "held"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recovery.reoffer_shared records a re-offered buyer's no as `rejected`, not `unknown`, and the "
-    "lead is not flagged for review though that buyer's slot stays taken (webhooks/leads/path/recovery.py:183)",
-)
 def test_a_shared_buyer_not_confirming_the_reoffer_is_an_unknown_attempt_flagged_for_review(
     api, app, buyer_server, worker
 ):
