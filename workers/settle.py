@@ -18,6 +18,7 @@ from webhooks.billing.charges import Charged
 from webhooks.caps import leases
 from webhooks.leads.accounting import ledger
 from webhooks.leads.accounting.item import SettlementItem, skipped_for_balance
+from webhooks.leads.rules import earnings
 from webhooks.payments import gate
 from webhooks.storage.live import keys, outbox_queue
 from webhooks.storage.live.batch import Client
@@ -131,7 +132,20 @@ def _settle(store: Store, r: Client, items: list[SettlementItem]) -> int:
     """One batch into the ledger, then what follows its commit in Redis: the events drain
     woken for lead.sold, billed buyers' balances synced, the sales' leases released; then
     the billed buyers' balance events, from what the sync left (docs/buyers.md "Balances")."""
-    written = ledger.settle(items)
+    new = ledger.settle_new(items)
+    written = len(new)
+    # what epl routing ranks by: each new lead's offers, yeses and sales (a lead settled before
+    # was counted then); lost with Redis, rebuilt from the ledger (leads/rules/earnings.py)
+    counted = [
+        earnings.settled(
+            i.publisher_id,
+            i.received_at,
+            i.attempts,
+            [(s.buyer_id, s.price, s.sold_at or i.received_at) for s in i.sales()],
+        )
+        for i in new
+    ]
+    earnings.count(store.redis, [c for changes in counted for c in changes])
     if any(i.sold for i in items):
         outbox_queue.wake(r, queue(r))  # their lead.sold events
     sales = [s for i in items for s in i.sales()]  # a shared lead's several

@@ -159,7 +159,12 @@ def _payout(payout: str | None) -> str:
 
 
 def settle(items: Iterable[SettlementItem]) -> int:
-    """Write settlements; return how many were new. Safe to repeat: the lead's unique key
+    """Write settlements; return how many were new (`settle_new`)."""
+    return len(settle_new(items))
+
+
+def settle_new(items: Iterable[SettlementItem]) -> list[SettlementItem]:
+    """Write settlements; return those that were new. Safe to repeat: the lead's unique key
     (publisher, lead_id) decides, and only a new lead row brings its sale, attempts, payout and
     audit entry (the sale's own unique key, (publisher, lead_id, buyer), refuses a second).
     A batch is written with a handful of statements in one transaction; if any
@@ -169,7 +174,7 @@ def settle(items: Iterable[SettlementItem]) -> int:
     return retried(lambda: _settle(unique, now), f"settling {len(unique)} lead(s)")
 
 
-def _settle(unique: list[SettlementItem], now: datetime) -> int:
+def _settle(unique: list[SettlementItem], now: datetime) -> list[SettlementItem]:
     holds = payouts.hold_days(i.publisher_id for i in unique if i.status == LeadStatus.SOLD)
     try:
         with db.atomic():
@@ -178,15 +183,15 @@ def _settle(unique: list[SettlementItem], now: datetime) -> int:
             if sales:
                 fastsql.insert_many(Sale, sales)
             _write_extras(unique, now, holds)
-        return len(unique)
+        return unique
     except pw.IntegrityError:
         pass  # some were settled before (a job run again): decide one by one
-    written = 0
+    written = []
     with db.atomic():
         for item in unique:
             query = Lead.insert(**_lead_row(item, now)).on_conflict_ignore()
             if db.execute(query).rowcount == 1:
-                written += 1
+                written.append(item)
                 for sale in _sale_rows([item], holds):
                     db.execute(Sale.insert(**sale).on_conflict_ignore())
                 _write_extras([item], now, holds)

@@ -25,6 +25,7 @@ from webhooks.events import outbox
 from webhooks.formats.validate import cents
 from webhooks.leads.accounting import payouts, reports
 from webhooks.leads.accounting.ledger import lead_view
+from webhooks.leads.rules import earnings
 from webhooks.leads.rules.buyers import BuyerRule, ReturnPolicy
 from webhooks.storage.live.redis import REDIS_DOWN, Store
 from webhooks.storage.records import audit
@@ -262,6 +263,10 @@ def _after(store: Store, done: _Done, now: datetime) -> None:
     if done.charged is not None and rule.billing is not None and rule.billing.key == done.charged.account:
         balance.sync(store, rule.id, rule.billing)
     given_back = _give_back_slot(store, rule, done.sale, now)
+    sale = done.sale  # its price out of what its buyer earned (`epl` routing)
+    earnings.count(
+        store.redis, [earnings.returned(sale.publisher_id, sale.buyer_id, Decimal(sale.price), sale.sold_at)]
+    )
     log.info(
         "lead %s returned by %s; cap slot given back in %s",
         _entity(done.sale),

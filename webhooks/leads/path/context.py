@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from webhooks.leads.rules.earnings import Tally
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.live.scripts import CapCounter, LeadKey
 
@@ -29,6 +30,8 @@ class LeadContext:
     caps: tuple[CapCounter, ...] = ()  # the publisher's cap counters this claim counts the lead in
     # each candidate buyer's dedupe keys of this lead (routing.Router.select, once per lead)
     consumers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # an `epl` publisher's buyers' earnings, read in the claim's round trip (intake.Intake._claim)
+    earned: Mapping[str, Tally] | None = None
 
     @property
     def key(self) -> LeadKey:

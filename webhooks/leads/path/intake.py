@@ -23,7 +23,7 @@ from webhooks.leads.path.context import LeadContext
 from webhooks.leads.path.routing import Outcome, Reservation, Route, Router
 from webhooks.leads.path.settlement import Journal, Settlement
 from webhooks.leads.posting.delivery import Deliverer
-from webhooks.leads.rules import consent
+from webhooks.leads.rules import consent, earnings
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import Buckets, PublisherRule, Toll, cap_counters, cap_windows, key_hash, refuse
 from webhooks.leads.rules.quality import checked
@@ -120,6 +120,15 @@ def _ledger_attempts(publisher_id: str, lead_id: str) -> list[dict[str, Any]] | 
 
     found = ask_for_answer(publisher_id, lead_id, "the lead ledger is unreachable; retry shortly")
     return None if found is None else found["attempts"]
+
+
+class Claimed(NamedTuple):
+    """What `Intake._claim` got: the claim's answer, the first offer's reservation, and an `epl`
+    publisher's earnings (ready, per buyer)."""
+
+    got: LeadClaim
+    first: Reservation | None
+    earned: tuple[bool, dict[str, earnings.Tally]] | None = None
 
 
 class Admitted(NamedTuple):
@@ -272,7 +281,7 @@ class Intake:
             route=route,
         )
         toll = toll or Toll()
-        got, first = self._claim(ctx, route, toll)
+        got, first, earned = self._claim(ctx, route, toll)
         if got.outcome is ClaimOutcome.THROTTLED:  # other processes took the bucket's last tokens
             assert toll.bucket is not None  # only a claim that carried the lead's token is throttled
             refuse(publisher.id, toll.bucket, got.wait_ms)
@@ -281,6 +290,8 @@ class Intake:
             return early
         if got.dead_note is not None:  # that lead was counted when its dead request claimed it
             ctx = replace(ctx, caps=())
+        elif earned is not None:
+            ctx = replace(ctx, earned=self._earned(ctx, *earned))
         outcome = self._route(ctx, route, got.dead_note, first, snapshot)
         item = settlement.make_item(
             publisher=publisher,
@@ -443,15 +454,17 @@ class Intake:
                 self._rebuilds_started.discard(mark_ms)  # the next waiting lead tries again
                 return
 
-    def _claim(self, ctx: LeadContext, route: Route, toll: Toll) -> tuple[LeadClaim, Reservation | None]:
+    def _claim(self, ctx: LeadContext, route: Route, toll: Toll) -> Claimed:
         """Claim the lead id (taking its token when the `toll` says so) and, in the same round
         trip, reserve its first buyer and note the attempt (routing's `opening`;
         lua/claim_lead.lua writes the note only when the claim is ours and no dead request left
-        one). Returns the claim's answer and the first reservation, withdrawn again (a round
-        trip more on that path only) when the claim is not ours, its token was refused, or a
-        dead request's offer must be finished first."""
+        one), or for an `epl` publisher read its buyers' earnings (leads/rules/earnings.py).
+        Returns the claim's answer, the first reservation, withdrawn again (a round trip more on
+        that path only) when the claim is not ours, its token was refused, or a dead request's
+        offer must be finished first, and the earnings read."""
         opening = self.router.opening(ctx, route)
         bucket = toll.take()
+        epl = ctx.publisher.routing == "epl" and not ctx.test
 
         def claim(on: Callable[..., T]) -> T:  # Store.claim_lead, or a batch's
             return on(
@@ -465,19 +478,37 @@ class Intake:
                 bucket=bucket,
             )
 
-        if opening is None:
+        if opening is None and not epl:
             got = claim(self.store.claim_lead)
             self._saw(ctx, got)
-            return got, None
+            return Claimed(got, None)
         with self.store.batch() as b:
             claimed = claim(b.claim_lead)
-            reserved = opening.queue(b)
-        got, first = claimed.value, reserved.value
+            reserved = opening.queue(b) if opening is not None else None
+            read = earnings.read_in(b, ctx.publisher.id, ctx.now, ctx.publisher.epl_window_days) if epl else None
+        got, first = claimed.value, None if reserved is None else reserved.value
+        earned = None if read is None else (bool(read[0].value), earnings.tallies(d.value for d in read[1]))
         self._saw(ctx, got)
         if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:
             self.router.withdraw(first)
-            return got, None
-        return got, first
+            return Claimed(got, None, earned)
+        return Claimed(got, first, earned)
+
+    def _earned(self, ctx: LeadContext, ready: bool, tallies: dict[str, earnings.Tally]) -> dict[str, earnings.Tally]:
+        """An `epl` lead's earnings as read with its claim; Unavailable (its claim freed for a
+        retry) while Redis does not know them (after a data loss): fail closed, as caps do, while
+        a thread of this process rebuilds them from the ledger."""
+        if ready:
+            return tallies
+        publisher = ctx.publisher
+        try:
+            earnings.request_rebuild(self.store.redis, publisher.id, publisher.epl_window_days)
+        finally:
+            self._give_up(ctx, forget_note=True)
+        raise Unavailable(
+            "this publisher's buyer earnings are being rebuilt after a Redis data loss; retry shortly",
+            retry_after_s=earnings.RETRY_AFTER_S,
+        )
 
     def _saw(self, ctx: LeadContext, got: LeadClaim) -> None:
         """Note what the claim saw of the publisher's bucket (when it took a token)."""

@@ -28,7 +28,7 @@ from webhooks.formats.validate import cents
 from webhooks.leads.path.context import LeadContext, lead_ref
 from webhooks.leads.posting.delivery import ACCEPTED, CIRCUIT_OPEN, ERROR, NOT_SENT, Deliverer
 from webhooks.leads.posting.integration import RenderBudgetExceeded
-from webhooks.leads.rules import consent, suppression
+from webhooks.leads.rules import consent, earnings, suppression
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import Snapshot
 from webhooks.leads.rules.publishers import PublisherRule
@@ -238,11 +238,20 @@ class Opening:
         return self.reservation.queue(batch)
 
 
-def order(offers: list[Offer], mode: str, rotation: dict[int, int] | None = None) -> list[Offer]:
+def order(
+    offers: list[Offer],
+    mode: str,
+    rotation: dict[int, int] | None = None,
+    earned: Mapping[str, earnings.Tally] | None = None,
+) -> list[Offer]:
     """The offers in the order `mode` gives (docs/api.md "Routing modes"), exclusive buyers'
     before shared buyers' (each in that order). `rotation` is, per priority, the round-robin
-    counter of this lead."""
-    ordered = _order(offers, mode, rotation)
+    counter of this lead; `earned`, the buyers' earnings for its publisher (`epl`: none known
+    ranks every buyer as new)."""
+    if mode == "epl":
+        ordered = earnings.rank(offers, earned or {})
+    else:
+        ordered = _order(offers, mode, rotation)
     if not any(o.buyer.shared for o in ordered):
         return ordered
     return [o for o in ordered if not o.buyer.shared] + [o for o in ordered if o.buyer.shared]
@@ -393,7 +402,7 @@ class Router:
     def plan(self, buyers: list[BuyerRule], publisher: PublisherRule) -> list[Offer] | None:
         """The order of the offers when it needs no I/O (no ping/post buyer, no round-robin
         counter): then the lead path reserves the first one in its claim's round trip."""
-        if publisher.routing == "round_robin" or any(b.ping is not None for b in buyers):
+        if publisher.routing in ("round_robin", "epl") or any(b.ping is not None for b in buyers):
             return None
         return order([Offer(b, b.price) for b in buyers], publisher.routing)
 
@@ -408,7 +417,7 @@ class Router:
         if plan is None:
             offers = self._bids(ctx, route.buyers, out)
             rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
-            plan = order(offers, publisher.routing, rotation)
+            plan = order(offers, publisher.routing, rotation, ctx.earned)
         lead_json = json.dumps(ctx.lead, separators=(",", ":"))
         check = self._consent(ctx, route)
         shared = [o for o in plan if o.buyer.shared]

@@ -10,9 +10,9 @@ from typing import Any
 
 from webhooks.errors import NotFound
 from webhooks.formats.validate import merge_patch
-from webhooks.leads.rules import publishers
+from webhooks.leads.rules import earnings, publishers
 from webhooks.leads.rules.catalog import bump_version
-from webhooks.storage.live import claims
+from webhooks.storage.live import claims, keys
 from webhooks.storage.live.redis import Store
 from webhooks.storage.records.models import Publisher
 
@@ -34,10 +34,13 @@ def save(store: Store, publisher_id: str, fields: dict[str, Any]) -> Publisher:
 
 def announce(store: Store, saved: Sequence[tuple[Publisher, bool]]) -> None:
     """Tell every process of publishers written (row, fresh): a new one's claims remembered
-    from its start, the config version bumped."""
+    from its start, an `epl` one's earnings counted from the ledger once (its first lead would
+    otherwise wait for them), the config version bumped."""
     for row, fresh in saved:
         if fresh:
             claims.remember_from_start(store, row.id)
+        if row.routing == "epl" and not store.redis.exists(keys.earnings_ready(row.id)):
+            earnings.rebuild(store.redis, row.id, datetime.now(timezone.utc), int(row.epl_window_days))
     bump_version(store.redis)
 
 

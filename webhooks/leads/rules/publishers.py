@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 from webhooks import metrics
 from webhooks.errors import RateLimited, ValidationError
 from webhooks.formats import validate as v
-from webhooks.leads.rules import consent, precheck_quota, quality, suppression
+from webhooks.leads.rules import consent, earnings, precheck_quota, quality, suppression
 from webhooks.storage.live import keys
 from webhooks.storage.live.scripts import CapCounter
 from webhooks.storage.records.models import Publisher
@@ -39,13 +39,14 @@ _FIELDS = {
     "precheck",
     "payout_hold_days",
     "sell",
+    "epl_window_days",
 }
 PUBLISHER_CAPS = {"hourly": 3600, "daily": 86400}  # UTC windows, by their length in seconds
 CAP_MAX = 10**9
 UNCAPPED = ("hourly", CAP_MAX + 1)  # the hourly lead counter of a publisher without an hourly cap
 MODES = ("live", "test")  # test: every lead of the publisher is a test lead
 RATE_MAX = 100_000  # per_second and burst: 1..RATE_MAX (PUBLISHER_RATE_LIMIT too)
-ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted")
+ROUTING_MODES = ("waterfall", "price", "round_robin", "weighted", "epl")
 _READ_ONLY = {"id", "api_key_hint", "balance", "held", "payable", "usage", "created_at", "updated_at"}
 HOLD_DAYS_MAX = 365
 MAX_SALES = 10  # `sell.max_sales`: buyers one lead may be sold to (an answer remembers each)
@@ -88,7 +89,15 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
         **precheck_quota.columns(precheck_quota.parse(body.get("precheck"))),
         "payout_hold_days": _hold_days(body.get("payout_hold_days")),
         "max_sales": _max_sales(body.get("sell")),
+        "epl_window_days": _window_days(body.get("epl_window_days")),
     }
+
+
+def _window_days(value: Any) -> int:
+    """`epl_window_days`: the whole days 1..90 `epl` routing ranks by; absent or null: 7."""
+    if value is None:
+        return 7
+    return v.integer(CODE, "epl_window_days", value, low=1, high=earnings.WINDOW_DAYS_MAX)
 
 
 def _max_sales(value: Any) -> int:
@@ -278,6 +287,7 @@ def to_json(row: Publisher) -> dict[str, Any]:
         "precheck": precheck_quota.of_row(row).to_json(),
         "payout_hold_days": int(row.payout_hold_days),
         "sell": {"max_sales": int(row.max_sales)},
+        "epl_window_days": int(row.epl_window_days),
         # what it is owed now (its payable payouts less the returns made after them), and apart
         # from it the payouts still held: docs/leads.md "Payout holds"
         "balance": f"{Decimal(row.balance):.2f}",
@@ -303,6 +313,7 @@ class PublisherRule:
     consent: consent.Fields = consent.Fields()  # the spec's fields carrying consent evidence
     precheck: precheck_quota.Quota = precheck_quota.DEFAULT  # its pre-ping quota
     max_sales: int = 1  # `sell.max_sales`: 1, exclusive; more: shared buyers may buy it side by side
+    epl_window_days: int = 7  # the days of earnings `routing: epl` ranks its buyers by
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
@@ -323,6 +334,7 @@ class PublisherRule:
             consent=spec.consent_fields() if spec else consent.Fields(),
             precheck=precheck_quota.of_row(row),
             max_sales=int(row.max_sales),
+            epl_window_days=int(row.epl_window_days),
         )
 
 

@@ -264,6 +264,9 @@ class Batch:
     def hmget(self, key: str, fields: Sequence[str]) -> Pending[list[str | None]]:
         return self._add(list, "HMGET", key, *fields)
 
+    def hgetall(self, key: str) -> Pending[dict[str, str]]:
+        return self._add(_pairs, "HGETALL", key)
+
     def lpush(self, key: str, *values: str) -> Pending[int]:
         return self._add(int, "LPUSH", key, *values)
 
@@ -322,3 +325,16 @@ def _read(conn: redis.Connection) -> Any:
         return conn.read_response()
     except ResponseError as exc:
         return exc
+
+
+def _pairs(raw: Any) -> dict[str, str]:
+    """An HGETALL reply as a dict of text: raw (a flat list of field, value, ...) or as redis-py
+    parses it (a dict), in bytes or text."""
+
+    def text(x: Any) -> str:
+        return x.decode() if isinstance(x, bytes) else str(x)
+
+    if isinstance(raw, dict):
+        return {text(k): text(v) for k, v in raw.items()}
+    items = list(raw or ())
+    return {text(items[i]): text(items[i + 1]) for i in range(0, len(items) - 1, 2)}

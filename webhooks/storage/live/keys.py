@@ -113,6 +113,22 @@ def lead_memory(publisher_id: str) -> str:
     return PREFIX + "{p:" + publisher_id + "}:memory"
 
 
+def earnings(publisher_id: str, day: str) -> str:
+    """A publisher's buyers' offers, accepted and returned sales and net earnings (cents) of one
+    UTC day (YYYYMMDD), a hash of `<buyer>:<o|a|r|e>` fields: what `epl` routing ranks by."""
+    return PREFIX + "{p:" + publisher_id + "}:epl:" + day
+
+
+def earnings_ready(publisher_id: str) -> str:
+    """Present while the publisher's earnings can be trusted (absent after Redis lost data:
+    its epl leads wait for the rebuild from the ledger)."""
+    return PREFIX + "{p:" + publisher_id + "}:epl:ready"
+
+
+def earnings_rebuild_lock(publisher_id: str) -> str:
+    return PREFIX + "{p:" + publisher_id + "}:epl:rebuild"
+
+
 def publisher_cap(publisher_id: str, cap: str, window: str) -> str:
     """A publisher's count of leads accepted in one UTC window (`caps`: hourly, daily), under
     its own hash tag: lua/claim_lead.lua counts it with the lead's claim."""

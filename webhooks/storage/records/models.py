@@ -71,6 +71,7 @@ class Publisher(BaseModel):
     payout_hold_days = pw.IntegerField(default=0)
     payout_held = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
     max_sales = pw.IntegerField(default=1)  # `sell.max_sales` (sql/025): buyers one lead may be sold to
+    epl_window_days = pw.IntegerField(default=7)  # the days `routing: epl` ranks by (sql/027)
 
     class Meta:
         table_name = "publishers"
