@@ -213,6 +213,7 @@ class Buyer:
         self.arrived: list[dict] = []  # every post, as soon as it arrives (before any delay)
         self.gate: threading.Event | None = None  # set: each post waits for it before answering
         self.reject_every = 0  # k > 0: in mode accept, the k-th, 2k-th, ... post to arrive is rejected
+        self.accept_every = 0  # k > 0: in mode accept, only the k-th, 2k-th, ... post is accepted
         self.posts = 0  # posts arrived, counted for reject_every
         self.lock = threading.Lock()
 
@@ -311,6 +312,8 @@ class BuyerServer:
                 with buyer.lock:
                     buyer.arrived.append(record)
                     buyer.posts += 1
+                    if mode == "accept" and buyer.accept_every and buyer.posts % buyer.accept_every != 0:
+                        mode = record["answered"] = "reject"
                     if mode == "accept" and buyer.reject_every and buyer.posts % buyer.reject_every == 0:
                         mode = record["answered"] = "reject"
                 if buyer.gate is not None:  # the test says when to answer, not the clock
