@@ -53,6 +53,7 @@ class Config:
     buyer_timeout_ms: int = 1500
     ping_timeout_ms: int = 300  # one shared deadline for the pings of a lead's ping/post buyers
     ping_max_bid: Decimal = Decimal("1000.00")  # a ping/post bid above it is ignored (no bid)
+    epl_prior_offers: int = 2  # offers' worth of doubt a buyer new to `epl` routing starts with
     breaker_failures: int = 5
     breaker_cooldown_ms: int = 30_000
     db_pool_size: int = 10
@@ -141,6 +142,7 @@ _INTS = {
     "PORT": "port",
     "BUYER_TIMEOUT_MS": "buyer_timeout_ms",
     "PING_TIMEOUT_MS": "ping_timeout_ms",
+    "EPL_PRIOR_OFFERS": "epl_prior_offers",
     "BREAKER_FAILURES": "breaker_failures",
     "BREAKER_COOLDOWN_MS": "breaker_cooldown_ms",
     "DB_POOL_SIZE": "db_pool_size",

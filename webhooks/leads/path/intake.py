@@ -181,6 +181,7 @@ class Intake:
             breaker_cooldown_ms=cfg.breaker_cooldown_ms,
             ping_timeout_ms=cfg.ping_timeout_ms,
             max_bid=cfg.ping_max_bid,
+            epl_prior_offers=cfg.epl_prior_offers,
             trustedform=consent.TrustedForm(
                 api_base=cfg.trustedform_api_base,
                 api_key=cfg.trustedform_api_key,

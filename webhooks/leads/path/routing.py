@@ -243,13 +243,14 @@ def order(
     mode: str,
     rotation: dict[int, int] | None = None,
     earned: Mapping[str, earnings.Tally] | None = None,
+    prior_offers: int = 2,
 ) -> list[Offer]:
     """The offers in the order `mode` gives (docs/api.md "Routing modes"), exclusive buyers'
     before shared buyers' (each in that order). `rotation` is, per priority, the round-robin
     counter of this lead; `earned`, the buyers' earnings for its publisher (`epl`: none known
-    ranks every buyer as new)."""
+    ranks every buyer as new; `prior_offers`: EPL_PRIOR_OFFERS)."""
     if mode == "epl":
-        ordered = earnings.rank(offers, earned or {})
+        ordered = earnings.rank(offers, earned or {}, prior_offers=prior_offers)
     else:
         ordered = _order(offers, mode, rotation)
     if not any(o.buyer.shared for o in ordered):
@@ -286,6 +287,7 @@ class Router:
     breaker_cooldown_ms: int
     ping_timeout_ms: int = 300
     max_bid: Decimal = Decimal("1000.00")  # PING_MAX_BID: a bid above it is no bid
+    epl_prior_offers: int = 2  # EPL_PRIOR_OFFERS: a new buyer's doubt under `epl` routing
     trustedform: consent.TrustedForm | None = None  # None: no claim is made (buyers requiring one get no lead)
 
     @property
@@ -417,7 +419,7 @@ class Router:
         if plan is None:
             offers = self._bids(ctx, route.buyers, out)
             rotation = self._rotation(offers) if publisher.routing == "round_robin" else None
-            plan = order(offers, publisher.routing, rotation, ctx.earned)
+            plan = order(offers, publisher.routing, rotation, ctx.earned, self.epl_prior_offers)
         lead_json = json.dumps(ctx.lead, separators=(",", ":"))
         check = self._consent(ctx, route)
         shared = [o for o in plan if o.buyer.shared]
