@@ -242,7 +242,11 @@ def render(d: dict) -> str:
         "",
         f"{d['rounds']} rounds, arms alternated; per round {d['batches']} batches of {d['deliveries']} {what} "
         "through the Flask app (MariaDB, a private Redis"
-        + ("; the buyer stub answering at once, in a process of its own" if leads else "")
+        + (
+            f"; the buyer stub, in a process of its own, replying after {d.get('buyer_delay_ms') or 0} ms"
+            if leads
+            else ""
+        )
         + f"), CPU per {each} the median of the batches; then one batch under cProfile for the calls. "
         + ", ".join(f"{name} at {rev}" for name, rev in d["revs"].items())
         + ".",
