@@ -8,7 +8,7 @@ and CPU per request with nothing else in the process moves by 2-3 %, so a lever 
 cent shows here first.
 
     python -m bench.calls [--path payments|leads] [--base-rev REV] [--deliveries 1500]
-                          [--batches 7] [--rounds 2] [--shared N]
+                          [--batches 7] [--rounds 2] [--shared N | --epl] [--buyer-delay-ms 0]
 
 Each arm is a child process on a worktree of its revision (HEAD, and REV when given), with a
 database and a Redis of its own (and for leads the buyer stub, answering at once, in a
@@ -18,7 +18,8 @@ Paystack payments from testkit/payments.py, or leads without an id), 300 to warm
 batch under cProfile for the calls. Writes bench/out/calls.md and calls.json (calls-leads.*
 for leads). With `--shared N` (leads), the arms are HEAD twice: its buyer exclusive, and N
 shared buyers at the same stub that each buy every lead (the publisher's max_sales N): what a
-shared lead costs beside an exclusive one, per lead and per sale (calls-shared.*).
+shared lead costs beside an exclusive one, per lead and per sale (calls-shared.*). With `--epl`,
+HEAD twice with three buyers alike: routed by priority (waterfall), and by `epl` (calls-epl.*).
 """
 
 from __future__ import annotations
@@ -191,23 +192,32 @@ def child(deliveries: int, batches: int, path: str = "payments", network: list |
     }
 
 
-def shared_network(network: list[tuple[str, dict]], sales: int) -> list[tuple[str, dict]]:
-    """bench/stack.py's network with its publisher selling each lead to `sales` buyers: its one
-    buyer made shared, and `sales` - 1 more like it at the same stub."""
+def varied_network(network: list[tuple[str, dict]], variant: dict) -> list[tuple[str, dict]]:
+    """bench/stack.py's network as an arm varies it: its publisher with `variant["publisher"]`'s
+    fields, its one buyer in `variant["copies"]` copies at the same stub (priorities 1..), each
+    with `variant["buyer"]`'s fields."""
     out = []
     for path, body in network:
         if path.startswith("/v1/admin/publishers/"):
-            out.append((path, {**body, "sell": {"max_sales": sales}}))
+            out.append((path, {**body, **variant.get("publisher", {})}))
         else:
-            out += [(f"{path}{i or ''}", {**body, "contract": "shared"}) for i in range(sales)]
+            copies = variant.get("copies", 1)
+            out += [
+                (f"{path}{i or ''}", {**body, "priority": i + 1, **variant.get("buyer", {})}) for i in range(copies)
+            ]
     return out
 
 
+def shared(sales: int) -> dict:
+    """The variant whose publisher sells each lead to `sales` shared buyers, each buying it."""
+    return {"publisher": {"sell": {"max_sales": sales}}, "copies": sales, "buyer": {"contract": "shared"}}
+
+
 def one_arm(
-    code: Path, deliveries: int, batches: int, path: str = "payments", shared: int = 0, delay_ms: int = 0
+    code: Path, deliveries: int, batches: int, path: str = "payments", variant: dict | None = None, delay_ms: int = 0
 ) -> dict:
     """A child process measuring `code` on its own Redis and database (and buyer stub, replying
-    after `delay_ms`); with `shared`, its publisher sells each lead to that many shared buyers."""
+    after `delay_ms`); its network varied as `variant` says (varied_network)."""
     from bench import stack as stack_mod  # in the parent (the working tree's bench/), see _sell_to
     from testkit.servers import venv_bin
 
@@ -215,7 +225,7 @@ def one_arm(
         tmp = Path(es.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
         base = stack_mod.base(es, tmp, {"BUYER_DELAY_MS": str(delay_ms)}, mysql_only=True, code=code)
         network = stack_mod.network(base.buyer_stub(es)[1]) if path == "leads" else []
-        buyer = ["--network", json.dumps(shared_network(network, shared) if shared else network)] if network else []
+        buyer = ["--network", json.dumps(varied_network(network, variant) if variant else network)] if network else []
         # This file, run as a script, imports webhooks/ (and testkit/) from `code`: a revision
         # from before bench/calls.py existed can be measured too.
         out = subprocess.run(
@@ -287,6 +297,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shared", type=int, default=0, help="leads: HEAD exclusive beside HEAD with N shared buyers")
+    ap.add_argument("--epl", action="store_true", help="leads: HEAD's waterfall beside its epl routing")
     ap.add_argument("--buyer-delay-ms", type=int, default=0, help="leads: the buyer stub replies after this long")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--network", help=argparse.SUPPRESS)
@@ -300,22 +311,24 @@ def main() -> int:
     from bench.common import OUT, head_rev, machine_info, worktrees, write_json, write_md
     from bench.stack import log
 
-    if args.shared and (args.path != "leads" or args.base_rev):
-        ap.error("--shared measures HEAD's lead path: with --path leads, without --base-rev")
+    if (args.shared or args.epl) and (args.path != "leads" or args.base_rev):
+        ap.error("--shared and --epl measure HEAD's lead path: with --path leads, without --base-rev")
     revs = {"head": head_rev()}
     if args.base_rev:
         revs = {"base": args.base_rev, **revs}
-    # arm name -> (its revision's name, how many shared buyers buy each lead; 0: exclusive)
-    plan = {name: (name, 0) for name in revs}
+    # arm name -> (its revision's name, how its network varies bench/stack.py's: varied_network)
+    plan: dict[str, tuple[str, dict | None]] = {name: (name, None) for name in revs}
     if args.shared:
-        plan = {"exclusive": ("head", 0), f"shared x{args.shared}": ("head", args.shared)}
+        plan = {"exclusive": ("head", None), f"shared x{args.shared}": ("head", shared(args.shared))}
+    if args.epl:  # three buyers alike, ranked by priority or by what each earns
+        plan = {routing: ("head", {"publisher": {"routing": routing}, "copies": 3}) for routing in ("waterfall", "epl")}
     arms: dict[str, list] = {name: [] for name in plan}
     with worktrees(revs, "fg-calls") as codes:
         for i in range(args.rounds):
             for name in list(plan) if i % 2 == 0 else list(reversed(plan)):
-                rev, shared = plan[name]
+                rev, variant = plan[name]
                 arms[name].append(
-                    one_arm(codes[rev], args.deliveries, args.batches, args.path, shared, args.buyer_delay_ms)
+                    one_arm(codes[rev], args.deliveries, args.batches, args.path, variant, args.buyer_delay_ms)
                 )
                 log(f"round {i + 1} {name}: {arms[name][-1]['cpu_us_median']} µs, {arms[name][-1]['calls']} calls")
     data = {
@@ -329,7 +342,15 @@ def main() -> int:
         "arms": arms,
         "machine": machine_info(),
     }
-    name = "calls" if args.path == "payments" else "calls-shared" if args.shared else "calls-leads"
+    name = (
+        "calls"
+        if args.path == "payments"
+        else "calls-shared"
+        if args.shared
+        else "calls-epl"
+        if args.epl
+        else "calls-leads"
+    )
     write_json(f"{name}.json", data)
     write_md(f"{name}.md", render(data))
     log(f"wrote {OUT / (name + '.md')}")
