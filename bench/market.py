@@ -19,7 +19,7 @@ once per seed, so two policies differ only by their orders. Policies:
 
 Revenue is each lead's sale price unless it is returned, per 1,000 leads.
 
-    python -m bench.market [--leads 50000] [--seeds 5] [--depth 0]
+    python -m bench.market [--leads 50000] [--seeds 5] [--depth 0 2]
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def market(seed: int, leads: int) -> list[Lead]:
 
 def run(policy: str, lead_list: list[Lead], seed: int, depth: int) -> list[float]:
     """Each lead's revenue net of its return under `policy`."""
-    n, rng = len(lead_list), random.Random(seed)
+    n, rng = len(lead_list), random.Random(f"epl {seed}")  # Thompson's draws, apart from the market's
     days: dict[int, dict[str, list[int]]] = {}  # day: buyer: [offers, accepted, returned, earned_cents]
     window: dict[str, list[int]] = {b.id: [0, 0, 0, 0] for b in BUYERS}  # their sum over the window
     returns: list[tuple[int, int, str, int]] = []  # (due lead, sale's day, buyer, cents), a heap
@@ -125,12 +125,12 @@ def run(policy: str, lead_list: list[Lead], seed: int, depth: int) -> list[float
     return net
 
 
-def _epl(offers, i, n, window, rng):
+def _epl(offers, i, n, window, rng):  # the order of each policy: ORDERS[policy](offers, lead, leads, window, rng)
     tallies = {b: earnings.Tally(*sums) for b, sums in window.items()}
     return earnings.rank(offers, tallies, rng, key=lambda o: (o[0].id, o[1], 0))
 
 
-def _true(o, i, n, with_accept):
+def _true(o, i, n, with_accept):  # what an offer earns by the buyer's true rates now
     accept, back = o[0].rates(i, n)
     return o[1] * (accept if with_accept else 1) * (1 - back)
 
