@@ -37,7 +37,9 @@ MAX_POSITIONAL = 5  # a call may pass at most this many arguments by position
 LOGGING = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
 
 BUDGETS = {  # folder: most lines of Python it may hold
-    "bench": 4_000,
+    # bench: 4,000 until the simulated market of issue #63 (bench/market.py, 231 lines), which
+    # the issue asks for and CI's quick lane runs; every bench in it runs there, none is one-off
+    "bench": 4_300,
     "soak": 2_000,
 }
 
