@@ -195,5 +195,5 @@ def test_ops_chart_of_the_last_24_hours_in_chromium(
     shot = page.screenshot(tmp_path / "chart.png")
     assert shot.read_bytes()[:8] == PNG
     csv_text = requests.get(f"{api.base}/ops/reports/leads.csv", headers=api.admin, timeout=10).text
-    assert csv_text.startswith("key,leads,sold,unsold,returned,revenue,payout,profit,return_rate\n")
-    assert ",4,3,1,0,37.50,0.00,37.50,0\n" in csv_text
+    assert csv_text.startswith("key,leads,sold,unsold,sales,returned,revenue,payout,profit,return_rate\n")
+    assert ",4,3,1,3,0,37.50,0.00,37.50,0\n" in csv_text
