@@ -378,6 +378,7 @@ def step_g_reports_and_audit(c: Console) -> None:
     )
     report = c.api.get("/v1/admin/reports/leads", params={"from": first, "to": last, "group_by": "day"}).json()
     figures = ("leads", "sold", "unsold", "returned", "revenue", "payout", "profit", "return_rate")
+    figures += ("offers", "accept_rate", "conversions", "epl")
     assert totals[1:] == [str(report["totals"][f]) for f in figures], (totals, report["totals"])
     c.shot("reports")
 

@@ -195,5 +195,6 @@ def test_ops_chart_of_the_last_24_hours_in_chromium(
     shot = page.screenshot(tmp_path / "chart.png")
     assert shot.read_bytes()[:8] == PNG
     csv_text = requests.get(f"{api.base}/ops/reports/leads.csv", headers=api.admin, timeout=10).text
-    assert csv_text.startswith("key,leads,sold,unsold,sales,returned,revenue,payout,profit,return_rate\n")
-    assert ",4,3,1,3,0,37.50,0.00,37.50,0\n" in csv_text
+    header = "key,leads,sold,unsold,sales,returned,revenue,payout,profit,return_rate"
+    assert csv_text.startswith(header + ",offers,accept_rate,conversions,epl\n")
+    assert ",4,3,1,3,0,37.50,0.00,37.50,0,3,1,0,12.50\n" in csv_text  # the CA lead: filtered, no offer

@@ -67,6 +67,7 @@ CONTRACT = {
     "POST /v1/admin/buyers/{buyer_id}/api-key",
     "GET /v1/buyer/leads",
     "POST /v1/buyer/returns",
+    "POST /v1/buyer/feedback",
     "GET /v1/admin/buyers/{buyer_id}/statement",
     "GET /v1/admin/publishers/{publisher_id}/statement",
     "GET /v1/admin/payment-events",

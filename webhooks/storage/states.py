@@ -91,6 +91,15 @@ class SaleStatus(StrEnum):
     RETURNED = "returned"
 
 
+class FeedbackEvent(StrEnum):
+    """What a buyer's feedback says of a sale (sql/026)."""
+
+    CONTACTED = "contacted"
+    QUALIFIED = "qualified"
+    CONVERTED = "converted"  # counted in the report's conversions, once per sale
+    BAD = "bad"
+
+
 class PayoutState(StrEnum):
     """Where a sale's payout to its publisher stands (sql/024): held until its hold ends, then
     payable (in the publisher's balance); cancelled when the sale was returned while held."""

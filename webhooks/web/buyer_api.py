@@ -1,5 +1,5 @@
 """The buyer API (`/v1/buyer/*`, docs/buyers.md "The buyer API"): a buyer, by its own API key,
-lists its sales and returns them under its policy. Every route passes the key check first:
+lists its sales, returns them under its policy and sends feedback on them. Every route passes the key check first:
 401 without a key of a live buyer, each wrong key one of the client address' tries (counted
 as the admin token's are: web/logins.py). Nothing here reaches another buyer's sale: a lead
 not sold to the caller is 404, the same answer as a lead that does not exist."""
@@ -12,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.errors import Unauthorized, ValidationError
 from webhooks.formats.validate import bearer, is_id
-from webhooks.leads.accounting import buyer_sales, returns
+from webhooks.leads.accounting import buyer_sales, feedback, returns
 from webhooks.leads.rules import buyer_keys
 from webhooks.storage.live import keys
 from webhooks.web import listing, logins
@@ -71,3 +71,13 @@ def return_lead() -> ResponseReturnValue:
         reason=reason,
     )
     return jsonify(done.record), 202 if done.pending else 200
+
+
+@bp.post("/feedback")
+def send_feedback() -> ResponseReturnValue:
+    """Feedback on the caller's sale of a lead, stored once under the buyer's own `id`: 200 with
+    the feedback as stored (the same `id` again: the one stored before; another body under it:
+    409 feedback_conflict). The body's shape is checked before the sale is looked up."""
+    given = feedback.parse(json_body())
+    sale = buyer_sales.own_sale(g.buyer_id, given.publisher_id, given.lead_id)
+    return jsonify(feedback.record(sale, given))

@@ -89,6 +89,7 @@ def test_settling_a_lead_twice_writes_its_sale_once(api, buyer_server):
             "status": "sold",
             "returned_at": None,
             "return_reason": None,
+            "feedback": [],
         }
     ]
     assert record["buyer_id"] == "acme" and record["commission"] == "2.00"  # an exclusive lead reads as before

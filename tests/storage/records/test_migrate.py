@@ -497,3 +497,46 @@ def test_025_counts_every_sold_lead_before_it_as_one_sale_and_sells_exclusively(
         rows = {r.buyer_id: (r.sold, r.sales) for r in models.LeadStats.select()}
     assert rows == {"acme": (4, 4), "": (0, 0)}
     assert upgrade(echo=lambda _m: None) == []  # once
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def ledger_at_025(request, tmp_path, database_url):
+    """A new database at the schema of sql/001..025: the release before feedback and the
+    report's offers (sql/026). On SQLite, the tables as upgrade() makes them, the offers not
+    yet counted (the columns' default)."""
+    with ledger_before(request.param, tmp_path, "026", list(models.ALL_MODELS)) as kind:
+        yield kind
+
+
+def test_026_counts_every_sale_before_it_as_an_accepted_offer_and_keys_feedback_by_buyer_id(ledger_at_025):
+    """The report's hours as the release before counted them (no offers): after upgrade() each
+    row's offers and accepted are its sales, no conversion; a buyer's feedback id is stored once."""
+    hour = datetime(2026, 11, 30, 10)
+    mark = "%s" if is_mysql() else "?"
+    with db.connection_context():
+        for buyer_id, leads, sold, sales in (("acme", 5, 4, 4), ("zeta", 0, 0, 2), ("", 3, 0, 0)):
+            db.execute_sql(
+                "INSERT INTO lead_stats (hour, publisher_id, buyer_id, leads, sold, returned, revenue, payout, sales)"
+                f" VALUES ({mark}, 'surge', {mark}, {mark}, {mark}, 0, 40.00, 4.00, {mark})",
+                (hour, buyer_id, leads, sold, sales),
+            )
+    assert "026" in upgrade(echo=lambda _m: None)
+    with db.connection_context():
+        rows = {r.buyer_id: (r.sales, r.offers, r.accepted, r.conversions) for r in models.LeadStats.select()}
+        feedback = dict(
+            buyer_id="acme",
+            feedback_id="crm-1",
+            sale_id=1,
+            publisher_id="surge",
+            lead_id="s1",
+            event="converted",
+            value="120.00",
+            created_at=models.utcnow(),
+        )
+        models.Feedback.insert(**feedback).execute()
+        with pytest.raises(pw.IntegrityError), db.atomic():  # one feedback per buyer and id
+            models.Feedback.insert(**{**feedback, "event": "bad"}).execute()
+        models.Feedback.insert(**{**feedback, "buyer_id": "zeta"}).execute()  # the id is the buyer's own
+        assert models.Feedback.select().count() == 2
+    assert rows == {"acme": (4, 4, 4, 0), "zeta": (2, 2, 2, 0), "": (0, 0, 0, 0)}
+    assert upgrade(echo=lambda _m: None) == []  # once

@@ -18,7 +18,7 @@ from webhooks.billing.charges import Charged
 from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.errors import Unavailable
 from webhooks.events import outbox
-from webhooks.leads.accounting import payouts
+from webhooks.leads.accounting import feedback, payouts
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
 from webhooks.leads.posting.delivery import UNKNOWN
@@ -205,9 +205,10 @@ def _attempt(a: LeadAttempt) -> dict[str, Any]:
     return out
 
 
-def sales_of(leads: Sequence[Lead]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def sales_of(leads: Sequence[Lead], *, with_feedback: bool = True) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The sales of `leads` as their records show them, by (publisher_id, lead_id), in the order
-    they were made; two queries for any number of leads (a page of the lead search)."""
+    they were made; three queries for any number of leads (a page of the lead search), two
+    without the buyers' feedback."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {(lead.publisher_id, lead.lead_id): [] for lead in leads}
     if not leads:
         return out
@@ -229,8 +230,12 @@ def sales_of(leads: Sequence[Lead]) -> dict[tuple[str, str], list[dict[str, Any]
             .order_by(LeadReturn.id)
         ):
             last_return[r.sale_id] = r.return_id  # the newest return of each sale
+    said = feedback.of_sales([row.id for row in rows]) if with_feedback and rows else {}
     for row in rows:
-        out[(row.publisher_id, row.lead_id)].append(sale_view(row, last_return.get(row.id)))
+        view = sale_view(row, last_return.get(row.id))
+        if with_feedback:
+            view["feedback"] = said.get(row.id, [])
+        out[(row.publisher_id, row.lead_id)].append(view)
     return out
 
 
@@ -291,7 +296,7 @@ def answer_for(publisher_id: str, lead_id: str) -> dict[str, Any] | None:
     lead = Lead.get_or_none(Lead.publisher_id == publisher_id, Lead.lead_id == lead_id)
     if lead is None:
         return None
-    record = lead_view(lead)
+    record = lead_view(lead, sales=sales_of([lead], with_feedback=False)[(lead.publisher_id, lead.lead_id)])
     answer = {k: record[k] for k in ("lead_id", "status", "buyer_id", "price", "attempts")}
     if answer["status"] == "returned":  # returned since: the publisher was told it was sold
         answer["status"] = "sold"

@@ -1,7 +1,8 @@
 """The leads report (docs/api.md "Reports"): leads, sold, unsold, returned, revenue, payout,
-profit and return rate per publisher, buyer, day or hour, read from `lead_stats` (per hour,
-publisher and buyer, counted in the transaction of each settlement and return; test leads
-never). docs/operations.md "The leads report"."""
+profit, return rate, offers, accept rate, conversions and earnings per offer per publisher,
+buyer, day or hour, read from `lead_stats` (per hour, publisher and buyer, counted in the
+transaction of each settlement, return and first conversion; test leads never).
+docs/operations.md "The leads report"."""
 
 from __future__ import annotations
 
@@ -17,14 +18,32 @@ from webhooks.formats import csvsafe
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.storage.records.db import is_mysql
 from webhooks.storage.records.models import Lead, LeadStats
-from webhooks.storage.states import LeadStatus
+from webhooks.storage.states import AttemptOutcome, LeadStatus
 
 GROUPS = ("publisher", "buyer", "day", "hour")
 MAX_DAYS = 366
-COLUMNS = ("key", "leads", "sold", "unsold", "sales", "returned", "revenue", "payout", "profit", "return_rate")
+COLUMNS = (
+    "key",
+    "leads",
+    "sold",
+    "unsold",
+    "sales",
+    "returned",
+    "revenue",
+    "payout",
+    "profit",
+    "return_rate",
+    "offers",
+    "accept_rate",
+    "conversions",
+    "epl",
+)
 ZERO = Decimal("0.00")
-MONEY = ("revenue", "payout", "profit")
-SUMMED = ("leads", "sold", "returned", "revenue", "payout", "sales")  # lead_stats' columns a report adds up
+MONEY = ("revenue", "payout", "profit", "epl")
+# lead_stats' columns a report adds up, in the order _row takes them
+SUMMED = ("leads", "sold", "returned", "revenue", "payout", "sales", "offers", "accepted", "conversions")
+# Attempt outcomes that never reached the buyer: no offer was made.
+NOT_OFFERED = frozenset({AttemptOutcome.CIRCUIT_OPEN, AttemptOutcome.NOT_SENT})
 
 
 def _hour(at: datetime) -> datetime:
@@ -39,12 +58,16 @@ class _Delta:
     revenue: Decimal = ZERO
     payout: Decimal = ZERO
     sales: int = 0
+    offers: int = 0
+    accepted: int = 0
+    conversions: int = 0
 
 
 def count_settled(items: Iterable[SettlementItem]) -> None:
     """Add newly settled leads (settlement items) to their hours, in the caller's transaction:
     a lead in its first buyer's row (`leads`, `sold`), each of its sales in its buyer's
-    (`sales`, `revenue`, `payout`: a shared lead's several)."""
+    (`sales`, `revenue`, `payout`: a shared lead's several), each of its attempts in its
+    buyer's (`offers`, and `accepted` for a yes)."""
     deltas: dict[tuple[datetime, str, str], _Delta] = {}
     for item in items:
         if item.status not in (LeadStatus.SOLD, LeadStatus.UNSOLD):
@@ -61,6 +84,12 @@ def count_settled(items: Iterable[SettlementItem]) -> None:
             d.sales += 1
             d.revenue += Decimal(sale.price or 0)
             d.payout += Decimal(sale.payout or 0)
+        for attempt in item.attempts:
+            if attempt["outcome"] in NOT_OFFERED:
+                continue
+            d = deltas.setdefault((_hour(at), item.publisher_id, attempt["buyer_id"]), _Delta())
+            d.offers += 1
+            d.accepted += int(attempt["outcome"] == AttemptOutcome.ACCEPTED)
     for key, d in sorted(deltas.items()):
         _add(key, d)
 
@@ -72,6 +101,12 @@ def count_returned(lead: Lead, *, price: Decimal, payout: Decimal | None, buyer_
     _add((_hour(lead.received_at), lead.publisher_id, buyer_id), delta)
 
 
+def count_conversion(received_at: datetime, *, publisher_id: str, buyer_id: str) -> None:
+    """A sale's first `converted` feedback, in the caller's transaction: counted in its buyer's
+    row of the hour its lead was received (`received_at`, naive UTC), where the sale is."""
+    _add((_hour(received_at), publisher_id, buyer_id), _Delta(conversions=1))
+
+
 def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
     hour, publisher_id, buyer_id = key
     update = {
@@ -81,6 +116,9 @@ def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
         LeadStats.revenue: LeadStats.revenue + d.revenue,
         LeadStats.payout: LeadStats.payout + d.payout,
         LeadStats.sales: pw.fn.COALESCE(LeadStats.sales, 0) + d.sales,
+        LeadStats.offers: LeadStats.offers + d.offers,
+        LeadStats.accepted: LeadStats.accepted + d.accepted,
+        LeadStats.conversions: LeadStats.conversions + d.conversions,
     }
     query = LeadStats.insert(
         hour=hour,
@@ -92,6 +130,9 @@ def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
         revenue=d.revenue,
         payout=d.payout,
         sales=d.sales,
+        offers=d.offers,
+        accepted=d.accepted,
+        conversions=d.conversions,
     )
     if is_mysql():
         query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
@@ -134,13 +175,18 @@ def report(first: date, last: date, group_by: str) -> dict[str, Any]:
     found = cast(
         "list[tuple[Any, ...]]", list(report_query(first, last, group_by))
     )  # peewee's stubs: .tuples() yields models
-    rows = [_row(k or None, figures) for k, *figures in found]
-    totals = _row(None, [sum((r[name] for r in rows), start=z) for name, z in _SUMS])
+    figures = [(k or None, _figures(raw)) for k, *raw in found]
+    rows = [_row(k, f) for k, f in figures]
+    zeros = _figures([None] * len(SUMMED))
+    totals = _row(None, [sum((f[i] for _k, f in figures), start=z) for i, z in enumerate(zeros)])
     totals.pop("key")
     return {"from": first.isoformat(), "to": last.isoformat(), "group_by": group_by, "rows": rows, "totals": totals}
 
 
-_SUMS = (("leads", 0), ("sold", 0), ("returned", 0), ("revenue", ZERO), ("payout", ZERO), ("sales", 0))
+def _figures(raw: Sequence[Any]) -> list[Any]:
+    """A row's sums as read (SUM() answers decimals, or NULL), in SUMMED's order: money as
+    Decimal with two places, counts as int."""
+    return [Decimal(v or 0).quantize(ZERO) if n in MONEY else int(v or 0) for n, v in zip(SUMMED, raw, strict=True)]
 
 
 def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
@@ -169,13 +215,15 @@ def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
     return out
 
 
+def _rate(part: int, whole: int) -> Decimal:
+    return (Decimal(part) / whole).quantize(Decimal("0.001")).normalize() if whole else Decimal(0)
+
+
 def _row(key: Any, figures: Sequence[Any]) -> dict[str, Any]:
-    """A report row from its figures, in _SUMS' order: leads, sold, returned, revenue, payout,
-    sales. `return_rate` is of the sales (an exclusive lead's one sale: of the sold leads)."""
-    leads, sold, returned, revenue, payout, sales = figures
-    leads, sold, returned, sales = int(leads or 0), int(sold or 0), int(returned or 0), int(sales or 0)
-    revenue, payout = Decimal(revenue or 0).quantize(ZERO), Decimal(payout or 0).quantize(ZERO)
-    rate = (Decimal(returned) / sales).quantize(Decimal("0.001")).normalize() if sales else Decimal(0)
+    """A report row from its figures, in SUMMED's order. `return_rate` is of the sales (an
+    exclusive lead's one sale: of the sold leads); `accept_rate` of the offers; `epl`, the
+    earnings per offer, the revenue (the sales not returned) over the offers."""
+    leads, sold, returned, revenue, payout, sales, offers, accepted, conversions = figures
     return {
         "key": key,
         "leads": leads,
@@ -186,7 +234,11 @@ def _row(key: Any, figures: Sequence[Any]) -> dict[str, Any]:
         "revenue": revenue,
         "payout": payout,
         "profit": revenue - payout,
-        "return_rate": rate,
+        "return_rate": _rate(returned, sales),
+        "offers": offers,
+        "accept_rate": _rate(accepted, offers),
+        "conversions": conversions,
+        "epl": (revenue / offers).quantize(ZERO) if offers else ZERO,
     }
 
 

@@ -32,8 +32,9 @@ def split_statements(sql: str) -> list[str]:
 
 # Migrations whose INSERT statements are portable SQL that carries rows over: on SQLite, where the
 # models make the tables, upgrade() runs those statements still (sql/022: every sold lead's sale;
-# sql/025: the report's sales counted as its sold leads), UPDATEs too.
-SQLITE_DATA = {"022", "025"}
+# sql/025: the report's sales counted as its sold leads; sql/026: its offers as its sales),
+# UPDATEs too.
+SQLITE_DATA = {"022", "025", "026"}
 
 
 _RENAME = re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)

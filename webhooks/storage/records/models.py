@@ -209,6 +209,25 @@ class LeadReturn(BaseModel):
         indexes = ((("status", "requested_at"), False),)  # the review queue, oldest first
 
 
+class Feedback(BaseModel):
+    """What a buyer said of one of its sales (sql/026). The unique key, the buyer's own id for
+    it, makes feedback sent again (or many times at once) stored once."""
+
+    id = pw.BigAutoField()
+    buyer_id = pw.CharField(max_length=64)
+    feedback_id = pw.CharField(max_length=64)  # the buyer's
+    sale_id = pw.BigIntegerField(index=True)
+    publisher_id = pw.CharField(max_length=64)
+    lead_id = pw.CharField(max_length=64)
+    event = pw.CharField(max_length=16)  # a FeedbackEvent
+    value = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    created_at = DateTime6Field()
+
+    class Meta:
+        table_name = "feedback"
+        indexes = ((("buyer_id", "feedback_id"), True),)
+
+
 class LeadAttempt(BaseModel):
     id = pw.BigAutoField()
     publisher_id = pw.CharField(max_length=64)
@@ -494,6 +513,11 @@ class LeadStats(BaseModel):
     revenue = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
     payout = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
     sales = pw.IntegerField(null=True)  # sales to this row's buyer, returned ones included (sql/025)
+    # sql/026; the DDL's default too, for the rows a statement of SQL writes without them
+    offers = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])  # attempts made to this row's buyer
+    accepted = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])  # those it accepted
+    # its sales whose buyer said `converted`, once each
+    conversions = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
 
     class Meta:
         table_name = "lead_stats"
@@ -547,6 +571,7 @@ ALL_MODELS = [
     LeadAttempt,
     Sale,
     LeadReturn,
+    Feedback,
     Payment,
     Wallet,
     WalletEntry,
