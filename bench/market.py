@@ -10,7 +10,9 @@ once per seed, so two policies differ only by their orders. Policies:
 
 - epl: the product's own `earnings.rank` over `earnings.Tally`s counted as settlement and
   returns count them: an offer, a yes and its price in the lead's day, a return (its price out)
-  in its sale's day; the window is the publisher's default 7 days, a day being DAY leads;
+  in its sale's day; the window is the publisher's default 7 days, a day being DAY leads, its
+  days weighed by `earnings.weigh` with the default half-life (12 hours); `epl flat` weighs them
+  alike (EPL_HALF_LIFE_HOURS 0);
 - price: highest price now first (a ping/post buyer's bid for this lead), Floodgate's `price`;
 - bid: the stated prices and bids as a fixed order (a `waterfall` set up by them);
 - oracle: the true price now x accept x (1 - return) of each buyer, highest first;
@@ -35,12 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import common
+from webhooks.config import Config
 from webhooks.leads.rules import earnings
 
 DAY = 1_000  # leads a day: a publisher of ~1,000 leads a day, so 50,000 leads are 7 weeks
 WINDOW = 7  # days, the default epl_window_days: today and the 6 days before
 BLOCK = 1_000  # leads per point of the plot
-POLICIES = ("epl", "price", "bid", "oracle", "net")
+POLICIES = ("epl", "epl flat", "price", "bid", "oracle", "net")
+# epl's half-life (days): the product's default EPL_HALF_LIFE_HOURS; "epl flat" weighs the
+# window's days alike (EPL_HALF_LIFE_HOURS 0), as the contract's figure does
+HALF_LIFE = {"epl": Config.epl_half_life_hours / 24, "epl flat": 0.0}
 
 
 @dataclass(frozen=True)
@@ -100,16 +106,27 @@ def run(policy: str, lead_list: list[Lead], seed: int, depth: int) -> list[float
                 sums[k] += change[k]
 
     net: list[float] = []
+    past: dict[str, earnings.Tally] = {}  # the days before today, weighed by age (earnings.weigh)
+    stale = True
     for i, (row, delay) in enumerate(lead_list):
         today = i // DAY
         if i % DAY == 0:  # a new day: the oldest leaves the window
             for buyer, sums in days.pop(today - WINDOW, {}).items():
                 window[buyer] = [w - s for w, s in zip(window[buyer], sums, strict=True)]
+            stale = True
         while returns and returns[0][0] <= i:
             _, day, buyer, cents = heapq.heappop(returns)
             count(day, buyer, (0, 0, 1, -cents), today)
+            stale = stale or day < today  # a past day changed: weighed again before the next order
         offers = [(b, p, u_yes, u_back) for b, (p, u_yes, u_back) in zip(BUYERS, row, strict=True) if p is not None]
-        order = ORDERS[policy](offers, i, n, window, rng)
+        if policy in HALF_LIFE and stale:  # the product's weighing, today (age 0) left out for now
+            before = [_tallies(days.get(d, {})) for d in range(today - WINDOW + 1, today)]
+            past, stale = earnings.weigh([*before, {}], HALF_LIFE[policy]), False
+        if policy in HALF_LIFE:  # what the claim's round trip reads: the past, and today in full
+            now = earnings.weigh([past, _tallies(days.get(today, {}))], 0)
+            order = earnings.rank(offers, now, rng, key=lambda o: (o[0].id, o[1], 0))
+        else:
+            order = ORDERS[policy](offers, i, n, window, rng)
         sold = 0.0
         for b, price, u_yes, u_back in order[: depth or None]:
             accept, back = b.rates(i, n)
@@ -125,9 +142,8 @@ def run(policy: str, lead_list: list[Lead], seed: int, depth: int) -> list[float
     return net
 
 
-def _epl(offers, i, n, window, rng):  # the order of each policy: ORDERS[policy](offers, lead, leads, window, rng)
-    tallies = {b: earnings.Tally(*sums) for b, sums in window.items()}
-    return earnings.rank(offers, tallies, rng, key=lambda o: (o[0].id, o[1], 0))
+def _tallies(day: dict[str, list[int]]) -> dict[str, earnings.Tally]:
+    return {b: earnings.Tally(*sums) for b, sums in day.items()}
 
 
 def _true(o, i, n, with_accept):  # what an offer earns by the buyer's true rates now
@@ -136,7 +152,6 @@ def _true(o, i, n, with_accept):  # what an offer earns by the buyer's true rate
 
 
 ORDERS: dict[str, Callable[..., list]] = {
-    "epl": _epl,
     "price": lambda offers, *_: sorted(offers, key=lambda o: (-o[1], o[0].id)),
     "bid": lambda offers, *_: sorted(offers, key=lambda o: (-o[0].price, o[0].id)),
     "oracle": lambda offers, i, n, *_: sorted(offers, key=lambda o: (-_true(o, i, n, True), o[0].id)),
@@ -190,7 +205,7 @@ def summary(nets: dict[tuple[str, int], list[float]], seeds: range, n: int, dept
         for k in range(len(tenths["epl"]))
     ]
     warm = min(2_000, n // 2)
-    aims = {"oracle": " (goal ≥ 0.95)", "price": " (goal > 1)", "bid": " (goal > 1)", "net": ""}
+    aims = {"oracle": " (goal ≥ 0.95)", "price": " (goal > 1)", "bid": " (goal > 1)", "net": "", "epl flat": ""}
     goals = [f"epl / {p} over leads {warm:,}–{n:,}: {ratio(warm, n, p):.3f}{aims[p]}" for p in POLICIES[1:]]
     for share in CHANGES:
         c = int(share * n)

@@ -54,6 +54,7 @@ class Config:
     ping_timeout_ms: int = 300  # one shared deadline for the pings of a lead's ping/post buyers
     ping_max_bid: Decimal = Decimal("1000.00")  # a ping/post bid above it is ignored (no bid)
     epl_prior_offers: int = 2  # offers' worth of doubt a buyer new to `epl` routing starts with
+    epl_half_life_hours: int = 12  # `epl` routing: a day's figures count half this much later (0: all alike)
     breaker_failures: int = 5
     breaker_cooldown_ms: int = 30_000
     db_pool_size: int = 10
@@ -143,6 +144,7 @@ _INTS = {
     "BUYER_TIMEOUT_MS": "buyer_timeout_ms",
     "PING_TIMEOUT_MS": "ping_timeout_ms",
     "EPL_PRIOR_OFFERS": "epl_prior_offers",
+    "EPL_HALF_LIFE_HOURS": "epl_half_life_hours",
     "BREAKER_FAILURES": "breaker_failures",
     "BREAKER_COOLDOWN_MS": "breaker_cooldown_ms",
     "DB_POOL_SIZE": "db_pool_size",
@@ -174,7 +176,7 @@ _INTS = {
     "PROVIDER_RECONCILE_LOOKBACK_S": "provider_reconcile_lookback_s",
     "TRUSTEDFORM_TIMEOUT_MS": "trustedform_timeout_ms",
 }
-_ZERO_OK = {"CAP_WAIT_REPLICAS"}  # 0: do not wait for replicas
+_ZERO_OK = {"CAP_WAIT_REPLICAS", "EPL_HALF_LIFE_HOURS"}  # 0: do not wait for replicas; weigh days alike
 _STRS = {
     "REDIS_URL": "redis_url",
     "RQ_REDIS_URL": "rq_redis_url",

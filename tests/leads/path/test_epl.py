@@ -60,6 +60,13 @@ def test_returns_lower_what_a_buyer_earns():
     assert firsts["keeps"] >= 1990, firsts
 
 
+def test_older_days_weigh_less_by_the_half_life():
+    day = {"acme": Tally(offers=8, accepted=4, returned=0, earned_cents=400)}
+    assert earnings.weigh([day, day, day], 1.0)["acme"] == Tally(14, 7, 0, 700)  # 1/4 + 1/2 + 1
+    assert earnings.weigh([day, day, day], 0)["acme"] == Tally(24, 12, 0, 1200)  # alike
+    assert earnings.weigh([day, {}], 0.5)["acme"] == Tally(2, 1, 0, 100)  # a day old: a quarter
+
+
 def test_the_window_and_a_tally_as_redis_replies_give_them():
     now = datetime(2026, 12, 7, 10, tzinfo=timezone.utc)
     assert earnings.window(now, 3) == ["20261205", "20261206", "20261207"]

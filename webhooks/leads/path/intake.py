@@ -182,6 +182,7 @@ class Intake:
             ping_timeout_ms=cfg.ping_timeout_ms,
             max_bid=cfg.ping_max_bid,
             epl_prior_offers=cfg.epl_prior_offers,
+            epl_half_life_days=cfg.epl_half_life_hours / 24,
             trustedform=consent.TrustedForm(
                 api_base=cfg.trustedform_api_base,
                 api_key=cfg.trustedform_api_key,
@@ -488,7 +489,10 @@ class Intake:
             reserved = opening.queue(b) if opening is not None else None
             read = earnings.read_in(b, ctx.publisher.id, ctx.now, ctx.publisher.epl_window_days) if epl else None
         got, first = claimed.value, None if reserved is None else reserved.value
-        earned = None if read is None else (bool(read[0].value), earnings.tallies(d.value for d in read[1]))
+        earned = None
+        if read is not None:
+            days = earnings.days_read(d.value for d in read[1])
+            earned = (bool(read[0].value), earnings.weigh(days, self.router.epl_half_life_days))
         self._saw(ctx, got)
         if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:
             self.router.withdraw(first)

@@ -288,6 +288,7 @@ class Router:
     ping_timeout_ms: int = 300
     max_bid: Decimal = Decimal("1000.00")  # PING_MAX_BID: a bid above it is no bid
     epl_prior_offers: int = 2  # EPL_PRIOR_OFFERS: a new buyer's doubt under `epl` routing
+    epl_half_life_days: float = 0.5  # EPL_HALF_LIFE_HOURS / 24: how fast its figures fade
     trustedform: consent.TrustedForm | None = None  # None: no claim is made (buyers requiring one get no lead)
 
     @property

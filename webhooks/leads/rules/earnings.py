@@ -36,17 +36,22 @@ TTL_S = (WINDOW_DAYS_MAX + 2) * 86_400  # a day's counts outlive the longest win
 
 @dataclass(frozen=True)
 class Tally:
-    """One buyer's figures for one publisher over a window."""
+    """One buyer's figures for one publisher over a window (weighed by age: `weigh`, floats)."""
 
-    offers: int = 0
-    accepted: int = 0
-    returned: int = 0
-    earned_cents: int = 0
+    offers: float = 0
+    accepted: float = 0
+    returned: float = 0
+    earned_cents: float = 0
+
+    def scaled(self, w: float) -> Tally:
+        return Tally(self.offers * w, self.accepted * w, self.returned * w, self.earned_cents * w)
 
     @property
     def epl(self) -> Decimal:
         """Its earnings per offer (0 before any offer)."""
-        return (Decimal(self.earned_cents) / 100 / self.offers).quantize(Decimal("0.01")) if self.offers else Decimal(0)
+        if not self.offers:
+            return Decimal(0)
+        return (Decimal(str(self.earned_cents)) / 100 / Decimal(str(self.offers))).quantize(Decimal("0.01"))
 
     def __add__(self, other: Tally) -> Tally:
         return Tally(
@@ -87,6 +92,25 @@ def tallies(days: Iterable[Mapping[Any, Any]]) -> dict[str, Tally]:
 
 
 _KINDS = {"o": 0, "a": 1, "r": 2, "e": 3}
+
+
+def weigh(days: Sequence[Mapping[str, Tally]], half_life_days: float) -> dict[str, Tally]:
+    """Each buyer's tally over `days` (oldest first, today last), a day `age` days old counting
+    0.5 ** (age / half_life_days) (today in full; 0: every day in full). What the ranking
+    reads: a buyer's change shows within about a half-life, however many days the window keeps
+    (docs/leads.md "Earnings-per-lead routing")."""
+    out: dict[str, Tally] = {}
+    last = len(days) - 1
+    for i, day in enumerate(days):
+        w = 0.5 ** ((last - i) / half_life_days) if half_life_days > 0 else 1.0
+        for buyer_id, t in day.items():
+            out[buyer_id] = out.get(buyer_id, EMPTY) + (t if w == 1.0 else t.scaled(w))
+    return out
+
+
+def days_read(replies: Iterable[Mapping[Any, Any]]) -> list[dict[str, Tally]]:
+    """Each day's tallies, from the HGETALL replies of `read_in` (oldest first)."""
+    return [tallies([fields]) for fields in replies]
 
 
 def score(price: Decimal, tally: Tally, rng: random.Random, prior_offers: int = 2) -> float:
