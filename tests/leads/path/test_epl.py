@@ -158,11 +158,12 @@ def test_counts_lost_with_redis_are_rebuilt_from_the_ledger_and_leads_wait_meanw
     key, _cheap, _dear = market
     for i in range(6):
         assert api.post_lead(key, {"lead_id": f"b{i}"}).json()["status"] == "sold"
-    wait_until(lambda: _tallies(app).get("cheap", Tally()).accepted == 6, what="6 yeses counted")
+    wait_until(lambda: sum(t.accepted for t in _tallies(app).values()) == 6, what="6 sales counted")
     before = _tallies(app)
     r = services.of(app).store.redis
     for name in r.scan_iter(match=keys.PREFIX + "{p:surge}:epl*"):  # this publisher's figures lost
         r.delete(name)
+    services.of(app).intake.router.recent.seen.clear()  # this process's last read: older than READ_EVERY_S
     first = api.post_lead(key, {"lead_id": "after-loss"})
     assert first.status_code == 503 and int(first.headers["Retry-After"]) >= 1, first.text
     wait_until(lambda: r.exists(keys.earnings_ready("surge")), what="the earnings rebuilt")

@@ -293,7 +293,7 @@ class Intake:
         if got.dead_note is not None:  # that lead was counted when its dead request claimed it
             ctx = replace(ctx, caps=())
         elif earned is not None:
-            ctx = replace(ctx, earned=self._earned(ctx, *earned))
+            ctx = replace(ctx, earned=self._earned(ctx, first, *earned))
         outcome = self._route(ctx, route, got.dead_note, first, snapshot)
         item = settlement.make_item(
             publisher=publisher,
@@ -467,6 +467,8 @@ class Intake:
         opening = self.router.opening(ctx, route)
         bucket = toll.take()
         epl = ctx.publisher.routing == "epl" and not ctx.test
+        recent = self.router.recent
+        read_now = epl and recent.due(ctx.publisher.id, time.monotonic())
 
         def claim(on: Callable[..., T]) -> T:  # Store.claim_lead, or a batch's
             return on(
@@ -480,32 +482,37 @@ class Intake:
                 bucket=bucket,
             )
 
-        if opening is None and not epl:
+        earned = recent.get(ctx.publisher.id) if epl else None
+        if opening is None and not read_now:
             got = claim(self.store.claim_lead)
             self._saw(ctx, got)
-            return Claimed(got, None)
+            return Claimed(got, None, earned)
         with self.store.batch() as b:
             claimed = claim(b.claim_lead)
             reserved = opening.queue(b) if opening is not None else None
-            read = earnings.read_in(b, ctx.publisher.id, ctx.now, ctx.publisher.epl_window_days) if epl else None
+            read = earnings.read_in(b, ctx.publisher.id, ctx.now, ctx.publisher.epl_window_days) if read_now else None
         got, first = claimed.value, None if reserved is None else reserved.value
-        earned = None
         if read is not None:
             days = earnings.days_read(d.value for d in read[1])
             earned = (bool(read[0].value), earnings.weigh(days, self.router.epl_half_life_days))
+            recent.put(ctx.publisher.id, *earned, time.monotonic())
         self._saw(ctx, got)
         if got.outcome is not ClaimOutcome.CLAIMED or got.dead_note is not None:
             self.router.withdraw(first)
             return Claimed(got, None, earned)
         return Claimed(got, first, earned)
 
-    def _earned(self, ctx: LeadContext, ready: bool, tallies: dict[str, earnings.Tally]) -> dict[str, earnings.Tally]:
-        """An `epl` lead's earnings as read with its claim; Unavailable (its claim freed for a
-        retry) while Redis does not know them (after a data loss): fail closed, as caps do, while
-        a thread of this process rebuilds them from the ledger."""
+    def _earned(
+        self, ctx: LeadContext, first: Reservation | None, ready: bool, tallies: dict[str, earnings.Tally]
+    ) -> dict[str, earnings.Tally]:
+        """An `epl` lead's earnings as this process last read them (with this claim, or within
+        READ_EVERY_S); Unavailable (its claim freed for a retry, its first reservation given back)
+        while Redis does not know them (after a data loss): fail closed, as caps do, while a
+        thread of this process rebuilds them from the ledger."""
         if ready:
             return tallies
         publisher = ctx.publisher
+        self.router.withdraw(first)
         try:
             earnings.request_rebuild(self.store.redis, publisher.id, publisher.epl_window_days)
         finally:

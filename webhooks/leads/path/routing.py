@@ -289,6 +289,7 @@ class Router:
     max_bid: Decimal = Decimal("1000.00")  # PING_MAX_BID: a bid above it is no bid
     epl_prior_offers: int = 2  # EPL_PRIOR_OFFERS: a new buyer's doubt under `epl` routing
     epl_half_life_days: float = 0.5  # EPL_HALF_LIFE_HOURS / 24: how fast its figures fade
+    recent: earnings.Recent = field(default_factory=earnings.Recent)  # `epl` figures as last read
     trustedform: consent.TrustedForm | None = None  # None: no claim is made (buyers requiring one get no lead)
 
     @property
@@ -404,10 +405,17 @@ class Router:
 
     def plan(self, buyers: list[BuyerRule], publisher: PublisherRule) -> list[Offer] | None:
         """The order of the offers when it needs no I/O (no ping/post buyer, no round-robin
-        counter): then the lead path reserves the first one in its claim's round trip."""
-        if publisher.routing in ("round_robin", "epl") or any(b.ping is not None for b in buyers):
+        counter; an `epl` publisher's figures read lately by this process): then the lead path
+        reserves the first one in its claim's round trip."""
+        if publisher.routing == "round_robin" or any(b.ping is not None for b in buyers):
             return None
-        return order([Offer(b, b.price) for b in buyers], publisher.routing)
+        earned = None
+        if publisher.routing == "epl":
+            seen = self.recent.get(publisher.id)
+            if seen is None or not seen[0]:  # never read, or being rebuilt: ordered after the claim
+                return None
+            earned = seen[1]
+        return order([Offer(b, b.price) for b in buyers], publisher.routing, None, earned, self.epl_prior_offers)
 
     def route(self, ctx: LeadContext, route: Route, first: Reservation | None = None) -> Outcome:
         """Offer the lead along `route` in the publisher's routing order until a buyer accepts

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, cast
@@ -204,6 +204,36 @@ def returned(publisher_id: str, buyer_id: str, price: Decimal, sold_at: datetime
     """A sale returned: one return, its price out of the earnings of its sale's day."""
     at = sold_at if sold_at.tzinfo else sold_at.replace(tzinfo=timezone.utc)
     return Count(publisher_id, buyer_id, day_of(at), returned=1, earned_cents=-cents(price))
+
+
+READ_EVERY_S = 1.0  # how old a process's read of a publisher's figures may be before the next
+
+
+@dataclass
+class Recent:
+    """A process's last read of each `epl` publisher's figures (ready, weighed tallies), so that
+    a lead's order can be drawn before its claim and its first offer reserved in the claim's
+    round trip, as every other mode's is; read again, in a claim's round trip, once READ_EVERY_S
+    old (docs/leads.md "Earnings-per-lead routing")."""
+
+    every_s: float = READ_EVERY_S
+    seen: dict[str, tuple[float, bool, dict[str, Tally]]] = field(default_factory=dict)
+
+    def get(self, publisher_id: str) -> tuple[bool, dict[str, Tally]] | None:
+        """(ready, tallies) as last read; None before the first read."""
+        found = self.seen.get(publisher_id)
+        return None if found is None else (found[1], found[2])
+
+    def due(self, publisher_id: str, now: float) -> bool:
+        """Whether a lead's claim should read the publisher's figures: none read, READ_EVERY_S
+        old, or not ready when read (each lead looks again until the rebuild is done)."""
+        found = self.seen.get(publisher_id)
+        return found is None or not found[1] or now - found[0] >= self.every_s
+
+    def put(self, publisher_id: str, ready: bool, tallies: dict[str, Tally], now: float) -> None:
+        if len(self.seen) > 10_000:  # publishers come and go: never without bound
+            self.seen.clear()
+        self.seen[publisher_id] = (now, ready, tallies)
 
 
 REBUILD_LOCK_MS = 60_000
