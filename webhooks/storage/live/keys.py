@@ -191,6 +191,19 @@ def ops_login_failures(address_digest: str) -> str:
     return PREFIX + "ops:login-failures:" + address_digest
 
 
+def user_login_failures(account_digest: str, address_digest: str) -> str:
+    """Wrong passwords or TOTP codes for one operator user's account (by the SHA-256 of its
+    e-mail) from one client address (by its SHA-256), counted for a few minutes: an account is
+    locked for that address only (webhooks/web/people/signin.py)."""
+    return PREFIX + "ops:user-login-failures:" + account_digest + ":" + address_digest
+
+
+def user_totp_used(user_id: int, step: int) -> str:
+    """A TOTP code's time step once an operator user logged in with it: the same code is not
+    taken twice."""
+    return PREFIX + f"ops:totp-used:{user_id}:{step}"
+
+
 def buyer_key_failures(address_digest: str) -> str:
     """Wrong buyer API keys presented from one client address (by its SHA-256), counted for a
     few minutes as the admin token's tries are (webhooks/web/logins.py)."""

@@ -563,6 +563,25 @@ class AuditLog(BaseModel):
         indexes = ((("entity", "entity_id"), False),)
 
 
+class User(BaseModel):
+    """An operator user (sql/028): logs in on /ops by e-mail, password and, for an owner or an
+    admin, a TOTP code (webhooks/web/people/)."""
+
+    id = pw.BigAutoField()
+    email = pw.CharField(max_length=254, unique=True)  # lower-cased
+    role = pw.CharField(max_length=16)  # a people.accounts.Role
+    password_hash = pw.CharField(max_length=255, null=True)  # argon2id; NULL until set up
+    totp_secret = pw.CharField(max_length=64, null=True)  # base32; NULL for an analyst
+    setup_digest = pw.CharField(max_length=64, null=True, unique=True)  # SHA-256 of the set-up token
+    setup_expires_at = DateTime6Field(null=True)
+    active = pw.BooleanField(default=True)
+    created_at = DateTime6Field(default=utcnow)
+    updated_at = DateTime6Field(default=utcnow)
+
+    class Meta:
+        table_name = "users"
+
+
 ALL_MODELS = [
     SchemaMigration,
     Publisher,
@@ -587,4 +606,5 @@ ALL_MODELS = [
     EventAttempt,
     SuppressionList,
     SuppressionEntry,
+    User,
 ]

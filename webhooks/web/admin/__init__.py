@@ -8,8 +8,9 @@ from flask import Blueprint
 
 from webhooks.web import logins
 from webhooks.web.admin import buyers, events, leads, lists, payments, publishers, statements, suppression
+from webhooks.web.people import api as users
 
-ROUTES = (buyers, events, leads, lists, payments, publishers, statements, suppression)
+ROUTES = (buyers, events, leads, lists, payments, publishers, statements, suppression, users)
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
 bp.before_request(logins.require_bearer)

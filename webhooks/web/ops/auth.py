@@ -24,7 +24,9 @@ from webhooks import services
 from webhooks.errors import Forbidden, TooManyAttempts
 from webhooks.formats.validate import bearer
 from webhooks.storage.live import keys
+from webhooks.storage.records.models import User
 from webhooks.web import logins
+from webhooks.web.people import accounts, roles, signin
 
 bp = Blueprint("auth", __name__)
 
@@ -34,39 +36,61 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 # Reached without a session: the login form itself, and where a logout lands.
-OPEN = frozenset({"ops.auth.login", "ops.auth.log_in", "ops.auth.logged_out", "ops.auth.logout"})
+OPEN = frozenset(
+    {
+        "ops.auth.login",
+        "ops.auth.log_in",
+        "ops.auth.logged_out",
+        "ops.auth.logout",
+        "ops.setup.setup_form",
+        "ops.setup.set_up",
+    }
+)
 
 
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def open_session() -> str:
-    """A new session id (the cookie's value), kept in Redis for OPS_SESSION_TTL_S."""
+USER_SESSION = "user:"  # the stored value of a user's session: user:<id>:<csrf token>
+
+
+def open_session(user: User | None = None) -> str:
+    """A new session id (the cookie's value), kept in Redis for OPS_SESSION_TTL_S: bound to
+    today's admin token, or (`user`) to an operator user and a CSRF token of its own."""
     cfg = services.current().config
     session_id = secrets.token_urlsafe(32)
-    services.current().store.redis.set(
-        keys.ops_session(_digest(session_id)), _digest(cfg.admin_token), ex=cfg.ops_session_ttl_s
-    )
+    value = _digest(cfg.admin_token) if user is None else f"{USER_SESSION}{user.id}:{secrets.token_hex(32)}"
+    services.current().store.redis.set(keys.ops_session(_digest(session_id)), value, ex=cfg.ops_session_ttl_s)
     return session_id
 
 
 def _live_session() -> str | None:
     """The cookie's session id when it names a session that has not expired, opened with
-    today's admin token."""
+    today's admin token or by a user still active (then `g.ops_user` and `g.ops_user_csrf`)."""
     session_id = request.cookies.get(COOKIE)
     token = services.current().config.admin_token
-    if not token or not session_id or len(session_id) > 128:
+    if not session_id or len(session_id) > 128:
         return None
     stored = cast("str | None", services.current().store.redis.get(keys.ops_session(_digest(session_id))))  # decoded
-    if stored is None or not hmac.compare_digest(stored.encode(), _digest(token).encode()):
+    if stored is not None and stored.startswith(USER_SESSION):
+        user_id, _, csrf = stored.removeprefix(USER_SESSION).partition(":")
+        user = accounts.active(int(user_id)) if user_id.isdigit() else None
+        if user is None:
+            return None
+        g.ops_user, g.ops_user_csrf = user, csrf
+        return session_id
+    if not token or stored is None or not hmac.compare_digest(stored.encode(), _digest(token).encode()):
         return None
     return session_id
 
 
 def csrf_token(session_id: str) -> str:
-    """The session's CSRF token: derived from its id and the admin token, so it needs no
-    storage, differs per session and is worthless once either changes."""
+    """The session's CSRF token: a user's is random, kept with its session; the admin token's
+    is derived from its id and the admin token, so it needs no storage, differs per session and
+    is worthless once either changes."""
+    if g.get("ops_user") is not None:
+        return str(g.ops_user_csrf)
     token = services.current().config.admin_token
     return hmac.new(token.encode(), b"ops-csrf:" + session_id.encode(), hashlib.sha256).hexdigest()
 
@@ -123,6 +147,10 @@ def require_admin(*, csrf: bool = True) -> Response | None:
         g.ops_csrf = csrf_token(session_id)
         if request.method not in SAFE_METHODS:
             _check_change(session_id, csrf=csrf)
+        user = g.get("ops_user")
+        if user is not None:
+            roles.check(user, request.method, request.endpoint)  # the one check of every role
+            roles.act_as(user)
         return None
     if (
         request.method in SAFE_METHODS
@@ -134,11 +162,11 @@ def require_admin(*, csrf: bool = True) -> Response | None:
     return None
 
 
-def _set_session_cookie(resp: Response) -> Response:
+def _set_session_cookie(resp: Response, user: User | None = None) -> Response:
     cfg = services.current().config
     resp.set_cookie(
         COOKIE,
-        open_session(),
+        open_session(user),
         max_age=cfg.ops_session_ttl_s,
         path=COOKIE_PATH,
         httponly=True,
@@ -181,8 +209,18 @@ def _next_page(raw: str | None) -> str:
     return raw
 
 
-def _login_form(error: str | None, status: int) -> tuple[str, int, dict[str, str]]:
-    html = render_template("login.html", next=_next_page(request.values.get("next")), error=error)
+LOGIN_NOTICES = {"set_up": "Your login is set up: log in."}  # ?notice= on the form, from this list only
+
+
+def _login_form(error: str | None, status: int, form: str = "token") -> tuple[str, int, dict[str, str]]:
+    """The login page: the user's form and the admin token's; `error` shown in `form`'s."""
+    html = render_template(
+        "login.html",
+        next=_next_page(request.values.get("next")),
+        error=error,
+        form=form,
+        notice=LOGIN_NOTICES.get(request.args.get("notice", "")),
+    )
     return html, status, {"Cache-Control": "no-store"}
 
 
@@ -194,9 +232,12 @@ def login() -> tuple[str, int, dict[str, str]]:
 
 @bp.post("/ops/login")
 def log_in() -> Response | tuple[str, int, dict[str, str]]:
-    """Open a session for the admin token in the form's `token` field: 303 to `next` with the
-    cookie set; 401 and the form again for a wrong token; 429 (with Retry-After) once this
-    address used up its tries of the token on any path (webhooks/web/logins.py)."""
+    """Open a session: for an operator user's `email`, `password` and (owner, admin) `code`
+    (webhooks/web/people/signin.py), or for the admin token in the form's `token` field. 303 to
+    `next` with the cookie set; 401 and the form again for anything wrong; 429 (with
+    Retry-After) once this address used up its tries (webhooks/web/logins.py)."""
+    if request.form.get("email"):
+        return _user_log_in()
     if not logins.configured():
         logins.refuse()  # 503 admin_disabled: no login can succeed
     try:
@@ -207,6 +248,20 @@ def log_in() -> Response | tuple[str, int, dict[str, str]]:
     if not right:
         return _login_form("That is not the admin token.", 401)
     return _set_session_cookie(redirect(_next_page(request.form.get("next")), code=303))
+
+
+def _user_log_in() -> Response | tuple[str, int, dict[str, str]]:
+    form = request.form
+    try:
+        user = signin.sign_in(form.get("email", ""), form.get("password", ""), form.get("code", ""))
+    except TooManyAttempts as exc:
+        html, status, headers = _login_form(
+            "Too many failed logins from this address: wait a few minutes.", 429, "user"
+        )
+        return html, status, {**headers, "Retry-After": str(exc.retry_after_s)}
+    if user is None:
+        return _login_form("Wrong e-mail, password or code.", 401, "user")
+    return _set_session_cookie(redirect(_next_page(form.get("next")), code=303), user)
 
 
 @bp.post("/ops/logout")

@@ -1,0 +1,254 @@
+"""Operator users (docs/api.md "Operator users"): invited by the admin API, set up once through
+their link (argon2id password, TOTP for owner and admin), logged in on /ops with a session of
+their own; an analyst reads and changes nothing; the audit log names the user; failed logins
+are counted per address and per (account, address), so one address' failures never lock out
+the right password from another."""
+
+from __future__ import annotations
+
+import time
+from http.cookies import SimpleCookie
+from urllib.parse import urlsplit
+
+import pyotp
+import pytest
+
+from testkit.ops import COOKIE, form_token
+from tests.conftest import ADMIN_TOKEN
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import AuditLog, Publisher, User
+from webhooks.web.logins import LOGIN_FAILURES
+from webhooks.web.people.signin import ACCOUNT_FAILURES
+
+PASSWORD = "correct horse battery staple"
+SAME_SITE = {"Sec-Fetch-Site": "same-origin"}
+
+
+def client_from(app, address: str):
+    """The app's test client, every request of it coming from `address`."""
+    client = app.test_client()
+    client.environ_base["REMOTE_ADDR"] = address
+    return client
+
+
+def invite(api, email: str, role: str) -> dict:
+    resp = api.http.post(f"{api.base}/v1/admin/users", json={"email": email, "role": role}, headers=api.admin)
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def setup_path(invited: dict) -> str:
+    return urlsplit(invited["setup_url"]).path
+
+
+def stored(email: str) -> User:
+    with db.connection_context():
+        return User.get(User.email == email)
+
+
+def set_up(app, invited: dict, password: str = PASSWORD) -> pyotp.TOTP | None:
+    """Use the set-up link: the password, and the code of the secret the page shows when the
+    role needs one. The user's TOTP (None: an analyst)."""
+    client = client_from(app, "192.0.2.1")
+    page = client.get(setup_path(invited)).get_data(as_text=True)
+    totp = None
+    fields = {"password": password, "password_again": password}
+    if invited["role"] in ("owner", "admin"):
+        secret = page.split('id="totp-secret">', 1)[1].split("<", 1)[0]
+        assert "otpauth://totp/" in page
+        totp = pyotp.TOTP(secret)
+        fields["code"] = totp.now()
+    resp = client.post(setup_path(invited), data=fields, headers=SAME_SITE)
+    assert resp.status_code == 303 and resp.headers["Location"].startswith("/ops/login"), resp.get_data(as_text=True)
+    return totp
+
+
+def next_code(totp: pyotp.TOTP, steps: int = 1) -> str:
+    """A code of a later time step that the one-step clock allowance still takes (a step once
+    used is not taken again)."""
+    return totp.at(time.time() + steps * totp.interval)
+
+
+def log_in(client, email: str, password: str, code: str = ""):
+    return client.post("/ops/login", data={"email": email, "password": password, "code": code, "next": "/ops"})
+
+
+def session_of(client, resp) -> str:
+    """The session cookie the login set, kept by `client` for /ops."""
+    assert resp.status_code == 303, resp.get_data(as_text=True)[:400]
+    session_id = SimpleCookie(resp.headers["Set-Cookie"])[COOKIE].value
+    client.set_cookie(COOKIE, session_id, path="/ops")
+    return session_id
+
+
+def csrf(client, path: str = "/ops/users") -> str:
+    page = client.get(path)
+    assert page.status_code == 200
+    return page.get_data(as_text=True).split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+
+
+def post(client, path: str, fields: dict) -> object:
+    return client.post(path, data={**fields, "csrf_token": csrf(client)}, headers=SAME_SITE)
+
+
+def user_client(app, api, email: str, role: str, address: str = "192.0.2.10"):
+    """A client of `address` logged in as a new user of `role`."""
+    totp = set_up(app, invite(api, email, role))
+    client = client_from(app, address)
+    session_of(client, log_in(client, email, PASSWORD, next_code(totp) if totp else ""))
+    return client
+
+
+def test_invite_set_up_and_log_in_with_totp_opens_a_session_of_the_user(app, api):
+    invited = invite(api, "Owner@Example.com", "owner")
+    assert invited["email"] == "owner@example.com" and invited["set_up"] is False
+    assert setup_path(invited).startswith("/ops/setup/")
+    token = setup_path(invited).rsplit("/", 1)[1]
+    row = stored("owner@example.com")
+    assert row.password_hash is None and token not in (row.setup_digest or "") and len(row.setup_digest) == 64
+    listed = api.http.get(f"{api.base}/v1/admin/users", headers=api.admin).json()["users"]
+    assert [u["email"] for u in listed] == ["owner@example.com"] and "setup_url" not in listed[0]
+
+    # a short password, then a wrong code: refused, the link still works
+    client = client_from(app, "192.0.2.1")
+    short = client.post(setup_path(invited), data={"password": "short", "password_again": "short"}, headers=SAME_SITE)
+    assert short.status_code == 400 and "at least 12" in short.get_data(as_text=True)
+    wrong = client.post(
+        setup_path(invited),
+        data={"password": PASSWORD, "password_again": PASSWORD, "code": "000000"},
+        headers=SAME_SITE,
+    )
+    assert wrong.status_code == 400 and stored("owner@example.com").password_hash is None
+    totp = set_up(app, invited)
+    assert stored("owner@example.com").password_hash.startswith("$argon2id$")
+    assert PASSWORD not in stored("owner@example.com").password_hash
+
+    # used once: refused from now on
+    assert client.get(setup_path(invited)).status_code == 404
+    again = client.post(
+        setup_path(invited),
+        data={"password": "another password!", "password_again": "another password!", "code": totp.now()},
+        headers=SAME_SITE,
+    )
+    assert again.status_code == 404 and stored("owner@example.com").password_hash.startswith("$argon2id$")
+
+    browser = client_from(app, "192.0.2.2")
+    assert log_in(browser, "owner@example.com", PASSWORD).status_code == 401  # no code: no session
+    code = next_code(totp)
+    session_id = session_of(browser, log_in(browser, "owner@example.com", PASSWORD, code))
+    assert browser.get("/ops").status_code == 200 and browser.get("/ops/users").status_code == 200
+    assert log_in(client_from(app, "192.0.2.3"), "owner@example.com", PASSWORD, code).status_code == 401  # taken once
+
+    # the owner invites from the console; logging out ends the session
+    made = post(browser, "/ops/users", {"email": "ana@example.com", "role": "analyst"})
+    assert made.status_code == 201 and "/ops/setup/" in made.get_data(as_text=True)
+    assert post(browser, "/ops/logout", {}).status_code == 303
+    assert client_from(app, "192.0.2.4").get("/ops", headers={"Cookie": f"{COOKIE}={session_id}"}).status_code == 303
+
+
+def test_a_wrong_password_then_the_right_one(app, api):
+    set_up(app, invite(api, "ana@example.com", "analyst"))
+    client = client_from(app, "192.0.2.20")
+    wrong = log_in(client, "ana@example.com", PASSWORD + "x")
+    assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers
+    assert log_in(client, "nobody@example.com", PASSWORD).status_code == 401
+    session_of(client, log_in(client, "ANA@example.com ", PASSWORD))
+    assert client.get("/ops/buyers").status_code == 200
+
+
+def test_an_analyst_reads_everything_and_changes_nothing(app, api):
+    analyst = user_client(app, api, "ana@example.com", "analyst")
+    for path in ("/ops", "/ops/buyers", "/ops/publishers", "/ops/leads", "/ops/users", "/ops/audit"):
+        assert analyst.get(path).status_code == 200, path
+    token = csrf(analyst)
+    for path, fields in (
+        ("/ops/publishers", {"id": "pub-a", "name": "A"}),
+        ("/ops/users", {"email": "x@example.com", "role": "owner"}),
+        (f"/ops/users/{stored('ana@example.com').id}/deactivate", {}),
+        ("/ops/rq/job/no-such-job/requeue", {}),  # the RQ dashboard too
+    ):
+        resp = analyst.post(path, data={**fields, "csrf_token": token}, headers=SAME_SITE)
+        assert resp.status_code == 403, (path, resp.status_code)
+    with db.connection_context():
+        assert Publisher.select().count() == 0 and User.select().count() == 1
+    assert stored("ana@example.com").active
+
+
+def test_an_admin_changes_everything_but_users(app, api):
+    admin = user_client(app, api, "adm@example.com", "admin")
+    assert post(admin, "/ops/publishers", {"id": "pub-a", "name": "A"}).status_code == 201
+    assert post(admin, "/ops/users", {"email": "x@example.com", "role": "owner"}).status_code == 403
+    with db.connection_context():
+        assert not User.select().where(User.email == "x@example.com").exists()
+
+
+def test_every_audit_row_names_the_user_who_acted_and_the_token_stays_admin(app, api):
+    admin = user_client(app, api, "adm@example.com", "admin")
+    assert post(admin, "/ops/publishers", {"id": "pub-u", "name": "U"}).status_code == 201
+    api.put_publisher("pub-t")  # the admin token
+    with db.connection_context():
+        actors = {row.entity_id: row.actor for row in AuditLog.select().where(AuditLog.entity == "publisher")}
+    assert actors == {"pub-u": "user:adm@example.com", "pub-t": "admin"}
+    # a request after the user's names nobody: the next row by the token says "admin" again
+    api.put_publisher("pub-t2")
+    with db.connection_context():
+        assert AuditLog.get(AuditLog.entity_id == "pub-t2").actor == "admin"
+
+
+def test_failures_from_one_address_never_lock_out_the_right_password_from_another(app, api):
+    totp = set_up(app, invite(api, "own@example.com", "owner"))
+    attacker, operator = client_from(app, "203.0.113.7"), client_from(app, "198.51.100.2")
+    answers = [log_in(attacker, "own@example.com", f"guess {i}", "123456").status_code for i in range(10)]
+    assert answers == [401] * ACCOUNT_FAILURES + [429] * (10 - ACCOUNT_FAILURES)
+    locked = log_in(attacker, "own@example.com", PASSWORD, next_code(totp))
+    assert locked.status_code == 429 and int(locked.headers["Retry-After"]) > 0  # the right one too: no oracle
+    session_of(operator, log_in(operator, "own@example.com", PASSWORD, next_code(totp)))
+    assert operator.get("/ops").status_code == 200
+    # wrong codes count as failures too, and a right password with them opens nothing
+    other = client_from(app, "198.51.100.3")
+    assert [log_in(other, "own@example.com", PASSWORD, "000000").status_code for _ in range(6)] == [401] * 5 + [429]
+
+
+def test_an_address_has_a_limit_over_every_account(app, api):
+    set_up(app, invite(api, "ana@example.com", "analyst"))
+    sprayer = client_from(app, "203.0.113.9")
+    answers = [log_in(sprayer, f"u{i}@example.com", "guess").status_code for i in range(LOGIN_FAILURES + 1)]
+    assert answers == [401] * LOGIN_FAILURES + [429]
+    assert log_in(sprayer, "ana@example.com", PASSWORD).status_code == 429
+    # the admin token's tries share the address' counter
+    assert sprayer.post("/ops/login", data={"token": ADMIN_TOKEN}).status_code == 429
+    session_of(client_from(app, "198.51.100.9"), log_in(client_from(app, "198.51.100.9"), "ana@example.com", PASSWORD))
+
+
+def test_a_deactivated_user_loses_its_session_and_its_login(app, api):
+    analyst = user_client(app, api, "ana@example.com", "analyst")
+    user_id = stored("ana@example.com").id
+    gone = api.http.delete(f"{api.base}/v1/admin/users/{user_id}", headers=api.admin)
+    assert gone.status_code == 200 and gone.json()["active"] is False
+    assert analyst.get("/ops").status_code == 303
+    assert log_in(client_from(app, "192.0.2.30"), "ana@example.com", PASSWORD).status_code == 401
+    assert api.http.get(f"{api.base}/v1/admin/users/{user_id}", headers=api.admin).json()["active"] is False
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"email": "not-an-address", "role": "owner"},
+        {"email": "a@example.com", "role": "root"},
+        {"email": "a@example.com"},
+    ],
+)
+def test_an_invitation_names_an_address_and_a_known_role(api, body):
+    resp = api.http.post(f"{api.base}/v1/admin/users", json=body, headers=api.admin)
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_user"
+
+
+def test_users_are_managed_with_the_admin_token_only(api):
+    assert (
+        api.http.post(f"{api.base}/v1/admin/users", json={"email": "a@example.com", "role": "owner"}).status_code == 401
+    )
+    invite(api, "a@example.com", "owner")
+    dup = api.http.post(
+        f"{api.base}/v1/admin/users", json={"email": "A@example.com", "role": "admin"}, headers=api.admin
+    )
+    assert dup.status_code == 409

@@ -1,0 +1,221 @@
+"""Operator users (docs/api.md "Operator users"): invited by e-mail and role, set up once
+through a link, checked at login. No Flask here: the views call these functions.
+
+An invitation makes a row without a password and a one-time set-up token, shown once in the
+link `/ops/setup/<token>`; only its SHA-256 is stored, with an expiry, and the first set-up
+clears it, so a link works once. Passwords are hashed with argon2id (argon2-cffi's
+PasswordHasher defaults, RFC 9106's low-memory choice). An owner or an admin has a TOTP secret
+from the invitation on, shown on the set-up page and confirmed there by a current code; an
+analyst has none. Deactivating keeps the row (the audit log names it) and ends every login
+and session of the user."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+import pyotp
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from email_validator import EmailNotValidError, validate_email
+
+from webhooks.errors import Conflict, NotFound, ValidationError
+from webhooks.storage.records import audit
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import User, utcnow
+
+
+class Role(StrEnum):
+    OWNER = "owner"  # everything, users included
+    ADMIN = "admin"  # everything but users
+    ANALYST = "analyst"  # reads everything, changes nothing
+
+
+TOTP_ROLES = frozenset({Role.OWNER, Role.ADMIN})  # a second factor is required of these
+MIN_PASSWORD = 12
+MAX_PASSWORD = 1024  # argon2 takes any length; a megabyte's hash is no login
+SETUP_TTL = timedelta(hours=72)
+ISSUER = "Floodgate"
+
+_hasher = PasswordHasher()  # argon2id, RFC 9106 low-memory parameters
+# Verified when no user has the e-mail, so that an unknown address takes as long as a known one.
+_NOBODY = _hasher.hash(secrets.token_urlsafe(16))
+
+
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def actor(user: User) -> str:
+    """How the audit log names the user (webhooks/storage/records/audit.py)."""
+    return f"user:{user.email}"
+
+
+def _email(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValidationError("invalid_user", "email", "required: the user's e-mail address")
+    text = raw.strip().lower()
+    try:
+        validate_email(text, check_deliverability=False)
+    except EmailNotValidError as exc:
+        raise ValidationError("invalid_user", "email", str(exc)) from None
+    if len(text) > 254:
+        raise ValidationError("invalid_user", "email", "at most 254 characters")
+    return text
+
+
+def _role(raw: Any) -> Role:
+    try:
+        return Role(raw)
+    except ValueError:
+        raise ValidationError("invalid_user", "role", "one of owner, admin, analyst") from None
+
+
+def parse_new(body: Any) -> tuple[str, Role]:
+    """The e-mail and role of `POST /v1/admin/users`, or a 400 naming the field."""
+    if not isinstance(body, dict):
+        raise ValidationError("invalid_user", "body", "a JSON object with email and role")
+    unknown = sorted(set(body) - {"email", "role"})
+    if unknown:
+        raise ValidationError("invalid_user", unknown[0], "not a field of a user")
+    return _email(body.get("email")), _role(body.get("role"))
+
+
+def invite(email: str, role: Role) -> tuple[User, str]:
+    """A new user and its set-up token (returned once, stored as its SHA-256); 409 when the
+    e-mail is taken."""
+    token = secrets.token_urlsafe(32)
+    now = utcnow()
+    with db.atomic():
+        if User.select().where(User.email == email).exists():
+            raise Conflict(f"a user with the e-mail {email!r} exists", code="user_exists")
+        user = User.create(
+            email=email,
+            role=role.value,
+            totp_secret=pyotp.random_base32() if role in TOTP_ROLES else None,
+            setup_digest=digest(token),
+            setup_expires_at=now + SETUP_TTL,
+            created_at=now,
+            updated_at=now,
+        )
+        audit.record(audit.ADMIN, "user.invite", "user", str(user.id), {"email": email, "role": role.value})
+    return user, token
+
+
+def to_json(user: User) -> dict[str, Any]:
+    """A user as the API shows it: never its hash, secret or set-up token."""
+    return {
+        "id": user.id,
+        "email": user.email,
+        "role": user.role,
+        "active": bool(user.active),
+        "set_up": user.password_hash is not None,
+        "second_factor": user.totp_secret is not None,
+        "created_at": user.created_at.isoformat() + "Z",
+    }
+
+
+def listed() -> list[User]:
+    return list(User.select().order_by(User.id))
+
+
+def existing(user_id: int) -> User:
+    user = User.get_or_none(User.id == user_id)
+    if user is None:
+        raise NotFound(f"no user {user_id}")
+    return user
+
+
+def active(user_id: int) -> User | None:
+    """The user when it exists, is active and has set up its password; else None."""
+    return User.get_or_none((User.id == user_id) & (User.active == True) & User.password_hash.is_null(False))  # noqa: E712
+
+
+def deactivate(user_id: int) -> User:
+    """The user made inactive (its sessions end with it: every request looks it up), with an
+    audit row; deactivating an inactive one changes nothing."""
+    with db.atomic():
+        user = existing(user_id)
+        if user.active:
+            User.update(active=False, setup_digest=None, updated_at=utcnow()).where(User.id == user_id).execute()
+            audit.record(audit.ADMIN, "user.deactivate", "user", str(user_id), {"email": user.email})
+    return existing(user_id)
+
+
+def awaiting_setup(token: str) -> User | None:
+    """The user whose unexpired, unused set-up token `token` is; else None."""
+    if not token or len(token) > 128:
+        return None
+    user = User.get_or_none((User.setup_digest == digest(token)) & (User.active == True))  # noqa: E712
+    if user is None or user.setup_expires_at is None or user.setup_expires_at <= utcnow():
+        return None
+    return user
+
+
+def otpauth_uri(user: User) -> str:
+    return pyotp.TOTP(user.totp_secret or "").provisioning_uri(name=user.email, issuer_name=ISSUER)
+
+
+def password_problem(password: str, again: str) -> str | None:
+    """Why `password` cannot be set (too short, too long, not typed the same twice); None: it can."""
+    if len(password) < MIN_PASSWORD:
+        return f"The password must be at least {MIN_PASSWORD} characters long."
+    if len(password) > MAX_PASSWORD:
+        return f"The password must be at most {MAX_PASSWORD} characters long."
+    if password != again:
+        return "The two passwords differ."
+    return None
+
+
+def code_matches(user: User, code: str) -> int | None:
+    """The TOTP time step `code` is right for (now, or one step either side for a clock a little
+    off); None when it is wrong or the user has no secret."""
+    if not user.totp_secret or not code.isdigit() or len(code) != 6:
+        return None
+    totp = pyotp.TOTP(user.totp_secret)
+    step = int(time.time()) // totp.interval
+    for candidate in (step, step - 1, step + 1):
+        if hmac.compare_digest(totp.generate_otp(candidate), code):
+            return candidate
+    return None
+
+
+def complete_setup(token: str, password: str) -> User | None:
+    """Set the password of the user whose set-up token this is, using the token up: of two
+    set-ups at once, one only. None when the token is unknown, used or expired."""
+    user = awaiting_setup(token)
+    if user is None:
+        return None
+    hashed = _hasher.hash(password)
+    now = utcnow()
+    with db.atomic():
+        changed = (
+            User.update(password_hash=hashed, setup_digest=None, setup_expires_at=None, updated_at=now)
+            .where((User.id == user.id) & (User.setup_digest == digest(token)) & (User.setup_expires_at > now))
+            .execute()
+        )
+        if changed != 1:
+            return None
+        audit.record(actor(user), "user.setup", "user", str(user.id), {"email": user.email})
+    return existing(user.id)
+
+
+def password_holder(email: str, password: str) -> User | None:
+    """The active, set-up user with this e-mail and password; None otherwise (after as much
+    work as a right e-mail takes). A hash made with older parameters is made again."""
+    user = User.get_or_none((User.email == email.strip().lower()) & (User.active == True))  # noqa: E712
+    stored = user.password_hash if user is not None else None
+    try:
+        _hasher.verify(stored or _NOBODY, password[:MAX_PASSWORD])
+    except (VerificationError, InvalidHashError):
+        return None
+    if user is None or stored is None:
+        return None
+    if _hasher.check_needs_rehash(stored):
+        User.update(password_hash=_hasher.hash(password)).where(User.id == user.id).execute()
+    return user
