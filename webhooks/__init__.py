@@ -32,8 +32,10 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     from webhooks.web.leads import bp as leads_bp
     from webhooks.web.ops import bp as ops_bp
     from webhooks.web.payments import bp as payments_bp
+    from webhooks.web.people import api_bp as users_api_bp
+    from webhooks.web.people import bp as people_bp
 
-    for bp in (ops_bp, admin_bp, leads_bp, payments_bp, buyer_bp):
+    for bp in (ops_bp, people_bp, admin_bp, users_api_bp, leads_bp, payments_bp, buyer_bp):
         app.register_blueprint(bp)
 
     from webhooks.cli import init_app as init_cli

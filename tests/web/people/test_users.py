@@ -13,12 +13,11 @@ from urllib.parse import urlsplit
 import pyotp
 import pytest
 
-from testkit.ops import COOKIE, form_token
+from testkit.ops import COOKIE
 from tests.conftest import ADMIN_TOKEN
 from webhooks.storage.records.db import db
 from webhooks.storage.records.models import AuditLog, Publisher, User
-from webhooks.web.logins import LOGIN_FAILURES
-from webhooks.web.people.signin import ACCOUNT_FAILURES
+from webhooks.web.logins import ACCOUNT_FAILURES, LOGIN_FAILURES
 
 PASSWORD = "correct horse battery staple"
 SAME_SITE = {"Sec-Fetch-Site": "same-origin"}

@@ -8,9 +8,8 @@ from flask import Blueprint
 
 from webhooks.web import logins
 from webhooks.web.admin import buyers, events, leads, lists, payments, publishers, statements, suppression
-from webhooks.web.people import api as users
 
-ROUTES = (buyers, events, leads, lists, payments, publishers, statements, suppression, users)
+ROUTES = (buyers, events, leads, lists, payments, publishers, statements, suppression)
 
 bp = Blueprint("admin", __name__, url_prefix="/v1/admin")
 bp.before_request(logins.require_bearer)

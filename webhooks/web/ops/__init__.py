@@ -19,11 +19,11 @@ from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments.providers import payment_lists
 from webhooks.storage.live.redis import REDIS_DOWN
 from webhooks.storage.records.db import UNAVAILABLE_ERRORS, db
+from webhooks.web import sessions
 from webhooks.web.ops import auth, buyers, console, csp, events, leads, page, payments, publishers, reports, rq
 from webhooks.web.ops.gauges import LiveCollector, OutboxCollector
-from webhooks.web.people import pages, roles, setup
 
-ROUTES = (auth, buyers, events, leads, page, payments, publishers, reports, pages, setup)
+ROUTES = (auth, buyers, events, leads, page, payments, publishers, reports)
 
 bp = Blueprint("ops", __name__, template_folder="templates")
 bp.before_request(auth.guard)  # every console page, whichever module declares it
@@ -94,7 +94,7 @@ def _buyers() -> tuple[BuyerRule, ...]:
 
 @bp.record_once
 def _on_app(state: Any) -> None:  # a BlueprintSetupState
-    state.app.teardown_request(roles.done)
+    state.app.teardown_request(sessions.done)
     csp.init_app(state.app)
     console.init_app(state.app)
     rq.init_app(state.app)

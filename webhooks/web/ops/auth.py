@@ -1,40 +1,31 @@
-"""Who may open the operator pages, which a browser must be able to use: the admin API's
-`Authorization: Bearer`, or a session opened by the login form (`POST /ops/login`, the admin
-token in the form's body, never in an address) and kept as a cookie (a random id in Redis,
-bound to the token, expiring). A GET with the right `?token=` (the way in before the form,
-which the contract keeps) opens a session too and answers the address without it. Under the
-cookie a change must come from this site's own pages (the same-origin check) and carry the
-session's CSRF token (the hidden field `csrf_token`). A browser without a session is sent to
-the login form. Every token presented on any of these ways is a try, counted per client
-address (webhooks/web/logins.py). docs/operations.md "`/ops`: the operator console",
-docs/security.md."""
+"""The console's way in and out: the login form (`POST /ops/login`: an operator user's e-mail,
+password and TOTP code, or the admin token), logout, and the check before every console page
+(`guard`). The session, CSRF and same-origin rules themselves: webhooks/web/sessions.py.
+docs/operations.md "`/ops`: the operator console", docs/security.md."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-from typing import cast
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
-from flask import Blueprint, g, redirect, render_template, request, url_for
+from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
-from webhooks.errors import Forbidden, TooManyAttempts
-from webhooks.formats.validate import bearer
+from webhooks.errors import TooManyAttempts
 from webhooks.storage.live import keys
-from webhooks.storage.records.models import User
 from webhooks.web import logins
-from webhooks.web.people import accounts, roles, signin
+from webhooks.web.sessions import (  # the session rules this form opens and ends sessions under
+    COOKIE,
+    COOKIE_PATH,
+    check_change,
+    digest,
+    live_session,
+    require_admin,
+    set_session_cookie,
+)
 
 bp = Blueprint("auth", __name__)
 
-COOKIE = "floodgate_ops"
-COOKIE_PATH = "/ops"
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-CSRF_FIELD = "csrf_token"
-CSRF_HEADER = "X-CSRF-Token"
 # Reached without a session: the login form itself, and where a logout lands.
 OPEN = frozenset(
     {
@@ -42,147 +33,8 @@ OPEN = frozenset(
         "ops.auth.log_in",
         "ops.auth.logged_out",
         "ops.auth.logout",
-        "ops.setup.setup_form",
-        "ops.setup.set_up",
     }
 )
-
-
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
-USER_SESSION = "user:"  # the stored value of a user's session: user:<id>:<csrf token>
-
-
-def open_session(user: User | None = None) -> str:
-    """A new session id (the cookie's value), kept in Redis for OPS_SESSION_TTL_S: bound to
-    today's admin token, or (`user`) to an operator user and a CSRF token of its own."""
-    cfg = services.current().config
-    session_id = secrets.token_urlsafe(32)
-    value = _digest(cfg.admin_token) if user is None else f"{USER_SESSION}{user.id}:{secrets.token_hex(32)}"
-    services.current().store.redis.set(keys.ops_session(_digest(session_id)), value, ex=cfg.ops_session_ttl_s)
-    return session_id
-
-
-def _live_session() -> str | None:
-    """The cookie's session id when it names a session that has not expired, opened with
-    today's admin token or by a user still active (then `g.ops_user` and `g.ops_user_csrf`)."""
-    session_id = request.cookies.get(COOKIE)
-    token = services.current().config.admin_token
-    if not session_id or len(session_id) > 128:
-        return None
-    stored = cast("str | None", services.current().store.redis.get(keys.ops_session(_digest(session_id))))  # decoded
-    if stored is not None and stored.startswith(USER_SESSION):
-        user_id, _, csrf = stored.removeprefix(USER_SESSION).partition(":")
-        user = accounts.active(int(user_id)) if user_id.isdigit() else None
-        if user is None:
-            return None
-        g.ops_user, g.ops_user_csrf = user, csrf
-        return session_id
-    if not token or stored is None or not hmac.compare_digest(stored.encode(), _digest(token).encode()):
-        return None
-    return session_id
-
-
-def csrf_token(session_id: str) -> str:
-    """The session's CSRF token: a user's is random, kept with its session; the admin token's
-    is derived from its id and the admin token, so it needs no storage, differs per session and
-    is worthless once either changes."""
-    if g.get("ops_user") is not None:
-        return str(g.ops_user_csrf)
-    token = services.current().config.admin_token
-    return hmac.new(token.encode(), b"ops-csrf:" + session_id.encode(), hashlib.sha256).hexdigest()
-
-
-def form_token() -> str:
-    """The hidden `csrf_token` every form of the console carries (templates call it); empty
-    under the bearer header, which needs none."""
-    return str(g.get("ops_csrf", ""))
-
-
-def same_origin() -> bool:
-    """The browser says the request comes from a page of this site: Sec-Fetch-Site (sent by
-    every current browser) is `same-origin`, or, without it, Origin names this host. Neither
-    header: refused, as a cross-site form post from an old browser would look."""
-    site = request.headers.get("Sec-Fetch-Site")
-    if site is not None:
-        return site.strip().lower() == "same-origin"
-    origin = request.headers.get("Origin", "")
-    if not origin or origin == "null":
-        return False
-    # Host only: behind a TLS proxy the app sees http while the browser's Origin says https.
-    return urlsplit(origin).netloc.lower() == request.host.lower()
-
-
-def _check_change(session_id: str, *, csrf: bool) -> None:
-    """A change under the cookie: from this site's pages, with the session's CSRF token (the
-    RQ dashboard's own scripts post without one: `csrf=False` there, SameSite=Strict and the
-    origin check hold)."""
-    if not same_origin():
-        raise Forbidden(
-            "a change under the /ops cookie must come from this site's own pages (Origin / Sec-Fetch-Site)",
-            code="cross_site_request",
-        )
-    if csrf:
-        presented = request.form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER) or ""
-        if not hmac.compare_digest(presented.encode(), csrf_token(session_id).encode()):
-            raise Forbidden("this form is stale or was not made by /ops: reload the page", code="csrf_token_invalid")
-
-
-def require_admin(*, csrf: bool = True) -> Response | None:
-    """Before every operator page: pass, redirect a browser without a session to the login
-    form (303), or raise: 403 for a change under the cookie from elsewhere or without the CSRF
-    token, 429 when this address used up its tries of the token (a bearer or `?token=` is one,
-    webhooks/web/logins.py), else the admin API's 401 (a wrong bearer token) / 503 (no
-    ADMIN_TOKEN)."""
-    presented = bearer(request.headers.get("Authorization", ""))
-    if presented and logins.attempt(presented):
-        return None  # a header no other site can make a browser send: no origin check needed
-    in_address = request.args.get("token") if request.method in SAFE_METHODS else None
-    if in_address and logins.attempt(in_address):
-        return _swap_token_for_cookie()  # a link made before the login form: the token leaves the address
-    session_id = _live_session()
-    if session_id is not None:
-        g.ops_csrf = csrf_token(session_id)
-        if request.method not in SAFE_METHODS:
-            _check_change(session_id, csrf=csrf)
-        user = g.get("ops_user")
-        if user is not None:
-            roles.check(user, request.method, request.endpoint)  # the one check of every role
-            roles.act_as(user)
-        return None
-    if (
-        request.method in SAFE_METHODS
-        and "Authorization" not in request.headers
-        and services.current().config.admin_token
-    ):
-        return redirect(url_for("ops.auth.login", next=_this_page()), code=303)
-    logins.refuse()  # raises: the JSON 401 / 503 answer
-    return None
-
-
-def _set_session_cookie(resp: Response, user: User | None = None) -> Response:
-    cfg = services.current().config
-    resp.set_cookie(
-        COOKIE,
-        open_session(user),
-        max_age=cfg.ops_session_ttl_s,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="Strict",
-        secure=request.is_secure or not cfg.ops_insecure_cookie,
-    )
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
-
-
-def _swap_token_for_cookie() -> Response:
-    """`?token=` (the contract's way in before the login form, kept for links made then): 303
-    to the same address without it, the session cookie set."""
-    resp = _set_session_cookie(redirect(_this_page(), code=303))
-    resp.headers["Referrer-Policy"] = "no-referrer"  # the address with the token goes nowhere
-    return resp
 
 
 def guard() -> Response | None:
@@ -190,13 +42,6 @@ def guard() -> Response | None:
     if request.endpoint in OPEN or not request.path.startswith(COOKIE_PATH):
         return None  # the health, metrics and OpenAPI routes share the blueprint
     return require_admin()
-
-
-def _this_page() -> str:
-    """This page's address to come back to after the login, without a `token=` an old
-    bookmark may carry (it is no way in: the token goes nowhere near an address)."""
-    query = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
-    return request.path + ("?" + query if query else "")
 
 
 def _next_page(raw: str | None) -> str:
@@ -247,13 +92,13 @@ def log_in() -> Response | tuple[str, int, dict[str, str]]:
         return html, status, {**headers, "Retry-After": str(exc.retry_after_s)}
     if not right:
         return _login_form("That is not the admin token.", 401)
-    return _set_session_cookie(redirect(_next_page(request.form.get("next")), code=303))
+    return set_session_cookie(redirect(_next_page(request.form.get("next")), code=303))
 
 
 def _user_log_in() -> Response | tuple[str, int, dict[str, str]]:
     form = request.form
     try:
-        user = signin.sign_in(form.get("email", ""), form.get("password", ""), form.get("code", ""))
+        user = logins.sign_in(form.get("email", ""), form.get("password", ""), form.get("code", ""))
     except TooManyAttempts as exc:
         html, status, headers = _login_form(
             "Too many failed logins from this address: wait a few minutes.", 429, "user"
@@ -261,7 +106,7 @@ def _user_log_in() -> Response | tuple[str, int, dict[str, str]]:
         return html, status, {**headers, "Retry-After": str(exc.retry_after_s)}
     if user is None:
         return _login_form("Wrong e-mail, password or code.", 401, "user")
-    return _set_session_cookie(redirect(_next_page(form.get("next")), code=303), user)
+    return set_session_cookie(redirect(_next_page(form.get("next")), code=303), user)
 
 
 @bp.post("/ops/logout")
@@ -270,10 +115,10 @@ def logout() -> Response:
     from now on, wherever a copy of it is) and the cookie cleared. A change like any other: it
     must come from this site's own pages with the session's CSRF token. Without a live session
     there is nothing to end: the cookie is cleared all the same."""
-    session_id = _live_session()
+    session_id = live_session()
     if session_id is not None:
-        _check_change(session_id, csrf=True)
-        services.current().store.redis.delete(keys.ops_session(_digest(session_id)))
+        check_change(session_id, csrf=True)
+        services.current().store.redis.delete(keys.ops_session(digest(session_id)))
     resp = redirect(url_for("ops.auth.logged_out"), code=303)
     resp.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True, samesite="Strict")
     resp.headers["Cache-Control"] = "no-store"

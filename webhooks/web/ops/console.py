@@ -10,7 +10,7 @@ from flask import Flask, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from webhooks.storage.records.models import AuditLog
-from webhooks.web.ops.auth import form_token
+from webhooks.web.sessions import form_token
 
 NO_STORE = {"Cache-Control": "no-store"}
 AUDIT_DETAIL = 400  # characters of a row's detail shown

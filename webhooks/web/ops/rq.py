@@ -19,7 +19,7 @@ from rq_dashboard.web import setup_rq_connection
 from webhooks import services
 from webhooks.errors import FloodgateError
 from webhooks.web.http import error
-from webhooks.web.ops.auth import require_admin
+from webhooks.web.sessions import require_admin
 
 URL_PREFIX = "/ops/rq"
 REQUEUE_ALL = "rq_dashboard.requeue_all"

@@ -1,38 +1,33 @@
 """The console's operator users (`/ops/users`): the list, the invitation form (the set-up link
-shown once, on the answer to the form) and deactivation. Every role reads the page; only an
-owner (or the admin token) changes anything: webhooks/web/people/roles.py checks that, once,
-for every console route."""
+shown once, on the answer to the form) and deactivation, under the /ops session like every
+console page. Every role reads the page; only an owner (or the admin token) changes anything:
+webhooks/people/roles.py, checked once for every console route by webhooks/web/sessions.py."""
 
 from __future__ import annotations
 
-from flask import Blueprint, request, url_for
+from flask import Blueprint, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import Conflict, ValidationError
-from webhooks.web.ops.console import audit_rows, done, page
-from webhooks.web.people import accounts
+from webhooks.people import accounts
+from webhooks.storage.records.models import AuditLog
+from webhooks.web import sessions
+from webhooks.web.people.api import setup_link
 
-bp = Blueprint("users", __name__, template_folder="templates")
+bp = Blueprint("users", __name__)
+bp.before_request(sessions.require_admin)
 
-SECTION = "ops.users.users"
-
-
-def setup_link(token: str) -> str:
-    """The set-up link of an invitation, on this site."""
-    return url_for("ops.setup.setup_form", token=token, _external=True)
+SECTION = "people.users.users"
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 def _page(status: int = 200, **context: object) -> tuple[str, int, dict[str, str]]:
     users = [accounts.to_json(u) for u in accounts.listed()]
-    return page(
-        "users.html",
-        SECTION,
-        status,
-        users=users,
-        roles=[r.value for r in accounts.Role],
-        audit=audit_rows("user"),
-        **context,
+    rows = AuditLog.select().where(AuditLog.entity == "user").order_by(AuditLog.id.desc()).limit(50)
+    html = render_template(
+        "users.html", section=SECTION, users=users, roles=[r.value for r in accounts.Role], audit=rows, **context
     )
+    return html, status, NO_STORE
 
 
 @bp.get("/ops/users", endpoint="users")
@@ -54,4 +49,4 @@ def invite() -> ResponseReturnValue:
 @bp.post("/ops/users/<int:user_id>/deactivate", endpoint="deactivate")
 def deactivate(user_id: int) -> ResponseReturnValue:
     accounts.deactivate(user_id)
-    return done(SECTION, "saved")
+    return redirect(url_for(SECTION, notice="saved"), code=303)

@@ -8,14 +8,13 @@ from __future__ import annotations
 from flask import Blueprint, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from webhooks import services
 from webhooks.errors import Forbidden, NotFound
-from webhooks.storage.live import keys
+from webhooks.people import accounts
 from webhooks.storage.records.models import User
-from webhooks.web.ops.auth import same_origin
-from webhooks.web.people import accounts, signin
+from webhooks.web import logins
+from webhooks.web.sessions import same_origin
 
-bp = Blueprint("setup", __name__, template_folder="templates")
+bp = Blueprint("setup", __name__)
 
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 
@@ -67,6 +66,6 @@ def set_up(token: str) -> Response | tuple[str, int, dict[str, str]]:
     done = accounts.complete_setup(token, password)
     if done is None:
         raise NotFound("this set-up link is unknown, used or expired: ask an owner for a new one")
-    if step is not None:  # the code just used opens no login
-        services.current().store.redis.set(keys.user_totp_used(done.id, step), "1", ex=signin.CODE_KEPT_S)
+    if step is not None:
+        logins.code_taken(done, step)  # the code just used opens no login
     return redirect(url_for("ops.auth.login", notice="set_up"), code=303)
