@@ -6,12 +6,16 @@ the right password from another."""
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.cookies import SimpleCookie
 from urllib.parse import urlsplit
 
 import pyotp
 import pytest
+from argon2 import PasswordHasher
+from argon2.exceptions import VerificationError
 
 from testkit.ops import COOKIE
 from tests.conftest import ADMIN_TOKEN
@@ -251,3 +255,31 @@ def test_users_are_managed_with_the_admin_token_only(api):
         f"{api.base}/v1/admin/users", json={"email": "A@example.com", "role": "admin"}, headers=api.admin
     )
     assert dup.status_code == 409
+
+
+def test_a_set_up_link_used_by_many_at_once_works_once(app, api):
+    """The set-up link is its own key: of many set-ups at once, each with its own password,
+    one sets the password and the others are refused (the invariant, not an order)."""
+    invited = invite(api, "ana@example.com", "analyst")
+    passwords = [f"password number {i:02d}" for i in range(8)]
+    barrier = threading.Barrier(len(passwords))
+
+    def use(password: str) -> int:
+        client = client_from(app, "192.0.2.40")
+        barrier.wait()
+        fields = {"password": password, "password_again": password}
+        return client.post(setup_path(invited), data=fields, headers=SAME_SITE).status_code
+
+    with ThreadPoolExecutor(len(passwords)) as pool:
+        answers = list(pool.map(use, passwords))
+    assert sorted(answers) == [303] + [404] * (len(passwords) - 1), answers
+    winner = passwords[answers.index(303)]
+    hashed = stored("ana@example.com").password_hash
+    assert [p for p in passwords if _verifies(hashed, p)] == [winner]
+
+
+def _verifies(hashed: str, password: str) -> bool:
+    try:
+        return PasswordHasher().verify(hashed, password)
+    except VerificationError:
+        return False
