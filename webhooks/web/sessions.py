@@ -122,10 +122,11 @@ def check_change(session_id: str, *, csrf: bool) -> None:
 
 def require_admin(*, csrf: bool = True) -> Response | None:
     """Before every operator page: pass, redirect a browser without a session to the login
-    form (303), or raise: 403 for a change under the cookie from elsewhere or without the CSRF
-    token, 429 when this address used up its tries of the token (a bearer or `?token=` is one,
+    form (303), or raise: 403 for a change under the cookie from elsewhere, without the CSRF
+    token, or one the user's role may not make (webhooks/people/roles.py); 429 when this
+    address used up its tries of the token (a bearer or `?token=` is one,
     webhooks/web/logins.py), else the admin API's 401 (a wrong bearer token) / 503 (no
-    ADMIN_TOKEN)."""
+    ADMIN_TOKEN). A user's request names the user in the audit log (storage/records/audit.py)."""
     presented = bearer(request.headers.get("Authorization", ""))
     if presented and logins.attempt(presented):
         return None  # a header no other site can make a browser send: no origin check needed

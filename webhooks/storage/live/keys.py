@@ -181,7 +181,8 @@ def webhook_calls_processing(job_id: str) -> str:
 
 def ops_session(session_digest: str) -> str:
     """An /ops browser session, by the SHA-256 of its cookie (a copy of Redis holds no live
-    cookie); its value binds it to the admin token it was opened with, its TTL ends it."""
+    cookie); its value binds it to the admin token it was opened with, or names the operator
+    user it belongs to and its CSRF token (webhooks/web/sessions.py); its TTL ends it."""
     return PREFIX + "ops:session:" + session_digest
 
 
