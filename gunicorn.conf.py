@@ -45,6 +45,7 @@ keepalive = 5
 accesslog = cfg.access_log or None
 # The path without its query string: /ops?token=<ADMIN_TOKEN> must never reach a log file.
 access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms "%(a)s"'
+logger_class = server.AccessLog  # nor the token of a user's set-up link, /ops/setup/<token>
 errorlog = "-"
 loglevel = cfg.log_level
 control_socket_disable = True  # unused; several instances on one host would share its path

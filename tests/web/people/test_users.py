@@ -19,6 +19,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import VerificationError
 
 from testkit.ops import COOKIE
+from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN
 from webhooks.storage.records.db import db
 from webhooks.storage.records.models import AuditLog, Publisher, User
@@ -346,3 +347,29 @@ def csrf_of(web, browser: requests.Session) -> str:
     page = browser.get(f"{web.url}/ops/users", timeout=10)
     assert page.status_code == 200
     return page.text.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+
+
+@pytest.mark.e2e  # a gunicorn of its own, with an access log
+def test_a_set_up_link_never_reaches_the_access_log(base_env, tmp_path):
+    log = tmp_path / "access.log"
+    server = WebServer({**base_env, "ACCESS_LOG": str(log)}, tmp_path / "web.log", workers=1)
+    try:
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        made = requests.post(
+            f"{server.url}/v1/admin/users",
+            json={"email": "ana@example.com", "role": "analyst"},
+            headers=admin,
+            timeout=10,
+        )
+        assert made.status_code == 201, made.text
+        link = server.url + setup_path(made.json())
+        token = link.rsplit("/", 1)[1]
+        assert requests.get(link, timeout=10).status_code == 200
+        fields = {"password": PASSWORD, "password_again": PASSWORD}
+        assert requests.post(link, data=fields, headers=SAME_SITE, allow_redirects=False, timeout=10).status_code == 303
+        wait_until(lambda: log.exists() and log.read_text().count("/ops/setup/") >= 2, what="the access log lines")
+        text = log.read_text()
+        assert '"GET /ops/setup/- HTTP/1.1" 200' in text and '"POST /ops/setup/- HTTP/1.1" 303' in text
+        assert token not in text
+    finally:
+        server.stop()
