@@ -45,6 +45,25 @@ ISSUER = "Floodgate"
 _hasher = PasswordHasher()  # argon2id, RFC 9106 low-memory parameters
 # Verified when no user has the e-mail, so that an unknown address takes as long as a known one.
 _NOBODY = _hasher.hash(secrets.token_urlsafe(16))
+HASHING_THREADS = 2  # argon2 calls at once per process: each takes 64 MiB and ~0.1 s of a core
+_pool: Any = None
+
+
+def _off_loop(fn: Any, *args: Any) -> Any:
+    """`fn(*args)` for an argon2 call (about 0.1-0.2 s of CPU): in a web worker, on a pool of
+    HASHING_THREADS threads (argon2's C code runs without the GIL), so the gevent loop goes on
+    serving leads meanwhile and no more than that many hashes hold their memory at once; in
+    any other process, here."""
+    global _pool
+    from gevent import monkey
+
+    if not monkey.is_module_patched("socket"):
+        return fn(*args)
+    if _pool is None:
+        from gevent.threadpool import ThreadPool
+
+        _pool = ThreadPool(HASHING_THREADS)
+    return _pool.apply(fn, args)
 
 
 def digest(value: str) -> str:
@@ -191,7 +210,7 @@ def complete_setup(token: str, password: str) -> User | None:
     user = awaiting_setup(token)
     if user is None:
         return None
-    hashed = _hasher.hash(password)
+    hashed = _off_loop(_hasher.hash, password)
     now = utcnow()
     with db.atomic():
         changed = (
@@ -211,11 +230,11 @@ def password_holder(email: str, password: str) -> User | None:
     user = User.get_or_none((User.email == email.strip().lower()) & (User.active == True))  # noqa: E712
     stored = user.password_hash if user is not None else None
     try:
-        _hasher.verify(stored or _NOBODY, password[:MAX_PASSWORD])
+        _off_loop(_hasher.verify, stored or _NOBODY, password[:MAX_PASSWORD])
     except (VerificationError, InvalidHashError):
         return None
     if user is None or stored is None:
         return None
     if _hasher.check_needs_rehash(stored):
-        User.update(password_hash=_hasher.hash(password)).where(User.id == user.id).execute()
+        User.update(password_hash=_off_loop(_hasher.hash, password)).where(User.id == user.id).execute()
     return user
