@@ -14,6 +14,7 @@ from webhooks.leads.rules import earnings, publishers
 from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage.live import claims, keys
 from webhooks.storage.live.redis import Store
+from webhooks.storage.records.db import retried
 from webhooks.storage.records.models import Publisher
 
 
@@ -26,8 +27,10 @@ def existing(publisher_id: str) -> Publisher:
 
 
 def save(store: Store, publisher_id: str, fields: dict[str, Any]) -> Publisher:
-    """Store a publisher's validated fields (publishers.parse) and tell every process."""
-    saved = publishers.save(publisher_id, fields)
+    """Store a publisher's validated fields (publishers.parse) and tell every process. Two new
+    publishers made at once can deadlock on MariaDB (each UPDATE of a missing row locks the gap
+    the other INSERTs into): the loser is run again whole (db.retried), not answered 503."""
+    saved = retried(lambda: publishers.save(publisher_id, fields), f"saving publisher {publisher_id}")
     announce(store, [saved])
     return saved[0]
 
