@@ -136,8 +136,9 @@ def answer_of(item: SettlementItem) -> dict[str, Any]:
         "price": item.price,
         "attempts": [dict(a) for a in item.attempts],
     }
-    if item.status == LeadStatus.SOLD:
-        answer["sales"] = [{"buyer_id": s.buyer_id, "price": s.price} for s in item.sales()]
+    if item.status == LeadStatus.SOLD:  # its first sale is the item's own fields: no SaleLine made
+        first = {"buyer_id": item.buyer_id, "price": item.price}
+        answer["sales"] = [first, *({"buyer_id": s.buyer_id, "price": s.price} for s in item.more_sales)]
     if item.status in TEST_STATUSES:
         answer.update(status=TEST_STATUSES[item.status], test=True)
     return answer
