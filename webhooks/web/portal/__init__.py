@@ -1,18 +1,18 @@
 """The buyer and publisher portals (`/portal`, docs/api.md "Portals"): a buyer or publisher
 user, invited by an operator (webhooks/web/people/api.py), logs in on `/portal/login` (auth.py)
-and sees and changes only what is its own buyer's (buyer.py). The session, CSRF and same-origin
-rules: webhooks/web/sessions.py; every answer carries the console's headers (no script, no
-framing, no cache)."""
+and sees and changes only what is its own buyer's (buyer.py) or publisher's (publisher.py).
+The session, CSRF and same-origin rules: webhooks/web/sessions.py; every answer carries the
+console's headers (no script, no framing, no cache)."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
 from webhooks.web import sessions
-from webhooks.web.portal import auth, buyer
+from webhooks.web.portal import auth, buyer, publisher
 
 bp = Blueprint("portal", __name__, template_folder="templates")
-for routes in (auth, buyer):
+for routes in (auth, buyer, publisher):
     bp.register_blueprint(routes.bp)
 
 # The console's page policy (webhooks/web/ops/csp.py): no script at all, nothing from elsewhere.

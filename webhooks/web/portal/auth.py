@@ -16,7 +16,7 @@ from webhooks.web import logins, sessions
 
 bp = Blueprint("auth", __name__)
 
-HOME = {accounts.Role.BUYER: "portal.buyer.home", accounts.Role.PUBLISHER: "portal.buyer.home"}
+HOME = {accounts.Role.BUYER: "portal.buyer.home", accounts.Role.PUBLISHER: "portal.publisher.home"}
 NOTICES = {"set_up": "Your login is set up: log in.", "logged_out": "Logged out."}
 
 
