@@ -104,7 +104,10 @@ def b_free(text: str) -> bool:
 
 def test_a_buyer_user_sees_searches_returns_and_gives_feedback_on_its_own_sales(app, api, two_buyers):
     client = logged_in(app, A_EMAIL)
-    home = client.get("/portal/buyer").get_data(as_text=True)
+    resp = client.get("/portal/buyer")
+    assert "script-src 'none'" in resp.headers["Content-Security-Policy"]
+    assert resp.headers["X-Frame-Options"] == "DENY" and resp.headers["Cache-Control"] == "no-store"
+    home = resp.get_data(as_text=True)
     assert "acme" in home and "500.00" in home and "top it up" in home and b_free(home)
     sales = client.get("/portal/buyer/sales").get_data(as_text=True)
     assert A_LEAD in sales and A_PRICE in sales and b_free(sales)
