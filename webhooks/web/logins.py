@@ -115,8 +115,9 @@ def _take(counter: str, limit: int, what: str) -> None:
 def sign_in(
     email: str, password: str, code: str, allowed: frozenset[accounts.Role] = accounts.OPERATOR_ROLES
 ) -> User | None:
-    """The operator user whose e-mail, password and (owner, admin) current TOTP code these are;
-    None for anything wrong, without saying what. TooManyAttempts when this address used up
+    """The user of one of the `allowed` roles (the operators' for /ops, the portals' for
+    /portal) whose e-mail, password and (owner, admin) current TOTP code these are; None for
+    anything wrong, a user of another role included, without saying what. TooManyAttempts when this address used up
     its tries, of any credential or of this account, and then nothing is checked."""
     address = address_digest()
     per_address = keys.ops_login_failures(address)
