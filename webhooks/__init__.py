@@ -34,8 +34,9 @@ def create_app(config: config_mod.Config | None = None) -> Flask:
     from webhooks.web.payments import bp as payments_bp
     from webhooks.web.people import api_bp as users_api_bp
     from webhooks.web.people import bp as people_bp
+    from webhooks.web.portal import bp as portal_bp
 
-    for bp in (ops_bp, people_bp, admin_bp, users_api_bp, leads_bp, payments_bp, buyer_bp):
+    for bp in (ops_bp, people_bp, admin_bp, users_api_bp, leads_bp, payments_bp, buyer_bp, portal_bp):
         app.register_blueprint(bp)
 
     from webhooks.cli import init_app as init_cli

@@ -27,16 +27,21 @@ from email_validator import EmailNotValidError, validate_email
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.storage.records import audit
 from webhooks.storage.records.db import db
-from webhooks.storage.records.models import User, utcnow
+from webhooks.storage.records.models import Buyer, Publisher, User, utcnow
 
 
 class Role(StrEnum):
     OWNER = "owner"  # everything, users included
     ADMIN = "admin"  # everything but users
     ANALYST = "analyst"  # reads everything, changes nothing
+    BUYER = "buyer"  # the buyer portal of its buyer_id, nothing else
+    PUBLISHER = "publisher"  # the publisher portal of its publisher_id, nothing else
 
 
 TOTP_ROLES = frozenset({Role.OWNER, Role.ADMIN})  # a second factor is required of these
+OPERATOR_ROLES = frozenset({Role.OWNER, Role.ADMIN, Role.ANALYST})  # log in on /ops only
+PORTAL_ROLES = frozenset({Role.BUYER, Role.PUBLISHER})  # log in on /portal only
+TENANT_FIELD = {Role.BUYER: "buyer_id", Role.PUBLISHER: "publisher_id"}  # a portal user's tie
 MIN_PASSWORD = 12
 MAX_PASSWORD = 1024  # argon2 takes any length; a megabyte's hash is no login
 SETUP_TTL = timedelta(hours=72)
@@ -92,22 +97,46 @@ def _role(raw: Any) -> Role:
     try:
         return Role(raw)
     except ValueError:
-        raise ValidationError("invalid_user", "role", "one of owner, admin, analyst") from None
+        raise ValidationError("invalid_user", "role", "one of owner, admin, analyst, buyer, publisher") from None
 
 
-def parse_new(body: Any) -> tuple[str, Role]:
-    """The e-mail and role of `POST /v1/admin/users`, or a 400 naming the field."""
+def _tenant(role: Role, body: dict[str, Any]) -> str | None:
+    """The buyer or publisher a portal user is tied to, which must exist (and not be deleted);
+    None for an operator, who is tied to none. A 400 naming the field otherwise."""
+    tie = TENANT_FIELD.get(role)
+    for other in TENANT_FIELD.values():
+        if other in body and other != tie:
+            raise ValidationError("invalid_user", other, f"not a field of a user of role {role.value}")
+    if tie is None:
+        return None
+    field = tie
+    raw = body.get(field)
+    if not isinstance(raw, str) or not raw:
+        raise ValidationError("invalid_user", field, f"required for a user of role {role.value}")
+    if role is Role.BUYER:
+        found = Buyer.select().where(Buyer.id == raw, Buyer.deleted_at.is_null()).exists()
+    else:
+        found = Publisher.select().where(Publisher.id == raw).exists()
+    if not found:
+        raise ValidationError("invalid_user", field, f"no {role.value} {raw!r}")
+    return raw
+
+
+def parse_new(body: Any) -> tuple[str, Role, str | None]:
+    """The e-mail, role and (a portal user) buyer or publisher id of `POST /v1/admin/users`, or
+    a 400 naming the field."""
     if not isinstance(body, dict):
         raise ValidationError("invalid_user", "body", "a JSON object with email and role")
-    unknown = sorted(set(body) - {"email", "role"})
+    unknown = sorted(set(body) - {"email", "role", *TENANT_FIELD.values()})
     if unknown:
         raise ValidationError("invalid_user", unknown[0], "not a field of a user")
-    return _email(body.get("email")), _role(body.get("role"))
+    role = _role(body.get("role"))
+    return _email(body.get("email")), role, _tenant(role, body)
 
 
-def invite(email: str, role: Role) -> tuple[User, str]:
+def invite(email: str, role: Role, tenant: str | None = None) -> tuple[User, str]:
     """A new user and its set-up token (returned once, stored as its SHA-256); 409 when the
-    e-mail is taken."""
+    e-mail is taken. `tenant`: a portal user's buyer or publisher id (parse_new checked it)."""
     token = secrets.token_urlsafe(32)
     now = utcnow()
     with db.atomic():
@@ -117,12 +146,15 @@ def invite(email: str, role: Role) -> tuple[User, str]:
             email=email,
             role=role.value,
             totp_secret=pyotp.random_base32() if role in TOTP_ROLES else None,
+            buyer_id=tenant if role is Role.BUYER else None,
+            publisher_id=tenant if role is Role.PUBLISHER else None,
             setup_digest=digest(token),
             setup_expires_at=now + SETUP_TTL,
             created_at=now,
             updated_at=now,
         )
-        audit.record(audit.ADMIN, "user.invite", "user", str(user.id), {"email": email, "role": role.value})
+        detail = {"email": email, "role": role.value, **({TENANT_FIELD[role]: tenant} if tenant else {})}
+        audit.record(audit.ADMIN, "user.invite", "user", str(user.id), detail)
     return user, token
 
 
@@ -135,6 +167,8 @@ def to_json(user: User) -> dict[str, Any]:
         "active": bool(user.active),
         "set_up": user.password_hash is not None,
         "second_factor": user.totp_secret is not None,
+        **({"buyer_id": user.buyer_id} if user.buyer_id else {}),
+        **({"publisher_id": user.publisher_id} if user.publisher_id else {}),
         "created_at": user.created_at.isoformat() + "Z",
     }
 

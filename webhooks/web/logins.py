@@ -112,9 +112,12 @@ def _take(counter: str, limit: int, what: str) -> None:
         raise TooManyAttempts(ttl if isinstance(ttl, int) and ttl > 0 else LOGIN_WINDOW_S, what)
 
 
-def sign_in(email: str, password: str, code: str) -> User | None:
-    """The operator user whose e-mail, password and (owner, admin) current TOTP code these are;
-    None for anything wrong, without saying what. TooManyAttempts when this address used up
+def sign_in(
+    email: str, password: str, code: str, allowed: frozenset[accounts.Role] = accounts.OPERATOR_ROLES
+) -> User | None:
+    """The user of one of the `allowed` roles (the operators' for /ops, the portals' for
+    /portal) whose e-mail, password and (owner, admin) current TOTP code these are; None for
+    anything wrong, a user of another role included, without saying what. TooManyAttempts when this address used up
     its tries, of any credential or of this account, and then nothing is checked."""
     address = address_digest()
     per_address = keys.ops_login_failures(address)
@@ -122,8 +125,8 @@ def sign_in(email: str, password: str, code: str) -> User | None:
     _take(per_address, LOGIN_FAILURES, "logins")
     _take(per_account, ACCOUNT_FAILURES, "logins")
     user = accounts.password_holder(email, password)
-    if user is None or not _second_factor(user, code.strip()):
-        return None
+    if user is None or accounts.Role(user.role) not in allowed or not _second_factor(user, code.strip()):
+        return None  # a user of another login's roles (/ops or /portal) is refused as a wrong password
     store, window_end = services.current().store, int(time.time()) + LOGIN_WINDOW_S
     for counter in (per_address, per_account):
         store.adjust_counter(counter, -1, window_end)

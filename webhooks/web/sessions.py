@@ -23,7 +23,7 @@ from flask import g, redirect, request, url_for
 from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
-from webhooks.errors import Forbidden
+from webhooks.errors import Forbidden, NotFound
 from webhooks.formats.validate import bearer
 from webhooks.people import accounts, roles
 from webhooks.storage.live import keys
@@ -66,8 +66,8 @@ def live_session() -> str | None:
     if stored is not None and stored.startswith(USER_SESSION):
         user_id, _, csrf = stored.removeprefix(USER_SESSION).partition(":")
         user = accounts.active(int(user_id)) if user_id.isdigit() else None
-        if user is None:
-            return None
+        if user is None or accounts.Role(user.role) not in accounts.OPERATOR_ROLES:
+            return None  # a portal user's session never opens /ops
         g.ops_user, g.ops_user_csrf = user, csrf
         return session_id
     if not token or stored is None or not hmac.compare_digest(stored.encode(), digest(token).encode()):
@@ -188,3 +188,83 @@ def done(_exc: BaseException | None = None) -> None:
     token = g.pop("audit_acting", None)
     if token is not None:
         audit.reset(token)
+
+
+# The portals (/portal, webhooks/web/portal/): a buyer or publisher user's own session, under a
+# cookie of its own scoped to /portal and stored under a prefix of its own, so that an /ops
+# session opens no portal page and a portal session no /ops page, whichever cookie carries it.
+PORTAL_COOKIE = "floodgate_portal"
+PORTAL_PATH = "/portal"
+PORTAL_SESSION = "portal:"  # the stored value of a portal session: portal:<id>:<csrf token>
+
+
+def open_portal_session(user: User) -> str:
+    """A new portal session id for a buyer or publisher user, with a CSRF token of its own."""
+    cfg = services.current().config
+    session_id = secrets.token_urlsafe(32)
+    value = f"{PORTAL_SESSION}{user.id}:{secrets.token_hex(32)}"
+    services.current().store.redis.set(keys.ops_session(digest(session_id)), value, ex=cfg.ops_session_ttl_s)
+    return session_id
+
+
+def portal_session() -> tuple[str, User, str] | None:
+    """The portal cookie's session id, its user (active, of a portal role) and CSRF token;
+    None when there is no such live session."""
+    session_id = request.cookies.get(PORTAL_COOKIE)
+    if not session_id or len(session_id) > 128:
+        return None
+    stored = cast("str | None", services.current().store.redis.get(keys.ops_session(digest(session_id))))
+    if stored is None or not stored.startswith(PORTAL_SESSION):
+        return None
+    user_id, _, csrf = stored.removeprefix(PORTAL_SESSION).partition(":")
+    user = accounts.active(int(user_id)) if user_id.isdigit() else None
+    if user is None or accounts.Role(user.role) not in accounts.PORTAL_ROLES:
+        return None
+    return session_id, user, csrf
+
+
+def end_portal_session(session_id: str) -> None:
+    services.current().store.redis.delete(keys.ops_session(digest(session_id)))
+
+
+def require_portal(role: accounts.Role) -> Response | None:
+    """Before every portal page of `role`'s portal: pass with the user in `g.portal_user` (its
+    CSRF token in `g.ops_csrf`, which `form_token` gives the templates), or redirect a browser
+    without a portal session to the portal's login form (303). A change must come from this
+    site's pages with the session's CSRF token (403 otherwise); a user of the other portal's
+    role is 404, as a page that does not exist. The audit log names the user."""
+    found = portal_session()
+    if found is None:
+        if request.method in SAFE_METHODS:
+            return redirect(url_for("portal.auth.login"), code=303)
+        raise Forbidden("log in on /portal first", code="no_session")
+    session_id, user, csrf = found
+    if accounts.Role(user.role) is not role:
+        raise NotFound("no such page")
+    if request.method not in SAFE_METHODS:
+        if not same_origin():
+            raise Forbidden(
+                "a change under the /portal cookie must come from this site's own pages (Origin / Sec-Fetch-Site)",
+                code="cross_site_request",
+            )
+        presented = request.form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER) or ""
+        if not hmac.compare_digest(presented.encode(), csrf.encode()):
+            raise Forbidden("this form is stale or was not made by /portal: reload the page", code="csrf_token_invalid")
+    g.portal_user, g.portal_session, g.ops_csrf = user, session_id, csrf
+    g.audit_acting = audit.acting(accounts.actor(user))
+    return None
+
+
+def set_portal_cookie(resp: Response, user: User) -> Response:
+    cfg = services.current().config
+    resp.set_cookie(
+        PORTAL_COOKIE,
+        open_portal_session(user),
+        max_age=cfg.ops_session_ttl_s,
+        path=PORTAL_PATH,
+        httponly=True,
+        samesite="Strict",
+        secure=request.is_secure or not cfg.ops_insecure_cookie,
+    )
+    resp.headers["Cache-Control"] = "no-store"
+    return resp

@@ -32,11 +32,13 @@ NOT_YOURS = "no such lead was sold to this buyer"
 
 @dataclass(frozen=True, kw_only=True)
 class SaleQuery:
-    """The filters of a buyer's list: a SaleStatus, and `since` (aware, inclusive) on sold_at."""
+    """The filters of a buyer's list: a SaleStatus, `since` (aware, inclusive) on sold_at, and a
+    lead id (the buyer's sales of that lead only)."""
 
     buyer_id: str
     status: str | None = None
     since: datetime | None = None
+    lead_id: str | None = None
 
 
 def view(sale: Sale, return_id: str | None) -> dict[str, Any]:
@@ -78,6 +80,8 @@ def page(query: SaleQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None = N
     conds: list[pw.Expression] = [Sale.buyer_id == query.buyer_id]
     if query.status is not None:
         conds.append(Sale.status == query.status)
+    if query.lead_id is not None:
+        conds.append(Sale.lead_id == query.lead_id)
     if query.since is not None:
         conds.append(Sale.sold_at >= query.since.astimezone(timezone.utc).replace(tzinfo=None))
     if cursor is not None:

@@ -565,7 +565,8 @@ class AuditLog(BaseModel):
 
 class User(BaseModel):
     """An operator user (sql/028): logs in on /ops by e-mail, password and, for an owner or an
-    admin, a TOTP code (webhooks/web/people/)."""
+    admin, a TOTP code (webhooks/web/people/); or a portal user (sql/029) of role `buyer` or
+    `publisher`, tied to its buyer or publisher, who logs in on /portal (webhooks/web/portal/)."""
 
     id = pw.BigAutoField()
     email = pw.CharField(max_length=254, unique=True)  # lower-cased
@@ -577,6 +578,8 @@ class User(BaseModel):
     active = pw.BooleanField(default=True)
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)
+    buyer_id = pw.CharField(max_length=64, null=True)  # a `buyer` user's buyer; NULL otherwise
+    publisher_id = pw.CharField(max_length=64, null=True)  # a `publisher` user's publisher
 
     class Meta:
         table_name = "users"

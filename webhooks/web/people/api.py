@@ -22,8 +22,8 @@ def setup_link(token: str) -> str:
 
 @bp.post("/users")
 def create_user() -> ResponseReturnValue:
-    email, role = accounts.parse_new(json_body())
-    user, token = accounts.invite(email, role)
+    email, role, tenant = accounts.parse_new(json_body())
+    user, token = accounts.invite(email, role, tenant)
     body = {
         **accounts.to_json(user),
         "setup_url": setup_link(token),  # shown this once

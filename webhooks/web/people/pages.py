@@ -25,7 +25,12 @@ def _page(status: int = 200, **context: object) -> tuple[str, int, dict[str, str
     users = [accounts.to_json(u) for u in accounts.listed()]
     rows = AuditLog.select().where(AuditLog.entity == "user").order_by(AuditLog.id.desc()).limit(50)
     html = render_template(
-        "users.html", section=SECTION, users=users, roles=[r.value for r in accounts.Role], audit=rows, **context
+        "users.html",
+        section=SECTION,
+        users=users,
+        roles=[r.value for r in accounts.Role if r in accounts.OPERATOR_ROLES],
+        audit=rows,
+        **context,
     )
     return html, status, NO_STORE
 
@@ -39,8 +44,10 @@ def users_page() -> ResponseReturnValue:
 def invite() -> ResponseReturnValue:
     """Invite a user: the page again, with its set-up link (shown this once), or the refusal."""
     try:
-        email, role = accounts.parse_new({"email": request.form.get("email", ""), "role": request.form.get("role")})
-        user, token = accounts.invite(email, role)
+        email, role, tenant = accounts.parse_new(
+            {"email": request.form.get("email", ""), "role": request.form.get("role")}
+        )
+        user, token = accounts.invite(email, role, tenant)
     except (ValidationError, Conflict) as exc:
         return _page(400 if isinstance(exc, ValidationError) else 409, error=str(exc))
     return _page(201, invited=accounts.to_json(user), link=setup_link(token))

@@ -68,4 +68,5 @@ def set_up(token: str) -> Response | tuple[str, int, dict[str, str]]:
         raise NotFound("this set-up link is unknown, used or expired: ask an owner for a new one")
     if step is not None:
         logins.code_taken(done, step)  # the code just used opens no login
-    return redirect(url_for("ops.auth.login", notice="set_up"), code=303)
+    login = "portal.auth.login" if accounts.Role(done.role) in accounts.PORTAL_ROLES else "ops.auth.login"
+    return redirect(url_for(login, notice="set_up"), code=303)
