@@ -154,12 +154,17 @@ def require_admin(*, csrf: bool = True) -> Response | None:
 
 
 def set_session_cookie(resp: Response, user: User | None = None) -> Response:
+    return _with_cookie(resp, COOKIE, open_session(user), COOKIE_PATH)
+
+
+def _with_cookie(resp: Response, name: str, session_id: str, path: str) -> Response:
+    """`resp` setting a session's cookie (/ops or /portal: one set of rules), never cached."""
     cfg = services.current().config
     resp.set_cookie(
-        COOKIE,
-        open_session(user),
+        name,
+        session_id,
         max_age=cfg.ops_session_ttl_s,
-        path=COOKIE_PATH,
+        path=path,
         httponly=True,
         samesite="Strict",
         secure=request.is_secure or not cfg.ops_insecure_cookie,
@@ -256,15 +261,4 @@ def require_portal(role: accounts.Role) -> Response | None:
 
 
 def set_portal_cookie(resp: Response, user: User) -> Response:
-    cfg = services.current().config
-    resp.set_cookie(
-        PORTAL_COOKIE,
-        open_portal_session(user),
-        max_age=cfg.ops_session_ttl_s,
-        path=PORTAL_PATH,
-        httponly=True,
-        samesite="Strict",
-        secure=request.is_secure or not cfg.ops_insecure_cookie,
-    )
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+    return _with_cookie(resp, PORTAL_COOKIE, open_portal_session(user), PORTAL_PATH)
