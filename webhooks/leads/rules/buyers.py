@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.caps.windows import CAPS, COUNT_CAPS
-from webhooks.errors import InvalidPayload, ValidationError
+from webhooks.errors import Checks, InvalidPayload, ValidationError
 from webhooks.formats import money
 from webhooks.formats import validate as v
 from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
@@ -286,47 +286,64 @@ def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
 
 def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
     """Validate an admin PUT body; return the column values of the Buyer row. `stored` is the
-    buyer as it is now, whose header secrets a redacted header sent back keeps."""
-    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
+    buyer as it is now, whose header secrets a redacted header sent back keeps. Every field is
+    checked: a refusal is a ValidationErrors naming each bad field (the API answers the first)."""
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ())
+    check = Checks()
+    check.require(CODE, body, ("name", "endpoint_url", "price"))
     stored_delivery = json.loads(stored.delivery) if stored is not None and stored.delivery else {}
-    delivery = integration.parse_delivery(body.get("delivery"), stored_delivery.get("headers"))
+    delivery = check.run(None, integration.parse_delivery, body.get("delivery"), stored_delivery.get("headers"))
     stored_ping_url = json.loads(stored.ping)["url"] if stored is not None and stored.ping else None
-    ping = integration.parse_ping(
+    ping = check.run(
+        None,
+        integration.parse_ping,
         body.get("ping"),
         lambda field, url: _url(url, field, stored_ping_url),
         lambda field, amount: v.money(CODE, field, amount),
     )
-    caps = _caps(body.get("caps"))
-    states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.fullmatch(s))
-    blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
-    schedule = _schedule(body.get("schedule"))
-    price = v.money(CODE, "price", body["price"])
-    billing = _billing(body.get("billing"), price)
-    policy = _returns(body.get("returns"), body.get("return_window_days"))
-    return {
-        "name": v.text(CODE, "name", body["name"], max_len=200),
-        "endpoint_url": _url(body["endpoint_url"], stored=None if stored is None else stored.endpoint_url),
-        "priority": v.integer(CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
+    caps = check.run({}, _caps, body.get("caps"))
+    states = check.run([], _states, body.get("states"))
+    blocked = check.run([], _list, "blocked_publishers", body.get("blocked_publishers"), v.is_id)
+    schedule = check.run(None, _schedule, body.get("schedule"))
+    price = check.run(Decimal(0), v.money, CODE, "price", body.get("price"))
+    billing = check.run(None, _billing, body.get("billing"), price)
+    policy = check.run(ReturnPolicy(), _returns, body.get("returns"), body.get("return_window_days"))
+    columns = {
+        "name": check.run("", v.text, CODE, "name", body.get("name"), max_len=200),
+        "endpoint_url": check.run(
+            "", _url, body.get("endpoint_url"), stored=None if stored is None else stored.endpoint_url
+        ),
+        "priority": check.run(0, v.integer, CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
         "price": price,
-        "timezone": _zone(body.get("timezone", "UTC")).key,
+        "timezone": check.run("UTC", lambda: _zone(body.get("timezone", "UTC")).key),
         **{f"cap_{name}": caps.get(name) for name in CAPS},
-        "states": json.dumps(sorted({s.upper() for s in states})),
+        "states": json.dumps(states),
         "blocked_publishers": json.dumps(sorted(set(blocked))),
         "schedule": None if schedule is None else json.dumps(schedule, sort_keys=True),
-        "active": v.boolean(CODE, "active", body.get("active", True)),
-        "dedupe": None if (dedupe := _dedupe(body.get("dedupe"))) is None else json.dumps(dedupe),
+        "active": check.run(True, v.boolean, CODE, "active", body.get("active", True)),
+        "dedupe": None if (dedupe := check.run(None, _dedupe, body.get("dedupe"))) is None else json.dumps(dedupe),
         "return_window_days": policy.window_days,
         "return_policy": policy.stored(),
         "delivery": None if delivery is None else json.dumps(delivery, sort_keys=True),
         "ping": None if ping is None else json.dumps(ping, sort_keys=True),
-        "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
-        "lead_filter": _filter(body.get("filter")),
+        "weight": check.run(1, v.integer, CODE, "weight", body.get("weight", 1), low=1, high=10**6),
+        "lead_filter": check.run(None, _filter, body.get("filter")),
         "billing": None if billing is None else billing.to_json(),
         "billing_account": None if billing is None else billing.key,
-        "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
-        "require_consent": suppression.stored_json(consent.parse_required(CODE, body.get("require_consent"))),
-        "contract": _contract(body.get("contract")),
+        "suppress": check.run(
+            None, lambda: suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress")))
+        ),
+        "require_consent": check.run(
+            None, lambda: suppression.stored_json(consent.parse_required(CODE, body.get("require_consent")))
+        ),
+        "contract": check.run(CONTRACTS[0], _contract, body.get("contract")),
     }
+    check.done()
+    return columns
+
+
+def _states(value: Any) -> list[str]:
+    return sorted({s.upper() for s in _list("states", value, lambda s: isinstance(s, str) and _STATE.fullmatch(s))})
 
 
 def _contract(value: Any) -> str:
