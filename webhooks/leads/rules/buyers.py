@@ -16,7 +16,7 @@ from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.caps.windows import CAPS, COUNT_CAPS
 from webhooks.errors import Checks, InvalidPayload, ValidationError
-from webhooks.formats import money
+from webhooks.formats import money, us_states
 from webhooks.formats import validate as v
 from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.formats.validate import cents
@@ -29,7 +29,6 @@ from webhooks.storage.records.models import Buyer
 CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])")  # fullmatch: `$` passes a trailing newline
-_STATE = re.compile(r"[A-Za-z0-9-]{1,16}")
 _READ_ONLY = {"id", "usage", "breaker", "balance", "created_at", "updated_at"}
 _FIELDS = {
     "name",
@@ -343,7 +342,19 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
 
 
 def _states(value: Any) -> list[str]:
-    return sorted({s.upper() for s in _list("states", value, lambda s: isinstance(s, str) and _STATE.fullmatch(s))})
+    """`states`: US state and territory codes (any case), stored upper-cased, sorted, once each;
+    absent, null or empty: every state. A code of no state is refused, not kept."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > 2 * len(us_states.CODES):
+        raise ValidationError(CODE, "states", "must be a list of US state codes such as TX")
+    unknown = [str(s)[:16] for s in value if us_states.code(s) is None]
+    if unknown:
+        listed = ", ".join(repr(s) for s in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise ValidationError(
+            CODE, "states", f"{listed}: not a US state or territory code (two letters, e.g. TX for Texas)"
+        )
+    return sorted({s.strip().upper() for s in value})
 
 
 def _contract(value: Any) -> str:
