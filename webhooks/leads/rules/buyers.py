@@ -87,19 +87,26 @@ def _schedule(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise ValidationError(CODE, "schedule", "must be an object of days (mon..sun)")
+    check = Checks()
     for day, intervals in value.items():
-        field = f"schedule.{day}"
-        if day not in DAYS:
-            raise ValidationError(CODE, field, "day must be one of " + ", ".join(DAYS))
-        if not isinstance(intervals, list):
-            raise ValidationError(CODE, field, "must be a list of [start, end] pairs")
-        for i, pair in enumerate(intervals):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise ValidationError(CODE, f"{field}[{i}]", "must be a [start, end] pair")
-            start, end = (_minutes(f"{field}[{i}]", t) for t in pair)
-            if start >= end or start == 24 * 60:
-                raise ValidationError(CODE, f"{field}[{i}]", "start must be before end")
+        check.run(None, _day, day, intervals)
+    check.done()
     return value
+
+
+def _day(day: str, intervals: Any) -> None:
+    """One day of a `schedule`: [start, end] pairs of HH:MM, each start before its end."""
+    field = f"schedule.{day}"
+    if day not in DAYS:
+        raise ValidationError(CODE, field, "day must be one of " + ", ".join(DAYS))
+    if not isinstance(intervals, list):
+        raise ValidationError(CODE, field, "must be a list of [start, end] pairs")
+    for i, pair in enumerate(intervals):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValidationError(CODE, f"{field}[{i}]", "must be a [start, end] pair")
+        start, end = (_minutes(f"{field}[{i}]", t) for t in pair)
+        if start >= end or start == 24 * 60:
+            raise ValidationError(CODE, f"{field}[{i}]", "start must be before end")
 
 
 def _caps(value: Any) -> dict[str, Decimal | int]:
@@ -127,7 +134,14 @@ def _dedupe(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict) or set(value) - {"fields", "days"}:
         raise ValidationError(CODE, "dedupe", 'must be an object {"fields": [...], "days": n}')
-    fields = value.get("fields")
+    check = Checks()
+    fields = check.run([], _dedupe_fields, value.get("fields"))
+    days = check.run(30, v.integer, CODE, "dedupe.days", value.get("days", 30), low=1, high=365)
+    check.done()
+    return {"fields": fields, "days": days}
+
+
+def _dedupe_fields(fields: Any) -> list[str]:
     if (
         not isinstance(fields, list)
         or not fields
@@ -135,8 +149,7 @@ def _dedupe(value: Any) -> dict[str, Any] | None:
         or len(set(fields)) != len(fields)
     ):
         raise ValidationError(CODE, "dedupe.fields", "must list one or more of " + ", ".join(DEDUPE_FIELDS))
-    days = v.integer(CODE, "dedupe.days", value.get("days", 30), low=1, high=365)
-    return {"fields": fields, "days": days}
+    return fields
 
 
 def _billing(value: Any, price: Decimal) -> Billing | None:
@@ -150,23 +163,34 @@ def _billing(value: Any, price: Decimal) -> Billing | None:
     unknown = sorted(set(value) - _BILLING_FIELDS)
     if unknown:
         raise ValidationError(CODE, f"billing.{unknown[0]}", "is not a billing field")
+    check = Checks()
+    mode = check.run(balance.PREPAID, _billing_mode, value)
+    account = check.run("", v.text, CODE, "billing.account", value.get("account"), max_len=254)
+    currency = check.run(None, _currency, value.get("currency"))
+    if currency is None:  # its amounts cannot be read without it
+        check.done()
+    billing = Billing(
+        mode=mode,
+        account=account,
+        currency=currency,
+        credit_limit_minor=check.run(0, _amount, value, "credit_limit", currency) if mode == balance.CREDIT else 0,
+        low_balance_minor=None
+        if value.get("low_balance") is None
+        else check.run(None, _amount, value, "low_balance", currency),
+    )
+    check.done()
+    if billing.charge(price) is None:
+        raise ValidationError(CODE, "price", f"must be a whole amount of {currency}'s minor unit when billed in it")
+    return billing
+
+
+def _billing_mode(value: dict[str, Any]) -> str:
     mode = value.get("mode")
     if mode not in (balance.PREPAID, balance.CREDIT):
         raise ValidationError(CODE, "billing.mode", "must be prepaid or credit")
     if mode == balance.PREPAID and "credit_limit" in value:
         raise ValidationError(CODE, "billing.credit_limit", "is for credit billing only")
-    account = v.text(CODE, "billing.account", value.get("account"), max_len=254)
-    currency = _currency(value.get("currency"))
-    billing = Billing(
-        mode=mode,
-        account=account,
-        currency=currency,
-        credit_limit_minor=_amount(value, "credit_limit", currency) if mode == balance.CREDIT else 0,
-        low_balance_minor=None if value.get("low_balance") is None else _amount(value, "low_balance", currency),
-    )
-    if billing.charge(price) is None:
-        raise ValidationError(CODE, "price", f"must be a whole amount of {currency}'s minor unit when billed in it")
-    return billing
+    return str(mode)
 
 
 def _currency(raw: Any) -> str:
@@ -252,7 +276,26 @@ def _returns(raw: Any, window_days: Any) -> ReturnPolicy:
     else:
         field = "returns.window_days"
     max_pct = raw.get("max_pct")
-    reasons = raw.get("reasons")
+    period = raw.get("period_days")
+    check = Checks()
+    reasons = check.run(None, _reasons, raw.get("reasons"))
+    review = check.run("auto", _review, raw.get("review"))
+    policy = ReturnPolicy(
+        window_days=check.run(7, v.integer, CODE, field, window, low=0, high=365),
+        max_pct=None
+        if max_pct is None
+        else check.run(None, v.integer, CODE, "returns.max_pct", max_pct, low=0, high=100),
+        period_days=14
+        if period is None
+        else check.run(14, v.integer, CODE, "returns.period_days", period, low=1, high=365),
+        reasons=reasons,
+        review=review,
+    )
+    check.done()
+    return policy
+
+
+def _reasons(reasons: Any) -> tuple[str, ...] | None:
     if reasons is not None and (
         not isinstance(reasons, list)
         or not 1 <= len(reasons) <= MAX_REASONS
@@ -262,17 +305,13 @@ def _returns(raw: Any, window_days: Any) -> ReturnPolicy:
         raise ValidationError(
             CODE, "returns.reasons", f"must be a list of 1 to {MAX_REASONS} distinct reason codes (identifiers)"
         )
-    review = raw.get("review")
+    return None if reasons is None else tuple(reasons)
+
+
+def _review(review: Any) -> str:
     if review is not None and review not in REVIEWS:
         raise ValidationError(CODE, "returns.review", "must be auto or manual")
-    period = raw.get("period_days")
-    return ReturnPolicy(
-        window_days=v.integer(CODE, field, window, low=0, high=365),
-        max_pct=None if max_pct is None else v.integer(CODE, "returns.max_pct", max_pct, low=0, high=100),
-        period_days=14 if period is None else v.integer(CODE, "returns.period_days", period, low=1, high=365),
-        reasons=None if reasons is None else tuple(reasons),
-        review=review or "auto",
-    )
+    return str(review or "auto")
 
 
 def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
