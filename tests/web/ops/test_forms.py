@@ -251,6 +251,7 @@ def test_a_form_read_refuses_what_it_cannot_read_before_the_api_sees_it():
     reading = forms.read(buyer_forms.FIELDS, form)
     assert set(reading.errors) == {"schedule.mon", "delivery.headers", "dedupe.fields", "delivery.fields", "name"}
     assert "name" not in reading.body and reading.body.get("schedule") is None
+    assert reading.errors["delivery.headers"] == "line 1 is not Name: value"  # the secret not quoted back
     twice = forms.read(buyer_forms.FIELDS, MultiDict([("delivery.headers", "A: 1\nA: 2")]))
     assert twice.errors == {"delivery.headers": "names 'A' twice"}
 

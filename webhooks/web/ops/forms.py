@@ -125,12 +125,12 @@ def _hours(f: Field, text: str) -> list[list[str]]:
 def _headers(f: Field, text: str) -> dict[str, str]:
     """Lines `Name: value` as the API's object of headers (the API checks names and values)."""
     headers: dict[str, str] = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         found = HEADER_LINE.fullmatch(line.strip())
-        if not found:
-            raise ValidationError("invalid_form", f.name, f"{line.strip()[:30]!r}: each line must be Name: value")
+        if not found:  # the line is not quoted back: it may hold the secret
+            raise ValidationError("invalid_form", f.name, f"line {number} is not Name: value")
         name = found.group(1).strip()
         if name in headers:
             raise ValidationError("invalid_form", f.name, f"names {name[:30]!r} twice")

@@ -153,9 +153,8 @@ def publisher_save(publisher_id: str) -> ResponseReturnValue:
     row = publisher_service.existing(publisher_id)
     current = publishers.to_json(row)
     reading = forms.read(FIELDS, request.form, current)
-    if not reading.body.get("api_key"):
-        reading.body.pop("api_key", None)
-    columns, errors = forms.checked(FIELDS, request.form, reading, lambda: publisher_service.patched(row, reading.body))
+    changes = {name: value for name, value in reading.body.items() if name != "api_key" or value}
+    columns, errors = forms.checked(FIELDS, request.form, reading, lambda: publisher_service.patched(row, changes))
     if columns is None or errors:
         return _publisher_page(row, forms.refilled(FIELDS, request.form, current), errors, 400)
     publisher_service.save(services.current().store, publisher_id, columns)
