@@ -324,3 +324,19 @@ def test_each_bad_member_of_billing_schedule_and_returns_is_named(api, browser):
         "returns.max_pct",
         "returns.period_days",
     }
+
+
+def test_a_billing_the_wallets_other_buyer_refuses_is_shown_on_the_form(api, browser, buyer_server):
+    billing = {"mode": "credit", "account": "shared-w", "currency": "USD", "credit_limit": "100.00"}
+    api.put_buyer("first", buyer_server.url("first"), billing=billing)
+    typed = {
+        **BUYER,
+        "billing.mode": "credit",
+        "billing.account": "shared-w",
+        "billing.currency": "USD",
+        "billing.credit_limit": "50.00",
+    }
+    resp = post(api, browser, "/ops/buyers", typed)
+    assert resp.status_code == 400 and resp.headers["Content-Type"].startswith("text/html")
+    assert set(field_errors(resp.text)) & {"billing.account", "billing.credit_limit"}, field_errors(resp.text)
+    assert 'id="form-errors"' in resp.text and api.get("/v1/admin/buyers/acme").status_code == 404

@@ -14,7 +14,7 @@ from flask.typing import ResponseReturnValue
 from webhooks import services
 from webhooks.billing import balance, statement
 from webhooks.caps.windows import COUNT_CAPS
-from webhooks.errors import ValidationError
+from webhooks.errors import BadRequest, ValidationError
 from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.formats.validate import is_id, merge_patch
 from webhooks.leads.rules import buyer_service, buyers, consent
@@ -174,11 +174,14 @@ def buyer_create() -> ResponseReturnValue:
     columns, errors = forms.checked(NEW_FIELDS, request.form, reading, lambda: buyers.parse(merge_patch({}, body)))
     if "id" not in errors and (problem := _id_problem(buyer_id)):
         errors["id"] = problem
-    if columns is None or errors:
-        values = forms.refilled(NEW_FIELDS, request.form, {})
-        return page("buyer_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
-    buyer_service.save(services.current().store, buyer_id, columns)
-    return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
+    if columns is not None and not errors:
+        try:
+            buyer_service.save(services.current().store, buyer_id, columns)
+            return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
+        except BadRequest as exc:  # the wallet's other buyers refuse its billing
+            errors = forms.refusals(NEW_FIELDS, request.form, reading, exc)
+    values = forms.refilled(NEW_FIELDS, request.form, {})
+    return page("buyer_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
 
 
 def _id_problem(buyer_id: str) -> str | None:
@@ -244,10 +247,13 @@ def buyer_save(buyer_id: str) -> ResponseReturnValue:
     current = buyers.to_json(row)
     reading = forms.read(FIELDS, request.form, current)
     columns, errors = forms.checked(FIELDS, request.form, reading, lambda: buyer_service.patched(row, reading.body))
-    if columns is None or errors:
-        return _buyer_page(row, forms.refilled(FIELDS, request.form, current), errors, 400)
-    buyer_service.save(services.current().store, buyer_id, columns)
-    return done("ops.buyers.buyer", "saved", buyer_id=buyer_id)
+    if columns is not None and not errors:
+        try:
+            buyer_service.save(services.current().store, buyer_id, columns)
+            return done("ops.buyers.buyer", "saved", buyer_id=buyer_id)
+        except BadRequest as exc:  # the wallet's other buyers refuse its billing
+            errors = forms.refusals(FIELDS, request.form, reading, exc)
+    return _buyer_page(row, forms.refilled(FIELDS, request.form, current), errors, 400)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/pause")

@@ -264,7 +264,7 @@ def refusals(
 
 
 def _is_new_secret(f: Field, typed: str) -> bool:
-    """A secret field holds something beyond the redacted values (…1234) a GET shows."""
+    """A secret field holds something beyond the redacted values (****1234) a GET shows."""
     if f.kind == SECRET:
         return True
     values = (line.partition(":")[2].strip() for line in typed.splitlines() if line.strip())
