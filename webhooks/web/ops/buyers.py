@@ -180,7 +180,7 @@ def buyer_create() -> ResponseReturnValue:
             return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
         except BadRequest as exc:  # the wallet's other buyers refuse its billing
             errors = forms.refusals(NEW_FIELDS, request.form, reading, exc)
-    values = forms.refilled(NEW_FIELDS, request.form, {})
+    values = forms.refilled(NEW_FIELDS, request.form)
     return page("buyer_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
 
 

@@ -211,10 +211,12 @@ def shown(fields: tuple[Field, ...], obj: Mapping[str, Any]) -> dict[str, str]:
     return values
 
 
-def refilled(fields: tuple[Field, ...], form: MultiDict[str, str], current: Mapping[str, Any]) -> dict[str, str]:
+def refilled(
+    fields: tuple[Field, ...], form: MultiDict[str, str], current: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """The values a refused form is shown again with: what the operator typed, but a secret,
-    which shows what it showed before (the stored one, redacted)."""
-    before = shown(fields, current)
+    which shows what it showed before (the stored one `current` has, redacted; else nothing)."""
+    before = shown(fields, current or {})
     values = {}
     for f in fields:
         if f.kind == CHECKBOX:

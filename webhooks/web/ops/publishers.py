@@ -94,7 +94,7 @@ def publisher_create() -> ResponseReturnValue:
     if "id" not in errors and (problem := _id_problem(publisher_id)):
         errors["id"] = problem
     if columns is None or errors:
-        values = forms.refilled(NEW_FIELDS, request.form, {})
+        values = forms.refilled(NEW_FIELDS, request.form)
         return page("publisher_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
     row = publisher_service.save(services.current().store, publisher_id, columns)
     return _publisher_page(row, None, {}, 201, api_key=api_key)
