@@ -1,6 +1,7 @@
 """A buyer's console page in a real headless Chromium, against gunicorn, the RQ worker, Redis
 and the database: its figures as the report has them, its circuit's health, "Send a test
-lead" (the sample, then a lead that is no JSON, then the buyer saying no)."""
+lead" (the sample, then a lead that is no JSON, then the buyer saying no), and the list's
+"Pause selected" / "Resume selected"."""
 
 from __future__ import annotations
 
@@ -74,3 +75,18 @@ def test_a_buyers_page_and_its_test_lead_as_a_person_uses_them(
     page.screenshot(tmp_path / "buyer-test-lead.png")
     sold = web_api.get("/v1/admin/leads", params={"buyer_id": BUYER}).json()["items"]
     assert len(sold) == 3  # the test leads are in no ledger
+
+    # the list: both ticked, paused in one post, then resumed
+    person.goto("/ops/buyers")
+    for buyer_id in (BUYER, OTHER):
+        page.check(f'#buyers input[name=buyer_id][value="{buyer_id}"]')
+    person.submit("#pause-selected", 200)
+    assert page.attr("#selected-done", "data-action") == "pause"
+    assert page.attrs("#buyers tbody tr", "data-active") == ["false", "false"]
+    assert [web_api.get(f"/v1/admin/buyers/{b}").json()["active"] for b in (BUYER, OTHER)] == [False, False]
+    page.screenshot(tmp_path / "buyers-paused.png")
+    page.check(f'#buyers input[name=buyer_id][value="{OTHER}"]')
+    person.submit("#resume-selected", 200)
+    assert page.attrs("#buyers tbody tr", "data-active") == ["false", "true"]
+    person.submit("#resume-selected", 400)  # nothing ticked: nothing changed, and why
+    assert "Tick 1 to" in (page.text("#selected-error") or "")

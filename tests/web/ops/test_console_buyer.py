@@ -15,7 +15,7 @@ import pytest
 from tests.web.ops.conftest import post
 from tests.web.people.test_users import SAME_SITE, csrf, user_client
 from webhooks.storage.records.db import db
-from webhooks.storage.records.models import AuditLog, Lead, LeadAttempt, LeadStats, Sale
+from webhooks.storage.records.models import AuditLog, Buyer, Lead, LeadAttempt, LeadStats, Sale
 
 TODAY = datetime.now(timezone.utc).date()
 
@@ -196,23 +196,74 @@ def test_a_test_leads_reply_is_cut_and_escaped_and_its_json_bounded(api, browser
     assert len(stub.received) == 1 and len(audit_of("acme", "buyer.test_lead")) == 1
 
 
-def test_an_analyst_cannot_send_a_test_lead(app, api, buyer_server):
+def active(buyer_id: str) -> bool:
+    with db.connection_context():
+        return bool(Buyer.get_by_id(buyer_id).active)
+
+
+def test_the_list_pauses_and_resumes_the_buyers_ticked_as_one_pause_each_would(api, browser, buyer_server):
+    for buyer_id in ("a", "b", "c", "gone"):
+        api.put_buyer(buyer_id, buyer_server.url(buyer_id))
+    api.http.delete(f"{api.base}/v1/admin/buyers/gone", headers=api.admin)
+    assert post(api, browser, "/ops/buyers/c/pause", {}).status_code == 303
+    single = audit_of("c", "buyer.update")[-1].detail
+    assert post(api, browser, "/ops/buyers/c/resume", {}).status_code == 303
+    before = {b: len(audit_of(b, "buyer.update")) for b in "abc"}
+
+    fields = [("action", "pause"), *(("buyer_id", b) for b in ("a", "c", "gone", "ghost", "a"))]
+    resp = post(api, browser, "/ops/selected-buyers", fields)
+    assert resp.status_code == 200
+    done = Tags(resp.text).having("id", "selected-done")[0]
+    assert done["data-action"] == "pause" and "gone, ghost" in resp.text
+    assert (active("a"), active("b"), active("c")) == (False, True, False)
+    after = {b: len(audit_of(b, "buyer.update")) for b in "abc"}
+    assert after == {"a": before["a"] + 1, "b": before["b"], "c": before["c"] + 1}
+    assert audit_of("c", "buyer.update")[-1].detail == single  # the row a pause of its own leaves
+    assert api.get("/v1/admin/buyers/a").json()["active"] is False
+
+    resp = post(api, browser, "/ops/selected-buyers", [("action", "resume"), ("buyer_id", "a"), ("buyer_id", "b")])
+    assert resp.status_code == 200 and (active("a"), active("b"), active("c")) == (True, True, False)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [("action", "pause")],
+        [("action", "delete"), ("buyer_id", "a")],
+        [("action", "pause"), ("buyer_id", "a"), ("buyer_id", "bad id")],
+        [("action", "pause"), *(("buyer_id", f"b{n}") for n in range(501))],
+    ],
+)
+def test_a_selection_it_cannot_take_changes_nothing(api, browser, buyer_server, fields):
+    api.put_buyer("a", buyer_server.url("a"))
+    resp = post(api, browser, "/ops/selected-buyers", fields)
+    assert resp.status_code == 400 and 'id="selected-error"' in resp.text
+    assert active("a") and len(audit_of("a", "buyer.update")) == 0
+
+
+def test_an_analyst_can_neither_send_a_test_lead_nor_pause_the_selected(app, api, buyer_server):
     stub = buyer_server.add("acme")
     api.put_buyer("acme", buyer_server.url("acme"))
     analyst = user_client(app, api, "ana@example.com", "analyst")
     assert analyst.get("/ops/buyers/acme").status_code == 200
     token = csrf(analyst, "/ops/buyers")
-    for path, fields in (("/ops/buyers/acme/test-lead", {"lead": ""}),):
+    for path, fields in (
+        ("/ops/buyers/acme/test-lead", {"lead": ""}),
+        ("/ops/selected-buyers", {"action": "pause", "buyer_id": "acme"}),
+    ):
         resp = analyst.post(path, data={**fields, "csrf_token": token}, headers=SAME_SITE)
         assert resp.status_code == 403, (path, resp.status_code)
-    assert stub.arrived == [] and audit_of("acme", "buyer.test_lead") == []
+    assert stub.arrived == [] and active("acme") and audit_of("acme", "buyer.test_lead") == []
 
 
-def test_a_test_lead_needs_the_sessions_csrf_token(api, browser, buyer_server):
+def test_both_posts_need_the_sessions_csrf_token(api, browser, buyer_server):
     stub = buyer_server.add("acme")
     api.put_buyer("acme", buyer_server.url("acme"))
     headers = {"Origin": api.base, "Sec-Fetch-Site": "same-origin"}
-    for path, fields in (("/ops/buyers/acme/test-lead", {"lead": ""}),):
+    for path, fields in (
+        ("/ops/buyers/acme/test-lead", {"lead": ""}),
+        ("/ops/selected-buyers", {"action": "pause", "buyer_id": "acme"}),
+    ):
         resp = browser[0].post(api.base + path, data=fields, headers=headers, allow_redirects=False)
         assert resp.status_code == 403, (path, resp.status_code)
-    assert stub.arrived == []
+    assert stub.arrived == [] and active("acme")

@@ -1,4 +1,4 @@
-"""The console's buyers: the list, the form that creates one,
+"""The console's buyers: the list (pause or resume those selected), the form that creates one,
 and each buyer's page (edit, pause and resume, cap use, its figures as the report has them,
 balance and statement, a test lead, its audit log). Every change goes through the admin API's
 own service (leads/rules/buyer_service.py), so the console can do nothing the API would
@@ -35,6 +35,7 @@ bp = Blueprint("buyers", __name__)
 
 SECTION = "ops.buyers.buyers"
 STATEMENT_LINES = 100  # the month's last lines shown; the CSV has them all
+SELECTED_MAX = 500  # buyers one pause or resume of the list may name (a page holds at most 500)
 TEST_LEAD_MAX = 8 * 1024  # bytes of a test lead's JSON
 SAMPLE_LEAD = json.dumps(preview.SAMPLE_LEAD, indent=2)
 
@@ -79,11 +80,17 @@ NEW_FIELDS = (Field("id", "Id", required=True, hint="letters, digits, - and _; c
 @bp.get("/ops/buyers", endpoint="buyers")
 def buyers_list() -> ResponseReturnValue:
     """Buyers not deleted, by id, a page at a time."""
+    return _list_page(None)
+
+
+def _list_page(changed: dict[str, Any] | None, error: str | None = None) -> ResponseReturnValue:
+    """The list; after a pause or resume of those selected, what it changed (or why nothing: 400)."""
     select = Buyer.select().where(Buyer.deleted_at.is_null())
     rows, next_cursor = page_of(select, Buyer.id)
-    return page(
-        "buyers.html", SECTION, items=buyer_service.shown(services.current().store, rows), next_cursor=next_cursor
-    )
+    items = buyer_service.shown(services.current().store, rows)
+    status = 400 if error else 200
+    context = {"changed": changed, "error": error, "selected_max": SELECTED_MAX}
+    return page("buyers.html", SECTION, status, items=items, next_cursor=next_cursor, **context)
 
 
 @bp.get("/ops/buyers/new")
@@ -216,3 +223,21 @@ def buyer_test_lead(buyer_id: str) -> ResponseReturnValue:
     audit.record(audit.ADMIN, "buyer.test_lead", "buyer", buyer_id, sent.audited())
     test: dict[str, Any] = {"lead": typed or SAMPLE_LEAD, "sent": sent, "error": None}
     return _buyer_page(row, forms.shown(FIELDS, buyers.to_json(row)), {}, 200, test)
+
+
+@bp.post("/ops/selected-buyers")
+def buyers_selected() -> ResponseReturnValue:
+    """Pause or resume (`action`) the buyers ticked on the list (`buyer_id`, at most
+    SELECTED_MAX): one transaction through buyer_service, an audit row for each as its own
+    pause would leave. The list again, saying which were changed and which no longer exist."""
+    action = request.form.get("action")
+    wanted = list(dict.fromkeys(request.form.getlist("buyer_id")))
+    if action not in ("pause", "resume"):
+        return _list_page(None, "Choose Pause selected or Resume selected.")
+    if not wanted or len(wanted) > SELECTED_MAX or not all(is_id(buyer_id) for buyer_id in wanted):
+        return _list_page(None, f"Tick 1 to {SELECTED_MAX} buyers of the list: nothing was changed.")
+    rows = list(Buyer.select().where(Buyer.id.in_(wanted), Buyer.deleted_at.is_null()).order_by(Buyer.id))
+    if rows:
+        buyer_service.set_active(services.current().store, rows, active=action == "resume")
+    found = {row.id for row in rows}
+    return _list_page({"action": action, "done": sorted(found), "missing": [b for b in wanted if b not in found]})
