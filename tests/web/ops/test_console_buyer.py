@@ -7,6 +7,7 @@ neither."""
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 
@@ -14,10 +15,10 @@ import pytest
 
 from tests.web.ops.conftest import post
 from tests.web.people.test_users import SAME_SITE, csrf, user_client
+from webhooks import services
+from webhooks.storage.live import keys
 from webhooks.storage.records.db import db
 from webhooks.storage.records.models import AuditLog, Buyer, Lead, LeadAttempt, LeadStats, Sale
-
-TODAY = datetime.now(timezone.utc).date()
 
 
 class Tags(HTMLParser):
@@ -72,10 +73,11 @@ def test_a_buyers_figures_are_its_row_of_the_report(api, browser, buyer_server, 
     )
     assert returned.status_code == 200, returned.text
 
+    today = datetime.now(timezone.utc).date()
     tags = Tags(page(api, browser, "/ops/buyers/half"))
     shown = {t["data-period"]: t for t in tags.having("data-period")}
-    for period, first in (("today", TODAY), ("last 7 days", TODAY - timedelta(days=6))):
-        row = report_row(api, "half", first, TODAY)
+    for period, first in (("today", today), ("last 7 days", today - timedelta(days=6))):
+        row = report_row(api, "half", first, today)
         assert {
             k: shown[period][f"data-{k.replace('_', '-')}"]
             for k in ("offers", "accept_rate", "sales", "revenue", "epl", "returned")
@@ -109,6 +111,12 @@ def test_the_circuit_reads_as_its_health_and_the_statement_figures_sit_under_the
     cells = re.findall(r"<td( [^>]*)?>", statement)
     assert len(headers) == len(cells) == 6 and all('class="num"' in h for h in headers + cells)
     assert "circuit: healthy" in page(api, browser, "/ops/buyers")
+
+    r = services.of(api.app).store.redis
+    r.hset(keys.breaker("acme"), mapping={"open_until": int(time.time() * 1000) + 60_000, "failures": 3})
+    assert "circuit: open - failing" in page(api, browser, "/ops/buyers/acme")
+    r.hset(keys.breaker("acme"), "open_until", int(time.time() * 1000) - 1)
+    assert "circuit: half-open - probing" in page(api, browser, "/ops/buyers")
 
 
 def ledger_untouched(buyer_id: str) -> None:
