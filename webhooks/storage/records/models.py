@@ -521,7 +521,7 @@ class LeadStats(BaseModel):
 
     class Meta:
         table_name = "lead_stats"
-        indexes = ((("hour", "publisher_id", "buyer_id"), True),)
+        indexes = ((("hour", "publisher_id", "buyer_id"), True), (("buyer_id", "hour"), False))  # sql/033
 
 
 class WebhookCall(BaseModel):
