@@ -12,8 +12,11 @@ from datetime import datetime, timedelta, timezone
 
 from testkit.payments import deliver, encode, payload, refund_payload
 from tests.web.ops.conftest import post
+from webhooks.events.outbox import EventType
 from webhooks.storage.records.db import db
 from webhooks.storage.records.models import Payment
+
+EVENT_TYPES = tuple(t.value for t in EventType)
 
 
 def page(api, browser, path, status=200):
@@ -117,3 +120,115 @@ def test_a_wallet_shows_its_balance_payments_and_debits(api, browser):
     assert 'id="wallet"' not in page(api, browser, "/ops/payments/wallet")
     with db.connection_context():
         assert Payment.select().count() == 2
+
+
+def errors_of(text):
+    return re.findall(r'data-error-for="([^"]+)"', text)
+
+
+def test_an_endpoint_made_from_the_form_shows_its_secret_once(api, browser):
+    resp = post(
+        api, browser, "/ops/events/endpoints", {"id": "app", "url": "https://app.example/hooks?token=s3cr3tvalue1234"}
+    )
+    assert resp.status_code == 201
+    secret = re.search(r'<code class="secret" id="endpoint-secret">([^<]+)</code>', resp.text).group(1)
+    got = api.get("/v1/admin/event-endpoints/app").json()
+    assert secret.startswith("whsec_") and got["secret"] != secret and got["secret"].endswith(secret[-4:])
+    assert got["types"] == list(EVENT_TYPES) and got["publisher_id"] is None and got["enabled"] is True
+    again = page(api, browser, "/ops/events/endpoints/app")
+    assert secret not in again and "s3cr3tvalue1234" not in again
+    assert 'data-action="event_endpoint.put"' in again  # the API's own audit row
+    taken = post(api, browser, "/ops/events/endpoints", {"id": "app", "url": "https://other.example/"})
+    assert taken.status_code == 400 and errors_of(taken.text) == ["id"]
+    assert api.get("/v1/admin/event-endpoints/app").json()["url"].startswith("https://app.example/")
+
+
+def test_a_refused_endpoint_form_shows_every_error_and_keeps_what_was_typed(api, browser):
+    fields = [
+        ("id", "bad id"),
+        ("url", "ftp://files.example/"),
+        ("types", "lead.sold"),
+        ("publisher_id", "no spaces please"),
+        ("secret", "not-a-secret"),
+        ("enabled", ""),
+        ("enabled", "on"),
+    ]
+    resp = post(api, browser, "/ops/events/endpoints", fields)
+    assert resp.status_code == 400
+    assert sorted(errors_of(resp.text)) == ["id", "publisher_id", "secret", "url"]
+    assert 'value="ftp://files.example/"' in resp.text and "not-a-secret" not in resp.text
+    assert 'value="lead.sold" checked' in resp.text
+    assert api.get("/v1/admin/event-endpoints").json()["endpoints"] == []
+    # a publisher's endpoint takes lead events only: the API's rule, beside the events
+    resp = post(
+        api,
+        browser,
+        "/ops/events/endpoints",
+        {"id": "pb", "url": "https://pub.example/", "publisher_id": "surge", "types": "wallet.credited"},
+    )
+    assert resp.status_code == 400 and errors_of(resp.text) == ["types"]
+    # then right, with optional fields left empty
+    ok = post(
+        api,
+        browser,
+        "/ops/events/endpoints",
+        {"id": "pb", "url": "https://pub.example/", "publisher_id": "", "secret": ""},
+    )
+    assert ok.status_code == 201
+
+
+def test_an_endpoint_is_edited_paused_resumed_and_given_a_new_secret(api, browser):
+    made = post(
+        api, browser, "/ops/events/endpoints", {"id": "app", "url": "https://app.example/hooks?token=abcdefghijklmnop"}
+    )
+    first = re.search(r'id="endpoint-secret">([^<]+)<', made.text).group(1)
+    text = page(api, browser, "/ops/events/endpoints/app")
+    url = html_value(text, "url")
+    assert "abcdefghijklmnop" not in url
+    fields = [
+        ("url", url),
+        ("types", "lead.sold"),
+        ("types", "lead.returned"),
+        ("publisher_id", "surge"),
+        ("enabled", ""),
+        ("enabled", "on"),
+    ]
+    resp = post(api, browser, "/ops/events/endpoints/app", fields)
+    assert resp.status_code == 303 and "notice=saved" in resp.headers["Location"]
+    got = api.get("/v1/admin/event-endpoints/app").json()
+    assert got["types"] == ["lead.sold", "lead.returned"] and got["publisher_id"] == "surge"
+    from webhooks.storage.records.models import EventEndpoint
+
+    with db.connection_context():
+        row = EventEndpoint.get_by_id("app")
+        assert row.url == "https://app.example/hooks?token=abcdefghijklmnop" and row.secret == first  # both kept
+    bad = post(api, browser, "/ops/events/endpoints/app", [("url", "not a url"), ("publisher_id", "a b")])
+    assert bad.status_code == 400 and sorted(errors_of(bad.text)) == ["publisher_id", "url"]
+
+    assert post(api, browser, "/ops/events/endpoints/app/pause", {}).status_code == 303
+    assert api.get("/v1/admin/event-endpoints/app").json()["enabled"] is False
+    assert post(api, browser, "/ops/events/endpoints/app/resume", {}).status_code == 303
+    assert api.get("/v1/admin/event-endpoints/app").json()["enabled"] is True
+
+    rotated = post(api, browser, "/ops/events/endpoints/app/rotate", {})
+    assert rotated.status_code == 200
+    second = re.search(r'id="endpoint-secret">([^<]+)<', rotated.text).group(1)
+    with db.connection_context():
+        row = EventEndpoint.get_by_id("app")
+        assert second != first and row.secret == second and row.publisher_id == "surge"
+        assert row.url == "https://app.example/hooks?token=abcdefghijklmnop"
+    actions = re.findall(r'data-action="([^"]+)"', page(api, browser, "/ops/events/endpoints/app"))
+    assert actions == [
+        "event_endpoint.put",
+        "event_endpoint.enabled",
+        "event_endpoint.paused",
+        "event_endpoint.put",
+        "event_endpoint.put",
+    ]
+    assert post(api, browser, "/ops/events/endpoints/nope/pause", {}).status_code == 404
+
+
+def html_value(text, name):
+    import html
+
+    return html.unescape(re.search(rf'name="{name}" value="([^"]*)"', text).group(1))
