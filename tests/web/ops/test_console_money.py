@@ -232,3 +232,111 @@ def html_value(text, name):
     import html
 
     return html.unescape(re.search(rf'name="{name}" value="([^"]*)"', text).group(1))
+
+
+def upload(api, browser, list_id, content: bytes, name="list.csv"):
+    http, csrf = browser
+    return http.post(
+        f"{api.base}/ops/suppression/{list_id}/upload",
+        data={"csrf_token": csrf},
+        files={"file": (name, content, "text/csv")},
+        headers={"Origin": api.base, "Sec-Fetch-Site": "same-origin"},
+        allow_redirects=False,
+        timeout=30,
+    )
+
+
+def digests(list_id):
+    from webhooks.storage.records.models import SuppressionEntry
+
+    with db.connection_context():
+        return sorted(e.digest for e in SuppressionEntry.select().where(SuppressionEntry.list_id == list_id))
+
+
+def result_of(text):
+    found = re.search(r'data-read="(\d+)" data-added="(\d+)"\s+data-removed="(\d+)" data-invalid="(\d+)"', text)
+    assert found, text[:2000]
+    return tuple(int(n) for n in found.groups())
+
+
+def test_a_list_is_made_and_filled_from_the_forms_as_the_api_would(api, browser):
+    bad = post(api, browser, "/ops/suppression", {"id": "no good", "field": "fax", "hash": "crc"})
+    assert bad.status_code == 400 and sorted(errors_of(bad.text)) == ["field", "hash", "id"]
+    made = post(api, browser, "/ops/suppression", {"id": "dnc", "field": "email", "hash": "none"})
+    assert made.status_code == 303 and made.headers["Location"].startswith("/ops/suppression/dnc?notice=created")
+    assert api.get("/v1/admin/suppression-lists/dnc").json()["field"] == "email"
+    taken = post(api, browser, "/ops/suppression", {"id": "dnc", "field": "phone", "hash": "none"})
+    assert taken.status_code == 400 and errors_of(taken.text) == ["id"]
+
+    resp = post(
+        api, browser, "/ops/suppression/dnc/entries", {"add": " Ada@Example.COM \n\nnot-an-email\nbob@example.com"}
+    )
+    assert resp.status_code == 200 and result_of(resp.text) == (3, 2, 0, 1)
+    assert 'data-line="3"' in resp.text and "not-an-email" not in resp.text  # named by its line, never echoed
+    resp = post(api, browser, "/ops/suppression/dnc/entries", {"remove": "BOB@example.com"})
+    assert result_of(resp.text) == (1, 0, 1, 0) and api.get("/v1/admin/suppression-lists/dnc").json()["size"] == 1
+
+    # the same value through the API's own call, on a list of the same shape: the same digest
+    api.http.put(
+        f"{api.base}/v1/admin/suppression-lists/api", json={"field": "email", "hash": "none"}, headers=api.admin
+    )
+    sent = api.http.post(
+        f"{api.base}/v1/admin/suppression-lists/api/entries", json={"add": ["ada@example.com"]}, headers=api.admin
+    )
+    assert sent.status_code == 200 and digests("api") == digests("dnc")
+    actions = re.findall(r'data-action="([^"]+)"', page(api, browser, "/ops/suppression/dnc"))
+    assert actions == ["suppression_list.entries", "suppression_list.entries", "suppression_list.create"]
+
+
+def test_a_file_upload_adds_its_good_lines_and_counts_the_bad(api, browser, monkeypatch):
+    from webhooks.leads.rules import suppression
+
+    post(api, browser, "/ops/suppression", {"id": "phones", "field": "phone", "hash": "sha256"})
+    post(api, browser, "/ops/suppression", {"id": "mails", "field": "email", "hash": "none"})
+    content = (
+        '\ufeffemail,name\nada@example.com,Ada\n"bob@example.com","Bob, B."\n\n=cmd|\' /C calc\'!A0\ncy@example.com\n'
+    )
+    resp = upload(api, browser, "mails", content.encode())
+    assert resp.status_code == 200 and result_of(resp.text) == (5, 3, 0, 2)
+    assert re.findall(r'data-line="(\d+)"', resp.text) == ["1", "5"]
+    assert api.get("/v1/admin/suppression-lists/mails").json()["size"] == 3
+    # a hashed list takes the hex digests of normalised values
+    import hashlib
+
+    digest = hashlib.sha256(b"+14155550100").hexdigest()
+    resp = upload(api, browser, "phones", f"{digest}\n+1 415 555 0100\n".encode(), name="p.txt")
+    assert result_of(resp.text) == (2, 1, 0, 1)
+
+    # more lines than one API call takes: written in several calls, every one counted
+    monkeypatch.setattr(suppression, "MAX_ENTRIES", 2)
+    resp = upload(
+        api, browser, "mails", b"d@example.com\ne@example.com\nf@example.com\ng@example.com\nada@example.com\n"
+    )
+    assert result_of(resp.text) == (5, 4, 0, 0) and api.get("/v1/admin/suppression-lists/mails").json()["size"] == 7
+
+
+def test_an_upload_too_big_or_not_text_is_refused_with_a_message(api, browser, monkeypatch):
+    from webhooks.web.ops import reports
+
+    post(api, browser, "/ops/suppression", {"id": "mails", "field": "email", "hash": "none"})
+    over = upload(api, browser, "mails", b"a@example.com\n" * (2 * 1024 * 1024 // 14 + 1))
+    assert over.status_code == 413 and "over 2,048 KiB" in over.text
+    monkeypatch.setattr(reports, "UPLOAD_MAX_LINES", 3)
+    many = upload(api, browser, "mails", b"a@example.com\nb@example.com\nc@example.com\nd@example.com\n")
+    assert many.status_code == 413 and "over 3 lines" in many.text
+    binary = upload(api, browser, "mails", b"\xff\xfe\x00bin")
+    assert binary.status_code == 400 and "not UTF-8" in binary.text
+    http, csrf = browser
+    none = http.post(
+        f"{api.base}/ops/suppression/mails/upload",
+        data={"csrf_token": csrf},
+        headers={"Origin": api.base, "Sec-Fetch-Site": "same-origin"},
+        timeout=10,
+    )
+    assert none.status_code == 400 and "choose a file" in none.text
+    huge = upload(api, browser, "mails", b"x" * (5 * 1024 * 1024))
+    assert huge.status_code == 413  # past the body's cap: refused before it is read
+    assert api.get("/v1/admin/suppression-lists/mails").json()["size"] == 0
+    too_many = post(api, browser, "/ops/suppression/mails/entries", {"add": "a@example.com\n" * 10_001})
+    assert too_many.status_code == 400 and "upload a file" in too_many.text
+    assert post(api, browser, "/ops/suppression/nope/entries", {"add": "a@example.com"}).status_code == 404
