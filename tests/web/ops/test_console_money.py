@@ -340,3 +340,59 @@ def test_an_upload_too_big_or_not_text_is_refused_with_a_message(api, browser, m
     too_many = post(api, browser, "/ops/suppression/mails/entries", {"add": "a@example.com\n" * 10_001})
     assert too_many.status_code == 400 and "upload a file" in too_many.text
     assert post(api, browser, "/ops/suppression/nope/entries", {"add": "a@example.com"}).status_code == 404
+
+
+def test_an_analyst_reads_the_money_pages_and_changes_nothing(app, api, browser):
+    from tests.web.people.test_users import SAME_SITE, csrf, user_client
+
+    post(api, browser, "/ops/events/endpoints", {"id": "app", "url": "https://app.example/hooks"})
+    post(api, browser, "/ops/suppression", {"id": "dnc", "field": "email", "hash": "none"})
+    analyst = user_client(app, api, "ana@example.com", "analyst")
+    for path in (
+        "/ops/payments",
+        "/ops/payments?currency=USD",
+        "/ops/payments.csv",
+        "/ops/payments/wallet?account=ada@example.com",
+        "/ops/events",
+        "/ops/events/endpoints/app",
+        "/ops/suppression",
+        "/ops/suppression/dnc",
+    ):
+        assert analyst.get(path).status_code == 200, path
+    token = csrf(analyst, "/ops/events")
+    for path, fields in (
+        ("/ops/events/endpoints", {"id": "other", "url": "https://other.example/"}),
+        ("/ops/events/endpoints/app", {"url": "https://changed.example/"}),
+        ("/ops/events/endpoints/app/pause", {}),
+        ("/ops/events/endpoints/app/resume", {}),
+        ("/ops/events/endpoints/app/rotate", {}),
+        ("/ops/suppression", {"id": "other", "field": "email", "hash": "none"}),
+        ("/ops/suppression/dnc/entries", {"add": "ada@example.com"}),
+        ("/ops/suppression/dnc/upload", {"file": (io.BytesIO(b"ada@example.com\n"), "l.csv")}),
+    ):
+        resp = analyst.post(path, data={**fields, "csrf_token": token}, headers=SAME_SITE)
+        assert resp.status_code == 403, (path, resp.status_code)
+    got = api.get("/v1/admin/event-endpoints/app").json()
+    assert got["url"] == "https://app.example/hooks" and got["enabled"] is True
+    assert [e["id"] for e in api.get("/v1/admin/event-endpoints").json()["endpoints"]] == ["app"]
+    assert [x["id"] for x in api.get("/v1/admin/suppression-lists").json()["lists"]] == ["dnc"]
+    assert api.get("/v1/admin/suppression-lists/dnc").json()["size"] == 0
+
+
+def test_the_report_by_buyer_names_its_unsold_row_and_circuits_say_healthy(api, browser, buyer_server, worker):
+    buyer_server.add("picky", mode="reject")
+    key = api.put_publisher("pub-uns")
+    api.put_buyer("picky", buyer_server.url("picky"), price="5.00")
+    api.settle_config()
+    api.post_lead(key, {"lead_id": "uns-1"})
+    api.wait_settled("uns-1", "pub-uns")
+    text = page(api, browser, "/ops/reports?group_by=buyer")
+    assert "None" not in text
+    unsold = re.search(
+        r'<tr data-key="" class="unsold-row"><td[^>]*>unsold \(no buyer\)</td>\s*<td class="num">1</td>', text
+    )
+    assert unsold, text[text.find('id="report"') :][:1500]
+    assert re.search(r'<tr data-key="picky">', text)  # its offer, in its own row
+    overview = page(api, browser, "/ops")
+    assert re.search(r'data-breaker="closed"[^>]*>circuit: healthy</span>', overview)
+    assert ">closed<" not in overview
