@@ -3,10 +3,12 @@ gunicorn, Redis and the database: the payments search (a wrong currency, then a 
 the other filters left empty; a day picked), a wallet looked up (a wallet with a space, then
 one), an event endpoint made with its optional fields empty (a wrong URL first; its secret
 shown once) and paused, and a suppression list made, filled from its form and from a file
-uploaded (a refused line named by its number)."""
+uploaded (a refused line named by its number). A screenshot of each page lands in
+$FG_SCREENSHOTS when set, else in the test's tmp_path."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,8 +25,11 @@ pytestmark = pytest.mark.e2e
 class Person:
     """The browser's tab on the console, the admin API beside it."""
 
-    def __init__(self, page: Page, api: Api):
-        self.page, self.api = page, api
+    def __init__(self, page: Page, api: Api, shots: Path):
+        self.page, self.api, self.shots = page, api, shots
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(self.shots / f"money-{name}.png")
 
     def goto(self, path: str) -> None:
         assert self.page.goto(self.api.base + path) == 200, (path, self.page.status)
@@ -60,7 +65,9 @@ class Person:
 
 
 def test_the_money_pages_as_a_person_uses_them(web_api: Api, page: Page, tmp_path: Path):
-    person = Person(page, web_api)
+    shots = Path(os.environ.get("FG_SCREENSHOTS") or tmp_path).resolve()
+    shots.mkdir(parents=True, exist_ok=True)
+    person = Person(page, web_api, shots)
     for reference, amount, currency, email in (
         ("mb-usd", 4_000, "USD", "ada@example.com"),
         ("mb-ngn", 9_000, "NGN", "bob@example.com"),
@@ -94,6 +101,7 @@ def search_payments(p: Person) -> None:
     p.fill({"#payment-search input[name=from]": today})
     p.submit("#payment-search", 200)
     assert p.page.attrs("#payments tbody tr[data-listed]", "data-listed") == ["standard:mb-usd"]
+    p.shot("payments")
 
 
 def look_up_a_wallet(p: Person) -> None:
@@ -108,6 +116,7 @@ def look_up_a_wallet(p: Person) -> None:
     assert p.page.attr("#wallet", "data-wallet") == "ada@example.com"
     assert p.page.attrs("[data-balance]", "data-amount") == ["40.00"]
     assert p.page.attrs("#wallet-moves tbody tr", "data-kind") == ["top_up"]
+    p.shot("wallet")
 
 
 def make_an_endpoint(p: Person) -> None:
@@ -117,6 +126,7 @@ def make_an_endpoint(p: Person) -> None:
     p.fill({"#ep-id": "app-money", "#ep-url": "ftp://app.example/hooks"})
     p.submit("#endpoint-new", 400)
     assert p.errors() == ["url"], p.errors()
+    p.shot("endpoint-refused")
     assert p.page.attr("#ep-url", "value") == "ftp://app.example/hooks"
     assert p.api.get("/v1/admin/event-endpoints/app-money").status_code == 404
 
@@ -126,6 +136,7 @@ def make_an_endpoint(p: Person) -> None:
     got = p.api.get("/v1/admin/event-endpoints/app-money").json()
     assert secret.startswith("whsec_") and got["secret"].endswith(secret[-4:]) and got["secret"] != secret
     assert got["enabled"] is True and got["publisher_id"] is None and len(got["types"]) > 2, got
+    p.shot("endpoint-secret")
 
     p.submit("#endpoint form.inline", 200)  # its first button: Pause
     assert p.path() == "/ops/events/endpoints/app-money?notice=paused", p.path()
@@ -157,3 +168,6 @@ def fill_a_suppression_list(p: Person, tmp_path: Path) -> None:
     result = {k: p.page.attr("#change-result", f"data-{k}") for k in ("read", "added", "invalid")}
     assert result == {"read": "3", "added": "2", "invalid": "1"}, result  # the header line refused
     assert p.api.get("/v1/admin/suppression-lists/dnc").json()["size"] == 3
+    p.shot("suppression-upload")
+    p.goto("/ops/audit")
+    p.shot("audit")
