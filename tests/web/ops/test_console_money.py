@@ -273,6 +273,7 @@ def test_a_list_is_made_and_filled_from_the_forms_as_the_api_would(api, browser)
     )
     assert resp.status_code == 200 and result_of(resp.text) == (3, 2, 0, 1)
     assert 'data-line="3"' in resp.text and "not-an-email" not in resp.text  # named by its line, never echoed
+    assert "add line 3: is not an e-mail address" in resp.text
     resp = post(api, browser, "/ops/suppression/dnc/entries", {"remove": "BOB@example.com"})
     assert result_of(resp.text) == (1, 0, 1, 0) and api.get("/v1/admin/suppression-lists/dnc").json()["size"] == 1
 

@@ -7,7 +7,6 @@ normalisation, digests and audit rows), and the newest changes of the audit log.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
@@ -225,48 +224,20 @@ def _lines(text: str) -> list[tuple[int, str]]:
 
 
 def _changed(row: SuppressionList, add: list[tuple[int, str]], remove: list[tuple[int, str]]) -> ResponseReturnValue:
-    """Apply the values through the API's own functions: each read as the API reads an entry
-    (normalised, digested as the list says), the valid ones written in calls of at most
-    MAX_ENTRIES (`change`, one audit row each); the invalid ones counted, never written."""
+    """Apply the values through the API's own functions (suppression.change_values: each read
+    as the API reads an entry, written in calls of at most MAX_ENTRIES with their audit rows);
+    the page says what was read, added, removed and refused."""
     svc = services.current()
     try:
         rule = suppression.writable(row, svc.config.suppression_key.encode())
-    except Conflict as exc:
-        return _list_page(row, exc.status, error=_problem(exc))
-    digests: dict[str, list[bytes]] = {"add": [], "remove": []}
-    invalid: list[dict[str, Any]] = []
-    for name, values in (("add", add), ("remove", remove)):
-        for number, value in values:
-            try:
-                digests[name].append(rule.entry(value, f"line {number}"))
-            except ValidationError as exc:
-                invalid.append({"list": name, "line": number, "problem": _problem(exc)})
-    added = removed = 0
-    try:
-        for add_part, remove_part in _batches(digests["add"], digests["remove"]):
-            counts = suppression.change(svc.store, rule, add_part, remove_part)
-            added, removed = added + counts["added"], removed + counts["removed"]
+        done_ = suppression.change_values(svc.store, rule, add, remove)
     except Conflict as exc:
         return _list_page(suppression.get_list(row.id), exc.status, error=_problem(exc))
-    result: dict[str, Any] = {
+    result = {
         "read": len(add) + len(remove),
-        "added": added,
-        "removed": removed,
-        "invalid": len(invalid),
-        "invalid_lines": invalid[:INVALID_SHOWN],
+        "added": done_["added"],
+        "removed": done_["removed"],
+        "invalid": len(done_["invalid"]),
+        "invalid_lines": done_["invalid"][:INVALID_SHOWN],
     }
     return _list_page(suppression.get_list(row.id), 200, result=result)
-
-
-def _batches(add: list[bytes], remove: list[bytes]) -> Iterable[tuple[list[bytes], list[bytes]]]:
-    """The values in calls of at most MAX_ENTRIES, removals with the first (one call when the
-    form held few); none when there is nothing to write."""
-    step = suppression.MAX_ENTRIES
-    if len(add) + len(remove) <= step:
-        if add or remove:
-            yield add, remove
-        return
-    for i in range(0, len(remove), step):
-        yield [], remove[i : i + step]
-    for i in range(0, len(add), step):
-        yield add[i : i + step], []
