@@ -397,3 +397,19 @@ def test_the_report_by_buyer_names_its_unsold_row_and_circuits_say_healthy(api, 
     overview = page(api, browser, "/ops")
     assert re.search(r'data-breaker="closed"[^>]*>circuit: healthy</span>', overview)
     assert ">closed<" not in overview
+
+
+def test_the_payment_events_url_endpoint_is_paused_here_but_changed_only_by_configuration(api, browser):
+    from webhooks.events import endpoints
+
+    with db.connection_context():
+        endpoints.sync_managed("https://pay.example/events", ())
+    path = f"/ops/events/endpoints/{endpoints.MANAGED_ID}"
+    text = page(api, browser, path)
+    assert "PAYMENT_EVENTS_URL" in text and 'id="endpoint-edit"' not in text and "New secret" not in text
+    refused = post(api, browser, path, {"url": "https://elsewhere.example/"})
+    assert refused.status_code == 409 and 'id="refusal"' in refused.text
+    assert post(api, browser, f"{path}/rotate", {}).status_code == 409
+    assert post(api, browser, f"{path}/pause", {}).status_code == 303
+    got = api.get(f"/v1/admin/event-endpoints/{endpoints.MANAGED_ID}").json()
+    assert got["enabled"] is False and got["url"] == "https://pay.example/events"
