@@ -268,7 +268,12 @@ class Payment(BaseModel):
 
     class Meta:
         table_name = "payments"
-        indexes = ((("provider", "reference"), True), (("status", "received_at"), False))
+        indexes = (
+            (("provider", "reference"), True),
+            (("status", "received_at"), False),
+            (("received_at", "id"), False),  # the console's list, newest first (sql/032)
+            (("customer", "currency", "received_at", "id"), False),  # a wallet's payments (sql/032)
+        )
 
 
 class Refund(BaseModel):
