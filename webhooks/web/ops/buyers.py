@@ -1,10 +1,12 @@
-"""The console's buyers: the list, the form that creates one, and each buyer's page (edit,
-pause and resume, cap use, balance and statement, its audit log). Every change goes through
-the admin API's own service (leads/rules/buyer_service.py), so the console can do nothing the API
-would refuse, and leaves the same audit rows."""
+"""The console's buyers: the list (pause or resume those selected), the form that creates one,
+and each buyer's page (edit, pause and resume, cap use, its figures as the report has them,
+balance and statement, a test lead, its audit log). Every change goes through the admin API's
+own service (leads/rules/buyer_service.py), so the console can do nothing the API would
+refuse, and leaves the same audit rows."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,21 +17,28 @@ from webhooks import services
 from webhooks.billing import balance, statement
 from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
+from webhooks.formats import strictjson
 from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.formats.validate import is_id, merge_patch
+from webhooks.leads.path import preview
 from webhooks.leads.rules import buyer_service, buyers, consent
+from webhooks.leads.rules.buyers import BuyerRule
+from webhooks.storage.records import audit
 from webhooks.storage.records.models import Buyer
 from webhooks.web.http import csv_response
 from webhooks.web.listing import page_of
 from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
 from webhooks.web.ops.forms import CHECKBOX, CHOICES, HEADERS, HOURS, JSON, LIST, NUMBER, SELECT, Field
-from webhooks.web.ops.page import billing_panels
+from webhooks.web.ops.page import billing_panels, buyer_figures
 
 bp = Blueprint("buyers", __name__)
 
 SECTION = "ops.buyers.buyers"
 STATEMENT_LINES = 100  # the month's last lines shown; the CSV has them all
+SELECTED_MAX = 500  # buyers one pause or resume of the list may name (a page holds at most 500)
+TEST_LEAD_MAX = 8 * 1024  # bytes of a test lead's JSON
+SAMPLE_LEAD = json.dumps(preview.SAMPLE_LEAD, indent=2)
 
 HOURS_HINT = "local times, e.g. 09:00-17:00 or 09:00-12:00, 13:00-17:00; empty: closed; every day empty: always open"
 DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -151,11 +160,17 @@ NEW_FIELDS = (Field("id", "Id", required=True, hint="letters, digits, - and _; c
 @bp.get("/ops/buyers", endpoint="buyers")
 def buyers_list() -> ResponseReturnValue:
     """Buyers not deleted, by id, a page at a time."""
+    return _list_page(None)
+
+
+def _list_page(changed: dict[str, Any] | None, error: str | None = None) -> ResponseReturnValue:
+    """The list; after a pause or resume of those selected, what it changed (or why nothing: 400)."""
     select = Buyer.select().where(Buyer.deleted_at.is_null())
     rows, next_cursor = page_of(select, Buyer.id)
-    return page(
-        "buyers.html", SECTION, items=buyer_service.shown(services.current().store, rows), next_cursor=next_cursor
-    )
+    items = buyer_service.shown(services.current().store, rows)
+    status = 400 if error else 200
+    context = {"changed": changed, "error": error, "selected_max": SELECTED_MAX}
+    return page("buyers.html", SECTION, status, items=items, next_cursor=next_cursor, **context)
 
 
 @bp.get("/ops/buyers/new")
@@ -198,7 +213,9 @@ def buyer(buyer_id: str) -> ResponseReturnValue:
     return _buyer_page(row, forms.shown(FIELDS, buyers.to_json(row)), {}, 200)
 
 
-def _buyer_page(row: Buyer, values: dict[str, str], errors: dict[str, str], status: int) -> ResponseReturnValue:
+def _buyer_page(
+    row: Buyer, values: dict[str, str], errors: dict[str, str], status: int, test: dict[str, Any] | None = None
+) -> ResponseReturnValue:
     shown = buyer_service.shown(services.current().store, [row])[0]
     billing = billing_panels([row]).get(row.id)
     statement_shown, month_error = None, None
@@ -220,6 +237,8 @@ def _buyer_page(row: Buyer, values: dict[str, str], errors: dict[str, str], stat
         values=values,
         errors=errors,
         audit=audit_rows("buyer", row.id),
+        figures=buyer_figures(row.id, datetime.now(timezone.utc)),
+        test=test or {"lead": SAMPLE_LEAD, "sent": None, "error": None},
     )
 
 
@@ -275,3 +294,41 @@ def buyer_statement_csv(buyer_id: str) -> ResponseReturnValue:
     period = statement.month(_month(), datetime.now(timezone.utc).date())
     wallet = statement.billed_wallet(buyer_id)
     return csv_response(statement.as_csv(wallet, period), f"statement-{buyer_id}-{period.label}.csv")
+
+
+@bp.post("/ops/buyers/<id:buyer_id>/test-lead")
+def buyer_test_lead(buyer_id: str) -> ResponseReturnValue:
+    """Send a test lead (the form's JSON, the sample when empty) to the buyer, and show the
+    page with how it went (leads/path/preview.py `send_test`: nothing reserved or sold); the
+    sending is audited. A lead that is no JSON object of TEST_LEAD_MAX bytes: 400, beside it."""
+    row = buyer_service.live(buyer_id)
+    typed = request.form.get("lead", "")
+    try:
+        raw = (typed.strip() or SAMPLE_LEAD).encode()
+        if len(raw) > TEST_LEAD_MAX:
+            raise ValidationError("invalid_lead", "lead", f"must be at most {TEST_LEAD_MAX} bytes of JSON")
+        sent = preview.send_test(services.current().intake.router, BuyerRule.from_row(row), strictjson.loads(raw))
+    except BadRequest as exc:
+        refused = {"lead": typed[:TEST_LEAD_MAX], "sent": None, "error": str(exc)}
+        return _buyer_page(row, forms.shown(FIELDS, buyers.to_json(row)), {}, 400, refused)
+    audit.record(audit.ADMIN, "buyer.test_lead", "buyer", buyer_id, sent.audited())
+    test: dict[str, Any] = {"lead": typed or SAMPLE_LEAD, "sent": sent, "error": None}
+    return _buyer_page(row, forms.shown(FIELDS, buyers.to_json(row)), {}, 200, test)
+
+
+@bp.post("/ops/selected-buyers")
+def buyers_selected() -> ResponseReturnValue:
+    """Pause or resume (`action`) the buyers ticked on the list (`buyer_id`, at most
+    SELECTED_MAX): one transaction through buyer_service, an audit row for each as its own
+    pause would leave. The list again, saying which were changed and which no longer exist."""
+    action = request.form.get("action")
+    wanted = list(dict.fromkeys(request.form.getlist("buyer_id")))
+    if action not in ("pause", "resume"):
+        return _list_page(None, "Choose Pause selected or Resume selected.")
+    if not wanted or len(wanted) > SELECTED_MAX or not all(is_id(buyer_id) for buyer_id in wanted):
+        return _list_page(None, f"Tick 1 to {SELECTED_MAX} buyers of the list: nothing was changed.")
+    rows = list(Buyer.select().where(Buyer.id.in_(wanted), Buyer.deleted_at.is_null()).order_by(Buyer.id))
+    if rows:
+        buyer_service.set_active(services.current().store, rows, active=action == "resume")
+    found = {row.id for row in rows}
+    return _list_page({"action": action, "done": sorted(found), "missing": [b for b in wanted if b not in found]})
