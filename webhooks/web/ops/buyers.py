@@ -14,13 +14,14 @@ from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.billing import statement
+from webhooks.billing import balance, statement
 from webhooks.caps.windows import COUNT_CAPS
 from webhooks.errors import BadRequest, ValidationError
 from webhooks.formats import strictjson
+from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.formats.validate import is_id, merge_patch
 from webhooks.leads.path import preview
-from webhooks.leads.rules import buyer_service, buyers
+from webhooks.leads.rules import buyer_service, buyers, consent
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.storage.records import audit
 from webhooks.storage.records.models import Buyer
@@ -28,7 +29,7 @@ from webhooks.web.http import csv_response
 from webhooks.web.listing import page_of
 from webhooks.web.ops import forms
 from webhooks.web.ops.console import audit_rows, done, page
-from webhooks.web.ops.forms import CHECKBOX, JSON, LIST, NUMBER, SELECT, Field
+from webhooks.web.ops.forms import CHECKBOX, CHOICES, HEADERS, HOURS, JSON, LIST, NUMBER, SELECT, Field
 from webhooks.web.ops.page import billing_panels, buyer_figures
 
 bp = Blueprint("buyers", __name__)
@@ -39,6 +40,8 @@ SELECTED_MAX = 500  # buyers one pause or resume of the list may name (a page ho
 TEST_LEAD_MAX = 8 * 1024  # bytes of a test lead's JSON
 SAMPLE_LEAD = json.dumps(preview.SAMPLE_LEAD, indent=2)
 
+HOURS_HINT = "local times, e.g. 09:00-17:00 or 09:00-12:00, 13:00-17:00; empty: closed; every day empty: always open"
+DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 FIELDS = (
     Field("name", "Name", required=True),
     Field("endpoint_url", "Endpoint URL", required=True, hint="where leads are posted; shown without its credentials"),
@@ -48,13 +51,43 @@ FIELDS = (
     Field("contract", "Contract", SELECT, choices=buyers.CONTRACTS, hint="shared: buys a lead beside others"),
     Field("timezone", "Time zone", hint="IANA name for its caps' days and schedule (UTC when empty)"),
     Field("active", "Active", CHECKBOX, hint="offered leads; untick to pause"),
-    *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in COUNT_CAPS),
+    *(
+        Field(f"caps.{cap}", f"Cap: {cap}", NUMBER, section="Caps" if i == 0 else "")
+        for i, cap in enumerate(COUNT_CAPS)
+    ),
     Field("caps.daily_budget", "Cap: daily budget", hint="money a day, e.g. 500.00"),
-    Field("states", "States", LIST, hint="codes the lead's state must be one of, comma-separated; empty: any"),
+    Field(
+        "states",
+        "States",
+        LIST,
+        section="Which leads",
+        hint="US state codes the lead's state must be one of, e.g. TX, OK (comma-separated); empty: any",
+    ),
     Field("blocked_publishers", "Blocked publishers", LIST, hint="publisher ids, comma-separated"),
     Field("suppress", "Suppression lists", LIST, hint="list ids whose consumers it is never offered, comma-separated"),
-    Field("require_consent", "Require consent", LIST, hint="trustedform, jornaya (comma-separated); empty: none"),
-    Field("returns.window_days", "Return window (days)", NUMBER, hint="7 when empty"),
+    Field("require_consent", "Require consent", CHOICES, choices=consent.KINDS, hint="none ticked: none required"),
+    Field("filter", "Filter", hint="a JMESPath expression on the lead; empty: none"),
+    *(
+        Field(
+            f"schedule.{day}",
+            name,
+            HOURS,
+            section="Opening hours" if day == "mon" else "",
+            hint=HOURS_HINT if day == "mon" else "",
+        )
+        for day, name in zip(buyers.DAYS, DAY_NAMES, strict=True)
+    ),
+    Field(
+        "dedupe.fields",
+        "Dedupe by",
+        CHOICES,
+        choices=DEDUPE_FIELDS,
+        clears=True,
+        section="Dedupe",
+        hint="a consumer it bought by one of these is not offered to it again; none ticked: no dedupe",
+    ),
+    Field("dedupe.days", "Dedupe for (days)", NUMBER, hint="1 to 365; 30 when empty"),
+    Field("returns.window_days", "Return window (days)", NUMBER, section="Returns", hint="7 when empty"),
     Field("returns.max_pct", "Return limit (%)", NUMBER, hint="returns per 100 sales of the period; empty: no limit"),
     Field("returns.period_days", "Return limit period (days)", NUMBER, hint="14 when empty"),
     Field("returns.reasons", "Return reasons", LIST, hint="codes a return must give, comma-separated; empty: any"),
@@ -62,17 +95,64 @@ FIELDS = (
         "returns.review",
         "Return review",
         SELECT,
-        choices=("auto", "manual"),
+        choices=buyers.REVIEWS,
         hint="manual: each return waits on /ops/returns",
     ),
-    Field("filter", "Filter", hint="a JMESPath expression on the lead; empty: none"),
-    Field("schedule", "Schedule", JSON, hint='JSON, e.g. {"mon": [["09:00", "17:00"]]}'),
-    Field("dedupe", "Dedupe", JSON, hint='JSON, e.g. {"fields": ["email"], "days": 30}'),
-    Field("delivery", "Delivery", JSON, hint="JSON: format, template, headers (secrets shown redacted are kept)"),
-    Field("ping", "Ping", JSON, hint="JSON: ping-post's ping URL and bid rules"),
     Field(
-        "billing", "Billing", JSON, hint='JSON, e.g. {"mode": "prepaid", "account": "b@example.com", "currency": "NGN"}'
+        "billing.mode",
+        "Billing",
+        SELECT,
+        choices=(balance.PREPAID, balance.CREDIT),
+        blank="not billed",
+        clears=True,
+        section="Billing",
+        hint="prepaid: leads while its balance lasts; credit: down to its credit limit",
     ),
+    Field("billing.account", "Wallet account", hint="the account its payments name, e.g. buyer-acme"),
+    Field("billing.currency", "Currency", hint="ISO 4217, e.g. USD; the price must be a whole amount of it"),
+    Field("billing.credit_limit", "Credit limit", hint="credit billing only, e.g. 2500.00"),
+    Field("billing.low_balance", "Low-balance alert", hint="an event when available falls below it; empty: none"),
+    Field(
+        "delivery.method",
+        "Method",
+        SELECT,
+        choices=("POST", "PUT"),
+        blank="POST (default)",
+        section="Delivery",
+    ),
+    Field(
+        "delivery.format",
+        "Content type",
+        SELECT,
+        choices=("json", "form"),
+        blank="json (default)",
+        hint="json: application/json; form: application/x-www-form-urlencoded",
+    ),
+    Field(
+        "delivery.headers",
+        "Headers",
+        HEADERS,
+        hint="one a line, Name: value, e.g. X-Api-Key: sk_live_...; a value shown as ****1234 is kept",
+    ),
+    Field("delivery.accept", "Accepted when", hint="JMESPath on the reply's JSON; empty: accepted == `true`"),
+    Field("delivery.accept_regex", "Accepted when (regex)", hint="instead of the above, for a reply that is not JSON"),
+    Field(
+        "ping.url",
+        "Ping URL",
+        clears=True,
+        section="Ping/post",
+        hint="pinged for a bid before the post; empty: no ping",
+    ),
+    Field("ping.bid", "Bid", hint="JMESPath to the price in the ping's reply, e.g. price"),
+    Field("ping.min_bid", "Minimum bid", hint="a lower bid does not take part, e.g. 3.00; empty: 0.00"),
+    Field(
+        "delivery.fields",
+        "Post fields",
+        JSON,
+        section="Advanced",
+        hint='JSON: output name to template, e.g. {"email": "{{ lead.email }}"}; empty: the default body',
+    ),
+    Field("ping.fields", "Ping fields", JSON, hint='JSON: the ping\'s fields, e.g. {"state": "{{ lead.state }}"}'),
 )
 NEW_FIELDS = (Field("id", "Id", required=True, hint="letters, digits, - and _; cannot change later"), *FIELDS)
 
@@ -100,25 +180,31 @@ def buyer_new() -> ResponseReturnValue:
 
 @bp.post("/ops/buyers")
 def buyer_create() -> ResponseReturnValue:
-    """Create a buyer from the form: 303 to its page, or the form again with each refusal
-    beside its field (400). An id in use is refused: this form never replaces a buyer."""
-    try:
-        body = forms.read(NEW_FIELDS, request.form)
-        buyer_id = body.pop("id", None)
-        if not isinstance(buyer_id, str) or not is_id(buyer_id):
-            raise ValidationError("invalid_buyer", "id", "must be 1 to 64 letters, digits, - or _")
-        if Buyer.get_or_none(Buyer.id == buyer_id) is not None:
-            raise ValidationError("invalid_buyer", "id", "is taken: open that buyer to edit it")
-        buyer_service.save(services.current().store, buyer_id, buyers.parse(merge_patch({}, body)))
-    except BadRequest as exc:
-        return _refused("buyer_new.html", NEW_FIELDS, exc)
-    return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
+    """Create a buyer from the form: 303 to its page, or the form again with every refusal
+    listed above it and each beside its field (400). An id in use is refused: this form never
+    replaces a buyer."""
+    reading = forms.read(NEW_FIELDS, request.form)
+    buyer_id = str(reading.body.get("id") or "")
+    body = {name: value for name, value in reading.body.items() if name != "id"}
+    columns, errors = forms.checked(NEW_FIELDS, request.form, reading, lambda: buyers.parse(merge_patch({}, body)))
+    if "id" not in errors and (problem := _id_problem(buyer_id)):
+        errors["id"] = problem
+    if columns is not None and not errors:
+        try:
+            buyer_service.save(services.current().store, buyer_id, columns)
+            return done("ops.buyers.buyer", "created", buyer_id=buyer_id)
+        except BadRequest as exc:  # the wallet's other buyers refuse its billing
+            errors = forms.refusals(NEW_FIELDS, request.form, reading, exc)
+    values = forms.refilled(NEW_FIELDS, request.form)
+    return page("buyer_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
 
 
-def _refused(template: str, fields: tuple[Field, ...], exc: BadRequest) -> ResponseReturnValue:
-    """The form again as it was sent, the refusal beside its field (or above the form)."""
-    values = forms.refilled(fields, request.form)
-    return page(template, SECTION, 400, fields=fields, values=values, errors=forms.errors_of(fields, exc))
+def _id_problem(buyer_id: str) -> str | None:
+    if not is_id(buyer_id):
+        return "must be 1 to 64 letters, digits, - or _"
+    if Buyer.get_or_none(Buyer.id == buyer_id) is not None:
+        return "is taken: open that buyer to edit it"
+    return None
 
 
 @bp.get("/ops/buyers/<id:buyer_id>")
@@ -174,14 +260,19 @@ def _this_month() -> str:
 
 @bp.post("/ops/buyers/<id:buyer_id>")
 def buyer_save(buyer_id: str) -> ResponseReturnValue:
-    """Save the edit form as a merge patch: 303 to the page, or the page again (400) with each
-    refusal beside its field and nothing saved."""
+    """Save the edit form as a merge patch: 303 to the page, or the page again (400) with every
+    refusal listed and each beside its field, and nothing saved."""
     row = buyer_service.live(buyer_id)
-    try:
-        buyer_service.patch(services.current().store, row, forms.read(FIELDS, request.form))
-    except BadRequest as exc:
-        return _buyer_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
-    return done("ops.buyers.buyer", "saved", buyer_id=buyer_id)
+    current = buyers.to_json(row)
+    reading = forms.read(FIELDS, request.form, current)
+    columns, errors = forms.checked(FIELDS, request.form, reading, lambda: buyer_service.patched(row, reading.body))
+    if columns is not None and not errors:
+        try:
+            buyer_service.save(services.current().store, buyer_id, columns)
+            return done("ops.buyers.buyer", "saved", buyer_id=buyer_id)
+        except BadRequest as exc:  # the wallet's other buyers refuse its billing
+            errors = forms.refusals(FIELDS, request.form, reading, exc)
+    return _buyer_page(row, forms.refilled(FIELDS, request.form, current), errors, 400)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/pause")
