@@ -143,29 +143,29 @@ def new_and_edit_publisher(p: Person) -> str:
 
 
 def search_leads(p: Person, key: str) -> None:
-    """A sale to the buyer; the search with the buyer filled in and every other field left
-    empty (status "any") finds it; a `since` of "yesterday" is refused on the page; an
-    instant an hour ago finds it again."""
+    """A sale to the buyer; the search with the buyer picked and every other field left
+    empty (status "any") finds it; a search box that is no id, e-mail or phone is refused on
+    the page; the lead's id with yesterday's UTC day as `since` finds it again."""
     p.api.settle_config()
     sold = p.api.post_lead(key, {"lead_id": LEAD})
     assert sold.status_code == 200 and sold.json().get("buyer_id") == BUYER, sold.text
     p.api.wait_settled(LEAD, PUBLISHER)
 
     p.goto("/ops/leads")
-    p.fill({"#lead-search input[name=buyer_id]": BUYER})
+    p.fill({"#lead-search select[name=buyer_id]": BUYER})
     p.submit("#lead-search", 200)
-    assert p.path() == f"/ops/leads?publisher_id=&buyer_id={BUYER}&status=&since=&until=", p.path()
+    assert p.path() == f"/ops/leads?q=&publisher_id=&buyer_id={BUYER}&status=&since=&until=", p.path()
     assert p.page.attrs("#leads tbody tr", "data-lead") == [LEAD]
     assert p.page.text("#lead-search ~ .errors") is None
 
-    p.fill({"#lead-search input[name=since]": "yesterday"})
+    p.fill({"#lead-search input[name=q]": "not a lead"})
     p.submit("#lead-search", 400)
-    assert "since: must be an ISO 8601 instant" in (p.page.text(".errors") or "")
-    assert p.page.attr("#lead-search input[name=since]", "value") == "yesterday"
+    assert "q: must be a lead id, an e-mail address or a phone number" in (p.page.text(".errors") or "")
+    assert p.page.attr("#lead-search input[name=q]", "value") == "not a lead"
     assert p.page.attrs("#leads tbody tr[data-lead]", "data-lead") == []
 
-    an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).replace(microsecond=0).isoformat()
-    p.fill({"#lead-search input[name=since]": an_hour_ago})
+    yesterday = (datetime.now(timezone.utc) - timedelta(days=1)).date().isoformat()  # midnight may pass meanwhile
+    p.fill({"#lead-search input[name=q]": LEAD, "#lead-search input[name=since]": yesterday})
     p.submit("#lead-search", 200)
     assert p.page.attrs("#leads tbody tr", "data-lead") == [LEAD]
 
