@@ -2,7 +2,7 @@
 submits it, against gunicorn, the RQ worker, Redis and the database: the optional fields left
 empty, one field wrong (refused beside it, the typed value kept, nothing changed), then right
 (done, and the admin API agrees). Buyers new and edit, publishers new and edit, the lead
-search, a lead's return, a payment's assign, an endpoint's replay, the report, the audit
+search, a lead's return, a bulk return, a payment's assign, an endpoint's replay, the report, the audit
 filter and a buyer's statement month."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.e2e.conftest import log_in, page_errors
 
 pytestmark = pytest.mark.e2e
 
-BUYER, PUBLISHER, LEAD = "lean", "lean-pub", "bl-1"
+BUYER, PUBLISHER, LEAD, LEAD2 = "lean", "lean-pub", "bl-1", "bl-2"
 
 
 class Person:
@@ -67,6 +67,7 @@ def test_every_console_form_as_a_person_fills_it(web_api: Api, worker: object, b
     key = new_and_edit_publisher(person)
     search_leads(person, key)
     return_the_lead(person)
+    bulk_return(person, key)
     assign_a_payment(person)
     replay_an_endpoint(person)
     reports_and_audit(person)
@@ -186,6 +187,25 @@ def return_the_lead(p: Person) -> None:
     assert (got["status"], got["return_reason"]) == ("returned", None), got
 
 
+def bulk_return(p: Person, key: str) -> None:
+    """A second sale; the bulk return sent with no box ticked: refused on the search, the lead
+    still sold; its box ticked (the returned lead has none), the reason left empty: returned,
+    and the page says so on its row."""
+    sold = p.api.post_lead(key, {"lead_id": LEAD2})
+    assert sold.status_code == 200 and sold.json().get("buyer_id") == BUYER, sold.text
+    p.api.wait_settled(LEAD2, PUBLISHER)
+    p.goto(f"/ops/leads?buyer_id={BUYER}")
+    assert p.page.attrs("#leads input[name=lead]", "value") == [f"{PUBLISHER}:{LEAD2}"]
+    p.submit("#bulk-return", 400)
+    assert "from 1 to 100 leads" in (p.page.text(".errors") or "")
+    assert p.api.get(f"/v1/admin/leads/{LEAD2}").json()["status"] == "sold"
+
+    p.page.check(f'#leads input[value="{PUBLISHER}:{LEAD2}"]')
+    p.submit("#bulk-return", 200)
+    assert p.page.attr(f'#bulk-results tr[data-result="{PUBLISHER}:{LEAD2}"]', "data-outcome") == "returned"
+    assert p.api.get(f"/v1/admin/leads/{LEAD2}").json()["status"] == "returned"
+
+
 def assign_a_payment(p: Person) -> None:
     """A payment that named no wallet; "two words" for a wallet refused on its row; then one."""
     raw = encode(without_payer("standard", payload("standard", "std-forms-1", 2_500)))
@@ -243,7 +263,7 @@ def reports_and_audit(p: Person) -> None:
     p.fill({"#report-form input[name=from]": yesterday.isoformat()})
     p.submit("#report-form", 200)
     totals = [t.strip() for t in p.page.texts("#report-totals th")]
-    assert totals[1:5] == ["1", "1", "0", "1"], totals  # leads, sold, unsold, returned
+    assert totals[1:5] == ["2", "2", "0", "2"], totals  # leads, sold, unsold, returned: both leads
 
     p.goto("/ops/audit?entity=buyer")
     assert set(p.page.attrs("table.audit tbody tr", "data-action")) == {"buyer.create", "buyer.update"}
