@@ -166,6 +166,18 @@ def test_a_bulk_return_reports_what_happened_to_each_lead(api, browser, buyer_se
         assert Sale.get(Sale.lead_id == "b-3").status == "sold"
 
 
+def test_a_bulk_return_to_a_reviewing_buyer_waits_in_its_queue_picked_by_buyer(api, browser, buyer_server, worker):
+    _sold(api, buyer_server, "r-1", buyer="rv", returns={"review": "manual"})
+    resp = post(api, browser, "/ops/leads/return?buyer_id=rv", {"lead": ["pub-b:r-1"], "reason": "wrong number"})
+    assert resp.status_code == 200 and 'data-result="pub-b:r-1" data-outcome="return_pending"' in resp.text
+    http = browser[0]
+    picks = (({"buyer_id": "rv"}, True), ({"publisher_id": "pub-b"}, True), ({"buyer_id": "nobody"}, False))
+    for picked, shown in picks:
+        queue = http.get(api.base + "/ops/returns", params=picked).text
+        assert ('<tr data-return="ret_' in queue) is shown, picked
+    assert "<option selected>rv</option>" in http.get(api.base + "/ops/returns", params={"buyer_id": "rv"}).text
+
+
 def test_an_analyst_may_not_bulk_return(app, api, buyer_server, worker):
     _sold(api, buyer_server, "a-1")
     analyst = user_client(app, api, "ana@example.com", "analyst")
