@@ -5,7 +5,7 @@ and of a buyer's sales."""
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from typing import TypeVar
 
 import peewee as pw
@@ -93,7 +93,9 @@ def _day_or_instant(name: str, *, end: bool) -> datetime | None:
         problem = "must be a UTC day (YYYY-MM-DD) or an ISO 8601 instant with an offset"
         return instant("invalid_query", name, raw, problem=problem, offset_required=True)
     start = datetime.combine(day("invalid_query", name, raw), time(), timezone.utc)
-    return start + timedelta(days=1) if end else start
+    if not end:
+        return start
+    return None if start.date() == date.max else start + timedelta(days=1)  # until the last day: no bound
 
 
 def _lookup() -> search.Lookup | None:

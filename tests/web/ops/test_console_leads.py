@@ -103,6 +103,8 @@ def test_the_search_has_pick_lists_and_utc_days(api, browser):
     picked = http.get(api.base + "/ops/leads", params={"publisher_id": "pub-s"}).text
     assert "<option selected>pub-s</option>" in picked
     assert http.get(api.base + "/ops/leads", params={"since": "2026-13-01"}).status_code == 400
+    every_day = {"since": "0001-01-01", "until": "9999-12-31"}  # the last day: no bound, never an overflow
+    assert len(_rows(http.get(api.base + "/ops/leads", params=every_day).text)) == 2
     returns = http.get(api.base + "/ops/returns", params={"buyer_id": "bk-day"}).text
     assert "<option selected>bk-day</option>" in returns and "<option>pub-s</option>" in returns
 
