@@ -573,6 +573,29 @@ def purge_leads(chunk: int) -> None:
     click.echo(", ".join(f"{count} {group} lead bodies emptied" for group, count in emptied.items()))
 
 
+@leads_cli.command(
+    "index",
+    help="Write the e-mail and phone digests the lead search finds leads by (sql/030) for the "
+    "leads settled before them that still have their body, under this process's SUPPRESSION_KEY. "
+    "Safe to run again and beside settlement.",
+)
+@click.option("--chunk", type=click.IntRange(1, 10000), default=500, show_default=True, help="Leads per transaction.")
+def index_leads(chunk: int) -> None:
+    from webhooks.leads.accounting import lookup
+    from webhooks.storage.records.db import db
+
+    key = services.current().config.suppression_key.encode()
+    written, after = 0, 0
+    with db.connection_context():
+        while True:
+            n, last = lookup.backfill_chunk(key, after, chunk)
+            if last is None:
+                break
+            written, after = written + n, last
+            click.echo(f"{written} indexed, up to lead row {last}", err=True)
+    click.echo(f"{written} leads indexed")
+
+
 @click.command(
     "demo-buyer",
     help="Run a buyer to try Floodgate with: it accepts every lead posted to "

@@ -113,7 +113,8 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
                     return written
                 r.set(keys.SETTLE_SCHEDULED, "1", px=SCHEDULED_TTL_MS)  # still draining
                 if batch:
-                    written += _settle(b.store, r, [SettlementItem.from_json(x) for x in batch])
+                    items = [SettlementItem.from_json(x) for x in batch]
+                    written += _settle(b.store, r, items, lookup_key=b.cfg.suppression_key.encode())
                     r.delete(processing)
                 if stop.requested or time.monotonic() - started > time_budget_s:
                     # Hand over to a fresh job (the flag stays set): no job runs for ever, and
@@ -128,11 +129,11 @@ def drain(batch_size: int = BATCH, time_budget_s: float = TIME_BUDGET_S) -> int:
         close_db()
 
 
-def _settle(store: Store, r: Client, items: list[SettlementItem]) -> int:
+def _settle(store: Store, r: Client, items: list[SettlementItem], *, lookup_key: bytes) -> int:
     """One batch into the ledger, then what follows its commit in Redis: the events drain
     woken for lead.sold, billed buyers' balances synced, the sales' leases released; then
     the billed buyers' balance events, from what the sync left (docs/buyers.md "Balances")."""
-    new = ledger.settle_new(items)
+    new = ledger.settle_new(items, lookup_key=lookup_key)
     written = len(new)
     # what epl routing ranks by: each new lead's offers, yeses and sales (a lead settled before
     # was counted then); lost with Redis, rebuilt from the ledger (leads/rules/earnings.py)

@@ -208,7 +208,7 @@ def step_c_follow_a_sale_and_return_it(c: Console) -> str:
     [attempt] = ledger["attempts"]
 
     c.goto(f"/ops/leads?buyer_id={BUYER}")
-    assert c.page.attr("#lead-search input[name=buyer_id]", "value") == BUYER
+    assert c.page.text("#lead-search select[name=buyer_id] option[selected]") == BUYER
     assert c.page.attrs("#leads tbody tr", "data-lead") == ["ops-lead-1"]
     assert c.page.attr('tr[data-lead="ops-lead-1"]', "data-status") == "sold"
     c.shot("leads")

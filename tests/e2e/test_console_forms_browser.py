@@ -2,8 +2,8 @@
 submits it, against gunicorn, the RQ worker, Redis and the database: the optional fields left
 empty, a field wrong (refused beside it, the typed value kept, nothing changed; two wrong on
 the new buyer's form, both listed above it at once), then right (done, and the admin API
-agrees). Buyers new and edit, publishers new and edit, the lead
-search, a lead's return, a payment's assign, an endpoint's replay, the report, the audit
+agrees). Buyers new and edit, publishers new and edit, the lead search, a lead's return, a bulk
+return, a payment's assign, an endpoint's replay, the report, the audit
 filter and a buyer's statement month."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.e2e.conftest import log_in, page_errors
 
 pytestmark = pytest.mark.e2e
 
-BUYER, PUBLISHER, LEAD = "lean", "lean-pub", "bl-1"
+BUYER, PUBLISHER, LEAD, LEAD2 = "lean", "lean-pub", "bl-1", "bl-2"
 
 
 class Person:
@@ -68,6 +68,7 @@ def test_every_console_form_as_a_person_fills_it(web_api: Api, worker: object, b
     key = new_and_edit_publisher(person)
     search_leads(person, key)
     return_the_lead(person)
+    bulk_return(person, key)
     assign_a_payment(person)
     replay_an_endpoint(person)
     reports_and_audit(person)
@@ -150,29 +151,29 @@ def new_and_edit_publisher(p: Person) -> str:
 
 
 def search_leads(p: Person, key: str) -> None:
-    """A sale to the buyer; the search with the buyer filled in and every other field left
-    empty (status "any") finds it; a `since` of "yesterday" is refused on the page; an
-    instant an hour ago finds it again."""
+    """A sale to the buyer; the search with the buyer picked and every other field left
+    empty (status "any") finds it; a search box that is no id, e-mail or phone is refused on
+    the page; the lead's id with yesterday's UTC day as `since` finds it again."""
     p.api.settle_config()
     sold = p.api.post_lead(key, {"lead_id": LEAD})
     assert sold.status_code == 200 and sold.json().get("buyer_id") == BUYER, sold.text
     p.api.wait_settled(LEAD, PUBLISHER)
 
     p.goto("/ops/leads")
-    p.fill({"#lead-search input[name=buyer_id]": BUYER})
+    p.fill({"#lead-search select[name=buyer_id]": BUYER})
     p.submit("#lead-search", 200)
-    assert p.path() == f"/ops/leads?publisher_id=&buyer_id={BUYER}&status=&since=&until=", p.path()
+    assert p.path() == f"/ops/leads?q=&publisher_id=&buyer_id={BUYER}&status=&since=&until=", p.path()
     assert p.page.attrs("#leads tbody tr", "data-lead") == [LEAD]
     assert p.page.text("#lead-search ~ .errors") is None
 
-    p.fill({"#lead-search input[name=since]": "yesterday"})
+    p.fill({"#lead-search input[name=q]": "not a lead"})
     p.submit("#lead-search", 400)
-    assert "since: must be an ISO 8601 instant" in (p.page.text(".errors") or "")
-    assert p.page.attr("#lead-search input[name=since]", "value") == "yesterday"
+    assert "q: must be a lead id, an e-mail address or a phone number" in (p.page.text(".errors") or "")
+    assert p.page.attr("#lead-search input[name=q]", "value") == "not a lead"
     assert p.page.attrs("#leads tbody tr[data-lead]", "data-lead") == []
 
-    an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).replace(microsecond=0).isoformat()
-    p.fill({"#lead-search input[name=since]": an_hour_ago})
+    yesterday = (datetime.now(timezone.utc) - timedelta(days=1)).date().isoformat()  # midnight may pass meanwhile
+    p.fill({"#lead-search input[name=q]": LEAD, "#lead-search input[name=since]": yesterday})
     p.submit("#lead-search", 200)
     assert p.page.attrs("#leads tbody tr", "data-lead") == [LEAD]
 
@@ -191,6 +192,25 @@ def return_the_lead(p: Person) -> None:
     assert p.notice().startswith("Returned"), p.notice()
     got = p.api.get(f"/v1/admin/leads/{LEAD}").json()
     assert (got["status"], got["return_reason"]) == ("returned", None), got
+
+
+def bulk_return(p: Person, key: str) -> None:
+    """A second sale; the bulk return sent with no box ticked: refused on the search, the lead
+    still sold; its box ticked (the returned lead has none), the reason left empty: returned,
+    and the page says so on its row."""
+    sold = p.api.post_lead(key, {"lead_id": LEAD2})
+    assert sold.status_code == 200 and sold.json().get("buyer_id") == BUYER, sold.text
+    p.api.wait_settled(LEAD2, PUBLISHER)
+    p.goto(f"/ops/leads?buyer_id={BUYER}")
+    assert p.page.attrs("#leads input[name=lead]", "value") == [f"{PUBLISHER}:{LEAD2}"]
+    p.submit("#bulk-return", 400)
+    assert "from 1 to 100 leads" in (p.page.text(".errors") or "")
+    assert p.api.get(f"/v1/admin/leads/{LEAD2}").json()["status"] == "sold"
+
+    p.page.check(f'#leads input[value="{PUBLISHER}:{LEAD2}"]')
+    p.submit("#bulk-return", 200)
+    assert p.page.attr(f'#bulk-results tr[data-result="{PUBLISHER}:{LEAD2}"]', "data-outcome") == "returned"
+    assert p.api.get(f"/v1/admin/leads/{LEAD2}").json()["status"] == "returned"
 
 
 def assign_a_payment(p: Person) -> None:
@@ -250,7 +270,7 @@ def reports_and_audit(p: Person) -> None:
     p.fill({"#report-form input[name=from]": yesterday.isoformat()})
     p.submit("#report-form", 200)
     totals = [t.strip() for t in p.page.texts("#report-totals th")]
-    assert totals[1:5] == ["1", "1", "0", "1"], totals  # leads, sold, unsold, returned
+    assert totals[1:5] == ["2", "2", "0", "2"], totals  # leads, sold, unsold, returned: both leads
 
     p.goto("/ops/audit?entity=buyer")
     assert set(p.page.attrs("table.audit tbody tr", "data-action")) == {"buyer.create", "buyer.update"}

@@ -108,6 +108,8 @@ CONTRACT = {
     "POST /ops/publishers/{publisher_id}/pause",
     "POST /ops/publishers/{publisher_id}/resume",
     "GET /ops/leads",
+    "GET /ops/leads.csv",
+    "POST /ops/leads/return",
     "GET /ops/leads/{lead_id}",
     "POST /ops/leads/{lead_id}/return",
     "GET /ops/payments",

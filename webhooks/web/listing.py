@@ -1,16 +1,18 @@
 """The query string of a list, read alike by the admin API, the console and the buyer API:
 `?limit=` 1-500 (default 100), `?cursor=` the last page's `next_cursor`, and the filters of
-the lead search and of a buyer's sales."""
+the lead search (`?q=` an id, e-mail or phone; `since` and `until` an instant or a UTC day)
+and of a buyer's sales."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime, time, timedelta, timezone
 from typing import TypeVar
 
 import peewee as pw
 
+from webhooks import services
 from webhooks.errors import ValidationError
-from webhooks.formats.validate import instant, is_id
+from webhooks.formats.validate import DAY, day, instant, is_id
 from webhooks.leads.accounting import buyer_sales, search
 from webhooks.leads.accounting.search import BadCursor, LeadQuery, decode_cursor, encode_cursor
 from webhooks.web.http import query_arg
@@ -81,16 +83,50 @@ def _status() -> str | None:
     return status
 
 
-def lead_page() -> search.Page:
-    """The page of the lead search the query string asks for (400 invalid_query for a filter,
-    limit or cursor it cannot take)."""
-    query = LeadQuery(
+def _day_or_instant(name: str, *, end: bool) -> datetime | None:
+    """`?since=` or `?until=` of the lead search: an instant with an offset, or a UTC day as a
+    date picker sends it (YYYY-MM-DD: from its start, or `end`, until the next day's)."""
+    raw = query_arg(name)
+    if raw is None:
+        return None
+    if not DAY.fullmatch(raw):
+        problem = "must be a UTC day (YYYY-MM-DD) or an ISO 8601 instant with an offset"
+        return instant("invalid_query", name, raw, problem=problem, offset_required=True)
+    start = datetime.combine(day("invalid_query", name, raw), time(), timezone.utc)
+    if not end:
+        return start
+    return None if start.date() == date.max else start + timedelta(days=1)  # until the last day: no bound
+
+
+def _lookup() -> search.Lookup | None:
+    """`?q=`: a lead id, an e-mail address or a phone number (400 for what can be none)."""
+    raw = query_arg("q")
+    if raw is None or not raw.strip():
+        return None
+    if len(raw) > search.MAX_LOOKUP:
+        raise ValidationError("invalid_query", "q", f"must be at most {search.MAX_LOOKUP} characters")
+    found = search.lookup(raw, services.current().config.suppression_key.encode())
+    if found.lead_id is None and found.email_digest is None and found.phone_digest is None:
+        raise ValidationError("invalid_query", "q", "must be a lead id, an e-mail address or a phone number")
+    return found
+
+
+def lead_query() -> LeadQuery:
+    """The lead search the query string asks for (400 invalid_query for a filter it cannot take)."""
+    return LeadQuery(
         publisher_id=_id_arg("publisher_id"),
         buyer_id=_id_arg("buyer_id"),
         status=_status(),
-        since=_instant("since"),
-        until=_instant("until"),
+        since=_day_or_instant("since", end=False),
+        until=_day_or_instant("until", end=True),
+        lookup=_lookup(),
     )
+
+
+def lead_page() -> search.Page:
+    """The page of the lead search the query string asks for (400 invalid_query for a filter,
+    limit or cursor it cannot take)."""
+    query = lead_query()
     limit = _limit()
     try:
         return search.search(query, limit=limit, cursor=_cursor())

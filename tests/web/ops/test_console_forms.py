@@ -113,7 +113,7 @@ def test_a_lead_found_by_the_search_is_returned_from_its_trace(api, browser, buy
 
 def test_a_bad_search_filter_is_shown_on_the_page(api, browser):
     resp = browser[0].get(api.base + "/ops/leads?since=yesterday")
-    assert resp.status_code == 400 and "since: must be an ISO 8601 instant" in resp.text
+    assert resp.status_code == 400 and "since: must be a UTC day (YYYY-MM-DD) or an ISO 8601 instant" in resp.text
 
 
 def test_an_unattributed_payment_is_assigned_once_from_its_row(api, browser):

@@ -18,7 +18,7 @@ from webhooks.billing.charges import Charged
 from webhooks.caps.dedupe import stored_consumer_keys
 from webhooks.errors import Unavailable
 from webhooks.events import outbox
-from webhooks.leads.accounting import feedback, payouts
+from webhooks.leads.accounting import feedback, lookup, payouts
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.leads.accounting.reports import count_settled
 from webhooks.leads.posting.delivery import UNKNOWN
@@ -40,7 +40,7 @@ def _naive_utc(iso: str | None) -> datetime | None:
     return datetime.fromisoformat(iso).replace(tzinfo=None)
 
 
-def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
+def _lead_row(item: SettlementItem, now: datetime, lookup_key: bytes) -> dict[str, Any]:
     return {
         "publisher_id": item.publisher_id,
         "lead_id": item.lead_id,
@@ -59,6 +59,7 @@ def _lead_row(item: SettlementItem, now: datetime) -> dict[str, Any]:
         "charge_account": item.charge[0] if item.charge else None,
         "charge_minor": item.charge[1] if item.charge else None,
         "consent": json.dumps(list(item.consent), separators=(",", ":")) if item.consent else None,
+        **lookup.digests(item.payload, lookup_key),
     }
 
 
@@ -158,27 +159,28 @@ def _payout(payout: str | None) -> str:
     return f"{Decimal(payout or 0):.2f}"
 
 
-def settle(items: Iterable[SettlementItem]) -> int:
+def settle(items: Iterable[SettlementItem], *, lookup_key: bytes = lookup.DEFAULT_KEY) -> int:
     """Write settlements; return how many were new (`settle_new`)."""
-    return len(settle_new(items))
+    return len(settle_new(items, lookup_key=lookup_key))
 
 
-def settle_new(items: Iterable[SettlementItem]) -> list[SettlementItem]:
-    """Write settlements; return those that were new. Safe to repeat: the lead's unique key
+def settle_new(items: Iterable[SettlementItem], *, lookup_key: bytes = lookup.DEFAULT_KEY) -> list[SettlementItem]:
+    """Write settlements; return those that were new; each lead's e-mail and phone kept as
+    digests under `lookup_key` (SUPPRESSION_KEY) for the lookup. Safe to repeat: the lead's unique key
     (publisher, lead_id) decides, and only a new lead row brings its sale, attempts, payout and
     audit entry (the sale's own unique key, (publisher, lead_id, buyer), refuses a second).
     A batch is written with a handful of statements in one transaction; if any
     lead of it was settled before, the batch is written again lead by lead."""
     now = utcnow()
     unique = list({(i.publisher_id, i.lead_id): i for i in items}.values())
-    return retried(lambda: _settle(unique, now), f"settling {len(unique)} lead(s)")
+    return retried(lambda: _settle(unique, now, lookup_key), f"settling {len(unique)} lead(s)")
 
 
-def _settle(unique: list[SettlementItem], now: datetime) -> list[SettlementItem]:
+def _settle(unique: list[SettlementItem], now: datetime, lookup_key: bytes) -> list[SettlementItem]:
     holds = payouts.hold_days(i.publisher_id for i in unique if i.status == LeadStatus.SOLD)
     try:
         with db.atomic():
-            fastsql.insert_many(Lead, [_lead_row(i, now) for i in unique])
+            fastsql.insert_many(Lead, [_lead_row(i, now, lookup_key) for i in unique])
             sales = _sale_rows(unique, holds)
             if sales:
                 fastsql.insert_many(Sale, sales)
@@ -189,7 +191,7 @@ def _settle(unique: list[SettlementItem], now: datetime) -> list[SettlementItem]
     written = []
     with db.atomic():
         for item in unique:
-            query = Lead.insert(**_lead_row(item, now)).on_conflict_ignore()
+            query = Lead.insert(**_lead_row(item, now, lookup_key)).on_conflict_ignore()
             if db.execute(query).rowcount == 1:
                 written.append(item)
                 for sale in _sale_rows([item], holds):
@@ -333,6 +335,8 @@ def flagged(limit: int = 50) -> list[Lead]:
 # --- what a lead leaves behind (docs/api.md "Data kept per lead is bounded") --------------------
 
 ERASED = ""  # a lead's body once purged or erased: its figures, attempts and trace stay
+# what an emptied body leaves of it: nothing, its lookup digests neither
+EMPTIED = {"payload": ERASED, "email_digest": None, "phone_digest": None}
 SHORT_KEPT = (LeadStatus.UNSOLD, LeadStatus.TEST_SOLD, LeadStatus.TEST_UNSOLD)  # LEAD_BODY_RETENTION_DAYS
 LONG_KEPT = (LeadStatus.SOLD, LeadStatus.RETURNED)  # SOLD_LEAD_BODY_RETENTION_DAYS
 
@@ -374,7 +378,7 @@ def purge_chunk(statuses: tuple[str, ...], before: datetime, after: Mark | None,
     ids = [pk for pk, _at, status in rows if status in statuses]
     emptied = 0
     if ids:
-        emptied = Lead.update(payload=ERASED).where(Lead.id.in_(ids), Lead.payload != ERASED).execute()
+        emptied = Lead.update(EMPTIED).where(Lead.id.in_(ids), _not_emptied()).execute()
     last_id, last_at, _status = rows[-1]
     return emptied, Mark(received_at=last_at, id=last_id)
 
@@ -383,7 +387,7 @@ def erase_personal_data(lead: Lead, actor: str = "admin") -> dict[str, Any]:
     """Erase what `lead` holds of its consumer (its body; the sale, price, payout, attempts and
     trace stay) and record it in the audit log; the lead record after it. Safe to repeat."""
     with db.atomic():
-        erased = Lead.update(payload=ERASED).where(Lead.id == lead.id, Lead.payload != ERASED).execute()
+        erased = Lead.update(EMPTIED).where(Lead.id == lead.id, _not_emptied()).execute()
         audit.record(
             actor,
             "lead.personal_data_erased",
@@ -392,6 +396,11 @@ def erase_personal_data(lead: Lead, actor: str = "admin") -> dict[str, Any]:
             {"body_bytes": len(lead.payload.encode()) if erased else 0},
         )
     return {**lead_view(lead), "personal_data": "erased"}
+
+
+def _not_emptied() -> pw.Expression:
+    """A lead that still has its body or a lookup digest."""
+    return (Lead.payload != ERASED) | Lead.email_digest.is_null(False) | Lead.phone_digest.is_null(False)
 
 
 @dataclass(frozen=True, kw_only=True)

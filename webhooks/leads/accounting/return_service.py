@@ -4,11 +4,14 @@ counted once) or left for review, and the outbox woken for its event; a review's
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from rq import Queue
 
-from webhooks.errors import ValidationError
+from webhooks.errors import BadRequest, Conflict, NotFound, ValidationError
 from webhooks.formats.validate import is_id
 from webhooks.leads.accounting import returns
 from webhooks.storage.live import outbox_queue
@@ -41,6 +44,62 @@ def return_now(
     )
     outbox_queue.wake(queue_redis.redis, queue)  # its lead.returned or return.requested event
     return done
+
+
+MAX_MANY = 100  # leads one bulk return takes
+
+
+class Outcome(enum.StrEnum):
+    """What a bulk return did with one lead."""
+
+    RETURNED = "returned"
+    PENDING = "return_pending"  # its buyer reviews returns: it awaits review
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneReturn:
+    """One lead of a bulk return: what happened and, when refused, why (the error the single
+    return would have answered)."""
+
+    publisher_id: str
+    lead_id: str
+    outcome: Outcome
+    why: str | None = None
+
+
+def return_many(
+    store: Store,
+    *,
+    queue_redis: Store,
+    queue: Queue,
+    leads: Sequence[tuple[str, str]],
+    reason: object,
+    buyer_id: object = None,
+) -> list[OneReturn]:
+    """Return each of `leads` ((publisher_id, lead_id), at most MAX_MANY) as `return_now`
+    returns one, each on its own under its buyer's policy: one refused leaves the others be.
+    400 invalid_return for more leads than MAX_MANY, or none."""
+    if not leads or len(leads) > MAX_MANY:
+        raise ValidationError("invalid_return", "leads", f"must name from 1 to {MAX_MANY} leads")
+    out = []
+    for publisher_id, lead_id in leads:
+        try:
+            made = return_now(
+                store,
+                queue_redis=queue_redis,
+                queue=queue,
+                lead_id=lead_id,
+                publisher_id=publisher_id,
+                reason=reason,
+                buyer_id=buyer_id,
+            )
+        except (BadRequest, Conflict, NotFound) as exc:
+            out.append(OneReturn(publisher_id=publisher_id, lead_id=lead_id, outcome=Outcome.REFUSED, why=exc.message))
+            continue
+        outcome = Outcome.PENDING if made.pending else Outcome.RETURNED
+        out.append(OneReturn(publisher_id=publisher_id, lead_id=lead_id, outcome=outcome))
+    return out
 
 
 def decide_now(

@@ -278,14 +278,15 @@ def _after(store: Store, done: _Done, now: datetime) -> None:
 # --- review: a manual policy's returns wait for an operator --------------------------------------
 
 
-def pending(limit: int = 100) -> list[dict[str, Any]]:
-    """Returns awaiting review, oldest first, each with its sale and the buyer's reason."""
-    rows = list(
-        LeadReturn.select()
-        .where(LeadReturn.status == ReturnStatus.PENDING)
-        .order_by(LeadReturn.requested_at, LeadReturn.id)
-        .limit(limit)
-    )
+def pending(limit: int = 100, *, buyer_id: str | None = None, publisher_id: str | None = None) -> list[dict[str, Any]]:
+    """Returns awaiting review, oldest first (of one buyer, or of one publisher's leads, when
+    named), each with its sale and the buyer's reason."""
+    query = LeadReturn.select().where(LeadReturn.status == ReturnStatus.PENDING)
+    if buyer_id is not None:
+        query = query.where(LeadReturn.buyer_id == buyer_id)
+    if publisher_id is not None:
+        query = query.where(LeadReturn.publisher_id == publisher_id)
+    rows = list(query.order_by(LeadReturn.requested_at, LeadReturn.id).limit(limit))
     sales = {s.id: s for s in Sale.select().where(Sale.id.in_([r.sale_id for r in rows]))} if rows else {}
     out = []
     for r in rows:

@@ -1,25 +1,31 @@
 """The lead search of GET /v1/admin/leads: the ledger's leads by publisher, buyer, status and
-time received, newest first, a page at a time under an opaque keyset cursor.
+time received, or looked up by id, e-mail or phone, newest first, a page at a time under an
+opaque keyset cursor; and any search as CSV.
 
 Each filter has an index that ends in (received_at, id) (sql/017), so a page reads `limit`
 rows of one index from the cursor on, however deep the page is: the cursor is the last
-lead's sort key, never an offset."""
+lead's sort key, never an offset. A lookup reads the ids it names from the indexes of the
+lead id and of the consumer keys' digests (sql/030) first: a few rows, whatever the depth."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import peewee as pw
 
+from webhooks.billing.statement import csv_rows
 from webhooks.errors import InvalidJSON
-from webhooks.formats import strictjson
+from webhooks.formats import consumer, strictjson
+from webhooks.formats.validate import is_id
 from webhooks.leads.accounting.ledger import lead_view, sales_of
+from webhooks.leads.accounting.lookup import digest
 from webhooks.storage.records.models import Lead, LeadAttempt, Sale
 from webhooks.storage.states import LeadStatus
 
@@ -28,6 +34,22 @@ DEFAULT_LIMIT = 100
 MAX_CURSOR = 512  # characters: a cursor this module writes is under 100
 MAX_ROW_ID = (1 << 63) - 1  # the ledger's ids are BIGINT
 STATUSES = tuple(str(s) for s in LeadStatus)  # the ledger's statuses: test leads as test_sold...
+MAX_LOOKUP = consumer.MAX_VALUE  # characters of what the search box takes
+MAX_MATCHES = 1_000  # leads one lookup value finds at most (a consumer, or a lead id many publishers used)
+CSV_PAGE = 500  # leads read a page at a time while the CSV streams
+CSV_COLUMNS = (
+    "received_at",
+    "publisher_id",
+    "lead_id",
+    "status",
+    "test",
+    "buyer_id",
+    "price",
+    "payout",
+    "sales",
+    "returned_at",
+    "return_reason",
+)
 
 
 class BadCursor(ValueError):
@@ -35,14 +57,39 @@ class BadCursor(ValueError):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Lookup:
+    """What the one search box holds, as the ledger finds it: a lead id, and the digests of the
+    e-mail address or phone number it may be (each None when it cannot be one)."""
+
+    lead_id: str | None
+    email_digest: str | None
+    phone_digest: str | None
+
+
+def lookup(text: str, key: bytes) -> Lookup:
+    """The Lookup of `text` (at most MAX_LOOKUP characters, the caller checks): an id as it is,
+    an e-mail or phone by its consumer key (trimmed and lower-cased; E.164), the normaliser of
+    dedupe and suppression, digested under `key` (SUPPRESSION_KEY) as the ledger keeps it."""
+    bare = text.strip()
+    found = {field: consumer.key(field, bare) for field in consumer.FIELDS}
+    return Lookup(
+        lead_id=bare if is_id(bare) else None,
+        email_digest=None if found["email"] is None else digest(key, found["email"]),
+        phone_digest=None if found["phone"] is None else digest(key, found["phone"]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class LeadQuery:
-    """The filters of a search; times aware, `since` inclusive and `until` exclusive."""
+    """The filters of a search; times aware, `since` inclusive and `until` exclusive; `lookup`
+    the leads of an id, e-mail or phone."""
 
     publisher_id: str | None = None
     buyer_id: str | None = None
     status: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    lookup: Lookup | None = None
 
 
 @dataclass(frozen=True)
@@ -92,8 +139,23 @@ def _naive(at: datetime) -> datetime:
     return at.astimezone(timezone.utc).replace(tzinfo=None)
 
 
+def _matching_ids(found: Lookup) -> list[int]:
+    """The row ids of the leads a lookup names, each value read on its own index."""
+    ids: set[int] = set()
+    for field, value in (
+        (Lead.lead_id, found.lead_id),
+        (Lead.email_digest, found.email_digest),
+        (Lead.phone_digest, found.phone_digest),
+    ):
+        if value is not None:
+            ids.update(row.id for row in Lead.select(Lead.id).where(field == value).limit(MAX_MATCHES))
+    return sorted(ids)
+
+
 def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expression]:
     conds: list[pw.Expression] = []
+    if query.lookup is not None:  # a few ids: the primary key answers, sorted in memory
+        conds.append(Lead.id.in_(_matching_ids(query.lookup)))
     if query.publisher_id is not None:
         conds.append(Lead.publisher_id == query.publisher_id)
     if query.buyer_id is not None:  # its first buyer (a test lead's would-be one), or any sale's
@@ -165,3 +227,38 @@ def search(query: LeadQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None =
     last = keys[limit - 1] if len(keys) > limit else None
     next_cursor = None if last is None else encode_cursor([last.received_at.isoformat(), last.id])
     return Page(items, next_cursor)
+
+
+def as_csv(query: LeadQuery) -> Iterator[str]:
+    """Every lead of a search as CSV, newest first, read CSV_PAGE leads at a time (memory
+    bounded by a page, however many match); text cells escaped against formulas (csvsafe),
+    figures as numbers."""
+    yield csv_rows([CSV_COLUMNS])
+    cursor = None
+    while True:
+        found = search(query, limit=CSV_PAGE, cursor=cursor)
+        yield csv_rows(_csv_line(item) for item in found.items)
+        if found.next_cursor is None:
+            return
+        cursor = found.next_cursor
+
+
+def _csv_line(item: dict[str, Any]) -> list[Any]:
+    sales = ";".join(f"{s['buyer_id']}:{s['price']}:{s['status']}" for s in item["sales"])
+    return [
+        item["received_at"],
+        item["publisher_id"],
+        item["lead_id"],
+        item["status"],
+        "yes" if item["test"] else "",
+        item["buyer_id"],
+        _amount(item["price"]),
+        _amount(item["commission"]),
+        sales,
+        item["returned_at"],
+        item["return_reason"],
+    ]
+
+
+def _amount(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)

@@ -189,7 +189,14 @@ class Intake:
                 timeout_ms=cfg.trustedform_timeout_ms,
             ),
         )
-        ending = Settlement(store, queue_redis, journal.push, router.breaker, cfg.lead_replay_ttl_s)
+        ending = Settlement(
+            store,
+            queue_redis,
+            journal.push,
+            router.breaker,
+            cfg.lead_replay_ttl_s,
+            lookup_key=cfg.suppression_key.encode(),
+        )
         return cls(
             store=store,
             queue_redis=queue_redis,

@@ -386,6 +386,7 @@ class Sweeper:
             queue_item,
             BreakerRule(cfg.breaker_failures, cfg.breaker_cooldown_ms),
             cfg.lead_replay_ttl_s,
+            lookup_key=cfg.suppression_key.encode(),
         )
         ended = settlement.end_in_time(ending, ctx, outcome, item)
         if ended.holder is not None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from rq import Queue
 
 from webhooks.caps import leases
+from webhooks.formats.consumer import DEFAULT_SUPPRESSION_KEY
 from webhooks.leads.accounting.item import SaleLine, SettlementItem
 from webhooks.leads.path import answers
 from webhooks.leads.path.context import LeadContext
@@ -398,6 +399,7 @@ class Settlement:
     queue_item: Callable[[SettlementItem, Batch | None, str], None]
     breaker: BreakerRule
     replay_ttl_s: int
+    lookup_key: bytes = DEFAULT_SUPPRESSION_KEY.encode()  # SUPPRESSION_KEY: the ledger's lookup digests
 
 
 def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, keep_claim: bool = False) -> bool:
@@ -442,7 +444,7 @@ def end_lead(s: Settlement, token: str, outcome: Outcome, item: SettlementItem, 
         s.queue_item(item, None, answer)
         return True
     except REDIS_DOWN:
-        return settle_directly(item)
+        return settle_directly(item, s.lookup_key)
 
 
 def _end_sale_apart(
@@ -458,7 +460,7 @@ def _end_sale_apart(
     try:
         s.queue_item(item, None, answer)
     except REDIS_DOWN:
-        if not settle_directly(item):
+        if not settle_directly(item, s.lookup_key):
             return False  # in neither: no answer either, the note stays for the retry
     if lead is not None:
         with contextlib.suppress(*REDIS_DOWN):  # settled: the note stays, the retry answers
@@ -506,7 +508,7 @@ def end_in_time(s: Settlement, ctx: LeadContext, outcome: Outcome, item: Settlem
     return Ended(True)
 
 
-def settle_directly(item: SettlementItem) -> bool:
+def settle_directly(item: SettlementItem, lookup_key: bytes) -> bool:
     """Write one settlement synchronously: the fallback when its queue is unreachable.
     Whether it was written."""
     from webhooks.leads.accounting.ledger import settle
@@ -514,7 +516,7 @@ def settle_directly(item: SettlementItem) -> bool:
 
     try:
         with db.connection_context():
-            settle([item])
+            settle([item], lookup_key=lookup_key)
         log.warning("settlement queue unreachable: lead %s:%s written directly", item.publisher_id, item.lead_id)
         return True
     except UNAVAILABLE_ERRORS:

@@ -138,6 +138,10 @@ class Lead(BaseModel):
     charge_account = pw.CharField(max_length=300, null=True)  # that wallet: "<account>|<currency>"
 
     consent = pw.TextField(null=True)  # JSON: the consent claims made for the lead (sql/018)
+    # its consumer keys as keyed digests, for the lookup by e-mail or phone; emptied with its
+    # body (sql/030, leads/accounting/ledger.py lookup_digests)
+    email_digest = pw.CharField(max_length=32, null=True)
+    phone_digest = pw.CharField(max_length=32, null=True)
 
     class Meta:
         table_name = "leads"
@@ -151,6 +155,8 @@ class Lead(BaseModel):
             (("publisher_id", "received_at", "id", "buyer_id", "status"), False),
             (("buyer_id", "received_at", "id", "publisher_id", "status"), False),
             (("status", "received_at", "id", "publisher_id", "buyer_id"), False),
+            (("email_digest",), False),  # the lookup by e-mail or phone (sql/030)
+            (("phone_digest",), False),
         )
 
 
