@@ -369,3 +369,26 @@ def test_a_set_up_link_never_reaches_the_access_log(base_env, tmp_path):
         assert token not in text
     finally:
         server.stop()
+
+
+BROWSER_ACCEPT = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", **SAME_SITE}
+
+
+def test_a_refused_change_is_a_page_for_a_browser_and_json_for_a_client(app, api):
+    analyst = user_client(app, api, "ana@example.com", "analyst")
+    fields = {"id": "pub-a", "name": "A", "csrf_token": csrf(analyst)}
+    page = analyst.post("/ops/publishers", data=fields, headers=BROWSER_ACCEPT)
+    assert page.status_code == 403 and page.mimetype == "text/html"
+    html = page.get_data(as_text=True)
+    assert "<h1>Not allowed</h1>" in html and "an analyst reads and changes nothing" in html and 'href="/ops"' in html
+    client = analyst.post("/ops/publishers", data=fields, headers=SAME_SITE)
+    assert client.status_code == 403 and client.get_json()["error"]["code"] == "read_only_role"
+
+
+def test_the_users_page_offers_invite_and_deactivate_to_an_owner_only(app, api):
+    admin = user_client(app, api, "adm@example.com", "admin")
+    html = admin.get("/ops/users").get_data(as_text=True)
+    assert 'id="invite"' not in html and "Deactivate" not in html and "Only an owner" in html
+    owner = user_client(app, api, "own@example.com", "owner", address="192.0.2.11")
+    html = owner.get("/ops/users").get_data(as_text=True)
+    assert 'id="invite"' in html and "Deactivate" in html

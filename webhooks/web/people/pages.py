@@ -5,11 +5,11 @@ webhooks/people/roles.py, checked once for every console route by webhooks/web/s
 
 from __future__ import annotations
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import Conflict, ValidationError
-from webhooks.people import accounts
+from webhooks.people import accounts, roles
 from webhooks.storage.records.models import AuditLog
 from webhooks.web import sessions
 from webhooks.web.people.api import setup_link
@@ -30,6 +30,7 @@ def _page(status: int = 200, **context: object) -> tuple[str, int, dict[str, str
         users=users,
         roles=[r.value for r in accounts.Role if r in accounts.OPERATOR_ROLES],
         audit=rows,
+        manages=roles.manages_users(user.role if (user := g.get("ops_user")) is not None else None),
         **context,
     )
     return html, status, NO_STORE
