@@ -21,6 +21,7 @@ from webhooks.formats.validate import instant
 from webhooks.leads.accounting import buyer_sales, feedback
 from webhooks.leads.accounting.search import BadCursor
 from webhooks.leads.rules import buyer_keys
+from webhooks.leads.rules.buyers import ReturnPolicy
 from webhooks.people.accounts import Role
 from webhooks.storage.records.models import Buyer
 from webhooks.web import sessions
@@ -33,6 +34,7 @@ PAGE = 50
 CSV_PAGE = 500
 CSV_COLUMNS = ("lead_id", "publisher_id", "price", "status", "sold_at", "returned_at", "return_reason", "return_id")
 STATEMENT_LINES = 50
+BAD_CURSOR = "cursor: is not a cursor of this list"
 TOP_UP = (
     "Your leads are paid from a prepaid wallet. To top it up, pay by bank transfer or card to the "
     "account your account manager gave you, quoting your buyer id as the reference; the balance "
@@ -78,11 +80,15 @@ def rotate_key() -> ResponseReturnValue:
 
 @bp.get("/portal/buyer/sales")
 def sales() -> ResponseReturnValue:
+    """The search; a field it refuses is said above the form, as typed (400)."""
+    shown = {"args": request.args, "statuses": buyer_sales.STATUSES}
     try:
         page = buyer_sales.page(_query(), limit=PAGE, cursor=request.args.get("cursor") or None)
     except BadCursor:
-        raise ValidationError("invalid_query", "cursor", "is not a cursor of this list") from None
-    return render_template("portal_sales.html", items=page.items, next_cursor=page.next_cursor, args=request.args)
+        return render_template("portal_sales.html", items=[], next_cursor=None, error=BAD_CURSOR, **shown), 400
+    except ValidationError as exc:
+        return render_template("portal_sales.html", items=[], next_cursor=None, error=str(exc), **shown), 400
+    return render_template("portal_sales.html", items=page.items, next_cursor=page.next_cursor, **shown)
 
 
 @bp.get("/portal/buyer/sales.csv")
@@ -108,10 +114,22 @@ def sale(publisher_id: str, lead_id: str) -> ResponseReturnValue:
 
 
 def _sale_page(publisher_id: str, lead_id: str, message: str | None, status: int) -> ResponseReturnValue:
+    """The sale's page; `message` says what came of a form (an error when `status` is 4xx)."""
     own = buyer_sales.own_sale(_buyer_id(), publisher_id, lead_id)  # 404 unless the buyer's
     shown = buyer_sales.view(own, None)
     given = feedback.of_sales([own.id]).get(own.id, [])
-    return render_template("portal_sale.html", sale=shown, feedback=given, message=message), status
+    row = Buyer.get_or_none(Buyer.id == _buyer_id())
+    reasons = ReturnPolicy.of(row).reasons if row is not None else None
+    html = render_template(
+        "portal_sale.html",
+        sale=shown,
+        feedback=given,
+        message=message,
+        failed=status >= 400,
+        reasons=reasons,
+        events=feedback.EVENTS,
+    )
+    return html, status
 
 
 @bp.post("/portal/buyer/sales/<publisher_id>/<lead_id>/return")
