@@ -392,3 +392,49 @@ def test_the_users_page_offers_invite_and_deactivate_to_an_owner_only(app, api):
     owner = user_client(app, api, "own@example.com", "owner", address="192.0.2.11")
     html = owner.get("/ops/users").get_data(as_text=True)
     assert 'id="invite"' in html and "Deactivate" in html
+
+
+def test_the_last_owner_who_can_log_in_cannot_be_deactivated(app, api):
+    owner = user_client(app, api, "own@example.com", "owner")
+    first = stored("own@example.com").id
+    refused = api.http.delete(f"{api.base}/v1/admin/users/{first}", headers=api.admin)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "last_owner"
+    page = post(owner, f"/ops/users/{first}/deactivate", {})
+    assert page.status_code == 409 and "last active owner" in page.get_data(as_text=True)
+    # an owner invited but not set up is no owner yet: it may go, and does not count
+    pending = invite(api, "later@example.com", "owner")
+    assert post(owner, f"/ops/users/{pending['id']}/deactivate", {}).status_code == 303
+    assert api.http.delete(f"{api.base}/v1/admin/users/{first}", headers=api.admin).status_code == 409
+    # with a second owner set up, either may go, but not both
+    second = user_client(app, api, "two@example.com", "owner", address="192.0.2.11")
+    assert post(second, f"/ops/users/{first}/deactivate", {}).status_code == 303
+    assert not stored("own@example.com").active
+    last = stored("two@example.com").id
+    assert api.http.delete(f"{api.base}/v1/admin/users/{last}", headers=api.admin).status_code == 409
+    assert stored("two@example.com").active
+
+
+def test_owners_deactivated_all_at_once_leave_one(web, api):
+    """Against gunicorn, every owner deactivated at once: the owners' rows are locked, so the
+    deactivations go one after another and the last finds its owner the last one."""
+    ids = []
+    hashed = PasswordHasher().hash(PASSWORD)
+    for i in range(6):
+        email = f"owner{i}@example.com"
+        resp = requests.post(f"{web.url}/v1/admin/users", json={"email": email, "role": "owner"}, headers=api.admin)
+        assert resp.status_code == 201, resp.text
+        ids.append(resp.json()["id"])
+        with db.connection_context():  # set up, as its link would
+            User.update(password_hash=hashed, setup_digest=None).where(User.email == email).execute()
+    start = threading.Barrier(len(ids))
+
+    def deactivate(user_id: int) -> int:
+        start.wait()
+        headers = {**api.admin, "Connection": "close"}
+        return requests.delete(f"{web.url}/v1/admin/users/{user_id}", headers=headers, timeout=30).status_code
+
+    with ThreadPoolExecutor(len(ids)) as pool:
+        answers = sorted(pool.map(deactivate, ids))
+    assert answers == [200] * (len(ids) - 1) + [409], answers
+    with db.connection_context():
+        assert User.select().where(User.active == True).count() == 1  # noqa: E712

@@ -56,5 +56,9 @@ def invite() -> ResponseReturnValue:
 
 @bp.post("/ops/users/<int:user_id>/deactivate", endpoint="deactivate")
 def deactivate(user_id: int) -> ResponseReturnValue:
-    accounts.deactivate(user_id)
+    """Deactivate a user: back to the page; the page again saying why not for the last owner."""
+    try:
+        accounts.deactivate(user_id)
+    except Conflict as exc:
+        return _page(409, error=str(exc))
     return redirect(url_for(SECTION, notice="saved"), code=303)
