@@ -21,8 +21,9 @@ from argon2.exceptions import VerificationError
 from testkit.ops import COOKIE
 from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN
+from tests.web.test_buyer_api import _sold
 from webhooks.storage.records.db import db
-from webhooks.storage.records.models import AuditLog, Publisher, User
+from webhooks.storage.records.models import AuditLog, LeadReturn, Publisher, User
 from webhooks.web.logins import ACCOUNT_FAILURES, LOGIN_FAILURES
 
 PASSWORD = "correct horse battery staple"
@@ -438,3 +439,15 @@ def test_owners_deactivated_all_at_once_leave_one(web, api):
     assert answers == [200] * (len(ids) - 1) + [409], answers
     with db.connection_context():
         assert User.select().where(User.active == True).count() == 1  # noqa: E712
+
+
+def test_a_return_made_on_the_console_names_its_user(app, api, buyer_server):
+    buyer_server.add("acme")
+    api.put_buyer("acme", buyer_server.url("acme"))
+    _sold("lead-r1", "acme")
+    admin = user_client(app, api, "adm@example.com", "admin")
+    made = post(admin, "/ops/leads/lead-r1/return?publisher_id=surge", {"reason": "bad number"})
+    assert made.status_code == 303, made.get_data(as_text=True)[:300]
+    with db.connection_context():
+        assert LeadReturn.get(LeadReturn.lead_id == "lead-r1").actor == "user:adm@example.com"
+        assert AuditLog.get(AuditLog.action == "lead.returned").actor == "user:adm@example.com"

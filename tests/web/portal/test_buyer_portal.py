@@ -132,7 +132,9 @@ def test_a_buyer_user_sees_searches_returns_and_gives_feedback_on_its_own_sales(
     assert returned.status_code == 200, returned.get_data(True)
     with db.connection_context():
         assert Sale.get(Sale.lead_id == A_LEAD).status in ("returned", "return_pending")
-        assert AuditLog.select().where(AuditLog.actor == "buyer:acme").exists()
+        # the portal's user is named, in the audit log and on the return
+        assert AuditLog.get(AuditLog.action == "lead.returned").actor == f"user:{A_EMAIL}"
+        assert LeadReturn.get(LeadReturn.lead_id == A_LEAD).actor == f"user:{A_EMAIL}"
 
     statement = client.get(f"/portal/buyer/statement?month={MONTH}").get_data(as_text=True)
     assert "acme-topup" in statement and b_free(statement)

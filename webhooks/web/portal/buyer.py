@@ -22,7 +22,7 @@ from webhooks.leads.accounting import buyer_sales, feedback
 from webhooks.leads.accounting.search import BadCursor
 from webhooks.leads.rules import buyer_keys
 from webhooks.leads.rules.buyers import ReturnPolicy
-from webhooks.people.accounts import Role
+from webhooks.people.accounts import Role, actor
 from webhooks.storage.records.models import Buyer
 from webhooks.web import sessions
 from webhooks.web.http import csv_response
@@ -73,7 +73,7 @@ def home() -> ResponseReturnValue:
 @bp.post("/portal/buyer/key")
 def rotate_key() -> ResponseReturnValue:
     """A new API key for the buyer, replacing the old one, shown on this answer only."""
-    key = buyer_keys.issue(_buyer_id(), actor=f"user:{g.portal_user.email}")
+    key = buyer_keys.issue(_buyer_id(), actor=actor(g.portal_user))
     html = render_template("portal_buyer.html", buyer_id=_buyer_id(), balance=None, top_up=TOP_UP, api_key=key)
     return html, 200
 
@@ -147,6 +147,7 @@ def return_sale(publisher_id: str, lead_id: str) -> ResponseReturnValue:
             publisher_id=publisher_id,
             lead_id=lead_id,
             reason=reason,
+            actor=actor(g.portal_user),
         )
     except (ValidationError, Conflict) as exc:
         return _sale_page(publisher_id, lead_id, str(exc), 409 if isinstance(exc, Conflict) else 400)
