@@ -391,14 +391,10 @@ def test_an_owner_an_admin_and_an_analyst_each_do_what_their_role_allows(
 # -- the portals
 
 
-def portal_set_up(p: Person, role: str, tenant: str, email: str, shot: str | None = None) -> None:
-    """A portal user created by an operator (the admin API), set up through its link (no
-    second factor), logged in on /portal/login (a wrong password first)."""
-    resp = p.api.http.post(
-        p.url("/v1/admin/users"), json={"email": email, "role": role, f"{role}_id": tenant}, headers=p.api.admin
-    )
-    assert resp.status_code == 201, resp.text
-    assert set_up(p, resp.json()["setup_url"], totp=False) is None
+def portal_set_up(p: Person, link: str, role: str, email: str, shot: str | None = None) -> None:
+    """A portal user's set-up link used (no second factor), then its login on /portal/login
+    (a wrong password first)."""
+    assert set_up(p, link, totp=False) is None
     assert p.path() == "/portal/login?notice=set_up" and "set up" in p.status_text()
     if shot:
         p.shot(shot)
@@ -450,7 +446,18 @@ def test_a_buyer_user_uses_its_portal(
         assert sold.status_code == 200 and sold.json()["buyer_id"] == BUYER, sold.text
         api.wait_settled(lead_id, PUBLISHER)
 
-    portal_set_up(p, "buyer", BUYER, BUYER_USER, shot="23-portal-login")
+    # an operator invites the buyer's user on the users page: a buyer id that is no buyer first
+    log_in(page, api.base, "/ops/users")
+    p.fill({"#email": BUYER_USER, "#role": "buyer", "#tenant": "no-such-buyer"})
+    p.submit("#invite button[type=submit]", 400)
+    assert "buyer_id: no buyer 'no-such-buyer'" in p.alert()
+    assert BUYER in p.page.attrs("#tenants option", "value")  # the pick-list
+    p.fill({"#email": BUYER_USER, "#role": "buyer", "#tenant": BUYER})
+    p.submit("#invite button[type=submit]", 201)
+    link = (p.page.text("#setup-link") or "").strip()
+    assert p.page.attr(f'#users tr[data-user="{BUYER_USER}"]', "data-role") == "buyer"
+    log_out(p)
+    portal_set_up(p, link, "buyer", BUYER_USER, shot="23-portal-login")
     assert p.page.text("h1") == f"Buyer {BUYER}"
     assert "460.00" in p.body() and "top it up" in p.body()  # 500.00 less two leads at 20.00
     p.shot("24-buyer-home")
@@ -486,6 +493,7 @@ def test_a_buyer_user_uses_its_portal(
     assert "event" in p.alert()
     p.fill({"#fid": "fb-1", "#event": "contacted"})
     p.submit("#feedback button[type=submit]", 200)
+    assert "feedback is recorded" in p.status_text()
     assert "contacted" in (p.page.text("#feedback-given") or "")
     p.shot("27-buyer-sale")
 
@@ -527,7 +535,11 @@ def test_a_publisher_user_uses_its_portal(
     for lead_id in ("pub-1", "pub-2"):
         api.wait_settled(lead_id, PUBLISHER)
 
-    portal_set_up(p, "publisher", PUBLISHER, PUBLISHER_USER)
+    # created by an operator through the admin API
+    body = {"email": PUBLISHER_USER, "role": "publisher", "publisher_id": PUBLISHER}
+    invited = api.http.post(f"{api.base}/v1/admin/users", json=body, headers=api.admin)
+    assert invited.status_code == 201, invited.text
+    portal_set_up(p, invited.json()["setup_url"], "publisher", PUBLISHER_USER)
     assert p.page.text("h1") == f"Publisher {PUBLISHER}"
     figures = dict(zip(p.page.texts("#payouts dt"), p.page.texts("#payouts dd")))
     assert figures == {"payable (balance)": "0.00", "held": "2.00"}, figures  # 10 % of 20.00, held 7 days

@@ -451,3 +451,23 @@ def test_a_return_made_on_the_console_names_its_user(app, api, buyer_server):
     with db.connection_context():
         assert LeadReturn.get(LeadReturn.lead_id == "lead-r1").actor == "user:adm@example.com"
         assert AuditLog.get(AuditLog.action == "lead.returned").actor == "user:adm@example.com"
+
+
+def test_the_users_page_invites_a_portal_user_tied_to_its_buyer(app, api, buyer_server):
+    buyer_server.add("acme")
+    api.put_buyer("acme", buyer_server.url("acme"))
+    owner = user_client(app, api, "own@example.com", "owner")
+    page = owner.get("/ops/users").get_data(as_text=True)
+    assert '<option value="acme">buyer</option>' in page  # the pick-list
+    made = post(owner, "/ops/users", {"email": "desk@acme.example", "role": "buyer", "tenant": "acme"})
+    assert made.status_code == 201 and "/ops/setup/" in made.get_data(as_text=True)
+    assert stored("desk@acme.example").buyer_id == "acme"
+    for fields, problem in (
+        ({"email": "a@example.com", "role": "analyst", "tenant": "acme"}, "only a buyer or publisher user"),
+        ({"email": "b@example.com", "role": "buyer", "tenant": ""}, "buyer_id: required"),
+        ({"email": "c@example.com", "role": "publisher", "tenant": "acme"}, "no publisher"),
+    ):
+        refused = post(owner, "/ops/users", fields)
+        assert refused.status_code == 400 and problem in refused.get_data(as_text=True), fields
+    with db.connection_context():
+        assert User.select().count() == 2

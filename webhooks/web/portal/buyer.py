@@ -35,6 +35,7 @@ CSV_PAGE = 500
 CSV_COLUMNS = ("lead_id", "publisher_id", "price", "status", "sold_at", "returned_at", "return_reason", "return_id")
 STATEMENT_LINES = 50
 BAD_CURSOR = "cursor: is not a cursor of this list"
+FEEDBACK_SENT = "Your feedback is recorded."
 TOP_UP = (
     "Your leads are paid from a prepaid wallet. To top it up, pay by bank transfer or card to the "
     "account your account manager gave you, quoting your buyer id as the reference; the balance "
@@ -110,7 +111,9 @@ def _csv(query: buyer_sales.SaleQuery) -> Iterator[str]:
 
 @bp.get("/portal/buyer/sales/<publisher_id>/<lead_id>")
 def sale(publisher_id: str, lead_id: str) -> ResponseReturnValue:
-    return _sale_page(publisher_id, lead_id, None, 200)
+    """The sale's page (saying so after feedback was sent: `?notice=feedback`)."""
+    sent = FEEDBACK_SENT if request.args.get("notice") == "feedback" else None
+    return _sale_page(publisher_id, lead_id, sent, 200)
 
 
 def _sale_page(publisher_id: str, lead_id: str, message: str | None, status: int) -> ResponseReturnValue:
@@ -170,7 +173,9 @@ def send_feedback(publisher_id: str, lead_id: str) -> ResponseReturnValue:
         feedback.record(own, feedback.parse(body))
     except (ValidationError, Conflict) as exc:
         return _sale_page(publisher_id, lead_id, str(exc), 409 if isinstance(exc, Conflict) else 400)
-    return redirect(url_for("portal.buyer.sale", publisher_id=publisher_id, lead_id=lead_id), code=303)
+    return redirect(
+        url_for("portal.buyer.sale", publisher_id=publisher_id, lead_id=lead_id, notice="feedback"), code=303
+    )
 
 
 def _period() -> statement.Month:
