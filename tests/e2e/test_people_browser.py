@@ -404,14 +404,17 @@ def portal_set_up(p: Person, link: str, role: str, email: str, shot: str | None 
     p.fill({"#email": email, "#password": PASSWORD})
     p.submit("#login button[type=submit]", 200)
     assert p.path() == f"/portal/{role}", p.path()
+    p.goto("/portal")  # the address as typed: the user's portal
+    assert p.path() == f"/portal/{role}", p.path()
 
 
 def portal_log_out(p: Person, role: str) -> None:
     """Log out; the portal's pages then lead to the login form."""
     p.submit("#logout button", 200)
     assert p.path() == "/portal/login?notice=logged_out" and "Logged out" in p.status_text()
-    p.goto(f"/portal/{role}")
-    assert p.path() == "/portal/login"
+    for path in (f"/portal/{role}", "/portal"):
+        p.goto(path)
+        assert p.path() == "/portal/login", (path, p.path())
 
 
 def top_up(api: Api, reference: str, minor: int) -> None:

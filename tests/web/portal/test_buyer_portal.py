@@ -239,7 +239,7 @@ BY_ID = {
     "/v1/buyer/returns",
     "/v1/buyer/feedback",
 }
-WALKED_PORTAL = 11  # the buyer portal's 9 routes, login and logout
+WALKED_PORTAL = 12  # the buyer portal's 9 routes, the start, login and logout
 WALKED = WALKED_PORTAL + 3  # and the 3 of /v1/buyer
 
 
@@ -254,12 +254,13 @@ def test_buyer_a_reaches_nothing_of_buyer_b_through_any_portal_or_buyer_api_rout
     walked["/v1/buyer/returns"] = [answer(api.http.post(f"{api.base}/v1/buyer/returns", json=b_lead, headers=auth))]
     fb = {**b_lead, "id": "f1", "event": "converted"}
     walked["/v1/buyer/feedback"] = [answer(api.http.post(f"{api.base}/v1/buyer/feedback", json=fb, headers=auth))]
+    walked["/portal"] = [answer(client.get("/portal"))]  # the start: to A's own portal
     walked["/portal/logout"] = [
         answer(client.post("/portal/logout", data={"csrf_token": token}, headers=SAME_SITE))
     ]  # last: it ends the session
 
     prefixes = ("/portal/buyer", "/portal/log", "/v1/buyer")
-    every = {r.rule for r in app.url_map.iter_rules() if r.rule.startswith(prefixes)}
+    every = {r.rule for r in app.url_map.iter_rules() if r.rule.startswith(prefixes) or r.rule == "/portal"}
     assert set(walked) == every, "not walked: " + ", ".join(sorted(every ^ set(walked)))
     assert len(walked) == WALKED
     for rule, answers in walked.items():
