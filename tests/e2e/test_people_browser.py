@@ -500,6 +500,11 @@ def test_a_buyer_user_uses_its_portal(
     assert "contacted" in (p.page.text("#feedback-given") or "")
     p.shot("27-buyer-sale")
 
+    p.goto(f"/portal/buyer/sales/{PUBLISHER}/no-such-lead", 404)  # not its sale: a page, and a way back
+    assert p.page.text("h1") == "Not found" and "no such lead" in p.alert()
+    p.submit("a[href='/portal']", 200)
+    assert p.path() == "/portal/buyer"
+
     p.goto("/portal/buyer/statement")
     figures = dict(zip(p.page.texts("#statement dt"), p.page.texts("#statement dd")))
     assert figures["top_ups"].startswith("500.00") and figures["spend"].startswith("40.00"), figures

@@ -171,7 +171,7 @@ def _wants_page() -> bool:
 
 def error_page(code: str, message: str, status: int) -> Response:
     """The HTML page of an error (ERROR_PAGE), linking back to the console or portal's start."""
-    back = "/portal/login" if request.path.startswith("/portal") else "/ops"
+    back = "/portal" if request.path.startswith("/portal") else "/ops"
     title = ERROR_TITLES.get(status, "Refused" if status < 500 else "Something went wrong")
     html = render_template_string(ERROR_PAGE, status=status, title=title, code=code, message=message, back=back)
     return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
