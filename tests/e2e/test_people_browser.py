@@ -28,7 +28,7 @@ import pyotp
 import pytest
 import requests
 
-from testkit.browser import Browser, Page
+from testkit.browser import Page
 from testkit.payments import deliver, encode, payload, without_payer
 from testkit.servers import BuyerServer, wait_until
 from tests.conftest import Api
@@ -274,7 +274,7 @@ def log_out(p: Person) -> None:
 
 
 def test_an_owner_an_admin_and_an_analyst_each_do_what_their_role_allows(
-    web_api: Api, buyer_server: BuyerServer, page: Page, browser: Browser, shots_dir: Path, relay: Relay
+    web_api: Api, buyer_server: BuyerServer, page: Page, shots_dir: Path, relay: Relay
 ) -> None:
     p = Person(page, web_api, shots_dir)
     buyer_server.add(BUYER)
