@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
 
 
 class FloodgateError(Exception):
@@ -46,6 +49,42 @@ class ValidationError(BadRequest):
     def __init__(self, code: str, field: str, problem: str):
         super().__init__(f"{field}: {problem}", code=code)
         self.field = field
+        self.problem = problem
+
+
+class ValidationErrors(ValidationError):
+    """Every bad field of one body. It answers as its first (the API's error shape names one
+    field); `errors` holds them all, for a console form that shows each beside its field."""
+
+    def __init__(self, errors: Sequence[ValidationError]):
+        first = errors[0]
+        super().__init__(first.code, first.field, first.problem)
+        self.errors = tuple(errors)
+
+
+class Checks:
+    """A body's checks run one after another, every refusal kept: `run` answers a check's value,
+    or `default` (of the check's type) when it refused; `done` then raises them all at once."""
+
+    def __init__(self) -> None:
+        self.errors: list[ValidationError] = []
+
+    def run(self, default: Any, check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return check(*args, **kwargs)
+        except ValidationErrors as exc:
+            self.errors.extend(exc.errors)
+        except ValidationError as exc:
+            self.errors.append(exc)
+        return cast(T, default)
+
+    def require(self, code: str, body: dict[str, Any], names: Sequence[str]) -> None:
+        """Each of `names` missing from `body` refused as required."""
+        self.errors.extend(ValidationError(code, name, "is required") for name in names if name not in body)
+
+    def done(self) -> None:
+        if self.errors:
+            raise ValidationErrors(self.errors)
 
 
 class InvalidLead(BadRequest):

@@ -1,7 +1,8 @@
 """Every form of the operator console (/ops) submitted in a real headless Chromium as a person
 submits it, against gunicorn, the RQ worker, Redis and the database: the optional fields left
-empty, one field wrong (refused beside it, the typed value kept, nothing changed), then right
-(done, and the admin API agrees). Buyers new and edit, publishers new and edit, the lead
+empty, a field wrong (refused beside it, the typed value kept, nothing changed; two wrong on
+the new buyer's form, both listed above it at once), then right (done, and the admin API
+agrees). Buyers new and edit, publishers new and edit, the lead
 search, a lead's return, a payment's assign, an endpoint's replay, the report, the audit
 filter and a buyer's statement month."""
 
@@ -74,26 +75,32 @@ def test_every_console_form_as_a_person_fills_it(web_api: Api, worker: object, b
 
 
 def new_buyer(p: Person, buyer_server: BuyerServer) -> None:
-    """Only the required fields filled, a JSON field with a key given twice: refused beside it
-    and nothing created; that field emptied again: created, every optional field its default."""
+    """Only the required fields filled and two others wrong (a weight of 0, an acceptance rule
+    that does not parse): both refused at once, listed above the form (each a link to its
+    field) and beside each, what was typed kept, nothing created; both right: created, every
+    optional field left empty its default."""
     buyer_server.add(BUYER)
     p.goto("/ops/buyers/new")
     required = {"#f-id": BUYER, "#f-name": "Lean", "#f-endpoint_url": buyer_server.url(BUYER), "#f-price": "4.00"}
-    twice = '{"mode": "credit", "mode": "prepaid", "account": "acct-lean", "currency": "USD"}'
-    p.fill({**required, "#f-billing": twice})
+    p.fill({**required, "#f-weight": "0", "#f-delivery-accept": "accepted =="})
     p.submit("#buyer-form", 400)
-    assert p.errors() == ["billing"], p.errors()
-    assert "duplicate key 'mode'" in (p.page.text('[data-error-for="billing"]') or "")
-    assert p.page.evaluate("document.querySelector('#f-billing').value") == twice  # as typed
+    assert p.errors() == ["weight", "delivery.accept"], p.errors()
+    assert p.page.attrs("#form-errors li", "data-error-at") == ["weight", "delivery.accept"]
+    assert p.page.attrs("#form-errors li a", "href") == ["#f-weight", "#f-delivery-accept"]
+    assert "1" in (p.page.text('#form-errors li[data-error-at="weight"]') or "")
+    assert p.page.attr("#f-delivery-accept", "value") == "accepted =="  # as typed
     assert p.page.attr("#f-price", "value") == "4.00"
     assert p.api.get(f"/v1/admin/buyers/{BUYER}").status_code == 404
 
-    p.fill({"#f-billing": ""})
+    p.fill({"#f-weight": "2", "#f-delivery-accept": "accepted == `true`"})
     p.submit("#buyer-form", 200)
     assert p.path() == f"/ops/buyers/{BUYER}?notice=created" and p.notice() == "Created."
+    assert p.page.text("#form-errors") is None
     got = p.api.get(f"/v1/admin/buyers/{BUYER}").json()
     assert (got["price"], got["priority"], got["timezone"], got["active"]) == ("4.00", 0, "UTC", True), got
+    assert (got["weight"], got["delivery"]["accept"]) == (2, "accepted == `true`"), got
     assert got.get("billing") is None and not got.get("caps") and not got.get("states"), got
+    assert got["schedule"] is None and got["dedupe"] is None and got["ping"] is None, got
 
 
 def edit_buyer(p: Person) -> None:
@@ -255,13 +262,14 @@ def reports_and_audit(p: Person) -> None:
 
 
 def statement_month(p: Person) -> None:
-    """The buyer billed on credit from its edit form (a JSON field right this time); its
-    statement's month as "2026-13": refused above the statement; emptied: this month's."""
+    """The buyer billed on credit from its edit form's billing fields; its statement's month
+    as "2026-13": refused above the statement; emptied: this month's."""
     p.goto(f"/ops/buyers/{BUYER}")
-    credit = '{"mode": "credit", "account": "acct-lean", "currency": "USD", "credit_limit": "100.00"}'
-    p.fill({"#f-billing": credit})
+    credit = {"#f-billing-account": "acct-lean", "#f-billing-currency": "USD", "#f-billing-credit_limit": "100.00"}
+    p.fill({"#f-billing-mode": "credit", **credit})
     p.submit("#buyer-form", 200)
-    assert p.api.get(f"/v1/admin/buyers/{BUYER}").json()["billing"]["mode"] == "credit"
+    billing = p.api.get(f"/v1/admin/buyers/{BUYER}").json()["billing"]
+    assert billing == {"mode": "credit", "account": "acct-lean", "currency": "USD", "credit_limit": "100.00"}
     month_form = 'form.filters:has(input[name="month"])'
     p.fill({f"{month_form} input[name=month]": "2026-13"})
     p.submit(month_form, 400)

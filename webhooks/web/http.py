@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flask import Flask, Response, jsonify, render_template_string, request, stream_with_context
+from flask import Flask, Response, current_app, jsonify, render_template_string, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
@@ -47,13 +47,21 @@ class IdConverter(BaseConverter):
 # JSON: about 670 KB), under this larger cap; every other body under MAX_BODY_BYTES.
 BULK_PATH = re.compile(r"/v1/admin/suppression-lists/[A-Za-z0-9._-]{1,64}/entries")
 BULK_BODY_BYTES = 1024 * 1024
+# A file of suppression entries uploaded from the console: the file at most UPLOAD_FILE_BYTES
+# (the page says so when it is over), the body twice that, so that a file a little over gets
+# the page's message rather than a bare 413.
+UPLOAD_PATH = re.compile(r"/ops/suppression/[A-Za-z0-9._-]{1,64}/upload")
+UPLOAD_FILE_BYTES = 2 * 1024 * 1024
+UPLOAD_BODY_BYTES = 2 * UPLOAD_FILE_BYTES
 # Where RequestIds leaves the request's id in the WSGI environ.
 REQUEST_ID_KEY = "floodgate.request_id"
 
 
 def body_limit(path: str, default: int) -> int:
     """The body cap of a request to `path` (fullmatch: `$` would pass a trailing newline)."""
-    return max(default, BULK_BODY_BYTES) if BULK_PATH.fullmatch(path) else default
+    if BULK_PATH.fullmatch(path):
+        return max(default, BULK_BODY_BYTES)
+    return max(default, UPLOAD_BODY_BYTES) if UPLOAD_PATH.fullmatch(path) else default
 
 
 class BodyLimit:
@@ -190,7 +198,11 @@ def _on_floodgate_error(exc: FloodgateError) -> ResponseReturnValue:
 
 def _on_http_exception(exc: HTTPException) -> ResponseReturnValue:
     code = _HTTP_CODES.get(exc.code or 500, "http_error")
-    message = "request body exceeds 256 KiB" if exc.code == 413 else (exc.description or code)
+    if exc.code == 413:
+        limit = body_limit(request.path, current_app.config["MAX_CONTENT_LENGTH"])
+        message = f"request body exceeds {limit // 1024} KiB"
+    else:
+        message = exc.description or code
     return (error_page if _wants_page() else error)(code, message, exc.code or 500)
 
 

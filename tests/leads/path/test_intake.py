@@ -181,18 +181,19 @@ def test_daily_budget_binds_on_price(api, buyer_server):
 def test_refund_returns_slot_to_next_lead(api, buyer_server):
     key = api.put_publisher("surge")
     expected = {"sleep": "timeout", "error500": "error", "reject": "rejected"}
+    state = {"sleep": "TX", "error500": "OK", "reject": "CA"}
     for mode in expected:
         # Each buyer takes only leads of "its" state, so each lead meets one buyer.
         buyer_server.add(mode, mode, delay=2.0 if mode == "sleep" else 0)
-        api.put_buyer(mode, buyer_server.url(mode), caps={"daily": 1}, states=[mode])
+        api.put_buyer(mode, buyer_server.url(mode), caps={"daily": 1}, states=[state[mode]])
     api.settle_config()
     for mode, outcome in expected.items():
-        failed = api.post_lead(key, {"lead_id": f"{mode}-1", "state": mode}).json()
+        failed = api.post_lead(key, {"lead_id": f"{mode}-1", "state": state[mode]}).json()
         assert failed["status"] == "unsold"
         assert failed["attempts"] == [{"buyer_id": mode, "outcome": outcome, "ms": failed["attempts"][0]["ms"]}]
         assert api.get(f"/v1/admin/buyers/{mode}").json()["usage"]["daily"]["used"] == 0, mode
         buyer_server.buyers[mode].mode, buyer_server.buyers[mode].delay = "accept", 0
-        assert api.post_lead(key, {"lead_id": f"{mode}-2", "state": mode}).json()["buyer_id"] == mode
+        assert api.post_lead(key, {"lead_id": f"{mode}-2", "state": state[mode]}).json()["buyer_id"] == mode
         assert api.post_lead(key, {"lead_id": f"{mode}-3", "state": mode}).json()["status"] == "unsold"
 
 

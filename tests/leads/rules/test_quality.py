@@ -141,6 +141,7 @@ def test_every_failing_field_is_named_at_once_and_absent_optional_ones_pass():
         ({"a": {"type": "integer", "min": 5, "max": 1}}, "fields.a.min"),
         ({"a": {"type": "enum"}}, "fields.a.values"),
         ({"a": {"type": "enum", "values": ["x", "X"]}}, "fields.a.values"),
+        ({"state": {"type": "enum", "values": ["TX", "texas"]}}, "fields.state.values"),
         ({"a": {"type": "string", "required": "yes"}}, "fields.a.required"),
         ({"lead_id": {"type": "string"}}, "fields"),
         ({f"f{i}": {"type": "string"} for i in range(101)}, "fields"),
@@ -303,3 +304,14 @@ def test_256_kib_in_a_spec_field_is_refused_by_its_bound(api):
     for field in ("email", "phone", "age", "loan", "name", "state", "zip"):
         resp = api.post_lead(key, {**GOOD, field: "9" * (250 * 1024)})
         assert resp.status_code == 400 and field in resp.json()["error"]["fields"], field
+
+
+def test_a_state_enum_holds_us_state_codes_as_buyers_states_do():
+    spec = parse_spec({"state": {"type": "enum", "values": ["tx", " ok", "PR"]}})
+    assert spec is not None and spec.fields[0].values == ("TX", "OK", "PR")
+    assert spec.apply({"state": "ok"})["state"] == "OK"  # the code a buyer's states name
+    with pytest.raises(ValidationError) as refused:
+        parse_spec({"state": {"type": "enum", "values": ["TX", "Texas", "ZZ"]}})
+    assert refused.value.field == "fields.state.values" and "'Texas', 'ZZ'" in str(refused.value)
+    other = parse_spec({"product": {"type": "enum", "values": ["Texas"]}})  # another field: any values
+    assert other is not None and other.fields[0].values == ("Texas",)

@@ -87,6 +87,7 @@ BAD_BUYERS = [
     ("price", {"price": "twelve"}),
     ("priority", {"priority": "1"}),
     ("states", {"states": "TX"}),
+    ("states", {"states": ["TX", "ZZ", "texas"]}),
     ("blocked_publishers", {"blocked_publishers": ["ok", "bad id!"]}),
     ("active", {"active": "yes"}),
     ("name", {"name": ""}),
@@ -104,6 +105,29 @@ def test_bad_buyer_is_refused_naming_the_field_and_nothing_is_stored(api, field,
     with db.connection_context():
         assert Buyer.select().count() == 0
         assert AuditLog.select().count() == 0
+
+
+def test_a_state_that_is_no_us_state_code_is_refused_by_name(api):
+    bad = {**GOOD_BUYER, "states": ["TX", "ZZ", "texas"]}
+    resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", json=bad, headers=api.admin)
+    assert resp.status_code == 400
+    assert resp.json() == {
+        "error": {
+            "code": "invalid_buyer",
+            "message": "states: 'ZZ', 'texas': not a US state or territory code (two letters, e.g. TX for Texas)",
+        }
+    }
+    ok = {**GOOD_BUYER, "states": [" pr", "DC", "tx", "TX"]}  # territories and DC too, any case, once each
+    assert api.http.put(f"{api.base}/v1/admin/buyers/acme", json=ok, headers=api.admin).status_code == 200
+    assert api.get("/v1/admin/buyers/acme").json()["states"] == ["DC", "PR", "TX"]
+
+
+def test_a_buyer_with_many_bad_fields_is_answered_with_the_first_in_the_error_shape(api):
+    bad = {**GOOD_BUYER, "price": "twelve", "states": ["ZZ"], "weight": 0, "caps": {"daily": -1}}
+    resp = api.http.put(f"{api.base}/v1/admin/buyers/acme", json=bad, headers=api.admin)
+    assert resp.status_code == 400
+    assert list(resp.json()) == ["error"] and set(resp.json()["error"]) == {"code", "message"}
+    assert resp.json()["error"]["message"].startswith("caps.daily:")  # checked first, as before
 
 
 def test_bad_buyer_update_leaves_the_stored_buyer_unchanged(api):

@@ -40,8 +40,8 @@ def test_a_refused_form_shows_each_error_beside_its_field_and_saves_nothing(api,
     assert api.get("/v1/admin/buyers/acme").status_code == 404
     resp = post(api, browser, "/ops/buyers", {**BUYER, "caps.daily": "-3"})
     assert resp.status_code == 400 and re.search(r'data-error-for="caps.daily">', resp.text)
-    resp = post(api, browser, "/ops/buyers", {**BUYER, "schedule": "{not json"})
-    assert resp.status_code == 400 and re.search(r'data-error-for="schedule">is not JSON', resp.text)
+    resp = post(api, browser, "/ops/buyers", {**BUYER, "delivery.fields": "{not json"})
+    assert resp.status_code == 400 and re.search(r'data-error-for="delivery.fields">is not JSON', resp.text)
     resp = post(api, browser, "/ops/buyers", {**BUYER, "id": "no spaces"})
     assert resp.status_code == 400 and re.search(r'data-error-for="id">', resp.text)
     assert api.get("/v1/admin/buyers").json()["items"] == []

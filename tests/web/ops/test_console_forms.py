@@ -193,7 +193,7 @@ def test_suppression_lists_and_consent_are_set_from_the_forms(api, browser, buye
     )
     assert resp.status_code == 200
     buyer = {"id": "careful", "name": "Careful", "endpoint_url": buyer_server.url("careful"), "price": "9.00"}
-    fields = {**buyer, "suppress": "dnc", "require_consent": "trustedform, jornaya"}
+    fields = [*buyer.items(), ("suppress", "dnc"), ("require_consent", "trustedform"), ("require_consent", "jornaya")]
     assert post(api, browser, "/ops/buyers", fields).status_code == 303
     shown = api.get("/v1/admin/buyers/careful").json()
     assert (shown["suppress"], shown["require_consent"]) == (["dnc"], ["jornaya", "trustedform"])

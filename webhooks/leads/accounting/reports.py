@@ -155,25 +155,30 @@ def _key_expression(group_by: str) -> Any:
     return pw.fn.strftime(pattern, LeadStats.hour).coerce(False)
 
 
-def report_query(first: date, last: date, group_by: str) -> Any:
+def report_query(first: date, last: date, group_by: str, buyer_id: str | None = None) -> Any:
     """The aggregate over the hours from `first` to `last` (inclusive, UTC days), by the key of
-    `group_by`: one range scan of lead_stats' (hour, publisher, buyer) index."""
+    `group_by`: one range scan of lead_stats' (hour, publisher, buyer) index; of one buyer's
+    rows only when `buyer_id` is given (a buyer's page)."""
     key = _key_expression(group_by).alias("key")
     start = datetime(first.year, first.month, first.day)
     end = datetime(last.year, last.month, last.day) + timedelta(days=1)
+    where = [LeadStats.hour >= start, LeadStats.hour < end]
+    if buyer_id is not None:
+        where.append(LeadStats.buyer_id == buyer_id)
     return (
         LeadStats.select(key, *(pw.fn.SUM(getattr(LeadStats, name)).alias(name) for name in SUMMED))
-        .where(LeadStats.hour >= start, LeadStats.hour < end)
+        .where(*where)
         .group_by(pw.SQL("1"))
         .order_by(pw.SQL("1"))
         .tuples()
     )
 
 
-def report(first: date, last: date, group_by: str) -> dict[str, Any]:
-    """The report of the leads received from `first` to `last` (inclusive, UTC days)."""
+def report(first: date, last: date, group_by: str, *, buyer_id: str | None = None) -> dict[str, Any]:
+    """The report of the leads received from `first` to `last` (inclusive, UTC days); of one
+    buyer's rows only with `buyer_id` (its figures are then its row of the report by buyer)."""
     found = cast(
-        "list[tuple[Any, ...]]", list(report_query(first, last, group_by))
+        "list[tuple[Any, ...]]", list(report_query(first, last, group_by, buyer_id))
     )  # peewee's stubs: .tuples() yields models
     figures = [(k or None, _figures(raw)) for k, *raw in found]
     rows = [_row(k, f) for k, f in figures]
@@ -189,29 +194,38 @@ def _figures(raw: Sequence[Any]) -> list[Any]:
     return [Decimal(v or 0).quantize(ZERO) if n in MONEY else int(v or 0) for n, v in zip(SUMMED, raw, strict=True)]
 
 
-def last_hours(now: datetime, hours: int = 24) -> list[dict[str, Any]]:
-    """The `hours` hours up to `now`'s (UTC), oldest first, each with its leads, sold and
-    revenue (zeros for an hour without leads): the chart on /ops."""
+def last_hours(now: datetime, hours: int = 24, *, buyer_id: str | None = None) -> list[dict[str, Any]]:
+    """The `hours` hours up to `now`'s (UTC), oldest first, each with its leads, sold, sales,
+    offers and revenue (zeros for an hour without leads): the chart on /ops; of one buyer's
+    rows with `buyer_id` (the chart on its page: its offers and sales)."""
     end = _hour(now.astimezone(timezone.utc)) + timedelta(hours=1)
     start = end - timedelta(hours=hours)
+    where = [LeadStats.hour >= start, LeadStats.hour < end]
+    if buyer_id is not None:
+        where.append(LeadStats.buyer_id == buyer_id)
+    summed = (LeadStats.leads, LeadStats.sold, LeadStats.sales, LeadStats.offers, LeadStats.revenue)
     query = (
-        LeadStats.select(
-            LeadStats.hour,
-            pw.fn.SUM(LeadStats.leads),
-            pw.fn.SUM(LeadStats.sold),
-            pw.fn.SUM(LeadStats.revenue),
-        )
-        .where(LeadStats.hour >= start, LeadStats.hour < end)
+        LeadStats.select(LeadStats.hour, *(pw.fn.SUM(column) for column in summed))
+        .where(*where)
         .group_by(LeadStats.hour)
         .tuples()
     )
-    rows = cast("list[tuple[datetime, Any, Any, Any]]", list(query))  # peewee's stubs: models
-    found = {_hour(h): (int(n or 0), int(s or 0), Decimal(r or 0)) for h, n, s, r in rows}
+    rows = cast("list[tuple[Any, ...]]", list(query))  # peewee's stubs: models
+    found = {_hour(h): ([int(v or 0) for v in counts], Decimal(r or 0)) for h, *counts, r in rows}
     out = []
     for i in range(hours):
         hour = start + timedelta(hours=i)
-        leads, sold, revenue = found.get(hour, (0, 0, ZERO))
-        out.append({"hour": hour, "leads": leads, "sold": sold, "revenue": revenue.quantize(ZERO)})
+        (leads, sold, sales, offers), revenue = found.get(hour, ([0, 0, 0, 0], ZERO))
+        out.append(
+            {
+                "hour": hour,
+                "leads": leads,
+                "sold": sold,
+                "sales": sales,
+                "offers": offers,
+                "revenue": revenue.quantize(ZERO),
+            }
+        )
     return out
 
 

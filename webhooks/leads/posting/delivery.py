@@ -32,7 +32,7 @@ UNKNOWN = AttemptOutcome.UNKNOWN
 # its budget): the lead's problem, never the buyer's. Not an attempt: the buyer is skipped
 # with this reason and its breaker is left alone.
 NOT_SENT = AttemptOutcome.NOT_SENT
-TEST_HEADER = "X-Floodgate-Test"  # on the pings of a test lead (it is never posted)
+TEST_HEADER = "X-Floodgate-Test"  # on the pings of a test lead (never posted), and on a test post from /ops
 _OUTCOME = {Failure.TIMEOUT: TIMEOUT, Failure.ERROR: ERROR, Failure.NOT_SENT: NOT_SENT}
 
 
@@ -88,19 +88,31 @@ class Deliverer:
     def post(self, url: str, body: bytes, idempotency_key: str, template: PostTemplate = DEFAULT_POST) -> Posted:
         """`deliver`, saying too whether the buyer sent a whole reply (its breaker tells a
         failed reply, which may be about the lead, from a failed connection, which is not)."""
+        status, content, failure, ms = self._post(url, body, idempotency_key, template, extra={})
+        if failure is not None:
+            return Posted(failure, ms, replied=False)
+        return Posted(verdict(status, content, template), ms, replied=True)
+
+    def test_post(
+        self, url: str, body: bytes, idempotency_key: str, template: PostTemplate
+    ) -> tuple[int, bytes, AttemptOutcome, int]:
+        """The post of a test lead (`X-Floodgate-Test: 1`), sent by an operator to check a
+        buyer's endpoint: (status, reply, outcome, ms), status 0 when no whole reply came."""
+        status, content, failure, ms = self._post(url, body, idempotency_key, template, extra={TEST_HEADER: "1"})
+        return status, content, failure or verdict(status, content, template), ms
+
+    def _post(
+        self, url: str, body: bytes, idempotency_key: str, template: PostTemplate, *, extra: dict[str, str]
+    ) -> tuple[int, bytes, AttemptOutcome | None, int]:
         headers = {
             "Content-Type": template.content_type,
             "Content-Length": str(len(body)),
             "Idempotency-Key": idempotency_key,
             "User-Agent": USER_AGENT,
             **dict(template.headers),
+            **extra,
         }
-        status, content, failure, ms = self.request(template.method, url, body, headers, self.timeout_s)
-        if failure is not None:
-            return Posted(failure, ms, replied=False)
-        if template is DEFAULT_POST:
-            return Posted(classify(status, content), ms, replied=True)
-        return Posted(judge(status, content, template), ms, replied=True)
+        return self.request(template.method, url, body, headers, self.timeout_s)
 
     def ping(
         self, url: str, body: bytes, timeout_s: float, test: bool = False
@@ -111,6 +123,11 @@ class Deliverer:
         if test:
             headers[TEST_HEADER] = "1"
         return self.request("POST", url, body, headers, timeout_s)
+
+
+def verdict(status: int, content: bytes, template: PostTemplate) -> AttemptOutcome:
+    """The outcome of a whole reply: the default contract's, or the buyer's own accept rule's."""
+    return classify(status, content) if template is DEFAULT_POST else judge(status, content, template)
 
 
 def judge(status: int, content: bytes, template: PostTemplate) -> AttemptOutcome:

@@ -35,7 +35,7 @@ from jinja2.nodes import EvalContext
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from webhooks.errors import ValidationError
+from webhooks.errors import Checks, ValidationError
 from webhooks.leads.posting import bounded
 from webhooks.leads.posting.bounded import ExpressionBudgetExceeded, ExpressionRefused
 from webhooks.logs import redact_secret
@@ -599,32 +599,41 @@ DEFAULT_POST = PostTemplate(accept=bounded.compile_jmespath(DEFAULT_ACCEPT))
 
 def parse_delivery(raw: Any, stored_headers: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Validate a buyer's `delivery`; return what is stored (None: the default contract).
-    A header sent back in its redacted form keeps the stored value."""
+    A header sent back in its redacted form keeps the stored value. Each member is checked:
+    a ValidationErrors names every bad one."""
     if raw is None:
         return None
     where = "delivery"
     known = {"method", "format", "headers", "fields", "accept", "accept_regex"}
     if not isinstance(raw, dict) or set(raw) - known:
         raise ValidationError(CODE, where, "must be an object with " + ", ".join(sorted(known)))
-    method = raw.get("method", "POST")
-    if method not in ("POST", "PUT"):
-        raise ValidationError(CODE, "delivery.method", "must be POST or PUT")
-    fmt = raw.get("format", "json")
-    if fmt not in ("json", "form"):
-        raise ValidationError(CODE, "delivery.format", "must be json or form")
-    headers = raw.get("headers") or {}
-    if not isinstance(headers, dict) or len(headers) > 32:
-        raise ValidationError(CODE, "delivery.headers", "must be an object of at most 32 headers")
-    out: dict[str, Any] = {"method": method, "format": fmt, "headers": _kept_headers(headers, stored_headers or {})}
+    check = Checks()
+    method = check.run("POST", _one_of, "delivery.method", raw.get("method", "POST"), ("POST", "PUT"))
+    fmt = check.run("json", _one_of, "delivery.format", raw.get("format", "json"), ("json", "form"))
+    out: dict[str, Any] = {
+        "method": method,
+        "format": fmt,
+        "headers": check.run({}, _kept_headers, raw.get("headers") or {}, stored_headers or {}),
+    }
     if raw.get("fields") is not None:
-        _try_render(_compile_fields(raw["fields"], "delivery.fields"), "delivery.fields", fmt == "json")
+        fields = check.run([], _compile_fields, raw["fields"], "delivery.fields")
+        check.run(None, _try_render, fields, "delivery.fields", fmt == "json")
         out["fields"] = raw["fields"]
-    out.update(_accept_of(raw))
+    out.update(check.run({}, _accept_of, raw))
+    check.done()
     return out
 
 
-def _kept_headers(headers: dict[str, Any], stored_headers: dict[str, str]) -> dict[str, str]:
+def _one_of(field: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValidationError(CODE, field, "must be " + " or ".join(allowed))
+    return str(value)
+
+
+def _kept_headers(headers: Any, stored_headers: dict[str, str]) -> dict[str, str]:
     """A delivery's headers, checked; one sent back in its redacted form keeps the stored value."""
+    if not isinstance(headers, dict) or len(headers) > 32:
+        raise ValidationError(CODE, "delivery.headers", "must be an object of at most 32 headers")
     kept = {}
     for name, value in headers.items():
         field = f"delivery.headers.{name}"
@@ -739,14 +748,21 @@ def parse_ping(
     if raw is None:
         return None
     known = {"url", "fields", "bid", "min_bid"}
-    if not isinstance(raw, dict) or set(raw) - known or "url" not in raw or "bid" not in raw:
+    if not isinstance(raw, dict) or set(raw) - known:
         raise ValidationError(CODE, "ping", 'must be an object {"url", "fields", "bid", "min_bid"}')
-    url = parse_url("ping.url", raw["url"])
+    check = Checks()
+    for name in ("url", "bid"):
+        if raw.get(name) is None:
+            check.errors.append(ValidationError(CODE, f"ping.{name}", "is required for a ping"))
+    url = check.run("", parse_url, "ping.url", raw["url"]) if raw.get("url") is not None else ""
     fields = raw.get("fields") or {}
     if fields:
-        _try_render(_compile_fields(fields, "ping.fields"), "ping.fields", True)
-    compile_expression(raw["bid"], "ping.bid")
-    min_bid = parse_money("ping.min_bid", raw.get("min_bid", "0.00"))
+        compiled = check.run([], _compile_fields, fields, "ping.fields")
+        check.run(None, _try_render, compiled, "ping.fields", True)
+    if raw.get("bid") is not None:
+        check.run(None, compile_expression, raw["bid"], "ping.bid")
+    min_bid = check.run(Decimal(0), parse_money, "ping.min_bid", raw.get("min_bid", "0.00"))
+    check.done()
     return {"url": url, "fields": fields, "bid": raw["bid"], "min_bid": f"{min_bid:.2f}"}
 
 

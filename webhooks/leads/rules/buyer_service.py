@@ -18,6 +18,7 @@ from webhooks.leads.rules import buyers
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage.live.redis import Store
+from webhooks.storage.records.db import db
 from webhooks.storage.records.models import Buyer
 
 
@@ -37,17 +38,32 @@ def save(store: Store, buyer_id: str, fields: dict[str, Any]) -> Buyer:
 
 
 def patch(store: Store, stored: Buyer, changes: dict[str, Any]) -> Buyer:
-    """Apply a JSON merge patch (RFC 7396) to the buyer as GET shows it: fields not named are
-    kept, its credentials among them (shown redacted, they are kept when sent back as shown).
-    GET shows the return window twice (`return_window_days`, `returns.window_days`): the one the
-    patch names is the one that changes."""
+    """Apply a JSON merge patch (RFC 7396) to the buyer as GET shows it (`patched`) and save it."""
+    return save(store, stored.id, patched(stored, changes))
+
+
+def patched(stored: Buyer, changes: dict[str, Any]) -> dict[str, Any]:
+    """The buyer's columns after a JSON merge patch (RFC 7396) of it as GET shows it, checked
+    (ValidationErrors naming each bad field), not saved: fields not named are kept, its
+    credentials among them (shown redacted, they are kept when sent back as shown). GET shows
+    the return window twice (`return_window_days`, `returns.window_days`): the one the patch
+    names is the one that changes."""
     base = buyers.to_json(stored)
     policy = changes.get("returns")
     if isinstance(policy, dict) and "window_days" in policy:  # null too: back to the default
         del base["return_window_days"]
     elif "return_window_days" in changes:
         del base["returns"]["window_days"]
-    return save(store, stored.id, buyers.parse(merge_patch(base, changes), stored))
+    return buyers.parse(merge_patch(base, changes), stored)
+
+
+def set_active(store: Store, rows: Sequence[Buyer], active: bool) -> list[Buyer]:
+    """Pause (or resume) several buyers at once, each as `patch` with {"active": ...} does it
+    (one audit row each), in one transaction, told to every process once."""
+    with db.atomic():
+        saved = [write(store, row.id, patched(row, {"active": active})) for row in rows]
+    announce(store, saved)
+    return [row for row, _created in saved]
 
 
 def write(store: Store, buyer_id: str, fields: dict[str, Any]) -> tuple[Buyer, bool]:

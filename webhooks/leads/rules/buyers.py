@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from webhooks.billing import balance, charges
 from webhooks.billing.balance import Billing
 from webhooks.caps.windows import CAPS, COUNT_CAPS
-from webhooks.errors import InvalidPayload, ValidationError
-from webhooks.formats import money
+from webhooks.errors import Checks, InvalidPayload, ValidationError
+from webhooks.formats import money, us_states
 from webhooks.formats import validate as v
 from webhooks.formats.consumer import FIELDS as DEDUPE_FIELDS
 from webhooks.formats.validate import cents
@@ -29,7 +29,6 @@ from webhooks.storage.records.models import Buyer
 CODE = "invalid_buyer"
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HHMM = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])")  # fullmatch: `$` passes a trailing newline
-_STATE = re.compile(r"[A-Za-z0-9-]{1,16}")
 _READ_ONLY = {"id", "usage", "breaker", "balance", "created_at", "updated_at"}
 _FIELDS = {
     "name",
@@ -88,19 +87,26 @@ def _schedule(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise ValidationError(CODE, "schedule", "must be an object of days (mon..sun)")
+    check = Checks()
     for day, intervals in value.items():
-        field = f"schedule.{day}"
-        if day not in DAYS:
-            raise ValidationError(CODE, field, "day must be one of " + ", ".join(DAYS))
-        if not isinstance(intervals, list):
-            raise ValidationError(CODE, field, "must be a list of [start, end] pairs")
-        for i, pair in enumerate(intervals):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise ValidationError(CODE, f"{field}[{i}]", "must be a [start, end] pair")
-            start, end = (_minutes(f"{field}[{i}]", t) for t in pair)
-            if start >= end or start == 24 * 60:
-                raise ValidationError(CODE, f"{field}[{i}]", "start must be before end")
+        check.run(None, _day, day, intervals)
+    check.done()
     return value
+
+
+def _day(day: str, intervals: Any) -> None:
+    """One day of a `schedule`: [start, end] pairs of HH:MM, each start before its end."""
+    field = f"schedule.{day}"
+    if day not in DAYS:
+        raise ValidationError(CODE, field, "day must be one of " + ", ".join(DAYS))
+    if not isinstance(intervals, list):
+        raise ValidationError(CODE, field, "must be a list of [start, end] pairs")
+    for i, pair in enumerate(intervals):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValidationError(CODE, f"{field}[{i}]", "must be a [start, end] pair")
+        start, end = (_minutes(f"{field}[{i}]", t) for t in pair)
+        if start >= end or start == 24 * 60:
+            raise ValidationError(CODE, f"{field}[{i}]", "start must be before end")
 
 
 def _caps(value: Any) -> dict[str, Decimal | int]:
@@ -128,7 +134,14 @@ def _dedupe(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict) or set(value) - {"fields", "days"}:
         raise ValidationError(CODE, "dedupe", 'must be an object {"fields": [...], "days": n}')
-    fields = value.get("fields")
+    check = Checks()
+    fields = check.run([], _dedupe_fields, value.get("fields"))
+    days = check.run(30, v.integer, CODE, "dedupe.days", value.get("days", 30), low=1, high=365)
+    check.done()
+    return {"fields": fields, "days": days}
+
+
+def _dedupe_fields(fields: Any) -> list[str]:
     if (
         not isinstance(fields, list)
         or not fields
@@ -136,8 +149,7 @@ def _dedupe(value: Any) -> dict[str, Any] | None:
         or len(set(fields)) != len(fields)
     ):
         raise ValidationError(CODE, "dedupe.fields", "must list one or more of " + ", ".join(DEDUPE_FIELDS))
-    days = v.integer(CODE, "dedupe.days", value.get("days", 30), low=1, high=365)
-    return {"fields": fields, "days": days}
+    return fields
 
 
 def _billing(value: Any, price: Decimal) -> Billing | None:
@@ -151,23 +163,34 @@ def _billing(value: Any, price: Decimal) -> Billing | None:
     unknown = sorted(set(value) - _BILLING_FIELDS)
     if unknown:
         raise ValidationError(CODE, f"billing.{unknown[0]}", "is not a billing field")
+    check = Checks()
+    mode = check.run(balance.PREPAID, _billing_mode, value)
+    account = check.run("", v.text, CODE, "billing.account", value.get("account"), max_len=254)
+    currency = check.run(None, _currency, value.get("currency"))
+    if currency is None:  # its amounts cannot be read without it
+        check.done()
+    billing = Billing(
+        mode=mode,
+        account=account,
+        currency=currency,
+        credit_limit_minor=check.run(0, _amount, value, "credit_limit", currency) if mode == balance.CREDIT else 0,
+        low_balance_minor=None
+        if value.get("low_balance") is None
+        else check.run(None, _amount, value, "low_balance", currency),
+    )
+    check.done()
+    if billing.charge(price) is None:
+        raise ValidationError(CODE, "price", f"must be a whole amount of {currency}'s minor unit when billed in it")
+    return billing
+
+
+def _billing_mode(value: dict[str, Any]) -> str:
     mode = value.get("mode")
     if mode not in (balance.PREPAID, balance.CREDIT):
         raise ValidationError(CODE, "billing.mode", "must be prepaid or credit")
     if mode == balance.PREPAID and "credit_limit" in value:
         raise ValidationError(CODE, "billing.credit_limit", "is for credit billing only")
-    account = v.text(CODE, "billing.account", value.get("account"), max_len=254)
-    currency = _currency(value.get("currency"))
-    billing = Billing(
-        mode=mode,
-        account=account,
-        currency=currency,
-        credit_limit_minor=_amount(value, "credit_limit", currency) if mode == balance.CREDIT else 0,
-        low_balance_minor=None if value.get("low_balance") is None else _amount(value, "low_balance", currency),
-    )
-    if billing.charge(price) is None:
-        raise ValidationError(CODE, "price", f"must be a whole amount of {currency}'s minor unit when billed in it")
-    return billing
+    return str(mode)
 
 
 def _currency(raw: Any) -> str:
@@ -253,7 +276,26 @@ def _returns(raw: Any, window_days: Any) -> ReturnPolicy:
     else:
         field = "returns.window_days"
     max_pct = raw.get("max_pct")
-    reasons = raw.get("reasons")
+    period = raw.get("period_days")
+    check = Checks()
+    reasons = check.run(None, _reasons, raw.get("reasons"))
+    review = check.run("auto", _review, raw.get("review"))
+    policy = ReturnPolicy(
+        window_days=check.run(7, v.integer, CODE, field, window, low=0, high=365),
+        max_pct=None
+        if max_pct is None
+        else check.run(None, v.integer, CODE, "returns.max_pct", max_pct, low=0, high=100),
+        period_days=14
+        if period is None
+        else check.run(14, v.integer, CODE, "returns.period_days", period, low=1, high=365),
+        reasons=reasons,
+        review=review,
+    )
+    check.done()
+    return policy
+
+
+def _reasons(reasons: Any) -> tuple[str, ...] | None:
     if reasons is not None and (
         not isinstance(reasons, list)
         or not 1 <= len(reasons) <= MAX_REASONS
@@ -263,17 +305,13 @@ def _returns(raw: Any, window_days: Any) -> ReturnPolicy:
         raise ValidationError(
             CODE, "returns.reasons", f"must be a list of 1 to {MAX_REASONS} distinct reason codes (identifiers)"
         )
-    review = raw.get("review")
+    return None if reasons is None else tuple(reasons)
+
+
+def _review(review: Any) -> str:
     if review is not None and review not in REVIEWS:
         raise ValidationError(CODE, "returns.review", "must be auto or manual")
-    period = raw.get("period_days")
-    return ReturnPolicy(
-        window_days=v.integer(CODE, field, window, low=0, high=365),
-        max_pct=None if max_pct is None else v.integer(CODE, "returns.max_pct", max_pct, low=0, high=100),
-        period_days=14 if period is None else v.integer(CODE, "returns.period_days", period, low=1, high=365),
-        reasons=None if reasons is None else tuple(reasons),
-        review=review or "auto",
-    )
+    return str(review or "auto")
 
 
 def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
@@ -286,47 +324,76 @@ def _list(field: str, value: Any, ok: Callable[[Any], object]) -> list[str]:
 
 def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
     """Validate an admin PUT body; return the column values of the Buyer row. `stored` is the
-    buyer as it is now, whose header secrets a redacted header sent back keeps."""
-    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name", "endpoint_url", "price"))
+    buyer as it is now, whose header secrets a redacted header sent back keeps. Every field is
+    checked: a refusal is a ValidationErrors naming each bad field (the API answers the first)."""
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ())
+    check = Checks()
+    check.require(CODE, body, ("name", "endpoint_url", "price"))
     stored_delivery = json.loads(stored.delivery) if stored is not None and stored.delivery else {}
-    delivery = integration.parse_delivery(body.get("delivery"), stored_delivery.get("headers"))
+    delivery = check.run(None, integration.parse_delivery, body.get("delivery"), stored_delivery.get("headers"))
     stored_ping_url = json.loads(stored.ping)["url"] if stored is not None and stored.ping else None
-    ping = integration.parse_ping(
+    ping = check.run(
+        None,
+        integration.parse_ping,
         body.get("ping"),
         lambda field, url: _url(url, field, stored_ping_url),
         lambda field, amount: v.money(CODE, field, amount),
     )
-    caps = _caps(body.get("caps"))
-    states = _list("states", body.get("states"), lambda s: isinstance(s, str) and _STATE.fullmatch(s))
-    blocked = _list("blocked_publishers", body.get("blocked_publishers"), v.is_id)
-    schedule = _schedule(body.get("schedule"))
-    price = v.money(CODE, "price", body["price"])
-    billing = _billing(body.get("billing"), price)
-    policy = _returns(body.get("returns"), body.get("return_window_days"))
-    return {
-        "name": v.text(CODE, "name", body["name"], max_len=200),
-        "endpoint_url": _url(body["endpoint_url"], stored=None if stored is None else stored.endpoint_url),
-        "priority": v.integer(CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
+    caps = check.run({}, _caps, body.get("caps"))
+    states = check.run([], _states, body.get("states"))
+    blocked = check.run([], _list, "blocked_publishers", body.get("blocked_publishers"), v.is_id)
+    schedule = check.run(None, _schedule, body.get("schedule"))
+    price = check.run(Decimal(0), v.money, CODE, "price", body.get("price"))
+    billing = check.run(None, _billing, body.get("billing"), price)
+    policy = check.run(ReturnPolicy(), _returns, body.get("returns"), body.get("return_window_days"))
+    columns = {
+        "name": check.run("", v.text, CODE, "name", body.get("name"), max_len=200),
+        "endpoint_url": check.run(
+            "", _url, body.get("endpoint_url"), stored=None if stored is None else stored.endpoint_url
+        ),
+        "priority": check.run(0, v.integer, CODE, "priority", body.get("priority", 0), low=-(10**6), high=10**6),
         "price": price,
-        "timezone": _zone(body.get("timezone", "UTC")).key,
+        "timezone": check.run("UTC", lambda: _zone(body.get("timezone", "UTC")).key),
         **{f"cap_{name}": caps.get(name) for name in CAPS},
-        "states": json.dumps(sorted({s.upper() for s in states})),
+        "states": json.dumps(states),
         "blocked_publishers": json.dumps(sorted(set(blocked))),
         "schedule": None if schedule is None else json.dumps(schedule, sort_keys=True),
-        "active": v.boolean(CODE, "active", body.get("active", True)),
-        "dedupe": None if (dedupe := _dedupe(body.get("dedupe"))) is None else json.dumps(dedupe),
+        "active": check.run(True, v.boolean, CODE, "active", body.get("active", True)),
+        "dedupe": None if (dedupe := check.run(None, _dedupe, body.get("dedupe"))) is None else json.dumps(dedupe),
         "return_window_days": policy.window_days,
         "return_policy": policy.stored(),
         "delivery": None if delivery is None else json.dumps(delivery, sort_keys=True),
         "ping": None if ping is None else json.dumps(ping, sort_keys=True),
-        "weight": v.integer(CODE, "weight", body.get("weight", 1), low=1, high=10**6),
-        "lead_filter": _filter(body.get("filter")),
+        "weight": check.run(1, v.integer, CODE, "weight", body.get("weight", 1), low=1, high=10**6),
+        "lead_filter": check.run(None, _filter, body.get("filter")),
         "billing": None if billing is None else billing.to_json(),
         "billing_account": None if billing is None else billing.key,
-        "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
-        "require_consent": suppression.stored_json(consent.parse_required(CODE, body.get("require_consent"))),
-        "contract": _contract(body.get("contract")),
+        "suppress": check.run(
+            None, lambda: suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress")))
+        ),
+        "require_consent": check.run(
+            None, lambda: suppression.stored_json(consent.parse_required(CODE, body.get("require_consent")))
+        ),
+        "contract": check.run(CONTRACTS[0], _contract, body.get("contract")),
     }
+    check.done()
+    return columns
+
+
+def _states(value: Any) -> list[str]:
+    """`states`: US state and territory codes (any case), stored upper-cased, sorted, once each;
+    absent, null or empty: every state. A code of no state is refused, not kept."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > 2 * len(us_states.CODES):
+        raise ValidationError(CODE, "states", "must be a list of US state codes such as TX")
+    unknown = [str(s)[:16] for s in value if us_states.code(s) is None]
+    if unknown:
+        listed = ", ".join(repr(s) for s in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise ValidationError(
+            CODE, "states", f"{listed}: not a US state or territory code (two letters, e.g. TX for Texas)"
+        )
+    return sorted({s.strip().upper() for s in value})
 
 
 def _contract(value: Any) -> str:

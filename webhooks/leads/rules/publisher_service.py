@@ -48,8 +48,14 @@ def announce(store: Store, saved: Sequence[tuple[Publisher, bool]]) -> None:
 
 
 def patch(store: Store, stored: Publisher, changes: dict[str, Any]) -> Publisher:
-    """Apply a JSON merge patch (RFC 7396) to the publisher as GET shows it: fields not named
-    are kept, its API key among them. A patch naming one of `commission_pct` and `payout` sets
+    """Apply a JSON merge patch (RFC 7396) to the publisher as GET shows it (`patched`) and save it."""
+    return save(store, stored.id, patched(stored, changes))
+
+
+def patched(stored: Publisher, changes: dict[str, Any]) -> dict[str, Any]:
+    """The publisher's columns after a JSON merge patch (RFC 7396) of it as GET shows it,
+    checked (ValidationErrors naming each bad field), not saved: fields not named are kept,
+    its API key among them. A patch naming one of `commission_pct` and `payout` sets
     the payout by it alone (GET shows both), and a `payout` of another `type` replaces the
     stored one instead of merging into it (their fields differ)."""
     current = publishers.to_json(stored)
@@ -59,7 +65,7 @@ def patch(store: Store, stored: Publisher, changes: dict[str, Any]) -> Publisher
         current.pop("commission_pct")
         if isinstance(changes["payout"], dict) and changes["payout"].get("type") != current["payout"].get("type"):
             current.pop("payout")  # another kind of payout replaces it, not merges into it
-    return save(store, stored.id, publishers.parse(merge_patch(current, changes), stored))
+    return publishers.parse(merge_patch(current, changes), stored)
 
 
 def shown(store: Store, rows: list[Publisher]) -> list[dict[str, Any]]:

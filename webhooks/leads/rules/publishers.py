@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from webhooks import metrics
-from webhooks.errors import RateLimited, ValidationError
+from webhooks.errors import Checks, RateLimited, ValidationError
 from webhooks.formats import validate as v
 from webhooks.leads.rules import consent, earnings, precheck_quota, quality, suppression
 from webhooks.storage.live import keys
@@ -61,36 +61,53 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
     """Validate an admin PUT body (or a PATCH merged onto the `stored` publisher, whose API key
     is kept when the body names none: it is stored hashed, GET cannot show it); return the
     column values of the Publisher row."""
-    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ("name",) if stored is not None else ("name", "api_key"))
+    body = v.fields(CODE, body, _FIELDS, _READ_ONLY, ())
+    check = Checks()
+    check.require(CODE, body, ("name",) if stored is not None else ("name", "api_key"))
+    key = {"api_key_hash": None if stored is None else stored.api_key_hash}
+    key["api_key_hint"] = None if stored is None else stored.api_key_hint
     if "api_key" in body or stored is None:
-        api_key = v.text(CODE, "api_key", body["api_key"], min_len=16, max_len=200)
-        key = {"api_key_hash": key_hash(api_key), "api_key_hint": api_key[-4:]}
-    else:
-        key = {"api_key_hash": stored.api_key_hash, "api_key_hint": stored.api_key_hint}
-    pct = v.money(CODE, "commission_pct", body.get("commission_pct", "0"), max_value=Decimal(100))
-    fixed = None
-    if body.get("payout") is not None:  # it wins; a GET's commission_pct put back must agree
-        given = pct
-        pct, fixed = _payout(body["payout"])
-        if fixed is None and "commission_pct" in body and given != pct:
-            raise ValidationError(CODE, "payout", "a percent payout and commission_pct disagree; give one")
-    return {
-        "name": v.text(CODE, "name", body["name"], max_len=200),
+        api_key = check.run(None, v.text, CODE, "api_key", body.get("api_key"), min_len=16, max_len=200)
+        if api_key is not None:
+            key = {"api_key_hash": key_hash(api_key), "api_key_hint": api_key[-4:]}
+    pct = check.run(
+        Decimal(0), v.money, CODE, "commission_pct", body.get("commission_pct", "0"), max_value=Decimal(100)
+    )
+    payout = check.run((pct, None), _payout_of, body, pct)
+    columns = {
+        "name": check.run("", v.text, CODE, "name", body.get("name"), max_len=200),
         **key,
-        "commission_pct": pct,
-        "payout_fixed": fixed,
-        "active": v.boolean(CODE, "active", body.get("active", True)),
-        "routing": _routing(body.get("routing", "waterfall")),
-        **_rate_columns(rate_limit(body.get("rate_limit"))),
-        "mode": _mode(body.get("mode", "live")),
-        **{f"cap_{name}": limit for name, limit in _caps(body.get("caps")).items()},
-        "fields_spec": None if (spec := quality.parse_spec(body.get("fields"))) is None else json.dumps(spec.to_json()),
-        "suppress": suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress"))),
-        **precheck_quota.columns(precheck_quota.parse(body.get("precheck"))),
-        "payout_hold_days": _hold_days(body.get("payout_hold_days")),
-        "max_sales": _max_sales(body.get("sell")),
-        "epl_window_days": _window_days(body.get("epl_window_days")),
+        "commission_pct": payout[0],
+        "payout_fixed": payout[1],
+        "active": check.run(True, v.boolean, CODE, "active", body.get("active", True)),
+        "routing": check.run("waterfall", _routing, body.get("routing", "waterfall")),
+        **_rate_columns(check.run(None, rate_limit, body.get("rate_limit"))),
+        "mode": check.run("live", _mode, body.get("mode", "live")),
+        **{f"cap_{name}": limit for name, limit in check.run({}, _caps, body.get("caps")).items()},
+        "fields_spec": None
+        if (spec := check.run(None, quality.parse_spec, body.get("fields"))) is None
+        else json.dumps(spec.to_json()),
+        "suppress": check.run(
+            None, lambda: suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress")))
+        ),
+        **precheck_quota.columns(check.run(precheck_quota.DEFAULT, precheck_quota.parse, body.get("precheck"))),
+        "payout_hold_days": check.run(0, _hold_days, body.get("payout_hold_days")),
+        "max_sales": check.run(1, _max_sales, body.get("sell")),
+        "epl_window_days": check.run(7, _window_days, body.get("epl_window_days")),
     }
+    check.done()
+    return columns
+
+
+def _payout_of(body: dict[str, Any], pct: Decimal) -> tuple[Decimal, Decimal | None]:
+    """(percentage, fixed amount or None): `payout` when given (it wins; a GET's commission_pct
+    put back must agree with a percent one), else `commission_pct`."""
+    if body.get("payout") is None:
+        return pct, None
+    paid_pct, fixed = _payout(body["payout"])
+    if fixed is None and "commission_pct" in body and pct != paid_pct:
+        raise ValidationError(CODE, "payout", "a percent payout and commission_pct disagree; give one")
+    return paid_pct, fixed
 
 
 def _window_days(value: Any) -> int:

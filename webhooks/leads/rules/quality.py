@@ -22,11 +22,12 @@ import phonenumbers
 from email_validator import EmailNotValidError, validate_email
 
 from webhooks.errors import InvalidLead, ValidationError
-from webhooks.formats import consumer
+from webhooks.formats import consumer, us_states
 from webhooks.formats.validate import is_id
 from webhooks.leads.rules import consent
 
 CODE = "invalid_publisher"
+STATE_FIELD = "state"  # the lead field buyers' `states` filter on
 TYPES = (
     "string",
     "email",
@@ -215,8 +216,21 @@ def _typed(field: Field, rule: dict[str, Any], where: str) -> Field:
             raise ValidationError(CODE, f"{where}.min", "must not be above max")
         field = Field(name, kind, required, low=low, high=high)
     elif kind == "enum":
-        field = Field(name, kind, required, values=_values(rule.get("values"), f"{where}.values"))
+        values = _values(rule.get("values"), f"{where}.values")
+        if name == STATE_FIELD:
+            values = _state_codes(values, f"{where}.values")
+        field = Field(name, kind, required, values=values)
     return field
+
+
+def _state_codes(values: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """The values of an enum of the lead's `state`: US state codes, as buyers' `states` hold
+    them, so a lead the spec lets in reaches the buyers of its state (upper-cased, once each)."""
+    unknown = [value for value in values if us_states.code(value) is None]
+    if unknown:
+        listed = ", ".join(repr(value[:16]) for value in unknown[:5])
+        raise ValidationError(CODE, where, f"{listed}: not a US state or territory code (two letters, e.g. TX)")
+    return tuple(dict.fromkeys(value.strip().upper() for value in values))
 
 
 def _count(value: Any, where: str) -> int:

@@ -286,6 +286,45 @@ def change(store: Store, rule: ListRule, add: list[bytes], remove: list[bytes]) 
     return {"added": added, "removed": removed, "size": int(size)}
 
 
+def change_values(
+    store: Store, rule: ListRule, add: Sequence[tuple[int, str]], remove: Sequence[tuple[int, str]]
+) -> dict[str, Any]:
+    """Add and remove plain values of many lines (a file, a form), each `(line, value)` read as
+    the admin API reads an entry (`entry`) and the valid ones written by `change` in calls of
+    at most MAX_ENTRIES: {"added", "removed", "size", "invalid": [{"list", "line", "problem"}]}.
+    A value that is not one is named by its line, never written (nor its value repeated)."""
+    digests: dict[str, list[bytes]] = {"add": [], "remove": []}
+    invalid: list[dict[str, Any]] = []
+    for name, values in (("add", add), ("remove", remove)):
+        for line, value in values:
+            where = f"line {line}"
+            try:
+                digests[name].append(rule.entry(value, where))
+            except ValidationError as exc:
+                invalid.append({"list": name, "line": line, "problem": exc.message.removeprefix(f"{where}: ")})
+    added = removed = 0
+    size = None
+    for add_part, remove_part in _batches(digests["add"], digests["remove"]):
+        counts = change(store, rule, add_part, remove_part)
+        added, removed, size = added + counts["added"], removed + counts["removed"], counts["size"]
+    if size is None:
+        size = int(SuppressionList.get_by_id(rule.id).size)
+    return {"added": added, "removed": removed, "size": size, "invalid": invalid}
+
+
+def _batches(add: list[bytes], remove: list[bytes]) -> Iterable[tuple[list[bytes], list[bytes]]]:
+    """The digests in calls of at most MAX_ENTRIES, removals first (one call when few);
+    none when there is nothing to write."""
+    if len(add) + len(remove) <= MAX_ENTRIES:
+        if add or remove:
+            yield add, remove
+        return
+    for chunk in _chunks(remove, MAX_ENTRIES):
+        yield [], chunk
+    for chunk in _chunks(add, MAX_ENTRIES):
+        yield chunk, []
+
+
 def writing() -> Any:
     """A transaction that holds what it reads: SQLite's BEGIN IMMEDIATE takes the write lock up
     front (its writers take turns); MySQL locks the rows read FOR UPDATE (`locked`)."""

@@ -268,7 +268,12 @@ class Payment(BaseModel):
 
     class Meta:
         table_name = "payments"
-        indexes = ((("provider", "reference"), True), (("status", "received_at"), False))
+        indexes = (
+            (("provider", "reference"), True),
+            (("status", "received_at"), False),
+            (("received_at", "id"), False),  # the console's list, newest first (sql/032)
+            (("customer", "currency", "received_at", "id"), False),  # a wallet's payments (sql/032)
+        )
 
 
 class Refund(BaseModel):
@@ -521,7 +526,7 @@ class LeadStats(BaseModel):
 
     class Meta:
         table_name = "lead_stats"
-        indexes = ((("hour", "publisher_id", "buyer_id"), True),)
+        indexes = ((("hour", "publisher_id", "buyer_id"), True), (("buyer_id", "hour"), False))  # sql/033
 
 
 class WebhookCall(BaseModel):

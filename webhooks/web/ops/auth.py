@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, current_app, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response  # what `redirect` makes (flask's Response is one)
 
 from webhooks import services
 from webhooks.errors import TooManyAttempts
 from webhooks.storage.live import keys
 from webhooks.web import logins
+from webhooks.web.http import body_limit
 from webhooks.web.sessions import (  # the session rules this form opens and ends sessions under
     COOKIE,
     COOKIE_PATH,
@@ -41,6 +42,8 @@ def guard() -> Response | None:
     """before_request of every console route (the package's blueprint runs it for each)."""
     if request.endpoint in OPEN or not request.path.startswith(COOKIE_PATH):
         return None  # the health, metrics and OpenAPI routes share the blueprint
+    # before the form is read (its CSRF token): an upload's larger cap (web/http.py)
+    request.max_content_length = body_limit(request.path, current_app.config["MAX_CONTENT_LENGTH"])
     return require_admin()
 
 

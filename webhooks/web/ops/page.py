@@ -46,40 +46,66 @@ def _bar(cap: str, use: dict[str, Any]) -> dict[str, Any]:
 CHART_W, CHART_H, SLOT = 720, 160, 30  # the 24-hour chart: its plot area and one hour's width
 
 
-def chart(hours: list[dict[str, Any]]) -> dict[str, Any]:
+def chart(
+    hours: list[dict[str, Any]], whole: str = "leads", part: str = "sold", title: str = "Leads and sold leads"
+) -> dict[str, Any]:
     """The last hours as an inline SVG's geometry, computed here so the template only places
-    it: per hour a bar of leads with the sold ones over it, and the revenue as a line on a
-    scale of its own. No script: the page's CSP runs none."""
-    top_leads = max([h["leads"] for h in hours] + [1])
+    it: per hour a bar of `whole` (leads; a buyer's offers) with `part` (sold; its sales) over
+    it, and the revenue as a line on a scale of its own. No script: the page's CSP runs none."""
+    top = max([h[whole] for h in hours] + [1])
     top_revenue = max([h["revenue"] for h in hours] + [Decimal(1)])
     bars, points = [], []
     for i, h in enumerate(hours):
         x = i * SLOT
-        leads_h = round(CHART_H * h["leads"] / top_leads)
-        sold_h = round(CHART_H * h["sold"] / top_leads)
+        whole_h = round(CHART_H * h[whole] / top)
+        part_h = round(CHART_H * h[part] / top)
         bars.append(
             {
                 **h,
                 "label": h["hour"].strftime("%H:00"),
                 "x": x + 4,
                 "w": SLOT - 8,
-                "leads_y": CHART_H - leads_h,
-                "leads_h": leads_h,
-                "sold_y": CHART_H - sold_h,
-                "sold_h": sold_h,
+                "leads_y": CHART_H - whole_h,
+                "leads_h": whole_h,
+                "sold_y": CHART_H - part_h,
+                "sold_h": part_h,
             }
         )
         points.append(f"{x + SLOT // 2},{CHART_H - round(CHART_H * h['revenue'] / top_revenue)}")
     return {
         "bars": bars,
+        "whole": whole,
+        "part": part,
+        "title": title,
         "revenue_line": " ".join(points),
-        "top_leads": top_leads,
+        "top_leads": top,
         "top_revenue": f"{top_revenue:.2f}",
-        "leads": sum(h["leads"] for h in hours),
-        "sold": sum(h["sold"] for h in hours),
+        whole: sum(h[whole] for h in hours),
+        part: sum(h[part] for h in hours),
         "revenue": f"{sum((h['revenue'] for h in hours), Decimal(0)):.2f}",
         "width": CHART_W,
         "height": CHART_H,
+    }
+
+
+FIGURE_DAYS = 7  # a buyer's page: its figures of today and of the last FIGURE_DAYS days
+
+
+def buyer_figures(buyer_id: str, now: datetime) -> dict[str, Any]:
+    """A buyer's figures as the report by buyer has them (leads/accounting/reports.py: the same
+    query on lead_stats, the same arithmetic): today's (UTC) and the last FIGURE_DAYS days',
+    each with the report's range to check it against; and its offers and sales per hour over
+    the last 24 hours."""
+    today = now.astimezone(timezone.utc).date()
+    periods = []
+    for label, first in (("today", today), (f"last {FIGURE_DAYS} days", today - timedelta(days=FIGURE_DAYS - 1))):
+        totals = reports.as_json(reports.report(first, today, "buyer", buyer_id=buyer_id))["totals"]
+        days: dict[str, Any] = {"from": first.isoformat(), "to": today.isoformat()}
+        report = url_for("ops.reports.reports", group_by="buyer", **days)
+        periods.append({"label": label, "report": report, **totals})
+    return {
+        "periods": periods,
+        "chart": chart(reports.last_hours(now, buyer_id=buyer_id), "offers", "sales", "Offers and sales"),
     }
 
 

@@ -12,7 +12,7 @@ from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.errors import BadRequest, ValidationError
+from webhooks.errors import ValidationError
 from webhooks.formats.validate import is_id, merge_patch
 from webhooks.leads.accounting import payout_statement
 from webhooks.leads.rules import publisher_service, publishers
@@ -41,11 +41,20 @@ FIELDS = (
     Field("sell.max_sales", "Sales per lead", NUMBER, hint="shared buyers one lead may be sold to; empty: 1"),
     Field("mode", "Mode", SELECT, choices=MODES, hint="test: every lead is a test lead, nothing sold"),
     *(Field(f"caps.{cap}", f"Cap: {cap}", NUMBER) for cap in PUBLISHER_CAPS),
-    Field("rate_limit", "Rate limit", JSON, hint='JSON, e.g. {"per_second": 50, "burst": 100}; empty: the default'),
-    Field("fields", "Field spec", JSON, hint="JSON: the lead fields it must send, and their types"),
+    Field("rate_limit.per_second", "Rate limit (leads/s)", NUMBER, hint="empty, with the burst: the default limit"),
+    Field(
+        "rate_limit.burst", "Rate limit burst", NUMBER, hint="leads at once above the rate; empty: one second's worth"
+    ),
     Field("suppress", "Suppression lists", LIST, hint="list ids whose consumers' leads are refused, comma-separated"),
     Field("precheck.per_lead", "Pre-pings per lead", NUMBER, hint="pre-pings a day per lead posted; empty: 10"),
     Field("precheck.daily_floor", "Pre-pings a day", NUMBER, hint="pre-pings a day with no lead posted; empty: 1000"),
+    Field(
+        "fields",
+        "Field spec",
+        JSON,
+        section="Advanced",
+        hint='JSON: the lead fields it must send and their types, e.g. {"state": {"type": "enum", "values": ["TX"]}}',
+    ),
 )
 NEW_FIELDS = (
     Field("id", "Id", required=True, hint="letters, digits, - and _; cannot change later"),
@@ -76,22 +85,27 @@ def publisher_new() -> ResponseReturnValue:
 @bp.post("/ops/publishers")
 def publisher_create() -> ResponseReturnValue:
     """Create a publisher from the form: its page with the API key shown this once, or the
-    form again with each refusal beside its field (400)."""
-    try:
-        body = forms.read(NEW_FIELDS, request.form)
-        publisher_id = body.pop("id", None)
-        if not isinstance(publisher_id, str) or not is_id(publisher_id):
-            raise ValidationError(publishers.CODE, "id", "must be 1 to 64 letters, digits, - or _")
-        if Publisher.get_or_none(Publisher.id == publisher_id) is not None:
-            raise ValidationError(publishers.CODE, "id", "is taken: open that publisher to edit it")
-        api_key = body.get("api_key") or new_key()
-        row = publisher_service.save(
-            services.current().store, publisher_id, publishers.parse(merge_patch({}, {**body, "api_key": api_key}))
-        )
-    except BadRequest as exc:
-        values, errors = forms.refilled(NEW_FIELDS, request.form), forms.errors_of(NEW_FIELDS, exc)
+    form again with every refusal listed above it and each beside its field (400)."""
+    reading = forms.read(NEW_FIELDS, request.form)
+    publisher_id = str(reading.body.get("id") or "")
+    api_key = reading.body.get("api_key") or new_key()
+    body = {**{name: value for name, value in reading.body.items() if name != "id"}, "api_key": api_key}
+    columns, errors = forms.checked(NEW_FIELDS, request.form, reading, lambda: publishers.parse(merge_patch({}, body)))
+    if "id" not in errors and (problem := _id_problem(publisher_id)):
+        errors["id"] = problem
+    if columns is None or errors:
+        values = forms.refilled(NEW_FIELDS, request.form)
         return page("publisher_new.html", SECTION, 400, fields=NEW_FIELDS, values=values, errors=errors)
+    row = publisher_service.save(services.current().store, publisher_id, columns)
     return _publisher_page(row, None, {}, 201, api_key=api_key)
+
+
+def _id_problem(publisher_id: str) -> str | None:
+    if not is_id(publisher_id):
+        return "must be 1 to 64 letters, digits, - or _"
+    if Publisher.get_or_none(Publisher.id == publisher_id) is not None:
+        return "is taken: open that publisher to edit it"
+    return None
 
 
 def new_key() -> str:
@@ -134,15 +148,16 @@ def _publisher_page(
 
 @bp.post("/ops/publishers/<id:publisher_id>")
 def publisher_save(publisher_id: str) -> ResponseReturnValue:
-    """Save the edit form as a merge patch (an empty API key field keeps the key)."""
+    """Save the edit form as a merge patch (an empty API key field keeps the key): 303 to the
+    page, or the page again (400) with every refusal, and nothing saved."""
     row = publisher_service.existing(publisher_id)
-    try:
-        changes = forms.read(FIELDS, request.form)
-        if not changes.get("api_key"):
-            changes.pop("api_key", None)
-        publisher_service.patch(services.current().store, row, changes)
-    except BadRequest as exc:
-        return _publisher_page(row, forms.refilled(FIELDS, request.form), forms.errors_of(FIELDS, exc), 400)
+    current = publishers.to_json(row)
+    reading = forms.read(FIELDS, request.form, current)
+    changes = {name: value for name, value in reading.body.items() if name != "api_key" or value}
+    columns, errors = forms.checked(FIELDS, request.form, reading, lambda: publisher_service.patched(row, changes))
+    if columns is None or errors:
+        return _publisher_page(row, forms.refilled(FIELDS, request.form, current), errors, 400)
+    publisher_service.save(services.current().store, publisher_id, columns)
     return done("ops.publishers.publisher", "saved", publisher_id=publisher_id)
 
 
