@@ -136,6 +136,7 @@ CONTRACT = {
     "GET /ops/users",
     "POST /ops/users",
     "POST /ops/users/{user_id}/deactivate",
+    "GET /portal",
     "GET /portal/login",
     "POST /portal/login",
     "POST /portal/logout",

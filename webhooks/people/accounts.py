@@ -26,7 +26,7 @@ from email_validator import EmailNotValidError, validate_email
 
 from webhooks.errors import Conflict, NotFound, ValidationError
 from webhooks.storage.records import audit
-from webhooks.storage.records.db import db
+from webhooks.storage.records.db import db, is_mysql
 from webhooks.storage.records.models import Buyer, Publisher, User, utcnow
 
 
@@ -191,9 +191,21 @@ def active(user_id: int) -> User | None:
 
 def deactivate(user_id: int) -> User:
     """The user made inactive (its sessions end with it: every request looks it up), with an
-    audit row; deactivating an inactive one changes nothing."""
+    audit row; deactivating an inactive one changes nothing. The last owner who can log in
+    (active and set up) stays (409 `last_owner`): without one, nobody could manage users but
+    the admin token."""
     with db.atomic():
         user = existing(user_id)
+        if user.active and user.password_hash is not None and Role(user.role) is Role.OWNER:
+            owners = User.select(User.id).where(
+                (User.role == Role.OWNER.value) & (User.active == True) & User.password_hash.is_null(False)  # noqa: E712
+            )
+            # the owners' rows locked: owners deactivated at once go one after another, and the
+            # last finds its owner the last one
+            if [u.id for u in (owners.for_update() if is_mysql() else owners)] == [user_id]:
+                raise Conflict(
+                    "the last active owner cannot be deactivated: make another owner first", code="last_owner"
+                )
         if user.active:
             User.update(active=False, setup_digest=None, updated_at=utcnow()).where(User.id == user_id).execute()
             audit.record(audit.ADMIN, "user.deactivate", "user", str(user_id), {"email": user.email})

@@ -23,5 +23,11 @@ def check(role: str, method: str, endpoint: str | None) -> None:
         return
     if Role(role) is Role.ANALYST:
         raise Forbidden("an analyst reads and changes nothing", code="read_only_role")
-    if Role(role) is not Role.OWNER and (endpoint or "").startswith(USERS_ENDPOINTS):
+    if not manages_users(role) and (endpoint or "").startswith(USERS_ENDPOINTS):
         raise Forbidden("only an owner manages users", code="owner_only")
+
+
+def manages_users(role: str | None) -> bool:
+    """Whether `role` may invite and deactivate users (None: the admin token, which may), so
+    that a page offers those forms only to whom they would not refuse."""
+    return role is None or Role(role) is Role.OWNER

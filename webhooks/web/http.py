@@ -1,4 +1,5 @@
-"""HTTP plumbing shared by the blueprints: JSON errors, body parsing, id converter, request ids."""
+"""HTTP plumbing shared by the blueprints: JSON errors (a page for a browser on /ops and /portal),
+body parsing, id converter, request ids."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flask import Flask, Response, current_app, jsonify, request, stream_with_context
+from flask import Flask, Response, current_app, jsonify, render_template_string, request, stream_with_context
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
@@ -160,8 +161,32 @@ def patch_body(code: str) -> dict[str, object]:
     return body
 
 
+# The pages people read in a browser (the console, the set-up page and the portals): an error
+# there is a page saying what happened with a way back, not a JSON body with none.
+BROWSER_PAGES = ("/ops/", "/portal/")
+ERROR_PAGE = """{% extends "base.html" %}{% set bare = True %}
+{% block title %}{{ status }} · Floodgate{% endblock %}
+{% block body %}<h1>{{ title }}</h1><div class="errors" role="alert" data-error-code="{{ code }}">{{ message }}</div>
+<p><a href="{{ back }}">Back to {{ back }}</a></p>{% endblock %}"""
+ERROR_TITLES = {401: "Log in first", 403: "Not allowed", 404: "Not found", 429: "Too many tries"}
+
+
+def _wants_page() -> bool:
+    """A browser's request of a console or portal page (it prefers HTML to anything else)."""
+    preferred = request.accept_mimetypes.best_match(["application/json", "text/html"])
+    return (request.path + "/").startswith(BROWSER_PAGES) and preferred == "text/html"
+
+
+def error_page(code: str, message: str, status: int) -> Response:
+    """The HTML page of an error (ERROR_PAGE), linking back to the console or portal's start."""
+    back = "/portal" if request.path.startswith("/portal") else "/ops"
+    title = ERROR_TITLES.get(status, "Refused" if status < 500 else "Something went wrong")
+    html = render_template_string(ERROR_PAGE, status=status, title=title, code=code, message=message, back=back)
+    return Response(html, status=status, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
 def _on_floodgate_error(exc: FloodgateError) -> ResponseReturnValue:
-    resp = error(exc.code, exc.message, exc.status)
+    resp = error_page(exc.code, exc.message, exc.status) if _wants_page() else error(exc.code, exc.message, exc.status)
     if isinstance(exc, InvalidLead):  # every failing field of the publisher's spec, named
         resp = jsonify({"error": {"code": exc.code, "message": exc.message, "fields": exc.fields}})
         resp.status_code = exc.status
@@ -178,7 +203,7 @@ def _on_http_exception(exc: HTTPException) -> ResponseReturnValue:
         message = f"request body exceeds {limit // 1024} KiB"
     else:
         message = exc.description or code
-    return error(code, message, exc.code or 500)
+    return (error_page if _wants_page() else error)(code, message, exc.code or 500)
 
 
 def _on_redis_down(exc: Exception) -> ResponseReturnValue:

@@ -21,8 +21,9 @@ from argon2.exceptions import VerificationError
 from testkit.ops import COOKIE
 from testkit.servers import WebServer, wait_until
 from tests.conftest import ADMIN_TOKEN
+from tests.web.test_buyer_api import _sold
 from webhooks.storage.records.db import db
-from webhooks.storage.records.models import AuditLog, Publisher, User
+from webhooks.storage.records.models import AuditLog, LeadReturn, Publisher, User
 from webhooks.web.logins import ACCOUNT_FAILURES, LOGIN_FAILURES
 
 PASSWORD = "correct horse battery staple"
@@ -369,3 +370,104 @@ def test_a_set_up_link_never_reaches_the_access_log(base_env, tmp_path):
         assert token not in text
     finally:
         server.stop()
+
+
+BROWSER_ACCEPT = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", **SAME_SITE}
+
+
+def test_a_refused_change_is_a_page_for_a_browser_and_json_for_a_client(app, api):
+    analyst = user_client(app, api, "ana@example.com", "analyst")
+    fields = {"id": "pub-a", "name": "A", "csrf_token": csrf(analyst)}
+    page = analyst.post("/ops/publishers", data=fields, headers=BROWSER_ACCEPT)
+    assert page.status_code == 403 and page.mimetype == "text/html"
+    html = page.get_data(as_text=True)
+    assert "<h1>Not allowed</h1>" in html and "an analyst reads and changes nothing" in html and 'href="/ops"' in html
+    client = analyst.post("/ops/publishers", data=fields, headers=SAME_SITE)
+    assert client.status_code == 403 and client.get_json()["error"]["code"] == "read_only_role"
+
+
+def test_the_users_page_offers_invite_and_deactivate_to_an_owner_only(app, api):
+    admin = user_client(app, api, "adm@example.com", "admin")
+    html = admin.get("/ops/users").get_data(as_text=True)
+    assert 'id="invite"' not in html and "Deactivate" not in html and "Only an owner" in html
+    owner = user_client(app, api, "own@example.com", "owner", address="192.0.2.11")
+    html = owner.get("/ops/users").get_data(as_text=True)
+    assert 'id="invite"' in html and "Deactivate" in html
+
+
+def test_the_last_owner_who_can_log_in_cannot_be_deactivated(app, api):
+    owner = user_client(app, api, "own@example.com", "owner")
+    first = stored("own@example.com").id
+    refused = api.http.delete(f"{api.base}/v1/admin/users/{first}", headers=api.admin)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "last_owner"
+    page = post(owner, f"/ops/users/{first}/deactivate", {})
+    assert page.status_code == 409 and "last active owner" in page.get_data(as_text=True)
+    # an owner invited but not set up is no owner yet: it may go, and does not count
+    pending = invite(api, "later@example.com", "owner")
+    assert post(owner, f"/ops/users/{pending['id']}/deactivate", {}).status_code == 303
+    assert api.http.delete(f"{api.base}/v1/admin/users/{first}", headers=api.admin).status_code == 409
+    # with a second owner set up, either may go, but not both
+    second = user_client(app, api, "two@example.com", "owner", address="192.0.2.11")
+    assert post(second, f"/ops/users/{first}/deactivate", {}).status_code == 303
+    assert not stored("own@example.com").active
+    last = stored("two@example.com").id
+    assert api.http.delete(f"{api.base}/v1/admin/users/{last}", headers=api.admin).status_code == 409
+    assert stored("two@example.com").active
+
+
+def test_owners_deactivated_all_at_once_leave_one(web, api):
+    """Against gunicorn, every owner deactivated at once: the owners' rows are locked, so the
+    deactivations go one after another and the last finds its owner the last one."""
+    ids = []
+    hashed = PasswordHasher().hash(PASSWORD)
+    for i in range(6):
+        email = f"owner{i}@example.com"
+        resp = requests.post(f"{web.url}/v1/admin/users", json={"email": email, "role": "owner"}, headers=api.admin)
+        assert resp.status_code == 201, resp.text
+        ids.append(resp.json()["id"])
+        with db.connection_context():  # set up, as its link would
+            User.update(password_hash=hashed, setup_digest=None).where(User.email == email).execute()
+    start = threading.Barrier(len(ids))
+
+    def deactivate(user_id: int) -> int:
+        start.wait()
+        headers = {**api.admin, "Connection": "close"}
+        return requests.delete(f"{web.url}/v1/admin/users/{user_id}", headers=headers, timeout=30).status_code
+
+    with ThreadPoolExecutor(len(ids)) as pool:
+        answers = sorted(pool.map(deactivate, ids))
+    assert answers == [200] * (len(ids) - 1) + [409], answers
+    with db.connection_context():
+        assert User.select().where(User.active == True).count() == 1  # noqa: E712
+
+
+def test_a_return_made_on_the_console_names_its_user(app, api, buyer_server):
+    buyer_server.add("acme")
+    api.put_buyer("acme", buyer_server.url("acme"))
+    _sold("lead-r1", "acme")
+    admin = user_client(app, api, "adm@example.com", "admin")
+    made = post(admin, "/ops/leads/lead-r1/return?publisher_id=surge", {"reason": "bad number"})
+    assert made.status_code == 303, made.get_data(as_text=True)[:300]
+    with db.connection_context():
+        assert LeadReturn.get(LeadReturn.lead_id == "lead-r1").actor == "user:adm@example.com"
+        assert AuditLog.get(AuditLog.action == "lead.returned").actor == "user:adm@example.com"
+
+
+def test_the_users_page_invites_a_portal_user_tied_to_its_buyer(app, api, buyer_server):
+    buyer_server.add("acme")
+    api.put_buyer("acme", buyer_server.url("acme"))
+    owner = user_client(app, api, "own@example.com", "owner")
+    page = owner.get("/ops/users").get_data(as_text=True)
+    assert '<option value="acme">buyer</option>' in page  # the pick-list
+    made = post(owner, "/ops/users", {"email": "desk@acme.example", "role": "buyer", "tenant": "acme"})
+    assert made.status_code == 201 and "/ops/setup/" in made.get_data(as_text=True)
+    assert stored("desk@acme.example").buyer_id == "acme"
+    for fields, problem in (
+        ({"email": "a@example.com", "role": "analyst", "tenant": "acme"}, "only a buyer or publisher user"),
+        ({"email": "b@example.com", "role": "buyer", "tenant": ""}, "buyer_id: required"),
+        ({"email": "c@example.com", "role": "publisher", "tenant": "acme"}, "no publisher"),
+    ):
+        refused = post(owner, "/ops/users", fields)
+        assert refused.status_code == 400 and problem in refused.get_data(as_text=True), fields
+    with db.connection_context():
+        assert User.select().count() == 2

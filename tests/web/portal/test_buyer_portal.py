@@ -132,7 +132,9 @@ def test_a_buyer_user_sees_searches_returns_and_gives_feedback_on_its_own_sales(
     assert returned.status_code == 200, returned.get_data(True)
     with db.connection_context():
         assert Sale.get(Sale.lead_id == A_LEAD).status in ("returned", "return_pending")
-        assert AuditLog.select().where(AuditLog.actor == "buyer:acme").exists()
+        # the portal's user is named, in the audit log and on the return
+        assert AuditLog.get(AuditLog.action == "lead.returned").actor == f"user:{A_EMAIL}"
+        assert LeadReturn.get(LeadReturn.lead_id == A_LEAD).actor == f"user:{A_EMAIL}"
 
     statement = client.get(f"/portal/buyer/statement?month={MONTH}").get_data(as_text=True)
     assert "acme-topup" in statement and b_free(statement)
@@ -237,7 +239,7 @@ BY_ID = {
     "/v1/buyer/returns",
     "/v1/buyer/feedback",
 }
-WALKED_PORTAL = 11  # the buyer portal's 9 routes, login and logout
+WALKED_PORTAL = 12  # the buyer portal's 9 routes, the start, login and logout
 WALKED = WALKED_PORTAL + 3  # and the 3 of /v1/buyer
 
 
@@ -252,12 +254,13 @@ def test_buyer_a_reaches_nothing_of_buyer_b_through_any_portal_or_buyer_api_rout
     walked["/v1/buyer/returns"] = [answer(api.http.post(f"{api.base}/v1/buyer/returns", json=b_lead, headers=auth))]
     fb = {**b_lead, "id": "f1", "event": "converted"}
     walked["/v1/buyer/feedback"] = [answer(api.http.post(f"{api.base}/v1/buyer/feedback", json=fb, headers=auth))]
+    walked["/portal"] = [answer(client.get("/portal"))]  # the start: to A's own portal
     walked["/portal/logout"] = [
         answer(client.post("/portal/logout", data={"csrf_token": token}, headers=SAME_SITE))
     ]  # last: it ends the session
 
     prefixes = ("/portal/buyer", "/portal/log", "/v1/buyer")
-    every = {r.rule for r in app.url_map.iter_rules() if r.rule.startswith(prefixes)}
+    every = {r.rule for r in app.url_map.iter_rules() if r.rule.startswith(prefixes) or r.rule == "/portal"}
     assert set(walked) == every, "not walked: " + ", ".join(sorted(every ^ set(walked)))
     assert len(walked) == WALKED
     for rule, answers in walked.items():

@@ -118,11 +118,20 @@ class BuyerReturn:
 
 
 def return_own(
-    store: Store, *, queue_redis: Store, queue: Queue, buyer_id: str, publisher_id: str, lead_id: str, reason: object
+    store: Store,
+    *,
+    queue_redis: Store,
+    queue: Queue,
+    buyer_id: str,
+    publisher_id: str,
+    lead_id: str,
+    reason: object,
+    actor: str | None = None,
 ) -> BuyerReturn:
     """Return the caller's sale of a lead under its policy, through the admin's code path
-    (return_service.return_now: the same checks, the same effects once), the audit naming
-    `buyer:<id>`. Done: the sale as `view` shows it after; pending: {"return_id", "status"}."""
+    (return_service.return_now: the same checks, the same effects once), the audit and the
+    return naming `actor` (the buyer API: `buyer:<id>`; the portal: its user). Done: the sale as
+    `view` shows it after; pending: {"return_id", "status"}."""
     sale = own_sale(buyer_id, publisher_id, lead_id)
     done = return_service.return_now(
         store,
@@ -132,7 +141,7 @@ def return_own(
         publisher_id=publisher_id,
         reason=reason,
         buyer_id=buyer_id,
-        actor=f"buyer:{buyer_id}",
+        actor=actor or f"buyer:{buyer_id}",
     )
     if done.pending:
         return BuyerReturn(done.record, True)

@@ -148,7 +148,7 @@ def request_return(
                 status=ReturnStatus.PENDING if manual else ReturnStatus.APPROVED,
                 requested_at=naive_now,
                 decided_at=None if manual else naive_now,
-                actor=None if manual else actor,
+                actor=None if manual else audit.who(actor),
             ).execute()
             if manual:
                 moved = (
@@ -322,7 +322,7 @@ def decide(
                 raise NotFound(f"no return {return_id!r}")
             status = ReturnStatus.APPROVED if approve else ReturnStatus.REJECTED
             won = (
-                LeadReturn.update(status=status, decided_at=naive_now, actor=actor)
+                LeadReturn.update(status=status, decided_at=naive_now, actor=audit.who(actor))
                 .where(LeadReturn.id == ret.id, LeadReturn.status == ReturnStatus.PENDING)
                 .execute()
             )

@@ -30,7 +30,9 @@ def reset(token: Token[str | None]) -> None:
     _acting.reset(token)
 
 
-def _actor(actor: str) -> str:
+def who(actor: str) -> str:
+    """`actor` as the log names it: the acting user instead of "admin" (a column that keeps
+    who decided, a return's, takes it too)."""
     user = _acting.get()
     return user if actor == ADMIN and user is not None else actor
 
@@ -38,7 +40,7 @@ def _actor(actor: str) -> str:
 def record(actor: str, action: str, entity: str, entity_id: str, detail: Any = None) -> None:
     """Add an audit row (inside the caller's transaction, so it commits with the change)."""
     AuditLog.create(
-        actor=_actor(actor),
+        actor=who(actor),
         action=action,
         entity=entity,
         entity_id=entity_id,
@@ -53,7 +55,7 @@ def record_many(actor: str, entity: str, rows: list[tuple[str, str, Any]]) -> No
             AuditLog,
             [
                 {
-                    "actor": _actor(actor),
+                    "actor": who(actor),
                     "action": action,
                     "entity": entity,
                     "entity_id": entity_id,

@@ -5,12 +5,12 @@ webhooks/people/roles.py, checked once for every console route by webhooks/web/s
 
 from __future__ import annotations
 
-from flask import Blueprint, redirect, render_template, request, url_for
+from flask import Blueprint, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from webhooks.errors import Conflict, ValidationError
-from webhooks.people import accounts
-from webhooks.storage.records.models import AuditLog
+from webhooks.people import accounts, roles
+from webhooks.storage.records.models import AuditLog, Buyer, Publisher
 from webhooks.web import sessions
 from webhooks.web.people.api import setup_link
 
@@ -18,6 +18,8 @@ bp = Blueprint("users", __name__)
 bp.before_request(sessions.require_admin)
 
 SECTION = "people.users.users"
+ROLES = frozenset(r.value for r in accounts.Role)
+PICK = 500  # buyers and publishers offered in the invitation's pick-list (any id may be typed)
 NO_STORE = {"Cache-Control": "no-store"}
 
 
@@ -28,8 +30,11 @@ def _page(status: int = 200, **context: object) -> tuple[str, int, dict[str, str
         "users.html",
         section=SECTION,
         users=users,
-        roles=[r.value for r in accounts.Role if r in accounts.OPERATOR_ROLES],
+        roles=[r.value for r in accounts.Role],
+        buyers=[b.id for b in Buyer.select(Buyer.id).where(Buyer.deleted_at.is_null()).order_by(Buyer.id).limit(PICK)],
+        publishers=[p.id for p in Publisher.select(Publisher.id).order_by(Publisher.id).limit(PICK)],
         audit=rows,
+        manages=roles.manages_users(user.role if (user := g.get("ops_user")) is not None else None),
         **context,
     )
     return html, status, NO_STORE
@@ -42,12 +47,19 @@ def users_page() -> ResponseReturnValue:
 
 @bp.post("/ops/users", endpoint="invite")
 def invite() -> ResponseReturnValue:
-    """Invite a user: the page again, with its set-up link (shown this once), or the refusal."""
+    """Invite a user (of a portal role: tied to the form's `tenant`, a buyer or publisher id):
+    the page again, with its set-up link (shown this once), or the refusal."""
+    form = request.form
+    body = {"email": form.get("email", ""), "role": form.get("role", "")}
     try:
-        email, role, tenant = accounts.parse_new(
-            {"email": request.form.get("email", ""), "role": request.form.get("role")}
-        )
-        user, token = accounts.invite(email, role, tenant)
+        tenant = form.get("tenant", "").strip()
+        if tenant:  # the form's one field for the buyer or publisher a portal user is tied to
+            tie = accounts.TENANT_FIELD.get(accounts.Role(body["role"])) if body["role"] in ROLES else None
+            if tie is None:
+                raise ValidationError("invalid_user", "tenant", "only a buyer or publisher user is tied to one")
+            body[tie] = tenant
+        email, role, tied = accounts.parse_new(body)
+        user, token = accounts.invite(email, role, tied)
     except (ValidationError, Conflict) as exc:
         return _page(400 if isinstance(exc, ValidationError) else 409, error=str(exc))
     return _page(201, invited=accounts.to_json(user), link=setup_link(token))
@@ -55,5 +67,9 @@ def invite() -> ResponseReturnValue:
 
 @bp.post("/ops/users/<int:user_id>/deactivate", endpoint="deactivate")
 def deactivate(user_id: int) -> ResponseReturnValue:
-    accounts.deactivate(user_id)
+    """Deactivate a user: back to the page; the page again saying why not for the last owner."""
+    try:
+        accounts.deactivate(user_id)
+    except Conflict as exc:
+        return _page(409, error=str(exc))
     return redirect(url_for(SECTION, notice="saved"), code=303)

@@ -25,6 +25,15 @@ def _form(error: str | None, status: int) -> tuple[str, int, dict[str, str]]:
     return html, status, {"Cache-Control": "no-store"}
 
 
+@bp.get("/portal")
+def start() -> Response:
+    """The portal's address as a person types it: its user's portal, else the login form."""
+    found = sessions.portal_session()
+    if found is None:
+        return redirect(url_for("portal.auth.login"), code=303)
+    return redirect(url_for(HOME[accounts.Role(found[1].role)]), code=303)
+
+
 @bp.get("/portal/login")
 def login() -> tuple[str, int, dict[str, str]]:
     return _form(None, 200)

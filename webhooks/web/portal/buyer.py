@@ -21,7 +21,8 @@ from webhooks.formats.validate import instant
 from webhooks.leads.accounting import buyer_sales, feedback
 from webhooks.leads.accounting.search import BadCursor
 from webhooks.leads.rules import buyer_keys
-from webhooks.people.accounts import Role
+from webhooks.leads.rules.buyers import ReturnPolicy
+from webhooks.people.accounts import Role, actor
 from webhooks.storage.records.models import Buyer
 from webhooks.web import sessions
 from webhooks.web.http import csv_response
@@ -33,6 +34,8 @@ PAGE = 50
 CSV_PAGE = 500
 CSV_COLUMNS = ("lead_id", "publisher_id", "price", "status", "sold_at", "returned_at", "return_reason", "return_id")
 STATEMENT_LINES = 50
+BAD_CURSOR = "cursor: is not a cursor of this list"
+FEEDBACK_SENT = "Your feedback is recorded."
 TOP_UP = (
     "Your leads are paid from a prepaid wallet. To top it up, pay by bank transfer or card to the "
     "account your account manager gave you, quoting your buyer id as the reference; the balance "
@@ -71,18 +74,22 @@ def home() -> ResponseReturnValue:
 @bp.post("/portal/buyer/key")
 def rotate_key() -> ResponseReturnValue:
     """A new API key for the buyer, replacing the old one, shown on this answer only."""
-    key = buyer_keys.issue(_buyer_id(), actor=f"user:{g.portal_user.email}")
+    key = buyer_keys.issue(_buyer_id(), actor=actor(g.portal_user))
     html = render_template("portal_buyer.html", buyer_id=_buyer_id(), balance=None, top_up=TOP_UP, api_key=key)
     return html, 200
 
 
 @bp.get("/portal/buyer/sales")
 def sales() -> ResponseReturnValue:
+    """The search; a field it refuses is said above the form, as typed (400)."""
+    shown = {"args": request.args, "statuses": buyer_sales.STATUSES}
     try:
         page = buyer_sales.page(_query(), limit=PAGE, cursor=request.args.get("cursor") or None)
     except BadCursor:
-        raise ValidationError("invalid_query", "cursor", "is not a cursor of this list") from None
-    return render_template("portal_sales.html", items=page.items, next_cursor=page.next_cursor, args=request.args)
+        return render_template("portal_sales.html", items=[], next_cursor=None, error=BAD_CURSOR, **shown), 400
+    except ValidationError as exc:
+        return render_template("portal_sales.html", items=[], next_cursor=None, error=str(exc), **shown), 400
+    return render_template("portal_sales.html", items=page.items, next_cursor=page.next_cursor, **shown)
 
 
 @bp.get("/portal/buyer/sales.csv")
@@ -104,14 +111,28 @@ def _csv(query: buyer_sales.SaleQuery) -> Iterator[str]:
 
 @bp.get("/portal/buyer/sales/<publisher_id>/<lead_id>")
 def sale(publisher_id: str, lead_id: str) -> ResponseReturnValue:
-    return _sale_page(publisher_id, lead_id, None, 200)
+    """The sale's page (saying so after feedback was sent: `?notice=feedback`)."""
+    sent = FEEDBACK_SENT if request.args.get("notice") == "feedback" else None
+    return _sale_page(publisher_id, lead_id, sent, 200)
 
 
 def _sale_page(publisher_id: str, lead_id: str, message: str | None, status: int) -> ResponseReturnValue:
+    """The sale's page; `message` says what came of a form (an error when `status` is 4xx)."""
     own = buyer_sales.own_sale(_buyer_id(), publisher_id, lead_id)  # 404 unless the buyer's
     shown = buyer_sales.view(own, None)
     given = feedback.of_sales([own.id]).get(own.id, [])
-    return render_template("portal_sale.html", sale=shown, feedback=given, message=message), status
+    row = Buyer.get_or_none(Buyer.id == _buyer_id())
+    reasons = ReturnPolicy.of(row).reasons if row is not None else None
+    html = render_template(
+        "portal_sale.html",
+        sale=shown,
+        feedback=given,
+        message=message,
+        failed=status >= 400,
+        reasons=reasons,
+        events=feedback.EVENTS,
+    )
+    return html, status
 
 
 @bp.post("/portal/buyer/sales/<publisher_id>/<lead_id>/return")
@@ -129,6 +150,7 @@ def return_sale(publisher_id: str, lead_id: str) -> ResponseReturnValue:
             publisher_id=publisher_id,
             lead_id=lead_id,
             reason=reason,
+            actor=actor(g.portal_user),
         )
     except (ValidationError, Conflict) as exc:
         return _sale_page(publisher_id, lead_id, str(exc), 409 if isinstance(exc, Conflict) else 400)
@@ -151,7 +173,9 @@ def send_feedback(publisher_id: str, lead_id: str) -> ResponseReturnValue:
         feedback.record(own, feedback.parse(body))
     except (ValidationError, Conflict) as exc:
         return _sale_page(publisher_id, lead_id, str(exc), 409 if isinstance(exc, Conflict) else 400)
-    return redirect(url_for("portal.buyer.sale", publisher_id=publisher_id, lead_id=lead_id), code=303)
+    return redirect(
+        url_for("portal.buyer.sale", publisher_id=publisher_id, lead_id=lead_id, notice="feedback"), code=303
+    )
 
 
 def _period() -> statement.Month:

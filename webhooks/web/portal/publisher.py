@@ -16,7 +16,7 @@ from flask.typing import ResponseReturnValue
 
 from webhooks import services
 from webhooks.billing.statement import Month
-from webhooks.errors import NotFound, ValidationError
+from webhooks.errors import NotFound
 from webhooks.leads.accounting import payout_statement
 from webhooks.leads.rules import publisher_service
 from webhooks.people.accounts import Role
@@ -32,6 +32,7 @@ PAGE = 50
 STATEMENT_LINES = 50
 KEY_PREFIX = "pk_"
 NOT_YOURS = "no such lead of this publisher"
+STATUSES = tuple(str(s) for s in LeadStatus)
 
 
 def _publisher_id() -> str:
@@ -86,20 +87,23 @@ def _lead(row: Lead, sales: list[dict[str, Any]]) -> dict[str, Any]:
 
 @bp.get("/portal/publisher/leads")
 def leads() -> ResponseReturnValue:
-    """The publisher's newest leads (`?lead_id=`, `?status=`), each with its sales' payouts."""
+    """The publisher's newest leads by arrival (`?lead_id=`, `?status=`; the index on publisher and
+    received_at), each with its sales' payouts."""
     conds = [Lead.publisher_id == _publisher_id()]
     lead_id = request.args.get("lead_id") or None
     status = request.args.get("status") or None
-    if status is not None and status not in {str(s) for s in LeadStatus}:
-        raise ValidationError("invalid_query", "status", "must be one of " + ", ".join(str(s) for s in LeadStatus))
+    shown = {"args": request.args, "statuses": STATUSES}
+    if status is not None and status not in STATUSES:
+        error = "status: must be one of " + ", ".join(STATUSES)
+        return render_template("portal_leads.html", items=[], error=error, **shown), 400
     if lead_id is not None:
         conds.append(Lead.lead_id == lead_id)
     if status is not None:
         conds.append(Lead.status == status)
-    rows = list(Lead.select().where(*conds).order_by(Lead.id.desc()).limit(PAGE))
+    rows = list(Lead.select().where(*conds).order_by(Lead.received_at.desc(), Lead.id.desc()).limit(PAGE))
     sales = _sales_of([r.lead_id for r in rows])
     items = [_lead(r, sales.get(r.lead_id, [])) for r in rows]
-    return render_template("portal_leads.html", items=items, args=request.args)
+    return render_template("portal_leads.html", items=items, **shown)
 
 
 @bp.get("/portal/publisher/leads/<lead_id>")
