@@ -1,10 +1,12 @@
 """A buyer's console page in a real headless Chromium, against gunicorn, the RQ worker, Redis
 and the database: its figures as the report has them, its circuit's health, "Send a test
 lead" (the sample, then a lead that is no JSON, then the buyer saying no), and the list's
-"Pause selected" / "Resume selected"."""
+"Pause selected" / "Resume selected". Screenshots land in $FG_SCREENSHOTS when set
+(scripts/screenshots), else in the test's tmp_path."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,6 +26,8 @@ BUYER, OTHER, PUBLISHER = "acme", "zen", "surge"
 def test_a_buyers_page_and_its_test_lead_as_a_person_uses_them(
     web_api: Api, worker: object, buyer_server: BuyerServer, page: Page, tmp_path: Path
 ):
+    shots = Path(os.environ.get("FG_SCREENSHOTS") or tmp_path).resolve()
+    shots.mkdir(parents=True, exist_ok=True)
     stub = buyer_server.add(BUYER)
     buyer_server.add(OTHER)
     key = web_api.put_publisher(PUBLISHER)
@@ -48,7 +52,7 @@ def test_a_buyers_page_and_its_test_lead_as_a_person_uses_them(
     assert sum(int(n or 0) for n in page.attrs("#buyer-chart g.hour", "data-sales")) == 3
     assert (page.text("#buyer-state .breaker") or "").strip() == "circuit: healthy"
     assert (page.text('#caps [data-cap="daily"] ~ .num') or "").strip() == "3 / 50"
-    page.screenshot(tmp_path / "buyer.png")
+    page.screenshot(shots / "34-buyer.png")
 
     # the sample lead: posted marked as a test, the answer shown, nothing sold
     person.submit("#send-test-lead", 200)
@@ -72,7 +76,7 @@ def test_a_buyers_page_and_its_test_lead_as_a_person_uses_them(
     page.fill("#test-lead-json", '{"lead_id": "t-no", "email": "no@example.com"}')
     person.submit("#send-test-lead", 200)
     assert page.attr(result, "data-outcome") == "rejected" and stub.received[-1]["body"]["lead_id"] == "t-no"
-    page.screenshot(tmp_path / "buyer-test-lead.png")
+    page.screenshot(shots / "35-buyer-test-lead.png")
     sold = web_api.get("/v1/admin/leads", params={"buyer_id": BUYER}).json()["items"]
     assert len(sold) == 3  # the test leads are in no ledger
 
@@ -84,7 +88,7 @@ def test_a_buyers_page_and_its_test_lead_as_a_person_uses_them(
     assert page.attr("#selected-done", "data-action") == "pause"
     assert page.attrs("#buyers tbody tr", "data-active") == ["false", "false"]
     assert [web_api.get(f"/v1/admin/buyers/{b}").json()["active"] for b in (BUYER, OTHER)] == [False, False]
-    page.screenshot(tmp_path / "buyers-paused.png")
+    page.screenshot(shots / "36-buyers-paused.png")
     page.check(f'#buyers input[name=buyer_id][value="{OTHER}"]')
     person.submit("#resume-selected", 200)
     assert page.attrs("#buyers tbody tr", "data-active") == ["false", "true"]

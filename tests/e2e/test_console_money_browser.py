@@ -29,7 +29,7 @@ class Person:
         self.page, self.api, self.shots = page, api, shots
 
     def shot(self, name: str) -> None:
-        self.page.screenshot(self.shots / f"money-{name}.png")
+        self.page.screenshot(self.shots / f"{name}.png")
 
     def goto(self, path: str) -> None:
         assert self.page.goto(self.api.base + path) == 200, (path, self.page.status)
@@ -101,7 +101,7 @@ def search_payments(p: Person) -> None:
     p.fill({"#payment-search input[name=from]": today})
     p.submit("#payment-search", 200)
     assert p.page.attrs("#payments tbody tr[data-listed]", "data-listed") == ["standard:mb-usd"]
-    p.shot("payments")
+    p.shot("37-payments")
 
 
 def look_up_a_wallet(p: Person) -> None:
@@ -116,7 +116,7 @@ def look_up_a_wallet(p: Person) -> None:
     assert p.page.attr("#wallet", "data-wallet") == "ada@example.com"
     assert p.page.attrs("[data-balance]", "data-amount") == ["40.00"]
     assert p.page.attrs("#wallet-moves tbody tr", "data-kind") == ["top_up"]
-    p.shot("wallet")
+    p.shot("38-wallet")
 
 
 def make_an_endpoint(p: Person) -> None:
@@ -126,7 +126,7 @@ def make_an_endpoint(p: Person) -> None:
     p.fill({"#ep-id": "app-money", "#ep-url": "ftp://app.example/hooks"})
     p.submit("#endpoint-new", 400)
     assert p.errors() == ["url"], p.errors()
-    p.shot("endpoint-refused")
+    p.shot("39-endpoint-refused")
     assert p.page.attr("#ep-url", "value") == "ftp://app.example/hooks"
     assert p.api.get("/v1/admin/event-endpoints/app-money").status_code == 404
 
@@ -136,7 +136,7 @@ def make_an_endpoint(p: Person) -> None:
     got = p.api.get("/v1/admin/event-endpoints/app-money").json()
     assert secret.startswith("whsec_") and got["secret"].endswith(secret[-4:]) and got["secret"] != secret
     assert got["enabled"] is True and got["publisher_id"] is None and len(got["types"]) > 2, got
-    p.shot("endpoint-secret")
+    p.shot("40-endpoint-secret")
 
     p.submit("#endpoint form.inline", 200)  # its first button: Pause
     assert p.path() == "/ops/events/endpoints/app-money?notice=paused", p.path()
@@ -168,6 +168,6 @@ def fill_a_suppression_list(p: Person, tmp_path: Path) -> None:
     result = {k: p.page.attr("#change-result", f"data-{k}") for k in ("read", "added", "invalid")}
     assert result == {"read": "3", "added": "2", "invalid": "1"}, result  # the header line refused
     assert p.api.get("/v1/admin/suppression-lists/dnc").json()["size"] == 3
-    p.shot("suppression-upload")
+    p.shot("41-suppression-upload")
     p.goto("/ops/audit")
-    p.shot("audit")
+    p.shot("42-audit")

@@ -348,7 +348,10 @@ def test_an_owner_an_admin_and_an_analyst_each_do_what_their_role_allows(
     for path in pages:
         p.goto(path)
     p.goto(f"/ops/buyers/{BUYER}")
-    p.submit("#buyer-state button", 403)  # Resume
+    assert "changes nothing" in (p.page.text(".read-only-note") or "")
+    hidden = "[...document.querySelectorAll('form[method=post]:not(.keep)')].every(f => f.offsetParent === null)"
+    assert p.page.evaluate(hidden) is True  # no change form offered
+    p.submit("#buyer-state form", 403)  # Resume, sent all the same (as a crafted request would be)
     assert p.page.text("h1") == "Not allowed" and "an analyst reads and changes nothing" in p.alert()
     p.shot("21-analyst-refused")
     p.submit("a[href='/ops']", 200)

@@ -21,7 +21,7 @@ def check(role: str, method: str, endpoint: str | None) -> None:
     """Pass when `role` may make this request (`method` to the route `endpoint`); else 403."""
     if method in SAFE_METHODS:
         return
-    if Role(role) is Role.ANALYST:
+    if not may_change(role):
         raise Forbidden("an analyst reads and changes nothing", code="read_only_role")
     if not manages_users(role) and (endpoint or "").startswith(USERS_ENDPOINTS):
         raise Forbidden("only an owner manages users", code="owner_only")
@@ -31,3 +31,9 @@ def manages_users(role: str | None) -> bool:
     """Whether `role` may invite and deactivate users (None: the admin token, which may), so
     that a page offers those forms only to whom they would not refuse."""
     return role is None or Role(role) is Role.OWNER
+
+
+def may_change(role: str | None) -> bool:
+    """Whether `role` may change anything (None: the admin token, which may), so that a page
+    offers its change forms only to whom they would not refuse."""
+    return role is None or Role(role) is not Role.ANALYST

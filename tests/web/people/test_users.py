@@ -165,7 +165,13 @@ def test_a_wrong_password_then_the_right_one(app, api):
 def test_an_analyst_reads_everything_and_changes_nothing(app, api):
     analyst = user_client(app, api, "ana@example.com", "analyst")
     for path in ("/ops", "/ops/buyers", "/ops/publishers", "/ops/leads", "/ops/users", "/ops/audit"):
-        assert analyst.get(path).status_code == 200, path
+        page = analyst.get(path)
+        assert page.status_code == 200, path
+        # the page says so, and offers no change form (the stylesheet hides them; only logout stays)
+        assert '<body class="read-only">' in page.get_data(as_text=True), path
+        assert "changes nothing" in page.get_data(as_text=True), path
+    admin = user_client(app, api, "adm@example.com", "admin")
+    assert 'class="read-only"' not in admin.get("/ops/buyers").get_data(as_text=True)
     token = csrf(analyst)
     for path, fields in (
         ("/ops/publishers", {"id": "pub-a", "name": "A"}),
@@ -176,7 +182,7 @@ def test_an_analyst_reads_everything_and_changes_nothing(app, api):
         resp = analyst.post(path, data={**fields, "csrf_token": token}, headers=SAME_SITE)
         assert resp.status_code == 403, (path, resp.status_code)
     with db.connection_context():
-        assert Publisher.select().count() == 0 and User.select().count() == 1
+        assert Publisher.select().count() == 0 and User.select().count() == 2
     assert stored("ana@example.com").active
 
 

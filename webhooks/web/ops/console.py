@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, redirect, render_template, request, url_for
+from flask import Flask, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from webhooks.people import roles
 from webhooks.storage.records.models import AuditLog
 from webhooks.web.sessions import form_token
 
@@ -32,13 +33,20 @@ NOTICES = {
 
 
 def init_app(app: Flask) -> None:
-    """What every template of the console sees: csrf_token() and get_flashed()."""
+    """What every template of the console sees: csrf_token(), get_flashed() and read_only()."""
     app.add_template_global(form_token, "csrf_token")  # a global: imported macros see it too
     app.context_processor(_console_helpers)
 
 
 def _console_helpers() -> dict[str, Any]:
-    return {"get_flashed": _notices}
+    return {"get_flashed": _notices, "read_only": _read_only}
+
+
+def _read_only() -> bool:
+    """Whether this page's user may change nothing (an analyst): its change forms are not
+    offered. The server's role check (webhooks/people/roles.py) refuses them all the same."""
+    user = g.get("ops_user")
+    return user is not None and not roles.may_change(user.role)
 
 
 def _notices() -> list[tuple[str, str]]:
