@@ -571,7 +571,8 @@ class AuditLog(BaseModel):
 
     class Meta:
         table_name = "audit_log"
-        indexes = ((("entity", "entity_id"), False),)
+        # (entity, id): the newest rows of one kind (sql/031)
+        indexes = ((("entity", "entity_id"), False), (("entity", "id"), False))
 
 
 class User(BaseModel):
