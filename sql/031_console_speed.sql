@@ -3,3 +3,23 @@
 --                           queue's decisions): a backward walk of this index, where the
 --                           (entity, entity_id) one made MariaDB sort every row of the kind
 CREATE INDEX IF NOT EXISTS auditlog_entity_id ON audit_log (entity, id);
+--   wallet_days       a wallet's journal rows of one UTC day and kind, added up once the day
+--                     is over (webhooks/billing/wallet_days.py): a statement's opening balance
+--                     and its month's figures read these, not every row since the wallet began
+--   wallet_days_done  the last day of each wallet that wallet_days holds
+CREATE TABLE IF NOT EXISTS wallet_days (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  customer VARCHAR(254) NOT NULL,
+  currency VARCHAR(3) NOT NULL,
+  day DATE NOT NULL,
+  kind VARCHAR(16) NOT NULL,
+  amount_minor BIGINT NOT NULL,
+  UNIQUE KEY walletday_customer_currency_day_kind (customer, currency, day, kind)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE IF NOT EXISTS wallet_days_done (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  customer VARCHAR(254) NOT NULL,
+  currency VARCHAR(3) NOT NULL,
+  through_day DATE NOT NULL,
+  UNIQUE KEY walletdaysdone_customer_currency (customer, currency)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

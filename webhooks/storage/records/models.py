@@ -479,6 +479,35 @@ class WalletEntry(BaseModel):
         indexes = ((("customer", "currency", "at"), False),)
 
 
+class WalletDay(BaseModel):
+    """A wallet's journal rows of one UTC day and kind, added up once the day is over
+    (billing/wallet_days.py, sql/031)."""
+
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    day = pw.DateField()
+    kind = pw.CharField(max_length=16)
+    amount_minor = pw.BigIntegerField()
+
+    class Meta:
+        table_name = "wallet_days"
+        indexes = ((("customer", "currency", "day", "kind"), True),)
+
+
+class WalletDaysDone(BaseModel):
+    """The last day of a wallet whose rows wallet_days holds (every day before it too)."""
+
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    through_day = pw.DateField()
+
+    class Meta:
+        table_name = "wallet_days_done"
+        indexes = ((("customer", "currency"), True),)
+
+
 class SuppressionList(BaseModel):
     """A suppression list (sql/018): the lead field it holds, how its entries are hashed, and how
     many it holds."""
@@ -609,6 +638,8 @@ ALL_MODELS = [
     Payment,
     Wallet,
     WalletEntry,
+    WalletDay,
+    WalletDaysDone,
     WebhookCall,
     AuditLog,
     Refund,
