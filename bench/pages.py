@@ -1,16 +1,14 @@
-"""Every console (/ops) and portal (/portal) page at the size of a busy network: a month of
-leads ending now (200,000 a day at the default 6,000,000; 20 publishers, 17 buyers, each billed
-from a wallet; 60 % sold, 30 % unsold, 10 % returned) with what the pages read beside them:
-an attempt per lead, a sale per sold lead, its wallet debit, returns, feedback, the hourly
-stats, payments, audit rows and one publisher's events. Then gunicorn (gevent) on that database
-and a private Redis, and every GET route of /ops and /portal in the url_map, as an analyst, a
-buyer and a publisher user (cookie sessions), `--rounds` times each: p50/p95 per page, a CSV's
-first byte (its whole body once). bench/REPORT.md part 44.
+"""Every console (/ops) and portal (/portal) page at a busy network's ledger: a month of leads
+ending now (200,000 a day at 6,000,000; 20 publishers, 17 buyers billed from wallets; 60 % sold,
+30 % unsold, 10 % returned), with what the pages read beside them (attempts, sales, the wallet
+journal, returns, feedback, hourly stats, payments, audit rows, events). gunicorn on it; every
+GET route of /ops and /portal in the url_map, as an analyst, a buyer and a publisher user,
+`--rounds` times: p50/p95 a page (a CSV's first byte; its whole body once). REPORT.md part 44.
 
     python -m bench.pages [--rows 6000000] [--rounds 20] [--keep] [--reuse DATABASE] [--quick]
 
-Writes bench/out/pages[-TAG].json and .md. `--keep` leaves the database, `--reuse` measures
-one kept (same `--rows`) after applying any new migration.
+`--keep` leaves the database; `--reuse` measures a kept one (same `--rows`) after any new
+migration. Writes bench/out/pages[-TAG].json and .md.
 """
 
 from __future__ import annotations
@@ -28,16 +26,7 @@ from urllib.parse import urlsplit
 import pymysql
 import requests
 
-from bench.common import (
-    head_rev,
-    machine_info,
-    markdown_table,
-    mysql_kwargs,
-    mysql_version,
-    percentiles,
-    write_json,
-    write_md,
-)
+from bench import common
 from bench.stack import ADMIN, base, log
 from testkit.servers import create_mysql_db, mysql_admin_url
 
@@ -46,95 +35,18 @@ DAYS = 30
 SAME_SITE = {"Sec-Fetch-Site": "same-origin"}
 PASSWORD = "bench pages password 0123"
 TARGET_MS = 100.0
-# a lead's attributes from its number `seq` (each table's rows are made from it, never read back)
-EXPR = {
-    "p": "CONCAT('pub-', MOD(seq, 20))",
-    "l": "CONCAT('lead-', seq)",
-    "b": "CONCAT('buyer-', MOD(seq, 17))",
-    "st": "CASE WHEN MOD(seq DIV 20, 10) < 6 THEN 'sold' WHEN MOD(seq DIV 20, 10) < 9 THEN 'unsold' ELSE 'returned' END",
-    "sold": "(MOD(seq DIV 20, 10) < 6 OR MOD(seq DIV 20, 10) = 9)",
-    "ret": "(MOD(seq DIV 20, 10) = 9)",
-    "pending": "(MOD(seq DIV 20, 10) = 9 AND MOD(seq DIV 200, 400) = 0)",
-    "hold": "(MOD(MOD(seq, 20), 4) = 0)",
-    "price": "(5 + MOD(seq, 20))",
-    "pay": "(0.50 + MOD(seq, 20) / 10)",
-}
-LOAD = {
-    "leads": """INSERT INTO leads (publisher_id, lead_id, status, buyer_id, price, commission, payload,
-        received_at, sold_at, settled_at, returned_at, return_reason)
-      SELECT {p}, {l}, {st}, IF({sold}, {b}, NULL), IF({sold}, {price}, NULL), IF({sold}, {pay}, NULL),
-        CONCAT('{{"email": "c', seq, '@example.com", "phone": "+1555', LPAD(MOD(seq, 10000000), 7, '0'),
-               '", "state": "TX", "zip": "73301"}}'),
-        {at}, IF({sold}, {at}, NULL), {at}, IF({ret}, {at} + INTERVAL 1 HOUR, NULL), IF({ret}, 'wrong number', NULL)
-      FROM seq_{first}_to_{last}""",
-    "lead_attempts": """INSERT INTO lead_attempts (publisher_id, lead_id, seq, buyer_id, outcome, ms)
-      SELECT {p}, {l}, 0, {b}, CASE WHEN MOD(seq, 100000) = 1 THEN 'unknown'
-                                    WHEN {sold} THEN 'accepted' ELSE 'rejected' END, 120
-      FROM seq_{first}_to_{last}""",
-    "sales": """INSERT INTO sales (publisher_id, lead_id, buyer_id, price, payout, status, sold_at, returned_at,
-        return_reason, payout_state, payable_at)
-      SELECT {p}, {l}, {b}, {price}, {pay},
-        IF({pending}, 'return_pending', IF({ret}, 'returned', 'sold')), {at},
-        IF({ret} AND NOT {pending}, {at} + INTERVAL 1 HOUR, NULL), IF({ret}, 'wrong number', NULL),
-        CASE WHEN {hold} AND {ret} AND NOT {pending} THEN 'cancelled'
-             WHEN {hold} AND {at} > '{held_since}' THEN 'held' ELSE 'payable' END,
-        {at} + INTERVAL IF({hold}, 3, 0) DAY
-      FROM seq_{first}_to_{last} WHERE {sold}""",
-    "lead_stats": """INSERT INTO lead_stats (hour, publisher_id, buyer_id, leads, sold, returned, revenue, payout,
-        sales, offers, accepted)
-      SELECT DATE_FORMAT({at}, '%Y-%m-%d %H:00:00'), {p}, IF({sold}, {b}, ''), COUNT(*), SUM({sold}), SUM({ret}),
-        SUM(IF({sold} AND NOT {ret}, {price}, 0)), SUM(IF({sold} AND NOT {ret}, {pay}, 0)), SUM({sold}), COUNT(*),
-        SUM({sold})
-      FROM seq_{first}_to_{last} GROUP BY 1, 2, 3
-      ON DUPLICATE KEY UPDATE leads = leads + VALUES(leads), sold = sold + VALUES(sold),
-        returned = returned + VALUES(returned), revenue = revenue + VALUES(revenue),
-        payout = payout + VALUES(payout), sales = sales + VALUES(sales), offers = offers + VALUES(offers),
-        accepted = accepted + VALUES(accepted)""",
-}
-BY_SALE = {  # rows made from the sales, a range of their ids at a time
-    "wallet_entries": """INSERT INTO wallet_entries (customer, currency, kind, amount_minor, reference, at)
-      SELECT CONCAT(buyer_id, '@example.com'), 'USD', 'sale', -100 * price, CONCAT('sale:', id), sold_at
-      FROM sales WHERE id BETWEEN {first} AND {last}
-      UNION ALL SELECT CONCAT(buyer_id, '@example.com'), 'USD', 'return', 100 * price, CONCAT('return:', id),
-        returned_at FROM sales WHERE id BETWEEN {first} AND {last} AND status = 'returned'""",
-    "lead_returns": """INSERT INTO lead_returns (return_id, sale_id, publisher_id, lead_id, buyer_id, reason, status,
-        requested_at, decided_at, actor)
-      SELECT CONCAT('ret', id), id, publisher_id, lead_id, buyer_id, 'wrong number',
-        IF(status = 'returned', 'approved', 'pending'), sold_at + INTERVAL 1 HOUR,
-        returned_at, IF(status = 'returned', CONCAT('buyer:', buyer_id), NULL)
-      FROM sales WHERE id BETWEEN {first} AND {last} AND status IN ('returned', 'return_pending')""",
-    "audit_log": """INSERT INTO audit_log (at, actor, action, entity, entity_id, detail)
-      SELECT returned_at, CONCAT('buyer:', buyer_id), 'lead.returned', 'lead', CONCAT(publisher_id, ':', lead_id),
-        CONCAT('{{"buyer_id": "', buyer_id, '", "reason": "wrong number"}}')
-      FROM sales WHERE id BETWEEN {first} AND {last} AND status = 'returned'""",
-    "feedback": """INSERT INTO feedback (buyer_id, feedback_id, sale_id, publisher_id, lead_id, event, created_at)
-      SELECT buyer_id, CONCAT('fb', id), id, publisher_id, lead_id, IF(MOD(id, 60) = 0, 'converted', 'contacted'),
-        sold_at + INTERVAL 2 HOUR FROM sales WHERE id BETWEEN {first} AND {last} AND MOD(id, 20) = 0""",
-    "events": """INSERT INTO events (event_id, type, subject, entity, publisher_id, body, created_at, fanned_out)
-      SELECT CONCAT('evt_', id), 'lead.sold', CONCAT(publisher_id, ':', lead_id, ':', buyer_id),
-        CONCAT('lead:', publisher_id, ':', lead_id), publisher_id,
-        CONCAT('{{"type": "lead.sold", "data": {{"lead_id": "', lead_id, '"}}}}'), sold_at, 1
-      FROM sales WHERE id BETWEEN {first} AND {last} AND publisher_id = 'pub-7'""",
-}
-AFTER = [  # once, after the rest
-    """INSERT INTO event_dispatches (event_id, endpoint_id, entity, webhook_id, status, attempts, created_at,
-        next_attempt_at, delivered_at)
-      SELECT id, 'pub-7-hook', entity, CONCAT('msg_', id), IF(MOD(id, 5000) = 0, 'failed', 'delivered'), 1,
-        created_at, created_at, created_at FROM events""",
-    """INSERT INTO wallet_entries (customer, currency, kind, amount_minor, reference, at)
-      SELECT CONCAT('buyer-', MOD(seq, 17), '@example.com'), 'USD', 'top_up', 500000000, CONCAT('paystack:top-', seq),
-        '{start}' + INTERVAL (seq DIV 17) DAY FROM seq_0_to_{topups}""",
-    """INSERT INTO payments (provider, reference, amount_minor, currency, customer, status, event_type, received_at,
-        credited_at)
-      SELECT 'paystack', CONCAT('top-', seq), IF(seq <= {topups}, 500000000, 1000 * MOD(seq, 97)), 'USD',
-        IF(seq <= {topups}, CONCAT('buyer-', MOD(seq, 17), '@example.com'), CONCAT('payer', seq, '@example.com')),
-        IF(MOD(seq, 400) = 7 AND seq > {topups}, 'unattributed', 'credited'), 'charge.success',
-        '{start}' + INTERVAL (seq * {payment_s}) SECOND, '{start}' + INTERVAL (seq * {payment_s}) SECOND
-      FROM seq_0_to_{payments}""",
-    """INSERT INTO wallets (customer, currency, balance_minor, updated_at, version)
-      SELECT customer, currency, SUM(amount_minor), NOW(6), 1 FROM wallet_entries GROUP BY customer, currency
-      ON DUPLICATE KEY UPDATE balance_minor = VALUES(balance_minor)""",
-]
+SQL = (Path(__file__).parent / "pages.sql").read_text()  # its sections: [expr], [leads], [sales], [once]
+
+
+def section(name: str) -> str:
+    return SQL.split(f"-- [{name}]", 1)[1].split("\n-- [", 1)[0].split("\n", 1)[1]
+
+
+def statements(name: str) -> list[str]:
+    return [sql.strip() for sql in section(name).split(";\n") if sql.strip()]
+
+
+EXPR = dict(line.split(": ", 1) for line in section("expr").splitlines())
 
 
 def load(conn: Any, rows: int, now: datetime) -> float:
@@ -148,17 +60,18 @@ def load(conn: Any, rows: int, now: datetime) -> float:
     with conn.cursor() as cur:
         for first in range(1, rows + 1, CHUNK):
             last = min(first + CHUNK - 1, rows)
-            for sql in LOAD.values():
+            for sql in statements("leads"):
                 cur.execute(sql.format(**fmt, first=first, last=last))
             conn.commit()
             log(f"{last:,} leads ({time.perf_counter() - started:.0f} s)")
         cur.execute("SELECT COALESCE(MAX(id), 0) FROM sales")
         top = cur.fetchone()[0]
         for first in range(1, top + 1, CHUNK):
-            for sql in BY_SALE.values():
+            for sql in statements("sales"):
                 cur.execute(sql.format(first=first, last=first + CHUNK - 1))
             conn.commit()
-        for sql in AFTER:
+            log(f"{min(first + CHUNK - 1, top):,} sales' rows ({time.perf_counter() - started:.0f} s)")
+        for sql in statements("once"):
             cur.execute(sql.format(**fmt))
         conn.commit()
         for table in ("leads", "lead_attempts", "sales", "wallet_entries", "audit_log", "lead_returns", "events"):
@@ -249,16 +162,9 @@ def pages(rules: list[tuple[str, str, set[str]]], rows: int, now: datetime) -> l
         path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", lambda m: values.get(m.group(1), m.group(0)), rule)
         if endpoint == "portal.buyer.sale":
             path = f"/portal/buyer/sales/pub-7/lead-{returned}"
-        for query in variants.get(endpoint, [""]):
-            out.append(
-                {
-                    "page": f"{rule}?{query}" if query else rule,
-                    "path": path + (f"?{query}" if query else ""),
-                    "who": who,
-                    "csv": rule.endswith(".csv"),
-                    "missing": sorted(args - set(values)),
-                }
-            )
+        for q in variants.get(endpoint, [""]):
+            page = dict(page=f"{rule}?{q}" if q else rule, path=path + (f"?{q}" if q else ""), who=who)
+            out.append({**page, "csv": rule.endswith(".csv"), "missing": sorted(args - set(values))})
     return out
 
 
@@ -287,7 +193,7 @@ def measure(page: dict[str, Any], sessions: dict[str, requests.Session], url: st
             status = resp.status_code
         if i:
             samples.append((time.perf_counter() - started) * 1000)
-    row = {**page, "status": status, **percentiles(samples, (50, 95)), "max": round(max(samples), 1)}
+    row = {**page, "status": status, **common.percentiles(samples, (50, 95)), "max": round(max(samples), 1)}
     if page["csv"]:
         started = time.perf_counter()
         body = http.get(url + page["path"], timeout=600).content
@@ -310,7 +216,7 @@ def report(out: dict[str, Any]) -> str:
         rows.append({**p, "page": f"`{p['page']}`", "over": "**over**" if over else "", "whole": whole})
     columns = (("page", "page"), ("as", "who"), ("status", "status"), ("p50 ms", "p50"), ("p95 ms", "p95"))
     columns += (("max ms", "max"), ("", "over"), ("whole CSV", "whole"))
-    return head + "\n\n" + markdown_table(rows, columns) + "\n"
+    return head + "\n\n" + common.markdown_table(rows, columns) + "\n"
 
 
 def main() -> None:
@@ -334,9 +240,9 @@ def main() -> None:
             db_url, drop = create_mysql_db(admin)
             if not args.keep:
                 es.callback(drop)
-        stack = base(es, Path(mkdtemp(prefix="bench-pages-")), db_url=db_url)
+        stack = base(es, Path(mkdtemp(prefix="bench-pages-")), db=db_url)
         web = stack.web(es, workers=2)
-        conn = pymysql.connect(**mysql_kwargs(db_url))
+        conn = pymysql.connect(**common.mysql_kwargs(db_url))
         load_s = 0.0
         if not args.reuse:
             network(requests.Session(), web.url)
@@ -351,13 +257,13 @@ def main() -> None:
                 continue
             measured.append(measure(page, sessions, web.url, rounds))
             log(f"{page['page']}: {measured[-1]['status']}, p50 {measured[-1]['p50']} p95 {measured[-1]['p95']} ms")
-        info = machine_info(mariadb=mysql_version(conn), buffer_pool_mb=_pool_mb(conn))
+        info = common.machine_info(mariadb=common.mysql_version(conn), buffer_pool_mb=_pool_mb(conn))
         conn.close()
     name = db_url.rsplit("/", 1)[1]
     out = {"machine": info, "rows": rows, "rounds": rounds, "load_s": round(load_s), "database": name}
-    out.update(rev=head_rev(), pages=measured)
-    write_json(f"pages{'-' + args.tag if args.tag else ''}.json", out)
-    write_md(f"pages{'-' + args.tag if args.tag else ''}.md", report(out))
+    out.update(rev=common.head_rev(), pages=measured)
+    common.write_json(f"pages{'-' + args.tag if args.tag else ''}.json", out)
+    common.write_md(f"pages{'-' + args.tag if args.tag else ''}.md", report(out))
     print(report(out))
     if args.keep or args.reuse:
         print(f"database {name} kept: --reuse {name}")
@@ -365,8 +271,7 @@ def main() -> None:
 
 def _pool_mb(conn: Any) -> int:
     with conn.cursor() as cur:
-        cur.execute("SELECT @@innodb_buffer_pool_size")
-        return int(cur.fetchone()[0]) // 2**20
+        return cur.execute("SELECT @@innodb_buffer_pool_size") and int(cur.fetchone()[0]) // 2**20
 
 
 if __name__ == "__main__":

@@ -111,14 +111,14 @@ def base(
     *,
     mysql_only: bool = False,
     code: Path = ROOT,
-    db_url: str | None = None,
+    db: str = "",
 ) -> Base:
     """Redis and a database with the schema applied (by `code`'s `flask db upgrade`), and the
     environment: the admin token, no default publisher rate limit (benches send thousands of
-    leads a second from one publisher), a metrics directory of the run's own. `db_url`: a
-    database of the caller's (bench/pages.py keeps a loaded one), else a throw-away one."""
+    leads a second from one publisher), a metrics directory of the run's own. `db`: a database
+    of the caller's (bench/pages.py keeps a loaded one), else a throw-away one."""
     server = redis(es, tmp)
-    db_url = db_url or database(es, tmp, mysql_only=mysql_only)
+    db_url = db or database(es, tmp, mysql_only=mysql_only)
     (tmp / "prometheus").mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
