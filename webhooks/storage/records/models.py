@@ -188,8 +188,10 @@ class Sale(BaseModel):
             (("publisher_id", "lead_id", "buyer_id"), True),
             (("buyer_id", "sold_at"), False),  # a buyer's return limit over its period
             (("payout_state", "payable_at"), False),  # the payouts whose hold is over
-            (("publisher_id", "sold_at"), False),  # a publisher's statement: its sales of a month
-            (("publisher_id", "returned_at"), False),  # and its returns of a month
+            # a publisher's statement: its sales of a month, and its returns of a month, each added
+            # up from the index alone (sql/031)
+            (("publisher_id", "sold_at", "payout_state", "payout"), False),
+            (("publisher_id", "returned_at", "status", "payout_state", "payout"), False),
             (("buyer_id", "status", "sold_at"), False),  # a buyer's list by status (sql/023)
         )
 
