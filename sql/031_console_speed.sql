@@ -31,3 +31,11 @@ CREATE INDEX IF NOT EXISTS sale_publisher_month ON sales (publisher_id, sold_at,
 DROP INDEX IF EXISTS sale_publisher_id_sold_at ON sales;
 CREATE INDEX IF NOT EXISTS sale_publisher_returns ON sales (publisher_id, returned_at, status, payout_state, payout);
 DROP INDEX IF EXISTS sale_publisher_id_returned_at ON sales;
+--   lead_stats        kept in (hour, publisher_id, buyer_id) order, its primary key (id stays
+--                     unique): a report's range of hours is one sequential read of the rows
+--                     themselves, where the unique index sent a lookup per row (reports.py)
+ALTER TABLE lead_stats
+  ADD UNIQUE KEY IF NOT EXISTS leadstats_id (id),
+  DROP PRIMARY KEY,
+  ADD PRIMARY KEY (hour, publisher_id, buyer_id),
+  DROP INDEX IF EXISTS leadstats_hour_publisher_id_buyer_id;

@@ -563,6 +563,8 @@ class LeadStats(BaseModel):
 
     class Meta:
         table_name = "lead_stats"
+        # (hour, publisher_id, buyer_id): on MySQL its primary key, so that a range of hours is
+        # read in place (sql/031)
         indexes = ((("hour", "publisher_id", "buyer_id"), True), (("buyer_id", "hour"), False))  # sql/033
 
 
