@@ -24,9 +24,9 @@ from webhooks.billing.statement import csv_rows
 from webhooks.errors import InvalidJSON
 from webhooks.formats import consumer, strictjson
 from webhooks.formats.validate import is_id
-from webhooks.leads.accounting.ledger import lead_view, sales_of
+from webhooks.leads.accounting.ledger import attempts_of, lead_view, sales_of
 from webhooks.leads.accounting.lookup import digest
-from webhooks.storage.records.models import Lead, LeadAttempt, Sale
+from webhooks.storage.records.models import Lead, Sale
 from webhooks.storage.states import LeadStatus
 
 MAX_LIMIT = 500
@@ -176,28 +176,6 @@ def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expr
     return conds
 
 
-def _attempts(leads: list[Lead]) -> dict[tuple[str, str], list[LeadAttempt]]:
-    """The page's attempts in one query, by (publisher_id, lead_id), in order."""
-    out: dict[tuple[str, str], list[LeadAttempt]] = {(lead.publisher_id, lead.lead_id): [] for lead in leads}
-    if not leads:
-        return out
-    # IN lists on both columns of the (publisher_id, lead_id, seq) index: a few ranges of it,
-    # never a scan; a pair that is not the page's is dropped here
-    rows = (
-        LeadAttempt.select()
-        .where(
-            LeadAttempt.publisher_id.in_(sorted({lead.publisher_id for lead in leads})),
-            LeadAttempt.lead_id.in_(sorted({lead.lead_id for lead in leads})),
-        )
-        .order_by(LeadAttempt.publisher_id, LeadAttempt.lead_id, LeadAttempt.seq)
-    )
-    for row in rows:
-        wanted = out.get((row.publisher_id, row.lead_id))
-        if wanted is not None:
-            wanted.append(row)
-    return out
-
-
 def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelSelect[Lead]:
     """The sort keys of a page's leads and of the one after it (whether there is a next page), in
     order, as a query that one index answers alone (sql/017); BadCursor for a cursor not ours.
@@ -252,7 +230,7 @@ def search(query: LeadQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None =
     ids = [key.id for key in keys[:limit]]
     rows = {lead.id: lead for lead in Lead.select().where(Lead.id.in_(ids))} if ids else {}
     leads = [rows[i] for i in ids if i in rows]  # a lead gone meanwhile is left out
-    attempts, sales = _attempts(leads), sales_of(leads)
+    attempts, sales = attempts_of(leads), sales_of(leads)
     items = [
         lead_view(lead, attempts[(lead.publisher_id, lead.lead_id)], sales[(lead.publisher_id, lead.lead_id)])
         for lead in leads
