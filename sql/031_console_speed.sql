@@ -39,3 +39,7 @@ ALTER TABLE lead_stats
   DROP PRIMARY KEY,
   ADD PRIMARY KEY (hour, publisher_id, buyer_id),
   DROP INDEX IF EXISTS leadstats_hour_publisher_id_buyer_id;
+--   sales (buyer_id, lead_id)  a buyer's sales of one lead id (the portal's and the buyer API's
+--                     search by lead id): on (buyer_id, sold_at) MariaDB walked every sale of
+--                     the buyer for it
+CREATE INDEX IF NOT EXISTS sale_buyer_id_lead_id ON sales (buyer_id, lead_id);

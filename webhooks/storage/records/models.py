@@ -193,6 +193,7 @@ class Sale(BaseModel):
             (("publisher_id", "sold_at", "payout_state", "payout"), False),
             (("publisher_id", "returned_at", "status", "payout_state", "payout"), False),
             (("buyer_id", "status", "sold_at"), False),  # a buyer's list by status (sql/023)
+            (("buyer_id", "lead_id"), False),  # a buyer's sales of one lead id (sql/031)
         )
 
 
