@@ -23,13 +23,14 @@ CREATE TABLE IF NOT EXISTS wallet_days_done (
   through_day DATE NOT NULL,
   UNIQUE KEY walletdaysdone_customer_currency (customer, currency)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
---   sales (publisher_id, sold_at, payout_state, payout) and (publisher_id, returned_at, status,
---                     payout_state, payout), in place of (publisher_id, sold_at) and
+--   sales (publisher_id, sold_at, id, payout_state, payout) and (publisher_id, returned_at, id,
+--                     status, payout_state, payout), in place of (publisher_id, sold_at) and
 --                     (publisher_id, returned_at): a publisher's month of payouts added up by
---                     state, and its adjustments, from the index alone (payout_statement.py)
-CREATE INDEX IF NOT EXISTS sale_publisher_month ON sales (publisher_id, sold_at, payout_state, payout);
+--                     state, and its adjustments, from the index alone (payout_statement.py),
+--                     its lines still read in (time, id) order
+CREATE INDEX IF NOT EXISTS sale_publisher_month ON sales (publisher_id, sold_at, id, payout_state, payout);
 DROP INDEX IF EXISTS sale_publisher_id_sold_at ON sales;
-CREATE INDEX IF NOT EXISTS sale_publisher_returns ON sales (publisher_id, returned_at, status, payout_state, payout);
+CREATE INDEX IF NOT EXISTS sale_publisher_returns ON sales (publisher_id, returned_at, id, status, payout_state, payout);
 DROP INDEX IF EXISTS sale_publisher_id_returned_at ON sales;
 --   lead_stats        kept in (hour, publisher_id, buyer_id) order, its primary key (id stays
 --                     unique): a report's range of hours is one sequential read of the rows

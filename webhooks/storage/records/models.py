@@ -189,9 +189,9 @@ class Sale(BaseModel):
             (("buyer_id", "sold_at"), False),  # a buyer's return limit over its period
             (("payout_state", "payable_at"), False),  # the payouts whose hold is over
             # a publisher's statement: its sales of a month, and its returns of a month, each added
-            # up from the index alone (sql/031)
-            (("publisher_id", "sold_at", "payout_state", "payout"), False),
-            (("publisher_id", "returned_at", "status", "payout_state", "payout"), False),
+            # up from the index alone, and read in (time, id) order (sql/031)
+            (("publisher_id", "sold_at", "id", "payout_state", "payout"), False),
+            (("publisher_id", "returned_at", "id", "status", "payout_state", "payout"), False),
             (("buyer_id", "status", "sold_at"), False),  # a buyer's list by status (sql/023)
             (("buyer_id", "lead_id"), False),  # a buyer's sales of one lead id (sql/031)
         )
