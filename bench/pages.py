@@ -136,6 +136,7 @@ def pages(rules: list[tuple[str, str, set[str]]], rows: int, now: datetime) -> l
     months = ["", f"month={(now.replace(day=1) - timedelta(days=1)).strftime('%Y-%m')}"]  # this one, the last
     since = f"since={(now - timedelta(days=1)).strftime('%Y-%m-%dT%H:%M:%S')}%2B00:00"
     values = {"buyer_id": "buyer-3", "publisher_id": "pub-7", "lead_id": f"lead-{returned}", "instance_number": "0"}
+    values["endpoint_id"] = "pub-7-hook"  # a route with an argument named here: "no value for" it in the report
     leads = "|publisher_id=pub-7|buyer_id=buyer-3|status=sold|status=returned|buyer_id=buyer-3&status=sold"
     leads += f"|publisher_id=pub-7&buyer_id=buyer-3|since={day}T00:00:00%2B00:00&until={day}T23:59:59%2B00:00"
     variants = {

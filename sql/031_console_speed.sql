@@ -1,8 +1,4 @@
 -- The console's pages at a loaded ledger (bench/REPORT.md part 44). Idempotent.
---   audit_log (entity, id)  the newest rows of one kind (/ops/audit?entity=, the returns
---                           queue's decisions): a backward walk of this index, where the
---                           (entity, entity_id) one made MariaDB sort every row of the kind
-CREATE INDEX IF NOT EXISTS auditlog_entity_id ON audit_log (entity, id);
 --   wallet_days       a wallet's journal rows of one UTC day and kind, added up once the day
 --                     is over (webhooks/billing/wallet_days.py): a statement's opening balance
 --                     and its month's figures read these, not every row since the wallet began

@@ -605,8 +605,7 @@ class AuditLog(BaseModel):
 
     class Meta:
         table_name = "audit_log"
-        # (entity, id): the newest rows of one kind (sql/031)
-        indexes = ((("entity", "entity_id"), False), (("entity", "id"), False))
+        indexes = ((("entity", "entity_id"), False),)
 
 
 class User(BaseModel):
