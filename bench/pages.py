@@ -103,6 +103,7 @@ def network(http: requests.Session, url: str) -> None:
         body = {"name": f"B{i}", "endpoint_url": f"http://127.0.0.1:9/b{i}", "price": "12.50", "priority": i % 3}
         call("PUT", f"/v1/admin/buyers/buyer-{i}", {**body, "billing": billing})
     call("PUT", "/v1/admin/event-endpoints/pub-7-hook", {"url": "http://127.0.0.1:9/hook", "publisher_id": "pub-7"})
+    call("PUT", "/v1/admin/suppression-lists/dnc", {"field": "email", "hash": "sha256"})
     for role, tenant in USERS.items():
         made = call("POST", "/v1/admin/users", {"email": f"{role}@bench.example.com", "role": role, **tenant})
         setup, form = urlsplit(made.json()["setup_url"]).path, {"password": PASSWORD, "password_again": PASSWORD}
@@ -136,7 +137,7 @@ def pages(rules: list[tuple[str, str, set[str]]], rows: int, now: datetime) -> l
     months = ["", f"month={(now.replace(day=1) - timedelta(days=1)).strftime('%Y-%m')}"]  # this one, the last
     since = f"since={(now - timedelta(days=1)).strftime('%Y-%m-%dT%H:%M:%S')}%2B00:00"
     values = {"buyer_id": "buyer-3", "publisher_id": "pub-7", "lead_id": f"lead-{returned}", "instance_number": "0"}
-    values["endpoint_id"] = "pub-7-hook"  # a route with an argument named here: "no value for" it in the report
+    values.update(endpoint_id="pub-7-hook", list_id="dnc")  # another argument: "no value for" it
     leads = "|publisher_id=pub-7|buyer_id=buyer-3|status=sold|status=returned|buyer_id=buyer-3&status=sold"
     leads += f"|publisher_id=pub-7&buyer_id=buyer-3|since={day}T00:00:00%2B00:00&until={day}T23:59:59%2B00:00"
     variants = {
