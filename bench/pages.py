@@ -140,6 +140,7 @@ def pages(rules: list[tuple[str, str, set[str]]], rows: int, now: datetime) -> l
     values.update(endpoint_id="pub-7-hook", list_id="dnc")  # another argument: "no value for" it
     leads = "|publisher_id=pub-7|buyer_id=buyer-3|status=sold|status=returned|buyer_id=buyer-3&status=sold"
     leads += f"|publisher_id=pub-7&buyer_id=buyer-3|since={day}T00:00:00%2B00:00&until={day}T23:59:59%2B00:00"
+    leads += f"|q=lead-{sold}|q=c{sold}%40example.com"  # a lookup by id, by e-mail (no digest loaded: none found)
     variants = {
         "ops.leads.leads": leads.split("|"),
         "ops.leads.lead": ["publisher_id=pub-7"],
@@ -160,7 +161,7 @@ def pages(rules: list[tuple[str, str, set[str]]], rows: int, now: datetime) -> l
     }
     out = []
     for rule, endpoint, args in rules:
-        who = "buyer" if rule.startswith("/portal/buyer") else "publisher" if rule.startswith("/portal/pub") else None
+        who = "publisher" if rule.startswith("/portal/pub") else "buyer" if rule.startswith("/portal") else None
         who = who or (None if endpoint.endswith(("login", "logged_out")) else "analyst")
         path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", lambda m: values.get(m.group(1), m.group(0)), rule)
         if endpoint == "portal.buyer.sale":
