@@ -69,6 +69,7 @@ runs them all, `scripts/bench --quick` each briefly):
 - [10. The knee](#10-latency-over-offered-rate-the-knee): `python -m bench.knee`.
 - [42. One MariaDB node against the Galera cluster](#42-payments-per-second-one-mariadb-node-against-the-galera-cluster): `python -m bench.galera`.
 - [24. The lead search at 6 million ledger rows](#24-the-lead-search-at-6-million-ledger-rows): a one-off, script last in `0898d73`.
+- [44. Every console and portal page at 6 million leads](#44-every-console-and-portal-page-at-6-million-leads): `python -m bench.pages`.
 - Floodgate against the plain seed: `python -m bench.versus`.
 - 41. The latest part (the lead path's batches): `bench.levers`, `bench.profile`, `bench.calls`.
 - [History](#history): every older part as text, with the commit to rerun it from.

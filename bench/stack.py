@@ -105,13 +105,20 @@ def redis(es: ExitStack, tmp: Path, name: str = "redis") -> RedisServer:
 
 
 def base(
-    es: ExitStack, tmp: Path, extra_env: dict | None = None, *, mysql_only: bool = False, code: Path = ROOT
+    es: ExitStack,
+    tmp: Path,
+    extra_env: dict | None = None,
+    *,
+    mysql_only: bool = False,
+    code: Path = ROOT,
+    db: str = "",
 ) -> Base:
     """Redis and a database with the schema applied (by `code`'s `flask db upgrade`), and the
     environment: the admin token, no default publisher rate limit (benches send thousands of
-    leads a second from one publisher), a metrics directory of the run's own."""
+    leads a second from one publisher), a metrics directory of the run's own. `db`: a database
+    of the caller's (bench/pages.py keeps a loaded one), else a throw-away one."""
     server = redis(es, tmp)
-    db_url = database(es, tmp, mysql_only=mysql_only)
+    db_url = db or database(es, tmp, mysql_only=mysql_only)
     (tmp / "prometheus").mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,

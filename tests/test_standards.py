@@ -38,8 +38,10 @@ LOGGING = {"debug", "info", "warning", "warn", "error", "exception", "critical",
 
 BUDGETS = {  # folder: most lines of Python it may hold
     # bench: 4,000 until the simulated market of issue #63 (bench/market.py, 231 lines), which
-    # the issue asks for and CI's quick lane runs; every bench in it runs there, none is one-off
-    "bench": 4_300,
+    # the issue asks for and CI's quick lane runs; every bench in it runs there, none is one-off.
+    # 4,300 until the console and portal pages at 6 million leads (bench/pages.py, 292 lines,
+    # its SQL in bench/pages.sql), which issue #64 asks for and the quick lane runs too
+    "bench": 4_525,
     "soak": 2_000,
 }
 

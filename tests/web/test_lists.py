@@ -16,6 +16,7 @@ from webhooks.leads.path import settlement
 from webhooks.leads.path.routing import Outcome
 from webhooks.leads.rules.publishers import PublisherRule
 from webhooks.storage.records.db import db
+from webhooks.storage.records.models import Sale
 from webhooks.storage.states import LeadStatus
 
 BASE = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
@@ -131,6 +132,30 @@ def test_each_filter(api, ledger_rows, params, expect):
     found = walk(api, "/v1/admin/leads", limit=2, **params)
     assert wanted and set(ids(found)) == wanted and len(found) == len(wanted)
     assert newest_first(found)
+
+
+def test_the_buyer_filter_finds_the_leads_it_bought_beside_another_buyer_on_every_page(api, ledger_rows):
+    """A shared lead sold first to zen, then to acme, is acme's too: found on whichever page
+    its time puts it, whatever the page size (acme's second sales are read apart)."""
+    shared = [i for i in range(30) if i % 3 == 2 and i % 4 == 0 and i % 7 != 0]
+    with db.connection_context():
+        for i in shared:
+            sold_at = (BASE + timedelta(minutes=i // 3, seconds=1)).replace(tzinfo=None)
+            publisher = "north" if i % 2 else "south"
+            Sale.create(
+                publisher_id=publisher,
+                lead_id=f"l-{i:02d}",
+                buyer_id="acme",
+                price="5.00",
+                status="sold",
+                sold_at=sold_at,
+            )
+    wanted = {("north" if i % 2 else "south", f"l-{i:02d}") for i in range(30) if i % 3 == 1 or i in shared}
+    for limit in (1, 2, 3, 5, 100):
+        found = walk(api, "/v1/admin/leads", limit=limit, buyer_id="acme")
+        assert set(ids(found)) == wanted and len(found) == len(wanted) and newest_first(found), limit
+    sold = walk(api, "/v1/admin/leads", limit=2, buyer_id="acme", status="sold")
+    assert {(p, lead_id) for p, lead_id in ids(sold)} == {k for k in wanted if int(k[1][2:]) % 7 != 0}
 
 
 def test_an_empty_query_field_is_no_filter(api, ledger_rows):

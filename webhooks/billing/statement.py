@@ -2,9 +2,9 @@
 "Statements"), read from the wallets' journal (`wallet_entries`, billing/wallets.py) of the
 buyer's billing wallet.
 
-`opening` is the sum of the wallet's rows before the month (UTC), one indexed aggregate; the
-month's rows are then read in pages of PAGE by keyset on (at, id), each page an indexed range
-read of (customer, currency, at), so that neither the database nor this process ever holds more
+`opening` is the sum of the wallet's rows before the month (UTC), read from its days added up
+(wallet_days.py); the month's rows are then read in pages of PAGE by keyset on (at, id), each
+page an indexed range read of (customer, currency, at), so that neither the database nor this process ever holds more
 than a page however many leads a month holds, and the answer (JSON or CSV) is streamed page by
 page. The month's figures are added up from the very lines the answer carries, so `closing` =
 `opening` + `top_ups` − `spend` + `returns` − `reversals` = `opening` + the lines' amounts, always;
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any, cast
 
-import peewee as pw
-
+from webhooks.billing import wallet_days
 from webhooks.billing.balance import Billing
 from webhooks.billing.wallets import Entry
 from webhooks.errors import Conflict, NotFound, ValidationError
@@ -81,17 +80,9 @@ def billed_wallet(buyer_id: str) -> BilledWallet:
 
 
 def opening(wallet: BilledWallet, start: datetime) -> int:
-    """The sum of the wallet's rows before `start`: its balance when the month began."""
-    total = (
-        WalletEntry.select(pw.fn.COALESCE(pw.fn.SUM(WalletEntry.amount_minor), 0))
-        .where(
-            WalletEntry.customer == wallet.account,
-            WalletEntry.currency == wallet.currency,
-            WalletEntry.at < start,
-        )
-        .scalar()
-    )
-    return int(total or 0)
+    """The sum of the wallet's rows before `start`: its balance when the month began (from its
+    days added up, wallet_days.py)."""
+    return sum(wallet_days.sums(wallet.account, wallet.currency, None, start).values())
 
 
 @dataclass(frozen=True)
@@ -220,9 +211,9 @@ def iso(at: datetime) -> str:
 
 
 def summary(wallet: BilledWallet, period: Month, last: int) -> dict[str, Any]:
-    """The month's figures, added up by the database (one indexed range read grouped by kind),
-    and its `last` lines, newest first: what the console's buyer page shows. The same figures
-    as the full statement's, which adds up its own lines."""
+    """The month's figures, added up by the database (its days added up, wallet_days.py, and
+    the rows of the days not yet), and its `last` lines, newest first: what the console's
+    buyer page shows. The same figures as the full statement's, which adds up its own lines."""
     mine = (
         (WalletEntry.customer == wallet.account)
         & (WalletEntry.currency == wallet.currency)
@@ -230,9 +221,8 @@ def summary(wallet: BilledWallet, period: Month, last: int) -> dict[str, Any]:
         & (WalletEntry.at < period.end)
     )
     totals = Totals(opening(wallet, period.start))
-    sums = WalletEntry.select(WalletEntry.kind, pw.fn.SUM(WalletEntry.amount_minor)).where(mine)
-    for kind, amount in cast("Iterable[tuple[str, int]]", sums.group_by(WalletEntry.kind).tuples()):
-        totals.add(Line(datetime.min, _SHOWN.get(kind, kind), int(amount or 0), ""))
+    for kind, amount in wallet_days.sums(wallet.account, wallet.currency, period.start, period.end).items():
+        totals.add(Line(datetime.min, _SHOWN.get(kind, kind), amount, ""))
     newest = cast(
         "Iterable[tuple[datetime, str, int, str]]",
         WalletEntry.select(WalletEntry.at, WalletEntry.kind, WalletEntry.amount_minor, WalletEntry.reference)

@@ -45,6 +45,8 @@ def expected_type(field: pw.Field) -> str:
         return "int"
     if isinstance(field, pw.TextField):
         return "text"
+    if isinstance(field, pw.DateField):
+        return "date"
     raise AssertionError(f"no MySQL type known for {field!r}")
 
 

@@ -256,6 +256,29 @@ def sale_view(sale: Sale, return_id: str | None) -> dict[str, Any]:
     return view
 
 
+def attempts_of(leads: list[Lead]) -> dict[tuple[str, str], list[LeadAttempt]]:
+    """The attempts of `leads` in one query (a page of the lead search, the console's last leads),
+    by (publisher_id, lead_id), in order."""
+    out: dict[tuple[str, str], list[LeadAttempt]] = {(lead.publisher_id, lead.lead_id): [] for lead in leads}
+    if not leads:
+        return out
+    # IN lists on both columns of the (publisher_id, lead_id, seq) index: a few ranges of it,
+    # never a scan; a pair that is not one of the leads is dropped here
+    rows = (
+        LeadAttempt.select()
+        .where(
+            LeadAttempt.publisher_id.in_(sorted({lead.publisher_id for lead in leads})),
+            LeadAttempt.lead_id.in_(sorted({lead.lead_id for lead in leads})),
+        )
+        .order_by(LeadAttempt.publisher_id, LeadAttempt.lead_id, LeadAttempt.seq)
+    )
+    for row in rows:
+        wanted = out.get((row.publisher_id, row.lead_id))
+        if wanted is not None:
+            wanted.append(row)
+    return out
+
+
 def lead_view(
     lead: Lead, attempts: Sequence[LeadAttempt] | None = None, sales: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:

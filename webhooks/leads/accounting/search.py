@@ -13,8 +13,8 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -24,9 +24,9 @@ from webhooks.billing.statement import csv_rows
 from webhooks.errors import InvalidJSON
 from webhooks.formats import consumer, strictjson
 from webhooks.formats.validate import is_id
-from webhooks.leads.accounting.ledger import lead_view, sales_of
+from webhooks.leads.accounting.ledger import attempts_of, lead_view, sales_of
 from webhooks.leads.accounting.lookup import digest
-from webhooks.storage.records.models import Lead, LeadAttempt, Sale
+from webhooks.storage.records.models import Lead, Sale
 from webhooks.storage.states import LeadStatus
 
 MAX_LIMIT = 500
@@ -153,14 +153,15 @@ def _matching_ids(found: Lookup) -> list[int]:
 
 
 def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expression]:
+    """The conditions of the query on its leads; the buyer's: its first buyer (a test lead's
+    would-be one), the leads of its other sales being read apart (_sold_keys)."""
     conds: list[pw.Expression] = []
     if query.lookup is not None:  # a few ids: the primary key answers, sorted in memory
         conds.append(Lead.id.in_(_matching_ids(query.lookup)))
     if query.publisher_id is not None:
         conds.append(Lead.publisher_id == query.publisher_id)
-    if query.buyer_id is not None:  # its first buyer (a test lead's would-be one), or any sale's
-        sold_to = Sale.select(Sale.publisher_id, Sale.lead_id).where(Sale.buyer_id == query.buyer_id)
-        conds.append((Lead.buyer_id == query.buyer_id) | pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(sold_to))
+    if query.buyer_id is not None:
+        conds.append(Lead.buyer_id == query.buyer_id)
     if query.status is not None:
         conds.append(Lead.status == query.status)
     if query.since is not None:
@@ -173,28 +174,6 @@ def _where(query: LeadQuery, after: tuple[datetime, int] | None) -> list[pw.Expr
         conds.append(Lead.received_at <= at)
         conds.append((Lead.received_at < at) | (Lead.id < row_id))
     return conds
-
-
-def _attempts(leads: list[Lead]) -> dict[tuple[str, str], list[LeadAttempt]]:
-    """The page's attempts in one query, by (publisher_id, lead_id), in order."""
-    out: dict[tuple[str, str], list[LeadAttempt]] = {(lead.publisher_id, lead.lead_id): [] for lead in leads}
-    if not leads:
-        return out
-    # IN lists on both columns of the (publisher_id, lead_id, seq) index: a few ranges of it,
-    # never a scan; a pair that is not the page's is dropped here
-    rows = (
-        LeadAttempt.select()
-        .where(
-            LeadAttempt.publisher_id.in_(sorted({lead.publisher_id for lead in leads})),
-            LeadAttempt.lead_id.in_(sorted({lead.lead_id for lead in leads})),
-        )
-        .order_by(LeadAttempt.publisher_id, LeadAttempt.lead_id, LeadAttempt.seq)
-    )
-    for row in rows:
-        wanted = out.get((row.publisher_id, row.lead_id))
-        if wanted is not None:
-            wanted.append(row)
-    return out
 
 
 def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelSelect[Lead]:
@@ -212,14 +191,46 @@ def page_query(query: LeadQuery, *, limit: int, cursor: str | None) -> pw.ModelS
     return select.order_by(Lead.received_at.desc(), Lead.id.desc()).limit(limit + 1)
 
 
+SALE_SKEW = timedelta(hours=1)  # a sale's time is never before its lead's; the processes' clocks may differ
+
+
+def _sold_keys(query: LeadQuery, after: tuple[datetime, int] | None, floor: datetime | None, limit: int) -> list[Lead]:
+    """The sort keys of the leads of the query sold to its buyer (a sale of any of the lead's
+    buyers), received at `floor` or after (None: any time), newest first, as page_query's.
+    A sale is made after its lead is received: the buyer's sales from `floor` on, a range of
+    its (buyer_id, sold_at) index, hold them all, where all its sales held them before (a
+    temporary table of each of them, every page: seconds for a buyer of 250,000 sales)."""
+    sold = Sale.select(Sale.publisher_id, Sale.lead_id).where(Sale.buyer_id == query.buyer_id)
+    conds = [*_where(replace(query, buyer_id=None), after)]
+    if floor is not None:
+        sold = sold.where(Sale.sold_at >= floor - SALE_SKEW)
+        conds.append(Lead.received_at >= floor)
+    conds.append(pw.Tuple(Lead.publisher_id, Lead.lead_id).in_(sold))
+    select = Lead.select(Lead.id, Lead.received_at).where(*conds)
+    return list(select.order_by(Lead.received_at.desc(), Lead.id.desc()).limit(limit + 1))
+
+
+def page_keys(query: LeadQuery, *, limit: int, cursor: str | None) -> list[Lead]:
+    """The sort keys of a page's leads and of the one after it, newest first. With a buyer:
+    the leads it bought first (page_query), and those it bought beside another, read from the
+    first page's oldest key on (_sold_keys), merged."""
+    first = list(page_query(query, limit=limit, cursor=cursor))
+    if query.buyer_id is None:
+        return first
+    floor = first[limit].received_at if len(first) > limit else None
+    after = time_key(cursor) if cursor is not None else None
+    merged = {key.id: key for key in [*first, *_sold_keys(query, after, floor, limit)]}
+    return sorted(merged.values(), key=lambda key: (key.received_at, key.id), reverse=True)[: limit + 1]
+
+
 def search(query: LeadQuery, *, limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Page:
     """One page of leads, newest first (received_at, then id), each as lead_view shows it;
     BadCursor for a cursor not ours."""
-    keys = list(page_query(query, limit=limit, cursor=cursor))
+    keys = page_keys(query, limit=limit, cursor=cursor)
     ids = [key.id for key in keys[:limit]]
     rows = {lead.id: lead for lead in Lead.select().where(Lead.id.in_(ids))} if ids else {}
     leads = [rows[i] for i in ids if i in rows]  # a lead gone meanwhile is left out
-    attempts, sales = _attempts(leads), sales_of(leads)
+    attempts, sales = attempts_of(leads), sales_of(leads)
     items = [
         lead_view(lead, attempts[(lead.publisher_id, lead.lead_id)], sales[(lead.publisher_id, lead.lead_id)])
         for lead in leads

@@ -188,9 +188,12 @@ class Sale(BaseModel):
             (("publisher_id", "lead_id", "buyer_id"), True),
             (("buyer_id", "sold_at"), False),  # a buyer's return limit over its period
             (("payout_state", "payable_at"), False),  # the payouts whose hold is over
-            (("publisher_id", "sold_at"), False),  # a publisher's statement: its sales of a month
-            (("publisher_id", "returned_at"), False),  # and its returns of a month
+            # a publisher's statement: its sales of a month, and its returns of a month, each added
+            # up from the index alone, and read in (time, id) order (sql/031)
+            (("publisher_id", "sold_at", "id", "payout_state", "payout"), False),
+            (("publisher_id", "returned_at", "id", "status", "payout_state", "payout"), False),
             (("buyer_id", "status", "sold_at"), False),  # a buyer's list by status (sql/023)
+            (("buyer_id", "lead_id"), False),  # a buyer's sales of one lead id (sql/031)
         )
 
 
@@ -479,6 +482,35 @@ class WalletEntry(BaseModel):
         indexes = ((("customer", "currency", "at"), False),)
 
 
+class WalletDay(BaseModel):
+    """A wallet's journal rows of one UTC day and kind, added up once the day is over
+    (billing/wallet_days.py, sql/031)."""
+
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    day = pw.DateField()
+    kind = pw.CharField(max_length=16)
+    amount_minor = pw.BigIntegerField()
+
+    class Meta:
+        table_name = "wallet_days"
+        indexes = ((("customer", "currency", "day", "kind"), True),)
+
+
+class WalletDaysDone(BaseModel):
+    """The last day of a wallet whose rows wallet_days holds (every day before it too)."""
+
+    id = pw.BigAutoField()
+    customer = pw.CharField(max_length=254)
+    currency = pw.CharField(max_length=3)
+    through_day = pw.DateField()
+
+    class Meta:
+        table_name = "wallet_days_done"
+        indexes = ((("customer", "currency"), True),)
+
+
 class SuppressionList(BaseModel):
     """A suppression list (sql/018): the lead field it holds, how its entries are hashed, and how
     many it holds."""
@@ -532,6 +564,8 @@ class LeadStats(BaseModel):
 
     class Meta:
         table_name = "lead_stats"
+        # (hour, publisher_id, buyer_id): on MySQL its primary key, so that a range of hours is
+        # read in place (sql/031)
         indexes = ((("hour", "publisher_id", "buyer_id"), True), (("buyer_id", "hour"), False))  # sql/033
 
 
@@ -608,6 +642,8 @@ ALL_MODELS = [
     Payment,
     Wallet,
     WalletEntry,
+    WalletDay,
+    WalletDaysDone,
     WebhookCall,
     AuditLog,
     Refund,

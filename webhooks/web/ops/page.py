@@ -23,7 +23,7 @@ from webhooks.events import endpoints as event_endpoints
 from webhooks.events import log as events_log
 from webhooks.formats import money
 from webhooks.leads.accounting import reports
-from webhooks.leads.accounting.ledger import flagged, lead_view, sales_of
+from webhooks.leads.accounting.ledger import attempts_of, flagged, lead_view, sales_of
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.payments import rejected
 from webhooks.storage.live.batch import Client
@@ -184,11 +184,15 @@ def ops_page() -> ResponseReturnValue:
     rows = list(Lead.select().order_by(Lead.id.desc()).limit(LAST_LEADS))  # the last settled, by key
     flagged_rows = flagged(LAST_LEADS)
     sales = sales_of([*rows, *flagged_rows])  # every lead's sales in two queries
+    attempts = attempts_of([*rows, *flagged_rows])  # and their attempts in one
     leads = [
-        lead_view(row, sales=sales[(row.publisher_id, row.lead_id)])
+        lead_view(row, attempts[(row.publisher_id, row.lead_id)], sales[(row.publisher_id, row.lead_id)])
         for row in sorted(rows, key=lambda row: row.received_at, reverse=True)
     ]
-    review = [lead_view(row, sales=sales[(row.publisher_id, row.lead_id)]) for row in flagged_rows]
+    review = [
+        lead_view(row, attempts[(row.publisher_id, row.lead_id)], sales[(row.publisher_id, row.lead_id)])
+        for row in flagged_rows
+    ]
     events = event_panel()
     now = datetime.now(timezone.utc)
     yesterday, today = (now - timedelta(days=1)).date().isoformat(), now.date().isoformat()
