@@ -141,12 +141,15 @@ def test_erasure_leaves_no_trace_in_any_web_worker_or_in_redis_files(stack, buye
     ledger_unreadable()
     client = stack.redis.client()
     client.flushall()
-    pushed = wait_until(
-        lambda: (lambda items: items if len(items) >= leads else None)(client.lrange(keys.SETTLE_PENDING, 0, -1)),
-        timeout=30,
-        what="every journal's settlements pushed again",
-    )
-    bodies = {json.loads(raw)["lead_id"]: json.loads(raw)["payload"] for raw in pushed}
+
+    def every_lead_pushed_again() -> dict[str, str] | None:
+        # by lead: a journal whose push failed part-way pushes all it holds again on its next
+        # check, so one busy worker's leads can be in the list twice before the other's once
+        items = [json.loads(raw) for raw in client.lrange(keys.SETTLE_PENDING, 0, -1)]
+        held = {item["lead_id"]: item["payload"] for item in items}
+        return held if len(held) >= leads else None
+
+    bodies = wait_until(every_lead_pushed_again, timeout=30, what="every journal's settlements pushed again")
     assert sorted(bodies) == [f"E{i:02d}" for i in range(leads)]
     for i in range(leads):
         held = bodies[f"E{i:02d}"]
