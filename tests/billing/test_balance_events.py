@@ -149,12 +149,13 @@ def test_a_batch_settled_twice_or_by_two_workers_at_once_writes_each_event_once(
     assert [t for t, _ in _events()] == ["buyer.balance_low"]
     svc = services.of(api.app)
     batch = [_skipped_item("tw-1"), _skipped_item("tw-2")]
+    lookup_key = svc.config.suppression_key.encode()
     start = threading.Barrier(4)
 
     def drain() -> None:
         start.wait()
         with db.connection_context():
-            _settle(svc.store, svc.queue_redis.redis, batch)
+            _settle(svc.store, svc.queue_redis.redis, batch, lookup_key=lookup_key)
 
     threads = [threading.Thread(target=drain) for _ in range(4)]
     for t in threads:
@@ -162,7 +163,7 @@ def test_a_batch_settled_twice_or_by_two_workers_at_once_writes_each_event_once(
     for t in threads:
         t.join()
     with db.connection_context():
-        _settle(svc.store, svc.queue_redis.redis, batch)  # and once more, after
+        _settle(svc.store, svc.queue_redis.redis, batch, lookup_key=lookup_key)  # and once more, after
     depleted = {"buyer_id": "acme", "currency": "NGN", "available": "5.00"}
     low = dict(depleted)
     assert _events() == [("buyer.balance_low", low), ("buyer.balance_depleted", depleted)]
