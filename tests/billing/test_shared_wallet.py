@@ -87,7 +87,7 @@ def _stored(buyer_id: str, billing: Billing) -> None:
             states="[]",
             blocked_publishers="[]",
             **fields,
-        ).on_conflict(update=fields).execute()
+        ).on_conflict(conflict_target=[Buyer.id], update=fields).execute()
 
 
 @pytest.mark.parametrize(("mode", "credit", "affordable"), [("prepaid", 0, 5), ("credit", 2 * PRICE, 7)])
