@@ -85,13 +85,23 @@ GALERA = os.environ.get("FG_TEST_GALERA") == "1"
 GALERA_PROXY_ENV = "FG_TEST_GALERA_PROXY"  # the cluster's admin URL through HAProxy, set by pytest_configure
 GALERA_KEY = pytest.StashKey[GaleraCluster]()
 
+# FG_TEST_SQLITE=1: the ledger on SQLite even when MariaDB answers, as the embedded default runs
+# (.ci/run's sqlite lane). Tests that need MySQL skip, saying so.
+SQLITE = os.environ.get("FG_TEST_SQLITE") == "1"
+
 
 def pytest_report_header(config) -> list[str]:
     return [
         "redis: "
         + ("a local cluster, 3 primaries + 3 replicas (FG_TEST_REDIS_CLUSTER=1)" if CLUSTER else "one redis-server"),
         "database: "
-        + ("a local Galera cluster of 3 behind HAProxy (FG_TEST_GALERA=1)" if GALERA else "MariaDB/MySQL or SQLite"),
+        + (
+            "a local Galera cluster of 3 behind HAProxy (FG_TEST_GALERA=1)"
+            if GALERA
+            else "SQLite (FG_TEST_SQLITE=1)"
+            if SQLITE
+            else "MariaDB/MySQL or SQLite"
+        ),
     ]
 
 
@@ -174,7 +184,7 @@ def pytest_unconfigure(config) -> None:
 
 @pytest.fixture(scope="session")
 def database_url(tmp_root):
-    admin = os.environ[GALERA_PROXY_ENV] if GALERA else mysql_admin_url()
+    admin = os.environ[GALERA_PROXY_ENV] if GALERA else None if SQLITE else mysql_admin_url()
     if admin:
         url, drop = create_mysql_db(admin)
     else:

@@ -87,7 +87,8 @@ def _stored(buyer_id: str, billing: Billing) -> None:
             states="[]",
             blocked_publishers="[]",
             **fields,
-        ).on_conflict(update=fields).execute()
+        ).on_conflict_ignore().execute()
+        Buyer.update(**fields).where(Buyer.id == buyer_id).execute()
 
 
 @pytest.mark.parametrize(("mode", "credit", "affordable"), [("prepaid", 0, 5), ("credit", 2 * PRICE, 7)])

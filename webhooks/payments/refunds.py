@@ -47,9 +47,9 @@ class Refused(Exception):
 
 
 def writing() -> pw._atomic:
-    """A transaction that writes from its first statement: SQLite's BEGIN IMMEDIATE takes the
-    write lock up front (a deferred one reading first could not write later); MySQL locks rows."""
-    return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
+    """A transaction that writes from its first statement: SQLite's takes the write lock as it
+    begins (db.py SQLite); MySQL locks the rows it reads (`locked_payment`)."""
+    return db.atomic()
 
 
 def locked_payment(note: RefundNotification) -> Payment:

@@ -90,9 +90,8 @@ def record(sale: Sale, given: Given) -> dict[str, Any]:
 
 
 def _record(named: Sale, given: Given) -> dict[str, Any]:
-    # SQLite: the write lock taken as the transaction begins (its reads would otherwise keep a
-    # snapshot that a writer before it outdates, and its first write fail "database is locked").
-    with db.atomic() if is_mysql() else db.atomic("IMMEDIATE"):
+    # SQLite takes the write lock as the transaction begins (db.py SQLite).
+    with db.atomic():
         # The sale's row, locked first: feedback on one sale is stored one at a time, so two
         # `converted` sent at once cannot both find none before them. The reads after the lock
         # see what the one before committed (their snapshot starts after it).

@@ -326,9 +326,9 @@ def _batches(add: list[bytes], remove: list[bytes]) -> Iterable[tuple[list[bytes
 
 
 def writing() -> Any:
-    """A transaction that holds what it reads: SQLite's BEGIN IMMEDIATE takes the write lock up
-    front (its writers take turns); MySQL locks the rows read FOR UPDATE (`locked`)."""
-    return db.atomic() if is_mysql() else db.atomic("IMMEDIATE")
+    """A transaction that holds what it reads: SQLite's takes the write lock as it begins (db.py
+    SQLite: its writers take turns); MySQL locks the rows read FOR UPDATE (`locked`)."""
+    return db.atomic()
 
 
 def locked(list_id: str) -> SuppressionList | None:

@@ -437,6 +437,73 @@ def _reads(sql: str) -> bool:
     return sql.lstrip()[:6].upper() in ("SELECT", "SHOW")
 
 
+class SQLite(peewee.SqliteDatabase):
+    """The embedded ledger (WAL mode), written by the web and worker processes at once. SQLite
+    has one writer at a time. A transaction opened with a plain BEGIN asks for the write lock
+    at its first write, and SQLite refuses it at once ("database is locked"), without waiting,
+    when another connection holds that lock or wrote since the transaction's first read. So
+    every transaction here begins IMMEDIATE: it takes the write lock first, waiting up to
+    BUSY_TIMEOUT_MS for another process's transaction to end.
+
+    Within a process the writers take turns on a lock of their own before they ask SQLite:
+    SQLite's wait for the write lock sleeps the whole process, so in a gevent web worker a
+    greenlet waiting so would keep the greenlet that holds the lock from ever committing. A
+    write outside a transaction takes its turn too; reads never wait (WAL)."""
+
+    BUSY_TIMEOUT_MS = 10_000
+
+    def __init__(self, path: str) -> None:
+        pragmas = {"journal_mode": "wal", "busy_timeout": self.BUSY_TIMEOUT_MS, "foreign_keys": 1}
+        super().__init__(path, pragmas=pragmas, lock_type="IMMEDIATE")
+        self._writer = threading.Lock()  # made at init_db: gevent's in a web worker
+        self._holder = threading.local()  # .writing: this thread (greenlet) holds _writer
+
+    def _take_writer(self) -> None:
+        if getattr(self._holder, "writing", False):
+            return
+        if not self._writer.acquire(timeout=self.BUSY_TIMEOUT_MS / 1000):
+            raise peewee.OperationalError("database is locked: another writer of this process held it throughout")
+        self._holder.writing = True
+
+    def _give_writer(self) -> None:
+        if getattr(self._holder, "writing", False):
+            self._holder.writing = False
+            self._writer.release()
+
+    def begin(self, lock_type: str | None = None) -> None:
+        self._take_writer()
+        try:
+            super().begin(lock_type)
+        except BaseException:
+            self._give_writer()
+            raise
+
+    def commit(self) -> None:
+        super().commit()
+        self._give_writer()  # not on failure: the rollback that follows gives it
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self._give_writer()
+
+    def execute_sql(self, sql: str, params: Any = None) -> Any:
+        if getattr(self._holder, "writing", False) or _reads(sql):
+            return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        self._take_writer()  # a write outside a transaction
+        try:
+            return super().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+        finally:
+            self._give_writer()
+
+    def _close(self, conn: Any) -> None:
+        try:
+            super()._close(conn)  # type: ignore[misc]
+        finally:
+            self._give_writer()  # a transaction never ended holds it no longer
+
+
 SSL_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
 
 
@@ -479,7 +546,7 @@ def tls_options(host: str, query: str) -> dict[str, Any]:
 
 
 def make_database(url: str, pool_size: int = 10) -> peewee.Database:
-    """A peewee Database for `url`: a bounded, blocking MySQL pool, or SQLite in WAL mode."""
+    """A peewee Database for `url`: a bounded, blocking MySQL pool, or SQLite (`SQLite`)."""
     parts = urlparse(url)
     if parts.scheme == "mysql":
         name = parts.path.lstrip("/")
@@ -503,8 +570,7 @@ def make_database(url: str, pool_size: int = 10) -> peewee.Database:
             write_timeout=30,
         )
     if parts.scheme == "sqlite":
-        path = url[len("sqlite:///") :]
-        return peewee.SqliteDatabase(path, pragmas={"journal_mode": "wal", "busy_timeout": 10_000, "foreign_keys": 1})
+        return SQLite(url[len("sqlite:///") :])
     raise ConfigError(f"unsupported DATABASE_URL scheme {parts.scheme!r}")
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
 
 import peewee as pw
 
@@ -15,7 +17,33 @@ def utcnow() -> datetime:
 
 
 class DateTime6Field(pw.DateTimeField):
+    """A naive UTC datetime in and out, on MySQL and SQLite alike. An aware one is stored as
+    its UTC time (PyMySQL would drop its zone, SQLite's adapter would keep it in the text);
+    SQLite's text of one stored with a zone is read back as naive UTC, as MySQL reads."""
+
     field_type = "DATETIME(6)"
+
+    def db_value(self, value: Any) -> Any:
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return super().db_value(value)  # type: ignore[no-untyped-call]
+
+    def python_value(self, value: Any) -> Any:
+        value = super().python_value(value)  # type: ignore[no-untyped-call]
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+
+class DecimalField(pw.DecimalField):
+    """A DECIMAL read with its column's places on SQLite too: MySQL answers Decimal("2.00");
+    SQLite keeps a DECIMAL as an integer or a float (2, 0.30000000000000004), which peewee
+    would read as Decimal("2") and Decimal("0.30000000000000004")."""
+
+    def python_value(self, value: Any) -> Any:
+        if value is None or isinstance(value, Decimal):
+            return value
+        return Decimal(str(value)).quantize(self._exp)  # type: ignore[attr-defined]  # 10 ** -places
 
 
 class MediumTextField(pw.TextField):
@@ -45,9 +73,9 @@ class Publisher(BaseModel):
     name = pw.CharField(max_length=200)
     api_key_hash = pw.CharField(max_length=64, unique=True)
     api_key_hint = pw.CharField(max_length=8)
-    commission_pct = pw.DecimalField(max_digits=5, decimal_places=2)
+    commission_pct = DecimalField(max_digits=5, decimal_places=2)
     active = pw.BooleanField(default=True)
-    balance = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
+    balance = DecimalField(max_digits=14, decimal_places=2, default=0)
     created_at = DateTime6Field(default=utcnow)
     updated_at = DateTime6Field(default=utcnow)
     routing = pw.CharField(max_length=16, default="waterfall")  # waterfall | price | round_robin | weighted
@@ -58,7 +86,7 @@ class Publisher(BaseModel):
     fields_spec = pw.TextField(null=True)  # JSON: the lead spec (`fields`, leads/rules/quality.py); NULL: none
     mode = pw.CharField(max_length=8, default="live")  # live | test (every lead a test lead)
     # payout (docs/api.md): a fixed amount per sold lead; NULL: commission_pct of the sale price
-    payout_fixed = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    payout_fixed = DecimalField(max_digits=12, decimal_places=2, null=True)
     # caps (docs/api.md): leads accepted per UTC hour / day; NULL: unlimited
     cap_hourly = pw.IntegerField(null=True)
     cap_daily = pw.IntegerField(null=True)
@@ -69,7 +97,7 @@ class Publisher(BaseModel):
     # payout holds (sql/024): days a sale's payout is held before it is payable, and the sum of
     # its payouts held now (`balance` is what is payable: docs/leads.md "Payout holds")
     payout_hold_days = pw.IntegerField(default=0)
-    payout_held = pw.DecimalField(max_digits=14, decimal_places=2, default=0)
+    payout_held = DecimalField(max_digits=14, decimal_places=2, default=0)
     max_sales = pw.IntegerField(default=1)  # `sell.max_sales` (sql/025): buyers one lead may be sold to
     epl_window_days = pw.IntegerField(default=7)  # the days `routing: epl` ranks by (sql/027)
 
@@ -82,13 +110,13 @@ class Buyer(BaseModel):
     name = pw.CharField(max_length=200)
     endpoint_url = pw.CharField(max_length=2048)
     priority = pw.IntegerField()
-    price = pw.DecimalField(max_digits=12, decimal_places=2)
+    price = DecimalField(max_digits=12, decimal_places=2)
     timezone = pw.CharField(max_length=64)
     cap_hourly = pw.IntegerField(null=True)
     cap_daily = pw.IntegerField(null=True)
     cap_weekly = pw.IntegerField(null=True)
     cap_monthly = pw.IntegerField(null=True)
-    cap_daily_budget = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    cap_daily_budget = DecimalField(max_digits=12, decimal_places=2, null=True)
     states = pw.TextField()  # JSON list, upper-case
     blocked_publishers = pw.TextField()  # JSON list
     schedule = pw.TextField(null=True)  # JSON object or NULL (always open)
@@ -122,8 +150,8 @@ class Lead(BaseModel):
     lead_id = pw.CharField(max_length=64)
     status = pw.CharField(max_length=16)
     buyer_id = pw.CharField(max_length=64, null=True)
-    price = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
-    payout = pw.DecimalField(max_digits=12, decimal_places=2, null=True, column_name="commission")
+    price = DecimalField(max_digits=12, decimal_places=2, null=True)
+    payout = DecimalField(max_digits=12, decimal_places=2, null=True, column_name="commission")
     payload = MediumTextField()
     received_at = DateTime6Field()
     sold_at = DateTime6Field(null=True)
@@ -168,8 +196,8 @@ class Sale(BaseModel):
     publisher_id = pw.CharField(max_length=64)
     lead_id = pw.CharField(max_length=64)
     buyer_id = pw.CharField(max_length=64)
-    price = pw.DecimalField(max_digits=12, decimal_places=2)
-    payout = pw.DecimalField(max_digits=12, decimal_places=2, null=True)  # the publisher's for this sale
+    price = DecimalField(max_digits=12, decimal_places=2)
+    payout = DecimalField(max_digits=12, decimal_places=2, null=True)  # the publisher's for this sale
     status = pw.CharField(max_length=16)  # a SaleStatus
     sold_at = DateTime6Field()
     returned_at = DateTime6Field(null=True)
@@ -229,7 +257,7 @@ class Feedback(BaseModel):
     publisher_id = pw.CharField(max_length=64)
     lead_id = pw.CharField(max_length=64)
     event = pw.CharField(max_length=16)  # a FeedbackEvent
-    value = pw.DecimalField(max_digits=12, decimal_places=2, null=True)
+    value = DecimalField(max_digits=12, decimal_places=2, null=True)
     created_at = DateTime6Field()
 
     class Meta:
@@ -245,7 +273,7 @@ class LeadAttempt(BaseModel):
     buyer_id = pw.CharField(max_length=64)
     outcome = pw.CharField(max_length=16)
     ms = pw.IntegerField()
-    bid = pw.DecimalField(max_digits=12, decimal_places=2, null=True)  # ping/post buyers
+    bid = DecimalField(max_digits=12, decimal_places=2, null=True)  # ping/post buyers
 
     class Meta:
         table_name = "lead_attempts"
@@ -553,8 +581,8 @@ class LeadStats(BaseModel):
     leads = pw.IntegerField(default=0)
     sold = pw.IntegerField(default=0)  # returned ones included
     returned = pw.IntegerField(default=0)
-    revenue = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
-    payout = pw.DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+    revenue = DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
+    payout = DecimalField(max_digits=16, decimal_places=2, default=0)  # of the sales not returned
     sales = pw.IntegerField(null=True)  # sales to this row's buyer, returned ones included (sql/025)
     # sql/026; the DDL's default too, for the rows a statement of SQL writes without them
     offers = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])  # attempts made to this row's buyer
