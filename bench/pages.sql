@@ -80,3 +80,7 @@ INSERT INTO payments (provider, reference, amount_minor, currency, customer, sta
 INSERT INTO wallets (customer, currency, balance_minor, updated_at, version)
   SELECT customer, currency, SUM(amount_minor), NOW(6), 1 FROM wallet_entries GROUP BY customer, currency
   ON DUPLICATE KEY UPDATE balance_minor = VALUES(balance_minor);
+INSERT INTO lead_stats_days (day, publisher_id, buyer_id, leads, sold, returned, revenue, payout, sales, offers,
+  accepted, conversions)
+  SELECT DATE(hour), publisher_id, buyer_id, SUM(leads), SUM(sold), SUM(returned), SUM(revenue), SUM(payout),
+  SUM(sales), SUM(offers), SUM(accepted), SUM(conversions) FROM lead_stats GROUP BY 1, 2, 3;

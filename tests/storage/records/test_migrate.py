@@ -542,3 +542,44 @@ def test_026_counts_every_sale_before_it_as_an_accepted_offer_and_keys_feedback_
         assert models.Feedback.select().count() == 2
     assert rows == {"acme": (4, 4, 4, 0), "zeta": (2, 2, 2, 0), "": (0, 0, 0, 0)}
     assert upgrade(echo=lambda _m: None) == []  # once
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def ledger_at_033(request, tmp_path, database_url):
+    """A new database at the schema of sql/001..033: the release before the report's days
+    (sql/034). On SQLite, the tables as upgrade() made them then: no lead_stats_days."""
+    before = [m for m in models.ALL_MODELS if m is not models.LeadStatsDay]
+    with ledger_before(request.param, tmp_path, "034", before) as kind:
+        yield kind
+
+
+def test_034_adds_up_the_hours_before_it_into_their_days(ledger_at_033):
+    """The report's hours of two days as the release before kept them (one with its sales not
+    yet counted: NULL): after upgrade() each (day, publisher, buyer) row is the sum of its hours."""
+    mark = "%s" if is_mysql() else "?"
+    hours = (
+        (datetime(2026, 11, 30, 0), "acme", 5, 4, 1, "40.00", "4.00", 4, 6, 4, 1),
+        (datetime(2026, 11, 30, 23), "acme", 2, 1, 0, "10.50", "1.05", None, 3, 1, 0),
+        (datetime(2026, 11, 30, 23), "", 3, 0, 0, "0.00", "0.00", 0, 0, 0, 0),
+        (datetime(2026, 12, 1, 0), "acme", 1, 1, 0, "10.00", "1.00", 1, 1, 1, 1),
+    )
+    with db.connection_context():
+        for row in hours:
+            db.execute_sql(
+                "INSERT INTO lead_stats (hour, publisher_id, buyer_id, leads, sold, returned, revenue, payout, sales,"
+                f" offers, accepted, conversions) VALUES ({mark}, 'surge', {', '.join([mark] * 10)})",
+                row,
+            )
+    assert "034" in upgrade(echo=lambda _m: None)
+    with db.connection_context():
+        days = {
+            (str(r.day), r.buyer_id): (r.leads, r.sold, r.returned, f"{r.revenue:.2f}", f"{r.payout:.2f}", r.sales)
+            + (r.offers, r.accepted, r.conversions)
+            for r in models.LeadStatsDay.select().where(models.LeadStatsDay.publisher_id == "surge")
+        }
+    assert days == {
+        ("2026-11-30", "acme"): (7, 5, 1, "50.50", "5.05", 4, 9, 5, 1),
+        ("2026-11-30", ""): (3, 0, 0, "0.00", "0.00", 0, 0, 0, 0),
+        ("2026-12-01", "acme"): (1, 1, 0, "10.00", "1.00", 1, 1, 1, 1),
+    }
+    assert upgrade(echo=lambda _m: None) == []  # once

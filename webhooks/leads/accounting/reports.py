@@ -1,7 +1,9 @@
 """The leads report (docs/api.md "Reports"): leads, sold, unsold, returned, revenue, payout,
 profit, return rate, offers, accept rate, conversions and earnings per offer per publisher,
 buyer, day or hour, read from `lead_stats` (per hour, publisher and buyer, counted in the
-transaction of each settlement, return and first conversion; test leads never).
+transaction of each settlement, return and first conversion; test leads never) and its days,
+`lead_stats_days` (kept beside it in the same transactions: a report by day, publisher or buyer
+reads a row per day, not 24).
 docs/operations.md "The leads report"."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import peewee as pw
 from webhooks.formats import csvsafe
 from webhooks.leads.accounting.item import SettlementItem
 from webhooks.storage.records.db import is_mysql
-from webhooks.storage.records.models import Lead, LeadStats
+from webhooks.storage.records.models import Lead, LeadStats, LeadStatsDay
 from webhooks.storage.states import AttemptOutcome, LeadStatus
 
 GROUPS = ("publisher", "buyer", "day", "hour")
@@ -90,88 +92,94 @@ def count_settled(items: Iterable[SettlementItem]) -> None:
             d = deltas.setdefault((_hour(at), item.publisher_id, attempt["buyer_id"]), _Delta())
             d.offers += 1
             d.accepted += int(attempt["outcome"] == AttemptOutcome.ACCEPTED)
-    for key, d in sorted(deltas.items()):
-        _add(key, d)
+    _add(deltas)
 
 
 def count_returned(lead: Lead, *, price: Decimal, payout: Decimal | None, buyer_id: str) -> None:
     """A sale of `lead` returned: counted as returned, its price and payout out of the sums (in
     the hour the lead was received, as its sale was counted)."""
     delta = _Delta(returned=1, revenue=-Decimal(price), payout=-Decimal(payout or 0))
-    _add((_hour(lead.received_at), lead.publisher_id, buyer_id), delta)
+    _add({(_hour(lead.received_at), lead.publisher_id, buyer_id): delta})
 
 
 def count_conversion(received_at: datetime, *, publisher_id: str, buyer_id: str) -> None:
     """A sale's first `converted` feedback, in the caller's transaction: counted in its buyer's
     row of the hour its lead was received (`received_at`, naive UTC), where the sale is."""
-    _add((_hour(received_at), publisher_id, buyer_id), _Delta(conversions=1))
+    _add({(_hour(received_at), publisher_id, buyer_id): _Delta(conversions=1)})
 
 
-def _add(key: tuple[datetime, str, str], d: _Delta) -> None:
-    hour, publisher_id, buyer_id = key
-    update = {
-        LeadStats.leads: LeadStats.leads + d.leads,
-        LeadStats.sold: LeadStats.sold + d.sold,
-        LeadStats.returned: LeadStats.returned + d.returned,
-        LeadStats.revenue: LeadStats.revenue + d.revenue,
-        LeadStats.payout: LeadStats.payout + d.payout,
-        LeadStats.sales: pw.fn.COALESCE(LeadStats.sales, 0) + d.sales,
-        LeadStats.offers: LeadStats.offers + d.offers,
-        LeadStats.accepted: LeadStats.accepted + d.accepted,
-        LeadStats.conversions: LeadStats.conversions + d.conversions,
-    }
-    query = LeadStats.insert(
-        hour=hour,
-        publisher_id=publisher_id,
-        buyer_id=buyer_id,
-        leads=d.leads,
-        sold=d.sold,
-        returned=d.returned,
-        revenue=d.revenue,
-        payout=d.payout,
-        sales=d.sales,
-        offers=d.offers,
-        accepted=d.accepted,
-        conversions=d.conversions,
-    )
+def _add(deltas: dict[tuple[datetime, str, str], _Delta]) -> None:
+    """Add the deltas to their hours' rows of lead_stats and their days' of lead_stats_days:
+    one upsert statement of every row for each table, in the caller's transaction, the rows in
+    key order (two batches lock them in the same order)."""
+    days: dict[tuple[date, str, str], _Delta] = {}
+    for (hour, publisher_id, buyer_id), d in deltas.items():
+        day = days.setdefault((hour.date(), publisher_id, buyer_id), _Delta())
+        for name in SUMMED:
+            setattr(day, name, getattr(day, name) + getattr(d, name))
+    _upsert(LeadStats, LeadStats.hour, sorted(deltas.items()))
+    _upsert(LeadStatsDay, LeadStatsDay.day, sorted(days.items()))
+
+
+def _upsert(model: Any, when: Any, rows: Sequence[tuple[tuple[date, str, str], _Delta]]) -> None:
+    """Add each delta to `model`'s row of its (`when`, publisher, buyer), made at zero if new."""
+    if not rows:
+        return
+
+    def incoming(name: str) -> Any:  # the value the statement brought for a row already there
+        return pw.SQL(f"VALUES({name})" if is_mysql() else f"excluded.{name}")
+
+    update = {getattr(model, name): getattr(model, name) + incoming(name) for name in SUMMED}
+    update[model.sales] = pw.fn.COALESCE(model.sales, 0) + incoming("sales")  # NULL in old hours (sql/025)
+    values = [
+        {when: at, model.publisher_id: publisher_id, model.buyer_id: buyer_id}
+        | {getattr(model, name): getattr(d, name) for name in SUMMED}
+        for (at, publisher_id, buyer_id), d in rows
+    ]
+    query = model.insert_many(values)
     if is_mysql():
         query = query.on_conflict(update=update)  # ON DUPLICATE KEY UPDATE
     else:
-        query = query.on_conflict(
-            conflict_target=[LeadStats.hour, LeadStats.publisher_id, LeadStats.buyer_id], update=update
-        )
+        query = query.on_conflict(conflict_target=[when, model.publisher_id, model.buyer_id], update=update)
     query.execute()
 
 
-def _key_expression(group_by: str) -> Any:
-    if group_by == "publisher":
-        return LeadStats.publisher_id
-    if group_by == "buyer":
-        return LeadStats.buyer_id
-    pattern = "%Y-%m-%d" if group_by == "day" else "%Y-%m-%dT%H:00:00Z"
-    # coerce(False): the text as formatted, not read back through the hour column's converter
-    if is_mysql():
-        return pw.fn.DATE_FORMAT(LeadStats.hour, pattern).coerce(False)
-    return pw.fn.strftime(pattern, LeadStats.hour).coerce(False)
-
-
 def report_query(first: date, last: date, group_by: str, buyer_id: str | None = None) -> Any:
-    """The aggregate over the hours from `first` to `last` (inclusive, UTC days), by the key of
-    `group_by`: one range scan of lead_stats' (hour, publisher, buyer) index; of one buyer's
-    rows only when `buyer_id` is given (a buyer's page)."""
-    key = _key_expression(group_by).alias("key")
-    start = datetime(first.year, first.month, first.day)
-    end = datetime(last.year, last.month, last.day) + timedelta(days=1)
-    where = [LeadStats.hour >= start, LeadStats.hour < end]
+    """The aggregate over the days from `first` to `last` (inclusive, UTC days), by the key of
+    `group_by` as stored (a day's date, an hour's datetime, an id): by hour, one range scan of
+    lead_stats' (hour, publisher, buyer) key grouped in its order; else of lead_stats_days'
+    (day, publisher, buyer); of one buyer's rows only when `buyer_id` is given (a buyer's page:
+    their (buyer_id, hour|day) index)."""
+    model: Any = LeadStats if group_by == "hour" else LeadStatsDay
+    when: Any
+    if model is LeadStats:
+        start = datetime(first.year, first.month, first.day)
+        end = datetime(last.year, last.month, last.day) + timedelta(days=1)
+        where = [LeadStats.hour >= start, LeadStats.hour < end]
+        when = LeadStats.hour
+    else:
+        where = [LeadStatsDay.day >= first, LeadStatsDay.day <= last]
+        when = LeadStatsDay.day
     if buyer_id is not None:
-        where.append(LeadStats.buyer_id == buyer_id)
+        where.append(model.buyer_id == buyer_id)
+    key = {"publisher": model.publisher_id, "buyer": model.buyer_id}.get(group_by, when)
     return (
-        LeadStats.select(key, *(pw.fn.SUM(getattr(LeadStats, name)).alias(name) for name in SUMMED))
+        model.select(key.alias("key"), *(pw.fn.SUM(getattr(model, name)).alias(name) for name in SUMMED))
         .where(*where)
-        .group_by(pw.SQL("1"))
-        .order_by(pw.SQL("1"))
+        .group_by(key)
+        .order_by(key)
         .tuples()
     )
+
+
+def _key_text(key: Any) -> str | None:
+    """A report row's key as the report gives it: an hour as `2026-12-01T13:00:00Z`, a day as
+    `2026-12-01`, an id as itself; None for '' (the unsold leads' buyer)."""
+    if isinstance(key, datetime):
+        return key.strftime("%Y-%m-%dT%H:00:00Z")
+    if isinstance(key, date):
+        return key.isoformat()
+    return key or None
 
 
 def report(first: date, last: date, group_by: str, *, buyer_id: str | None = None) -> dict[str, Any]:
@@ -180,7 +188,7 @@ def report(first: date, last: date, group_by: str, *, buyer_id: str | None = Non
     found = cast(
         "list[tuple[Any, ...]]", list(report_query(first, last, group_by, buyer_id))
     )  # peewee's stubs: .tuples() yields models
-    figures = [(k or None, _figures(raw)) for k, *raw in found]
+    figures = [(_key_text(k), _figures(raw)) for k, *raw in found]
     rows = [_row(k, f) for k, f in figures]
     zeros = _figures([None] * len(SUMMED))
     totals = _row(None, [sum((f[i] for _k, f in figures), start=z) for i, z in enumerate(zeros)])

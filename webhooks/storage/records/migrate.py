@@ -33,8 +33,8 @@ def split_statements(sql: str) -> list[str]:
 # Migrations whose INSERT statements are portable SQL that carries rows over: on SQLite, where the
 # models make the tables, upgrade() runs those statements still (sql/022: every sold lead's sale;
 # sql/025: the report's sales counted as its sold leads; sql/026: its offers as its sales),
-# UPDATEs too.
-SQLITE_DATA = {"022", "025", "026"}
+# UPDATEs too; sql/034: the report's days of the hours before it.
+SQLITE_DATA = {"022", "025", "026", "034"}
 
 
 _RENAME = re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)

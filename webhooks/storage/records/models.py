@@ -597,6 +597,31 @@ class LeadStats(BaseModel):
         indexes = ((("hour", "publisher_id", "buyer_id"), True), (("buyer_id", "hour"), False))  # sql/033
 
 
+class LeadStatsDay(BaseModel):
+    """`lead_stats` added up per UTC day, publisher and buyer, kept beside it in the same
+    transactions (leads/accounting/reports.py): a report of whole days by day, publisher or
+    buyer reads a row per day, not 24 (sql/034)."""
+
+    id = pw.BigAutoField()
+    day = pw.DateField()  # of the leads' received_at, UTC
+    publisher_id = pw.CharField(max_length=64)
+    buyer_id = pw.CharField(max_length=64)
+    leads = pw.IntegerField(default=0)
+    sold = pw.IntegerField(default=0)
+    returned = pw.IntegerField(default=0)
+    revenue = pw.DecimalField(max_digits=16, decimal_places=2, default=0)
+    payout = pw.DecimalField(max_digits=16, decimal_places=2, default=0)
+    sales = pw.IntegerField(default=0)
+    offers = pw.IntegerField(default=0)
+    accepted = pw.IntegerField(default=0)
+    conversions = pw.IntegerField(default=0)
+
+    class Meta:
+        table_name = "lead_stats_days"
+        # (day, publisher_id, buyer_id): on MySQL its primary key, as lead_stats' (sql/034)
+        indexes = ((("day", "publisher_id", "buyer_id"), True), (("buyer_id", "day"), False))
+
+
 class WebhookCall(BaseModel):
     """Every webhook call of a payment provider, kept for audit and replay: verified ones with
     their headers of interest and body; one that failed its signature check as metadata only
@@ -678,6 +703,7 @@ ALL_MODELS = [
     PaymentDispute,
     LegacyPaymentEvent,
     LeadStats,
+    LeadStatsDay,
     EventEndpoint,
     Event,
     EventDispatch,

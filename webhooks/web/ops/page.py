@@ -93,7 +93,7 @@ FIGURE_DAYS = 7  # a buyer's page: its figures of today and of the last FIGURE_D
 
 def buyer_figures(buyer_id: str, now: datetime) -> dict[str, Any]:
     """A buyer's figures as the report by buyer has them (leads/accounting/reports.py: the same
-    query on lead_stats, the same arithmetic): today's (UTC) and the last FIGURE_DAYS days',
+    query on lead_stats_days, the same arithmetic): today's (UTC) and the last FIGURE_DAYS days',
     each with the report's range to check it against; and its offers and sales per hour over
     the last 24 hours."""
     today = now.astimezone(timezone.utc).date()
