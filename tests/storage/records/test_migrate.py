@@ -583,3 +583,28 @@ def test_034_adds_up_the_hours_before_it_into_their_days(ledger_at_033):
         ("2026-12-01", "acme"): (1, 1, 0, "10.00", "1.00", 1, 1, 1, 1),
     }
     assert upgrade(echo=lambda _m: None) == []  # once
+
+
+def test_a_sqlite_ledger_gains_its_new_columns_before_their_indexes(tmp_path, database_url):
+    """A SQLite ledger file made before sql/030 (no lookup digests on leads): upgrade() adds the
+    columns first, then their indexes, so the file stays sound (SQLite would otherwise index the
+    text "email_digest" for every row, and keep those entries once the column exists)."""
+    with ledger_before("sqlite", tmp_path, "030", models.ALL_MODELS):
+        with db.connection_context():
+            for index in ("leads_email_digest", "leads_phone_digest"):
+                db.execute_sql(f'DROP INDEX "{index}"')
+            for column in ("email_digest", "phone_digest"):
+                db.execute_sql(f'ALTER TABLE leads DROP COLUMN "{column}"')
+            db.execute_sql(
+                "INSERT INTO leads (publisher_id, lead_id, status, payload, received_at, settled_at)"
+                " VALUES ('surge', 'old-1', 'unsold', '{}', '2026-11-01 00:00:00', '2026-11-01 00:00:00')"
+            )
+        upgrade(echo=lambda _m: None)
+        with db.connection_context():
+            assert db.execute_sql("PRAGMA integrity_check").fetchall() == [("ok",)]
+            indexed = {i.name: i.columns for i in db.get_indexes("leads")}
+            assert indexed["leads_email_digest"] == ["email_digest"]
+            models.Lead.update(email_digest="d" * 32).where(models.Lead.lead_id == "old-1").execute()
+            assert db.execute_sql("PRAGMA integrity_check").fetchall() == [("ok",)]
+            found = models.Lead.select().where(models.Lead.email_digest == "d" * 32)
+            assert [lead.lead_id for lead in found] == ["old-1"]

@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import peewee as pw
+
 from webhooks.storage.records.db import db, is_mysql
 from webhooks.storage.records.models import ALL_MODELS, SchemaMigration
 
@@ -55,12 +57,7 @@ def upgrade(echo: Callable[[str], None] = log.info) -> list[str]:
         if is_mysql():
             db.execute_sql(_MIGRATIONS_DDL)
         else:
-            # SQLite is the embedded default: the models (checked against the DDL on MySQL)
-            # create the same tables and unique keys, and the columns a later migration added;
-            # a table a migration renamed is renamed first, so that its rows stay.
-            _rename_tables()
-            db.create_tables(ALL_MODELS, safe=True)
-            _add_missing_columns()
+            _sqlite_schema()
         done = {m.version for m in SchemaMigration.select()}
         applied = []
         for path in migration_files():
@@ -80,6 +77,20 @@ def upgrade(echo: Callable[[str], None] = log.info) -> list[str]:
         if not applied:
             echo("schema is up to date")
         return applied
+
+
+def _sqlite_schema() -> None:
+    """SQLite is the embedded default: the models (checked against the DDL on MySQL) create the
+    same tables and unique keys, and the columns a later migration added; a table a migration
+    renamed is renamed first, so that its rows stay. The indexes come last: SQLite takes an
+    index on a column the file does not have yet for an index on the text "column" (a
+    double-quoted string), and keeps its entries wrong once the column is added."""
+    _rename_tables()
+    for model in ALL_MODELS:  # no foreign keys between them: any order
+        pw.SchemaManager(model, db).create_table(safe=True)
+    _add_missing_columns()
+    for model in ALL_MODELS:
+        pw.SchemaManager(model, db).create_indexes(safe=True)
 
 
 def _add_missing_columns() -> None:
