@@ -73,3 +73,24 @@ def test_leads_index_writes_the_digests_of_leads_settled_before_them(app):
     assert rows["k-4"].email_digest is None and rows["k-none"].email_digest is None
     again = app.test_cli_runner().invoke(args=["leads", "index"])
     assert again.exit_code == 0 and "0 leads indexed" in again.output
+
+
+def test_a_lead_purged_while_its_chunk_is_indexed_keeps_no_digest(database_url, monkeypatch):
+    """The chunk's bodies are read before its updates: a purge (or an erasure) landing between
+    the two leaves the lead's digests empty, not written from the body read before it."""
+    _settle("k-race", '{"email": "race@example.com", "phone": "+15125550199"}')
+    with db.connection_context():
+        Lead.update(email_digest=None, phone_digest=None).execute()
+    read = lookup.digests
+
+    def purged_meanwhile(payload: str, key: bytes) -> dict[str, str | None]:
+        found = read(payload, key)
+        with db.connection_context():  # the retention purge, landing between the read and the write
+            Lead.update(payload="").where(Lead.lead_id == "k-race").execute()
+        return found
+
+    monkeypatch.setattr(lookup, "digests", purged_meanwhile)
+    with db.connection_context():
+        written, _last = lookup.backfill_chunk(lookup.DEFAULT_KEY, 0, 10)
+        row = Lead.get(Lead.lead_id == "k-race")
+    assert written == 0 and (row.payload, row.email_digest, row.phone_digest) == ("", None, None)

@@ -43,7 +43,8 @@ def backfill_chunk(key: bytes, after_id: int, size: int) -> tuple[int, int | Non
     """Write the digests of up to `size` leads after row `after_id` that have a body and no
     digest (settled before sql/030), in the ledger's id order: (how many were written, the
     last id looked at: None once none is left). Safe to repeat and beside settlement: a lead
-    that has a digest is never written."""
+    that has a digest is never written, nor one whose body changed since it was read (erased or
+    purged meanwhile: its digests must stay empty)."""
     rows = list(
         Lead.select(Lead.id, Lead.payload, Lead.email_digest, Lead.phone_digest)
         .where(Lead.id > after_id)
@@ -61,7 +62,12 @@ def backfill_chunk(key: bytes, after_id: int, size: int) -> tuple[int, int | Non
             if any(found.values()):
                 written += (
                     Lead.update(found)
-                    .where(Lead.id == row.id, Lead.email_digest.is_null(), Lead.phone_digest.is_null())
+                    .where(
+                        Lead.id == row.id,
+                        Lead.email_digest.is_null(),
+                        Lead.phone_digest.is_null(),
+                        Lead.payload == row.payload,  # not erased or purged since it was read
+                    )
                     .execute()
                 )
     return written, rows[-1].id

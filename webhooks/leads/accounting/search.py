@@ -140,7 +140,8 @@ def _naive(at: datetime) -> datetime:
 
 
 def _matching_ids(found: Lookup) -> list[int]:
-    """The row ids of the leads a lookup names, each value read on its own index."""
+    """The row ids of the leads a lookup names, each value read on its own index (the newest
+    MAX_MATCHES of each)."""
     ids: set[int] = set()
     for field, value in (
         (Lead.lead_id, found.lead_id),
@@ -148,7 +149,9 @@ def _matching_ids(found: Lookup) -> list[int]:
         (Lead.phone_digest, found.phone_digest),
     ):
         if value is not None:
-            ids.update(row.id for row in Lead.select(Lead.id).where(field == value).limit(MAX_MATCHES))
+            ids.update(
+                row.id for row in Lead.select(Lead.id).where(field == value).order_by(Lead.id.desc()).limit(MAX_MATCHES)
+            )
     return sorted(ids)
 
 
