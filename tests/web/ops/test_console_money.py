@@ -315,6 +315,13 @@ def test_a_file_upload_adds_its_good_lines_and_counts_the_bad(api, browser, monk
     )
     assert result_of(resp.text) == (5, 4, 0, 0) and api.get("/v1/admin/suppression-lists/mails").json()["size"] == 7
 
+    # a line past the csv module's field limit (131,072 characters) is refused by its number,
+    # the good line after it added
+    long_line = b'"' + b"x" * 200_000 + b'@example.com"\n'
+    resp = upload(api, browser, "mails", long_line + b"h@example.com\n")
+    assert resp.status_code == 200 and result_of(resp.text) == (2, 1, 0, 1)
+    assert re.findall(r'data-line="(\d+)"', resp.text) == ["1"]
+
 
 def test_an_upload_too_big_or_not_text_is_refused_with_a_message(api, browser, monkeypatch):
     from webhooks.web.ops import reports

@@ -33,6 +33,7 @@ SECTION = "ops.reports.reports"
 AUDIT_SHOWN = 200
 LISTS = "ops.reports.suppression_lists"
 UPLOAD_MAX_LINES = 100_000  # of a file of entries (UPLOAD_FILE_BYTES bounds its size)
+UPLOAD_MAX_CELL = 1_000  # characters of a line read: far above any e-mail (254) or phone
 INVALID_SHOWN = 20  # the invalid lines a change names (each by its number, never its value)
 
 
@@ -218,7 +219,12 @@ def _lines(text: str) -> list[tuple[int, str]]:
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            cells = next(csv.reader([line]), [""])
+            # A cell past UPLOAD_MAX_CELL can be no value: cut there (the entry check refuses it),
+            # which also keeps the csv module under its field limit (131,072, else csv.Error).
+            try:
+                cells = next(csv.reader([line[:UPLOAD_MAX_CELL]]), [""])
+            except csv.Error:  # a NUL byte, say: the line as typed, refused by the entry check
+                cells = [line[:UPLOAD_MAX_CELL]]
             out.append((number, (cells[0] if cells else "").strip()))
     return out
 
