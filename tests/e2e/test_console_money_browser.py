@@ -17,41 +17,21 @@ import pytest
 from testkit.browser import Page
 from testkit.payments import deliver, encode, payload
 from tests.conftest import Api
-from tests.e2e.conftest import log_in, page_errors
+from tests.e2e.conftest import log_in
+from tests.e2e.test_console_forms_browser import Person as FormsPerson
 
 pytestmark = pytest.mark.e2e
 
 
-class Person:
-    """The browser's tab on the console, the admin API beside it."""
+class Person(FormsPerson):
+    """The browser's tab on the console, the admin API beside it, its screenshots in `shots`."""
 
     def __init__(self, page: Page, api: Api, shots: Path):
-        self.page, self.api, self.shots = page, api, shots
+        super().__init__(page, api)
+        self.shots = shots
 
     def shot(self, name: str) -> None:
         self.page.screenshot(self.shots / f"{name}.png")
-
-    def goto(self, path: str) -> None:
-        assert self.page.goto(self.api.base + path) == 200, (path, self.page.status)
-
-    def fill(self, values: dict[str, str]) -> None:
-        for css, value in values.items():
-            self.page.fill(css, value)
-
-    def submit(self, css: str, status: int) -> None:
-        """Submit the form `css`; the page that loads is answered `status` (a 4xx document is
-        logged by Chromium as a failed load: that line only is taken off the page's errors)."""
-        assert self.page.submit(css) == status, (css, self.page.status, self.page.url)
-        if status >= 400:
-            logged = f"the server responded with a status of {status} "
-            mine = [e for e in self.page.console_errors if logged in e]
-            assert mine, self.page.console_errors
-            for line in mine:
-                self.page.console_errors.remove(line)
-        assert page_errors(self.page) == [], page_errors(self.page)
-
-    def errors(self) -> list[str | None]:
-        return self.page.attrs("[data-error-for]", "data-error-for")
 
     def path(self) -> str:
         return self.page.url.removeprefix(self.api.base)
