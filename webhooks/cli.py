@@ -596,6 +596,34 @@ def index_leads(chunk: int) -> None:
     click.echo(f"{written} leads indexed")
 
 
+@leads_cli.command(
+    "rebuild-report-days",
+    help="Make the leads report's days (lead_stats_days, sql/034) again from its hours, from "
+    "SINCE to UNTIL (UTC days; UNTIL today when not given): after a release applied sql/034 while "
+    "processes of the release before it were still settling (their counts reached the hours "
+    "only). Safe to run again and beside settlement.",
+)
+@click.argument("since", type=click.DateTime(formats=["%Y-%m-%d"]))
+@click.option("--until", type=click.DateTime(formats=["%Y-%m-%d"]), default=None, help="The last day.")
+def rebuild_report_days(since: datetime, until: datetime | None) -> None:
+    from datetime import timedelta
+
+    from webhooks.leads.accounting import reports
+    from webhooks.storage.records.db import db
+
+    day = since.date()
+    last = until.date() if until is not None else datetime.now(timezone.utc).date()
+    if not 0 <= (last - day).days < reports.MAX_DAYS:
+        raise click.BadParameter(f"from 1 to {reports.MAX_DAYS} days, SINCE first", param_hint="SINCE, --until")
+    made = 0
+    with db.connection_context():
+        while day <= last:
+            made += reports.rebuild_day(day)
+            click.echo(f"{day.isoformat()}: made again", err=True)
+            day += timedelta(days=1)
+    click.echo(f"{made} rows of the report's days made again")
+
+
 @click.command(
     "demo-buyer",
     help="Run a buyer to try Floodgate with: it accepts every lead posted to "

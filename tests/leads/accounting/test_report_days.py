@@ -133,3 +133,39 @@ def test_a_buyers_row_of_whole_days_is_its_row_of_the_report_by_buyer(database_u
         mine = reports.report(FIRST, LAST, group_by, buyer_id="acme")
         assert mine["totals"] == {k: v for k, v in rows["acme"].items() if k != "key"}
         _clear()
+
+
+def test_days_counted_only_in_their_hours_are_made_again_by_the_command(database_url, app):
+    """A process of the release before sql/034 counts in the hours only; `leads
+    rebuild-report-days` makes each day again from its hours, and is safe to run twice."""
+    hour = START + timedelta(hours=5)
+    with db.connection_context():
+        _clear()
+        with db.atomic():
+            reports.count_conversion(hour, publisher_id="surge", buyer_id="acme")
+        # the old process: its hour, and none of its day
+        LeadStats.update(leads=LeadStats.leads + 3, sold=LeadStats.sold + 2).where(LeadStats.hour == hour).execute()
+        LeadStats.insert(
+            hour=hour + timedelta(days=1),
+            publisher_id="surge",
+            buyer_id="bolt",
+            leads=4,
+            sold=1,
+            returned=0,
+            revenue=Decimal("7.50"),
+            payout=Decimal("0.75"),
+            sales=1,
+            offers=2,
+            accepted=1,
+            conversions=0,
+        ).execute()
+        assert _days() != _days_from_hours()
+    for _ in range(2):
+        result = app.test_cli_runner().invoke(
+            args=["leads", "rebuild-report-days", FIRST.isoformat(), "--until", LAST.isoformat()]
+        )
+        assert result.exit_code == 0, result.output
+    with db.connection_context():
+        assert _days() == _days_from_hours()
+        assert _days()[("2001-03-02", "surge", "bolt")][0] == 4
+        _clear()

@@ -18,7 +18,7 @@ import peewee as pw
 
 from webhooks.formats import csvsafe
 from webhooks.leads.accounting.item import SettlementItem
-from webhooks.storage.records.db import is_mysql
+from webhooks.storage.records.db import db, is_mysql, retried
 from webhooks.storage.records.models import Lead, LeadStats, LeadStatsDay
 from webhooks.storage.states import AttemptOutcome, LeadStatus
 
@@ -142,6 +142,38 @@ def _upsert(model: Any, when: Any, rows: Sequence[tuple[tuple[date, str, str], _
     else:
         query = query.on_conflict(conflict_target=[when, model.publisher_id, model.buyer_id], update=update)
     query.execute()
+
+
+def rebuild_day(day: date) -> int:
+    """Make `day`'s rows of lead_stats_days again from its hours in lead_stats, in one
+    transaction (retried whole on a deadlock): for a day whose hours were counted by a process
+    that kept no days (one still running the release before sql/034 while it was applied). The
+    hours are read FOR UPDATE on MySQL, so a settlement of that day waits, then counts in both.
+    The day's rows made; safe to run again and beside settlement."""
+    start = datetime(day.year, day.month, day.day)
+
+    def transaction() -> int:
+        with db.atomic():
+            hours = LeadStats.select(
+                LeadStats.publisher_id, LeadStats.buyer_id, *(getattr(LeadStats, n) for n in SUMMED)
+            ).where(LeadStats.hour >= start, LeadStats.hour < start + timedelta(days=1))
+            if is_mysql():
+                hours = hours.for_update()
+            sums: dict[tuple[str, str], list[Any]] = {}
+            for row in hours.order_by(LeadStats.hour, LeadStats.publisher_id, LeadStats.buyer_id):
+                got = sums.setdefault((row.publisher_id, row.buyer_id), [0] * len(SUMMED))
+                for i, name in enumerate(SUMMED):
+                    got[i] += getattr(row, name) or 0
+            LeadStatsDay.delete().where(LeadStatsDay.day == day).execute()
+            rows = [
+                {"day": day, "publisher_id": p, "buyer_id": b, **dict(zip(SUMMED, figures, strict=True))}
+                for (p, b), figures in sorted(sums.items())
+            ]
+            for chunk in range(0, len(rows), 500):
+                LeadStatsDay.insert_many(rows[chunk : chunk + 500]).execute()
+            return len(rows)
+
+    return retried(transaction, f"the report's day {day.isoformat()} made again")
 
 
 def report_query(first: date, last: date, group_by: str, buyer_id: str | None = None) -> Any:
