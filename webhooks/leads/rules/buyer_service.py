@@ -18,7 +18,6 @@ from webhooks.leads.rules import buyers
 from webhooks.leads.rules.buyers import BuyerRule
 from webhooks.leads.rules.catalog import bump_version
 from webhooks.storage.live.redis import Store
-from webhooks.storage.records.db import db
 from webhooks.storage.records.models import Buyer
 
 
@@ -58,12 +57,13 @@ def patched(stored: Buyer, changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def set_active(store: Store, rows: Sequence[Buyer], active: bool) -> list[Buyer]:
-    """Pause (or resume) several buyers at once, each as `patch` with {"active": ...} does it
-    (one audit row each), in one transaction, told to every process once."""
-    with db.atomic():
-        saved = [write(store, row.id, patched(row, {"active": active})) for row in rows]
-    announce(store, saved)
-    return [row for row, _created in saved]
+    """Pause (or resume) several buyers at once (one audit row each, as `patch` with
+    {"active": ...} leaves), in one transaction, told to every process once: only `active`
+    changes (buyers.set_active), so a buyer deleted or edited since `rows` were read stays
+    as it is now. The buyers changed: those of `rows` still live."""
+    changed = buyers.set_active([row.id for row in rows], active)
+    announce(store, [(row, False) for row in changed])
+    return changed
 
 
 def write(store: Store, buyer_id: str, fields: dict[str, Any]) -> tuple[Buyer, bool]:

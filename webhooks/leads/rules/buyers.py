@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -340,7 +340,7 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
         lambda field, amount: v.money(CODE, field, amount),
     )
     caps = check.run({}, _caps, body.get("caps"))
-    states = check.run([], _states, body.get("states"))
+    states = check.run([], _states, body.get("states"), None if stored is None else json.loads(stored.states))
     blocked = check.run([], _list, "blocked_publishers", body.get("blocked_publishers"), v.is_id)
     schedule = check.run(None, _schedule, body.get("schedule"))
     price = check.run(Decimal(0), v.money, CODE, "price", body.get("price"))
@@ -380,20 +380,28 @@ def parse(body: Any, stored: Buyer | None = None) -> dict[str, Any]:
     return columns
 
 
-def _states(value: Any) -> list[str]:
+def _states(value: Any, stored: list[str] | None) -> list[str]:
     """`states`: US state and territory codes (any case), stored upper-cased, sorted, once each;
-    absent, null or empty: every state. A code of no state is refused, not kept."""
+    absent, null or empty: every state. A code of no state is refused, not kept, unless the
+    list is the `stored` one (written before codes were checked): sent back unchanged, as a
+    patch of other fields does, it is kept, so such a buyer can still be edited."""
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > 2 * len(us_states.CODES):
         raise ValidationError(CODE, "states", "must be a list of US state codes such as TX")
+    if stored is not None and all(isinstance(s, str) for s in value) and _codes(value) == _codes(stored):
+        return _codes(value)
     unknown = [str(s)[:16] for s in value if us_states.code(s) is None]
     if unknown:
         listed = ", ".join(repr(s) for s in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
         raise ValidationError(
             CODE, "states", f"{listed}: not a US state or territory code (two letters, e.g. TX for Texas)"
         )
-    return sorted({s.strip().upper() for s in value})
+    return _codes(value)
+
+
+def _codes(states: list[str]) -> list[str]:
+    return sorted({s.strip().upper() for s in states})
 
 
 def _contract(value: Any) -> str:
@@ -560,6 +568,29 @@ def save(buyer_id: str, fields: dict[str, Any]) -> tuple[Buyer, bool]:
             Buyer.create(id=buyer_id, **fields, created_at=now, updated_at=now)
         audit.record("admin", "buyer.create" if created else "buyer.update", "buyer", buyer_id, _audited(fields))
     return Buyer.get_by_id(buyer_id), created
+
+
+def set_active(buyer_ids: Sequence[str], active: bool) -> list[Buyer]:
+    """Pause (or resume) the live buyers of `buyer_ids`: only `active` and `updated_at` change,
+    in one UPDATE of the rows not deleted, so a buyer deleted meanwhile stays deleted and an
+    edit made meanwhile is kept, and a buyer stored before a check of today is not re-checked.
+    An audit row each as `save` leaves it; the buyers changed, read back in the transaction.
+    Caller bumps config."""
+    from webhooks.storage.records import audit
+    from webhooks.storage.records.db import db
+    from webhooks.storage.records.models import utcnow
+
+    live = (Buyer.id.in_(list(buyer_ids))) & Buyer.deleted_at.is_null()
+    with db.atomic():
+        Buyer.update(active=active, updated_at=utcnow()).where(live).execute()
+        rows = list(Buyer.select().where(live).order_by(Buyer.id))
+        for row in rows:
+            columns = {name: getattr(row, name) for name in Buyer._meta.sorted_field_names if name not in _NOT_AUDITED}
+            audit.record("admin", "buyer.update", "buyer", row.id, _audited(columns))
+    return rows
+
+
+_NOT_AUDITED = frozenset({"id", "created_at", "updated_at", "deleted_at", "api_key_hash"})
 
 
 def _shown_ping(stored: str | None) -> dict[str, Any] | None:

@@ -85,7 +85,7 @@ def parse(body: Any, stored: Publisher | None = None) -> dict[str, Any]:
         "mode": check.run("live", _mode, body.get("mode", "live")),
         **{f"cap_{name}": limit for name, limit in check.run({}, _caps, body.get("caps")).items()},
         "fields_spec": None
-        if (spec := check.run(None, quality.parse_spec, body.get("fields"))) is None
+        if (spec := check.run(None, _spec, body.get("fields"), stored)) is None
         else json.dumps(spec.to_json()),
         "suppress": check.run(
             None, lambda: suppression.stored_json(suppression.parse_ids(CODE, "suppress", body.get("suppress")))
@@ -240,6 +240,15 @@ def _mode(value: Any) -> str:
     return str(value)
 
 
+def _spec(raw: Any, stored: Publisher | None) -> quality.FieldSpec | None:
+    """`fields`: the lead spec. A `state` enum with the values the stored spec has (one written
+    before state values had to be US codes) is kept as it is, so the publisher stays editable;
+    new or changed values must be US state codes."""
+    kept = None if stored is None or not stored.fields_spec else quality.state_values(json.loads(stored.fields_spec))
+    unchanged = kept is not None and quality.state_values(raw) == kept
+    return quality.parse_spec(raw, check_states=not unchanged)
+
+
 def _routing(value: Any) -> str:
     if value not in ROUTING_MODES:
         raise ValidationError(CODE, "routing", "must be one of " + ", ".join(ROUTING_MODES))
@@ -334,7 +343,7 @@ class PublisherRule:
 
     @classmethod
     def from_row(cls, row: Publisher) -> PublisherRule:
-        spec = quality.parse_spec(json.loads(row.fields_spec)) if row.fields_spec else None
+        spec = quality.parse_spec(json.loads(row.fields_spec), check_states=False) if row.fields_spec else None
         fixed = None if row.payout_fixed is None else Decimal(row.payout_fixed)
         caps = tuple((n, int(getattr(row, f"cap_{n}"))) for n in PUBLISHER_CAPS if getattr(row, f"cap_{n}") is not None)
         return cls(

@@ -168,8 +168,10 @@ def _plain(value: Decimal) -> int | float:
 # --- the admin's spec ----------------------------------------------------------------------
 
 
-def parse_spec(raw: Any) -> FieldSpec | None:
-    """Validate a publisher's `fields` (None or {} : no spec); ValidationError naming the field."""
+def parse_spec(raw: Any, *, check_states: bool = True) -> FieldSpec | None:
+    """Validate a publisher's `fields` (None or {} : no spec); ValidationError naming the field.
+    `check_states` False: a spec as stored, whose `state` enum may predate the check that its
+    values are US state codes (written earlier), read as it is so loading it never fails."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -178,11 +180,11 @@ def parse_spec(raw: Any) -> FieldSpec | None:
         raise ValidationError(CODE, "fields", f"at most {MAX_FIELDS} fields")
     if "lead_id" in raw or "test" in raw:
         raise ValidationError(CODE, "fields", "lead_id and test are not lead fields a spec may declare")
-    found = tuple(_field(name, rule) for name, rule in raw.items())
+    found = tuple(_field(name, rule, check_states) for name, rule in raw.items())
     return FieldSpec(found) if found else None
 
 
-def _field(name: Any, rule: Any) -> Field:
+def _field(name: Any, rule: Any, check_states: bool) -> Field:
     where = f"fields.{name}"
     if not is_id(name):
         raise ValidationError(CODE, "fields", f"{str(name)[:70]!r}: a field name must match [A-Za-z0-9._-]{{1,64}}")
@@ -196,10 +198,10 @@ def _field(name: Any, rule: Any) -> Field:
     required = rule.get("required", False)
     if not isinstance(required, bool):
         raise ValidationError(CODE, f"{where}.required", "must be true or false")
-    return _typed(Field(name, kind, required), rule, where)
+    return _typed(Field(name, kind, required), rule, where, check_states)
 
 
-def _typed(field: Field, rule: dict[str, Any], where: str) -> Field:
+def _typed(field: Field, rule: dict[str, Any], where: str, check_states: bool) -> Field:
     """`field` with the options of its type read from `rule`."""
     name, kind, required = field.name, field.type, field.required
     if kind == "string":
@@ -217,7 +219,7 @@ def _typed(field: Field, rule: dict[str, Any], where: str) -> Field:
         field = Field(name, kind, required, low=low, high=high)
     elif kind == "enum":
         values = _values(rule.get("values"), f"{where}.values")
-        if name == STATE_FIELD:
+        if name == STATE_FIELD and check_states:
             values = _state_codes(values, f"{where}.values")
         field = Field(name, kind, required, values=values)
     return field
@@ -231,6 +233,16 @@ def _state_codes(values: tuple[str, ...], where: str) -> tuple[str, ...]:
         listed = ", ".join(repr(value[:16]) for value in unknown[:5])
         raise ValidationError(CODE, where, f"{listed}: not a US state or territory code (two letters, e.g. TX)")
     return tuple(dict.fromkeys(value.strip().upper() for value in values))
+
+
+def state_values(raw: Any) -> list[str] | None:
+    """The values of the `state` enum of a spec as sent or stored (upper-cased, sorted), None
+    when it has none: the same values as the stored spec are kept without the state check."""
+    rule = raw.get(STATE_FIELD) if isinstance(raw, dict) else None
+    values = rule.get("values") if isinstance(rule, dict) and rule.get("type") == "enum" else None
+    if not isinstance(values, list) or not all(isinstance(x, str) for x in values):
+        return None
+    return sorted(x.strip().upper() for x in values)
 
 
 def _count(value: Any, where: str) -> int:

@@ -277,13 +277,13 @@ def buyer_save(buyer_id: str) -> ResponseReturnValue:
 
 @bp.post("/ops/buyers/<id:buyer_id>/pause")
 def buyer_pause(buyer_id: str) -> ResponseReturnValue:
-    buyer_service.patch(services.current().store, buyer_service.live(buyer_id), {"active": False})
+    buyer_service.set_active(services.current().store, [buyer_service.live(buyer_id)], active=False)
     return done("ops.buyers.buyer", "paused", buyer_id=buyer_id)
 
 
 @bp.post("/ops/buyers/<id:buyer_id>/resume")
 def buyer_resume(buyer_id: str) -> ResponseReturnValue:
-    buyer_service.patch(services.current().store, buyer_service.live(buyer_id), {"active": True})
+    buyer_service.set_active(services.current().store, [buyer_service.live(buyer_id)], active=True)
     return done("ops.buyers.buyer", "resumed", buyer_id=buyer_id)
 
 
@@ -328,7 +328,6 @@ def buyers_selected() -> ResponseReturnValue:
     if not wanted or len(wanted) > SELECTED_MAX or not all(is_id(buyer_id) for buyer_id in wanted):
         return _list_page(None, f"Tick 1 to {SELECTED_MAX} buyers of the list: nothing was changed.")
     rows = list(Buyer.select().where(Buyer.id.in_(wanted), Buyer.deleted_at.is_null()).order_by(Buyer.id))
-    if rows:
-        buyer_service.set_active(services.current().store, rows, active=action == "resume")
-    found = {row.id for row in rows}
+    changed = buyer_service.set_active(services.current().store, rows, active=action == "resume") if rows else []
+    found = {row.id for row in changed}
     return _list_page({"action": action, "done": sorted(found), "missing": [b for b in wanted if b not in found]})
