@@ -416,6 +416,7 @@ def test_the_payment_events_url_endpoint_is_paused_here_but_changed_only_by_conf
     assert "PAYMENT_EVENTS_URL" in text and 'id="endpoint-edit"' not in text and "New secret" not in text
     refused = post(api, browser, path, {"url": "https://elsewhere.example/"})
     assert refused.status_code == 409 and 'id="refusal"' in refused.text
+    assert "this endpoint is PAYMENT_EVENTS_URL&#39;s: change it in the configuration" in refused.text  # whole
     assert post(api, browser, f"{path}/rotate", {}).status_code == 409
     assert post(api, browser, f"{path}/pause", {}).status_code == 303
     got = api.get(f"/v1/admin/event-endpoints/{endpoints.MANAGED_ID}").json()

@@ -9,6 +9,7 @@ from typing import Any
 from flask import Flask, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from webhooks.errors import FloodgateError, ValidationError
 from webhooks.people import roles
 from webhooks.storage.records.models import AuditLog
 from webhooks.web.sessions import form_token
@@ -57,6 +58,12 @@ def _notices() -> list[tuple[str, str]]:
 def page(template: str, section: str, status: int = 200, **context: Any) -> tuple[str, int, dict[str, str]]:
     """A console page, never cached (it shows live figures and carries the session's form token)."""
     return render_template(template, section=section, **context), status, NO_STORE
+
+
+def refusal(exc: FloodgateError) -> str:
+    """What a refusal says on a form: a field's problem without the field's name (the form
+    shows it beside that field), any other refusal's message whole."""
+    return exc.problem if isinstance(exc, ValidationError) else exc.message
 
 
 def done(endpoint: str, notice: str, **values: Any) -> Response:

@@ -14,14 +14,14 @@ from flask.typing import ResponseReturnValue
 from werkzeug.datastructures import MultiDict
 
 from webhooks import services
-from webhooks.errors import BadRequest, Conflict, FloodgateError, ValidationError
+from webhooks.errors import BadRequest, Conflict, ValidationError
 from webhooks.events import endpoints
 from webhooks.events import log as events_log
 from webhooks.events.outbox import EventType
 from webhooks.formats import validate
 from webhooks.storage.live import outbox_queue
 from webhooks.storage.records.models import EventEndpoint
-from webhooks.web.ops.console import audit_rows, done, page
+from webhooks.web.ops.console import audit_rows, done, page, refusal
 from webhooks.web.ops.page import event_panel
 
 bp = Blueprint("events", __name__)
@@ -124,12 +124,8 @@ def _errors(body: dict[str, Any], stored: EventEndpoint | None) -> dict[str, str
         try:
             endpoints.parse(alone, stored if name == "url" else None)
         except ValidationError as exc:
-            errors[exc.field or name] = _message(exc)
+            errors[exc.field or name] = refusal(exc)
     return errors
-
-
-def _message(exc: FloodgateError) -> str:
-    return str(exc).split(": ", 1)[-1]
 
 
 @bp.post("/ops/events/endpoints")
@@ -149,7 +145,7 @@ def endpoint_create() -> ResponseReturnValue:
         try:
             row, _new_secret = endpoints.save(endpoint_id, body)
         except (ValidationError, Conflict) as exc:
-            errors[getattr(exc, "field", "") or "id"] = _message(exc)
+            errors[getattr(exc, "field", "") or "id"] = refusal(exc)
         else:
             if row.enabled:
                 wake()
@@ -206,9 +202,9 @@ def endpoint_edit(endpoint_id: str) -> ResponseReturnValue:
         try:
             saved, _new_secret = endpoints.save(endpoint_id, body)
         except ValidationError as exc:
-            errors[exc.field or "url"] = _message(exc)
+            errors[exc.field or "url"] = refusal(exc)
         except Conflict as exc:
-            errors["_form"], status = _message(exc), exc.status
+            errors["_form"], status = refusal(exc), exc.status
         else:
             if saved.enabled:
                 wake()  # enabled again: what it kept is due now
@@ -248,5 +244,5 @@ def endpoint_rotate(endpoint_id: str) -> ResponseReturnValue:
     try:
         saved, _new_secret = endpoints.save(endpoint_id, body)
     except Conflict as exc:
-        return _endpoint_page(row, exc.status, errors={"_form": _message(exc)})
+        return _endpoint_page(row, exc.status, errors={"_form": refusal(exc)})
     return _endpoint_page(saved, secret=saved.secret)

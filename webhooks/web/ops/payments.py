@@ -25,7 +25,7 @@ from webhooks.payments.providers.signatures import VERIFIERS
 from webhooks.payments.states import PaymentStatus
 from webhooks.payments.webhook import find
 from webhooks.web.http import csv_response
-from webhooks.web.ops.console import audit_rows, done, page
+from webhooks.web.ops.console import audit_rows, done, page, refusal
 
 bp = Blueprint("payments", __name__)
 
@@ -79,7 +79,7 @@ def _read(typed: dict[str, str], readers: dict[str, Callable[[str], Any]]) -> tu
             try:
                 values[name] = read(typed[name])
             except ValidationError as exc:
-                errors[name] = str(exc).split(": ", 1)[-1]
+                errors[name] = refusal(exc)
     return values, errors
 
 

@@ -14,7 +14,7 @@ from flask import Blueprint, Response, request
 from flask.typing import ResponseReturnValue
 
 from webhooks import services
-from webhooks.errors import BadRequest, Conflict, FloodgateError, ValidationError
+from webhooks.errors import BadRequest, Conflict, ValidationError
 from webhooks.formats import validate
 from webhooks.leads.accounting import reports
 from webhooks.leads.rules import suppression
@@ -24,7 +24,7 @@ from webhooks.leads.rules.suppression import to_json as suppression_json
 from webhooks.storage.live import keys
 from webhooks.storage.records.models import Buyer, Publisher, SuppressionList
 from webhooks.web.http import UPLOAD_FILE_BYTES
-from webhooks.web.ops.console import NO_STORE, audit_rows, done, page
+from webhooks.web.ops.console import NO_STORE, audit_rows, done, page, refusal
 from webhooks.web.ops.page import chart
 
 bp = Blueprint("reports", __name__)
@@ -141,17 +141,13 @@ def suppression_create() -> ResponseReturnValue:
         try:
             suppression.parse_list({"field": "email", "hash": "md5", name: typed[name]})
         except ValidationError as exc:
-            errors[name] = _problem(exc)
+            errors[name] = refusal(exc)
     if errors:
         return _lists_page(400, typed, errors)
     svc = services.current()
     suppression.put_list(svc.store, typed["id"], typed["field"], typed["hash"], key=svc.config.suppression_key.encode())
     bump_version(svc.store.redis)  # the lead path's snapshot knows every list
     return done("ops.reports.suppression_list", "created", list_id=typed["id"])
-
-
-def _problem(exc: FloodgateError) -> str:
-    return str(exc).split(": ", 1)[-1]
 
 
 def _list_page(
@@ -238,7 +234,7 @@ def _changed(row: SuppressionList, add: list[tuple[int, str]], remove: list[tupl
         rule = suppression.writable(row, svc.config.suppression_key.encode())
         done_ = suppression.change_values(svc.store, rule, add, remove)
     except Conflict as exc:
-        return _list_page(suppression.get_list(row.id), exc.status, error=_problem(exc))
+        return _list_page(suppression.get_list(row.id), exc.status, error=refusal(exc))
     result = {
         "read": len(add) + len(remove),
         "added": done_["added"],
